@@ -1,0 +1,141 @@
+//! `r8s`: Kubernetes in one binary. This file only parses arguments and composes the crates.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use r8s_store::embedded::{EmbeddedOptions, EmbeddedStore};
+use r8s_store::etcd::{EtcdOptions, EtcdStore};
+use r8s_store::{CompactionPolicy, Store};
+
+#[derive(Parser)]
+#[command(
+    name = "r8s",
+    version,
+    about = "Kubernetes, written in Rust, shipped as one binary"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the control plane of a cluster.
+    Server(ServerArgs),
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    /// Where r8s keeps its state (default /var/lib/r8s as root, else ~/.r8s).
+    #[arg(long, short = 'd', env = "R8S_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+
+    /// Store everything in an etcd cluster instead of the embedded datastore: comma-separated
+    /// client URLs, e.g. http://127.0.0.1:2379,http://127.0.0.1:22379.
+    #[arg(long, env = "R8S_DATASTORE_ENDPOINT")]
+    datastore_endpoint: Option<String>,
+
+    /// How often the embedded datastore compacts old revisions (0 turns it off).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    datastore_compaction_interval: Duration,
+
+    /// How many of the latest revisions each compaction keeps.
+    #[arg(long, default_value_t = 1000)]
+    datastore_compaction_retain: i64,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: expected a number followed by s, m or h"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!(
+            "invalid duration {s:?}: unknown unit {unit:?} (use ms, s, m or h)"
+        )),
+    }
+}
+
+fn default_data_dir() -> PathBuf {
+    // /proc/self belongs to the process's effective user.
+    let is_root = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false);
+    if is_root {
+        PathBuf::from("/var/lib/r8s")
+    } else {
+        std::env::var_os("HOME")
+            .map(|h| PathBuf::from(h).join(".r8s"))
+            .unwrap_or_else(|| PathBuf::from(".r8s"))
+    }
+}
+
+async fn open_store(args: &ServerArgs, data_dir: &std::path::Path) -> anyhow::Result<Arc<dyn Store>> {
+    if let Some(endpoints) = &args.datastore_endpoint {
+        let store = EtcdStore::connect(EtcdOptions::from_endpoint_list(endpoints))
+            .await
+            .context("connecting to the etcd datastore")?;
+        let revision = store.current_revision().await.context("reading from etcd")?;
+        tracing::info!(%endpoints, revision, "using etcd datastore");
+        return Ok(Arc::new(store));
+    }
+    let mut opts = EmbeddedOptions::new(data_dir.join("server").join("db"));
+    opts.compaction = CompactionPolicy {
+        interval: (!args.datastore_compaction_interval.is_zero())
+            .then_some(args.datastore_compaction_interval),
+        retain_revisions: args.datastore_compaction_retain,
+    };
+    let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(opts)).await??;
+    Ok(Arc::new(store))
+}
+
+async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    let store = open_store(&args, &data_dir).await?;
+    println!(
+        "r8s server: {} datastore ready at revision {} (data dir {})",
+        store.backend(),
+        store.current_revision().await?,
+        data_dir.display()
+    );
+    tokio::signal::ctrl_c().await?;
+    tracing::info!("shutting down");
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("R8S_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Server(args) => server(args).await,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_like_kubernetes_flags() {
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert!(parse_duration("5x").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("m").is_err());
+    }
+}

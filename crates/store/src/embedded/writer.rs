@@ -1,0 +1,396 @@
+//! The single writer: group commit, publication, and compaction in small steps.
+//!
+//! Every write goes through one thread, so revisions are assigned in order without locks and
+//! writes are never refused for contention (kine's `database is locked`). The thread takes all
+//! waiting requests (up to `max_batch`), applies them in one redb transaction with one sync,
+//! then — holding the watch hub so no watcher can register in between — publishes them to the
+//! index and to watchers, and only then answers the callers.
+//!
+//! Compaction removes old revisions a bounded number at a time, in the same transactions as
+//! writes (or alone when idle), so it never holds writers up for long and the file does not grow
+//! under steady churn.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redb::{Table, WriteTransaction};
+use tokio::sync::oneshot;
+
+use super::index::Entry;
+use super::record::Record;
+use super::{Shared, LOG, META, META_COMPACTED};
+use crate::{CompactionPolicy, DeleteResponse, Event, EventKind, KeyValue, Result, Revision, StoreError};
+
+/// Revisions removed per compaction step.
+const COMPACTION_STEP: usize = 512;
+
+#[derive(Debug)]
+pub(crate) enum Op {
+    Create {
+        key: String,
+        value: Bytes,
+    },
+    Update {
+        key: String,
+        value: Bytes,
+        expected: Revision,
+    },
+    Delete {
+        key: String,
+        expected: Option<Revision>,
+    },
+    Compact {
+        revision: Revision,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Put(KeyValue),
+    Deleted(DeleteResponse),
+    Compacted,
+}
+
+pub(crate) struct Request {
+    pub op: Op,
+    pub reply: oneshot::Sender<Result<Outcome>>,
+}
+
+/// The writer thread's loop; returns when every sender is gone.
+pub(crate) fn run(shared: Arc<Shared>, rx: Receiver<Request>, policy: CompactionPolicy, max_batch: usize) {
+    let mut w = Writer {
+        shared,
+        // Resume an interrupted compaction pass: leftovers below the mark are removed again.
+        compaction_cursor: Some(None),
+    };
+    let mut next_auto = policy.interval.map(|i| Instant::now() + i);
+    loop {
+        let wait = if w.compaction_cursor.is_some() {
+            Duration::ZERO
+        } else {
+            next_auto
+                .map(|t| t.saturating_duration_since(Instant::now()))
+                .unwrap_or(Duration::from_secs(3600))
+        };
+        let mut batch = Vec::new();
+        match rx.recv_timeout(wait) {
+            Ok(first) => {
+                batch.push(first);
+                while batch.len() < max_batch {
+                    match rx.try_recv() {
+                        Ok(more) => batch.push(more),
+                        Err(_) => break,
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        if let (Some(due), Some(interval)) = (next_auto, policy.interval) {
+            if Instant::now() >= due {
+                next_auto = Some(Instant::now() + interval);
+                let target = w.shared.index().current - policy.retain_revisions;
+                if target > w.shared.index().compacted {
+                    tracing::debug!(target, "automatic compaction");
+                    w.compact_to(target);
+                }
+            }
+        }
+        w.commit(batch);
+    }
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    /// `Some(cursor)` while a compaction pass is under way: the key after which to go on.
+    compaction_cursor: Option<Option<String>>,
+}
+
+/// What one request did inside the batch, to publish after the commit.
+struct Applied {
+    reply: oneshot::Sender<Result<Outcome>>,
+    result: Result<Outcome>,
+}
+
+impl Writer {
+    /// Record a new compaction mark on its own (used by the automatic policy).
+    fn compact_to(&mut self, revision: Revision) {
+        let (reply, _ignored) = oneshot::channel();
+        self.commit(vec![Request {
+            op: Op::Compact { revision },
+            reply,
+        }]);
+    }
+
+    fn commit(&mut self, batch: Vec<Request>) {
+        if batch.is_empty() && self.compaction_cursor.is_none() {
+            return;
+        }
+        let shared = self.shared.clone();
+        let (current, compacted) = {
+            let ix = shared.index();
+            (ix.current, ix.compacted)
+        };
+        let mut state = BatchState {
+            shared: &shared,
+            revision: current,
+            compacted,
+            new_compacted: None,
+            overlay: HashMap::new(),
+            entries: Vec::new(),
+            events: Vec::new(),
+        };
+        let txn = match shared.db.begin_write() {
+            Ok(t) => t,
+            Err(e) => return fail(batch, shared.io(e)),
+        };
+        let mut applied = Vec::with_capacity(batch.len());
+        let mut removed = Vec::new();
+        let body = (|| -> Result<()> {
+            let mut log = txn.open_table(LOG).map_err(|e| shared.io(e))?;
+            for req in batch {
+                let result = state.apply(&mut log, req.op);
+                applied.push(Applied {
+                    reply: req.reply,
+                    result,
+                });
+            }
+            if let Some(cursor) = &self.compaction_cursor {
+                let (step, next) = shared.index().compaction_step(cursor.as_deref(), COMPACTION_STEP);
+                for (_, rev) in &step {
+                    log.remove(*rev as u64).map_err(|e| shared.io(e))?;
+                }
+                removed = step;
+                self.compaction_cursor = next.map(Some);
+            }
+            drop(log);
+            if let Some(mark) = state.new_compacted {
+                write_compacted(&txn, mark).map_err(|e| shared.io(e))?;
+            }
+            Ok(())
+        })();
+        let committed = body.and_then(|()| txn.commit().map_err(|e| shared.io(e)));
+        if let Err(err) = committed {
+            tracing::error!(%err, "datastore commit failed; the batch was not applied");
+            // Nothing was published; a compaction pass in progress starts over next time.
+            self.compaction_cursor = Some(None);
+            for a in applied {
+                let _ = a.reply.send(Err(StoreError::Io(err.to_string())));
+            }
+            return;
+        }
+        if state.new_compacted.is_some() {
+            self.compaction_cursor = Some(None);
+        }
+        // Publish: index first, then watchers, with the hub held so that a watch registering
+        // concurrently sees either none or all of this batch.
+        {
+            let mut hub = shared.hub.lock().unwrap_or_else(|e| e.into_inner());
+            {
+                let mut ix = shared.index.write().unwrap_or_else(|e| e.into_inner());
+                for (key, entry) in &state.entries {
+                    ix.push(key, *entry);
+                }
+                ix.current = state.revision;
+                if let Some(mark) = state.new_compacted {
+                    ix.compacted = mark;
+                }
+                ix.forget(&removed);
+            }
+            hub.broadcast(&state.events);
+        }
+        for a in applied {
+            let _ = a.reply.send(a.result);
+        }
+    }
+}
+
+fn fail(batch: Vec<Request>, err: StoreError) {
+    let msg = err.to_string();
+    for req in batch {
+        let _ = req.reply.send(Err(StoreError::Io(msg.clone())));
+    }
+}
+
+fn write_compacted(txn: &WriteTransaction, mark: Revision) -> std::result::Result<(), String> {
+    let mut meta = txn.open_table(META).map_err(|e| e.to_string())?;
+    meta.insert(META_COMPACTED, mark as u64)
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The effect of a batch so far, so later requests in it see earlier ones.
+struct BatchState<'a> {
+    shared: &'a Shared,
+    revision: Revision,
+    compacted: Revision,
+    new_compacted: Option<Revision>,
+    /// Keys written in this batch: their latest entry and value.
+    overlay: HashMap<String, (Entry, Bytes)>,
+    entries: Vec<(String, Entry)>,
+    events: Vec<Event>,
+}
+
+impl BatchState<'_> {
+    /// The latest live version of `key` as of this point in the batch.
+    fn live(&self, log: &Table<u64, &[u8]>, key: &str) -> Result<Option<KeyValue>> {
+        if let Some((entry, value)) = self.overlay.get(key) {
+            return Ok((!entry.tombstone).then(|| kv(key, entry, value.clone())));
+        }
+        let latest = self.shared.index().latest(key);
+        match latest {
+            Some(entry) if !entry.tombstone => {
+                let rec = self.shared.record(log, entry.mod_revision)?;
+                Ok(Some(kv(key, &entry, rec.value)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn apply(&mut self, log: &mut Table<u64, &[u8]>, op: Op) -> Result<Outcome> {
+        match op {
+            Op::Create { key, value } => {
+                if self.live(log, &key)?.is_some() {
+                    return Err(StoreError::AlreadyExists { key });
+                }
+                let kv = self.write(log, key, value, None)?;
+                Ok(Outcome::Put(kv))
+            }
+            Op::Update { key, value, expected } => {
+                let Some(current) = self.live(log, &key)? else {
+                    return Err(StoreError::NotFound { key });
+                };
+                if current.mod_revision != expected {
+                    return Err(StoreError::Conflict {
+                        key,
+                        expected,
+                        current: Box::new(current),
+                    });
+                }
+                let kv = self.write(log, key, value, Some(current))?;
+                Ok(Outcome::Put(kv))
+            }
+            Op::Delete { key, expected } => {
+                let Some(current) = self.live(log, &key)? else {
+                    return Err(StoreError::NotFound { key });
+                };
+                if let Some(expected) = expected {
+                    if current.mod_revision != expected {
+                        return Err(StoreError::Conflict {
+                            key,
+                            expected,
+                            current: Box::new(current),
+                        });
+                    }
+                }
+                let revision = self.delete(log, key, current.clone())?;
+                Ok(Outcome::Deleted(DeleteResponse {
+                    prev: current,
+                    revision,
+                }))
+            }
+            Op::Compact { revision } => {
+                let mark = self.new_compacted.unwrap_or(self.compacted);
+                if revision <= mark {
+                    return Err(StoreError::Compacted {
+                        requested: revision,
+                        compacted: Some(mark),
+                    });
+                }
+                if revision > self.revision {
+                    return Err(StoreError::FutureRevision {
+                        requested: revision,
+                        current: self.revision,
+                    });
+                }
+                self.new_compacted = Some(revision);
+                Ok(Outcome::Compacted)
+            }
+        }
+    }
+
+    fn write(
+        &mut self,
+        log: &mut Table<u64, &[u8]>,
+        key: String,
+        value: Bytes,
+        prev: Option<KeyValue>,
+    ) -> Result<KeyValue> {
+        self.revision += 1;
+        let rev = self.revision;
+        let (create_revision, version, prev_revision) = match &prev {
+            Some(p) => (p.create_revision, p.version + 1, p.mod_revision),
+            None => (rev, 1, 0),
+        };
+        let rec = Record {
+            key,
+            value,
+            tombstone: false,
+            create_revision,
+            version,
+            prev_revision,
+        };
+        log.insert(rev as u64, rec.encode().as_slice())
+            .map_err(|e| self.shared.io(e))?;
+        let entry = Entry {
+            mod_revision: rev,
+            create_revision,
+            version,
+            tombstone: false,
+        };
+        let kv = kv(&rec.key, &entry, rec.value.clone());
+        self.record(rec.key, entry, rec.value, kv.clone(), prev);
+        Ok(kv)
+    }
+
+    fn delete(&mut self, log: &mut Table<u64, &[u8]>, key: String, prev: KeyValue) -> Result<Revision> {
+        self.revision += 1;
+        let rev = self.revision;
+        let rec = Record {
+            key,
+            value: Bytes::new(),
+            tombstone: true,
+            create_revision: 0,
+            version: 0,
+            prev_revision: prev.mod_revision,
+        };
+        log.insert(rev as u64, rec.encode().as_slice())
+            .map_err(|e| self.shared.io(e))?;
+        let entry = Entry {
+            mod_revision: rev,
+            create_revision: 0,
+            version: 0,
+            tombstone: true,
+        };
+        let kv = rec.clone().into_kv(rev);
+        self.record(rec.key, entry, Bytes::new(), kv, Some(prev));
+        Ok(rev)
+    }
+
+    fn record(&mut self, key: String, entry: Entry, value: Bytes, kv: KeyValue, prev: Option<KeyValue>) {
+        self.events.push(Event {
+            kind: if entry.tombstone {
+                EventKind::Delete
+            } else {
+                EventKind::Put
+            },
+            kv,
+            prev,
+        });
+        self.entries.push((key.clone(), entry));
+        self.overlay.insert(key, (entry, value));
+    }
+}
+
+fn kv(key: &str, entry: &Entry, value: Bytes) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value,
+        create_revision: entry.create_revision,
+        mod_revision: entry.mod_revision,
+        version: entry.version,
+    }
+}

@@ -1,0 +1,451 @@
+//! The etcd backend: the same contract on a real etcd cluster, through its v3 gRPC API.
+//!
+//! Each write is one etcd transaction comparing the key's mod revision (or its version, for a
+//! create), exactly as kube-apiserver's etcd3 store does; reads are linearizable ranges.
+//!
+//! Failures: with several endpoints the client balances over them, so a dead member only fails
+//! the requests that were in flight on it. Reads are retried on transport errors until
+//! `retry_for` runs out. Writes are retried only when the request never reached a member
+//! (connection refused); otherwise the outcome is unknown and `Unavailable` is returned rather
+//! than risking applying a write twice.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, Txn, TxnOp,
+    TxnOpResponse, WatchOptions,
+};
+use tokio::sync::mpsc;
+
+use crate::{
+    prefix_end, DeleteResponse, Event, EventKind, GetResponse, KeyValue, RangeRequest, RangeResponse, Result,
+    Revision, Store, StoreError, Watch, WATCH_BUFFER,
+};
+
+#[derive(Clone, Debug)]
+pub struct EtcdOptions {
+    /// `http://host:port` URLs of the members.
+    pub endpoints: Vec<String>,
+    /// How long to keep retrying a request that failed for a transport reason.
+    pub retry_for: Duration,
+    /// Per-request timeout.
+    pub request_timeout: Duration,
+}
+
+impl EtcdOptions {
+    /// Options for a comma-separated endpoint list, as `--datastore-endpoint` takes it.
+    pub fn from_endpoint_list(list: &str) -> Self {
+        Self {
+            endpoints: list
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            retry_for: Duration::from_secs(15),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct EtcdStore {
+    client: Client,
+    opts: EtcdOptions,
+}
+
+impl EtcdStore {
+    pub async fn connect(opts: EtcdOptions) -> Result<Self> {
+        if opts.endpoints.is_empty() {
+            return Err(StoreError::Unavailable("no etcd endpoint given".into()));
+        }
+        let connect = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(opts.request_timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+        let client = Client::connect(&opts.endpoints, Some(connect))
+            .await
+            .map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "cannot connect to etcd at {}: {e}",
+                    opts.endpoints.join(",")
+                ))
+            })?;
+        Ok(Self { client, opts })
+    }
+
+    /// Run a read, retrying transport failures.
+    async fn read<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.retrying(f, |_| true).await
+    }
+
+    /// Run a write, retrying only failures where the request cannot have been applied.
+    async fn write<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.retrying(f, never_sent).await
+    }
+
+    async fn retrying<T, F, Fut>(&self, f: F, may_retry: fn(&etcd_client::Error) -> bool) -> Result<T>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = Instant::now() + self.opts.retry_for;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            match f(self.client.clone()).await {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    let mapped = map_error(&e);
+                    let transient = matches!(mapped, StoreError::Unavailable(_));
+                    if !transient || !may_retry(&e) || Instant::now() + backoff > deadline {
+                        return Err(mapped);
+                    }
+                    tracing::debug!(error = %e, "etcd request failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+            }
+        }
+    }
+}
+
+/// True when the error shows the request never left this process (no connection).
+fn never_sent(e: &etcd_client::Error) -> bool {
+    let text = format!("{e:?}").to_lowercase();
+    text.contains("connection refused")
+        || text.contains("tcp connect error")
+        || text.contains("error trying to connect")
+}
+
+fn map_error(e: &etcd_client::Error) -> StoreError {
+    if let etcd_client::Error::GRpcStatus(status) = e {
+        let msg = status.message();
+        if msg.contains("required revision has been compacted") {
+            return StoreError::Compacted {
+                requested: 0,
+                compacted: None,
+            };
+        }
+        if msg.contains("required revision is a future revision") {
+            return StoreError::FutureRevision {
+                requested: 0,
+                current: 0,
+            };
+        }
+        use tonic::Code;
+        return match status.code() {
+            Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled => {
+                StoreError::Unavailable(format!("etcd: {msg}"))
+            }
+            _ => StoreError::Io(format!("etcd: {msg}")),
+        };
+    }
+    StoreError::Unavailable(format!("etcd: {e}"))
+}
+
+fn convert(kv: &etcd_client::KeyValue) -> Result<KeyValue> {
+    Ok(KeyValue {
+        key: kv
+            .key_str()
+            .map_err(|_| StoreError::Io("etcd returned a key that is not UTF-8".into()))?
+            .to_owned(),
+        value: Bytes::copy_from_slice(kv.value()),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+        version: kv.version(),
+    })
+}
+
+fn header_revision(h: Option<&etcd_client::ResponseHeader>) -> Revision {
+    h.map(|h| h.revision()).unwrap_or(0)
+}
+
+/// The revision a read was served at: the one asked for, else the latest (etcd's header always
+/// carries the latest).
+fn served_at(requested: Revision, h: Option<&etcd_client::ResponseHeader>) -> Revision {
+    if requested > 0 {
+        requested
+    } else {
+        header_revision(h)
+    }
+}
+
+/// The current value from an `or_else` get inside a failed transaction.
+fn current_from(responses: Vec<TxnOpResponse>) -> Result<Option<KeyValue>> {
+    for r in responses {
+        if let TxnOpResponse::Get(g) = r {
+            return g.kvs().first().map(convert).transpose();
+        }
+    }
+    Ok(None)
+}
+
+fn with_revision(err: StoreError, requested: Revision) -> StoreError {
+    match err {
+        StoreError::Compacted { compacted, .. } => StoreError::Compacted { requested, compacted },
+        StoreError::FutureRevision { current, .. } => StoreError::FutureRevision { requested, current },
+        other => other,
+    }
+}
+
+#[async_trait]
+impl Store for EtcdStore {
+    async fn get(&self, key: &str, revision: Revision) -> Result<GetResponse> {
+        let resp = self
+            .read(|mut c| async move { c.get(key, Some(GetOptions::new().with_revision(revision))).await })
+            .await
+            .map_err(|e| with_revision(e, revision))?;
+        Ok(GetResponse {
+            kv: resp.kvs().first().map(convert).transpose()?,
+            revision: served_at(revision, resp.header()),
+        })
+    }
+
+    async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
+        let end = prefix_end(req.prefix.as_bytes());
+        let start: Vec<u8> = match &req.start_after {
+            // The smallest key after `after`.
+            Some(after) if after.as_str() >= req.prefix.as_str() => {
+                let mut k = after.as_bytes().to_vec();
+                k.push(0);
+                k
+            }
+            _ => req.prefix.as_bytes().to_vec(),
+        };
+        let mut resp = self
+            .read(|mut c| {
+                let (start, end) = (start.clone(), end.clone());
+                async move {
+                    let opts = GetOptions::new()
+                        .with_range(end)
+                        .with_revision(req.revision)
+                        .with_limit(req.limit as i64);
+                    c.get(start, Some(opts)).await
+                }
+            })
+            .await
+            .map_err(|e| with_revision(e, req.revision))?;
+        let kvs = resp.take_kvs().iter().map(convert).collect::<Result<Vec<_>>>()?;
+        Ok(RangeResponse {
+            more: resp.more(),
+            count: req.count.then_some(resp.count()),
+            revision: served_at(req.revision, resp.header()),
+            kvs,
+        })
+    }
+
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        let resp = self
+            .write(|mut c| {
+                let value = value.to_vec();
+                async move {
+                    let txn = Txn::new()
+                        .when([Compare::version(key, CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(key, value, None)]);
+                    c.txn(txn).await
+                }
+            })
+            .await?;
+        if !resp.succeeded() {
+            return Err(StoreError::AlreadyExists { key: key.to_owned() });
+        }
+        let rev = header_revision(resp.header());
+        Ok(KeyValue {
+            key: key.to_owned(),
+            value,
+            create_revision: rev,
+            mod_revision: rev,
+            version: 1,
+        })
+    }
+
+    async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
+        let resp = self
+            .write(|mut c| {
+                let value = value.to_vec();
+                async move {
+                    let txn = Txn::new()
+                        .when([Compare::mod_revision(key, CompareOp::Equal, expected)])
+                        .and_then([TxnOp::put(
+                            key,
+                            value,
+                            Some(etcd_client::PutOptions::new().with_prev_key()),
+                        )])
+                        .or_else([TxnOp::get(key, None)]);
+                    c.txn(txn).await
+                }
+            })
+            .await?;
+        let rev = header_revision(resp.header());
+        if !resp.succeeded() {
+            return match current_from(resp.op_responses())? {
+                None => Err(StoreError::NotFound { key: key.to_owned() }),
+                Some(current) => Err(StoreError::Conflict {
+                    key: key.to_owned(),
+                    expected,
+                    current: Box::new(current),
+                }),
+            };
+        }
+        let prev = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Put(p) => p.prev_key().map(convert),
+            _ => None,
+        });
+        let prev = prev
+            .transpose()?
+            .ok_or_else(|| StoreError::NotFound { key: key.to_owned() })?;
+        Ok(KeyValue {
+            key: key.to_owned(),
+            value,
+            create_revision: prev.create_revision,
+            mod_revision: rev,
+            version: prev.version + 1,
+        })
+    }
+
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<DeleteResponse> {
+        let resp = self
+            .write(|mut c| async move {
+                let del = TxnOp::delete(key, Some(DeleteOptions::new().with_prev_key()));
+                let txn = match expected {
+                    Some(rev) => Txn::new()
+                        .when([Compare::mod_revision(key, CompareOp::Equal, rev)])
+                        .and_then([del])
+                        .or_else([TxnOp::get(key, None)]),
+                    None => Txn::new().and_then([del]),
+                };
+                c.txn(txn).await
+            })
+            .await?;
+        let revision = header_revision(resp.header());
+        if !resp.succeeded() {
+            return match current_from(resp.op_responses())? {
+                None => Err(StoreError::NotFound { key: key.to_owned() }),
+                Some(current) => Err(StoreError::Conflict {
+                    key: key.to_owned(),
+                    expected: expected.unwrap_or(0),
+                    current: Box::new(current),
+                }),
+            };
+        }
+        let prev = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Delete(d) => d.prev_kvs().first().map(convert),
+            _ => None,
+        });
+        match prev.transpose()? {
+            Some(prev) => Ok(DeleteResponse { prev, revision }),
+            None => Err(StoreError::NotFound { key: key.to_owned() }),
+        }
+    }
+
+    async fn watch(&self, prefix: &str, start_revision: Revision) -> Result<Watch> {
+        if start_revision > 0 {
+            // etcd reports a compacted start only on the stream; check first so the caller
+            // gets the error from `watch` itself, as from the embedded store.
+            match self.get(prefix, start_revision).await {
+                Err(e @ StoreError::Compacted { .. }) => return Err(e),
+                Err(StoreError::FutureRevision { .. }) | Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut opts = WatchOptions::new().with_prefix().with_prev_key();
+        if start_revision > 0 {
+            opts = opts.with_start_revision(start_revision);
+        }
+        let mut client = self.client.clone();
+        let mut stream = client
+            .watch(prefix, Some(opts))
+            .await
+            .map_err(|e| map_error(&e))?;
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        let requested = start_revision;
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    msg = stream.message() => msg,
+                    _ = tx.closed() => return,
+                };
+                let resp = match msg {
+                    Ok(Some(resp)) => resp,
+                    Ok(None) => {
+                        let _ = tx
+                            .send(Err(StoreError::Unavailable("etcd closed the watch".into())))
+                            .await;
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(map_error(&e))).await;
+                        return;
+                    }
+                };
+                if resp.canceled() {
+                    let err = if resp.compact_revision() > 0 {
+                        StoreError::Compacted {
+                            requested,
+                            compacted: Some(resp.compact_revision()),
+                        }
+                    } else {
+                        StoreError::Unavailable(format!("etcd cancelled the watch: {}", resp.cancel_reason()))
+                    };
+                    let _ = tx.send(Err(err)).await;
+                    return;
+                }
+                let mut events = Vec::with_capacity(resp.events().len());
+                for ev in resp.events() {
+                    let Some(kv) = ev.kv() else { continue };
+                    let converted = convert(kv).and_then(|kv| {
+                        Ok(Event {
+                            kind: match ev.event_type() {
+                                EventType::Put => EventKind::Put,
+                                EventType::Delete => EventKind::Delete,
+                            },
+                            kv,
+                            prev: ev.prev_kv().map(convert).transpose()?,
+                        })
+                    });
+                    match converted {
+                        Ok(e) => events.push(e),
+                        Err(err) => {
+                            let _ = tx.send(Err(err)).await;
+                            return;
+                        }
+                    }
+                }
+                if !events.is_empty() && tx.send(Ok(events)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Watch::new(rx, Arc::new(AtomicBool::new(false))))
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.write(|mut c| async move { c.compact(revision, None).await })
+            .await
+            .map(|_| ())
+            .map_err(|e| with_revision(e, revision))
+    }
+
+    async fn current_revision(&self) -> Result<Revision> {
+        let resp = self
+            .read(|mut c| async move { c.get("/", Some(GetOptions::new().with_count_only())).await })
+            .await?;
+        Ok(header_revision(resp.header()))
+    }
+
+    fn backend(&self) -> &'static str {
+        "etcd"
+    }
+}
