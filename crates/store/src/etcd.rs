@@ -47,7 +47,9 @@ impl EtcdOptions {
                 .map(str::to_owned)
                 .collect(),
             retry_for: Duration::from_secs(15),
-            request_timeout: Duration::from_secs(10),
+            // Below etcd's own 7 s proposal timeout, so a request stuck behind a dead leader is
+            // retried on another member soon after the election.
+            request_timeout: Duration::from_secs(4),
         }
     }
 }
@@ -84,39 +86,63 @@ impl EtcdStore {
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
-        self.retrying(f, |_| true).await
+        self.retrying(f).await.0
     }
 
-    /// Run a write, retrying only failures where the request cannot have been applied.
-    async fn write<T, F, Fut>(&self, f: F) -> Result<T>
+    /// Run a write, retrying transport failures. The flag says whether an earlier attempt may
+    /// have been applied even though it failed (the request reached a member, e.g. one whose
+    /// leader then died); the caller resolves that by looking at what is stored.
+    async fn write<T, F, Fut>(&self, f: F) -> (Result<T>, bool)
     where
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
-        self.retrying(f, never_sent).await
+        self.retrying(f).await
     }
 
-    async fn retrying<T, F, Fut>(&self, f: F, may_retry: fn(&etcd_client::Error) -> bool) -> Result<T>
+    async fn retrying<T, F, Fut>(&self, f: F) -> (Result<T>, bool)
     where
         F: Fn(Client) -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
         let deadline = Instant::now() + self.opts.retry_for;
         let mut backoff = Duration::from_millis(20);
+        let mut ambiguous = false;
         loop {
             match f(self.client.clone()).await {
-                Ok(v) => return Ok(v),
+                Ok(v) => return (Ok(v), ambiguous),
                 Err(e) => {
                     let mapped = map_error(&e);
                     let transient = matches!(mapped, StoreError::Unavailable(_));
-                    if !transient || !may_retry(&e) || Instant::now() + backoff > deadline {
-                        return Err(mapped);
+                    if !transient || Instant::now() + backoff > deadline {
+                        return (Err(mapped), ambiguous);
                     }
+                    ambiguous |= !never_sent(&e);
                     tracing::debug!(error = %e, "etcd request failed; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                 }
             }
+        }
+    }
+}
+
+impl EtcdStore {
+    /// The answer to a conditional delete whose earlier attempt failed ambiguously and whose key
+    /// is now gone: the version it was asked to delete, and the revision now.
+    async fn deleted_by_earlier_attempt(
+        &self,
+        key: &str,
+        expected: Option<Revision>,
+    ) -> Result<DeleteResponse> {
+        let rev = expected.unwrap_or(0);
+        let prev = self.get(key, rev).await?.kv;
+        match prev {
+            Some(prev) if prev.mod_revision == rev => Ok(DeleteResponse {
+                prev,
+                revision: self.current_revision().await?,
+            }),
+            _ => Err(StoreError::NotFound { key: key.to_owned() }),
         }
     }
 }
@@ -247,7 +273,7 @@ impl Store for EtcdStore {
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        let resp = self
+        let (resp, ambiguous) = self
             .write(|mut c| {
                 let value = value.to_vec();
                 async move {
@@ -257,8 +283,17 @@ impl Store for EtcdStore {
                     c.txn(txn).await
                 }
             })
-            .await?;
+            .await;
+        let resp = resp?;
         if !resp.succeeded() {
+            if ambiguous {
+                // An earlier attempt may be what created it: if the stored value is ours, it was.
+                if let Some(kv) = self.get(key, 0).await?.kv {
+                    if kv.value == value && kv.version == 1 {
+                        return Ok(kv);
+                    }
+                }
+            }
             return Err(StoreError::AlreadyExists { key: key.to_owned() });
         }
         let rev = header_revision(resp.header());
@@ -272,7 +307,7 @@ impl Store for EtcdStore {
     }
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
-        let resp = self
+        let (resp, ambiguous) = self
             .write(|mut c| {
                 let value = value.to_vec();
                 async move {
@@ -287,11 +322,14 @@ impl Store for EtcdStore {
                     c.txn(txn).await
                 }
             })
-            .await?;
+            .await;
+        let resp = resp?;
         let rev = header_revision(resp.header());
         if !resp.succeeded() {
             return match current_from(resp.op_responses())? {
                 None => Err(StoreError::NotFound { key: key.to_owned() }),
+                // An earlier attempt may be what moved it on: if the stored value is ours, it was.
+                Some(current) if ambiguous && current.value == value => Ok(current),
                 Some(current) => Err(StoreError::Conflict {
                     key: key.to_owned(),
                     expected,
@@ -316,7 +354,7 @@ impl Store for EtcdStore {
     }
 
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<DeleteResponse> {
-        let resp = self
+        let (resp, ambiguous) = self
             .write(|mut c| async move {
                 let del = TxnOp::delete(key, Some(DeleteOptions::new().with_prev_key()));
                 let txn = match expected {
@@ -328,10 +366,16 @@ impl Store for EtcdStore {
                 };
                 c.txn(txn).await
             })
-            .await?;
+            .await;
+        let resp = resp?;
         let revision = header_revision(resp.header());
         if !resp.succeeded() {
             return match current_from(resp.op_responses())? {
+                // An earlier attempt may be what deleted it: the version it was asked to delete
+                // is still readable at its revision.
+                None if ambiguous && expected.is_some() => {
+                    self.deleted_by_earlier_attempt(key, expected).await
+                }
                 None => Err(StoreError::NotFound { key: key.to_owned() }),
                 Some(current) => Err(StoreError::Conflict {
                     key: key.to_owned(),
@@ -434,6 +478,7 @@ impl Store for EtcdStore {
     async fn compact(&self, revision: Revision) -> Result<()> {
         self.write(|mut c| async move { c.compact(revision, None).await })
             .await
+            .0
             .map(|_| ())
             .map_err(|e| with_revision(e, revision))
     }
