@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, Txn, TxnOp,
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, KvClient, Txn, TxnOp,
     TxnOpResponse, WatchOptions,
 };
 use tokio::sync::mpsc;
@@ -57,8 +57,14 @@ impl EtcdOptions {
 #[derive(Clone)]
 pub struct EtcdStore {
     client: Client,
+    /// Key-value calls, allowed responses as large as etcd sends (a LIST of many objects is
+    /// larger than gRPC's 4 MiB default, as kube-apiserver also allows).
+    kv: KvClient,
     opts: EtcdOptions,
 }
+
+/// Largest gRPC message accepted from etcd (kube-apiserver uses `math.MaxInt32`).
+const MAX_MESSAGE: usize = i32::MAX as usize;
 
 impl EtcdStore {
     pub async fn connect(opts: EtcdOptions) -> Result<Self> {
@@ -77,13 +83,14 @@ impl EtcdStore {
                     opts.endpoints.join(",")
                 ))
             })?;
-        Ok(Self { client, opts })
+        let kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
+        Ok(Self { client, kv, opts })
     }
 
     /// Run a read, retrying transport failures.
     async fn read<T, F, Fut>(&self, f: F) -> Result<T>
     where
-        F: Fn(Client) -> Fut,
+        F: Fn(KvClient) -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
         self.retrying(f).await.0
@@ -94,7 +101,7 @@ impl EtcdStore {
     /// leader then died); the caller resolves that by looking at what is stored.
     async fn write<T, F, Fut>(&self, f: F) -> (Result<T>, bool)
     where
-        F: Fn(Client) -> Fut,
+        F: Fn(KvClient) -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
         self.retrying(f).await
@@ -102,14 +109,14 @@ impl EtcdStore {
 
     async fn retrying<T, F, Fut>(&self, f: F) -> (Result<T>, bool)
     where
-        F: Fn(Client) -> Fut,
+        F: Fn(KvClient) -> Fut,
         Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
         let deadline = Instant::now() + self.opts.retry_for;
         let mut backoff = Duration::from_millis(20);
         let mut ambiguous = false;
         loop {
-            match f(self.client.clone()).await {
+            match f(self.kv.clone()).await {
                 Ok(v) => return (Ok(v), ambiguous),
                 Err(e) => {
                     let mapped = map_error(&e);
@@ -408,8 +415,10 @@ impl Store for EtcdStore {
         if start_revision > 0 {
             opts = opts.with_start_revision(start_revision);
         }
-        let mut client = self.client.clone();
-        let mut stream = client
+        let mut stream = self
+            .client
+            .watch_client()
+            .max_decoding_message_size(MAX_MESSAGE)
             .watch(prefix, Some(opts))
             .await
             .map_err(|e| map_error(&e))?;
