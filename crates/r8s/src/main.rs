@@ -38,7 +38,7 @@ struct ServerArgs {
     #[arg(long, env = "R8S_DATASTORE_ENDPOINT")]
     datastore_endpoint: Option<String>,
 
-    /// How often the embedded datastore compacts old revisions (0 turns it off).
+    /// How often the datastore's old revisions are compacted (0 turns it off).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     datastore_compaction_interval: Duration,
 

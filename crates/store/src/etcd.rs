@@ -22,8 +22,8 @@ use etcd_client::{
 use tokio::sync::mpsc;
 
 use crate::{
-    prefix_end, DeleteResponse, Event, EventKind, GetResponse, KeyValue, RangeRequest, RangeResponse, Result,
-    Revision, Store, StoreError, Watch, WATCH_BUFFER,
+    prefix_end, CompactionPolicy, DeleteResponse, Event, EventKind, GetResponse, KeyValue, RangeRequest,
+    RangeResponse, Result, Revision, Store, StoreError, Watch, WATCH_BUFFER,
 };
 
 #[derive(Clone, Debug)]
@@ -61,6 +61,8 @@ pub struct EtcdStore {
     /// larger than gRPC's 4 MiB default, as kube-apiserver also allows).
     kv: KvClient,
     opts: EtcdOptions,
+    /// Dropped with the last handle, which stops the compactor.
+    compactor_alive: Arc<()>,
 }
 
 /// Largest gRPC message accepted from etcd (kube-apiserver uses `math.MaxInt32`).
@@ -84,7 +86,12 @@ impl EtcdStore {
                 ))
             })?;
         let kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
-        Ok(Self { client, kv, opts })
+        Ok(Self {
+            client,
+            kv,
+            opts,
+            compactor_alive: Arc::new(()),
+        })
     }
 
     /// Run a read, retrying transport failures.
@@ -135,6 +142,41 @@ impl EtcdStore {
 }
 
 impl EtcdStore {
+    /// Compact etcd by itself, as kube-apiserver's compactor does: every `policy.interval`,
+    /// discard the history older than the latest `policy.retain_revisions` revisions. Runs until
+    /// every handle to this store is dropped.
+    pub fn start_compactor(&self, policy: CompactionPolicy) {
+        let Some(interval) = policy.interval else { return };
+        let weak = Arc::downgrade(&self.compactor_alive);
+        let store = EtcdStore {
+            client: self.client.clone(),
+            kv: self.kv.clone(),
+            opts: self.opts.clone(),
+            compactor_alive: Arc::new(()),
+        };
+        tokio::spawn(async move {
+            let mut last = 0;
+            loop {
+                tokio::time::sleep(interval).await;
+                if weak.strong_count() == 0 {
+                    return;
+                }
+                let Ok(current) = store.current_revision().await else {
+                    continue;
+                };
+                let target = current - policy.retain_revisions;
+                if target <= last {
+                    continue;
+                }
+                match store.compact(target).await {
+                    // Another server compacted further already: fine.
+                    Ok(()) | Err(StoreError::Compacted { .. }) => last = target,
+                    Err(err) => tracing::warn!(%err, target, "etcd compaction failed"),
+                }
+            }
+        });
+    }
+
     /// The answer to a conditional delete whose earlier attempt failed ambiguously and whose key
     /// is now gone: the version it was asked to delete, and the revision now.
     async fn deleted_by_earlier_attempt(

@@ -82,3 +82,39 @@ async fn leader_index(cluster: &r8s_store::etcd_process::EtcdCluster) -> usize {
     }
     panic!("no member is leader {leader_id}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_backend_compacts_by_itself() {
+    let (_cluster, store) = support::etcd_cluster(1).await;
+    store.start_compactor(r8s_store::CompactionPolicy {
+        interval: Some(Duration::from_millis(200)),
+        retain_revisions: 10,
+    });
+    let first = store
+        .create("/registry/compact/a", Bytes::from_static(b"0"))
+        .await
+        .unwrap();
+    let mut rev = first.mod_revision;
+    for i in 1..50 {
+        rev = store
+            .update("/registry/compact/a", Bytes::from(format!("{i}")), rev)
+            .await
+            .unwrap()
+            .mod_revision;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match store.get("/registry/compact/a", first.mod_revision).await {
+            Err(r8s_store::StoreError::Compacted { .. }) => break,
+            Ok(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => panic!("history was never compacted: {other:?}"),
+        }
+    }
+    // The retained window is still readable.
+    assert!(store
+        .get("/registry/compact/a", rev - 5)
+        .await
+        .unwrap()
+        .kv
+        .is_some());
+}
