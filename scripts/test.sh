@@ -6,4 +6,11 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# Unit, integration and end-to-end tests (doc tests: none; examples are built by clippy above).
+cargo test --workspace --locked --lib --bins --tests 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+# One closing line for the whole run.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "total: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
