@@ -45,6 +45,31 @@ struct ServerArgs {
     /// How many of the latest revisions each compaction keeps.
     #[arg(long, default_value_t = 1000)]
     datastore_compaction_retain: i64,
+
+    /// HTTPS port of the API server.
+    #[arg(long, default_value_t = 6443)]
+    https_listen_port: u16,
+
+    /// Address the API server listens on (0.0.0.0 for every interface; the default keeps it
+    /// to this machine).
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_address: std::net::IpAddr,
+
+    /// Extra host name or IP for the serving certificate (repeatable).
+    #[arg(long = "tls-san")]
+    tls_san: Vec<String>,
+
+    /// Where to write the admin kubeconfig (default <data-dir>/kubeconfig.yaml), mode 0600.
+    #[arg(long, env = "R8S_KUBECONFIG_OUTPUT")]
+    write_kubeconfig: Option<PathBuf>,
+
+    /// CA bundle that signs client certificates (default: the cluster CA r8s made).
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
+
+    /// Static bearer tokens, Kubernetes CSV format: token,user,uid,"group1,group2".
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -96,14 +121,93 @@ async fn open_store(args: &ServerArgs, data_dir: &std::path::Path) -> anyhow::Re
     Ok(Arc::new(store))
 }
 
+fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+}
+
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let store = open_store(&args, &data_dir).await?;
+    tracing::info!(
+        backend = store.backend(),
+        revision = store.current_revision().await?,
+        data_dir = %data_dir.display(),
+        "datastore ready"
+    );
+
+    // PKI: made at first start, reused after.
+    let mut sans: Vec<String> = [
+        "localhost",
+        "127.0.0.1",
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    sans.extend(host_name());
+    if !args.bind_address.is_unspecified() && !args.bind_address.is_loopback() {
+        sans.push(args.bind_address.to_string());
+    }
+    sans.extend(args.tls_san.iter().cloned());
+    let tls_dir = data_dir.join("server").join("tls");
+    let pki = {
+        let sans = sans.clone();
+        tokio::task::spawn_blocking(move || r8s_apiserver::pki::Pki::ensure(&tls_dir, &sans)).await??
+    };
+    let client_ca_pem = match &args.client_ca_file {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        None => pki.ca_cert_pem.clone(),
+    };
+
+    let mut authenticators = r8s_apiserver::authn::AuthenticatorChain::default();
+    authenticators.push(r8s_apiserver::authn::X509Authenticator);
+    if let Some(path) = &args.token_auth_file {
+        authenticators
+            .push(r8s_apiserver::authn::TokenFileAuthenticator::from_file(path).map_err(anyhow::Error::msg)?);
+    }
+    let mut authorizers = r8s_apiserver::authz::AuthorizerChain::default();
+    authorizers.push(r8s_apiserver::authz::PrivilegedGroups::masters());
+
+    let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
+        serving: r8s_apiserver::ServingConfig {
+            bind_address: args.bind_address,
+            port: args.https_listen_port,
+            cert_pem: pki.serving_cert_pem.clone(),
+            key_pem: pki.serving_key_pem.clone(),
+            client_ca_pem,
+        },
+        store: store.clone(),
+        authenticators,
+        authorizers,
+        admission: Default::default(),
+    })
+    .await
+    .with_context(|| format!("serving on {}:{}", args.bind_address, args.https_listen_port))?;
+
+    let host = if args.bind_address.is_unspecified() {
+        "127.0.0.1".to_owned()
+    } else {
+        match args.bind_address {
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+            v4 => v4.to_string(),
+        }
+    };
+    let kubeconfig_path = args
+        .write_kubeconfig
+        .clone()
+        .unwrap_or_else(|| data_dir.join("kubeconfig.yaml"));
+    let kubeconfig = pki.admin_kubeconfig(&format!("https://{host}:{}", api.local_addr.port()));
+    r8s_apiserver::pki::write_private(&kubeconfig_path, &kubeconfig)?;
+    println!("r8s server: API server listening on https://{}", api.local_addr);
+    println!("r8s server: wrote kubeconfig {}", kubeconfig_path.display());
     println!(
-        "r8s server: {} datastore ready at revision {} (data dir {})",
-        store.backend(),
-        store.current_revision().await?,
-        data_dir.display()
+        "r8s server: try: kubectl --kubeconfig {} get nodes",
+        kubeconfig_path.display()
     );
     tokio::signal::ctrl_c().await?;
     tracing::info!("shutting down");

@@ -1,0 +1,198 @@
+//! The served resources, with upstream's names, short names, categories and verbs.
+
+/// Every verb a resource with full CRUD supports.
+pub const STANDARD_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+/// Namespaces cannot be deleted as a collection.
+const NAMESPACE_VERBS: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
+
+/// A subresource such as `pods/status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Subresource {
+    pub name: &'static str,
+    /// The kind the subresource reads and writes (e.g. `Scale` for `deployments/scale`).
+    pub kind: &'static str,
+    /// The group/version of that kind, when it is not the parent's ("autoscaling/v1").
+    pub group_version: Option<&'static str>,
+    pub verbs: &'static [&'static str],
+}
+
+/// One resource in one group version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResourceDef {
+    /// "" for the core group.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub verbs: &'static [&'static str],
+    pub subresources: &'static [Subresource],
+}
+
+impl ResourceDef {
+    /// `v1` or `apps/v1`, as `apiVersion` is written.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_owned()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `pods` or `deployments.apps`, as kubectl and error messages name it.
+    pub fn group_resource(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_owned()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    pub fn subresource(&self, name: &str) -> Option<&Subresource> {
+        self.subresources.iter().find(|s| s.name == name)
+    }
+}
+
+const STATUS: Subresource = Subresource {
+    name: "status",
+    kind: "",
+    group_version: None,
+    verbs: &["get", "patch", "update"],
+};
+const SCALE: Subresource = Subresource {
+    name: "scale",
+    kind: "Scale",
+    group_version: Some("autoscaling/v1"),
+    verbs: &["get", "patch", "update"],
+};
+const BINDING: Subresource = Subresource {
+    name: "binding",
+    kind: "Binding",
+    group_version: Some("v1"),
+    verbs: &["create"],
+};
+const FINALIZE: Subresource = Subresource {
+    name: "finalize",
+    kind: "",
+    group_version: None,
+    verbs: &["update"],
+};
+
+macro_rules! res {
+    ($group:expr, $version:expr, $kind:expr, $plural:expr, $singular:expr, $namespaced:expr,
+     short: [$($short:expr),*], cat: [$($cat:expr),*], verbs: $verbs:expr, sub: [$($sub:expr),*]) => {
+        ResourceDef {
+            group: $group,
+            version: $version,
+            kind: $kind,
+            plural: $plural,
+            singular: $singular,
+            namespaced: $namespaced,
+            short_names: &[$($short),*],
+            categories: &[$($cat),*],
+            verbs: $verbs,
+            subresources: &[$($sub),*],
+        }
+    };
+}
+
+static CATALOGUE: &[ResourceDef] = &[
+    res!("", "v1", "Namespace", "namespaces", "namespace", false,
+         short: ["ns"], cat: [], verbs: NAMESPACE_VERBS, sub: [STATUS, FINALIZE]),
+    res!("", "v1", "Pod", "pods", "pod", true,
+         short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, BINDING]),
+    res!("", "v1", "Node", "nodes", "node", false,
+         short: ["no"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS]),
+    res!("", "v1", "Service", "services", "service", true,
+         short: ["svc"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS]),
+    res!("", "v1", "Endpoints", "endpoints", "endpoints", true,
+         short: ["ep"], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("", "v1", "ConfigMap", "configmaps", "configmap", true,
+         short: ["cm"], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("", "v1", "Secret", "secrets", "secret", true,
+         short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true,
+         short: ["sa"], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("", "v1", "Event", "events", "event", true,
+         short: ["ev"], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("", "v1", "LimitRange", "limitranges", "limitrange", true,
+         short: ["limits"], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("", "v1", "ResourceQuota", "resourcequotas", "resourcequota", true,
+         short: ["quota"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS]),
+    res!("apps", "v1", "Deployment", "deployments", "deployment", true,
+         short: ["deploy"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, SCALE]),
+    res!("apps", "v1", "ReplicaSet", "replicasets", "replicaset", true,
+         short: ["rs"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, SCALE]),
+    res!("events.k8s.io", "v1", "Event", "events", "event", true,
+         short: ["ev"], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true,
+         short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+];
+
+/// Every served resource.
+pub fn catalogue() -> &'static [ResourceDef] {
+    CATALOGUE
+}
+
+/// The resource `plural` in `group`/`version`.
+pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceDef> {
+    CATALOGUE
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The served group versions, core first, each once, in catalogue order.
+pub fn group_versions() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for r in CATALOGUE {
+        if !out.contains(&(r.group, r.version)) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups_and_names() {
+        let d = find("apps", "v1", "deployments").unwrap();
+        assert_eq!(d.kind, "Deployment");
+        assert_eq!(d.api_version(), "apps/v1");
+        assert_eq!(d.group_resource(), "deployments.apps");
+        assert_eq!(d.subresource("scale").unwrap().kind, "Scale");
+        assert!(find("", "v1", "deployments").is_none());
+        let pods = find("", "v1", "pods").unwrap();
+        assert_eq!(pods.api_version(), "v1");
+        assert_eq!(pods.group_resource(), "pods");
+    }
+
+    #[test]
+    fn every_entry_is_unique_and_core_comes_first() {
+        for (i, a) in CATALOGUE.iter().enumerate() {
+            for b in &CATALOGUE[i + 1..] {
+                assert!(
+                    !(a.group == b.group && a.version == b.version && a.plural == b.plural),
+                    "{} listed twice",
+                    a.group_resource()
+                );
+            }
+        }
+        assert_eq!(group_versions()[0], ("", "v1"));
+        assert!(group_versions().contains(&("coordination.k8s.io", "v1")));
+    }
+}

@@ -1,0 +1,179 @@
+//! Discovery: `/api`, `/apis`, `/apis/<group>`, `/api/v1`, `/apis/<group>/<version>`, and
+//! `/version`, from the resource catalogue.
+
+use http::{HeaderMap, Response, StatusCode};
+use r8s_api::{catalogue, group_versions};
+use serde_json::{json, Value};
+
+use crate::handler::{json_response, Body, Ctx};
+use crate::status::ApiError;
+
+pub(crate) fn version() -> Value {
+    let v = crate::KUBERNETES_VERSION.trim_start_matches('v');
+    let mut parts = v.split('.');
+    let major = parts.next().unwrap_or("1");
+    let minor = parts.next().unwrap_or("0");
+    json!({
+        "major": major,
+        "minor": minor,
+        "gitVersion": format!("{}+r8s-{}", crate::KUBERNETES_VERSION, env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "rustc",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => other,
+        }),
+    })
+}
+
+fn group_version_json(group: &str, version: &str) -> Value {
+    json!({"groupVersion": format!("{group}/{version}"), "version": version})
+}
+
+fn group_json(group: &str) -> Value {
+    let versions: Vec<Value> = group_versions()
+        .into_iter()
+        .filter(|(g, _)| *g == group)
+        .map(|(g, v)| group_version_json(g, v))
+        .collect();
+    json!({
+        "name": group,
+        "versions": versions,
+        "preferredVersion": versions.first().cloned().unwrap_or(Value::Null),
+    })
+}
+
+fn resource_list(group: &str, version: &str) -> Option<Value> {
+    let group_version = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
+    let mut resources = Vec::new();
+    for r in catalogue()
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let mut entry = json!({
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": r.verbs,
+        });
+        if !r.short_names.is_empty() {
+            entry["shortNames"] = json!(r.short_names);
+        }
+        if !r.categories.is_empty() {
+            entry["categories"] = json!(r.categories);
+        }
+        resources.push(entry);
+        for s in r.subresources {
+            let mut sub = json!({
+                "name": format!("{}/{}", r.plural, s.name),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": if s.kind.is_empty() { r.kind } else { s.kind },
+                "verbs": s.verbs,
+            });
+            if let Some(gv) = s.group_version {
+                let (g, v) = gv.split_once('/').unwrap_or(("", gv));
+                sub["group"] = json!(g);
+                sub["version"] = json!(v);
+            }
+            resources.push(sub);
+        }
+    }
+    if resources.is_empty() {
+        return None;
+    }
+    Some(json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": resources,
+    }))
+}
+
+/// Answer a discovery path, or `None` if it is not one.
+pub(crate) fn route(ctx: &Ctx, path: &str, _headers: &HeaderMap) -> Option<Result<Response<Body>, ApiError>> {
+    let ok = |v: Value| Some(Ok(json_response(StatusCode::OK, &v)));
+    match path {
+        "/api" => ok(json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ctx.shared.advertise}],
+        })),
+        "/apis" => {
+            let mut groups: Vec<&str> = Vec::new();
+            for (g, _) in group_versions() {
+                if !g.is_empty() && !groups.contains(&g) {
+                    groups.push(g);
+                }
+            }
+            ok(json!({
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": groups.into_iter().map(group_json).collect::<Vec<_>>(),
+            }))
+        }
+        _ => {
+            let rest = path.strip_prefix('/')?;
+            let parts: Vec<&str> = rest.split('/').collect();
+            match parts.as_slice() {
+                ["api", version] => resource_list("", version).map(|v| Ok(json_response(StatusCode::OK, &v))),
+                ["apis", group] if group_versions().iter().any(|(g, _)| g == group) => {
+                    let mut g = group_json(group);
+                    g["kind"] = json!("APIGroup");
+                    g["apiVersion"] = json!("v1");
+                    ok(g)
+                }
+                ["apis", group, version] => {
+                    resource_list(group, version).map(|v| Ok(json_response(StatusCode::OK, &v)))
+                }
+                _ => None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_lists_carry_subresources_and_names() {
+        let core = resource_list("", "v1").unwrap();
+        let names: Vec<&str> = core["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"pods"));
+        assert!(names.contains(&"pods/status"));
+        assert!(names.contains(&"pods/binding"));
+        let apps = resource_list("apps", "v1").unwrap();
+        let scale = apps["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "deployments/scale")
+            .unwrap();
+        assert_eq!(scale["group"], "autoscaling");
+        assert_eq!(scale["kind"], "Scale");
+        assert!(resource_list("nope", "v1").is_none());
+    }
+
+    #[test]
+    fn version_is_kubernetes_shaped() {
+        let v = version();
+        assert_eq!(v["major"], "1");
+        assert_eq!(v["minor"], "33");
+        assert!(v["gitVersion"].as_str().unwrap().starts_with("v1.33.0"));
+    }
+}

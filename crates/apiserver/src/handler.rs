@@ -1,0 +1,130 @@
+//! The filter chain and dispatch: authentication → audit → authorization → handler (admission
+//! runs inside the write handlers, where the object is known).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::Incoming;
+use rustls::pki_types::CertificateDer;
+use serde_json::Value;
+
+use crate::authn::{AuthnRequest, UserInfo};
+use crate::request_info::{parse_request, RequestInfo};
+use crate::status::ApiError;
+use crate::{discovery, health, Shared};
+
+pub(crate) type Body = BoxBody<Bytes, std::convert::Infallible>;
+
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+pub(crate) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(full(body))
+        .expect("valid response")
+}
+
+pub(crate) fn text_response(code: StatusCode, text: String) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .header("X-Content-Type-Options", "nosniff")
+        .body(full(text))
+        .expect("valid response")
+}
+
+pub(crate) fn error_response(err: &ApiError) -> Response<Body> {
+    json_response(
+        StatusCode::from_u16(err.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &err.to_status(),
+    )
+}
+
+/// What a handler needs of the request after the filters.
+pub(crate) struct Ctx {
+    pub shared: Arc<Shared>,
+    pub info: RequestInfo,
+    #[allow(dead_code)]
+    pub user: UserInfo,
+    pub query: Option<String>,
+}
+
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    mut req: Request<Incoming>,
+    peer_certificates: Arc<Vec<CertificateDer<'static>>>,
+) -> Response<Body> {
+    let info = parse_request(req.method(), req.uri().path(), req.uri().query());
+
+    // Authentication: first success wins; all failing is 401.
+    let authn = shared
+        .authenticators
+        .authenticate(&AuthnRequest {
+            headers: req.headers(),
+            peer_certificates: &peer_certificates,
+        })
+        .await;
+    let user = match authn {
+        Ok(user) => user,
+        Err(errors) => {
+            tracing::debug!(path = %info.path, ?errors, "authn: request rejected");
+            return error_response(&ApiError::unauthorized("Unauthorized"));
+        }
+    };
+    // The credentials go no further than authentication.
+    req.headers_mut().remove(header::AUTHORIZATION);
+
+    // Audit: one structured record per request (the audit log proper comes with the
+    // security issue; this is its hook).
+    let span = tracing::info_span!("request", verb = %info.verb, path = %info.path, user = %user.name);
+    let _enter = span.enter();
+
+    // Authorization: any allow admits; otherwise 403.
+    if let Err(reason) = shared.authorizers.authorize(&user, &info).await {
+        let msg = crate::authz::forbidden_message(&user, &info, reason.as_deref());
+        tracing::debug!(%msg, "authz: forbidden");
+        return error_response(&ApiError::forbidden(msg));
+    }
+
+    let ctx = Ctx {
+        query: req.uri().query().map(str::to_owned),
+        shared,
+        info,
+        user,
+    };
+    match route(ctx, req).await {
+        Ok(resp) => resp,
+        Err(err) => error_response(&err),
+    }
+}
+
+async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let path = ctx.info.path.trim_end_matches('/').to_owned();
+    let path = if path.is_empty() { "/".to_owned() } else { path };
+    if let Some(resp) = health::route(&ctx, &path).await {
+        return Ok(resp);
+    }
+    if path == "/version" {
+        return Ok(json_response(StatusCode::OK, &crate::discovery::version()));
+    }
+    if let Some(resp) = discovery::route(&ctx, &path, req.headers()) {
+        return resp;
+    }
+    if ctx.info.is_resource_request {
+        // Read the body now: handlers work on whole objects.
+        let _body = req
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?
+            .to_bytes();
+        return Err(ApiError::not_found_path());
+    }
+    Err(ApiError::not_found_path())
+}

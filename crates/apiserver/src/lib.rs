@@ -1,0 +1,82 @@
+//! The r8s API server: the reference document's kube-apiserver stage.
+//!
+//! A request goes through the filter chain in order — authentication, audit, authorization,
+//! admission — and then to a handler: the health and version endpoints, discovery, or the
+//! generic registry for resources.
+
+pub mod admission;
+pub mod authn;
+pub mod authz;
+mod discovery;
+mod handler;
+mod health;
+pub mod pki;
+pub mod request_info;
+mod server;
+pub mod status;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use r8s_store::Store;
+
+pub use server::ServingConfig;
+
+/// The Kubernetes version r8s speaks.
+pub const KUBERNETES_VERSION: &str = "v1.33.0";
+
+/// What the API server is made of.
+pub struct ApiServerConfig {
+    pub serving: ServingConfig,
+    pub store: Arc<dyn Store>,
+    pub authenticators: authn::AuthenticatorChain,
+    pub authorizers: authz::AuthorizerChain,
+    pub admission: admission::AdmissionChain,
+}
+
+/// State shared by every request.
+pub(crate) struct Shared {
+    pub store: Arc<dyn Store>,
+    pub authenticators: authn::AuthenticatorChain,
+    pub authorizers: authz::AuthorizerChain,
+    #[allow(dead_code)]
+    pub admission: admission::AdmissionChain,
+    /// `host:port` clients reach this server at, for discovery's serverAddressByClientCIDRs.
+    pub advertise: String,
+}
+
+/// A running API server.
+pub struct ApiServer {
+    pub local_addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ApiServer {
+    /// Bind and start serving.
+    pub async fn start(config: ApiServerConfig) -> Result<Self, std::io::Error> {
+        let listener =
+            tokio::net::TcpListener::bind((config.serving.bind_address, config.serving.port)).await?;
+        let local_addr = listener.local_addr()?;
+        let tls = server::tls_config(&config.serving).map_err(std::io::Error::other)?;
+        let shared = Arc::new(Shared {
+            store: config.store,
+            authenticators: config.authenticators,
+            authorizers: config.authorizers,
+            admission: config.admission,
+            advertise: local_addr.to_string(),
+        });
+        let task = tokio::spawn(server::serve(listener, tls, shared));
+        Ok(Self { local_addr, task })
+    }
+
+    /// Stop accepting connections.
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

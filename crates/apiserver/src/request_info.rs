@@ -1,0 +1,210 @@
+//! What a request is about, parsed from its method, path and query as Kubernetes'
+//! `RequestInfoFactory` does: the attributes that authorization, admission and the handlers use.
+
+/// The parsed request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// `/api/...` or `/apis/...` with a resource; false for `/healthz`, `/version`, discovery.
+    pub is_resource_request: bool,
+    pub path: String,
+    /// Kubernetes verb: get, list, watch, create, update, patch, delete, deletecollection for
+    /// resources; the lower-cased HTTP method otherwise.
+    pub verb: String,
+    /// "api" or "apis".
+    pub prefix: String,
+    pub api_group: String,
+    pub api_version: String,
+    pub namespace: String,
+    pub resource: String,
+    pub subresource: String,
+    pub name: String,
+    /// Path segments after the API prefix (e.g. `["v1", "namespaces", "default", "pods"]`).
+    pub parts: Vec<String>,
+}
+
+/// Parse a request. `query` is the raw query string (without `?`).
+pub fn parse_request(method: &http::Method, path: &str, query: Option<&str>) -> RequestInfo {
+    let mut info = RequestInfo {
+        path: path.to_owned(),
+        verb: method.as_str().to_ascii_lowercase(),
+        ..Default::default()
+    };
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let Some((&prefix, rest)) = segments.split_first() else {
+        return info;
+    };
+    if prefix != "api" && prefix != "apis" {
+        return info;
+    }
+    let mut rest: Vec<&str> = rest.to_vec();
+    // /api/v1 needs at least a version; /apis/group/version needs both.
+    let min = if prefix == "api" { 1 } else { 2 };
+    if rest.len() < min {
+        return info;
+    }
+    info.prefix = prefix.to_owned();
+    if prefix == "apis" {
+        info.api_group = rest.remove(0).to_owned();
+    }
+    info.api_version = rest.remove(0).to_owned();
+    info.parts = rest.iter().map(|s| s.to_string()).collect();
+    if rest.is_empty() {
+        // Discovery for one group version.
+        return info;
+    }
+    info.is_resource_request = true;
+
+    // The deprecated /watch/ path prefix.
+    let mut watch_path = false;
+    if rest[0] == "watch" {
+        watch_path = true;
+        rest.remove(0);
+    }
+    info.verb = match *method {
+        http::Method::POST => "create",
+        http::Method::GET | http::Method::HEAD => "get",
+        http::Method::PUT => "update",
+        http::Method::PATCH => "patch",
+        http::Method::DELETE => "delete",
+        _ => "",
+    }
+    .to_owned();
+    if info.verb.is_empty() {
+        info.verb = method.as_str().to_ascii_lowercase();
+    }
+
+    // namespaces/{ns}/{resource}/...: the namespace, then the resource in its own right, unless
+    // what follows the name is a subresource of the namespace itself (status, finalize). As
+    // upstream, a request for the namespace object carries its name as the namespace too.
+    if rest[0] == "namespaces" && rest.len() > 1 {
+        info.namespace = rest[1].to_owned();
+        if rest.len() > 2 && rest[2] != "status" && rest[2] != "finalize" {
+            rest.drain(..2);
+        }
+    }
+    info.resource = rest[0].to_owned();
+    info.name = rest.get(1).map(|s| s.to_string()).unwrap_or_default();
+    info.subresource = rest.get(2).map(|s| s.to_string()).unwrap_or_default();
+
+    let query_has = |key: &str, value: &str| {
+        query.unwrap_or("").split('&').any(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| k == key && v == value)
+                .unwrap_or(false)
+        })
+    };
+    if info.verb == "get" && info.name.is_empty() {
+        info.verb = "list".into();
+    }
+    if watch_path
+        || ((info.verb == "list" || info.verb == "get")
+            && (query_has("watch", "true") || query_has("watch", "1")))
+    {
+        info.verb = "watch".into();
+    }
+    if info.verb == "delete" && info.name.is_empty() {
+        info.verb = "deletecollection".into();
+    }
+    info
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Method;
+
+    fn p(method: Method, path: &str, query: Option<&str>) -> RequestInfo {
+        parse_request(&method, path, query)
+    }
+
+    #[test]
+    fn namespaced_resources() {
+        let i = p(Method::GET, "/api/v1/namespaces/default/pods/nginx", None);
+        assert!(i.is_resource_request);
+        assert_eq!(
+            (i.verb.as_str(), i.api_group.as_str(), i.api_version.as_str()),
+            ("get", "", "v1")
+        );
+        assert_eq!(
+            (i.namespace.as_str(), i.resource.as_str(), i.name.as_str()),
+            ("default", "pods", "nginx")
+        );
+        let i = p(Method::GET, "/apis/apps/v1/namespaces/default/deployments", None);
+        assert_eq!(
+            (i.verb.as_str(), i.api_group.as_str(), i.resource.as_str()),
+            ("list", "apps", "deployments")
+        );
+        let i = p(
+            Method::PUT,
+            "/apis/apps/v1/namespaces/ns/deployments/web/scale",
+            None,
+        );
+        assert_eq!(
+            (i.verb.as_str(), i.name.as_str(), i.subresource.as_str()),
+            ("update", "web", "scale")
+        );
+        let i = p(
+            Method::POST,
+            "/api/v1/namespaces/default/pods/nginx/binding",
+            None,
+        );
+        assert_eq!((i.verb.as_str(), i.subresource.as_str()), ("create", "binding"));
+    }
+
+    #[test]
+    fn cluster_scoped_and_namespaces() {
+        let i = p(Method::GET, "/api/v1/nodes", None);
+        assert_eq!(
+            (i.verb.as_str(), i.resource.as_str(), i.namespace.as_str()),
+            ("list", "nodes", "")
+        );
+        let i = p(Method::GET, "/api/v1/namespaces", None);
+        assert_eq!((i.verb.as_str(), i.resource.as_str()), ("list", "namespaces"));
+        let i = p(Method::DELETE, "/api/v1/namespaces/kube-system", None);
+        assert_eq!(
+            (i.verb.as_str(), i.resource.as_str(), i.name.as_str()),
+            ("delete", "namespaces", "kube-system")
+        );
+        assert_eq!(i.namespace, "kube-system");
+        let i = p(Method::PUT, "/api/v1/namespaces/dev/finalize", None);
+        assert_eq!(
+            (
+                i.verb.as_str(),
+                i.resource.as_str(),
+                i.name.as_str(),
+                i.subresource.as_str()
+            ),
+            ("update", "namespaces", "dev", "finalize")
+        );
+    }
+
+    #[test]
+    fn watches_and_collections() {
+        let i = p(
+            Method::GET,
+            "/api/v1/namespaces/default/pods",
+            Some("watch=true&resourceVersion=5"),
+        );
+        assert_eq!(i.verb, "watch");
+        let i = p(Method::GET, "/api/v1/watch/namespaces/default/pods", None);
+        assert_eq!((i.verb.as_str(), i.resource.as_str()), ("watch", "pods"));
+        let i = p(Method::DELETE, "/api/v1/namespaces/default/configmaps", None);
+        assert_eq!(i.verb, "deletecollection");
+    }
+
+    #[test]
+    fn non_resource_and_discovery() {
+        let i = p(Method::GET, "/healthz", None);
+        assert!(!i.is_resource_request);
+        assert_eq!(i.verb, "get");
+        let i = p(Method::GET, "/apis/apps/v1", None);
+        assert!(!i.is_resource_request);
+        assert_eq!((i.api_group.as_str(), i.api_version.as_str()), ("apps", "v1"));
+        assert!(!p(Method::GET, "/api", None).is_resource_request);
+        assert!(!p(Method::GET, "/apis", None).is_resource_request);
+    }
+}
