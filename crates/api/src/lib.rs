@@ -3,5 +3,7 @@
 //! strategies all read it; adding a resource starts with an entry here.
 
 pub mod catalogue;
+pub mod selector;
+pub mod validation;
 
 pub use catalogue::{catalogue, find, group_versions, ResourceDef, Subresource};

@@ -50,7 +50,6 @@ pub(crate) fn error_response(err: &ApiError) -> Response<Body> {
 pub(crate) struct Ctx {
     pub shared: Arc<Shared>,
     pub info: RequestInfo,
-    #[allow(dead_code)]
     pub user: UserInfo,
     pub query: Option<String>,
 }
@@ -110,6 +109,9 @@ async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiEr
     if let Some(resp) = health::route(&ctx, &path).await {
         return Ok(resp);
     }
+    if let Some(resp) = crate::openapi::route(&path, req.headers()) {
+        return Ok(resp);
+    }
     if path == "/version" {
         return Ok(json_response(StatusCode::OK, &crate::discovery::version()));
     }
@@ -117,14 +119,14 @@ async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiEr
         return resp;
     }
     if ctx.info.is_resource_request {
+        let (parts, body) = req.into_parts();
         // Read the body now: handlers work on whole objects.
-        let _body = req
-            .into_body()
+        let body = body
             .collect()
             .await
             .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?
             .to_bytes();
-        return Err(ApiError::not_found_path());
+        return crate::registry::handle(&ctx, &parts.method, &parts.headers, body).await;
     }
     Err(ApiError::not_found_path())
 }

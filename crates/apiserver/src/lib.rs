@@ -7,10 +7,13 @@
 pub mod admission;
 pub mod authn;
 pub mod authz;
+mod bootstrap;
 mod discovery;
 mod handler;
 mod health;
+mod openapi;
 pub mod pki;
+mod registry;
 pub mod request_info;
 mod server;
 pub mod status;
@@ -39,7 +42,6 @@ pub(crate) struct Shared {
     pub store: Arc<dyn Store>,
     pub authenticators: authn::AuthenticatorChain,
     pub authorizers: authz::AuthorizerChain,
-    #[allow(dead_code)]
     pub admission: admission::AdmissionChain,
     /// `host:port` clients reach this server at, for discovery's serverAddressByClientCIDRs.
     pub advertise: String,
@@ -54,6 +56,9 @@ pub struct ApiServer {
 impl ApiServer {
     /// Bind and start serving.
     pub async fn start(config: ApiServerConfig) -> Result<Self, std::io::Error> {
+        bootstrap::ensure_namespaces(config.store.as_ref())
+            .await
+            .map_err(|e| std::io::Error::other(format!("creating the system namespaces: {e}")))?;
         let listener =
             tokio::net::TcpListener::bind((config.serving.bind_address, config.serving.port)).await?;
         let local_addr = listener.local_addr()?;

@@ -1,0 +1,202 @@
+//! Field validation as upstream words it: names, labels and annotations. Errors are collected,
+//! not returned at the first, so a 422 names every field at fault.
+
+use std::fmt;
+
+/// One invalid field, as `field.Error` upstream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, ...
+    pub reason: &'static str,
+    /// JSON path such as `metadata.name`.
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn invalid(field: impl Into<String>, value: &str, detail: impl fmt::Display) -> Self {
+        Self {
+            reason: "FieldValueInvalid",
+            field: field.into(),
+            message: format!("Invalid value: {}: {detail}", quote(value)),
+        }
+    }
+
+    pub fn required(field: impl Into<String>, detail: &str) -> Self {
+        let field = field.into();
+        Self {
+            reason: "FieldValueRequired",
+            message: if detail.is_empty() {
+                "Required value".to_owned()
+            } else {
+                format!("Required value: {detail}")
+            },
+            field,
+        }
+    }
+
+    pub fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> Self {
+        let list: Vec<String> = supported.iter().map(|s| quote(s)).collect();
+        Self {
+            reason: "FieldValueNotSupported",
+            field: field.into(),
+            message: format!(
+                "Unsupported value: {}: supported values: {}",
+                quote(value),
+                list.join(", ")
+            ),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+fn quote(s: &str) -> String {
+    serde_like_quote(s)
+}
+
+/// Go's %q for the plain strings names are made of.
+fn serde_like_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+
+fn is_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.as_bytes()[0] != b'-'
+        && s.as_bytes()[s.len() - 1] != b'-'
+}
+
+/// Why `s` is not an RFC 1123 label (max 63), in upstream's words.
+pub fn dns1123_label(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > 63 {
+        errs.push("must be no more than 63 characters".to_owned());
+    }
+    if !is_label(s) {
+        errs.push(format!(
+            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '{DNS1123_LABEL_FMT}')"
+        ));
+    }
+    errs
+}
+
+/// Why `s` is not an RFC 1123 subdomain (max 253), in upstream's words.
+pub fn dns1123_subdomain(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > 253 {
+        errs.push("must be no more than 253 characters".to_owned());
+    }
+    if s.is_empty() || !s.split('.').all(is_label) {
+        errs.push(format!(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '{DNS1123_SUBDOMAIN_FMT}')"
+        ));
+    }
+    errs
+}
+
+fn is_qualified_name_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
+}
+
+const QUALIFIED_NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+/// Why `key` is not a qualified name (`prefix/name`), as label and annotation keys must be.
+pub fn qualified_name(key: &str) -> Vec<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    let mut errs = Vec::new();
+    if let Some(p) = prefix {
+        if p.is_empty() {
+            errs.push("prefix part must be non-empty".to_owned());
+        } else {
+            for e in dns1123_subdomain(p) {
+                errs.push(format!("prefix part {e}"));
+            }
+        }
+    }
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_owned());
+    } else if name.len() > 63 {
+        errs.push("name part must be no more than 63 characters".to_owned());
+    } else if !is_qualified_name_part(name) {
+        errs.push(QUALIFIED_NAME_MSG.to_owned());
+    }
+    errs
+}
+
+/// Why `value` is not a valid label value.
+pub fn label_value(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > 63 {
+        errs.push("must be no more than 63 characters".to_owned());
+    }
+    if !value.is_empty() && !is_qualified_name_part(value) {
+        errs.push("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')".to_owned());
+    }
+    errs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(dns1123_subdomain("nginx-1.example").is_empty());
+        assert!(!dns1123_subdomain("Nginx").is_empty());
+        assert!(!dns1123_subdomain("-a").is_empty());
+        assert!(!dns1123_subdomain("a..b").is_empty());
+        assert!(dns1123_label("kube-system").is_empty());
+        assert!(!dns1123_label("a.b").is_empty());
+        assert_eq!(dns1123_label(&"a".repeat(64)).len(), 1);
+    }
+
+    #[test]
+    fn label_keys_and_values() {
+        assert!(qualified_name("app.kubernetes.io/name").is_empty());
+        assert!(qualified_name("app").is_empty());
+        assert!(!qualified_name("/app").is_empty());
+        assert!(!qualified_name("app/").is_empty());
+        assert!(!qualified_name("bad key").is_empty());
+        assert!(label_value("").is_empty());
+        assert!(label_value("v1.2_3").is_empty());
+        assert!(!label_value("has space").is_empty());
+    }
+
+    #[test]
+    fn messages_read_like_upstream() {
+        let e = FieldError::invalid("metadata.name", "Foo", "x");
+        assert_eq!(e.to_string(), "metadata.name: Invalid value: \"Foo\": x");
+        assert_eq!(
+            FieldError::required("spec.containers", "").to_string(),
+            "spec.containers: Required value"
+        );
+    }
+}

@@ -1,0 +1,904 @@
+//! The generic registry (upstream's `genericregistry.Store`): create, get, list, watch,
+//! update, patch, delete and deletecollection, written once for every resource in the
+//! catalogue. Per-resource behaviour comes from [`strategy`].
+//!
+//! Objects are stored as JSON under `/registry/<resource>/<namespace>/<name>` (or
+//! `/registry/<resource>/<name>` for cluster-scoped ones); `metadata.resourceVersion` is not
+//! stored but set from the key's mod revision on every read.
+
+pub(crate) mod meta;
+mod patch;
+pub(crate) mod strategy;
+mod table;
+mod watch;
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, Method, Response, StatusCode};
+use r8s_api::selector::{parse_field_selector, parse_label_selector, Selector};
+use r8s_api::validation::FieldError;
+use r8s_api::ResourceDef;
+use r8s_store::{KeyValue, RangeRequest, StoreError};
+use serde_json::{json, Value};
+
+use crate::admission::{Attributes, Operation};
+use crate::handler::{json_response, Body, Ctx};
+use crate::status::ApiError;
+
+/// Parsed query parameters.
+pub(crate) struct Query(BTreeMap<String, String>);
+
+impl Query {
+    pub fn parse(q: Option<&str>) -> Self {
+        Self(
+            form_urlencoded::parse(q.unwrap_or("").as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    pub fn get(&self, k: &str) -> Option<&str> {
+        self.0.get(k).map(String::as_str).filter(|v| !v.is_empty())
+    }
+
+    pub fn flag(&self, k: &str) -> bool {
+        matches!(self.0.get(k).map(String::as_str), Some("true" | "1"))
+    }
+
+    pub fn dry_run(&self) -> bool {
+        self.0.get("dryRun").is_some_and(|v| v == "All")
+    }
+}
+
+pub(crate) fn key(def: &ResourceDef, namespace: &str, name: &str) -> String {
+    if def.namespaced {
+        format!("/registry/{}/{namespace}/{name}", storage_resource(def))
+    } else {
+        format!("/registry/{}/{name}", storage_resource(def))
+    }
+}
+
+fn storage_resource(def: &ResourceDef) -> String {
+    if def.group.is_empty() || def.group == "apps" || def.group == "coordination.k8s.io" {
+        def.plural.to_owned()
+    } else {
+        // events.k8s.io events are kept apart from core events until conversion between the
+        // two representations exists.
+        format!("{}.{}", def.plural, def.group)
+    }
+}
+
+/// The key prefix for a list or watch in `namespace` ("" = all namespaces).
+pub(crate) fn prefix(def: &ResourceDef, namespace: &str) -> String {
+    if def.namespaced && !namespace.is_empty() {
+        format!("/registry/{}/{namespace}/", storage_resource(def))
+    } else {
+        format!("/registry/{}/", storage_resource(def))
+    }
+}
+
+/// Decode a stored object and give it its resource version.
+pub(crate) fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
+    let mut obj: Value = serde_json::from_slice(&kv.value)
+        .map_err(|e| ApiError::internal(format!("stored object {} is unreadable: {e}", kv.key)))?;
+    meta::set_resource_version(&mut obj, kv.mod_revision);
+    Ok(obj)
+}
+
+fn encode(obj: &Value) -> Bytes {
+    let mut stored = obj.clone();
+    if let Some(m) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        m.remove("selfLink");
+    }
+    Bytes::from(serde_json::to_vec(&stored).expect("JSON values serialize"))
+}
+
+pub(crate) fn not_found(def: &ResourceDef, name: &str) -> ApiError {
+    ApiError::new(
+        404,
+        "NotFound",
+        format!("{} \"{name}\" not found", def.group_resource()),
+    )
+    .with_details(json!({
+        "name": name,
+        "group": def.group,
+        "kind": def.plural,
+    }))
+}
+
+fn already_exists(def: &ResourceDef, name: &str) -> ApiError {
+    ApiError::new(
+        409,
+        "AlreadyExists",
+        format!("{} \"{name}\" already exists", def.group_resource()),
+    )
+    .with_details(json!({"name": name, "group": def.group, "kind": def.plural}))
+}
+
+fn conflict(def: &ResourceDef, name: &str) -> ApiError {
+    ApiError::new(
+        409,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+            def.group_resource()
+        ),
+    )
+    .with_details(json!({"name": name, "group": def.group, "kind": def.plural}))
+}
+
+/// 422 with every field error as a cause, worded as upstream.
+pub(crate) fn invalid(def: &ResourceDef, name: &str, errs: &[FieldError]) -> ApiError {
+    let list: Vec<String> = errs.iter().map(ToString::to_string).collect();
+    let summary = if list.len() == 1 {
+        list[0].clone()
+    } else {
+        format!("[{}]", list.join(", "))
+    };
+    ApiError::new(
+        422,
+        "Invalid",
+        format!("{} \"{name}\" is invalid: {summary}", def.kind),
+    )
+    .with_details(json!({
+        "name": name,
+        "group": def.group,
+        "kind": def.kind,
+        "causes": errs.iter().map(|e| json!({
+            "reason": e.reason,
+            "message": e.message,
+            "field": e.field,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+fn store_error(def: &ResourceDef, name: &str, e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotFound { .. } => not_found(def, name),
+        StoreError::AlreadyExists { .. } => already_exists(def, name),
+        StoreError::Conflict { .. } => conflict(def, name),
+        StoreError::Compacted { requested, .. } => {
+            ApiError::new(410, "Expired", format!("too old resource version: {requested}"))
+        }
+        StoreError::Unavailable(m) => ApiError::service_unavailable(m),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+/// Answer a resource request.
+pub(crate) async fn handle(
+    ctx: &Ctx,
+    method: &Method,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let info = &ctx.info;
+    let def = r8s_api::find(&info.api_group, &info.api_version, &info.resource)
+        .ok_or_else(ApiError::not_found_path)?;
+    if !def.namespaced && !info.namespace.is_empty() && info.resource != "namespaces" {
+        return Err(ApiError::not_found_path());
+    }
+    if def.namespaced && info.namespace.is_empty() && !matches!(info.verb.as_str(), "list" | "watch") {
+        return Err(ApiError::not_found_path());
+    }
+    let query = Query::parse(ctx.query.as_deref());
+    // r8s speaks JSON only; clients that send protobuf get 415 and fall back to JSON, as they
+    // do for custom resources upstream.
+    if !body.is_empty() {
+        let ct = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if ct.starts_with("application/vnd.kubernetes.protobuf") || ct.starts_with("application/yaml") {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!("the body of the request was in an unknown format - accepted media types include: application/json, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ct})"),
+            ));
+        }
+    }
+    if !info.subresource.is_empty() {
+        if def.subresource(&info.subresource).is_none() {
+            return Err(ApiError::not_found_path());
+        }
+        return Err(ApiError::method_not_allowed(
+            &info.verb,
+            &format!("{}/{}", def.group_resource(), info.subresource),
+        ));
+    }
+    let ns = if def.namespaced {
+        info.namespace.as_str()
+    } else {
+        ""
+    };
+    match (method, info.verb.as_str()) {
+        (_, "get") => get(ctx, def, ns, &info.name, headers, &query).await,
+        (_, "list") => list(ctx, def, ns, headers, &query).await,
+        (_, "watch") => watch::serve(ctx, def, ns, headers, &query).await,
+        (_, "create") => create(ctx, def, ns, headers, &query, body).await,
+        (_, "update") => update(ctx, def, ns, &info.name, &query, body).await,
+        (_, "patch") => patch::serve(ctx, def, ns, &info.name, headers, &query, body).await,
+        (_, "delete") => delete(ctx, def, ns, &info.name, &query, body).await,
+        (_, "deletecollection") => delete_collection(ctx, def, ns, &query, body).await,
+        (m, _) => Err(ApiError::method_not_allowed(m.as_str(), &def.group_resource())),
+    }
+}
+
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.split(',').next().unwrap_or("").contains("as=Table"))
+}
+
+async fn get(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+    query: &Query,
+) -> Result<Response<Body>, ApiError> {
+    let obj = read(ctx, def, ns, name).await?;
+    if wants_table(headers) {
+        return Ok(json_response(
+            StatusCode::OK,
+            &table::render(def, &[obj], None, query),
+        ));
+    }
+    Ok(json_response(StatusCode::OK, &obj))
+}
+
+pub(crate) async fn read(ctx: &Ctx, def: &ResourceDef, ns: &str, name: &str) -> Result<Value, ApiError> {
+    let resp = ctx
+        .shared
+        .store
+        .get(&key(def, ns, name), 0)
+        .await
+        .map_err(|e| store_error(def, name, e))?;
+    let kv = resp.kv.ok_or_else(|| not_found(def, name))?;
+    decode(&kv)
+}
+
+/// Label and field selectors of a list or watch.
+pub(crate) struct Filter {
+    labels: Selector,
+    fields: Selector,
+}
+
+impl Filter {
+    pub fn from_query(def: &ResourceDef, query: &Query) -> Result<Self, ApiError> {
+        let labels =
+            parse_label_selector(query.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+        let fields =
+            parse_field_selector(query.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+        let known = strategy::fields(def, &json!({}));
+        for r in &fields.0 {
+            let (r8s_api::selector::Requirement::Equals(k, _)
+            | r8s_api::selector::Requirement::NotEquals(k, _)) = r
+            else {
+                continue;
+            };
+            if !known.contains_key(k) {
+                return Err(ApiError::bad_request(format!(
+                    "\"{k}\" is not a known field selector: only \"{}\"",
+                    known.keys().cloned().collect::<Vec<_>>().join("\", \"")
+                )));
+            }
+        }
+        Ok(Self { labels, fields })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
+    pub fn matches(&self, def: &ResourceDef, obj: &Value) -> bool {
+        (self.labels.is_empty() || self.labels.matches(&meta::labels(obj)))
+            && (self.fields.is_empty() || self.fields.matches(&strategy::fields(def, obj)))
+    }
+}
+
+/// The opaque `continue` token: the revision of the first page and the last key returned.
+fn encode_continue(revision: i64, last_key: &str) -> String {
+    use base64::Engine;
+    let token = json!({"v": "meta.k8s.io/v1", "rv": revision, "start": last_key});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token.to_string())
+}
+
+fn decode_continue(token: &str) -> Result<(i64, String), ApiError> {
+    use base64::Engine;
+    let bad = || ApiError::bad_request("continue key is not valid: illegal base64 data or token format");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    Ok((
+        v["rv"].as_i64().ok_or_else(bad)?,
+        v["start"].as_str().ok_or_else(bad)?.to_owned(),
+    ))
+}
+
+/// The kind of a list of `def`.
+pub(crate) fn list_kind(def: &ResourceDef) -> String {
+    format!("{}List", def.kind)
+}
+
+/// Read a page of matching objects. Returns the objects, the revision read at, and the
+/// continue token if more remain.
+pub(crate) async fn list_objects(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    query: &Query,
+    filter: &Filter,
+) -> Result<(Vec<Value>, i64, Option<String>, Option<i64>), ApiError> {
+    let limit: usize = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
+    let (mut revision, mut start_after) = match query.get("continue") {
+        Some(token) => {
+            let (rv, start) = decode_continue(token)?;
+            (rv, Some(start))
+        }
+        None => (0, None),
+    };
+    if revision == 0 {
+        if let (Some(rv), Some("Exact")) = (query.get("resourceVersion"), query.get("resourceVersionMatch")) {
+            revision = rv
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))?;
+        }
+    }
+    let prefix = prefix(def, ns);
+    let mut items = Vec::new();
+    let mut remaining = None;
+    loop {
+        let page = ctx
+            .shared
+            .store
+            .range(RangeRequest {
+                prefix: prefix.clone(),
+                start_after: start_after.clone(),
+                limit: if limit == 0 { 0 } else { limit - items.len() },
+                revision,
+                count: limit > 0 && filter.is_empty(),
+            })
+            .await
+            .map_err(|e| match e {
+                StoreError::Compacted { .. } => ApiError::new(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                ),
+                other => store_error(def, "", other),
+            })?;
+        revision = page.revision;
+        for kv in &page.kvs {
+            let obj = decode(kv)?;
+            if filter.matches(def, &obj) {
+                items.push(obj);
+            }
+        }
+        if let Some(last) = page.kvs.last() {
+            start_after = Some(last.key.clone());
+        }
+        if let Some(c) = page.count {
+            remaining = Some(c - page.kvs.len() as i64);
+        }
+        let full = limit > 0 && items.len() >= limit;
+        if !page.more || full {
+            let token = (page.more && limit > 0)
+                .then(|| encode_continue(revision, start_after.as_deref().unwrap_or("")));
+            return Ok((items, revision, token, remaining.filter(|r| *r > 0 && page.more)));
+        }
+    }
+}
+
+async fn list(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    headers: &HeaderMap,
+    query: &Query,
+) -> Result<Response<Body>, ApiError> {
+    let filter = Filter::from_query(def, query)?;
+    let (items, revision, token, remaining) = list_objects(ctx, def, ns, query, &filter).await?;
+    let mut list_meta = json!({"resourceVersion": revision.to_string()});
+    if let Some(t) = &token {
+        list_meta["continue"] = json!(t);
+    }
+    if let Some(r) = remaining {
+        list_meta["remainingItemCount"] = json!(r);
+    }
+    if wants_table(headers) {
+        return Ok(json_response(
+            StatusCode::OK,
+            &table::render(def, &items, Some(list_meta), query),
+        ));
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": list_kind(def),
+            "apiVersion": def.api_version(),
+            "metadata": list_meta,
+            "items": items,
+        }),
+    ))
+}
+
+/// Decode a request body as the resource's kind.
+fn decode_body(def: &ResourceDef, body: &[u8]) -> Result<Value, ApiError> {
+    let obj: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("error decoding the request body as {}: {e}", def.kind))
+    })?;
+    if !obj.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the request body must be a {} object",
+            def.kind
+        )));
+    }
+    Ok(obj)
+}
+
+/// Check `apiVersion`/`kind` (filling them in when absent) and the namespace.
+fn check_type_and_namespace(def: &ResourceDef, obj: &mut Value, ns: &str) -> Result<(), ApiError> {
+    let want_version = def.api_version();
+    match obj["apiVersion"].as_str() {
+        None | Some("") => obj["apiVersion"] = json!(want_version),
+        Some(v) if v == want_version => {}
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({v}) does not match the expected API version ({want_version})"
+            )))
+        }
+    }
+    match obj["kind"].as_str() {
+        None | Some("") => obj["kind"] = json!(def.kind),
+        Some(k) if k == def.kind => {}
+        Some(k) => {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                def.kind
+            )))
+        }
+    }
+    let m = meta::meta_mut(obj);
+    if def.namespaced {
+        match m.get("namespace").and_then(Value::as_str) {
+            None | Some("") => {
+                m.insert("namespace".into(), json!(ns));
+            }
+            Some(n) if n == ns => {}
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ))
+            }
+        }
+    } else {
+        m.remove("namespace");
+    }
+    Ok(())
+}
+
+/// Namespaced objects may only be created in a namespace that exists and is not terminating
+/// (upstream's NamespaceLifecycle admission).
+async fn check_namespace(ctx: &Ctx, def: &ResourceDef, ns: &str) -> Result<(), ApiError> {
+    if !def.namespaced {
+        return Ok(());
+    }
+    let ns_def = r8s_api::find("", "v1", "namespaces").expect("namespaces are in the catalogue");
+    let obj =
+        read(ctx, ns_def, "", ns)
+            .await
+            .map_err(|e| if e.code == 404 { not_found(ns_def, ns) } else { e })?;
+    if obj["status"]["phase"] == "Terminating" {
+        return Err(ApiError::forbidden(format!(
+            "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+            def.group_resource(),
+            meta::name(&obj)
+        )));
+    }
+    Ok(())
+}
+
+async fn create(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    _headers: &HeaderMap,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let mut obj = decode_body(def, &body)?;
+    check_type_and_namespace(def, &mut obj, ns)?;
+    {
+        let m = meta::meta_mut(&mut obj);
+        let name = m.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
+        if name.is_empty() {
+            if let Some(g) = m
+                .get("generateName")
+                .and_then(Value::as_str)
+                .filter(|g| !g.is_empty())
+            {
+                let generated = format!("{g}{}", meta::random_suffix());
+                m.insert("name".into(), json!(generated));
+            }
+        }
+        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
+        m.remove("resourceVersion");
+        m.remove("deletionTimestamp");
+        m.remove("deletionGracePeriodSeconds");
+        if strategy::tracks_generation(def) {
+            m.insert("generation".into(), json!(1));
+        } else {
+            m.remove("generation");
+        }
+    }
+    strategy::prepare_for_create(def, &mut obj);
+    strategy::default(def, &mut obj);
+    let name = meta::name(&obj).to_owned();
+    let errs = strategy::validate(def, &obj);
+    if !errs.is_empty() {
+        return Err(invalid(def, &name, &errs));
+    }
+    check_namespace(ctx, def, ns).await?;
+    let dry_run = query.dry_run();
+    ctx.shared
+        .admission
+        .run(&mut Attributes {
+            operation: Operation::Create,
+            request: &ctx.info,
+            user: &ctx.user,
+            object: Some(&mut obj),
+            old_object: None,
+            dry_run,
+        })
+        .await?;
+    if dry_run {
+        // Everything but the write: a name collision is still reported.
+        let exists = ctx
+            .shared
+            .store
+            .get(&key(def, ns, &name), 0)
+            .await
+            .map_err(|e| store_error(def, &name, e))?;
+        if exists.kv.is_some() {
+            return Err(already_exists(def, &name));
+        }
+        return Ok(json_response(StatusCode::CREATED, &obj));
+    }
+    let kv = ctx
+        .shared
+        .store
+        .create(&key(def, ns, &name), encode(&obj))
+        .await
+        .map_err(|e| store_error(def, &name, e))?;
+    meta::set_resource_version(&mut obj, kv.mod_revision);
+    Ok(json_response(StatusCode::CREATED, &obj))
+}
+
+/// Write `obj` over `old` (stored at `old_rv`): metadata rules, strategy, admission, CAS.
+/// Used by update and patch.
+pub(crate) async fn apply_update(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    mut obj: Value,
+    old: &Value,
+    dry_run: bool,
+) -> Result<Value, ApiError> {
+    check_type_and_namespace(def, &mut obj, ns)?;
+    let old_rv = meta::resource_version(old).unwrap_or(0);
+    let expected = match meta::resource_version(&obj) {
+        Some(rv) => rv,
+        None if meta::str_field(&obj, &["metadata", "resourceVersion"]).is_some_and(|s| !s.is_empty()) => {
+            return Err(ApiError::bad_request(
+                "metadata.resourceVersion: Invalid value: must be an integer",
+            ))
+        }
+        // No resourceVersion: an unconditional update, as upstream allows for these resources.
+        None => old_rv,
+    };
+    if expected != old_rv {
+        return Err(conflict(def, name));
+    }
+    if meta::name(&obj) != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            meta::name(&obj)
+        )));
+    }
+    {
+        // Immutable metadata stays as stored.
+        let old_meta = &old["metadata"];
+        let m = meta::meta_mut(&mut obj);
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ] {
+            match old_meta.get(k) {
+                Some(v) => m.insert(k.into(), v.clone()),
+                None => m.remove(k),
+            };
+        }
+        m.remove("resourceVersion");
+    }
+    strategy::prepare_for_update(def, &mut obj, old);
+    strategy::default(def, &mut obj);
+    if strategy::tracks_generation(def) && obj.get("spec") != old.get("spec") {
+        let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+        meta::meta_mut(&mut obj).insert("generation".into(), json!(g));
+    }
+    let errs = strategy::validate(def, &obj);
+    if !errs.is_empty() {
+        return Err(invalid(def, name, &errs));
+    }
+    ctx.shared
+        .admission
+        .run(&mut Attributes {
+            operation: Operation::Update,
+            request: &ctx.info,
+            user: &ctx.user,
+            object: Some(&mut obj),
+            old_object: Some(old),
+            dry_run,
+        })
+        .await?;
+    let mut unchanged_check = obj.clone();
+    meta::set_resource_version(&mut unchanged_check, old_rv);
+    if unchanged_check == *old {
+        // A no-op update writes nothing and keeps the resource version, as upstream.
+        return Ok(old.clone());
+    }
+    // An object being deleted whose last finalizer is removed goes away now.
+    if old["metadata"]["deletionTimestamp"].is_string() && meta::finalizers(&obj).is_empty() {
+        if !dry_run {
+            ctx.shared
+                .store
+                .delete(&key(def, ns, name), Some(old_rv))
+                .await
+                .map_err(|e| store_error(def, name, e))?;
+        }
+        return Ok(obj);
+    }
+    if dry_run {
+        meta::set_resource_version(&mut obj, old_rv);
+        return Ok(obj);
+    }
+    let kv = ctx
+        .shared
+        .store
+        .update(&key(def, ns, name), encode(&obj), old_rv)
+        .await
+        .map_err(|e| store_error(def, name, e))?;
+    meta::set_resource_version(&mut obj, kv.mod_revision);
+    Ok(obj)
+}
+
+async fn update(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let obj = decode_body(def, &body)?;
+    let old = read(ctx, def, ns, name).await?;
+    let written = apply_update(ctx, def, ns, name, obj, &old, query.dry_run()).await?;
+    Ok(json_response(StatusCode::OK, &written))
+}
+
+/// `DeleteOptions` from the body or the query.
+fn delete_options(query: &Query, body: &[u8]) -> Result<Value, ApiError> {
+    let mut opts: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?
+    };
+    if let Some(p) = query.get("propagationPolicy") {
+        opts["propagationPolicy"] = json!(p);
+    }
+    if let Some(g) = query
+        .get("gracePeriodSeconds")
+        .and_then(|g| g.parse::<i64>().ok())
+    {
+        opts["gracePeriodSeconds"] = json!(g);
+    }
+    if query.dry_run() {
+        opts["dryRun"] = json!(["All"]);
+    }
+    Ok(opts)
+}
+
+/// Delete one object, honouring preconditions, finalizers, graceful deletion and the
+/// propagation policy. Returns the object as it now is (with deletionTimestamp if it stays) and
+/// whether it is gone.
+pub(crate) async fn delete_object(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    opts: &Value,
+) -> Result<(Value, bool), ApiError> {
+    let dry_run = opts["dryRun"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|v| v == "All"));
+    let old = read(ctx, def, ns, name).await?;
+    let rv = meta::resource_version(&old).unwrap_or(0);
+    if let Some(uid) = opts["preconditions"]["uid"].as_str() {
+        if old["metadata"]["uid"].as_str() != Some(uid) {
+            return Err(ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    def.group_resource(),
+                    old["metadata"]["uid"].as_str().unwrap_or("")
+                ),
+            ));
+        }
+    }
+    if let Some(prv) = opts["preconditions"]["resourceVersion"].as_str() {
+        if prv != rv.to_string() {
+            return Err(ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: ResourceVersion in precondition: {prv}, ResourceVersion in object meta: {rv}",
+                    def.group_resource()
+                ),
+            ));
+        }
+    }
+    ctx.shared
+        .admission
+        .run(&mut Attributes {
+            operation: Operation::Delete,
+            request: &ctx.info,
+            user: &ctx.user,
+            object: None,
+            old_object: Some(&old),
+            dry_run,
+        })
+        .await?;
+
+    let mut finalizers = meta::finalizers(&old);
+    match opts["propagationPolicy"].as_str() {
+        Some("Foreground") => {
+            if !finalizers.iter().any(|f| f == "foregroundDeletion") {
+                finalizers.push("foregroundDeletion".into());
+            }
+        }
+        Some("Orphan") => {
+            if !finalizers.iter().any(|f| f == "orphan") {
+                finalizers.push("orphan".into());
+            }
+        }
+        Some("Background") | None => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "DeleteOptions.propagationPolicy: Unsupported value: \"{other}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
+            )))
+        }
+    }
+    // Namespaces go through Terminating: the namespace controller empties them.
+    let namespace_finalizers = def.plural == "namespaces"
+        && old["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+    // Pods on a node are deleted gracefully: the kubelet stops them and removes the object.
+    let grace = opts["gracePeriodSeconds"].as_i64().or_else(|| {
+        (def.plural == "pods").then(|| {
+            old["spec"]["terminationGracePeriodSeconds"]
+                .as_i64()
+                .unwrap_or(30)
+        })
+    });
+    let graceful_pod = def.plural == "pods" && old["spec"]["nodeName"].is_string() && grace.unwrap_or(0) > 0;
+
+    if finalizers.is_empty() && !namespace_finalizers && !graceful_pod {
+        if !dry_run {
+            ctx.shared
+                .store
+                .delete(&key(def, ns, name), Some(rv))
+                .await
+                .map_err(|e| match e {
+                    StoreError::Conflict { .. } => conflict(def, name),
+                    other => store_error(def, name, other),
+                })?;
+        }
+        return Ok((old, true));
+    }
+    if old["metadata"]["deletionTimestamp"].is_string() && finalizers == meta::finalizers(&old) {
+        // Already being deleted; nothing more to record.
+        return Ok((old, false));
+    }
+    let mut obj = old.clone();
+    {
+        let m = meta::meta_mut(&mut obj);
+        m.entry("deletionTimestamp")
+            .or_insert_with(|| json!(meta::now_rfc3339()));
+        m.insert(
+            "deletionGracePeriodSeconds".into(),
+            json!(if graceful_pod { grace.unwrap_or(30) } else { 0 }),
+        );
+        if !finalizers.is_empty() {
+            m.insert("finalizers".into(), json!(finalizers));
+        }
+        m.remove("resourceVersion");
+    }
+    if def.plural == "namespaces" {
+        obj["status"]["phase"] = json!("Terminating");
+    }
+    if dry_run {
+        meta::set_resource_version(&mut obj, rv);
+        return Ok((obj, false));
+    }
+    let kv = ctx
+        .shared
+        .store
+        .update(&key(def, ns, name), encode(&obj), rv)
+        .await
+        .map_err(|e| store_error(def, name, e))?;
+    meta::set_resource_version(&mut obj, kv.mod_revision);
+    Ok((obj, false))
+}
+
+async fn delete(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let opts = delete_options(query, &body)?;
+    let (obj, gone) = delete_object(ctx, def, ns, name, &opts).await?;
+    // Upstream answers 200 with the object when it is gone, 202 when deletion is pending.
+    let code = if gone {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok(json_response(code, &obj))
+}
+
+async fn delete_collection(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let opts = delete_options(query, &body)?;
+    let filter = Filter::from_query(def, query)?;
+    let (items, revision, _, _) = list_objects(ctx, def, ns, &Query(BTreeMap::new()), &filter).await?;
+    let mut deleted = Vec::new();
+    for item in items {
+        match delete_object(ctx, def, meta::namespace(&item), meta::name(&item), &opts).await {
+            Ok((obj, _)) => deleted.push(obj),
+            // Gone in the meantime: fine.
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": list_kind(def),
+            "apiVersion": def.api_version(),
+            "metadata": {"resourceVersion": revision.to_string()},
+            "items": deleted,
+        }),
+    ))
+}

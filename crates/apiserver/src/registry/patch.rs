@@ -1,0 +1,274 @@
+//! PATCH: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge patch (merge
+//! keys per field, `$patch` directives), applied to the stored object and written through the
+//! same path as an update. Without a resourceVersion in the patch, a conflict is retried on the
+//! new object, as upstream does.
+
+use bytes::Bytes;
+use http::{header, HeaderMap, Response, StatusCode};
+use r8s_api::ResourceDef;
+use serde_json::{Map, Value};
+
+use super::{apply_update, read, Query};
+use crate::handler::{json_response, Body, Ctx};
+use crate::status::ApiError;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PatchType {
+    Json,
+    Merge,
+    Strategic,
+}
+
+pub(crate) async fn serve(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_owned();
+    let kind = match content_type.as_str() {
+        "application/json-patch+json" => PatchType::Json,
+        "application/merge-patch+json" => PatchType::Merge,
+        "application/strategic-merge-patch+json" => PatchType::Strategic,
+        other => {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {other:?})"),
+            ))
+        }
+    };
+    let patch: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let pinned = patch["metadata"]["resourceVersion"].is_string();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let old = read(ctx, def, ns, name).await?;
+        let mut patched = old.clone();
+        apply(kind, &mut patched, &patch)?;
+        match apply_update(ctx, def, ns, name, patched, &old, query.dry_run()).await {
+            Ok(obj) => return Ok(json_response(StatusCode::OK, &obj)),
+            Err(e) if e.code == 409 && e.reason == "Conflict" && !pinned && attempts < 5 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn apply(kind: PatchType, doc: &mut Value, patch: &Value) -> Result<(), ApiError> {
+    match kind {
+        PatchType::Json => {
+            let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+                .map_err(|e| ApiError::bad_request(format!("the JSON patch is not valid: {e}")))?;
+            json_patch::patch(doc, &ops.0).map_err(|e| {
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    format!("the JSON patch could not be applied: {e}"),
+                )
+            })
+        }
+        PatchType::Merge => {
+            json_patch::merge(doc, patch);
+            Ok(())
+        }
+        PatchType::Strategic => {
+            if !patch.is_object() {
+                return Err(ApiError::bad_request(
+                    "a strategic merge patch must be a JSON object",
+                ));
+            }
+            strategic_merge(doc, patch, "");
+            Ok(())
+        }
+    }
+}
+
+/// The merge key of a list field whose elements are merged by key (upstream's
+/// `patchMergeKey` tags on the core types).
+fn merge_key(field: &str, sample: &Value) -> Option<&'static str> {
+    Some(match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
+        | "containerStatuses"
+        | "initContainerStatuses" => "name",
+        "volumeMounts" => "mountPath",
+        "volumeDevices" => "devicePath",
+        "conditions" => "type",
+        "ownerReferences" => "uid",
+        "hostAliases" => "ip",
+        "addresses" => "type",
+        "ports" if sample.get("containerPort").is_some() => "containerPort",
+        "ports" => "port",
+        _ => return None,
+    })
+}
+
+/// Primitive lists that merge as sets rather than being replaced.
+fn merges_primitives(field: &str) -> bool {
+    matches!(field, "finalizers")
+}
+
+fn strategic_merge(doc: &mut Value, patch: &Value, field: &str) {
+    let Some(patch_map) = patch.as_object() else {
+        *doc = patch.clone();
+        return;
+    };
+    if patch_map.get("$patch").and_then(Value::as_str) == Some("replace") {
+        let mut p = patch_map.clone();
+        p.remove("$patch");
+        *doc = Value::Object(p);
+        return;
+    }
+    if !doc.is_object() {
+        *doc = Value::Object(Map::new());
+    }
+    let _ = field;
+    let target = doc.as_object_mut().expect("made an object");
+    for (k, v) in patch_map {
+        if k.starts_with("$setElementOrder/") || k == "$retainKeys" || k == "$patch" {
+            continue;
+        }
+        if let Some(list) = k.strip_prefix("$deleteFromPrimitiveList/") {
+            if let (Some(Value::Array(items)), Some(remove)) = (target.get_mut(list), v.as_array()) {
+                items.retain(|i| !remove.contains(i));
+            }
+            continue;
+        }
+        if v.is_null() {
+            target.remove(k);
+            continue;
+        }
+        match (target.get_mut(k), v) {
+            (Some(existing @ Value::Object(_)), Value::Object(_)) => strategic_merge(existing, v, k),
+            (Some(Value::Array(existing)), Value::Array(patch_items)) => {
+                let key = patch_items
+                    .first()
+                    .and_then(|s| merge_key(k, s))
+                    .or_else(|| existing.first().and_then(|s| merge_key(k, s)));
+                if let Some(key) = key.filter(|_| patch_items.iter().all(Value::is_object)) {
+                    merge_list_by_key(existing, patch_items, key);
+                } else if merges_primitives(k) {
+                    for item in patch_items {
+                        if !existing.contains(item) {
+                            existing.push(item.clone());
+                        }
+                    }
+                } else {
+                    *existing = patch_items.clone();
+                }
+            }
+            _ => {
+                let mut value = v.clone();
+                strip_directives(&mut value);
+                target.insert(k.clone(), value);
+            }
+        }
+    }
+}
+
+fn merge_list_by_key(existing: &mut Vec<Value>, patch_items: &[Value], key: &str) {
+    for item in patch_items {
+        let id = &item[key];
+        let pos = existing.iter().position(|e| &e[key] == id);
+        match (item.get("$patch").and_then(Value::as_str), pos) {
+            (Some("delete"), Some(i)) => {
+                existing.remove(i);
+            }
+            (Some("delete"), None) => {}
+            (_, Some(i)) => strategic_merge(&mut existing[i], item, ""),
+            (_, None) => {
+                let mut value = item.clone();
+                strip_directives(&mut value);
+                existing.push(value);
+            }
+        }
+    }
+}
+
+/// Directives never end up in the stored object.
+fn strip_directives(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|k, _| !k.starts_with('$'));
+            for child in m.values_mut() {
+                strip_directives(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_directives),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn strategic_merge_merges_containers_by_name() {
+        let mut doc = json!({"spec": {"containers": [
+            {"name": "a", "image": "a:1", "env": [{"name": "X", "value": "1"}]},
+            {"name": "b", "image": "b:1"}
+        ]}, "metadata": {"finalizers": ["f1"]}});
+        let patch = json!({
+            "$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
+            "spec": {"containers": [
+                {"name": "a", "image": "a:2", "env": [{"name": "Y", "value": "2"}]},
+                {"name": "b", "$patch": "delete"},
+                {"name": "c", "image": "c:1"}
+            ]},
+            "metadata": {"finalizers": ["f2"], "labels": {"new": "yes"}}
+        });
+        apply(PatchType::Strategic, &mut doc, &patch).unwrap();
+        let cs = doc["spec"]["containers"].as_array().unwrap();
+        assert_eq!(cs.len(), 2);
+        assert_eq!(cs[0]["image"], "a:2");
+        assert_eq!(cs[0]["env"].as_array().unwrap().len(), 2);
+        assert_eq!(cs[1]["name"], "c");
+        assert_eq!(doc["metadata"]["finalizers"], json!(["f1", "f2"]));
+        assert_eq!(doc["metadata"]["labels"]["new"], "yes");
+        assert!(doc.get("$setElementOrder/containers").is_none());
+    }
+
+    #[test]
+    fn merge_and_json_patches() {
+        let mut doc = json!({"metadata": {"labels": {"a": "1", "b": "2"}}});
+        apply(
+            PatchType::Merge,
+            &mut doc,
+            &json!({"metadata": {"labels": {"a": null, "c": "3"}}}),
+        )
+        .unwrap();
+        assert_eq!(doc["metadata"]["labels"], json!({"b": "2", "c": "3"}));
+        apply(
+            PatchType::Json,
+            &mut doc,
+            &json!([{"op": "replace", "path": "/metadata/labels/b", "value": "9"}]),
+        )
+        .unwrap();
+        assert_eq!(doc["metadata"]["labels"]["b"], "9");
+        let err = apply(
+            PatchType::Json,
+            &mut doc,
+            &json!([{"op": "remove", "path": "/nope"}]),
+        )
+        .unwrap_err();
+        assert_eq!(err.code, 422);
+    }
+}

@@ -1,0 +1,842 @@
+//! The per-resource part of the registry (upstream's `strategy.go` files): defaults, validation,
+//! what create and update may set, field selector values and table columns. The generic
+//! registry calls these; everything else is shared.
+
+use std::collections::BTreeMap;
+
+use r8s_api::validation::{dns1123_label, dns1123_subdomain, label_value, qualified_name, FieldError};
+use r8s_api::ResourceDef;
+use serde_json::{json, Value};
+
+use super::meta::{self, human_age, str_field};
+
+/// How a resource's names are validated.
+fn name_is_label(def: &ResourceDef) -> bool {
+    matches!(def.plural, "namespaces" | "services")
+}
+
+/// Whether spec changes bump `metadata.generation` (resources with a spec).
+pub(crate) fn tracks_generation(def: &ResourceDef) -> bool {
+    matches!(
+        def.plural,
+        "pods" | "deployments" | "replicasets" | "services" | "nodes" | "namespaces" | "resourcequotas"
+    )
+}
+
+/// Whether status is written only through the status subresource.
+pub(crate) fn has_status_subresource(def: &ResourceDef) -> bool {
+    def.subresource("status").is_some()
+}
+
+/// Upstream's `PrepareForCreate`: what a client may not set on create.
+pub(crate) fn prepare_for_create(def: &ResourceDef, obj: &mut Value) {
+    if has_status_subresource(def) {
+        if let Some(o) = obj.as_object_mut() {
+            o.remove("status");
+        }
+    }
+    match def.plural {
+        "pods" => {
+            obj["status"] = json!({"phase": "Pending", "qosClass": qos_class(&obj["spec"])});
+        }
+        "namespaces" => {
+            obj["status"] = json!({"phase": "Active"});
+        }
+        _ => {}
+    }
+}
+
+/// Upstream's `PrepareForUpdate` for the main resource: status stays as stored.
+pub(crate) fn prepare_for_update(def: &ResourceDef, obj: &mut Value, old: &Value) {
+    if has_status_subresource(def) {
+        match old.get("status") {
+            Some(s) => obj["status"] = s.clone(),
+            None => {
+                if let Some(o) = obj.as_object_mut() {
+                    o.remove("status");
+                }
+            }
+        }
+    }
+}
+
+/// The pod's QoS class from its containers' requests and limits (upstream `GetPodQOS`).
+pub(crate) fn qos_class(spec: &Value) -> &'static str {
+    let containers: Vec<&Value> = spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(spec["initContainers"].as_array().into_iter().flatten())
+        .collect();
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in &containers {
+        let req = &c["resources"]["requests"];
+        let lim = &c["resources"]["limits"];
+        for r in ["cpu", "memory"] {
+            let (q, l) = (
+                req.get(r).filter(|v| !v.is_null()),
+                lim.get(r).filter(|v| !v.is_null()),
+            );
+            if q.is_some() || l.is_some() {
+                any = true;
+            }
+            match (q, l) {
+                (_, None) => guaranteed = false,
+                (Some(q), Some(l)) if q != l => guaranteed = false,
+                _ => {}
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+fn default_pod_spec(spec: &mut Value) {
+    if !spec.is_object() {
+        return;
+    }
+    let set = |spec: &mut Value, k: &str, v: Value| {
+        if spec.get(k).is_none_or(Value::is_null) {
+            spec[k] = v;
+        }
+    };
+    set(spec, "restartPolicy", json!("Always"));
+    set(spec, "terminationGracePeriodSeconds", json!(30));
+    set(spec, "dnsPolicy", json!("ClusterFirst"));
+    set(spec, "securityContext", json!({}));
+    set(spec, "schedulerName", json!("default-scheduler"));
+    set(spec, "enableServiceLinks", json!(true));
+    for list in ["containers", "initContainers"] {
+        if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
+            for c in cs {
+                default_container(c);
+            }
+        }
+    }
+}
+
+fn default_container(c: &mut Value) {
+    if !c.is_object() {
+        return;
+    }
+    if c.get("imagePullPolicy").is_none_or(Value::is_null) {
+        let image = c["image"].as_str().unwrap_or("");
+        // The tag is after the last ':' that follows the last '/'; a digest pins the image.
+        let last = image.rsplit('/').next().unwrap_or(image);
+        let tag = if image.contains('@') {
+            Some("digest")
+        } else {
+            last.split_once(':').map(|(_, t)| t)
+        };
+        let policy = match tag {
+            None | Some("latest") => "Always",
+            Some(_) => "IfNotPresent",
+        };
+        c["imagePullPolicy"] = json!(policy);
+    }
+    if c.get("terminationMessagePath").is_none_or(Value::is_null) {
+        c["terminationMessagePath"] = json!("/dev/termination-log");
+    }
+    if c.get("terminationMessagePolicy").is_none_or(Value::is_null) {
+        c["terminationMessagePolicy"] = json!("File");
+    }
+    if c.get("resources").is_none_or(Value::is_null) {
+        c["resources"] = json!({});
+    }
+    if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports {
+            if p.get("protocol").is_none_or(Value::is_null) {
+                p["protocol"] = json!("TCP");
+            }
+        }
+    }
+}
+
+/// Upstream's defaulting (`SetDefaults_*`) for the resources that have defaults.
+pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
+    match def.plural {
+        "pods" => default_pod_spec(&mut obj["spec"]),
+        "deployments" | "replicasets" => {
+            let spec = &mut obj["spec"];
+            if !spec.is_object() {
+                return;
+            }
+            if spec.get("replicas").is_none_or(Value::is_null) {
+                spec["replicas"] = json!(1);
+            }
+            if def.plural == "deployments" {
+                if spec.get("strategy").is_none_or(Value::is_null) {
+                    spec["strategy"] = json!({"type": "RollingUpdate"});
+                }
+                if spec["strategy"]["type"] == "RollingUpdate" {
+                    let ru = &mut spec["strategy"]["rollingUpdate"];
+                    if ru.is_null() {
+                        *ru = json!({});
+                    }
+                    if ru.get("maxUnavailable").is_none_or(Value::is_null) {
+                        ru["maxUnavailable"] = json!("25%");
+                    }
+                    if ru.get("maxSurge").is_none_or(Value::is_null) {
+                        ru["maxSurge"] = json!("25%");
+                    }
+                }
+                if spec.get("revisionHistoryLimit").is_none_or(Value::is_null) {
+                    spec["revisionHistoryLimit"] = json!(10);
+                }
+                if spec.get("progressDeadlineSeconds").is_none_or(Value::is_null) {
+                    spec["progressDeadlineSeconds"] = json!(600);
+                }
+            }
+            default_pod_spec(&mut spec["template"]["spec"]);
+        }
+        "namespaces" if obj["spec"]["finalizers"].is_null() => {
+            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+        }
+        "secrets" if obj.get("type").is_none_or(Value::is_null) => {
+            obj["type"] = json!("Opaque");
+        }
+        "services" => {
+            let spec = &mut obj["spec"];
+            if !spec.is_object() {
+                return;
+            }
+            if spec.get("type").is_none_or(Value::is_null) {
+                spec["type"] = json!("ClusterIP");
+            }
+            if spec.get("sessionAffinity").is_none_or(Value::is_null) {
+                spec["sessionAffinity"] = json!("None");
+            }
+            if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+                for p in ports {
+                    if p.get("protocol").is_none_or(Value::is_null) {
+                        p["protocol"] = json!("TCP");
+                    }
+                    if p.get("targetPort").is_none_or(Value::is_null) {
+                        p["targetPort"] = p["port"].clone();
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn validate_string_map(errs: &mut Vec<FieldError>, field: &str, v: &Value, values_are_labels: bool) {
+    let Some(m) = v.as_object() else {
+        if !v.is_null() {
+            errs.push(FieldError::invalid(
+                field,
+                &v.to_string(),
+                "must be a map of strings",
+            ));
+        }
+        return;
+    };
+    for (k, val) in m {
+        for e in qualified_name(k) {
+            errs.push(FieldError::invalid(field, k, e));
+        }
+        match val.as_str() {
+            Some(s) if values_are_labels => {
+                for e in label_value(s) {
+                    errs.push(FieldError::invalid(field, s, e));
+                }
+            }
+            Some(_) => {}
+            None => errs.push(FieldError::invalid(
+                format!("{field}[{k}]"),
+                &val.to_string(),
+                "must be a string",
+            )),
+        }
+    }
+}
+
+/// Metadata checks shared by every resource.
+pub(crate) fn validate_meta(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let name = meta::name(obj);
+    if name.is_empty() {
+        errs.push(FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
+    } else {
+        let problems = if name_is_label(def) {
+            dns1123_label(name)
+        } else {
+            dns1123_subdomain(name)
+        };
+        for p in problems {
+            errs.push(FieldError::invalid("metadata.name", name, p));
+        }
+    }
+    validate_string_map(&mut errs, "metadata.labels", &obj["metadata"]["labels"], true);
+    validate_string_map(
+        &mut errs,
+        "metadata.annotations",
+        &obj["metadata"]["annotations"],
+        false,
+    );
+    errs
+}
+
+fn validate_pod_spec(errs: &mut Vec<FieldError>, path: &str, spec: &Value) {
+    let containers = spec["containers"].as_array();
+    match containers {
+        None => errs.push(FieldError::required(format!("{path}.containers"), "")),
+        Some(cs) if cs.is_empty() => errs.push(FieldError::required(format!("{path}.containers"), "")),
+        Some(cs) => {
+            let mut seen = Vec::new();
+            for (i, c) in cs.iter().enumerate() {
+                let cname = c["name"].as_str().unwrap_or("");
+                let field = format!("{path}.containers[{i}]");
+                if cname.is_empty() {
+                    errs.push(FieldError::required(format!("{field}.name"), ""));
+                } else {
+                    for p in dns1123_label(cname) {
+                        errs.push(FieldError::invalid(format!("{field}.name"), cname, p));
+                    }
+                    if seen.contains(&cname) {
+                        errs.push(FieldError {
+                            reason: "FieldValueDuplicate",
+                            field: format!("{field}.name"),
+                            message: format!("Duplicate value: \"{cname}\""),
+                        });
+                    }
+                    seen.push(cname);
+                }
+                if c["image"].as_str().unwrap_or("").trim().is_empty() {
+                    errs.push(FieldError::required(format!("{field}.image"), ""));
+                }
+                if let Some(p) = c["imagePullPolicy"].as_str() {
+                    if !["Always", "IfNotPresent", "Never"].contains(&p) {
+                        errs.push(FieldError::not_supported(
+                            format!("{field}.imagePullPolicy"),
+                            p,
+                            &["Always", "IfNotPresent", "Never"],
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(p) = spec["restartPolicy"].as_str() {
+        if !["Always", "OnFailure", "Never"].contains(&p) {
+            errs.push(FieldError::not_supported(
+                format!("{path}.restartPolicy"),
+                p,
+                &["Always", "OnFailure", "Never"],
+            ));
+        }
+    }
+}
+
+/// Resource-specific validation (upstream's `Validate*`).
+pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
+    let mut errs = validate_meta(def, obj);
+    match def.plural {
+        "pods" => validate_pod_spec(&mut errs, "spec", &obj["spec"]),
+        "deployments" | "replicasets" => {
+            let spec = &obj["spec"];
+            let selector = &spec["selector"];
+            if selector.is_null() {
+                errs.push(FieldError::required("spec.selector", ""));
+            } else {
+                let want = meta::string_map(&selector["matchLabels"]);
+                let have = meta::string_map(&spec["template"]["metadata"]["labels"]);
+                if want.is_empty() && selector["matchExpressions"].is_null() {
+                    errs.push(FieldError::invalid(
+                        "spec.selector",
+                        &selector.to_string(),
+                        "empty selector is invalid for deployment",
+                    ));
+                } else if !want.iter().all(|(k, v)| have.get(k) == Some(v)) {
+                    errs.push(FieldError::invalid(
+                        "spec.template.metadata.labels",
+                        &format_labels(&have),
+                        "`selector` does not match template `labels`",
+                    ));
+                }
+            }
+            if let Some(r) = spec["replicas"].as_i64() {
+                if r < 0 {
+                    errs.push(FieldError::invalid(
+                        "spec.replicas",
+                        &r.to_string(),
+                        "must be greater than or equal to 0",
+                    ));
+                }
+            }
+            validate_pod_spec(&mut errs, "spec.template.spec", &spec["template"]["spec"]);
+        }
+        "configmaps" | "secrets" => {
+            for field in ["data", "binaryData", "stringData"] {
+                if let Some(m) = obj[field].as_object() {
+                    for k in m.keys() {
+                        let ok = !k.is_empty()
+                            && k.len() <= 253
+                            && k.bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+                        if !ok {
+                            errs.push(FieldError::invalid(
+                                format!("{field}[{k}]"),
+                                k,
+                                "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    errs
+}
+
+fn format_labels(m: &BTreeMap<String, String>) -> String {
+    let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    format!("map[{}]", parts.join(" "))
+}
+
+/// The values field selectors can name (upstream's `GetAttrs`/field label conversion).
+pub(crate) fn fields(def: &ResourceDef, obj: &Value) -> BTreeMap<String, String> {
+    let mut f = BTreeMap::new();
+    f.insert("metadata.name".into(), meta::name(obj).to_owned());
+    if def.namespaced {
+        f.insert("metadata.namespace".into(), meta::namespace(obj).to_owned());
+    }
+    let mut put = |k: &str, path: &[&str]| {
+        f.insert(k.to_owned(), str_field(obj, path).unwrap_or("").to_owned());
+    };
+    match def.plural {
+        "pods" => {
+            put("spec.nodeName", &["spec", "nodeName"]);
+            put("spec.restartPolicy", &["spec", "restartPolicy"]);
+            put("spec.schedulerName", &["spec", "schedulerName"]);
+            put("spec.serviceAccountName", &["spec", "serviceAccountName"]);
+            put("status.phase", &["status", "phase"]);
+            put("status.podIP", &["status", "podIP"]);
+            put("status.nominatedNodeName", &["status", "nominatedNodeName"]);
+        }
+        "namespaces" => put("status.phase", &["status", "phase"]),
+        "secrets" => put("type", &["type"]),
+        "events" => {
+            put("involvedObject.kind", &["involvedObject", "kind"]);
+            put("involvedObject.name", &["involvedObject", "name"]);
+            put("involvedObject.namespace", &["involvedObject", "namespace"]);
+            put("involvedObject.uid", &["involvedObject", "uid"]);
+            put("reason", &["reason"]);
+            put("type", &["type"]);
+        }
+        "nodes" => {
+            f.insert(
+                "spec.unschedulable".into(),
+                obj["spec"]["unschedulable"]
+                    .as_bool()
+                    .unwrap_or(false)
+                    .to_string(),
+            );
+        }
+        "replicasets" => {
+            f.insert(
+                "status.replicas".into(),
+                obj["status"]["replicas"].as_i64().unwrap_or(0).to_string(),
+            );
+        }
+        _ => {}
+    }
+    f
+}
+
+/// A column of a Table.
+pub(crate) struct Column {
+    pub name: &'static str,
+    pub kind: &'static str,
+    pub format: &'static str,
+    pub description: &'static str,
+    /// Shown only with `-o wide`.
+    pub priority: i32,
+}
+
+const fn col(name: &'static str, kind: &'static str, description: &'static str) -> Column {
+    Column {
+        name,
+        kind,
+        format: "",
+        description,
+        priority: 0,
+    }
+}
+
+const fn wide(name: &'static str, description: &'static str) -> Column {
+    Column {
+        name,
+        kind: "string",
+        format: "",
+        description,
+        priority: 1,
+    }
+}
+
+const NAME: Column = Column {
+    name: "Name",
+    kind: "string",
+    format: "name",
+    description: "Name must be unique within a namespace.",
+    priority: 0,
+};
+const AGE: Column = col(
+    "Age",
+    "string",
+    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+);
+
+/// Upstream's printer columns for each resource (`pkg/printers/internalversion`).
+pub(crate) fn columns(def: &ResourceDef) -> Vec<Column> {
+    match def.plural {
+        "pods" => vec![
+            NAME,
+            col("Ready", "string", "The aggregate readiness state of this pod for accepting traffic."),
+            col("Status", "string", "The aggregate status of the containers in this pod."),
+            col("Restarts", "string", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
+            AGE,
+            wide("IP", "IP address allocated to the pod. Routable at least within the cluster."),
+            wide("Node", "Name of the node this pod is running on."),
+            wide("Nominated Node", "Name of the node where the pod is nominated to run."),
+            wide("Readiness Gates", "Readiness gates of the pod."),
+        ],
+        "deployments" => vec![
+            NAME,
+            col("Ready", "string", "Number of the pod with ready state"),
+            col("Up-to-date", "string", "Total number of non-terminated pods targeted by this deployment that have the desired template spec."),
+            col("Available", "string", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment."),
+            AGE,
+            wide("Containers", "Names of each container in the template."),
+            wide("Images", "Images referenced by each container in the template."),
+            wide("Selector", "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment."),
+        ],
+        "replicasets" => vec![
+            NAME,
+            col("Desired", "integer", "Replicas is the number of desired replicas."),
+            col("Current", "integer", "Replicas is the most recently observed number of replicas."),
+            col("Ready", "integer", "The number of ready replicas for this replica set."),
+            AGE,
+            wide("Containers", "Names of each container in the template."),
+            wide("Images", "Images referenced by each container in the template."),
+            wide("Selector", "Selector is a label query over pods that should match the replica count."),
+        ],
+        "namespaces" => vec![
+            NAME,
+            col("Status", "string", "The status of the namespace"),
+            AGE,
+        ],
+        "nodes" => vec![
+            NAME,
+            col("Status", "string", "The status of the node"),
+            col("Roles", "string", "The roles of the node"),
+            AGE,
+            col("Version", "string", "Kubelet Version reported by the node."),
+            wide("Internal-IP", "List of addresses reachable to the node."),
+            wide("External-IP", "List of addresses reachable to the node."),
+            wide("OS-Image", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
+            wide("Kernel-Version", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
+            wide("Container-Runtime", "Container Runtime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
+        ],
+        "configmaps" => vec![NAME, col("Data", "string", "Data contains the configuration data."), AGE],
+        "secrets" => vec![
+            NAME,
+            col("Type", "string", "The type of the secret"),
+            col("Data", "string", "The number of data items in the secret"),
+            AGE,
+        ],
+        "serviceaccounts" => vec![NAME, col("Secrets", "string", "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use."), AGE],
+        "services" => vec![
+            NAME,
+            col("Type", "string", "The type of the service"),
+            col("Cluster-IP", "string", "The cluster IP of the service"),
+            col("External-IP", "string", "The external IPs of the service"),
+            col("Port(s)", "string", "The ports of the service"),
+            AGE,
+            wide("Selector", "The selector of the service"),
+        ],
+        _ => vec![NAME, AGE],
+    }
+}
+
+fn count(v: &Value) -> usize {
+    v.as_object().map(|m| m.len()).unwrap_or(0)
+}
+
+fn container_summary(template_spec: &Value) -> (String, String) {
+    let cs = template_spec["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<&str> = cs.iter().filter_map(|c| c["name"].as_str()).collect();
+    let images: Vec<&str> = cs.iter().filter_map(|c| c["image"].as_str()).collect();
+    (names.join(","), images.join(","))
+}
+
+fn selector_string(sel: &Value) -> String {
+    let m = meta::string_map(&sel["matchLabels"]);
+    let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    parts.join(",")
+}
+
+fn pod_status_reason(obj: &Value) -> String {
+    if obj["metadata"]["deletionTimestamp"].is_string() {
+        return "Terminating".into();
+    }
+    let status = &obj["status"];
+    let mut reason = status["reason"]
+        .as_str()
+        .or(status["phase"].as_str())
+        .unwrap_or("Pending")
+        .to_owned();
+    for cs in status["containerStatuses"].as_array().into_iter().flatten() {
+        if let Some(r) = cs["state"]["waiting"]["reason"].as_str() {
+            reason = r.to_owned();
+        } else if let Some(r) = cs["state"]["terminated"]["reason"].as_str() {
+            reason = r.to_owned();
+        }
+    }
+    reason
+}
+
+/// One row's cells, in the order of `columns`.
+pub(crate) fn cells(def: &ResourceDef, obj: &Value) -> Vec<Value> {
+    let name = json!(meta::name(obj));
+    let age = json!(human_age(str_field(obj, &["metadata", "creationTimestamp"])));
+    let spec = &obj["spec"];
+    let status = &obj["status"];
+    match def.plural {
+        "pods" => {
+            let total = spec["containers"].as_array().map(Vec::len).unwrap_or(0);
+            let statuses = status["containerStatuses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let ready = statuses.iter().filter(|c| c["ready"] == true).count();
+            let restarts: i64 = statuses.iter().filter_map(|c| c["restartCount"].as_i64()).sum();
+            let gates = spec["readinessGates"].as_array().map(Vec::len).unwrap_or(0);
+            vec![
+                name,
+                json!(format!("{ready}/{total}")),
+                json!(pod_status_reason(obj)),
+                json!(restarts.to_string()),
+                age,
+                json!(status["podIP"].as_str().unwrap_or("<none>")),
+                json!(spec["nodeName"].as_str().unwrap_or("<none>")),
+                json!(status["nominatedNodeName"].as_str().unwrap_or("<none>")),
+                json!(if gates == 0 {
+                    "<none>".to_owned()
+                } else {
+                    format!("0/{gates}")
+                }),
+            ]
+        }
+        "deployments" => {
+            let desired = spec["replicas"].as_i64().unwrap_or(0);
+            let (containers, images) = container_summary(&spec["template"]["spec"]);
+            vec![
+                name,
+                json!(format!(
+                    "{}/{desired}",
+                    status["readyReplicas"].as_i64().unwrap_or(0)
+                )),
+                json!(status["updatedReplicas"].as_i64().unwrap_or(0)),
+                json!(status["availableReplicas"].as_i64().unwrap_or(0)),
+                age,
+                json!(containers),
+                json!(images),
+                json!(selector_string(&spec["selector"])),
+            ]
+        }
+        "replicasets" => {
+            let (containers, images) = container_summary(&spec["template"]["spec"]);
+            vec![
+                name,
+                json!(spec["replicas"].as_i64().unwrap_or(0)),
+                json!(status["replicas"].as_i64().unwrap_or(0)),
+                json!(status["readyReplicas"].as_i64().unwrap_or(0)),
+                age,
+                json!(containers),
+                json!(images),
+                json!(selector_string(&spec["selector"])),
+            ]
+        }
+        "namespaces" => vec![name, json!(status["phase"].as_str().unwrap_or("")), age],
+        "nodes" => {
+            let ready = status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "Ready")
+                .map(|c| {
+                    if c["status"] == "True" {
+                        "Ready"
+                    } else {
+                        "NotReady"
+                    }
+                })
+                .unwrap_or("Unknown");
+            let mut st = ready.to_owned();
+            if spec["unschedulable"] == true {
+                st.push_str(",SchedulingDisabled");
+            }
+            let roles: Vec<String> = meta::labels(obj)
+                .keys()
+                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/").map(str::to_owned))
+                .collect();
+            let addr = |t: &str| {
+                status["addresses"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|a| a["type"] == t)
+                    .and_then(|a| a["address"].as_str())
+                    .unwrap_or("<none>")
+                    .to_owned()
+            };
+            let info = &status["nodeInfo"];
+            vec![
+                name,
+                json!(st),
+                json!(if roles.is_empty() {
+                    "<none>".to_owned()
+                } else {
+                    roles.join(",")
+                }),
+                age,
+                json!(info["kubeletVersion"].as_str().unwrap_or("")),
+                json!(addr("InternalIP")),
+                json!(addr("ExternalIP")),
+                json!(info["osImage"].as_str().unwrap_or("<unknown>")),
+                json!(info["kernelVersion"].as_str().unwrap_or("<unknown>")),
+                json!(info["containerRuntimeVersion"].as_str().unwrap_or("<unknown>")),
+            ]
+        }
+        "configmaps" => vec![name, json!(count(&obj["data"]) + count(&obj["binaryData"])), age],
+        "secrets" => vec![
+            name,
+            json!(obj["type"].as_str().unwrap_or("")),
+            json!(count(&obj["data"])),
+            age,
+        ],
+        "serviceaccounts" => vec![
+            name,
+            json!(obj["secrets"].as_array().map(Vec::len).unwrap_or(0)),
+            age,
+        ],
+        "services" => {
+            let ports: Vec<String> = spec["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    let mut s = p["port"].to_string();
+                    if let Some(np) = p["nodePort"].as_i64() {
+                        s.push_str(&format!(":{np}"));
+                    }
+                    format!("{s}/{}", p["protocol"].as_str().unwrap_or("TCP"))
+                })
+                .collect();
+            let sel = meta::string_map(&spec["selector"]);
+            let sel: Vec<String> = sel.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            vec![
+                name,
+                json!(spec["type"].as_str().unwrap_or("ClusterIP")),
+                json!(spec["clusterIP"].as_str().unwrap_or("<none>")),
+                json!("<none>"),
+                json!(if ports.is_empty() {
+                    "<none>".to_owned()
+                } else {
+                    ports.join(",")
+                }),
+                age,
+                json!(if sel.is_empty() {
+                    "<none>".to_owned()
+                } else {
+                    sel.join(",")
+                }),
+            ]
+        }
+        _ => vec![name, age],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(plural: &str) -> &'static ResourceDef {
+        r8s_api::catalogue()
+            .iter()
+            .find(|d| d.plural == plural && d.group != "events.k8s.io")
+            .unwrap()
+    }
+
+    #[test]
+    fn pod_defaults_follow_upstream() {
+        let mut pod = json!({"spec": {"containers": [
+            {"name": "a", "image": "nginx"},
+            {"name": "b", "image": "nginx:1.25"},
+            {"name": "c", "image": "reg:5000/x:latest", "ports": [{"containerPort": 80}]},
+        ]}});
+        default(def("pods"), &mut pod);
+        let s = &pod["spec"];
+        assert_eq!(s["restartPolicy"], "Always");
+        assert_eq!(s["dnsPolicy"], "ClusterFirst");
+        assert_eq!(s["terminationGracePeriodSeconds"], 30);
+        assert_eq!(s["schedulerName"], "default-scheduler");
+        assert_eq!(s["containers"][0]["imagePullPolicy"], "Always");
+        assert_eq!(s["containers"][1]["imagePullPolicy"], "IfNotPresent");
+        assert_eq!(s["containers"][2]["imagePullPolicy"], "Always");
+        assert_eq!(s["containers"][2]["ports"][0]["protocol"], "TCP");
+    }
+
+    #[test]
+    fn deployment_defaults_and_validation() {
+        let mut d = json!({"metadata": {"name": "web"}, "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+        }});
+        default(def("deployments"), &mut d);
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+        assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
+        assert_eq!(d["spec"]["progressDeadlineSeconds"], 600);
+        assert!(validate(def("deployments"), &d).is_empty());
+        d["spec"]["template"]["metadata"]["labels"]["app"] = json!("other");
+        let errs = validate(def("deployments"), &d);
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].field, "spec.template.metadata.labels");
+    }
+
+    #[test]
+    fn qos_classes() {
+        assert_eq!(qos_class(&json!({"containers": [{"name": "a"}]})), "BestEffort");
+        let g = json!({"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}}]});
+        assert_eq!(qos_class(&g), "Guaranteed");
+        let b = json!({"containers": [{"resources": {"requests": {"cpu": "1"}}}]});
+        assert_eq!(qos_class(&b), "Burstable");
+    }
+
+    #[test]
+    fn invalid_names_and_labels_are_reported_per_field() {
+        let obj = json!({"metadata": {"name": "Bad_Name", "labels": {"ok": "yes", "bad key": "v"}}});
+        let errs = validate(def("configmaps"), &obj);
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, vec!["metadata.name", "metadata.labels"]);
+        assert!(errs[0]
+            .message
+            .starts_with("Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain"));
+    }
+}
