@@ -13,6 +13,13 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+# The real kubectl, every supported minor version side by side (kubectl.1.27 ... kubectl.1.33):
+# the end-to-end tests' judge. It comes from the `kubectl` apt package.
+if ! command -v kubectl.1.33 >/dev/null && [ ! -x /usr/lib/google-cloud-sdk/bin/kubectl.1.33 ]; then
+  echo "setup: installing kubectl"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubectl >/dev/null \
+    || echo "setup: could not install the kubectl package; the end-to-end tests will say so" >&2
+fi
 # Debian's etcd-server starts a system etcd on 127.0.0.1:2379 where an init system runs;
 # r8s's tests start their own etcd processes on free ports and never use it.
 command -v cargo >/dev/null || { echo "setup: cargo (Rust stable) is required" >&2; exit 1; }

@@ -1,0 +1,379 @@
+//! End to end: `r8s server` driven by the real kubectl, oldest and newest supported minor
+//! versions (1.27 and 1.33), through the whole chain over TLS.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::{kubectl_binary, Server};
+
+const VERSIONS: &[&str] = &["1.27", "1.33"];
+
+fn configmap(ns: &str, name: &str, extra: &str) -> String {
+    format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {ns}\n{extra}data:\n  key: value\n")
+}
+
+fn namespace(name: &str) -> String {
+    format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n")
+}
+
+#[test]
+fn version_health_and_discovery() {
+    let s = Server::start();
+    for v in VERSIONS {
+        let out: serde_json::Value = serde_json::from_str(&s.ok(v, &["version", "-o", "json"])).unwrap();
+        assert_eq!(out["serverVersion"]["minor"], "33");
+        assert!(
+            out["serverVersion"]["gitVersion"]
+                .as_str()
+                .unwrap()
+                .starts_with("v1.33.0"),
+            "{out}"
+        );
+        assert_eq!(s.ok(v, &["get", "--raw", "/healthz"]), "ok");
+        let ready = s.ok(v, &["get", "--raw", "/readyz?verbose"]);
+        assert!(
+            ready.contains("[+]etcd ok") && ready.contains("readyz check passed"),
+            "{ready}"
+        );
+        let resources = s.ok(v, &["api-resources"]);
+        let pods = resources
+            .lines()
+            .find(|l| l.starts_with("pods "))
+            .expect("pods listed");
+        assert!(pods.contains(" po ") && pods.contains("Pod"), "{pods}");
+        assert!(resources
+            .lines()
+            .any(|l| l.starts_with("deployments ") && l.contains("apps/v1")));
+        let versions = s.ok(v, &["api-versions"]);
+        for gv in ["v1", "apps/v1", "coordination.k8s.io/v1", "events.k8s.io/v1"] {
+            assert!(versions.lines().any(|l| l == gv), "{gv} missing from {versions}");
+        }
+        let ns = s.ok(v, &["get", "namespaces", "-o", "name"]);
+        for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            assert!(ns.contains(&format!("namespace/{n}")), "{ns}");
+        }
+    }
+}
+
+#[test]
+fn crud_with_output_formats_labels_and_selectors() {
+    let s = Server::start();
+    for v in VERSIONS {
+        let ns = format!("crud-{}", v.replace('.', ""));
+        s.ok_stdin(v, &["apply", "-f", "-"], &namespace(&ns));
+        assert_eq!(
+            s.ok(v, &["get", "ns", &ns, "-o", "jsonpath={.status.phase}"]),
+            "Active"
+        );
+
+        let out = s.ok_stdin(v, &["create", "-f", "-"], &configmap(&ns, "cfg", ""));
+        assert_eq!(out.trim(), "configmap/cfg created");
+        let yaml = s.ok(v, &["-n", &ns, "get", "configmap", "cfg", "-o", "yaml"]);
+        assert!(
+            yaml.contains("key: value") && yaml.contains("uid:") && yaml.contains("resourceVersion:"),
+            "{yaml}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&s.ok(v, &["-n", &ns, "get", "cm", "cfg", "-o", "json"])).unwrap();
+        assert_eq!(json["kind"], "ConfigMap");
+        assert_eq!(json["metadata"]["namespace"], ns.as_str());
+        assert_eq!(
+            s.ok(v, &["-n", &ns, "get", "cm", "-o", "name"]).trim(),
+            "configmap/cfg"
+        );
+        let table = s.ok(v, &["-n", &ns, "get", "cm"]);
+        let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(header, ["NAME", "DATA", "AGE"]);
+        assert!(table.lines().nth(1).unwrap().starts_with("cfg "), "{table}");
+
+        s.ok_stdin(v, &["create", "-f", "-"], &configmap(&ns, "other", ""));
+        assert_eq!(
+            s.ok(v, &["-n", &ns, "label", "cm", "cfg", "tier=web"]).trim(),
+            "configmap/cfg labeled"
+        );
+        s.ok(v, &["-n", &ns, "annotate", "cm", "cfg", "note=hello"]);
+        assert_eq!(
+            s.ok(v, &["-n", &ns, "get", "cm", "-l", "tier=web", "-o", "name"])
+                .trim(),
+            "configmap/cfg"
+        );
+        assert_eq!(
+            s.ok(v, &["-n", &ns, "get", "cm", "-l", "tier!=web", "-o", "name"])
+                .trim(),
+            "configmap/other"
+        );
+        assert_eq!(
+            s.ok(
+                v,
+                &[
+                    "-n",
+                    &ns,
+                    "get",
+                    "cm",
+                    "--field-selector",
+                    "metadata.name=other",
+                    "-o",
+                    "name"
+                ]
+            )
+            .trim(),
+            "configmap/other"
+        );
+        assert_eq!(
+            s.ok(
+                v,
+                &[
+                    "-n",
+                    &ns,
+                    "get",
+                    "cm",
+                    "cfg",
+                    "-o",
+                    "jsonpath={.metadata.annotations.note}"
+                ]
+            ),
+            "hello"
+        );
+        // A second label write with a stale resourceVersion is a conflict, in upstream's words.
+        let mut stale = json.clone();
+        stale["data"]["key"] = "changed".into();
+        let replace = Command::new(kubectl_binary(v))
+            .args([
+                "--kubeconfig",
+                s.kubeconfig.to_str().unwrap(),
+                "replace",
+                "-f",
+                "-",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write;
+            let mut child = replace;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(stale.to_string().as_bytes())
+                .unwrap();
+            let out = child.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success());
+            assert!(
+                err.contains(
+                    "Operation cannot be fulfilled on configmaps \"cfg\": the object has been modified"
+                ),
+                "{err}"
+            );
+        }
+
+        assert_eq!(
+            s.ok(v, &["-n", &ns, "delete", "cm", "cfg"]).trim(),
+            "configmap \"cfg\" deleted"
+        );
+        let err = s.fails(v, &["-n", &ns, "get", "cm", "cfg"]);
+        assert!(
+            err.contains("Error from server (NotFound): configmaps \"cfg\" not found"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn apply_twice_dry_run_and_paging() {
+    let s = Server::start();
+    for v in VERSIONS {
+        let name = format!("web{}", v.replace('.', ""));
+        let deployment = |replicas: u32, image: &str| {
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: web\n        image: {image}\n"
+            )
+        };
+        // --dry-run=server validates and defaults but stores nothing.
+        let dry = s.ok_stdin(
+            v,
+            &["apply", "--dry-run=server", "-o", "json", "-f", "-"],
+            &deployment(2, "nginx:1.25"),
+        );
+        let dry: serde_json::Value = serde_json::from_str(&dry).unwrap();
+        assert_eq!(dry["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+        assert_eq!(
+            dry["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"],
+            "IfNotPresent"
+        );
+        assert!(s.kubectl(v, &["get", "deployment", &name]).status.code() != Some(0));
+
+        assert!(s
+            .ok_stdin(v, &["apply", "-f", "-"], &deployment(2, "nginx:1.25"))
+            .contains("created"));
+        assert!(s
+            .ok_stdin(v, &["apply", "-f", "-"], &deployment(3, "nginx:1.26"))
+            .contains("configured"));
+        let got = s.ok(
+            v,
+            &[
+                "get",
+                "deploy",
+                &name,
+                "-o",
+                "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image} {.metadata.generation}",
+            ],
+        );
+        assert_eq!(got, "3 nginx:1.26 2");
+        let wide = s.ok(v, &["get", "deploy", &name, "-o", "wide"]);
+        let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            header,
+            [
+                "NAME",
+                "READY",
+                "UP-TO-DATE",
+                "AVAILABLE",
+                "AGE",
+                "CONTAINERS",
+                "IMAGES",
+                "SELECTOR"
+            ]
+        );
+        s.ok(v, &["delete", "deploy", &name]);
+    }
+    // Paging: kubectl fetches in chunks and still shows everything.
+    for i in 0..7 {
+        s.ok_stdin(
+            "1.33",
+            &["create", "-f", "-"],
+            &configmap("default", &format!("page-{i}"), ""),
+        );
+    }
+    for v in VERSIONS {
+        let names = s.ok(v, &["get", "cm", "--chunk-size=2", "-o", "name"]);
+        assert_eq!(
+            names.lines().filter(|l| l.starts_with("configmap/page-")).count(),
+            7,
+            "{names}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_gets_upstream_errors() {
+    let s = Server::start();
+    for v in VERSIONS {
+        let err = String::from_utf8(s.fails_stdin(
+            v,
+            &["create", "-f", "-"],
+            &configmap("default", "Bad_Name", ""),
+        ))
+        .unwrap();
+        assert!(
+            err.contains("The ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters"),
+            "{err}"
+        );
+        let err =
+            String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], &configmap("nowhere", "cfg", "")))
+                .unwrap();
+        assert!(err.contains("namespaces \"nowhere\" not found"), "{err}");
+        s.ok_stdin(v, &["apply", "-f", "-"], &configmap("default", "dup", ""));
+        let err =
+            String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], &configmap("default", "dup", "")))
+                .unwrap();
+        assert!(err.contains("configmaps \"dup\" already exists"), "{err}");
+        s.ok(v, &["delete", "cm", "dup"]);
+        let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: default\nspec:\n  containers:\n  - name: c\n";
+        let err = String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], pod)).unwrap();
+        assert!(err.contains("spec.containers[0].image: Required value"), "{err}");
+    }
+}
+
+#[test]
+fn get_watch_streams_changes() {
+    let s = Server::start();
+    for v in VERSIONS {
+        let name = format!("watched{}", v.replace('.', ""));
+        let mut watcher = Command::new(kubectl_binary(v))
+            .args([
+                "--kubeconfig",
+                s.kubeconfig.to_str().unwrap(),
+                "get",
+                "cm",
+                "-w",
+                "-o",
+                "name",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = watcher.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        s.ok_stdin(v, &["create", "-f", "-"], &configmap("default", &name, ""));
+        let want = format!("configmap/{name}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut seen = Vec::new();
+        while !seen.contains(&want) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("kubectl get -w never showed {want}; saw {seen:?}"),
+            }
+        }
+        let _ = watcher.kill();
+        let _ = watcher.wait();
+    }
+}
+
+#[test]
+fn authentication_and_authorization_chains() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(
+        &tokens,
+        "admintoken,alice,1001,\"system:masters\"\nplaintoken,bob,1002,dev\n",
+    )
+    .unwrap();
+    let s = Server::start_with(&["--token-auth-file", tokens.to_str().unwrap()]);
+    let server = format!("https://127.0.0.1:{}", s.port);
+    let ca = s.dir.path().join("server/tls/ca.crt");
+    let with_token = |token: &str, args: &[&str]| {
+        Command::new(kubectl_binary("1.33"))
+            .args([
+                "--kubeconfig",
+                "/dev/null",
+                "--server",
+                &server,
+                "--certificate-authority",
+            ])
+            .arg(&ca)
+            .args(["--token", token])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = with_token("admintoken", &["get", "ns", "default", "-o", "name"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "namespace/default");
+
+    let out = with_token("plaintoken", &["get", "pods", "-n", "default"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("pods is forbidden: User \"bob\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""),
+        "{err}"
+    );
+    let out = with_token("wrongtoken", &["get", "pods"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Unauthorized"), "{err}");
+}

@@ -1,0 +1,198 @@
+//! A real `r8s server` for end-to-end tests, driven by the real kubectl. Everything it makes
+//! (the process, its data directory) goes when the test ends, also on failure.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The kubectl of a given minor version (`kubectl.1.27` … `kubectl.1.33` from the `kubectl`
+/// package), or plain `kubectl` for "".
+pub fn kubectl_binary(version: &str) -> PathBuf {
+    let name = if version.is_empty() {
+        "kubectl".to_owned()
+    } else {
+        format!("kubectl.{version}")
+    };
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.push(PathBuf::from("/usr/lib/google-cloud-sdk/bin"));
+    if let Ok(out) = Command::new("dpkg").args(["-L", "kubectl"]).output() {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if line.ends_with("/kubectl") {
+                if let Some(parent) = Path::new(line).parent() {
+                    dirs.push(parent.to_owned());
+                }
+            }
+        }
+    }
+    dirs.into_iter()
+        .map(|d| d.join(&name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("{name} not found: install the kubectl package (it ships kubectl.1.27 … kubectl.1.33)")
+        })
+}
+
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    pub port: u16,
+    child: Child,
+}
+
+impl Server {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    pub fn start_with(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_r8s"))
+            .arg("server")
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args([
+                "--bind-address",
+                "127.0.0.1",
+                "--https-listen-port",
+                &port.to_string(),
+            ])
+            .args(extra)
+            .env("R8S_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let kubeconfig = dir.path().join("kubeconfig.yaml");
+        let mut server = Server {
+            dir,
+            kubeconfig,
+            port,
+            child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                panic!("r8s server exited ({status}):\n{}", server.log());
+            }
+            if server.kubeconfig.exists() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "r8s server did not start:\n{}",
+                server.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        server
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// Run kubectl of `version` against this server.
+    pub fn kubectl(&self, version: &str, args: &[&str]) -> Output {
+        Command::new(kubectl_binary(version))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .env(
+                "KUBECACHEDIR",
+                self.dir.path().join(format!("kubecache-{version}")),
+            )
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// Run kubectl and insist it succeeds; returns stdout.
+    pub fn ok(&self, version: &str, args: &[&str]) -> String {
+        let out = self.kubectl(version, args);
+        assert!(
+            out.status.success(),
+            "kubectl {version} {args:?} failed:\nstdout: {}\nstderr: {}\nserver log:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Run kubectl and insist it fails; returns stderr.
+    pub fn fails(&self, version: &str, args: &[&str]) -> String {
+        let out = self.kubectl(version, args);
+        assert!(
+            !out.status.success(),
+            "kubectl {version} {args:?} should have failed:\nstdout: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    /// kubectl with stdin.
+    pub fn ok_stdin(&self, version: &str, args: &[&str], input: &str) -> String {
+        use std::io::Write;
+        let mut child = Command::new(kubectl_binary(version))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .env(
+                "KUBECACHEDIR",
+                self.dir.path().join(format!("kubecache-{version}")),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {version} {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// kubectl with stdin that must fail; returns stderr.
+    pub fn fails_stdin(&self, version: &str, args: &[&str], input: &str) -> Vec<u8> {
+        use std::io::Write;
+        let mut child = Command::new(kubectl_binary(version))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(!out.status.success(), "kubectl {args:?} should have failed");
+        out.stderr
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
