@@ -13,6 +13,7 @@ mod handler;
 mod health;
 mod openapi;
 pub mod pki;
+mod protobuf;
 mod registry;
 pub mod request_info;
 mod server;

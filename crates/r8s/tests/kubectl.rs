@@ -377,3 +377,161 @@ fn authentication_and_authorization_chains() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Unauthorized"), "{err}");
 }
+
+/// Imperative creates (kubectl >= 1.32 sends these in protobuf), scale and the status and
+/// binding subresources.
+#[test]
+fn imperative_creates_scale_and_subresources() {
+    let s = Server::start();
+    for v in VERSIONS {
+        let ns = format!("imp-{}", v.replace('.', ""));
+        assert_eq!(
+            s.ok(v, &["create", "namespace", &ns]).trim(),
+            format!("namespace/{ns} created")
+        );
+        s.ok(
+            v,
+            &["-n", &ns, "create", "configmap", "cfg", "--from-literal=a=1"],
+        );
+        s.ok(
+            v,
+            &[
+                "-n",
+                &ns,
+                "create",
+                "secret",
+                "generic",
+                "pw",
+                "--from-literal=pw=hunter2",
+            ],
+        );
+        assert_eq!(
+            s.ok(
+                v,
+                &["-n", &ns, "get", "secret", "pw", "-o", "jsonpath={.data.pw}"]
+            ),
+            "aHVudGVyMg=="
+        );
+        assert_eq!(
+            s.ok(
+                v,
+                &[
+                    "-n",
+                    &ns,
+                    "create",
+                    "deployment",
+                    "nginx",
+                    "--image=nginx",
+                    "--replicas=3"
+                ]
+            )
+            .trim(),
+            "deployment.apps/nginx created"
+        );
+        let d: serde_json::Value =
+            serde_json::from_str(&s.ok(v, &["-n", &ns, "get", "deploy", "nginx", "-o", "json"])).unwrap();
+        assert_eq!(d["spec"]["replicas"], 3);
+        assert_eq!(d["spec"]["selector"]["matchLabels"]["app"], "nginx");
+        assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate");
+        assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["image"], "nginx");
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"],
+            "Always"
+        );
+
+        assert_eq!(
+            s.ok(v, &["-n", &ns, "scale", "deploy", "nginx", "--replicas=5"])
+                .trim(),
+            "deployment.apps/nginx scaled"
+        );
+        assert_eq!(
+            s.ok(
+                v,
+                &[
+                    "-n",
+                    &ns,
+                    "get",
+                    "deploy",
+                    "nginx",
+                    "-o",
+                    "jsonpath={.spec.replicas} {.metadata.generation}"
+                ]
+            ),
+            "5 2"
+        );
+
+        s.ok(v, &["-n", &ns, "run", "p", "--image=nginx"]);
+        assert_eq!(
+            s.ok(
+                v,
+                &["-n", &ns, "get", "pod", "p", "-o", "jsonpath={.status.phase}"]
+            ),
+            "Pending"
+        );
+        // The main resource cannot change status; the status subresource can.
+        s.ok(
+            v,
+            &[
+                "-n",
+                &ns,
+                "patch",
+                "pod",
+                "p",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"phase":"Failed"}}"#,
+            ],
+        );
+        assert_eq!(
+            s.ok(
+                v,
+                &["-n", &ns, "get", "pod", "p", "-o", "jsonpath={.status.phase}"]
+            ),
+            "Pending"
+        );
+        s.ok(
+            v,
+            &[
+                "-n",
+                &ns,
+                "patch",
+                "pod",
+                "p",
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"phase":"Running"}}"#,
+            ],
+        );
+        assert_eq!(
+            s.ok(
+                v,
+                &["-n", &ns, "get", "pod", "p", "-o", "jsonpath={.status.phase}"]
+            ),
+            "Running"
+        );
+
+        // Binding assigns the pod to a node once.
+        let binding = r#"{"apiVersion":"v1","kind":"Binding","metadata":{"name":"p"},"target":{"kind":"Node","name":"n1"}}"#;
+        let path = format!("/api/v1/namespaces/{ns}/pods/p/binding");
+        s.ok_stdin(v, &["create", "--raw", &path, "-f", "-"], binding);
+        assert_eq!(
+            s.ok(
+                v,
+                &[
+                    "-n",
+                    &ns,
+                    "get",
+                    "pod",
+                    "p",
+                    "-o",
+                    "jsonpath={.spec.nodeName} {.status.conditions[0].type}={.status.conditions[0].status}"
+                ]
+            ),
+            "n1 PodScheduled=True"
+        );
+        let err =
+            String::from_utf8(s.fails_stdin(v, &["create", "--raw", &path, "-f", "-"], binding)).unwrap();
+        assert!(err.contains("is already assigned to node \"n1\""), "{err}");
+    }
+}

@@ -9,6 +9,7 @@
 pub(crate) mod meta;
 mod patch;
 pub(crate) mod strategy;
+mod subresource;
 mod table;
 mod watch;
 
@@ -86,7 +87,7 @@ pub(crate) fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
     Ok(obj)
 }
 
-fn encode(obj: &Value) -> Bytes {
+pub(crate) fn encode(obj: &Value) -> Bytes {
     let mut stored = obj.clone();
     if let Some(m) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
@@ -108,7 +109,7 @@ pub(crate) fn not_found(def: &ResourceDef, name: &str) -> ApiError {
     }))
 }
 
-fn already_exists(def: &ResourceDef, name: &str) -> ApiError {
+pub(crate) fn already_exists(def: &ResourceDef, name: &str) -> ApiError {
     ApiError::new(
         409,
         "AlreadyExists",
@@ -117,7 +118,7 @@ fn already_exists(def: &ResourceDef, name: &str) -> ApiError {
     .with_details(json!({"name": name, "group": def.group, "kind": def.plural}))
 }
 
-fn conflict(def: &ResourceDef, name: &str) -> ApiError {
+pub(crate) fn conflict(def: &ResourceDef, name: &str) -> ApiError {
     ApiError::new(
         409,
         "Conflict",
@@ -154,7 +155,7 @@ pub(crate) fn invalid(def: &ResourceDef, name: &str, errs: &[FieldError]) -> Api
     }))
 }
 
-fn store_error(def: &ResourceDef, name: &str, e: StoreError) -> ApiError {
+pub(crate) fn store_error(def: &ResourceDef, name: &str, e: StoreError) -> ApiError {
     match e {
         StoreError::NotFound { .. } => not_found(def, name),
         StoreError::AlreadyExists { .. } => already_exists(def, name),
@@ -184,28 +185,20 @@ pub(crate) async fn handle(
         return Err(ApiError::not_found_path());
     }
     let query = Query::parse(ctx.query.as_deref());
-    // r8s speaks JSON only; clients that send protobuf get 415 and fall back to JSON, as they
-    // do for custom resources upstream.
-    if !body.is_empty() {
-        let ct = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        if ct.starts_with("application/vnd.kubernetes.protobuf") || ct.starts_with("application/yaml") {
-            return Err(ApiError::new(
-                415,
-                "UnsupportedMediaType",
-                format!("the body of the request was in an unknown format - accepted media types include: application/json, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {ct})"),
-            ));
-        }
-    }
-    if !info.subresource.is_empty() {
-        if def.subresource(&info.subresource).is_none() {
-            return Err(ApiError::not_found_path());
-        }
-        return Err(ApiError::method_not_allowed(
-            &info.verb,
-            &format!("{}/{}", def.group_resource(), info.subresource),
+    // Bodies in Kubernetes' protobuf encoding (kubectl >= 1.32 sends typed objects so) are read
+    // into JSON here; everything after works on JSON. Responses are always JSON.
+    let body = if !body.is_empty() && content_type(headers).starts_with(crate::protobuf::MEDIA_TYPE) {
+        let obj = crate::protobuf::decode(&body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding the protobuf request body: {e}")))?;
+        Bytes::from(serde_json::to_vec(&obj).expect("JSON serializes"))
+    } else {
+        body
+    };
+    if !body.is_empty() && content_type(headers).starts_with("application/yaml") {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
         ));
     }
     let ns = if def.namespaced {
@@ -213,17 +206,53 @@ pub(crate) async fn handle(
     } else {
         ""
     };
+    if !info.subresource.is_empty() {
+        if def.subresource(&info.subresource).is_none() {
+            return Err(ApiError::not_found_path());
+        }
+        return subresource::handle(
+            ctx,
+            def,
+            ns,
+            &info.name,
+            &info.subresource,
+            method,
+            headers,
+            &query,
+            body,
+        )
+        .await;
+    }
     match (method, info.verb.as_str()) {
         (_, "get") => get(ctx, def, ns, &info.name, headers, &query).await,
         (_, "list") => list(ctx, def, ns, headers, &query).await,
         (_, "watch") => watch::serve(ctx, def, ns, headers, &query).await,
         (_, "create") => create(ctx, def, ns, headers, &query, body).await,
         (_, "update") => update(ctx, def, ns, &info.name, &query, body).await,
-        (_, "patch") => patch::serve(ctx, def, ns, &info.name, headers, &query, body).await,
+        (_, "patch") => {
+            patch::serve(
+                ctx,
+                def,
+                ns,
+                &info.name,
+                subresource::View::Main,
+                headers,
+                &query,
+                body,
+            )
+            .await
+        }
         (_, "delete") => delete(ctx, def, ns, &info.name, &query, body).await,
         (_, "deletecollection") => delete_collection(ctx, def, ns, &query, body).await,
         (m, _) => Err(ApiError::method_not_allowed(m.as_str(), &def.group_resource())),
     }
+}
+
+fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {
@@ -429,7 +458,7 @@ async fn list(
 }
 
 /// Decode a request body as the resource's kind.
-fn decode_body(def: &ResourceDef, body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn decode_body(def: &ResourceDef, body: &[u8]) -> Result<Value, ApiError> {
     let obj: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!("error decoding the request body as {}: {e}", def.kind))
     })?;
@@ -581,17 +610,25 @@ async fn create(
     Ok(json_response(StatusCode::CREATED, &obj))
 }
 
+/// The object a request is about.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub def: &'a ResourceDef,
+    pub ns: &'a str,
+    pub name: &'a str,
+}
+
 /// Write `obj` over `old` (stored at `old_rv`): metadata rules, strategy, admission, CAS.
 /// Used by update and patch.
 pub(crate) async fn apply_update(
     ctx: &Ctx,
-    def: &ResourceDef,
-    ns: &str,
-    name: &str,
+    target: Target<'_>,
     mut obj: Value,
     old: &Value,
     dry_run: bool,
+    view: subresource::View,
 ) -> Result<Value, ApiError> {
+    let Target { def, ns, name } = target;
     check_type_and_namespace(def, &mut obj, ns)?;
     let old_rv = meta::resource_version(old).unwrap_or(0);
     let expected = match meta::resource_version(&obj) {
@@ -631,7 +668,9 @@ pub(crate) async fn apply_update(
         }
         m.remove("resourceVersion");
     }
-    strategy::prepare_for_update(def, &mut obj, old);
+    if view == subresource::View::Main {
+        strategy::prepare_for_update(def, &mut obj, old);
+    }
     strategy::default(def, &mut obj);
     if strategy::tracks_generation(def) && obj.get("spec") != old.get("spec") {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
@@ -693,7 +732,15 @@ async fn update(
 ) -> Result<Response<Body>, ApiError> {
     let obj = decode_body(def, &body)?;
     let old = read(ctx, def, ns, name).await?;
-    let written = apply_update(ctx, def, ns, name, obj, &old, query.dry_run()).await?;
+    let written = apply_update(
+        ctx,
+        Target { def, ns, name },
+        obj,
+        &old,
+        query.dry_run(),
+        subresource::View::Main,
+    )
+    .await?;
     Ok(json_response(StatusCode::OK, &written))
 }
 

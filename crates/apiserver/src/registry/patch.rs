@@ -8,7 +8,8 @@ use http::{header, HeaderMap, Response, StatusCode};
 use r8s_api::ResourceDef;
 use serde_json::{Map, Value};
 
-use super::{apply_update, read, Query};
+use super::subresource::View;
+use super::{apply_update, read, Query, Target};
 use crate::handler::{json_response, Body, Ctx};
 use crate::status::ApiError;
 
@@ -19,11 +20,13 @@ enum PatchType {
     Strategic,
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve(
     ctx: &Ctx,
     def: &ResourceDef,
     ns: &str,
     name: &str,
+    view: View,
     headers: &HeaderMap,
     query: &Query,
     body: Bytes,
@@ -56,10 +59,12 @@ pub(crate) async fn serve(
     loop {
         attempts += 1;
         let old = read(ctx, def, ns, name).await?;
-        let mut patched = old.clone();
+        // Patch what the client sees (the object, or its status or scale), then write it back.
+        let mut patched = View::project(view, def, &old);
         apply(kind, &mut patched, &patch)?;
-        match apply_update(ctx, def, ns, name, patched, &old, query.dry_run()).await {
-            Ok(obj) => return Ok(json_response(StatusCode::OK, &obj)),
+        let full = view.merge_back(def, &old, patched)?;
+        match apply_update(ctx, Target { def, ns, name }, full, &old, query.dry_run(), view).await {
+            Ok(obj) => return Ok(json_response(StatusCode::OK, &View::project(view, def, &obj))),
             Err(e) if e.code == 409 && e.reason == "Conflict" && !pinned && attempts < 5 => continue,
             Err(e) => return Err(e),
         }

@@ -171,8 +171,8 @@ pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
                 spec["replicas"] = json!(1);
             }
             if def.plural == "deployments" {
-                if spec.get("strategy").is_none_or(Value::is_null) {
-                    spec["strategy"] = json!({"type": "RollingUpdate"});
+                if spec["strategy"]["type"].as_str().is_none_or(str::is_empty) {
+                    spec["strategy"]["type"] = json!("RollingUpdate");
                 }
                 if spec["strategy"]["type"] == "RollingUpdate" {
                     let ru = &mut spec["strategy"]["rollingUpdate"];

@@ -1,0 +1,225 @@
+//! Subresources: `status` (its own write path: only status changes), `scale` (an
+//! `autoscaling/v1` Scale over spec.replicas), `binding` (pods: sets spec.nodeName and the
+//! PodScheduled condition) and `finalize` (namespaces: spec.finalizers).
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Response, StatusCode};
+use r8s_api::ResourceDef;
+use serde_json::{json, Value};
+
+use super::{apply_update, decode_body, meta, patch, read, store_error, Query, Target};
+use crate::handler::{json_response, Body, Ctx};
+use crate::status::ApiError;
+
+/// Which part of an object a request reads and writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum View {
+    Main,
+    Status,
+    Scale,
+    Finalize,
+}
+
+impl View {
+    /// What a client of this view sees of `obj`.
+    pub fn project(view: View, def: &ResourceDef, obj: &Value) -> Value {
+        match view {
+            View::Main | View::Status | View::Finalize => obj.clone(),
+            View::Scale => {
+                let m = &obj["metadata"];
+                let selector = meta::string_map(&obj["spec"]["selector"]["matchLabels"]);
+                let selector: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let _ = def;
+                json!({
+                    "kind": "Scale",
+                    "apiVersion": "autoscaling/v1",
+                    "metadata": {
+                        "name": m["name"],
+                        "namespace": m["namespace"],
+                        "uid": m["uid"],
+                        "resourceVersion": m["resourceVersion"],
+                        "creationTimestamp": m["creationTimestamp"],
+                    },
+                    "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
+                    "status": {
+                        "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0),
+                        "selector": selector.join(","),
+                    },
+                })
+            }
+        }
+    }
+
+    /// The whole object to write when a client of this view sends `new`. Only the view's part
+    /// changes; `new`'s resourceVersion is the precondition.
+    pub fn merge_back(self, def: &ResourceDef, old: &Value, new: Value) -> Result<Value, ApiError> {
+        let rv = new["metadata"]["resourceVersion"].clone();
+        let mut full = match self {
+            View::Main => return Ok(new),
+            View::Status => {
+                let mut full = old.clone();
+                match new.get("status") {
+                    Some(s) => full["status"] = s.clone(),
+                    None => {
+                        if let Some(o) = full.as_object_mut() {
+                            o.remove("status");
+                        }
+                    }
+                }
+                full
+            }
+            View::Scale => {
+                let replicas = new["spec"]["replicas"].as_i64().unwrap_or(0);
+                if replicas < 0 {
+                    return Err(super::invalid(
+                        def,
+                        meta::name(old),
+                        &[r8s_api::validation::FieldError::invalid(
+                            "spec.replicas",
+                            &replicas.to_string(),
+                            "must be greater than or equal to 0",
+                        )],
+                    ));
+                }
+                let mut full = old.clone();
+                full["spec"]["replicas"] = json!(replicas);
+                full
+            }
+            View::Finalize => {
+                let mut full = old.clone();
+                full["spec"]["finalizers"] = new["spec"]["finalizers"].clone();
+                full
+            }
+        };
+        let m = meta::meta_mut(&mut full);
+        if rv.is_string() {
+            m.insert("resourceVersion".into(), rv);
+        }
+        Ok(full)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn handle(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    sub: &str,
+    method: &Method,
+    headers: &HeaderMap,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let view = match sub {
+        "status" => View::Status,
+        "scale" => View::Scale,
+        "finalize" => View::Finalize,
+        "binding" if *method == Method::POST => return bind(ctx, def, ns, name, query, body).await,
+        _ => {
+            return Err(ApiError::method_not_allowed(
+                method.as_str(),
+                &format!("{}/{sub}", def.group_resource()),
+            ))
+        }
+    };
+    match *method {
+        Method::GET => {
+            let obj = read(ctx, def, ns, name).await?;
+            Ok(json_response(StatusCode::OK, &View::project(view, def, &obj)))
+        }
+        Method::PUT if view != View::Finalize || def.plural == "namespaces" => {
+            let new = if view == View::Scale {
+                serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding Scale: {e}")))?
+            } else {
+                decode_body(def, &body)?
+            };
+            let old = read(ctx, def, ns, name).await?;
+            let full = view.merge_back(def, &old, new)?;
+            let written =
+                apply_update(ctx, Target { def, ns, name }, full, &old, query.dry_run(), view).await?;
+            Ok(json_response(StatusCode::OK, &View::project(view, def, &written)))
+        }
+        Method::PATCH if view != View::Finalize => {
+            patch::serve(ctx, def, ns, name, view, headers, query, body).await
+        }
+        _ => Err(ApiError::method_not_allowed(
+            method.as_str(),
+            &format!("{}/{sub}", def.group_resource()),
+        )),
+    }
+}
+
+/// POST pods/<name>/binding: assign the pod to a node, once.
+async fn bind(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let binding: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding Binding: {e}")))?;
+    let node = binding["target"]["name"].as_str().unwrap_or("").to_owned();
+    if node.is_empty() {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            format!("Binding \"{name}\" is invalid: target.name: Required value"),
+        ));
+    }
+    for _ in 0..5 {
+        let old = read(ctx, def, ns, name).await?;
+        if let Some(existing) = old["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+            return Err(ApiError::new(
+                409,
+                "Conflict",
+                format!("Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{existing}\""),
+            ));
+        }
+        if old["metadata"]["deletionTimestamp"].is_string() {
+            return Err(ApiError::new(
+                409,
+                "Conflict",
+                format!("Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is being deleted, cannot be assigned to a host"),
+            ));
+        }
+        let mut obj = old.clone();
+        obj["spec"]["nodeName"] = json!(node);
+        let conditions = obj["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut conditions: Vec<Value> = conditions
+            .into_iter()
+            .filter(|c| c["type"] != "PodScheduled")
+            .collect();
+        conditions.push(json!({
+            "type": "PodScheduled",
+            "status": "True",
+            "lastProbeTime": null,
+            "lastTransitionTime": meta::now_rfc3339(),
+        }));
+        obj["status"]["conditions"] = json!(conditions);
+        if query.dry_run() {
+            break;
+        }
+        let rv = meta::resource_version(&old).unwrap_or(0);
+        match ctx
+            .shared
+            .store
+            .update(&super::key(def, ns, name), super::encode(&obj), rv)
+            .await
+        {
+            Ok(_) => break,
+            Err(r8s_store::StoreError::Conflict { .. }) => continue,
+            Err(e) => return Err(store_error(def, name, e)),
+        }
+    }
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}
