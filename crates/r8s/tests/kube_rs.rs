@@ -1,0 +1,187 @@
+//! End to end with kube-rs, the other client the API must satisfy unchanged: typed CRUD, and a
+//! runtime watcher that survives its resourceVersion being compacted away (410 → relist).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use support::Server;
+
+async fn client(server: &Server) -> Client {
+    let kubeconfig = Kubeconfig::read_from(&server.kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn configmap(name: &str, value: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([("app".into(), "kube-rs".into())])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("key".into(), value.into())])),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_crud() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+
+    let created = cms
+        .create(&PostParams::default(), &configmap("one", "1"))
+        .await
+        .unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    assert!(created.metadata.resource_version.is_some());
+    let got = cms.get("one").await.unwrap();
+    assert_eq!(got.metadata.uid.as_deref(), Some(uid.as_str()));
+    assert_eq!(got.data.as_ref().unwrap()["key"], "1");
+
+    // Replace with the current resourceVersion succeeds; with a stale one it is a 409.
+    let mut next = got.clone();
+    next.data = Some(BTreeMap::from([("key".into(), "2".into())]));
+    let replaced = cms.replace("one", &PostParams::default(), &next).await.unwrap();
+    assert_ne!(replaced.metadata.resource_version, got.metadata.resource_version);
+    match cms.replace("one", &PostParams::default(), &next).await {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 409);
+            assert_eq!(status.reason, "Conflict");
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+
+    let patched = cms
+        .patch(
+            "one",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"patched": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["patched"], "yes");
+
+    cms.create(&PostParams::default(), &configmap("two", "2"))
+        .await
+        .unwrap();
+    let list = cms
+        .list(&ListParams::default().labels("patched=yes"))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    let all = cms.list(&ListParams::default().limit(1)).await.unwrap();
+    assert_eq!(all.items.len(), 1);
+    assert!(all.metadata.continue_.is_some(), "a limited list pages");
+
+    cms.delete("one", &DeleteParams::default()).await.unwrap();
+    match cms.get("one").await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 404),
+        other => panic!("expected 404, got {other:?}"),
+    }
+
+    // A typed Deployment round-trips with defaults applied.
+    let deployments: Api<Deployment> = Api::namespaced(client, "default");
+    let d: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx:1.25"}]}}
+        }
+    }))
+    .unwrap();
+    let d = deployments.create(&PostParams::default(), &d).await.unwrap();
+    let spec = d.spec.unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.revision_history_limit, Some(10));
+    assert_eq!(d.metadata.generation, Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watcher_survives_a_compacted_resource_version() {
+    // Compact every second, keeping only 5 revisions: a watcher that reconnects after other
+    // writes finds its resourceVersion gone (410) and must relist.
+    let server = Server::start_with(&[
+        "--datastore-compaction-interval",
+        "1s",
+        "--datastore-compaction-retain",
+        "5",
+    ]);
+    let client = client(&server).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let secrets: Api<Secret> = Api::namespaced(client, "default");
+    cms.create(&PostParams::default(), &configmap("before", "0"))
+        .await
+        .unwrap();
+
+    // Each watch request ends after 1 s, so the watcher keeps reconnecting from its last
+    // resourceVersion.
+    let config = watcher::Config::default().timeout(1);
+    let mut events = watcher(cms.clone(), config).boxed();
+    let mut relists = 0;
+    let mut saw_after = false;
+    let mut churned = false;
+    let mut saw_gone = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    while !(saw_after && relists >= 2) {
+        let ev = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "watcher stalled: relists={relists} saw_after={saw_after}\n{}",
+                    server.log()
+                )
+            })
+            .expect("stream open");
+        match ev {
+            Ok(watcher::Event::Init) => relists += 1,
+            Ok(watcher::Event::InitDone) if relists == 1 && !churned => {
+                // Many writes elsewhere, then wait for compaction to pass the watcher's revision.
+                for i in 0..30 {
+                    let s: Secret = serde_json::from_value(serde_json::json!({
+                        "metadata": {"name": format!("churn-{i}")},
+                        "stringData": {"k": "v"}
+                    }))
+                    .unwrap();
+                    secrets.create(&PostParams::default(), &s).await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+                churned = true;
+            }
+            Ok(watcher::Event::InitApply(cm)) | Ok(watcher::Event::Apply(cm)) => {
+                if relists >= 2 && cm.metadata.name.as_deref() == Some("before") && !saw_after {
+                    // Relisted after the 410: now a new object must arrive as a live event.
+                    cms.create(&PostParams::default(), &configmap("after", "1"))
+                        .await
+                        .unwrap();
+                }
+                if cm.metadata.name.as_deref() == Some("after") {
+                    saw_after = true;
+                }
+            }
+            Ok(_) => {}
+            // The 410 surfaces as an error item before the watcher relists by itself.
+            Err(e) => {
+                assert!(
+                    e.to_string().contains("too old resource version"),
+                    "unexpected watcher error: {e}"
+                );
+                saw_gone = true;
+            }
+        }
+    }
+    assert!(saw_gone, "the watcher never got 410 Gone");
+    assert!(relists >= 2, "the watcher never relisted");
+}
