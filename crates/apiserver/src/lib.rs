@@ -18,6 +18,7 @@ mod registry;
 pub mod request_info;
 mod server;
 pub mod status;
+mod watch_cache;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,6 +47,7 @@ pub(crate) struct Shared {
     pub admission: admission::AdmissionChain,
     /// `host:port` clients reach this server at, for discovery's serverAddressByClientCIDRs.
     pub advertise: String,
+    pub watch_cache: Arc<watch_cache::WatchCache>,
 }
 
 /// A running API server.
@@ -65,6 +67,7 @@ impl ApiServer {
         let local_addr = listener.local_addr()?;
         let tls = server::tls_config(&config.serving).map_err(std::io::Error::other)?;
         let shared = Arc::new(Shared {
+            watch_cache: Arc::new(watch_cache::WatchCache::new(config.store.clone())),
             store: config.store,
             authenticators: config.authenticators,
             authorizers: config.authorizers,

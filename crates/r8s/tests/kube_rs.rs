@@ -82,6 +82,20 @@ async fn typed_crud() {
         .await
         .unwrap();
     assert_eq!(list.items.len(), 1);
+    // resourceVersion=0 (what informers ask for) is served from the watch cache.
+    let cached = cms.list(&ListParams::default().match_any()).await.unwrap();
+    let mut names: Vec<String> = cached
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["one", "two"]);
+    let cached_labelled = cms
+        .list(&ListParams::default().match_any().labels("patched=yes"))
+        .await
+        .unwrap();
+    assert_eq!(cached_labelled.items.len(), 1);
     let all = cms.list(&ListParams::default().limit(1)).await.unwrap();
     assert_eq!(all.items.len(), 1);
     assert!(all.metadata.continue_.is_some(), "a limited list pages");

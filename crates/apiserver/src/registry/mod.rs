@@ -324,6 +324,12 @@ impl Filter {
         self.labels.is_empty() && self.fields.is_empty()
     }
 
+    /// Match an object of the watch cache by its labels and fields.
+    pub fn matches_cached(&self, obj: &crate::watch_cache::CachedObject) -> bool {
+        (self.labels.is_empty() || self.labels.matches(&obj.labels))
+            && (self.fields.is_empty() || self.fields.matches(&obj.fields))
+    }
+
     pub fn matches(&self, def: &ResourceDef, obj: &Value) -> bool {
         (self.labels.is_empty() || self.labels.matches(&meta::labels(obj)))
             && (self.fields.is_empty() || self.fields.matches(&strategy::fields(def, obj)))
@@ -424,14 +430,88 @@ pub(crate) async fn list_objects(
     }
 }
 
+/// Serve a list from the watch cache when it can be: a list at any revision ("0", what
+/// informers ask for) or not older than one the cache has applied, without paging. A list at
+/// the latest revision (no resourceVersion) is read from the datastore: the cache cannot yet
+/// prove it is current (that needs progress notifications from the datastore).
+async fn list_from_cache(
+    ctx: &Ctx,
+    def: &'static ResourceDef,
+    ns: &str,
+    headers: &HeaderMap,
+    query: &Query,
+    filter: &Filter,
+) -> Result<Option<Response<Body>>, ApiError> {
+    if query.get("limit").is_some()
+        || query.get("continue").is_some()
+        || query.get("resourceVersionMatch") == Some("Exact")
+    {
+        return Ok(None);
+    }
+    let min_revision = match query.get("resourceVersion") {
+        None => return Ok(None),
+        Some("0") => 0,
+        Some(rv) => rv
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))?,
+    };
+    let Some(cache) = ctx.shared.watch_cache.get(def).await else {
+        return Ok(None);
+    };
+    let Some((items, revision)) = cache
+        .list(&prefix(def, ns), min_revision, |o| filter.matches_cached(o))
+        .await
+    else {
+        return Ok(None);
+    };
+    if wants_table(headers) {
+        let objects: Vec<Value> = items
+            .iter()
+            .filter_map(|o| serde_json::from_slice(&o.json).ok())
+            .collect();
+        let list_meta = json!({"resourceVersion": revision.to_string()});
+        return Ok(Some(json_response(
+            StatusCode::OK,
+            &table::render(def, &objects, Some(list_meta), query),
+        )));
+    }
+    // The items are JSON already: the list is written around them.
+    let mut body = Vec::with_capacity(items.iter().map(|o| o.json.len() + 1).sum::<usize>() + 128);
+    body.extend_from_slice(
+        format!(
+            "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{revision}\"}},\"items\":[",
+            list_kind(def),
+            def.api_version()
+        )
+        .as_bytes(),
+    );
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&o.json);
+    }
+    body.extend_from_slice(b"]}");
+    Ok(Some(
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(crate::handler::full(body))
+            .expect("valid response"),
+    ))
+}
+
 async fn list(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &'static ResourceDef,
     ns: &str,
     headers: &HeaderMap,
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
     let filter = Filter::from_query(def, query)?;
+    if let Some(resp) = list_from_cache(ctx, def, ns, headers, query, &filter).await? {
+        return Ok(resp);
+    }
     let (items, revision, token, remaining) = list_objects(ctx, def, ns, query, &filter).await?;
     let mut list_meta = json!({"resourceVersion": revision.to_string()});
     if let Some(t) = &token {

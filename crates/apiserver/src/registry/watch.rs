@@ -18,6 +18,10 @@ use tokio::sync::mpsc;
 use super::{decode, list_objects, meta, table, wants_table, Filter, Query};
 use crate::handler::{Body, Ctx};
 use crate::status::ApiError;
+use crate::watch_cache::{CachedEvent, Subscription};
+
+/// Bytes of events gathered into one write.
+const CHUNK: usize = 64 * 1024;
 
 struct Emitter {
     tx: mpsc::Sender<Bytes>,
@@ -25,15 +29,27 @@ struct Emitter {
 }
 
 impl Emitter {
-    /// Send one event; false once the client is gone.
-    async fn send(&self, kind: &str, obj: Value) -> bool {
+    /// One change from the watch cache as this watcher sees it: the shared line when it sees
+    /// the change as everyone does, else its own rendering.
+    fn render_cached(&self, def: &ResourceDef, filter: &Filter, ev: &CachedEvent) -> Option<Bytes> {
+        if filter.is_empty() && self.table.is_none() {
+            return Some(ev.line());
+        }
+        let kind = cached_type(def, filter, ev)?;
+        Some(self.render(kind, (*ev.object).clone()))
+    }
+
+    fn render(&self, kind: &str, obj: Value) -> Bytes {
         let obj = match &self.table {
             Some((def, q)) if kind != "BOOKMARK" && kind != "ERROR" => table::render(def, &[obj], None, q),
             _ => obj,
         };
-        let mut line = serde_json::to_vec(&json!({"type": kind, "object": obj})).expect("JSON serializes");
-        line.push(b'\n');
-        self.tx.send(Bytes::from(line)).await.is_ok()
+        crate::watch_cache::encode_line(kind, &obj)
+    }
+
+    /// Send one event; false once the client is gone.
+    async fn send(&self, kind: &str, obj: Value) -> bool {
+        self.tx.send(self.render(kind, obj)).await.is_ok()
     }
 }
 
@@ -69,22 +85,32 @@ pub(crate) async fn serve(
     };
     let store = ctx.shared.store.clone();
     let prefix = super::prefix(def, ns);
-    let store_watch = store.watch(&prefix, list_rv + 1).await;
+    // Served from the watch cache when its window reaches back far enough (the cache watches the
+    // whole resource; a namespace is a filter on it), else straight from the datastore.
+    let subscription = match ctx.shared.watch_cache.get(def).await {
+        Some(cache) => cache.subscribe(list_rv + 1),
+        None => None,
+    };
+    tracing::debug!(
+        resource = def.plural,
+        start = list_rv + 1,
+        cached = subscription.is_some(),
+        "watch"
+    );
+    let store_watch = if subscription.is_some() {
+        None
+    } else {
+        Some(store.watch(&prefix, list_rv + 1).await)
+    };
 
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     let emitter = Emitter {
         tx,
         table: wants_table(headers).then(|| (def, Query::parse(ctx.query.as_deref()))),
     };
+    let namespace_prefix = prefix.clone();
     tokio::spawn(async move {
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-        let mut watch = match store_watch {
-            Ok(w) => w,
-            Err(e) => {
-                emit_error(&emitter, e, list_rv).await;
-                return;
-            }
-        };
         for item in initial_items {
             if !emitter.send("ADDED", item).await {
                 return;
@@ -101,6 +127,27 @@ pub(crate) async fn serve(
                 return;
             }
         }
+        let mut watch = match (store_watch, subscription) {
+            (Some(Ok(w)), _) => w,
+            (Some(Err(e)), _) => {
+                emit_error(&emitter, e, list_rv).await;
+                return;
+            }
+            (None, Some(sub)) => {
+                serve_cached(
+                    &emitter,
+                    def,
+                    &filter,
+                    &namespace_prefix,
+                    list_rv + 1,
+                    sub,
+                    deadline,
+                )
+                .await;
+                return;
+            }
+            (None, None) => return,
+        };
         loop {
             let next = match deadline {
                 Some(d) => match tokio::time::timeout_at(d, watch.next()).await {
@@ -141,6 +188,109 @@ pub(crate) async fn serve(
         .header(header::CACHE_CONTROL, "no-cache, private")
         .body(BodyExt::boxed(body))
         .expect("valid response"))
+}
+
+/// Serve a watch from the watch cache until the client goes, the deadline passes, or the watcher
+/// falls too far behind (it then resumes from its last revision).
+async fn serve_cached(
+    emitter: &Emitter,
+    def: &ResourceDef,
+    filter: &Filter,
+    namespace_prefix: &str,
+    start: i64,
+    sub: Subscription,
+    deadline: Option<tokio::time::Instant>,
+) {
+    // The cache holds the whole resource: keep this watch's namespace only.
+    let ns = namespace_prefix
+        .strip_prefix(super::prefix(def, "").as_str())
+        .and_then(|rest| rest.strip_suffix('/'))
+        .unwrap_or("")
+        .to_owned();
+    let wanted =
+        |ev: &CachedEvent| ev.revision >= start && (ns.is_empty() || meta::namespace(&ev.object) == ns);
+    // Events that are ready go out together: one write (and one HTTP/2 frame) for many.
+    let mut chunk = Vec::new();
+    let add = |chunk: &mut Vec<u8>, ev: &CachedEvent| {
+        if wanted(ev) {
+            if let Some(line) = emitter.render_cached(def, filter, ev) {
+                chunk.extend_from_slice(&line);
+            }
+        }
+    };
+    for ev in &sub.backlog {
+        add(&mut chunk, ev);
+        if chunk.len() >= CHUNK
+            && emitter
+                .tx
+                .send(Bytes::from(std::mem::take(&mut chunk)))
+                .await
+                .is_err()
+        {
+            return;
+        }
+    }
+    if !chunk.is_empty()
+        && emitter
+            .tx
+            .send(Bytes::from(std::mem::take(&mut chunk)))
+            .await
+            .is_err()
+    {
+        return;
+    }
+    let mut live = sub.live;
+    loop {
+        let next = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, live.recv()).await {
+                Ok(n) => n,
+                Err(_) => return,
+            },
+            None => tokio::select! {
+                n = live.recv() => n,
+                _ = emitter.tx.closed() => return,
+            },
+        };
+        match next {
+            Ok(ev) => {
+                add(&mut chunk, &ev);
+                while chunk.len() < CHUNK {
+                    match live.try_recv() {
+                        Ok(more) => add(&mut chunk, &more),
+                        Err(_) => break,
+                    }
+                }
+                if !chunk.is_empty()
+                    && emitter
+                        .tx
+                        .send(Bytes::from(std::mem::take(&mut chunk)))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+            }
+            // Lagged or closed: end the stream; the client watches again from its last revision.
+            Err(_) => return,
+        }
+    }
+}
+
+/// How a watcher with selectors sees a cached change, if at all.
+fn cached_type(def: &ResourceDef, filter: &Filter, ev: &CachedEvent) -> Option<&'static str> {
+    match ev.kind {
+        EventKind::Put => {
+            let now = filter.matches(def, &ev.object);
+            let before = ev.prev.as_ref().map(|p| filter.matches(def, p));
+            match (before, now) {
+                (None | Some(false), true) => Some("ADDED"),
+                (Some(true), true) => Some("MODIFIED"),
+                (Some(true), false) => Some("DELETED"),
+                (_, false) => None,
+            }
+        }
+        EventKind::Delete => filter.matches(def, &ev.object).then_some("DELETED"),
+    }
 }
 
 /// A store event as the watcher should see it, or nothing if it does not concern it.

@@ -1,0 +1,341 @@
+//! The watch cache (upstream's cacher): one datastore watch per resource, each event decoded
+//! once and kept in a window of recent history, fanned out to every watcher of that resource
+//! from memory. A thousand watchers cost one datastore watch and one decode per change, and the
+//! JSON line of an event is serialised once for all watchers that see it unchanged.
+//!
+//! The cache also holds every object of the resource (as JSON ready to send, with its labels
+//! and selectable fields), so lists at a resourceVersion are served from memory too.
+//!
+//! A watch whose start revision is older than the window falls back to a direct datastore
+//! watch (which answers 410 if compaction took it).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use r8s_api::ResourceDef;
+use r8s_store::{EventKind, RangeRequest, Store};
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+/// Events kept per resource for watchers that resume from a recent revision.
+const HISTORY: usize = 4096;
+/// Events a slow watcher may fall behind before it is closed (it then resumes from its last
+/// revision).
+const LAG: usize = 16384;
+
+/// One change, decoded once.
+pub(crate) struct CachedEvent {
+    pub revision: i64,
+    pub key: String,
+    pub kind: EventKind,
+    /// The object after the change (for deletes: the last state, at the deletion revision).
+    pub object: Arc<Value>,
+    /// The object before the change, for updates and deletes.
+    pub prev: Option<Arc<Value>>,
+    line: OnceLock<Bytes>,
+}
+
+impl CachedEvent {
+    /// The watch type this change has for a watcher that sees both sides of it.
+    pub fn natural_type(&self) -> &'static str {
+        match (self.kind, &self.prev) {
+            (EventKind::Delete, _) => "DELETED",
+            (EventKind::Put, None) => "ADDED",
+            (EventKind::Put, Some(_)) => "MODIFIED",
+        }
+    }
+
+    /// `{"type": ..., "object": ...}\n` for the natural type, serialised once.
+    pub fn line(&self) -> Bytes {
+        self.line
+            .get_or_init(|| encode_line(self.natural_type(), &self.object))
+            .clone()
+    }
+}
+
+pub(crate) fn encode_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("JSON serializes");
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+/// One current object, ready to list.
+pub(crate) struct CachedObject {
+    /// The object's JSON, resourceVersion included.
+    pub json: Bytes,
+    pub labels: BTreeMap<String, String>,
+    pub fields: BTreeMap<String, String>,
+}
+
+impl CachedObject {
+    fn new(def: &ResourceDef, obj: &Value) -> Self {
+        Self {
+            json: Bytes::from(serde_json::to_vec(obj).expect("JSON serializes")),
+            labels: crate::registry::meta::labels(obj),
+            fields: crate::registry::strategy::fields(def, obj),
+        }
+    }
+}
+
+struct Window {
+    /// The latest revision applied.
+    revision: i64,
+    /// Every current object by key.
+    objects: BTreeMap<String, Arc<CachedObject>>,
+    /// Every event with a revision at or above this one is in `history`.
+    covered_from: i64,
+    history: VecDeque<Arc<CachedEvent>>,
+}
+
+pub(crate) struct ResourceCache {
+    def: &'static ResourceDef,
+    window: RwLock<Window>,
+    tx: broadcast::Sender<Arc<CachedEvent>>,
+    /// The revision applied so far, for reads that wait for the cache to catch up.
+    applied: tokio::sync::watch::Sender<i64>,
+}
+
+/// What a watcher gets: the history it missed, then live events.
+pub(crate) struct Subscription {
+    pub backlog: Vec<Arc<CachedEvent>>,
+    pub live: broadcast::Receiver<Arc<CachedEvent>>,
+}
+
+impl ResourceCache {
+    /// Subscribe from `start` (inclusive), or `None` if the window no longer reaches back there.
+    pub fn subscribe(&self, start: i64) -> Option<Subscription> {
+        let w = self.window.read().unwrap_or_else(|e| e.into_inner());
+        if start < w.covered_from {
+            return None;
+        }
+        let live = self.tx.subscribe();
+        let backlog = w
+            .history
+            .iter()
+            .filter(|e| e.revision >= start)
+            .cloned()
+            .collect();
+        Some(Subscription { backlog, live })
+    }
+
+    /// The objects under `key_prefix` that `keep` accepts with the revision they are at, if the
+    /// cache has applied `min_revision` (waiting briefly for changes in flight).
+    pub async fn list(
+        &self,
+        key_prefix: &str,
+        min_revision: i64,
+        keep: impl Fn(&CachedObject) -> bool,
+    ) -> Option<(Vec<Arc<CachedObject>>, i64)> {
+        let mut applied = self.applied.subscribe();
+        tokio::time::timeout(
+            Duration::from_millis(100),
+            applied.wait_for(|r| *r >= min_revision),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        let w = self.window.read().unwrap_or_else(|e| e.into_inner());
+        let items = w
+            .objects
+            .range::<str, _>((std::ops::Bound::Included(key_prefix), std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(key_prefix))
+            .filter(|(_, o)| keep(o))
+            .map(|(_, o)| o.clone())
+            .collect();
+        Some((items, w.revision))
+    }
+}
+
+/// All resource caches of one API server.
+pub(crate) struct WatchCache {
+    store: Arc<dyn Store>,
+    caches: Mutex<HashMap<String, Arc<ResourceCache>>>,
+}
+
+impl WatchCache {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            caches: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The cache of resource `def`, started on first use: a list of every object, then a
+    /// watch from the list's revision.
+    pub async fn get(self: &Arc<Self>, def: &'static ResourceDef) -> Option<Arc<ResourceCache>> {
+        let prefix = crate::registry::prefix(def, "");
+        let prefix = prefix.as_str();
+        if let Some(c) = self.caches.lock().unwrap_or_else(|e| e.into_inner()).get(prefix) {
+            return Some(c.clone());
+        }
+        let initial = self
+            .store
+            .range(RangeRequest {
+                prefix: prefix.to_owned(),
+                ..Default::default()
+            })
+            .await
+            .ok()?;
+        let revision = initial.revision;
+        let mut objects = BTreeMap::new();
+        for kv in &initial.kvs {
+            if let Ok(obj) = crate::registry::decode(kv) {
+                objects.insert(kv.key.clone(), Arc::new(CachedObject::new(def, &obj)));
+            }
+        }
+        tracing::debug!(%prefix, revision, objects = objects.len(), "watch cache starts");
+        let mut watch = self.store.watch(prefix, revision + 1).await.ok()?;
+        let (tx, _) = broadcast::channel(LAG);
+        let cache = Arc::new(ResourceCache {
+            def,
+            window: RwLock::new(Window {
+                revision,
+                objects,
+                covered_from: revision + 1,
+                history: VecDeque::with_capacity(HISTORY),
+            }),
+            tx,
+            applied: tokio::sync::watch::Sender::new(revision),
+        });
+        {
+            let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(existing) = caches.get(prefix) {
+                // Another request started it meanwhile.
+                return Some(existing.clone());
+            }
+            caches.insert(prefix.to_owned(), cache.clone());
+        }
+        let this = self.clone();
+        let prefix = prefix.to_owned();
+        let feeding = cache.clone();
+        tokio::spawn(async move {
+            loop {
+                match watch.next().await {
+                    Some(Ok(batch)) => feeding.apply(batch),
+                    other => {
+                        // The datastore watch ended: drop this cache so its watchers end and
+                        // reconnect; the next watch starts a fresh one.
+                        tracing::warn!(%prefix, ?other, "watch cache lost its datastore watch");
+                        this.caches
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(&prefix);
+                        return;
+                    }
+                }
+            }
+        });
+        Some(cache)
+    }
+}
+
+impl ResourceCache {
+    fn apply(&self, batch: Vec<r8s_store::Event>) {
+        let mut w = self.window.write().unwrap_or_else(|e| e.into_inner());
+        for ev in batch {
+            let Some(event) = decode(ev) else { continue };
+            let event = Arc::new(event);
+            w.revision = event.revision;
+            match event.kind {
+                EventKind::Put => {
+                    let obj = Arc::new(CachedObject::new(self.def, &event.object));
+                    w.objects.insert(event.key.clone(), obj);
+                }
+                EventKind::Delete => {
+                    w.objects.remove(&event.key);
+                }
+            }
+            if w.history.len() == HISTORY {
+                if let Some(old) = w.history.pop_front() {
+                    w.covered_from = old.revision + 1;
+                }
+            }
+            w.history.push_back(event.clone());
+            // Sent while the window is held, so a subscriber sees each event exactly once:
+            // either in its backlog or live.
+            let _ = self.tx.send(event);
+        }
+        let revision = w.revision;
+        drop(w);
+        self.applied.send_replace(revision);
+    }
+}
+
+fn decode(ev: r8s_store::Event) -> Option<CachedEvent> {
+    let revision = ev.kv.mod_revision;
+    let prev = ev
+        .prev
+        .as_ref()
+        .and_then(|p| crate::registry::decode(p).ok())
+        .map(Arc::new);
+    let object = match ev.kind {
+        EventKind::Put => crate::registry::decode(&ev.kv).ok()?,
+        EventKind::Delete => {
+            let mut last = (**prev.as_ref()?).clone();
+            crate::registry::meta::set_resource_version(&mut last, revision);
+            last
+        }
+    };
+    Some(CachedEvent {
+        revision,
+        key: ev.kv.key.clone(),
+        kind: ev.kind,
+        object: Arc::new(object),
+        prev,
+        line: OnceLock::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use r8s_store::embedded::{EmbeddedOptions, EmbeddedStore};
+
+    #[tokio::test]
+    async fn backlog_then_live_each_event_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(EmbeddedOptions::new(dir.path())).unwrap());
+        let cache = Arc::new(WatchCache::new(store.clone()));
+        let def = r8s_api::find("", "v1", "configmaps").unwrap();
+        let rc = cache.get(def).await.unwrap();
+        let obj = |n: &str| bytes::Bytes::from(json!({"metadata": {"name": n}}).to_string());
+        let a = store.create("/registry/configmaps/ns/a", obj("a")).await.unwrap();
+        store
+            .update("/registry/configmaps/ns/a", obj("a"), a.mod_revision)
+            .await
+            .unwrap();
+        // Wait until the cache has both.
+        for _ in 0..100 {
+            if rc.window.read().unwrap().history.len() == 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let mut sub = rc.subscribe(a.mod_revision).unwrap();
+        assert_eq!(sub.backlog.len(), 2);
+        assert_eq!(sub.backlog[0].natural_type(), "ADDED");
+        assert_eq!(sub.backlog[1].natural_type(), "MODIFIED");
+        store.delete("/registry/configmaps/ns/a", None).await.unwrap();
+        let live = sub.live.recv().await.unwrap();
+        assert_eq!(live.natural_type(), "DELETED");
+        assert_eq!(live.object["metadata"]["name"], "a");
+        assert!(std::str::from_utf8(&live.line())
+            .unwrap()
+            .starts_with("{\"type\":\"DELETED\""));
+        // Before the window: not served from the cache.
+        assert!(rc.subscribe(a.mod_revision - 1).is_none());
+        // Lists wait for the revision asked for and see the current objects.
+        let b = store.create("/registry/configmaps/ns/b", obj("b")).await.unwrap();
+        let (items, rev) = rc
+            .list("/registry/configmaps/ns/", b.mod_revision, |_| true)
+            .await
+            .unwrap();
+        assert_eq!(rev, b.mod_revision);
+        assert_eq!(items.len(), 1);
+        let listed: Value = serde_json::from_slice(&items[0].json).unwrap();
+        assert_eq!(listed["metadata"]["name"], "b");
+        assert_eq!(listed["metadata"]["resourceVersion"], b.mod_revision.to_string());
+    }
+}

@@ -1,0 +1,331 @@
+//! The API server benchmark: a real `r8s server` (embedded datastore) driven over TLS through
+//! the whole chain (authn, authz, admission, registry, store).
+//!
+//!   cargo build --release -p r8s --bins --examples && target/release/examples/api-bench
+//!
+//! Phases (sizes can be lowered with --pods N --watchers N --updates N):
+//! 1. pod creates as fast as 64 concurrent clients go: creates/s, p50/p99;
+//! 2. pod creates paced at 500/s for 10 s: p99 of a mutating call at that rate;
+//! 3. gets by 64 concurrent clients: gets/s, p50/p99;
+//! 4. LIST of every pod created in phase 1 (10,000) in one request: p50/max;
+//! 5. watch fan-out: 1,000 watchers on one namespace's pods, then 1,000 pod updates: the time
+//!    until every watcher has seen every update.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("a number"))
+        .unwrap_or(default)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": "bench"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}
+    }))
+    .unwrap()
+}
+
+async fn client(kubeconfig: &std::path::Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let pods = arg("--pods", 10_000);
+    let watchers = arg("--watchers", 1_000);
+    let updates = arg("--updates", 1_000);
+    let writers = 64;
+
+    let exe = std::env::current_exe().unwrap();
+    let r8s = exe.parent().unwrap().parent().unwrap().join("r8s");
+    assert!(
+        r8s.exists(),
+        "build the server first: cargo build --release -p r8s --bins --examples"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new(&r8s)
+        .args([
+            "server",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--bind-address",
+            "127.0.0.1",
+        ])
+        .args(["--https-listen-port", &port.to_string()])
+        .env("R8S_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig.yaml");
+    while !kubeconfig.exists() || std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client = client(&kubeconfig).await;
+    println!(
+        "api-bench: r8s server pid {}, {pods} pods, {watchers} watchers x {updates} updates",
+        server.id()
+    );
+
+    // 1. Creates at full speed.
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..writers)
+        .map(|_| {
+            let api = api.clone();
+            let next = next.clone();
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= pods {
+                        return lat;
+                    }
+                    let t = Instant::now();
+                    api.create(&PostParams::default(), &pod(&format!("p-{i:06}")))
+                        .await
+                        .unwrap();
+                    lat.push(t.elapsed());
+                }
+            })
+        })
+        .collect();
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    lat.sort();
+    println!(
+        "creates:        {:>8.0} /s   p50 {}  p99 {}",
+        lat.len() as f64 / elapsed.as_secs_f64(),
+        ms(pct(&lat, 0.5)),
+        ms(pct(&lat, 0.99))
+    );
+
+    // 2. Creates paced at 500/s for 10 s.
+    let paced: Api<Pod> = Api::namespaced(client.clone(), "kube-public");
+    let mut handles = Vec::new();
+    let start = tokio::time::Instant::now();
+    for i in 0..5_000 {
+        tokio::time::sleep_until(start + Duration::from_millis(2 * i as u64)).await;
+        let paced = paced.clone();
+        handles.push(tokio::spawn(async move {
+            let t = Instant::now();
+            paced
+                .create(&PostParams::default(), &pod(&format!("paced-{i:05}")))
+                .await
+                .unwrap();
+            t.elapsed()
+        }));
+    }
+    let mut lat = Vec::new();
+    for h in handles {
+        lat.push(h.await.unwrap());
+    }
+    lat.sort();
+    println!(
+        "creates @500/s:              p50 {}  p99 {}",
+        ms(pct(&lat, 0.5)),
+        ms(pct(&lat, 0.99))
+    );
+
+    // 3. Gets.
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..writers)
+        .map(|_| {
+            let api = api.clone();
+            let next = next.clone();
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= pods {
+                        return lat;
+                    }
+                    let t = Instant::now();
+                    api.get(&format!("p-{i:06}")).await.unwrap();
+                    lat.push(t.elapsed());
+                }
+            })
+        })
+        .collect();
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    lat.sort();
+    println!(
+        "gets:           {:>8.0} /s   p50 {}  p99 {}",
+        lat.len() as f64 / elapsed.as_secs_f64(),
+        ms(pct(&lat, 0.5)),
+        ms(pct(&lat, 0.99))
+    );
+
+    // 4. LIST of every pod in the namespace, as raw bytes (the client's JSON decoding is not
+    // the server's cost): the latest revision (from the datastore) and resourceVersion=0 (from
+    // the watch cache, what informers ask for).
+    for (what, query) in [("latest", ""), ("rv=0", "?resourceVersion=0")] {
+        let mut lat = Vec::new();
+        let mut count = 0;
+        for _ in 0..5 {
+            let t = Instant::now();
+            let req = http::Request::get(format!("/api/v1/namespaces/default/pods{query}"))
+                .body(Vec::new())
+                .unwrap();
+            let text = client.request_text(req).await.unwrap();
+            lat.push(t.elapsed());
+            count = text.matches("\"kind\":\"Pod\"").count();
+        }
+        lat.sort();
+        println!(
+            "LIST {count} pods ({what}):  p50 {}  max {}",
+            ms(pct(&lat, 0.5)),
+            ms(pct(&lat, 1.0))
+        );
+    }
+
+    // 5. Watch fan-out.
+    let ns = "kube-node-lease";
+    let fan: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for i in 0..updates.min(100) {
+        fan.create(&PostParams::default(), &pod(&format!("w-{i:03}")))
+            .await
+            .unwrap();
+    }
+    let rv = fan
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    // Watch streams spread over several connections (HTTP/2 caps streams per connection).
+    let mut clients = Vec::new();
+    for _ in 0..(watchers / 100).max(1) {
+        clients.push(crate::client(&kubeconfig).await);
+    }
+    let seen = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut streams = Vec::new();
+    for w in 0..watchers {
+        let c = clients[w % clients.len()].clone();
+        let req = http::Request::get(format!(
+            "/api/v1/namespaces/{ns}/pods?watch=true&resourceVersion={rv}"
+        ))
+        .body(kube::client::Body::empty())
+        .unwrap();
+        let resp = c.send(req).await.unwrap();
+        let seen = seen.clone();
+        let done = done.clone();
+        streams.push(tokio::spawn(async move {
+            let mut body = resp.into_body();
+            let mut lines = 0;
+            while lines < updates {
+                match body.frame().await {
+                    Some(Ok(f)) => {
+                        if let Some(d) = f.data_ref() {
+                            let n = d.iter().filter(|b| **b == b'\n').count();
+                            lines += n;
+                            seen.fetch_add(n, Ordering::Relaxed);
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            done.fetch_add(1, Ordering::Relaxed);
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let fan = fan.clone();
+            let next = next.clone();
+            let n = updates.min(100);
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= updates {
+                        return;
+                    }
+                    let patch = serde_json::json!({"metadata": {"labels": {"round": i.to_string()}}});
+                    fan.patch(
+                        &format!("w-{:03}", i % n),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let writes_done = started.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while done.load(Ordering::Relaxed) < watchers && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "watch fan-out:  {watchers} watchers x {updates} updates: all delivered in {} (writes took {}; {} of {} events seen)",
+        ms(elapsed),
+        ms(writes_done),
+        seen.load(Ordering::Relaxed),
+        watchers * updates
+    );
+    println!("server RSS after the run: {:.0} MiB", rss_mib(server.id()));
+    let _ = server.kill();
+    let _ = server.wait();
+}
