@@ -8,8 +8,8 @@
 //! 2. pod creates paced at 500/s for 10 s: p99 of a mutating call at that rate;
 //! 3. gets by 64 concurrent clients: gets/s, p50/p99;
 //! 4. LIST of every pod created in phase 1 (10,000) in one request: p50/max;
-//! 5. watch fan-out: 1,000 watchers on one namespace's pods, then 1,000 pod updates: the time
-//!    until every watcher has seen every update.
+//! 5. watch fan-out: 1,000 watchers on one namespace's pods, then 1,000 pod updates from 64
+//!    concurrent clients: the time until every watcher has seen every update.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -286,7 +286,7 @@ async fn main() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
-    let tasks: Vec<_> = (0..16)
+    let tasks: Vec<_> = (0..writers)
         .map(|_| {
             let fan = fan.clone();
             let next = next.clone();

@@ -87,13 +87,80 @@ pub(crate) fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
     Ok(obj)
 }
 
+/// The stored form: apiVersion, kind and metadata first (so [`with_resource_version`] can find
+/// the metadata without parsing), without resourceVersion.
 pub(crate) fn encode(obj: &Value) -> Bytes {
-    let mut stored = obj.clone();
+    let mut stored = serde_json::Map::new();
+    if let Some(o) = obj.as_object() {
+        for k in ["apiVersion", "kind", "metadata"] {
+            if let Some(v) = o.get(k) {
+                stored.insert(k.to_owned(), v.clone());
+            }
+        }
+        for (k, v) in o {
+            if !stored.contains_key(k) {
+                stored.insert(k.clone(), v.clone());
+            }
+        }
+    }
     if let Some(m) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
         m.remove("selfLink");
     }
-    Bytes::from(serde_json::to_vec(&stored).expect("JSON values serialize"))
+    Bytes::from(serde_json::to_vec(&Value::Object(stored)).expect("JSON values serialize"))
+}
+
+/// A stored object's JSON with its resourceVersion, without parsing it: the version is spliced
+/// in at the start of the top-level metadata, which [`encode`] puts before any other object.
+/// `None` if the bytes are not in that shape.
+pub(crate) fn with_resource_version(stored: &[u8], rv: i64) -> Option<Vec<u8>> {
+    const META: &[u8] = b"\"metadata\":{";
+    let at = stored.windows(META.len()).position(|w| w == META)? + META.len();
+    // Only apiVersion and kind (plain strings) may come before the top-level metadata.
+    if stored.first() != Some(&b'{') || stored[1..at - 1].contains(&b'{') {
+        return None;
+    }
+    let mut out = Vec::with_capacity(stored.len() + 32);
+    out.extend_from_slice(&stored[..at]);
+    out.extend_from_slice(format!("\"resourceVersion\":\"{rv}\"").as_bytes());
+    if stored.get(at) != Some(&b'}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(&stored[at..]);
+    Some(out)
+}
+
+/// A stored object as JSON bytes with its resourceVersion.
+fn raw_item(kv: &KeyValue) -> Result<Vec<u8>, ApiError> {
+    match with_resource_version(&kv.value, kv.mod_revision) {
+        Some(b) => Ok(b),
+        None => Ok(serde_json::to_vec(&decode(kv)?).expect("JSON serializes")),
+    }
+}
+
+/// A list response written around items that are JSON already.
+fn raw_list(def: &ResourceDef, list_meta: &Value, items: &[impl AsRef<[u8]>]) -> Response<Body> {
+    let mut body = Vec::with_capacity(items.iter().map(|o| o.as_ref().len() + 1).sum::<usize>() + 256);
+    body.extend_from_slice(
+        format!(
+            "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{list_meta},\"items\":[",
+            list_kind(def),
+            def.api_version()
+        )
+        .as_bytes(),
+    );
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(o.as_ref());
+    }
+    body.extend_from_slice(b"]}");
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(crate::handler::full(body))
+        .expect("valid response")
 }
 
 pub(crate) fn not_found(def: &ResourceDef, name: &str) -> ApiError {
@@ -370,6 +437,24 @@ pub(crate) async fn list_objects(
     query: &Query,
     filter: &Filter,
 ) -> Result<(Vec<Value>, i64, Option<String>, Option<i64>), ApiError> {
+    let counted = filter.is_empty();
+    list_page(ctx, def, ns, query, counted, |kv| {
+        let obj = decode(kv)?;
+        Ok(filter.matches(def, &obj).then_some(obj))
+    })
+    .await
+}
+
+/// Read a page of items: `take` turns each stored object into an item or skips it. `counted`:
+/// every stored object is an item, so the remaining count is exact.
+async fn list_page<T>(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    query: &Query,
+    counted: bool,
+    take: impl Fn(&KeyValue) -> Result<Option<T>, ApiError>,
+) -> Result<(Vec<T>, i64, Option<String>, Option<i64>), ApiError> {
     let limit: usize = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
     let (mut revision, mut start_after) = match query.get("continue") {
         Some(token) => {
@@ -397,7 +482,7 @@ pub(crate) async fn list_objects(
                 start_after: start_after.clone(),
                 limit: if limit == 0 { 0 } else { limit - items.len() },
                 revision,
-                count: limit > 0 && filter.is_empty(),
+                count: limit > 0 && counted,
             })
             .await
             .map_err(|e| match e {
@@ -410,9 +495,8 @@ pub(crate) async fn list_objects(
             })?;
         revision = page.revision;
         for kv in &page.kvs {
-            let obj = decode(kv)?;
-            if filter.matches(def, &obj) {
-                items.push(obj);
+            if let Some(item) = take(kv)? {
+                items.push(item);
             }
         }
         if let Some(last) = page.kvs.last() {
@@ -475,30 +559,12 @@ async fn list_from_cache(
             &table::render(def, &objects, Some(list_meta), query),
         )));
     }
-    // The items are JSON already: the list is written around them.
-    let mut body = Vec::with_capacity(items.iter().map(|o| o.json.len() + 1).sum::<usize>() + 128);
-    body.extend_from_slice(
-        format!(
-            "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{revision}\"}},\"items\":[",
-            list_kind(def),
-            def.api_version()
-        )
-        .as_bytes(),
-    );
-    for (i, o) in items.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(&o.json);
-    }
-    body.extend_from_slice(b"]}");
-    Ok(Some(
-        Response::builder()
-            .status(StatusCode::OK)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(crate::handler::full(body))
-            .expect("valid response"),
-    ))
+    let items: Vec<&[u8]> = items.iter().map(|o| o.json.as_ref()).collect();
+    Ok(Some(raw_list(
+        def,
+        &json!({"resourceVersion": revision.to_string()}),
+        &items,
+    )))
 }
 
 async fn list(
@@ -512,14 +578,24 @@ async fn list(
     if let Some(resp) = list_from_cache(ctx, def, ns, headers, query, &filter).await? {
         return Ok(resp);
     }
+    let list_meta = |revision: i64, token: Option<String>, remaining: Option<i64>| {
+        let mut m = json!({"resourceVersion": revision.to_string()});
+        if let Some(t) = token {
+            m["continue"] = json!(t);
+        }
+        if let Some(r) = remaining {
+            m["remainingItemCount"] = json!(r);
+        }
+        m
+    };
+    if filter.is_empty() && !wants_table(headers) {
+        // Nothing to look at inside the objects: send the stored bytes as they are.
+        let (items, revision, token, remaining) =
+            list_page(ctx, def, ns, query, true, |kv| raw_item(kv).map(Some)).await?;
+        return Ok(raw_list(def, &list_meta(revision, token, remaining), &items));
+    }
     let (items, revision, token, remaining) = list_objects(ctx, def, ns, query, &filter).await?;
-    let mut list_meta = json!({"resourceVersion": revision.to_string()});
-    if let Some(t) = &token {
-        list_meta["continue"] = json!(t);
-    }
-    if let Some(r) = remaining {
-        list_meta["remainingItemCount"] = json!(r);
-    }
+    let list_meta = list_meta(revision, token, remaining);
     if wants_table(headers) {
         return Ok(json_response(
             StatusCode::OK,
@@ -1028,4 +1104,27 @@ async fn delete_collection(
             "items": deleted,
         }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_versions_are_spliced_into_stored_objects() {
+        let obj = json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}, "kind": "Deployment", "apiVersion": "apps/v1", "metadata": {"name": "web"}});
+        let stored = encode(&obj);
+        assert!(stored.starts_with(b"{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"metadata\":{"));
+        let out: Value = serde_json::from_slice(&with_resource_version(&stored, 42).unwrap()).unwrap();
+        assert_eq!(out["metadata"]["resourceVersion"], "42");
+        assert_eq!(out["metadata"]["name"], "web");
+        assert!(out["spec"]["template"]["metadata"]
+            .get("resourceVersion")
+            .is_none());
+        let empty_meta = encode(&json!({"apiVersion": "v1", "kind": "X", "metadata": {}}));
+        let out: Value = serde_json::from_slice(&with_resource_version(&empty_meta, 7).unwrap()).unwrap();
+        assert_eq!(out["metadata"], json!({"resourceVersion": "7"}));
+        // Not in the stored shape (a nested object before metadata): no splice.
+        assert!(with_resource_version(br#"{"spec":{"metadata":{}},"metadata":{}}"#, 1).is_none());
+    }
 }
