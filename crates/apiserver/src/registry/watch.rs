@@ -29,6 +29,25 @@ struct Emitter {
 }
 
 impl Emitter {
+    /// Wait for `fut`; `None` once the deadline passes or the client has gone.
+    async fn until_done<T>(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+        fut: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        let expired = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            v = fut => Some(v),
+            _ = self.tx.closed() => None,
+            _ = expired => None,
+        }
+    }
+
     /// One change from the watch cache as this watcher sees it: the shared line when it sees
     /// the change as everyone does, else its own rendering.
     fn render_cached(&self, def: &ResourceDef, filter: &Filter, ev: &CachedEvent) -> Option<Bytes> {
@@ -108,7 +127,7 @@ pub(crate) async fn serve(
         tx,
         table: wants_table(headers).then(|| (def, Query::parse(ctx.query.as_deref()))),
     };
-    let namespace_prefix = prefix.clone();
+    let ns = ns.to_owned();
     tokio::spawn(async move {
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         for item in initial_items {
@@ -134,30 +153,14 @@ pub(crate) async fn serve(
                 return;
             }
             (None, Some(sub)) => {
-                serve_cached(
-                    &emitter,
-                    def,
-                    &filter,
-                    &namespace_prefix,
-                    list_rv + 1,
-                    sub,
-                    deadline,
-                )
-                .await;
+                serve_cached(&emitter, def, &filter, &ns, list_rv + 1, sub, deadline).await;
                 return;
             }
             (None, None) => return,
         };
         loop {
-            let next = match deadline {
-                Some(d) => match tokio::time::timeout_at(d, watch.next()).await {
-                    Ok(n) => n,
-                    Err(_) => return,
-                },
-                None => tokio::select! {
-                    n = watch.next() => n,
-                    _ = emitter.tx.closed() => return,
-                },
+            let Some(next) = emitter.until_done(deadline, watch.next()).await else {
+                return;
             };
             let batch = match next {
                 Some(Ok(batch)) => batch,
@@ -196,17 +199,12 @@ async fn serve_cached(
     emitter: &Emitter,
     def: &ResourceDef,
     filter: &Filter,
-    namespace_prefix: &str,
+    ns: &str,
     start: i64,
     sub: Subscription,
     deadline: Option<tokio::time::Instant>,
 ) {
     // The cache holds the whole resource: keep this watch's namespace only.
-    let ns = namespace_prefix
-        .strip_prefix(super::prefix(def, "").as_str())
-        .and_then(|rest| rest.strip_suffix('/'))
-        .unwrap_or("")
-        .to_owned();
     let wanted =
         |ev: &CachedEvent| ev.revision >= start && (ns.is_empty() || meta::namespace(&ev.object) == ns);
     // Events that are ready go out together: one write (and one HTTP/2 frame) for many.
@@ -241,15 +239,8 @@ async fn serve_cached(
     }
     let mut live = sub.live;
     loop {
-        let next = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, live.recv()).await {
-                Ok(n) => n,
-                Err(_) => return,
-            },
-            None => tokio::select! {
-                n = live.recv() => n,
-                _ = emitter.tx.closed() => return,
-            },
+        let Some(next) = emitter.until_done(deadline, live.recv()).await else {
+            return;
         };
         match next {
             Ok(ev) => {
