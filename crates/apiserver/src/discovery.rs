@@ -99,28 +99,136 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
     }))
 }
 
+/// The aggregated discovery version a client asks for in Accept (`v2` or `v2beta1`), if any.
+fn aggregated_version(headers: &HeaderMap) -> Option<&'static str> {
+    let accept = headers.get(http::header::ACCEPT)?.to_str().ok()?;
+    // Media types in the client's order of preference.
+    for media in accept.split(',') {
+        let params: Vec<&str> = media.split(';').map(str::trim).collect();
+        if !params.contains(&"as=APIGroupDiscoveryList") || !params.contains(&"g=apidiscovery.k8s.io") {
+            continue;
+        }
+        if params.contains(&"v=v2") {
+            return Some("v2");
+        }
+        if params.contains(&"v=v2beta1") {
+            return Some("v2beta1");
+        }
+    }
+    None
+}
+
+/// One group's entry in an `APIGroupDiscoveryList` (aggregated discovery, KEP-3352).
+fn group_discovery(group: &str) -> Value {
+    let versions: Vec<Value> = group_versions()
+        .into_iter()
+        .filter(|(g, _)| *g == group)
+        .map(|(g, v)| {
+            let resources: Vec<Value> = catalogue()
+                .iter()
+                .filter(|r| r.group == g && r.version == v)
+                .map(|r| {
+                    let subresources: Vec<Value> = r
+                        .subresources
+                        .iter()
+                        .map(|s| {
+                            let (sg, sv) = match s.group_version {
+                                Some(gv) => gv.split_once('/').unwrap_or(("", gv)),
+                                None => (r.group, r.version),
+                            };
+                            json!({
+                                "subresource": s.name,
+                                "responseKind": {"group": sg, "version": sv, "kind": if s.kind.is_empty() { r.kind } else { s.kind }},
+                                "verbs": s.verbs,
+                            })
+                        })
+                        .collect();
+                    let mut entry = json!({
+                        "resource": r.plural,
+                        "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+                        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+                        "singularResource": r.singular,
+                        "verbs": r.verbs,
+                    });
+                    if !r.short_names.is_empty() {
+                        entry["shortNames"] = json!(r.short_names);
+                    }
+                    if !r.categories.is_empty() {
+                        entry["categories"] = json!(r.categories);
+                    }
+                    if !subresources.is_empty() {
+                        entry["subresources"] = json!(subresources);
+                    }
+                    entry
+                })
+                .collect();
+            json!({"version": v, "resources": resources, "freshness": "Current"})
+        })
+        .collect();
+    let metadata = if group.is_empty() {
+        json!({})
+    } else {
+        json!({"name": group})
+    };
+    json!({"metadata": metadata, "versions": versions})
+}
+
+fn aggregated(version: &str, groups: Vec<Value>) -> Response<Body> {
+    let body = json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{version}"),
+        "metadata": {},
+        "items": groups,
+    });
+    let mut resp = json_response(StatusCode::OK, &body);
+    let headers = resp.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_str(&format!(
+            "application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList"
+        ))
+        .expect("valid header"),
+    );
+    headers.insert(http::header::VARY, http::HeaderValue::from_static("Accept"));
+    resp
+}
+
+fn api_groups() -> Vec<&'static str> {
+    let mut groups: Vec<&str> = Vec::new();
+    for (g, _) in group_versions() {
+        if !g.is_empty() && !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    groups
+}
+
 /// Answer a discovery path, or `None` if it is not one.
-pub(crate) fn route(ctx: &Ctx, path: &str, _headers: &HeaderMap) -> Option<Result<Response<Body>, ApiError>> {
+pub(crate) fn route(ctx: &Ctx, path: &str, headers: &HeaderMap) -> Option<Result<Response<Body>, ApiError>> {
     let ok = |v: Value| Some(Ok(json_response(StatusCode::OK, &v)));
+    if let Some(version) = aggregated_version(headers) {
+        match path {
+            "/api" => return Some(Ok(aggregated(version, vec![group_discovery("")]))),
+            "/apis" => {
+                return Some(Ok(aggregated(
+                    version,
+                    api_groups().into_iter().map(group_discovery).collect(),
+                )))
+            }
+            _ => {}
+        }
+    }
     match path {
         "/api" => ok(json!({
             "kind": "APIVersions",
             "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ctx.shared.advertise}],
         })),
-        "/apis" => {
-            let mut groups: Vec<&str> = Vec::new();
-            for (g, _) in group_versions() {
-                if !g.is_empty() && !groups.contains(&g) {
-                    groups.push(g);
-                }
-            }
-            ok(json!({
-                "kind": "APIGroupList",
-                "apiVersion": "v1",
-                "groups": groups.into_iter().map(group_json).collect::<Vec<_>>(),
-            }))
-        }
+        "/apis" => ok(json!({
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": api_groups().into_iter().map(group_json).collect::<Vec<_>>(),
+        })),
         _ => {
             let rest = path.strip_prefix('/')?;
             let parts: Vec<&str> = rest.split('/').collect();
@@ -167,6 +275,48 @@ mod tests {
         assert_eq!(scale["group"], "autoscaling");
         assert_eq!(scale["kind"], "Scale");
         assert!(resource_list("nope", "v1").is_none());
+    }
+
+    #[test]
+    fn aggregated_discovery_is_negotiated_and_complete() {
+        let mut h = HeaderMap::new();
+        assert_eq!(aggregated_version(&h), None);
+        h.insert(http::header::ACCEPT, "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json".parse().unwrap());
+        assert_eq!(aggregated_version(&h), Some("v2"));
+        h.insert(
+            http::header::ACCEPT,
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(aggregated_version(&h), Some("v2beta1"));
+        let apps = group_discovery("apps");
+        assert_eq!(apps["metadata"]["name"], "apps");
+        let deploy = apps["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == "deployments")
+            .unwrap();
+        assert_eq!(deploy["scope"], "Namespaced");
+        assert_eq!(deploy["shortNames"], json!(["deploy"]));
+        let scale = deploy["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["subresource"] == "scale")
+            .unwrap();
+        assert_eq!(
+            scale["responseKind"],
+            json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+        );
+        let core = group_discovery("");
+        assert_eq!(core["metadata"], json!({}));
+        assert!(core["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resource"] == "pods"));
     }
 
     #[test]

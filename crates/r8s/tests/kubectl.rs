@@ -51,6 +51,24 @@ fn version_health_and_discovery() {
         for gv in ["v1", "apps/v1", "coordination.k8s.io/v1", "events.k8s.io/v1"] {
             assert!(versions.lines().any(|l| l == gv), "{gv} missing from {versions}");
         }
+        if *v == "1.33" {
+            // Aggregated discovery: two requests (/api, /apis), no per-group-version ones.
+            let out = s.kubectl(
+                v,
+                &[
+                    "api-resources",
+                    "-v=6",
+                    "--cache-dir",
+                    s.dir.path().join("fresh-cache").to_str().unwrap(),
+                ],
+            );
+            let log = String::from_utf8_lossy(&out.stderr);
+            assert!(log.contains("/apis?timeout"), "{log}");
+            assert!(
+                !log.contains("/apis/apps/v1?timeout"),
+                "legacy discovery was used:\n{log}"
+            );
+        }
         let ns = s.ok(v, &["get", "namespaces", "-o", "name"]);
         for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             assert!(ns.contains(&format!("namespace/{n}")), "{ns}");
