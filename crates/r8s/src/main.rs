@@ -209,7 +209,13 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         "r8s server: try: kubectl --kubeconfig {} get nodes",
         kubeconfig_path.display()
     );
-    tokio::signal::ctrl_c().await?;
+    // SIGINT (Ctrl-C) or SIGTERM (what init systems and `kill` send) stop the server.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    api.stop();
     tracing::info!("shutting down");
     Ok(())
 }
