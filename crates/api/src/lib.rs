@@ -4,6 +4,7 @@
 
 pub mod catalogue;
 pub mod selector;
+pub mod typed;
 pub mod validation;
 
 pub use catalogue::{catalogue, find, group_versions, ResourceDef, Subresource};

@@ -303,6 +303,34 @@ fn bad_input_gets_upstream_errors() {
                 .unwrap();
         assert!(err.contains("configmaps \"dup\" already exists"), "{err}");
         s.ok(v, &["delete", "cm", "dup"]);
+        // Unknown fields: kubectl asks for strict field validation and gets upstream's words.
+        let err = String::from_utf8(s.fails_stdin(
+            v,
+            &["create", "-f", "-"],
+            &configmap("default", "unknown", "bogus: 1\n"),
+        ))
+        .unwrap();
+        assert!(
+            err.contains("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"bogus\""),
+            "{err}"
+        );
+        assert!(
+            s.kubectl(v, &["get", "cm", "unknown"]).status.code() != Some(0),
+            "nothing was stored"
+        );
+        // With --validate=warn the unknown field is dropped with a warning.
+        let out = s.kubectl_stdin(
+            v,
+            &["create", "--validate=warn", "-f", "-"],
+            &configmap("default", "pruned", "bogus: 1\n"),
+        );
+        assert!(out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("unknown field \"bogus\""),
+            "{out:?}"
+        );
+        assert!(!s.ok(v, &["get", "cm", "pruned", "-o", "yaml"]).contains("bogus"));
+        s.ok(v, &["delete", "cm", "pruned"]);
         let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: default\nspec:\n  containers:\n  - name: c\n";
         let err = String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], pod)).unwrap();
         assert!(err.contains("spec.containers[0].image: Required value"), "{err}");

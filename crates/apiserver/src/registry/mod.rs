@@ -627,8 +627,45 @@ pub(crate) fn decode_body(def: &ResourceDef, body: &[u8]) -> Result<Value, ApiEr
     Ok(obj)
 }
 
+/// Decode an object as its type, per the request's `fieldValidation`: `Strict` refuses unknown
+/// fields, `Warn` (the default) drops them with a warning, `Ignore` drops them silently.
+/// Returns the object and the warnings for the response.
+pub(crate) fn typed(def: &ResourceDef, obj: Value, query: &Query) -> Result<(Value, Vec<String>), ApiError> {
+    let cannot = |why: String| {
+        ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {why}",
+            def.kind, def.version, def.kind
+        ))
+    };
+    let decoded = r8s_api::typed::decode(def, &obj).map_err(cannot)?;
+    let unknown: Vec<String> = decoded
+        .unknown_fields
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    match query.get("fieldValidation").unwrap_or("Warn") {
+        "Strict" if !unknown.is_empty() => Err(cannot(format!("strict decoding error: {}", unknown.join(", ")))),
+        "Strict" | "Warn" => Ok((decoded.object, unknown)),
+        "Ignore" => Ok((decoded.object, Vec::new())),
+        other => Err(ApiError::bad_request(format!(
+            "fieldValidation: Unsupported value: \"{other}\": supported values: \"Ignore\", \"Strict\", \"Warn\""
+        ))),
+    }
+}
+
+/// Add `Warning` headers (RFC 7234 code 299), which kubectl prints as "Warning: ...".
+pub(crate) fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<Body> {
+    for w in warnings {
+        let value = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(v) = http::HeaderValue::from_str(&value) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
 /// Check `apiVersion`/`kind` (filling them in when absent) and the namespace.
-fn check_type_and_namespace(def: &ResourceDef, obj: &mut Value, ns: &str) -> Result<(), ApiError> {
+pub(crate) fn check_type_and_namespace(def: &ResourceDef, obj: &mut Value, ns: &str) -> Result<(), ApiError> {
     let want_version = def.api_version();
     match obj["apiVersion"].as_str() {
         None | Some("") => obj["apiVersion"] = json!(want_version),
@@ -699,6 +736,7 @@ async fn create(
 ) -> Result<Response<Body>, ApiError> {
     let mut obj = decode_body(def, &body)?;
     check_type_and_namespace(def, &mut obj, ns)?;
+    let (mut obj, warnings) = typed(def, obj, query)?;
     {
         let m = meta::meta_mut(&mut obj);
         let name = m.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
@@ -754,7 +792,7 @@ async fn create(
         if exists.kv.is_some() {
             return Err(already_exists(def, &name));
         }
-        return Ok(json_response(StatusCode::CREATED, &obj));
+        return Ok(with_warnings(json_response(StatusCode::CREATED, &obj), &warnings));
     }
     let kv = ctx
         .shared
@@ -763,7 +801,7 @@ async fn create(
         .await
         .map_err(|e| store_error(def, &name, e))?;
     meta::set_resource_version(&mut obj, kv.mod_revision);
-    Ok(json_response(StatusCode::CREATED, &obj))
+    Ok(with_warnings(json_response(StatusCode::CREATED, &obj), &warnings))
 }
 
 /// The object a request is about.
@@ -886,7 +924,9 @@ async fn update(
     query: &Query,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let obj = decode_body(def, &body)?;
+    let mut obj = decode_body(def, &body)?;
+    check_type_and_namespace(def, &mut obj, ns)?;
+    let (obj, warnings) = typed(def, obj, query)?;
     let old = read(ctx, def, ns, name).await?;
     let written = apply_update(
         ctx,
@@ -897,7 +937,7 @@ async fn update(
         subresource::View::Main,
     )
     .await?;
-    Ok(json_response(StatusCode::OK, &written))
+    Ok(with_warnings(json_response(StatusCode::OK, &written), &warnings))
 }
 
 /// `DeleteOptions` from the body or the query.

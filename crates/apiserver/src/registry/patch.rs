@@ -9,7 +9,7 @@ use r8s_api::ResourceDef;
 use serde_json::{Map, Value};
 
 use super::subresource::View;
-use super::{apply_update, read, Query, Target};
+use super::{apply_update, check_type_and_namespace, read, typed, with_warnings, Query, Target};
 use crate::handler::{json_response, Body, Ctx};
 use crate::status::ApiError;
 
@@ -62,9 +62,20 @@ pub(crate) async fn serve(
         // Patch what the client sees (the object, or its status or scale), then write it back.
         let mut patched = View::project(view, def, &old);
         apply(kind, &mut patched, &patch)?;
+        // The patched object is decoded as its type like any other write (the scale view is
+        // not the resource's type).
+        let (patched, warnings) = if view == View::Scale {
+            (patched, Vec::new())
+        } else {
+            check_type_and_namespace(def, &mut patched, ns)?;
+            typed(def, patched, query)?
+        };
         let full = view.merge_back(def, &old, patched)?;
         match apply_update(ctx, Target { def, ns, name }, full, &old, query.dry_run(), view).await {
-            Ok(obj) => return Ok(json_response(StatusCode::OK, &View::project(view, def, &obj))),
+            Ok(obj) => {
+                let resp = json_response(StatusCode::OK, &View::project(view, def, &obj));
+                return Ok(with_warnings(resp, &warnings));
+            }
             Err(e) if e.code == 409 && e.reason == "Conflict" && !pinned && attempts < 5 => continue,
             Err(e) => return Err(e),
         }

@@ -167,8 +167,8 @@ impl Server {
         String::from_utf8(out.stdout).unwrap()
     }
 
-    /// kubectl with stdin that must fail; returns stderr.
-    pub fn fails_stdin(&self, version: &str, args: &[&str], input: &str) -> Vec<u8> {
+    /// kubectl with stdin, whatever the outcome.
+    pub fn kubectl_stdin(&self, version: &str, args: &[&str], input: &str) -> Output {
         use std::io::Write;
         let mut child = Command::new(kubectl_binary(version))
             .arg("--kubeconfig")
@@ -180,7 +180,12 @@ impl Server {
             .spawn()
             .unwrap();
         child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// kubectl with stdin that must fail; returns stderr.
+    pub fn fails_stdin(&self, version: &str, args: &[&str], input: &str) -> Vec<u8> {
+        let out = self.kubectl_stdin(version, args, input);
         assert!(!out.status.success(), "kubectl {args:?} should have failed");
         out.stderr
     }

@@ -1,0 +1,160 @@
+//! Decoding a request object as its Kubernetes type (from `k8s-openapi`), as the API server's
+//! decoder does upstream: fields the type does not have are dropped ("pruned") and reported, so
+//! `fieldValidation=Strict` can refuse them and `Warn` can warn about them; a value of the wrong
+//! type is an error.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::ResourceDef;
+
+/// A decoded object and the unknown fields dropped from it (JSON paths such as
+/// `spec.containers[0].foo`).
+pub struct Decoded {
+    pub object: Value,
+    pub unknown_fields: Vec<String>,
+}
+
+/// Decode `input` as the type of `def`. Resources without a known type pass through as they are.
+pub fn decode(def: &ResourceDef, input: &Value) -> Result<Decoded, String> {
+    use k8s_openapi::api::{apps, coordination, core, events};
+    match (def.group, def.version, def.kind) {
+        ("", "v1", "Namespace") => roundtrip::<core::v1::Namespace>(input),
+        ("", "v1", "Pod") => roundtrip::<core::v1::Pod>(input),
+        ("", "v1", "Node") => roundtrip::<core::v1::Node>(input),
+        ("", "v1", "Service") => roundtrip::<core::v1::Service>(input),
+        ("", "v1", "Endpoints") => roundtrip::<core::v1::Endpoints>(input),
+        ("", "v1", "ConfigMap") => roundtrip::<core::v1::ConfigMap>(input),
+        ("", "v1", "Secret") => roundtrip::<core::v1::Secret>(input),
+        ("", "v1", "ServiceAccount") => roundtrip::<core::v1::ServiceAccount>(input),
+        ("", "v1", "Event") => roundtrip::<core::v1::Event>(input),
+        ("", "v1", "LimitRange") => roundtrip::<core::v1::LimitRange>(input),
+        ("", "v1", "ResourceQuota") => roundtrip::<core::v1::ResourceQuota>(input),
+        ("apps", "v1", "Deployment") => roundtrip::<apps::v1::Deployment>(input),
+        ("apps", "v1", "ReplicaSet") => roundtrip::<apps::v1::ReplicaSet>(input),
+        ("events.k8s.io", "v1", "Event") => roundtrip::<events::v1::Event>(input),
+        ("coordination.k8s.io", "v1", "Lease") => roundtrip::<coordination::v1::Lease>(input),
+        _ => Ok(Decoded {
+            object: input.clone(),
+            unknown_fields: Vec::new(),
+        }),
+    }
+}
+
+fn roundtrip<T: DeserializeOwned + Serialize>(input: &Value) -> Result<Decoded, String> {
+    let typed: T = serde_json::from_value(input.clone()).map_err(|e| e.to_string())?;
+    let mut object = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
+    // The typed value knows its apiVersion and kind; keep the client's spelling of the rest.
+    keep_input_order(&mut object, input);
+    let mut unknown_fields = Vec::new();
+    unknown(input, &object, "", &mut unknown_fields);
+    Ok(Decoded {
+        object,
+        unknown_fields,
+    })
+}
+
+/// Put the keys of `out` back in the order the client sent them (serde writes them in the
+/// type's field order), so stored objects read as they were written.
+fn keep_input_order(out: &mut Value, input: &Value) {
+    match (out, input) {
+        (Value::Object(o), Value::Object(i)) => {
+            let mut ordered = serde_json::Map::new();
+            for k in i.keys() {
+                if let Some(v) = o.remove(k) {
+                    ordered.insert(k.clone(), v);
+                }
+            }
+            ordered.append(o);
+            for (k, v) in ordered.iter_mut() {
+                if let Some(iv) = i.get(k) {
+                    keep_input_order(v, iv);
+                }
+            }
+            *o = ordered;
+        }
+        (Value::Array(o), Value::Array(i)) => {
+            for (ov, iv) in o.iter_mut().zip(i) {
+                keep_input_order(ov, iv);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn unknown(input: &Value, out: &Value, path: &str, found: &mut Vec<String>) {
+    match (input, out) {
+        (Value::Object(i), Value::Object(o)) => {
+            for (k, v) in i {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match o.get(k) {
+                    Some(ov) => unknown(v, ov, &p, found),
+                    None if !v.is_null() => found.push(p),
+                    None => {}
+                }
+            }
+        }
+        (Value::Array(i), Value::Array(o)) => {
+            for (n, (iv, ov)) in i.iter().zip(o).enumerate() {
+                unknown(iv, ov, &format!("{path}[{n}]"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn def(kind: &str) -> &'static ResourceDef {
+        crate::catalogue()
+            .iter()
+            .find(|d| d.kind == kind && d.group != "events.k8s.io")
+            .unwrap()
+    }
+
+    #[test]
+    fn unknown_fields_are_dropped_and_named() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "bogus": 1},
+            "spec": {"containers": [{"name": "c", "image": "nginx", "imagePullPolicyy": "Always"}]},
+            "extra": true
+        });
+        let d = decode(def("Pod"), &pod).unwrap();
+        assert_eq!(
+            d.unknown_fields,
+            ["metadata.bogus", "spec.containers[0].imagePullPolicyy", "extra"]
+        );
+        assert!(d.object["metadata"].get("bogus").is_none());
+        assert_eq!(d.object["spec"]["containers"][0]["image"], "nginx");
+        // The client's key order is kept.
+        let keys: Vec<&String> = d.object.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["apiVersion", "kind", "metadata", "spec"]);
+    }
+
+    #[test]
+    fn wrong_types_are_errors_and_known_objects_round_trip() {
+        let bad =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"k": 1}});
+        assert!(decode(def("ConfigMap"), &bad).is_err());
+        let deployment = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "creationTimestamp": "2026-01-02T03:04:05Z", "labels": {"app": "web"}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                     "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"containers": [{"name": "web", "image": "nginx", "resources": {"limits": {"cpu": "500m"}}}]}}}
+        });
+        let d = decode(def("Deployment"), &deployment).unwrap();
+        assert!(d.unknown_fields.is_empty(), "{:?}", d.unknown_fields);
+        assert_eq!(d.object, deployment);
+    }
+}
