@@ -23,7 +23,7 @@ pub(crate) async fn ensure_namespaces(store: &dyn Store) -> Result<(), StoreErro
             "spec": {"finalizers": ["kubernetes"]},
             "status": {"phase": "Active"},
         });
-        let value = bytes::Bytes::from(serde_json::to_vec(&obj).expect("JSON serializes"));
+        let value = registry::encode(def, &obj);
         match store.create(&registry::key(def, "", ns), value).await {
             Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
             Err(e) => return Err(e),

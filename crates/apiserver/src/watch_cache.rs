@@ -165,9 +165,12 @@ impl WatchCache {
     /// The cache of resource `def`, started on first use: a list of every object, then a
     /// watch from the list's revision.
     pub async fn get(self: &Arc<Self>, def: &'static ResourceDef) -> Option<Arc<ResourceCache>> {
+        // Keyed by resource, not storage prefix: two versions may share one prefix and each
+        // needs objects in its own form.
+        let name = def.group_resource();
         let prefix = crate::registry::prefix(def, "");
         let prefix = prefix.as_str();
-        if let Some(c) = self.caches.lock().unwrap_or_else(|e| e.into_inner()).get(prefix) {
+        if let Some(c) = self.caches.lock().unwrap_or_else(|e| e.into_inner()).get(&name) {
             return Some(c.clone());
         }
         let initial = self
@@ -181,7 +184,7 @@ impl WatchCache {
         let revision = initial.revision;
         let mut objects = BTreeMap::new();
         for kv in &initial.kvs {
-            if let Ok(obj) = crate::registry::decode(kv) {
+            if let Ok(obj) = crate::registry::decode(def, kv) {
                 objects.insert(kv.key.clone(), Arc::new(CachedObject::new(def, &obj)));
             }
         }
@@ -201,14 +204,13 @@ impl WatchCache {
         });
         {
             let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(existing) = caches.get(prefix) {
+            if let Some(existing) = caches.get(&name) {
                 // Another request started it meanwhile.
                 return Some(existing.clone());
             }
-            caches.insert(prefix.to_owned(), cache.clone());
+            caches.insert(name.clone(), cache.clone());
         }
         let this = self.clone();
-        let prefix = prefix.to_owned();
         let feeding = cache.clone();
         tokio::spawn(async move {
             loop {
@@ -217,11 +219,11 @@ impl WatchCache {
                     other => {
                         // The datastore watch ended: drop this cache so its watchers end and
                         // reconnect; the next watch starts a fresh one.
-                        tracing::warn!(%prefix, ?other, "watch cache lost its datastore watch");
+                        tracing::warn!(resource = %name, ?other, "watch cache lost its datastore watch");
                         this.caches
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
-                            .remove(&prefix);
+                            .remove(&name);
                         return;
                     }
                 }
@@ -235,7 +237,9 @@ impl ResourceCache {
     fn apply(&self, batch: Vec<r8s_store::Event>) {
         let mut w = self.window.write().unwrap_or_else(|e| e.into_inner());
         for ev in batch {
-            let Some(event) = decode(ev) else { continue };
+            let Some(event) = decode(self.def, ev) else {
+                continue;
+            };
             let event = Arc::new(event);
             w.revision = event.revision;
             match event.kind {
@@ -263,15 +267,15 @@ impl ResourceCache {
     }
 }
 
-fn decode(ev: r8s_store::Event) -> Option<CachedEvent> {
+fn decode(def: &ResourceDef, ev: r8s_store::Event) -> Option<CachedEvent> {
     let revision = ev.kv.mod_revision;
     let prev = ev
         .prev
         .as_ref()
-        .and_then(|p| crate::registry::decode(p).ok())
+        .and_then(|p| crate::registry::decode(def, p).ok())
         .map(Arc::new);
     let object = match ev.kind {
-        EventKind::Put => crate::registry::decode(&ev.kv).ok()?,
+        EventKind::Put => crate::registry::decode(def, &ev.kv).ok()?,
         EventKind::Delete => {
             let mut last = (**prev.as_ref()?).clone();
             crate::registry::meta::set_resource_version(&mut last, revision);

@@ -581,3 +581,27 @@ fn imperative_creates_scale_and_subresources() {
         assert!(err.contains("is already assigned to node \"n1\""), "{err}");
     }
 }
+
+/// events.k8s.io/v1 Events and core v1 Events are one resource in two versions.
+#[test]
+fn events_are_shared_between_both_apis() {
+    let s = Server::start();
+    let ev = "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata:\n  name: p.scheduled\n  namespace: default\neventTime: \"2026-11-22T03:00:00.000000Z\"\nregarding:\n  kind: Pod\n  name: p\n  namespace: default\nnote: Successfully assigned default/p to n1\nreason: Scheduled\ntype: Normal\naction: Binding\nreportingController: default-scheduler\nreportingInstance: r8s\n";
+    s.ok_stdin("1.33", &["create", "-f", "-"], ev);
+    for v in VERSIONS {
+        let core: serde_json::Value =
+            serde_json::from_str(&s.ok(v, &["get", "events.v1.", "p.scheduled", "-o", "json"])).unwrap();
+        assert_eq!(core["apiVersion"], "v1");
+        assert_eq!(core["involvedObject"]["name"], "p");
+        assert_eq!(core["message"], "Successfully assigned default/p to n1");
+        assert_eq!(core["reportingComponent"], "default-scheduler");
+        let new: serde_json::Value = serde_json::from_str(&s.ok(
+            v,
+            &["get", "events.v1.events.k8s.io", "p.scheduled", "-o", "json"],
+        ))
+        .unwrap();
+        assert_eq!(new["apiVersion"], "events.k8s.io/v1");
+        assert_eq!(new["note"], "Successfully assigned default/p to n1");
+        assert_eq!(new["regarding"]["kind"], "Pod");
+    }
+}

@@ -6,6 +6,7 @@
 //! `/registry/<resource>/<name>` for cluster-scoped ones); `metadata.resourceVersion` is not
 //! stored but set from the key's mod revision on every read.
 
+mod convert;
 pub(crate) mod meta;
 mod patch;
 pub(crate) mod strategy;
@@ -61,13 +62,9 @@ pub(crate) fn key(def: &ResourceDef, namespace: &str, name: &str) -> String {
 }
 
 fn storage_resource(def: &ResourceDef) -> String {
-    if def.group.is_empty() || def.group == "apps" || def.group == "coordination.k8s.io" {
-        def.plural.to_owned()
-    } else {
-        // events.k8s.io events are kept apart from core events until conversion between the
-        // two representations exists.
-        format!("{}.{}", def.plural, def.group)
-    }
+    // Upstream's etcd layout: the resource name alone (events.k8s.io Events share core Events'
+    // storage, see `convert`).
+    def.plural.to_owned()
 }
 
 /// The key prefix for a list or watch in `namespace` ("" = all namespaces).
@@ -79,17 +76,19 @@ pub(crate) fn prefix(def: &ResourceDef, namespace: &str) -> String {
     }
 }
 
-/// Decode a stored object and give it its resource version.
-pub(crate) fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
-    let mut obj: Value = serde_json::from_slice(&kv.value)
+/// Decode a stored object as `def` and give it its resource version.
+pub(crate) fn decode(def: &ResourceDef, kv: &KeyValue) -> Result<Value, ApiError> {
+    let obj: Value = serde_json::from_slice(&kv.value)
         .map_err(|e| ApiError::internal(format!("stored object {} is unreadable: {e}", kv.key)))?;
+    let mut obj = convert::from_storage(def, obj);
     meta::set_resource_version(&mut obj, kv.mod_revision);
     Ok(obj)
 }
 
 /// The stored form: apiVersion, kind and metadata first (so [`with_resource_version`] can find
 /// the metadata without parsing), without resourceVersion.
-pub(crate) fn encode(obj: &Value) -> Bytes {
+pub(crate) fn encode(def: &ResourceDef, obj: &Value) -> Bytes {
+    let obj = convert::to_storage(def, obj.clone());
     let mut stored = serde_json::Map::new();
     if let Some(o) = obj.as_object() {
         for k in ["apiVersion", "kind", "metadata"] {
@@ -130,11 +129,11 @@ pub(crate) fn with_resource_version(stored: &[u8], rv: i64) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// A stored object as JSON bytes with its resourceVersion.
-fn raw_item(kv: &KeyValue) -> Result<Vec<u8>, ApiError> {
-    match with_resource_version(&kv.value, kv.mod_revision) {
+/// A stored object as JSON bytes of `def` with its resourceVersion.
+fn raw_item(def: &ResourceDef, kv: &KeyValue) -> Result<Vec<u8>, ApiError> {
+    match with_resource_version(&kv.value, kv.mod_revision).filter(|_| !convert::converts(def)) {
         Some(b) => Ok(b),
-        None => Ok(serde_json::to_vec(&decode(kv)?).expect("JSON serializes")),
+        None => Ok(serde_json::to_vec(&decode(def, kv)?).expect("JSON serializes")),
     }
 }
 
@@ -355,7 +354,7 @@ pub(crate) async fn read(ctx: &Ctx, def: &ResourceDef, ns: &str, name: &str) -> 
         .await
         .map_err(|e| store_error(def, name, e))?;
     let kv = resp.kv.ok_or_else(|| not_found(def, name))?;
-    decode(&kv)
+    decode(def, &kv)
 }
 
 /// Label and field selectors of a list or watch.
@@ -439,7 +438,7 @@ pub(crate) async fn list_objects(
 ) -> Result<(Vec<Value>, i64, Option<String>, Option<i64>), ApiError> {
     let counted = filter.is_empty();
     list_page(ctx, def, ns, query, counted, |kv| {
-        let obj = decode(kv)?;
+        let obj = decode(def, kv)?;
         Ok(filter.matches(def, &obj).then_some(obj))
     })
     .await
@@ -591,7 +590,7 @@ async fn list(
     if filter.is_empty() && !wants_table(headers) {
         // Nothing to look at inside the objects: send the stored bytes as they are.
         let (items, revision, token, remaining) =
-            list_page(ctx, def, ns, query, true, |kv| raw_item(kv).map(Some)).await?;
+            list_page(ctx, def, ns, query, true, |kv| raw_item(def, kv).map(Some)).await?;
         return Ok(raw_list(def, &list_meta(revision, token, remaining), &items));
     }
     let (items, revision, token, remaining) = list_objects(ctx, def, ns, query, &filter).await?;
@@ -797,7 +796,7 @@ async fn create(
     let kv = ctx
         .shared
         .store
-        .create(&key(def, ns, &name), encode(&obj))
+        .create(&key(def, ns, &name), encode(def, &obj))
         .await
         .map_err(|e| store_error(def, &name, e))?;
     meta::set_resource_version(&mut obj, kv.mod_revision);
@@ -909,7 +908,7 @@ pub(crate) async fn apply_update(
     let kv = ctx
         .shared
         .store
-        .update(&key(def, ns, name), encode(&obj), old_rv)
+        .update(&key(def, ns, name), encode(def, &obj), old_rv)
         .await
         .map_err(|e| store_error(def, name, e))?;
     meta::set_resource_version(&mut obj, kv.mod_revision);
@@ -1090,7 +1089,7 @@ pub(crate) async fn delete_object(
     let kv = ctx
         .shared
         .store
-        .update(&key(def, ns, name), encode(&obj), rv)
+        .update(&key(def, ns, name), encode(def, &obj), rv)
         .await
         .map_err(|e| store_error(def, name, e))?;
     meta::set_resource_version(&mut obj, kv.mod_revision);
@@ -1153,7 +1152,8 @@ mod tests {
     #[test]
     fn resource_versions_are_spliced_into_stored_objects() {
         let obj = json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}, "kind": "Deployment", "apiVersion": "apps/v1", "metadata": {"name": "web"}});
-        let stored = encode(&obj);
+        let def = r8s_api::find("apps", "v1", "deployments").unwrap();
+        let stored = encode(def, &obj);
         assert!(stored.starts_with(b"{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"metadata\":{"));
         let out: Value = serde_json::from_slice(&with_resource_version(&stored, 42).unwrap()).unwrap();
         assert_eq!(out["metadata"]["resourceVersion"], "42");
@@ -1161,7 +1161,7 @@ mod tests {
         assert!(out["spec"]["template"]["metadata"]
             .get("resourceVersion")
             .is_none());
-        let empty_meta = encode(&json!({"apiVersion": "v1", "kind": "X", "metadata": {}}));
+        let empty_meta = encode(def, &json!({"apiVersion": "v1", "kind": "X", "metadata": {}}));
         let out: Value = serde_json::from_slice(&with_resource_version(&empty_meta, 7).unwrap()).unwrap();
         assert_eq!(out["metadata"], json!({"resourceVersion": "7"}));
         // Not in the stored shape (a nested object before metadata): no splice.

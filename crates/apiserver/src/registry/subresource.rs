@@ -210,7 +210,7 @@ async fn bind(
         match ctx
             .shared
             .store
-            .update(&super::key(def, ns, name), super::encode(&obj), rv)
+            .update(&super::key(def, ns, name), super::encode(def, &obj), rv)
             .await
         {
             Ok(_) => break,

@@ -288,12 +288,12 @@ fn cached_type(def: &ResourceDef, filter: &Filter, ev: &CachedEvent) -> Option<&
 fn translate(def: &ResourceDef, filter: &Filter, ev: r8s_store::Event) -> Option<(&'static str, Value)> {
     match ev.kind {
         EventKind::Put => {
-            let cur = decode(&ev.kv).ok()?;
+            let cur = decode(def, &ev.kv).ok()?;
             let now = filter.matches(def, &cur);
             let before = ev
                 .prev
                 .as_ref()
-                .and_then(|p| decode(p).ok())
+                .and_then(|p| decode(def, p).ok())
                 .map(|p| filter.matches(def, &p));
             match (before, now) {
                 (None | Some(false), true) => Some(("ADDED", cur)),
@@ -304,7 +304,7 @@ fn translate(def: &ResourceDef, filter: &Filter, ev: r8s_store::Event) -> Option
         }
         EventKind::Delete => {
             let prev = ev.prev.as_ref()?;
-            let mut obj = decode(prev).ok()?;
+            let mut obj = decode(def, prev).ok()?;
             if !filter.matches(def, &obj) {
                 return None;
             }
