@@ -139,6 +139,8 @@ static CATALOGUE: &[ResourceDef] = &[
          short: ["ev"], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true,
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", false,
+         short: ["pc"], cat: [], verbs: STANDARD_VERBS, sub: []),
 ];
 
 /// Every served resource.

@@ -18,7 +18,7 @@ pub struct Decoded {
 
 /// Decode `input` as the type of `def`. Resources without a known type pass through as they are.
 pub fn decode(def: &ResourceDef, input: &Value) -> Result<Decoded, String> {
-    use k8s_openapi::api::{apps, coordination, core, events};
+    use k8s_openapi::api::{apps, coordination, core, events, scheduling};
     match (def.group, def.version, def.kind) {
         ("", "v1", "Namespace") => roundtrip::<core::v1::Namespace>(input),
         ("", "v1", "Pod") => roundtrip::<core::v1::Pod>(input),
@@ -35,6 +35,7 @@ pub fn decode(def: &ResourceDef, input: &Value) -> Result<Decoded, String> {
         ("apps", "v1", "ReplicaSet") => roundtrip::<apps::v1::ReplicaSet>(input),
         ("events.k8s.io", "v1", "Event") => roundtrip::<events::v1::Event>(input),
         ("coordination.k8s.io", "v1", "Lease") => roundtrip::<coordination::v1::Lease>(input),
+        ("scheduling.k8s.io", "v1", "PriorityClass") => roundtrip::<scheduling::v1::PriorityClass>(input),
         _ => Ok(Decoded {
             object: input.clone(),
             unknown_fields: Vec::new(),

@@ -1,5 +1,6 @@
-//! What the API server makes at start, as upstream's bootstrap controller does: the
-//! `default`, `kube-system`, `kube-public` and `kube-node-lease` namespaces.
+//! What the API server makes at start, as upstream's bootstrap controllers do: the
+//! `default`, `kube-system`, `kube-public` and `kube-node-lease` namespaces, and the
+//! `system-node-critical` and `system-cluster-critical` PriorityClasses.
 
 use r8s_store::{Store, StoreError};
 use serde_json::json;
@@ -24,10 +25,38 @@ pub(crate) async fn ensure_namespaces(store: &dyn Store) -> Result<(), StoreErro
             "status": {"phase": "Active"},
         });
         let value = registry::encode(def, &obj);
-        match store.create(&registry::key(def, "", ns), value).await {
-            Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
-            Err(e) => return Err(e),
-        }
+        create_if_absent(store, &registry::key(def, "", ns), value).await?;
     }
     Ok(())
+}
+
+pub(crate) async fn ensure_priority_classes(store: &dyn Store) -> Result<(), StoreError> {
+    let def = r8s_api::find("scheduling.k8s.io", "v1", "priorityclasses").expect("in the catalogue");
+    for (name, value, description) in [
+        ("system-node-critical", 2_000_001_000, "Used for system critical pods that must not be moved from their current node."),
+        ("system-cluster-critical", 2_000_000_000, "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary."),
+    ] {
+        let obj = json!({
+            "kind": "PriorityClass",
+            "apiVersion": "scheduling.k8s.io/v1",
+            "metadata": {
+                "name": name,
+                "uid": uuid::Uuid::new_v4().to_string(),
+                "creationTimestamp": registry::meta::now_rfc3339(),
+            },
+            "value": value,
+            "globalDefault": false,
+            "description": description,
+            "preemptionPolicy": "PreemptLowerPriority",
+        });
+        create_if_absent(store, &registry::key(def, "", name), registry::encode(def, &obj)).await?;
+    }
+    Ok(())
+}
+
+async fn create_if_absent(store: &dyn Store, key: &str, value: bytes::Bytes) -> Result<(), StoreError> {
+    match store.create(key, value).await {
+        Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
 }

@@ -62,6 +62,9 @@ impl ApiServer {
         bootstrap::ensure_namespaces(config.store.as_ref())
             .await
             .map_err(|e| std::io::Error::other(format!("creating the system namespaces: {e}")))?;
+        bootstrap::ensure_priority_classes(config.store.as_ref())
+            .await
+            .map_err(|e| std::io::Error::other(format!("creating the system priority classes: {e}")))?;
         let listener =
             tokio::net::TcpListener::bind((config.serving.bind_address, config.serving.port)).await?;
         let local_addr = listener.local_addr()?;

@@ -198,6 +198,9 @@ pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
         "namespaces" if obj["spec"]["finalizers"].is_null() => {
             obj["spec"] = json!({"finalizers": ["kubernetes"]});
         }
+        "priorityclasses" if obj.get("preemptionPolicy").is_none_or(Value::is_null) => {
+            obj["preemptionPolicy"] = json!("PreemptLowerPriority");
+        }
         "secrets" if obj.get("type").is_none_or(Value::is_null) => {
             obj["type"] = json!("Opaque");
         }
@@ -375,6 +378,21 @@ pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
                 }
             }
             validate_pod_spec(&mut errs, "spec.template.spec", &spec["template"]["spec"]);
+        }
+        "priorityclasses" => {
+            if obj.get("value").is_none_or(Value::is_null) {
+                errs.push(FieldError::required("value", ""));
+            }
+            let name = meta::name(obj);
+            if name.starts_with("system-")
+                && !matches!(name, "system-cluster-critical" | "system-node-critical")
+            {
+                errs.push(FieldError::invalid(
+                    "metadata.name",
+                    name,
+                    "priority class names with 'system-' prefix are reserved",
+                ));
+            }
         }
         "configmaps" | "secrets" => {
             for field in ["data", "binaryData", "stringData"] {
@@ -557,6 +575,13 @@ pub(crate) fn columns(def: &ResourceDef) -> Vec<Column> {
             AGE,
         ],
         "serviceaccounts" => vec![NAME, col("Secrets", "string", "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use."), AGE],
+        "priorityclasses" => vec![
+            NAME,
+            col("Value", "integer", "The value of this priority class. This is the actual priority that pods receive when they have the name of this class in their pod spec."),
+            col("Global-Default", "boolean", "globalDefault specifies whether this PriorityClass should be considered as the default priority for pods that do not have any priority class."),
+            AGE,
+            col("PreemptionPolicy", "string", "PreemptionPolicy is the Policy for preempting pods with lower priority."),
+        ],
         "services" => vec![
             NAME,
             col("Type", "string", "The type of the service"),
