@@ -22,6 +22,16 @@ impl FieldError {
         }
     }
 
+    /// An invalid value shown as it is (for values that are not strings, e.g. Go's
+    /// `[]string{"10.0.0.1"}` or a number).
+    pub fn invalid_raw(field: impl Into<String>, value: &str, detail: impl fmt::Display) -> Self {
+        Self {
+            reason: "FieldValueInvalid",
+            field: field.into(),
+            message: format!("Invalid value: {value}: {detail}"),
+        }
+    }
+
     pub fn required(field: impl Into<String>, detail: &str) -> Self {
         let field = field.into();
         Self {

@@ -54,6 +54,51 @@ pub(crate) async fn ensure_priority_classes(store: &dyn Store) -> Result<(), Sto
     Ok(())
 }
 
+/// The `kubernetes` Service in `default`, on the first address of the service range, as
+/// upstream's bootstrap controller makes it. (Its endpoints come with the node's address.)
+pub(crate) async fn ensure_kubernetes_service(
+    store: &dyn Store,
+    cidr: registry::allocator::ServiceCidr,
+    port: u16,
+) -> Result<(), StoreError> {
+    let def = r8s_api::find("", "v1", "services").expect("in the catalogue");
+    let ip = cidr.first().to_string();
+    create_if_absent(
+        store,
+        &format!("/registry/ranges/serviceips/{ip}"),
+        bytes::Bytes::from("default/kubernetes"),
+    )
+    .await?;
+    let obj = json!({
+        "kind": "Service",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "uid": uuid::Uuid::new_v4().to_string(),
+            "creationTimestamp": registry::meta::now_rfc3339(),
+            "labels": {"component": "apiserver", "provider": "kubernetes"},
+        },
+        "spec": {
+            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}],
+            "clusterIP": ip,
+            "clusterIPs": [ip],
+            "type": "ClusterIP",
+            "sessionAffinity": "None",
+            "ipFamilies": ["IPv4"],
+            "ipFamilyPolicy": "SingleStack",
+            "internalTrafficPolicy": "Cluster",
+        },
+        "status": {"loadBalancer": {}},
+    });
+    create_if_absent(
+        store,
+        &registry::key(def, "default", "kubernetes"),
+        registry::encode(def, &obj),
+    )
+    .await
+}
+
 async fn create_if_absent(store: &dyn Store, key: &str, value: bytes::Bytes) -> Result<(), StoreError> {
     match store.create(key, value).await {
         Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use r8s_store::Store;
 
+pub use registry::allocator::ServiceCidr;
 pub use server::ServingConfig;
 
 /// The Kubernetes version r8s speaks.
@@ -37,6 +38,8 @@ pub struct ApiServerConfig {
     pub authenticators: authn::AuthenticatorChain,
     pub authorizers: authz::AuthorizerChain,
     pub admission: admission::AdmissionChain,
+    /// The range Service cluster IPs come from (`--service-cidr`).
+    pub service_cidr: ServiceCidr,
 }
 
 /// State shared by every request.
@@ -48,6 +51,7 @@ pub(crate) struct Shared {
     /// `host:port` clients reach this server at, for discovery's serverAddressByClientCIDRs.
     pub advertise: String,
     pub watch_cache: Arc<watch_cache::WatchCache>,
+    pub service_cidr: ServiceCidr,
 }
 
 /// A running API server.
@@ -68,9 +72,13 @@ impl ApiServer {
         let listener =
             tokio::net::TcpListener::bind((config.serving.bind_address, config.serving.port)).await?;
         let local_addr = listener.local_addr()?;
+        bootstrap::ensure_kubernetes_service(config.store.as_ref(), config.service_cidr, local_addr.port())
+            .await
+            .map_err(|e| std::io::Error::other(format!("creating the kubernetes service: {e}")))?;
         let tls = server::tls_config(&config.serving).map_err(std::io::Error::other)?;
         let shared = Arc::new(Shared {
             watch_cache: Arc::new(watch_cache::WatchCache::new(config.store.clone())),
+            service_cidr: config.service_cidr,
             store: config.store,
             authenticators: config.authenticators,
             authorizers: config.authorizers,

@@ -70,6 +70,10 @@ struct ServerArgs {
     /// Static bearer tokens, Kubernetes CSV format: token,user,uid,"group1,group2".
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+
+    /// The range Service cluster IPs are allocated from (k3s's default).
+    #[arg(long, default_value = "10.43.0.0/16", value_parser = r8s_apiserver::ServiceCidr::parse)]
+    service_cidr: r8s_apiserver::ServiceCidr,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -185,6 +189,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         authenticators,
         authorizers,
         admission: Default::default(),
+        service_cidr: args.service_cidr,
     })
     .await
     .with_context(|| format!("serving on {}:{}", args.bind_address, args.https_listen_port))?;

@@ -605,3 +605,67 @@ fn events_are_shared_between_both_apis() {
         assert_eq!(new["regarding"]["kind"], "Pod");
     }
 }
+
+/// Services get cluster IPs from --service-cidr and node ports, once each; the `kubernetes`
+/// service holds the first address.
+#[test]
+fn services_get_cluster_ips_and_node_ports() {
+    let s = Server::start_with(&["--service-cidr", "10.96.0.0/24"]);
+    assert_eq!(
+        s.ok(
+            "1.33",
+            &["get", "svc", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"]
+        ),
+        "10.96.0.1"
+    );
+    for v in VERSIONS {
+        let web = format!("web{}", v.replace('.', ""));
+        let np = format!("np{}", v.replace('.', ""));
+        s.ok(v, &["create", "service", "clusterip", &web, "--tcp=80:8080"]);
+        s.ok(v, &["create", "service", "nodeport", &np, "--tcp=80:8080"]);
+        let ip = s.ok(v, &["get", "svc", &web, "-o", "jsonpath={.spec.clusterIP}"]);
+        let addr: std::net::Ipv4Addr = ip.parse().unwrap();
+        assert_eq!(addr.octets()[..3], [10, 96, 0], "{ip}");
+        assert_ne!(ip, "10.96.0.1");
+        let port: u16 = s
+            .ok(
+                v,
+                &["get", "svc", &np, "-o", "jsonpath={.spec.ports[0].nodePort}"],
+            )
+            .parse()
+            .unwrap();
+        assert!((30000..=32767).contains(&port));
+        // The address is taken: asking for it again is refused in upstream's words.
+        let taken = format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: taken\n  namespace: default\nspec:\n  clusterIP: {ip}\n  ports:\n  - port: 80\n");
+        let err = String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], &taken)).unwrap();
+        assert!(
+            err.contains(&format!("The Service \"taken\" is invalid: spec.clusterIPs: Invalid value: []string{{\"{ip}\"}}: failed to allocate IP {ip}: provided IP is already allocated")),
+            "{err}"
+        );
+        // Immutable once set; labels and other changes keep it.
+        let err = String::from_utf8_lossy(
+            &s.kubectl(
+                v,
+                &[
+                    "patch",
+                    "svc",
+                    &web,
+                    "-p",
+                    r#"{"spec":{"clusterIP":"10.96.0.99"}}"#,
+                ],
+            )
+            .stderr,
+        )
+        .to_string();
+        assert!(err.contains("may not change once set"), "{err}");
+        s.ok(v, &["label", "svc", &web, "tier=front"]);
+        assert_eq!(
+            s.ok(v, &["get", "svc", &web, "-o", "jsonpath={.spec.clusterIP}"]),
+            ip
+        );
+        // Deleting gives the address back.
+        s.ok(v, &["delete", "svc", &web]);
+        s.ok_stdin(v, &["create", "-f", "-"], &taken);
+        s.ok(v, &["delete", "svc", "taken", &np]);
+    }
+}

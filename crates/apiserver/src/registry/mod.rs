@@ -6,9 +6,11 @@
 //! `/registry/<resource>/<name>` for cluster-scoped ones); `metadata.resourceVersion` is not
 //! stored but set from the key's mod revision on every read.
 
+pub(crate) mod allocator;
 mod convert;
 pub(crate) mod meta;
 mod patch;
+mod services;
 pub(crate) mod strategy;
 mod subresource;
 mod table;
@@ -780,7 +782,14 @@ async fn create(
             dry_run,
         })
         .await?;
+    // Services get their cluster IP and node ports (a dry run gives them back at once).
+    let allocations = if def.plural == "services" {
+        services::allocate(ctx, &mut obj).await?
+    } else {
+        Vec::new()
+    };
     if dry_run {
+        services::release(ctx, &allocations).await;
         // Everything but the write: a name collision is still reported.
         let exists = ctx
             .shared
@@ -793,12 +802,18 @@ async fn create(
         }
         return Ok(with_warnings(json_response(StatusCode::CREATED, &obj), &warnings));
     }
-    let kv = ctx
+    let created = ctx
         .shared
         .store
         .create(&key(def, ns, &name), encode(def, &obj))
-        .await
-        .map_err(|e| store_error(def, &name, e))?;
+        .await;
+    let kv = match created {
+        Ok(kv) => kv,
+        Err(e) => {
+            services::release(ctx, &allocations).await;
+            return Err(store_error(def, &name, e));
+        }
+    };
     meta::set_resource_version(&mut obj, kv.mod_revision);
     Ok(with_warnings(json_response(StatusCode::CREATED, &obj), &warnings))
 }
@@ -863,6 +878,9 @@ pub(crate) async fn apply_update(
     }
     if view == subresource::View::Main {
         strategy::prepare_for_update(def, &mut obj, old);
+        if def.plural == "services" {
+            services::keep_allocations(&mut obj, old)?;
+        }
     }
     strategy::default(def, &mut obj);
     if strategy::tracks_generation(def) && obj.get("spec") != old.get("spec") {
@@ -1058,6 +1076,9 @@ pub(crate) async fn delete_object(
                     StoreError::Conflict { .. } => conflict(def, name),
                     other => store_error(def, name, other),
                 })?;
+            if def.plural == "services" {
+                services::release(ctx, &services::allocations(ctx, &old)).await;
+            }
         }
         return Ok((old, true));
     }

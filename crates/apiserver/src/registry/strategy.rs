@@ -767,7 +767,7 @@ pub(crate) fn cells(def: &ResourceDef, obj: &Value) -> Vec<Value> {
                 .flatten()
                 .map(|p| {
                     let mut s = p["port"].to_string();
-                    if let Some(np) = p["nodePort"].as_i64() {
+                    if let Some(np) = p["nodePort"].as_i64().filter(|n| *n != 0) {
                         s.push_str(&format!(":{np}"));
                     }
                     format!("{s}/{}", p["protocol"].as_str().unwrap_or("TCP"))
