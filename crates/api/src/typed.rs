@@ -16,31 +16,71 @@ pub struct Decoded {
     pub unknown_fields: Vec<String>,
 }
 
+/// Call `$f::<T>(args)` with `T` the k8s-openapi type of `$def`, or give `None` for resources
+/// without one.
+macro_rules! with_type {
+    ($def:expr, $f:ident ( $($arg:expr),* )) => {{
+        use k8s_openapi::api::{apps, coordination, core, events, scheduling};
+        match ($def.group, $def.version, $def.kind) {
+            ("", "v1", "Namespace") => Some($f::<core::v1::Namespace>($($arg),*)),
+            ("", "v1", "Pod") => Some($f::<core::v1::Pod>($($arg),*)),
+            ("", "v1", "Node") => Some($f::<core::v1::Node>($($arg),*)),
+            ("", "v1", "Service") => Some($f::<core::v1::Service>($($arg),*)),
+            ("", "v1", "Endpoints") => Some($f::<core::v1::Endpoints>($($arg),*)),
+            ("", "v1", "ConfigMap") => Some($f::<core::v1::ConfigMap>($($arg),*)),
+            ("", "v1", "Secret") => Some($f::<core::v1::Secret>($($arg),*)),
+            ("", "v1", "ServiceAccount") => Some($f::<core::v1::ServiceAccount>($($arg),*)),
+            ("", "v1", "Event") => Some($f::<core::v1::Event>($($arg),*)),
+            ("", "v1", "LimitRange") => Some($f::<core::v1::LimitRange>($($arg),*)),
+            ("", "v1", "ResourceQuota") => Some($f::<core::v1::ResourceQuota>($($arg),*)),
+            ("apps", "v1", "Deployment") => Some($f::<apps::v1::Deployment>($($arg),*)),
+            ("apps", "v1", "ReplicaSet") => Some($f::<apps::v1::ReplicaSet>($($arg),*)),
+            ("events.k8s.io", "v1", "Event") => Some($f::<events::v1::Event>($($arg),*)),
+            ("coordination.k8s.io", "v1", "Lease") => Some($f::<coordination::v1::Lease>($($arg),*)),
+            ("scheduling.k8s.io", "v1", "PriorityClass") => Some($f::<scheduling::v1::PriorityClass>($($arg),*)),
+            _ => None,
+        }
+    }};
+}
+
 /// Decode `input` as the type of `def`. Resources without a known type pass through as they are.
 pub fn decode(def: &ResourceDef, input: &Value) -> Result<Decoded, String> {
-    use k8s_openapi::api::{apps, coordination, core, events, scheduling};
-    match (def.group, def.version, def.kind) {
-        ("", "v1", "Namespace") => roundtrip::<core::v1::Namespace>(input),
-        ("", "v1", "Pod") => roundtrip::<core::v1::Pod>(input),
-        ("", "v1", "Node") => roundtrip::<core::v1::Node>(input),
-        ("", "v1", "Service") => roundtrip::<core::v1::Service>(input),
-        ("", "v1", "Endpoints") => roundtrip::<core::v1::Endpoints>(input),
-        ("", "v1", "ConfigMap") => roundtrip::<core::v1::ConfigMap>(input),
-        ("", "v1", "Secret") => roundtrip::<core::v1::Secret>(input),
-        ("", "v1", "ServiceAccount") => roundtrip::<core::v1::ServiceAccount>(input),
-        ("", "v1", "Event") => roundtrip::<core::v1::Event>(input),
-        ("", "v1", "LimitRange") => roundtrip::<core::v1::LimitRange>(input),
-        ("", "v1", "ResourceQuota") => roundtrip::<core::v1::ResourceQuota>(input),
-        ("apps", "v1", "Deployment") => roundtrip::<apps::v1::Deployment>(input),
-        ("apps", "v1", "ReplicaSet") => roundtrip::<apps::v1::ReplicaSet>(input),
-        ("events.k8s.io", "v1", "Event") => roundtrip::<events::v1::Event>(input),
-        ("coordination.k8s.io", "v1", "Lease") => roundtrip::<coordination::v1::Lease>(input),
-        ("scheduling.k8s.io", "v1", "PriorityClass") => roundtrip::<scheduling::v1::PriorityClass>(input),
-        _ => Ok(Decoded {
+    with_type!(def, roundtrip(input)).unwrap_or_else(|| {
+        Ok(Decoded {
             object: input.clone(),
             unknown_fields: Vec::new(),
-        }),
+        })
+    })
+}
+
+/// The OpenAPI v3 schemas (`components.schemas`, keyed by Kubernetes' definition names such as
+/// `io.k8s.api.core.v1.Pod`) of `defs` and everything they refer to, each resource's root
+/// schema marked with its `x-kubernetes-group-version-kind`.
+pub fn openapi_schemas<'a>(
+    defs: impl IntoIterator<Item = &'a ResourceDef>,
+) -> serde_json::Map<String, Value> {
+    use k8s_openapi::schemars;
+    fn root<T: schemars::JsonSchema>(gen: &mut schemars::SchemaGenerator) -> String {
+        gen.subschema_for::<T>();
+        T::schema_name().into_owned()
     }
+    let mut gen = schemars::generate::SchemaSettings::openapi3().into_generator();
+    let mut roots = Vec::new();
+    for def in defs {
+        if let Some(name) = with_type!(def, root(&mut gen)) {
+            roots.push((name, def));
+        }
+    }
+    let mut schemas = gen.take_definitions(true);
+    for (name, def) in roots {
+        if let Some(schema) = schemas.get_mut(&name).and_then(Value::as_object_mut) {
+            schema.insert(
+                "x-kubernetes-group-version-kind".into(),
+                serde_json::json!([{"group": def.group, "version": def.version, "kind": def.kind}]),
+            );
+        }
+    }
+    schemas
 }
 
 fn roundtrip<T: DeserializeOwned + Serialize>(input: &Value) -> Result<Decoded, String> {
@@ -139,6 +179,22 @@ mod tests {
         // The client's key order is kept.
         let keys: Vec<&String> = d.object.as_object().unwrap().keys().collect();
         assert_eq!(keys, ["apiVersion", "kind", "metadata", "spec"]);
+    }
+
+    #[test]
+    fn openapi_schemas_name_kinds_and_their_parts() {
+        let defs: Vec<&ResourceDef> = crate::catalogue().iter().filter(|d| d.group == "apps").collect();
+        let schemas = openapi_schemas(defs);
+        let d = &schemas["io.k8s.api.apps.v1.Deployment"];
+        assert_eq!(d["x-kubernetes-group-version-kind"][0]["kind"], "Deployment");
+        assert!(d["description"].as_str().unwrap().contains("Deployment"));
+        // A reference with a description of its own is wrapped in allOf, as upstream's v3 is.
+        assert_eq!(
+            d["properties"]["spec"]["allOf"][0]["$ref"],
+            "#/components/schemas/io.k8s.api.apps.v1.DeploymentSpec"
+        );
+        assert!(schemas.contains_key("io.k8s.api.core.v1.PodSpec"));
+        assert!(schemas.contains_key("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"));
     }
 
     #[test]

@@ -69,6 +69,14 @@ fn version_health_and_discovery() {
                 "legacy discovery was used:\n{log}"
             );
         }
+        // kubectl explain reads the OpenAPI v3 documents.
+        let explain = s.ok(v, &["explain", "deployment.spec.replicas"]);
+        assert!(
+            explain.contains("replicas <integer>") && explain.contains("Number of desired pods"),
+            "{explain}"
+        );
+        let explain = s.ok(v, &["explain", "pods.spec.containers.image"]);
+        assert!(explain.contains("image <string>"), "{explain}");
         let ns = s.ok(v, &["get", "namespaces", "-o", "name"]);
         for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             assert!(ns.contains(&format!("namespace/{n}")), "{ns}");
