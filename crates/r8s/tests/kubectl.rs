@@ -342,6 +342,16 @@ fn bad_input_gets_upstream_errors() {
         let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: default\nspec:\n  containers:\n  - name: c\n";
         let err = String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], pod)).unwrap();
         assert!(err.contains("spec.containers[0].image: Required value"), "{err}");
+        // A list not older than a revision that does not exist yet times out as upstream's does.
+        let err = s.fails(
+            v,
+            &[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/configmaps?resourceVersion=99999999",
+            ],
+        );
+        assert!(err.contains("Too large resource version: 99999999"), "{err}");
     }
 }
 

@@ -515,6 +515,45 @@ async fn list_page<T>(
     }
 }
 
+/// A list "not older than" a resourceVersion the datastore has not reached waits for it a
+/// little, then fails as upstream does (504, "Too large resource version").
+async fn wait_for_revision(ctx: &Ctx, query: &Query) -> Result<(), ApiError> {
+    if query.get("resourceVersionMatch") == Some("Exact") || query.get("continue").is_some() {
+        return Ok(());
+    }
+    let Some(wanted) = query
+        .get("resourceVersion")
+        .and_then(|rv| rv.parse::<i64>().ok())
+        .filter(|rv| *rv > 0)
+    else {
+        return Ok(());
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let current = ctx
+            .shared
+            .store
+            .current_revision()
+            .await
+            .map_err(|e| ApiError::service_unavailable(e.to_string()))?;
+        if current >= wanted {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::new(
+                504,
+                "Timeout",
+                format!("Too large resource version: {wanted}, current: {current}"),
+            )
+            .with_details(json!({
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1,
+            })));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// Serve a list from the watch cache when it can be: a list at any revision ("0", what
 /// informers ask for) or not older than one the cache has applied, without paging. A list at
 /// the latest revision (no resourceVersion) is read from the datastore: the cache cannot yet
@@ -579,6 +618,7 @@ async fn list(
     if let Some(resp) = list_from_cache(ctx, def, ns, headers, query, &filter).await? {
         return Ok(resp);
     }
+    wait_for_revision(ctx, query).await?;
     let list_meta = |revision: i64, token: Option<String>, remaining: Option<i64>| {
         let mut m = json!({"resourceVersion": revision.to_string()});
         if let Some(t) = token {
