@@ -52,6 +52,25 @@ pub(crate) struct Ctx {
     pub info: RequestInfo,
     pub user: UserInfo,
     pub query: Option<String>,
+    /// The client's User-Agent, which names its field manager when it does not.
+    pub user_agent: String,
+}
+
+impl Ctx {
+    /// The field manager of a write: `?fieldManager=`, else the User-Agent's program name
+    /// (`kubectl/v1.33 (...)` → `kubectl`), as upstream does.
+    pub fn field_manager(&self) -> String {
+        let query = crate::registry::Query::parse(self.query.as_deref());
+        if let Some(m) = query.get("fieldManager") {
+            return m.to_owned();
+        }
+        let ua = self.user_agent.split('/').next().unwrap_or("").trim();
+        if ua.is_empty() {
+            "unknown".to_owned()
+        } else {
+            ua.chars().take(128).collect()
+        }
+    }
 }
 
 pub(crate) async fn handle(
@@ -93,6 +112,12 @@ pub(crate) async fn handle(
 
     let ctx = Ctx {
         query: req.uri().query().map(str::to_owned),
+        user_agent: req
+            .headers()
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned(),
         shared,
         info,
         user,

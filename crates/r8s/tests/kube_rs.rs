@@ -106,6 +106,41 @@ async fn typed_crud() {
         other => panic!("expected 404, got {other:?}"),
     }
 
+    // Server-side apply: creates, then merges by field ownership.
+    let applied = cms
+        .patch(
+            "ssa",
+            &PatchParams::apply("kube-rs-test"),
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "ssa"},
+                "data": {"a": "1", "b": "2"}
+            })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.data.as_ref().unwrap().len(), 2);
+    let applied = cms
+        .patch(
+            "ssa",
+            &PatchParams::apply("kube-rs-test"),
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "ssa"},
+                "data": {"a": "1"}
+            })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        applied.data.unwrap(),
+        BTreeMap::from([("a".to_owned(), "1".to_owned())]),
+        "b is no longer applied"
+    );
+    let managed = applied.metadata.managed_fields.unwrap();
+    assert_eq!(managed[0].manager.as_deref(), Some("kube-rs-test"));
+    assert_eq!(managed[0].operation.as_deref(), Some("Apply"));
+
     // A typed Deployment round-trips with defaults applied.
     let deployments: Api<Deployment> = Api::namespaced(client, "default");
     let d: Deployment = serde_json::from_value(serde_json::json!({

@@ -687,3 +687,83 @@ fn services_get_cluster_ips_and_node_ports() {
         s.ok(v, &["delete", "svc", "taken", &np]);
     }
 }
+
+/// Server-side apply: create, change, conflicts with another manager, forced take-over.
+#[test]
+fn server_side_apply_with_field_managers() {
+    let s = Server::start();
+    for v in VERSIONS {
+        let name = format!("ssa{}", v.replace('.', ""));
+        let deployment = |replicas: u32, image: &str| {
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: web\n        image: {image}\n"
+            )
+        };
+        let out = s.ok_stdin(
+            v,
+            &["apply", "--server-side", "-f", "-"],
+            &deployment(2, "nginx:1.25"),
+        );
+        assert!(out.contains("serverside-applied"), "{out}");
+        s.ok_stdin(
+            v,
+            &["apply", "--server-side", "-f", "-"],
+            &deployment(3, "nginx:1.26"),
+        );
+        assert_eq!(
+            s.ok(
+                v,
+                &[
+                    "get",
+                    "deploy",
+                    &name,
+                    "-o",
+                    "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image}"
+                ]
+            ),
+            "3 nginx:1.26"
+        );
+        let managers = s.ok(
+            v,
+            &[
+                "get",
+                "deploy",
+                &name,
+                "--show-managed-fields",
+                "-o",
+                "jsonpath={.metadata.managedFields[*].manager}",
+            ],
+        );
+        assert_eq!(managers, "kubectl");
+        // Another manager changing replicas conflicts, in upstream's words; forcing takes over.
+        let err = String::from_utf8(s.fails_stdin(
+            v,
+            &["apply", "--server-side", "--field-manager=other", "-f", "-"],
+            &deployment(5, "nginx:1.26"),
+        ))
+        .unwrap();
+        assert!(
+            err.contains(
+                "Apply failed with 1 conflict: conflict with \"kubectl\" using apps/v1: .spec.replicas"
+            ),
+            "{err}"
+        );
+        s.ok_stdin(
+            v,
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=other",
+                "--force-conflicts",
+                "-f",
+                "-",
+            ],
+            &deployment(5, "nginx:1.26"),
+        );
+        assert_eq!(
+            s.ok(v, &["get", "deploy", &name, "-o", "jsonpath={.spec.replicas}"]),
+            "5"
+        );
+        s.ok(v, &["delete", "deploy", &name]);
+    }
+}

@@ -7,6 +7,7 @@
 //! stored but set from the key's mod revision on every read.
 
 pub(crate) mod allocator;
+mod apply;
 mod convert;
 pub(crate) mod meta;
 mod patch;
@@ -778,6 +779,23 @@ async fn create(
     let mut obj = decode_body(def, &body)?;
     check_type_and_namespace(def, &mut obj, ns)?;
     let (mut obj, warnings) = typed(def, obj, query)?;
+    apply::record_update(None, &mut obj, &ctx.field_manager(), &def.api_version());
+    let created = create_object(ctx, def, ns, obj, query.dry_run()).await?;
+    Ok(with_warnings(
+        json_response(StatusCode::CREATED, &created),
+        &warnings,
+    ))
+}
+
+/// Create a decoded object: metadata, defaults, validation, namespace, admission, allocations,
+/// store. Returns the stored object.
+pub(crate) async fn create_object(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    mut obj: Value,
+    dry_run: bool,
+) -> Result<Value, ApiError> {
     {
         let m = meta::meta_mut(&mut obj);
         let name = m.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
@@ -810,7 +828,6 @@ async fn create(
         return Err(invalid(def, &name, &errs));
     }
     check_namespace(ctx, def, ns).await?;
-    let dry_run = query.dry_run();
     ctx.shared
         .admission
         .run(&mut Attributes {
@@ -840,7 +857,7 @@ async fn create(
         if exists.kv.is_some() {
             return Err(already_exists(def, &name));
         }
-        return Ok(with_warnings(json_response(StatusCode::CREATED, &obj), &warnings));
+        return Ok(obj);
     }
     let created = ctx
         .shared
@@ -855,7 +872,7 @@ async fn create(
         }
     };
     meta::set_resource_version(&mut obj, kv.mod_revision);
-    Ok(with_warnings(json_response(StatusCode::CREATED, &obj), &warnings))
+    Ok(obj)
 }
 
 /// The object a request is about.
@@ -916,7 +933,10 @@ pub(crate) async fn apply_update(
         }
         m.remove("resourceVersion");
     }
-    if view == subresource::View::Main {
+    if view != subresource::View::Apply {
+        apply::record_update(Some(old), &mut obj, &ctx.field_manager(), &def.api_version());
+    }
+    if matches!(view, subresource::View::Main | subresource::View::Apply) {
         strategy::prepare_for_update(def, &mut obj, old);
         if def.plural == "services" {
             services::keep_allocations(&mut obj, old)?;

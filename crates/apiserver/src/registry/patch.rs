@@ -6,9 +6,10 @@
 use bytes::Bytes;
 use http::{header, HeaderMap, Response, StatusCode};
 use r8s_api::ResourceDef;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::subresource::View;
+use super::{apply, meta};
 use super::{apply_update, check_type_and_namespace, read, typed, with_warnings, Query, Target};
 use crate::handler::{json_response, Body, Ctx};
 use crate::status::ApiError;
@@ -44,11 +45,14 @@ pub(crate) async fn serve(
         "application/json-patch+json" => PatchType::Json,
         "application/merge-patch+json" => PatchType::Merge,
         "application/strategic-merge-patch+json" => PatchType::Strategic,
+        "application/apply-patch+yaml" if view == View::Main => {
+            return server_side_apply(ctx, def, ns, name, query, &body).await
+        }
         other => {
             return Err(ApiError::new(
                 415,
                 "UnsupportedMediaType",
-                format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {other:?})"),
+                format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {other:?})"),
             ))
         }
     };
@@ -80,6 +84,95 @@ pub(crate) async fn serve(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Server-side apply: create the object from the applied configuration, or merge it into the
+/// live object by field ownership (see `apply`).
+async fn server_side_apply(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    query: &Query,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let Some(manager) = query.get("fieldManager").map(str::to_owned) else {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        ));
+    };
+    let force = query.flag("force");
+    // JSON is YAML; r8s reads apply bodies as JSON, which is what kubectl and kube-rs send.
+    let applied: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "error decoding the apply configuration (JSON expected): {e}"
+        ))
+    })?;
+    if !applied.is_object() {
+        return Err(ApiError::bad_request("the apply configuration must be an object"));
+    }
+    let mut applied = applied;
+    check_type_and_namespace(def, &mut applied, ns)?;
+    if meta::name(&applied) != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            meta::name(&applied)
+        )));
+    }
+    let (applied, warnings) = typed(def, applied, query)?;
+    for _ in 0..5 {
+        let live = match read(ctx, def, ns, name).await {
+            Ok(live) => Some(live),
+            Err(e) if e.code == 404 => None,
+            Err(e) => return Err(e),
+        };
+        let Some(live) = live else {
+            let mut obj = apply::apply(&json!({}), &applied, &manager, &def.api_version(), force)?;
+            for k in ["apiVersion", "kind"] {
+                obj[k] = applied[k].clone();
+            }
+            meta::meta_mut(&mut obj).insert("name".into(), json!(name));
+            if def.namespaced {
+                meta::meta_mut(&mut obj).insert("namespace".into(), json!(ns));
+            }
+            let created = match super::create_object(ctx, def, ns, obj, query.dry_run()).await {
+                // Created meanwhile by someone else: apply over it.
+                Err(e) if e.code == 409 && e.reason == "AlreadyExists" => continue,
+                other => other?,
+            };
+            return Ok(with_warnings(
+                json_response(StatusCode::CREATED, &created),
+                &warnings,
+            ));
+        };
+        let mut merged = apply::apply(&live, &applied, &manager, &def.api_version(), force)?;
+        if let Some(rv) = applied["metadata"]["resourceVersion"].as_str() {
+            meta::meta_mut(&mut merged).insert("resourceVersion".into(), json!(rv));
+        }
+        match apply_update(
+            ctx,
+            Target { def, ns, name },
+            merged,
+            &live,
+            query.dry_run(),
+            View::Apply,
+        )
+        .await
+        {
+            Ok(obj) => return Ok(with_warnings(json_response(StatusCode::OK, &obj), &warnings)),
+            Err(e)
+                if e.code == 409
+                    && e.reason == "Conflict"
+                    && !applied["metadata"]["resourceVersion"].is_string() =>
+            {
+                continue
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ApiError::new(409, "Conflict", format!("Operation cannot be fulfilled on {} \"{name}\": the object kept changing while it was applied; try again", def.group_resource())))
 }
 
 fn apply(kind: PatchType, doc: &mut Value, patch: &Value) -> Result<(), ApiError> {

@@ -15,6 +15,8 @@ use crate::status::ApiError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum View {
     Main,
+    /// The main resource, written by server-side apply (which keeps its own field records).
+    Apply,
     Status,
     Scale,
     Finalize,
@@ -24,7 +26,7 @@ impl View {
     /// What a client of this view sees of `obj`.
     pub fn project(view: View, def: &ResourceDef, obj: &Value) -> Value {
         match view {
-            View::Main | View::Status | View::Finalize => obj.clone(),
+            View::Main | View::Apply | View::Status | View::Finalize => obj.clone(),
             View::Scale => {
                 let m = &obj["metadata"];
                 let selector = meta::string_map(&obj["spec"]["selector"]["matchLabels"]);
@@ -55,7 +57,7 @@ impl View {
     pub fn merge_back(self, def: &ResourceDef, old: &Value, new: Value) -> Result<Value, ApiError> {
         let rv = new["metadata"]["resourceVersion"].clone();
         let mut full = match self {
-            View::Main => return Ok(new),
+            View::Main | View::Apply => return Ok(new),
             View::Status => {
                 let mut full = old.clone();
                 match new.get("status") {
