@@ -523,6 +523,38 @@ fn imperative_creates_scale_and_subresources() {
             ),
             "5 2"
         );
+        let described = s.ok(v, &["-n", &ns, "describe", "deployment", "nginx"]);
+        assert!(
+            described.contains("Replicas:               5 desired"),
+            "{described}"
+        );
+        assert!(
+            described.contains("RollingUpdateStrategy:  25% max unavailable, 25% max surge"),
+            "{described}"
+        );
+        let pc = format!("high{}", v.replace('.', ""));
+        s.ok(
+            v,
+            &[
+                "create",
+                "priorityclass",
+                &pc,
+                "--value=1000",
+                "--description=test",
+            ],
+        );
+        assert_eq!(
+            s.ok(
+                v,
+                &["get", "pc", &pc, "-o", "jsonpath={.value} {.preemptionPolicy}"]
+            ),
+            "1000 PreemptLowerPriority"
+        );
+        let pcs = s.ok(v, &["get", "priorityclasses", "-o", "name"]);
+        assert!(
+            pcs.contains("system-node-critical") && pcs.contains("system-cluster-critical"),
+            "{pcs}"
+        );
 
         s.ok(v, &["-n", &ns, "run", "p", "--image=nginx"]);
         assert_eq!(
