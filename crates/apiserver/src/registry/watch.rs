@@ -66,6 +66,11 @@ impl Emitter {
         crate::watch_cache::encode_line(kind, &obj)
     }
 
+    /// Send what `chunk` holds as one write and empty it; false once the client is gone.
+    async fn flush(&self, chunk: &mut Vec<u8>) -> bool {
+        self.tx.send(Bytes::from(std::mem::take(chunk))).await.is_ok()
+    }
+
     /// Send one event; false once the client is gone.
     async fn send(&self, kind: &str, obj: Value) -> bool {
         self.tx.send(self.render(kind, obj)).await.is_ok()
@@ -218,23 +223,11 @@ async fn serve_cached(
     };
     for ev in &sub.backlog {
         add(&mut chunk, ev);
-        if chunk.len() >= CHUNK
-            && emitter
-                .tx
-                .send(Bytes::from(std::mem::take(&mut chunk)))
-                .await
-                .is_err()
-        {
+        if chunk.len() >= CHUNK && !emitter.flush(&mut chunk).await {
             return;
         }
     }
-    if !chunk.is_empty()
-        && emitter
-            .tx
-            .send(Bytes::from(std::mem::take(&mut chunk)))
-            .await
-            .is_err()
-    {
+    if !chunk.is_empty() && !emitter.flush(&mut chunk).await {
         return;
     }
     let mut live = sub.live;
@@ -251,13 +244,7 @@ async fn serve_cached(
                         Err(_) => break,
                     }
                 }
-                if !chunk.is_empty()
-                    && emitter
-                        .tx
-                        .send(Bytes::from(std::mem::take(&mut chunk)))
-                        .await
-                        .is_err()
-                {
+                if !chunk.is_empty() && !emitter.flush(&mut chunk).await {
                     return;
                 }
             }
