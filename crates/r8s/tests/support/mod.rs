@@ -102,30 +102,56 @@ impl Server {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
+    /// kubectl of `version` set up for this server, with its own discovery cache.
+    fn command(&self, version: &str, args: &[&str]) -> Command {
+        let mut cmd = Command::new(kubectl_binary(version));
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args).env(
+            "KUBECACHEDIR",
+            self.dir.path().join(format!("kubecache-{version}")),
+        );
+        cmd
+    }
+
     /// Run kubectl of `version` against this server.
     pub fn kubectl(&self, version: &str, args: &[&str]) -> Output {
-        Command::new(kubectl_binary(version))
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .env(
-                "KUBECACHEDIR",
-                self.dir.path().join(format!("kubecache-{version}")),
-            )
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+        self.command(version, args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// kubectl with stdin, whatever the outcome.
+    pub fn kubectl_stdin(&self, version: &str, args: &[&str], input: &str) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .command(version, args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
     }
 
     /// Run kubectl and insist it succeeds; returns stdout.
     pub fn ok(&self, version: &str, args: &[&str]) -> String {
-        let out = self.kubectl(version, args);
+        Self::succeeded(version, args, self.kubectl(version, args), &self.log())
+    }
+
+    /// kubectl with stdin that must succeed; returns stdout.
+    pub fn ok_stdin(&self, version: &str, args: &[&str], input: &str) -> String {
+        Self::succeeded(
+            version,
+            args,
+            self.kubectl_stdin(version, args, input),
+            &self.log(),
+        )
+    }
+
+    fn succeeded(version: &str, args: &[&str], out: Output, log: &str) -> String {
         assert!(
             out.status.success(),
-            "kubectl {version} {args:?} failed:\nstdout: {}\nstderr: {}\nserver log:\n{}",
+            "kubectl {version} {args:?} failed:\nstdout: {}\nstderr: {}\nserver log:\n{log}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr),
-            self.log()
         );
         String::from_utf8(out.stdout).unwrap()
     }
@@ -139,48 +165,6 @@ impl Server {
             String::from_utf8_lossy(&out.stdout)
         );
         String::from_utf8(out.stderr).unwrap()
-    }
-
-    /// kubectl with stdin.
-    pub fn ok_stdin(&self, version: &str, args: &[&str], input: &str) -> String {
-        use std::io::Write;
-        let mut child = Command::new(kubectl_binary(version))
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .env(
-                "KUBECACHEDIR",
-                self.dir.path().join(format!("kubecache-{version}")),
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "kubectl {version} {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// kubectl with stdin, whatever the outcome.
-    pub fn kubectl_stdin(&self, version: &str, args: &[&str], input: &str) -> Output {
-        use std::io::Write;
-        let mut child = Command::new(kubectl_binary(version))
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        child.wait_with_output().unwrap()
     }
 
     /// kubectl with stdin that must fail; returns stderr.
