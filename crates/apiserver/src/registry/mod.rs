@@ -669,10 +669,16 @@ pub(crate) fn decode_body(def: &ResourceDef, body: &[u8]) -> Result<Value, ApiEr
     Ok(obj)
 }
 
-/// Decode an object as its type, per the request's `fieldValidation`: `Strict` refuses unknown
-/// fields, `Warn` (the default) drops them with a warning, `Ignore` drops them silently.
-/// Returns the object and the warnings for the response.
-pub(crate) fn typed(def: &ResourceDef, obj: Value, query: &Query) -> Result<(Value, Vec<String>), ApiError> {
+/// Check an object's type and namespace, then decode it as its type, per the request's
+/// `fieldValidation`: `Strict` refuses unknown fields, `Warn` (the default) drops them with a
+/// warning, `Ignore` drops them silently. Returns the object and the warnings for the response.
+pub(crate) fn typed(
+    def: &ResourceDef,
+    mut obj: Value,
+    ns: &str,
+    query: &Query,
+) -> Result<(Value, Vec<String>), ApiError> {
+    check_type_and_namespace(def, &mut obj, ns)?;
     let cannot = |why: String| {
         ApiError::bad_request(format!(
             "{} in version \"{}\" cannot be handled as a {}: {why}",
@@ -776,9 +782,7 @@ async fn create(
     query: &Query,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let mut obj = decode_body(def, &body)?;
-    check_type_and_namespace(def, &mut obj, ns)?;
-    let (mut obj, warnings) = typed(def, obj, query)?;
+    let (mut obj, warnings) = typed(def, decode_body(def, &body)?, ns, query)?;
     apply::record_update(None, &mut obj, &ctx.field_manager(), &def.api_version());
     let created = create_object(ctx, def, ns, obj, query.dry_run()).await?;
     Ok(with_warnings(
@@ -1001,9 +1005,7 @@ async fn update(
     query: &Query,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let mut obj = decode_body(def, &body)?;
-    check_type_and_namespace(def, &mut obj, ns)?;
-    let (obj, warnings) = typed(def, obj, query)?;
+    let (obj, warnings) = typed(def, decode_body(def, &body)?, ns, query)?;
     let old = read(ctx, def, ns, name).await?;
     let written = apply_update(
         ctx,

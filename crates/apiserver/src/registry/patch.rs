@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 
 use super::subresource::View;
 use super::{apply, meta};
-use super::{apply_update, check_type_and_namespace, read, typed, with_warnings, Query, Target};
+use super::{apply_update, read, typed, with_warnings, Query, Target};
 use crate::handler::{json_response, Body, Ctx};
 use crate::status::ApiError;
 
@@ -71,8 +71,7 @@ pub(crate) async fn serve(
         let (patched, warnings) = if view == View::Scale {
             (patched, Vec::new())
         } else {
-            check_type_and_namespace(def, &mut patched, ns)?;
-            typed(def, patched, query)?
+            typed(def, patched, ns, query)?
         };
         let full = view.merge_back(def, &old, patched)?;
         match apply_update(ctx, Target { def, ns, name }, full, &old, query.dry_run(), view).await {
@@ -113,15 +112,13 @@ async fn server_side_apply(
     if !applied.is_object() {
         return Err(ApiError::bad_request("the apply configuration must be an object"));
     }
-    let mut applied = applied;
-    check_type_and_namespace(def, &mut applied, ns)?;
+    let (applied, warnings) = typed(def, applied, ns, query)?;
     if meta::name(&applied) != name {
         return Err(ApiError::bad_request(format!(
             "the name of the object ({}) does not match the name on the URL ({name})",
             meta::name(&applied)
         )));
     }
-    let (applied, warnings) = typed(def, applied, query)?;
     for _ in 0..5 {
         let live = match read(ctx, def, ns, name).await {
             Ok(live) => Some(live),
