@@ -25,6 +25,56 @@ struct Cli {
 enum Command {
     /// Run the control plane of a cluster.
     Server(ServerArgs),
+    /// Run the controllers alone, against any API server.
+    ControllerManager(ControllerManagerArgs),
+}
+
+/// Settings of the controller manager, in `r8s server` and `r8s controller-manager`.
+#[derive(Args, Clone)]
+struct ControllerArgs {
+    /// Pod IP range; each node gets a slice of it as spec.podCIDR.
+    #[arg(long, default_value = "10.42.0.0/16")]
+    cluster_cidr: String,
+
+    /// Prefix length of each node's pod CIDR.
+    #[arg(long, default_value_t = 24)]
+    node_cidr_mask_size: u8,
+
+    /// How long a node may stay silent before it is marked unreachable.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    node_monitor_grace_period: Duration,
+
+    /// Workers per controller.
+    #[arg(long, default_value_t = 5)]
+    concurrent_syncs: usize,
+}
+
+impl ControllerArgs {
+    fn options(&self, leader_elect: bool) -> r8s_controllers::Options {
+        r8s_controllers::Options {
+            workers: self.concurrent_syncs.max(1),
+            cluster_cidr: Some(self.cluster_cidr.clone()),
+            node_cidr_mask_size: self.node_cidr_mask_size,
+            node_monitor_grace_period: self.node_monitor_grace_period,
+            leader_elect,
+            identity: r8s_controllers::default_identity(),
+        }
+    }
+}
+
+#[derive(Args)]
+struct ControllerManagerArgs {
+    /// Kubeconfig with the API server's address and credentials.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: PathBuf,
+
+    /// Take the kube-system/kube-controller-manager Lease before running, so only one
+    /// controller manager acts at a time.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+
+    #[command(flatten)]
+    controllers: ControllerArgs,
 }
 
 #[derive(Args)]
@@ -74,6 +124,13 @@ struct ServerArgs {
     /// The range Service cluster IPs are allocated from (k3s's default).
     #[arg(long, default_value = "10.43.0.0/16", value_parser = r8s_apiserver::ServiceCidr::parse)]
     service_cidr: r8s_apiserver::ServiceCidr,
+
+    /// Do not run the controller manager in this process.
+    #[arg(long)]
+    disable_controller_manager: bool,
+
+    #[command(flatten)]
+    controllers: ControllerArgs,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -214,14 +271,69 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         "r8s server: try: kubectl --kubeconfig {} get nodes",
         kubeconfig_path.display()
     );
+    // The controllers reach the API server over HTTPS like any client, with their own
+    // certificate. Until RBAC lands (the security issue) it carries system:masters.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut components = Vec::new();
+    if !args.disable_controller_manager {
+        let (cert, key) = pki.issue_client_cert("system:kube-controller-manager", &["system:masters"])?;
+        let kc = r8s_apiserver::pki::kubeconfig(
+            &format!("https://{host}:{}", api.local_addr.port()),
+            &pki.ca_cert_pem,
+            &cert,
+            &key,
+        );
+        let path = data_dir.join("server").join("cred").join("controller.kubeconfig");
+        r8s_apiserver::pki::write_private(&path, &kc)?;
+        let client = client_from_kubeconfig(&path).await?;
+        let opts = args.controllers.options(true);
+        components.push(tokio::spawn(r8s_controllers::run(client, opts, stop.clone())));
+    }
     // SIGINT (Ctrl-C) or SIGTERM (what init systems and `kill` send) stop the server.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         r = tokio::signal::ctrl_c() => r?,
         _ = term.recv() => {}
     }
+    stop.cancel();
+    for c in components {
+        let _ = tokio::time::timeout(Duration::from_secs(5), c).await;
+    }
     api.stop();
     tracing::info!("shutting down");
+    Ok(())
+}
+
+async fn client_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
+    let client = client_from_kubeconfig(&args.kubeconfig).await?;
+    let version = client
+        .apiserver_version()
+        .await
+        .context("reaching the API server")?;
+    tracing::info!(server = %version.git_version, "controller manager starting");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(r8s_controllers::run(
+        client,
+        args.controllers.options(args.leader_elect),
+        stop.clone(),
+    ));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     Ok(())
 }
 
@@ -237,6 +349,7 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         match cli.command {
             Command::Server(args) => server(args).await,
+            Command::ControllerManager(args) => controller_manager(args).await,
         }
     })
 }

@@ -973,7 +973,15 @@ pub(crate) async fn apply_update(
         return Ok(old.clone());
     }
     // An object being deleted whose last finalizer is removed goes away now.
-    if old["metadata"]["deletionTimestamp"].is_string() && meta::finalizers(&obj).is_empty() {
+    // (A namespace also waits for its spec.finalizers: the namespace controller empties it.)
+    let spec_finalizers = def.plural == "namespaces"
+        && obj["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+    if old["metadata"]["deletionTimestamp"].is_string()
+        && meta::finalizers(&obj).is_empty()
+        && !spec_finalizers
+    {
         if !dry_run {
             ctx.shared
                 .store

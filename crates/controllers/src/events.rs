@@ -1,0 +1,48 @@
+//! Events as upstream's controllers emit them (ScalingReplicaSet, SuccessfulCreate, …), published
+//! through kube-rs's `Recorder` (events.k8s.io/v1, with series for repeats) off the sync path:
+//! a failed event never fails a sync, as upstream's broadcaster drops what it cannot send.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+
+#[derive(Clone)]
+pub struct Events {
+    recorder: std::sync::Arc<Recorder>,
+}
+
+impl Events {
+    pub fn new(client: Client, component: &str) -> Self {
+        let reporter = Reporter {
+            controller: component.to_string(),
+            instance: std::env::var("HOSTNAME").ok(),
+        };
+        Self {
+            recorder: std::sync::Arc::new(Recorder::new(client, reporter)),
+        }
+    }
+
+    pub fn normal<K: Resource<DynamicType = ()>>(&self, obj: &K, reason: &str, note: String) {
+        self.emit(obj.object_ref(&()), EventType::Normal, reason, note)
+    }
+
+    pub fn warning<K: Resource<DynamicType = ()>>(&self, obj: &K, reason: &str, note: String) {
+        self.emit(obj.object_ref(&()), EventType::Warning, reason, note)
+    }
+
+    pub fn emit(&self, reference: ObjectReference, type_: EventType, reason: &str, note: String) {
+        let recorder = self.recorder.clone();
+        let ev = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: reason.to_string(),
+            secondary: None,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&ev, &reference).await {
+                tracing::debug!(error = %e, reason = %ev.reason, "event not recorded");
+            }
+        });
+    }
+}

@@ -1,0 +1,154 @@
+//! The r8s controller manager: the reference document's "Control loops". Every controller here
+//! talks to the API server only through a kube-rs client, so the manager runs inside `r8s server`
+//! or alone as `r8s controller-manager`, against r8s or any conformant cluster.
+//!
+//! Machinery: shared informers (`informer`), a rate-limited work queue (`queue`), expectations
+//! (`expectations`), events (`events`) and leader election on a Lease (`leader`). Controllers:
+//! `replicaset`, `deployment`, `gc` (garbage collector), `namespace`, `serviceaccount`,
+//! `nodeipam`, `nodelifecycle`.
+
+pub mod deployment;
+pub mod events;
+pub mod expectations;
+pub mod gc;
+pub mod informer;
+pub mod leader;
+pub mod namespace;
+pub mod nodeipam;
+pub mod nodelifecycle;
+pub mod queue;
+pub mod replicaset;
+pub mod selector;
+pub mod serviceaccount;
+
+use std::time::Duration;
+
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+
+pub use tokio_util::sync::CancellationToken as StopToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(s)) if s.code == 404)
+    }
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(s)) if s.code == 409)
+    }
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists")
+    }
+}
+
+/// Whether a kube error is the API's 404.
+pub(crate) fn not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Workers per controller (upstream's `--concurrent-*-syncs`, 5 for most).
+    pub workers: usize,
+    /// Pod CIDR of the cluster, split into a /24 per node; `None` disables node IPAM.
+    pub cluster_cidr: Option<String>,
+    pub node_cidr_mask_size: u8,
+    pub node_monitor_grace_period: Duration,
+    pub leader_elect: bool,
+    /// Identity in the leader-election Lease.
+    pub identity: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            workers: 5,
+            cluster_cidr: Some("10.42.0.0/16".into()),
+            node_cidr_mask_size: 24,
+            node_monitor_grace_period: Duration::from_secs(40),
+            leader_elect: true,
+            identity: default_identity(),
+        }
+    }
+}
+
+/// Host name plus a random suffix, as upstream's `hostname_<uuid>`.
+pub fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "r8s".into());
+    let suffix = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| std::process::id().to_string());
+    format!("{host}_{suffix}")
+}
+
+/// Run the controller manager until `stop` is cancelled: with leader election on the
+/// `kube-system/kube-controller-manager` Lease unless disabled.
+pub async fn run(client: Client, opts: Options, stop: CancellationToken) {
+    if opts.leader_elect {
+        let election = leader::LeaderElection::new("kube-controller-manager", opts.identity.clone());
+        election
+            .run(client.clone(), stop, move |leading| {
+                run_controllers(client.clone(), opts.clone(), leading)
+            })
+            .await;
+    } else {
+        run_controllers(client, opts, stop).await;
+    }
+}
+
+/// Start every controller and run them until `stop` is cancelled.
+pub async fn run_controllers(client: Client, opts: Options, stop: CancellationToken) {
+    let factory = informer::Factory::new(client.clone(), Some(Duration::from_secs(600)));
+    let events = events::Events::new(client.clone(), "r8s-controller-manager");
+    let rs = replicaset::ReplicaSetController::new(&factory, events.clone());
+    let deploy = deployment::DeploymentController::new(&factory, events.clone());
+    let ns = namespace::NamespaceController::new(&factory);
+    let sa = serviceaccount::ServiceAccountController::new(&factory);
+    let ipam = opts.cluster_cidr.as_deref().and_then(|c| {
+        match nodeipam::NodeIpamController::new(&factory, c, opts.node_cidr_mask_size) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!(error = %e, "node IPAM disabled");
+                None
+            }
+        }
+    });
+    let lifecycle =
+        nodelifecycle::NodeLifecycleController::new(&factory, events.clone(), opts.node_monitor_grace_period);
+    let informers = factory.start(&stop);
+    let mut tasks = vec![
+        tokio::spawn(rs.run(opts.workers, stop.clone())),
+        tokio::spawn(deploy.run(opts.workers, stop.clone())),
+        tokio::spawn(ns.run(opts.workers, stop.clone())),
+        tokio::spawn(sa.run(stop.clone())),
+        tokio::spawn(lifecycle.run(stop.clone())),
+        tokio::spawn(gc::GarbageCollector::new(client.clone()).run(opts.workers, stop.clone())),
+    ];
+    if let Some(ipam) = ipam {
+        tasks.push(tokio::spawn(ipam.run(stop.clone())));
+    }
+    stop.cancelled().await;
+    for t in tasks.into_iter().chain(informers) {
+        t.abort();
+    }
+}
+
+/// Wait until every informer in `synced` has listed once, or `stop`.
+pub(crate) async fn wait_all(
+    synced: Vec<futures::future::BoxFuture<'static, ()>>,
+    stop: &CancellationToken,
+) -> bool {
+    tokio::select! {
+        _ = futures::future::join_all(synced) => true,
+        _ = stop.cancelled() => false,
+    }
+}

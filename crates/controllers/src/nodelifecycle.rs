@@ -1,0 +1,350 @@
+//! Node lifecycle (upstream `nodelifecycle` and the taint-eviction controller): every
+//! `MONITOR_PERIOD` each node's last sign of life — its Lease in kube-node-lease or its Ready
+//! heartbeat — is checked. A node silent for longer than the grace period gets its conditions set
+//! to Unknown ("Kubelet stopped posting node status.") and the `node.kubernetes.io/unreachable`
+//! taints; a node reporting Ready=False gets `node.kubernetes.io/not-ready`; a Ready node loses
+//! both. Pods on a node with NoExecute taints they do not tolerate are deleted, at once or after
+//! their toleration's `tolerationSeconds`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::Events;
+use crate::informer::{lookup, Factory, Informer};
+
+pub const MONITOR_PERIOD: Duration = Duration::from_secs(5);
+pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+pub struct NodeLifecycleController {
+    client: Client,
+    nodes: Arc<Informer<Node>>,
+    leases: Arc<Informer<Lease>>,
+    pods: Arc<Informer<Pod>>,
+    lease_store: Store<Lease>,
+    events: Events,
+    grace: Duration,
+}
+
+/// Does `t` tolerate `taint` (upstream `ToleratesTaint`)?
+pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    if t.effect
+        .as_deref()
+        .is_some_and(|e| !e.is_empty() && e != taint.effect)
+    {
+        return false;
+    }
+    match t.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => t.key.as_deref().unwrap_or("").is_empty() || t.key.as_deref() == Some(taint.key.as_str()),
+        _ => {
+            t.key.as_deref() == Some(taint.key.as_str())
+                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
+    }
+}
+
+/// When a pod on a node with these NoExecute taints must go: `Some(None)` now, `Some(Some(s))`
+/// after `s` seconds from the taint, `None` never (tolerated forever or no such taint).
+pub fn eviction_delay(
+    tolerations: &[Toleration],
+    taints: &[Taint],
+) -> Option<Option<(i64, Option<jiff::Timestamp>)>> {
+    let mut delay: Option<(i64, Option<jiff::Timestamp>)> = None;
+    let mut any = false;
+    for taint in taints.iter().filter(|t| t.effect == "NoExecute") {
+        any = true;
+        let matching: Vec<&Toleration> = tolerations.iter().filter(|t| tolerates(t, taint)).collect();
+        if matching.is_empty() {
+            return Some(None);
+        }
+        // The shortest limited toleration decides; unlimited ones never evict.
+        let secs = matching.iter().filter_map(|t| t.toleration_seconds).min();
+        if let Some(s) = secs {
+            if matching.iter().all(|t| t.toleration_seconds.is_some()) {
+                let added = taint.time_added.as_ref().map(|t| t.0);
+                if delay.is_none_or(|(d, _)| s < d) {
+                    delay = Some((s.max(0), added));
+                }
+            }
+        }
+    }
+    if !any {
+        return None;
+    }
+    delay.map(Some)
+}
+
+fn unknown(type_: &str, old: Option<&NodeCondition>, now: &Time) -> NodeCondition {
+    NodeCondition {
+        type_: type_.into(),
+        status: "Unknown".into(),
+        reason: Some("NodeStatusUnknown".into()),
+        message: Some("Kubelet stopped posting node status.".into()),
+        last_heartbeat_time: old.and_then(|c| c.last_heartbeat_time.clone()),
+        last_transition_time: Some(now.clone()),
+    }
+}
+
+impl NodeLifecycleController {
+    pub fn new(factory: &Factory, events: Events, grace: Duration) -> Arc<Self> {
+        let leases = factory.get::<Lease>();
+        Arc::new(Self {
+            client: factory.client(),
+            nodes: factory.get::<Node>(),
+            lease_store: leases.store(),
+            leases,
+            pods: factory.get::<Pod>(),
+            events,
+            grace,
+        })
+    }
+
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let (a, b, c) = (self.nodes.clone(), self.leases.clone(), self.pods.clone());
+        if !crate::wait_all(
+            vec![
+                Box::pin(async move { a.wait_synced().await }),
+                Box::pin(async move { b.wait_synced().await }),
+                Box::pin(async move { c.wait_synced().await }),
+            ],
+            &stop,
+        )
+        .await
+        {
+            return;
+        }
+        // Give kubelets one grace period after a (re)start before judging them.
+        let started = tokio::time::Instant::now();
+        loop {
+            if started.elapsed() >= self.grace.min(Duration::from_secs(5)) {
+                if let Err(e) = self.monitor().await {
+                    tracing::warn!(error = %e, "node lifecycle pass failed");
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(MONITOR_PERIOD) => {}
+            }
+        }
+    }
+
+    /// One pass over every node and the pods on tainted ones.
+    pub async fn monitor(&self) -> Result<(), crate::Error> {
+        let now = jiff::Timestamp::now();
+        let api: Api<Node> = Api::all(self.client.clone());
+        for node in self.nodes.store().state() {
+            let name = node.name_any();
+            let status = node.status.clone().unwrap_or_default();
+            let conditions = status.conditions.clone().unwrap_or_default();
+            let ready = conditions.iter().find(|c| c.type_ == "Ready");
+            let lease = lookup(&self.lease_store, &format!("{LEASE_NAMESPACE}/{name}"));
+            let last_seen = [
+                lease
+                    .as_ref()
+                    .and_then(|l| l.spec.as_ref()?.renew_time.as_ref().map(|t| t.0)),
+                ready.and_then(|c| c.last_heartbeat_time.as_ref().map(|t| t.0)),
+                node.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            ]
+            .into_iter()
+            .flatten()
+            .max();
+            let silent = last_seen.is_none_or(|t| {
+                now.duration_since(t) > jiff::SignedDuration::try_from(self.grace).unwrap_or_default()
+            });
+            let mut ready_status = ready
+                .map(|c| c.status.clone())
+                .unwrap_or_else(|| "Unknown".into());
+            if silent && ready.is_none_or(|c| c.status != "Unknown") {
+                let t = Time(now);
+                let mut updated = (*node).clone();
+                let mut new_conditions: Vec<NodeCondition> = Vec::new();
+                for type_ in ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"] {
+                    new_conditions.push(unknown(type_, conditions.iter().find(|c| c.type_ == type_), &t));
+                }
+                for c in &conditions {
+                    if !new_conditions.iter().any(|n| n.type_ == c.type_) {
+                        new_conditions.push(c.clone());
+                    }
+                }
+                updated.status.get_or_insert_with(Default::default).conditions = Some(new_conditions);
+                match api.replace_status(&name, &PostParams::default(), &updated).await {
+                    Ok(_) => {
+                        self.events.normal(
+                            &*node,
+                            "NodeNotReady",
+                            format!("Node {name} status is now: NodeNotReady"),
+                        );
+                        ready_status = "Unknown".into();
+                    }
+                    Err(e) if crate::not_found(&e) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            self.reconcile_taints(&api, &node, &ready_status).await?;
+        }
+        self.evict(now).await
+    }
+
+    /// Taints follow the Ready condition.
+    async fn reconcile_taints(&self, api: &Api<Node>, node: &Node, ready: &str) -> Result<(), crate::Error> {
+        let want: &[&str] = match ready {
+            "True" => &[],
+            "False" => &[NOT_READY],
+            _ => &[UNREACHABLE],
+        };
+        let current = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        let ours = |t: &Taint| t.key == UNREACHABLE || t.key == NOT_READY;
+        let mut taints: Vec<Taint> = current
+            .iter()
+            .filter(|t| !ours(t) || want.contains(&t.key.as_str()))
+            .cloned()
+            .collect();
+        for key in want {
+            for effect in ["NoSchedule", "NoExecute"] {
+                if !taints.iter().any(|t| t.key == *key && t.effect == effect) {
+                    taints.push(Taint {
+                        key: key.to_string(),
+                        effect: effect.into(),
+                        value: None,
+                        time_added: (effect == "NoExecute").then(|| Time(jiff::Timestamp::now())),
+                    });
+                }
+            }
+        }
+        if taints == current {
+            return Ok(());
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": node.resource_version()},
+            "spec": {"taints": taints},
+        });
+        match api
+            .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if crate::not_found(&e) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()), // next pass
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Delete pods that do not tolerate their node's NoExecute taints (any longer).
+    async fn evict(&self, now: jiff::Timestamp) -> Result<(), crate::Error> {
+        let node_store = self.nodes.store();
+        for pod in self.pods.store().state() {
+            if pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(node_name) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+                continue;
+            };
+            let Some(node) = lookup(&node_store, &node_name) else {
+                continue;
+            };
+            let taints = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            let tolerations = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.tolerations.clone())
+                .unwrap_or_default();
+            let due = match eviction_delay(&tolerations, &taints) {
+                None => false,
+                Some(None) => true,
+                Some(Some((secs, added))) => {
+                    let from = added.unwrap_or(now);
+                    from.checked_add(jiff::SignedDuration::from_secs(secs))
+                        .is_ok_and(|t| t <= now)
+                }
+            };
+            if !due {
+                continue;
+            }
+            let ns = pod.namespace().unwrap_or_default();
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+            self.events.normal(
+                &*pod,
+                "TaintManagerEviction",
+                format!("Marking for deletion Pod {ns}/{}", pod.name_any()),
+            );
+            match api.delete(&pod.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if crate::not_found(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taint(key: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            effect: effect.into(),
+            value: None,
+            time_added: None,
+        }
+    }
+
+    fn toleration(key: &str, op: &str, effect: Option<&str>, secs: Option<i64>) -> Toleration {
+        Toleration {
+            key: Some(key.into()),
+            operator: Some(op.into()),
+            effect: effect.map(String::from),
+            toleration_seconds: secs,
+            value: None,
+        }
+    }
+
+    #[test]
+    fn toleration_matching() {
+        let t = taint(UNREACHABLE, "NoExecute");
+        assert!(tolerates(
+            &toleration(UNREACHABLE, "Exists", Some("NoExecute"), None),
+            &t
+        ));
+        assert!(tolerates(&toleration("", "Exists", None, None), &t));
+        assert!(!tolerates(
+            &toleration(UNREACHABLE, "Exists", Some("NoSchedule"), None),
+            &t
+        ));
+        assert!(!tolerates(&toleration(NOT_READY, "Exists", None, None), &t));
+    }
+
+    #[test]
+    fn eviction_timing() {
+        let taints = vec![taint(UNREACHABLE, "NoExecute"), taint(UNREACHABLE, "NoSchedule")];
+        // No toleration: evicted now.
+        assert_eq!(eviction_delay(&[], &taints), Some(None));
+        // The default 300 s toleration that admission adds.
+        let limited = [toleration(UNREACHABLE, "Exists", Some("NoExecute"), Some(300))];
+        assert_eq!(eviction_delay(&limited, &taints), Some(Some((300, None))));
+        // Tolerated forever.
+        let forever = [toleration(UNREACHABLE, "Exists", Some("NoExecute"), None)];
+        assert_eq!(eviction_delay(&forever, &taints), None);
+        // No NoExecute taint: nothing to do.
+        assert_eq!(eviction_delay(&[], &[taint(UNREACHABLE, "NoSchedule")]), None);
+    }
+}

@@ -1,0 +1,730 @@
+//! The ReplicaSet controller (upstream `pkg/controller/replicaset`): keeps `spec.replicas` pods
+//! matching the selector, owned through a controller ownerReference.
+//!
+//! Per sync: claim pods (adopt matching orphans, release owned pods that stopped matching),
+//! then — if no earlier creates or deletes are still unobserved — create the missing pods in
+//! slow-start batches (1, 2, 4, …; a failure stops the rest) or delete the surplus, worst-ranked
+//! first; then write status (replicas, fullyLabeled, ready, available, ReplicaFailure).
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::Store;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::Events;
+use crate::expectations::Expectations;
+use crate::informer::{key_of, lookup, Change, Factory, Informer};
+use crate::queue::{run_workers, SyncResult, WorkQueue};
+use crate::selector::Matcher;
+use crate::Error;
+
+/// Upstream's `BurstReplicas`: at most this many creates or deletes per sync.
+pub const BURST_REPLICAS: usize = 500;
+
+pub struct ReplicaSetController {
+    client: Client,
+    rs_informer: Arc<Informer<ReplicaSet>>,
+    pod_informer: Arc<Informer<Pod>>,
+    rs_store: Store<ReplicaSet>,
+    pod_store: Store<Pod>,
+    queue: Arc<WorkQueue>,
+    expectations: Arc<Expectations>,
+    events: Events,
+}
+
+/// The controller ownerReference of an object, if any.
+pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+}
+
+/// A controller ownerReference to `owner`, blocking its foreground deletion.
+pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
+    OwnerReference {
+        api_version: K::api_version(&()).to_string(),
+        kind: K::kind(&()).to_string(),
+        name: owner.meta().name.clone().unwrap_or_default(),
+        uid: owner.meta().uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The key of the ReplicaSet in the store that `meta`'s controller reference names, if it is
+/// really that object (same uid).
+fn owner_key(store: &Store<ReplicaSet>, meta: &ObjectMeta) -> Option<String> {
+    let r = controller_of(meta)?;
+    if r.kind != "ReplicaSet" || !r.api_version.starts_with("apps/") {
+        return None;
+    }
+    let key = format!("{}/{}", meta.namespace.as_deref().unwrap_or(""), r.name);
+    let rs = lookup(store, &key)?;
+    (rs.metadata.uid.as_deref() == Some(r.uid.as_str())).then_some(key)
+}
+
+pub fn is_pod_active(p: &Pod) -> bool {
+    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+    p.metadata.deletion_timestamp.is_none() && phase != Some("Succeeded") && phase != Some("Failed")
+}
+
+/// The pod's Ready condition: (is true, last transition time).
+pub fn pod_ready(p: &Pod) -> (bool, Option<jiff::Timestamp>) {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| (c.status == "True", c.last_transition_time.as_ref().map(|t| t.0)))
+        .unwrap_or((false, None))
+}
+
+/// Ready for at least `min_ready` seconds (upstream `IsPodAvailable`).
+pub fn pod_available(p: &Pod, min_ready: i32, now: jiff::Timestamp) -> bool {
+    let (ready, since) = pod_ready(p);
+    if !ready {
+        return false;
+    }
+    if min_ready <= 0 {
+        return true;
+    }
+    match since {
+        Some(t) => t
+            .checked_add(jiff::SignedDuration::from_secs(min_ready as i64))
+            .is_ok_and(|t| t <= now),
+        None => false,
+    }
+}
+
+fn error_message(e: &Error) -> String {
+    match e {
+        Error::Kube(kube::Error::Api(s)) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl ReplicaSetController {
+    pub fn new(factory: &Factory, events: Events) -> Arc<Self> {
+        let rs_informer = factory.get::<ReplicaSet>();
+        let pod_informer = factory.get::<Pod>();
+        let this = Arc::new(Self {
+            client: factory.client(),
+            rs_store: rs_informer.store(),
+            pod_store: pod_informer.store(),
+            rs_informer,
+            pod_informer,
+            queue: WorkQueue::new("replicaset"),
+            expectations: Arc::new(Expectations::default()),
+            events,
+        });
+        let q = this.queue.clone();
+        this.rs_informer.add_handler(move |c| match c {
+            Change::Added(o) | Change::Deleted(o) => q.add(key_of(&**o)),
+            Change::Updated(_, o) => q.add(key_of(&**o)),
+        });
+        let weak = Arc::downgrade(&this);
+        this.pod_informer.add_handler(move |c| {
+            if let Some(this) = weak.upgrade() {
+                this.on_pod(c);
+            }
+        });
+        this
+    }
+
+    /// Map a pod event to the ReplicaSets to sync, observing expectations on the way.
+    fn on_pod(&self, change: Change<'_, Pod>) {
+        match change {
+            Change::Added(pod) => {
+                if pod.metadata.deletion_timestamp.is_some() {
+                    if let Some(key) = owner_key(&self.rs_store, &pod.metadata) {
+                        self.expectations.observe_del(&key, &pod.name_any());
+                        self.queue.add(key);
+                    }
+                    return;
+                }
+                match owner_key(&self.rs_store, &pod.metadata) {
+                    Some(key) => {
+                        self.expectations.observe_add(&key, &pod.name_any());
+                        self.queue.add(key);
+                    }
+                    None if controller_of(&pod.metadata).is_none() => self.enqueue_matching(pod),
+                    None => {}
+                }
+            }
+            Change::Updated(old, new) => {
+                if old.metadata.resource_version == new.metadata.resource_version {
+                    return;
+                }
+                let new_key = owner_key(&self.rs_store, &new.metadata);
+                if new.metadata.deletion_timestamp.is_some() && old.metadata.deletion_timestamp.is_none() {
+                    if let Some(k) = &new_key {
+                        self.expectations.observe_del(k, &new.name_any());
+                    }
+                }
+                let old_ref = controller_of(&old.metadata).map(|r| &r.uid);
+                let new_ref = controller_of(&new.metadata).map(|r| &r.uid);
+                if old_ref != new_ref {
+                    if let Some(k) = owner_key(&self.rs_store, &old.metadata) {
+                        self.queue.add(k);
+                    }
+                }
+                match new_key {
+                    Some(k) => self.queue.add(k),
+                    None if new_ref.is_none()
+                        && (old.metadata.labels != new.metadata.labels || old_ref != new_ref) =>
+                    {
+                        self.enqueue_matching(new)
+                    }
+                    None => {}
+                }
+            }
+            Change::Deleted(pod) => {
+                if let Some(key) = owner_key(&self.rs_store, &pod.metadata) {
+                    self.expectations.observe_del(&key, &pod.name_any());
+                    self.queue.add(key);
+                }
+            }
+        }
+    }
+
+    /// An orphan pod: every ReplicaSet in its namespace whose selector matches may adopt it.
+    fn enqueue_matching(&self, pod: &Pod) {
+        let ns = pod.metadata.namespace.as_deref();
+        for rs in self.rs_store.state() {
+            if rs.metadata.namespace.as_deref() != ns {
+                continue;
+            }
+            let sel = rs.spec.as_ref().map(|s| &s.selector);
+            if Matcher::new(sel).is_ok_and(|m| m.matches(pod.metadata.labels.as_ref())) {
+                self.queue.add(key_of(&*rs));
+            }
+        }
+    }
+
+    pub async fn run(self: Arc<Self>, workers: usize, stop: CancellationToken) {
+        if !crate::wait_all(
+            vec![
+                Box::pin({
+                    let i = self.rs_informer.clone();
+                    async move { i.wait_synced().await }
+                }),
+                Box::pin({
+                    let i = self.pod_informer.clone();
+                    async move { i.wait_synced().await }
+                }),
+            ],
+            &stop,
+        )
+        .await
+        {
+            return;
+        }
+        let this = self.clone();
+        run_workers(self.queue.clone(), workers, stop, move |key| {
+            let this = this.clone();
+            async move { this.sync(&key).await }
+        })
+        .await;
+    }
+
+    pub async fn sync(&self, key: &str) -> SyncResult {
+        let Some(rs) = lookup(&self.rs_store, key) else {
+            self.expectations.forget(key);
+            return Ok(None);
+        };
+        let spec = rs.spec.clone().unwrap_or_default();
+        let matcher = Matcher::new(Some(&spec.selector))?;
+        let ns = rs.namespace().unwrap_or_default();
+        let needs_sync = self.expectations.satisfied(key);
+        let candidates: Vec<Arc<Pod>> = self
+            .pod_store
+            .state()
+            .into_iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()) && is_pod_active(p))
+            .collect();
+        let owned = self.claim_pods(&rs, &matcher, candidates).await?;
+        let desired = spec.replicas.unwrap_or(1).max(0) as usize;
+        let mut manage_err = None;
+        if needs_sync && rs.metadata.deletion_timestamp.is_none() {
+            manage_err = self.manage_replicas(key, &rs, &owned, desired).await.err();
+        }
+        let diff = owned.len() as i64 - desired as i64;
+        let status = calculate_status(&rs, &owned, manage_err.as_ref().map(|e| (e, diff)));
+        let ready = status.ready_replicas.unwrap_or(0);
+        let available = status.available_replicas.unwrap_or(0);
+        let replicas = status.replicas;
+        self.update_status(&rs, status).await?;
+        if let Some(e) = manage_err {
+            return Err(e);
+        }
+        let min_ready = spec.min_ready_seconds.unwrap_or(0);
+        if min_ready > 0 && ready == replicas && available != replicas {
+            return Ok(Some(Duration::from_secs(min_ready as u64)));
+        }
+        Ok(None)
+    }
+
+    /// Adopt matching orphans, release owned pods that no longer match; the pods owned after.
+    async fn claim_pods(
+        &self,
+        rs: &ReplicaSet,
+        matcher: &Matcher,
+        pods: Vec<Arc<Pod>>,
+    ) -> Result<Vec<Arc<Pod>>, Error> {
+        let uid = rs.metadata.uid.clone().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &rs.namespace().unwrap_or_default());
+        let mut owned = Vec::new();
+        let mut can_adopt: Option<bool> = None;
+        for pod in pods {
+            let matches = matcher.matches(pod.metadata.labels.as_ref());
+            match controller_of(&pod.metadata) {
+                Some(r) if r.uid == uid => {
+                    if matches || rs.metadata.deletion_timestamp.is_some() {
+                        owned.push(pod);
+                        continue;
+                    }
+                    // Release: drop our reference, keep the pod.
+                    let refs: Vec<&OwnerReference> = pod
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .filter(|r| r.uid != uid)
+                        .collect();
+                    let patch = json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
+                    match api
+                        .patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(e) if crate::not_found(&e) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    if !matches || rs.metadata.deletion_timestamp.is_some() {
+                        continue;
+                    }
+                    if can_adopt.is_none() {
+                        // Recheck the owner with a live read: never adopt for a ReplicaSet that is
+                        // gone or being deleted although the cache has not caught up.
+                        let rs_api: Api<ReplicaSet> =
+                            Api::namespaced(self.client.clone(), &rs.namespace().unwrap_or_default());
+                        let fresh = rs_api.get_opt(&rs.name_any()).await?;
+                        can_adopt = Some(fresh.is_some_and(|f| {
+                            f.metadata.uid.as_deref() == Some(uid.as_str())
+                                && f.metadata.deletion_timestamp.is_none()
+                        }));
+                    }
+                    if can_adopt != Some(true) {
+                        continue;
+                    }
+                    let patch = json!({"metadata": {
+                        "ownerReferences": [controller_ref(rs)],
+                        "uid": pod.metadata.uid,
+                    }});
+                    match api
+                        .patch(
+                            &pod.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Strategic(&patch),
+                        )
+                        .await
+                    {
+                        Ok(p) => owned.push(Arc::new(p)),
+                        Err(e) if crate::not_found(&e) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+        Ok(owned)
+    }
+
+    async fn manage_replicas(
+        &self,
+        key: &str,
+        rs: &ReplicaSet,
+        owned: &[Arc<Pod>],
+        desired: usize,
+    ) -> Result<(), Error> {
+        let ns = rs.namespace().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        if owned.len() < desired {
+            let total = (desired - owned.len()).min(BURST_REPLICAS);
+            let template = rs
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.clone())
+                .unwrap_or_default();
+            let meta = template.metadata.unwrap_or_default();
+            let pod = Pod {
+                metadata: ObjectMeta {
+                    generate_name: Some(format!("{}-", rs.name_any())),
+                    namespace: Some(ns.clone()),
+                    labels: meta.labels,
+                    annotations: meta.annotations,
+                    finalizers: meta.finalizers,
+                    owner_references: Some(vec![controller_ref(rs)]),
+                    ..Default::default()
+                },
+                spec: template.spec,
+                status: None,
+            };
+            self.expectations.begin(key);
+            let mut created = Vec::new();
+            let mut first_err = None;
+            let mut batch = 1usize;
+            let mut remaining = total;
+            // Slow start: a batch only starts when the previous one fully succeeded, so a
+            // systematic failure (quota, admission) costs one request, not hundreds.
+            while remaining > 0 && first_err.is_none() {
+                let size = batch.min(remaining);
+                let pp = PostParams::default();
+                let results = join_all((0..size).map(|_| api.create(&pp, &pod))).await;
+                for r in results {
+                    match r {
+                        Ok(p) => {
+                            let name = p.name_any();
+                            self.events
+                                .normal(rs, "SuccessfulCreate", format!("Created pod: {name}"));
+                            created.push(name);
+                        }
+                        Err(e) => {
+                            let e = Error::from(e);
+                            self.events.warning(
+                                rs,
+                                "FailedCreate",
+                                format!("Error creating: {}", error_message(&e)),
+                            );
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                }
+                remaining -= size;
+                batch *= 2;
+            }
+            self.expectations.record_adds(key, created);
+            self.expectations.end(key);
+            if let Some(e) = first_err {
+                return Err(e);
+            }
+        } else if owned.len() > desired {
+            let n = (owned.len() - desired).min(BURST_REPLICAS);
+            let victims = pods_to_delete(owned, n);
+            self.expectations.begin(key);
+            let results = join_all(victims.iter().map(|p| {
+                let api = api.clone();
+                let name = p.name_any();
+                async move { (name.clone(), api.delete(&name, &DeleteParams::default()).await) }
+            }))
+            .await;
+            let mut deleted = Vec::new();
+            let mut first_err = None;
+            for (name, r) in results {
+                match r {
+                    Ok(_) => {
+                        self.events
+                            .normal(rs, "SuccessfulDelete", format!("Deleted pod: {name}"));
+                        deleted.push(name);
+                    }
+                    Err(e) if crate::not_found(&e) => {}
+                    Err(e) => {
+                        let e = Error::from(e);
+                        self.events.warning(
+                            rs,
+                            "FailedDelete",
+                            format!("Error deleting: {}", error_message(&e)),
+                        );
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            self.expectations.record_dels(key, deleted);
+            self.expectations.end(key);
+            if let Some(e) = first_err {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    async fn update_status(&self, rs: &ReplicaSet, status: ReplicaSetStatus) -> Result<(), Error> {
+        if rs.status.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &rs.namespace().unwrap_or_default());
+        let mut updated = rs.clone();
+        updated.status = Some(status.clone());
+        match api
+            .replace_status(&rs.name_any(), &PostParams::default(), &updated)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if crate::not_found(&e) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                // The cache is behind: write the status onto the current object once.
+                let Some(mut fresh) = api.get_opt(&rs.name_any()).await? else {
+                    return Ok(());
+                };
+                if fresh.metadata.uid != rs.metadata.uid {
+                    return Ok(());
+                }
+                fresh.status = Some(status);
+                api.replace_status(&rs.name_any(), &PostParams::default(), &fresh)
+                    .await?;
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Status from the owned active pods (upstream `calculateStatus`).
+pub fn calculate_status(
+    rs: &ReplicaSet,
+    pods: &[Arc<Pod>],
+    manage_err: Option<(&Error, i64)>,
+) -> ReplicaSetStatus {
+    let spec = rs.spec.clone().unwrap_or_default();
+    let template_labels = spec
+        .template
+        .as_ref()
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let now = jiff::Timestamp::now();
+    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    let mut fully_labeled = 0;
+    let mut ready = 0;
+    let mut available = 0;
+    for p in pods {
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        if template_labels.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+            fully_labeled += 1;
+        }
+        if pod_ready(p).0 {
+            ready += 1;
+            if pod_available(p, min_ready, now) {
+                available += 1;
+            }
+        }
+    }
+    let old = rs.status.clone().unwrap_or_default();
+    let mut conditions: Vec<ReplicaSetCondition> = old
+        .conditions
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ != "ReplicaFailure")
+        .collect();
+    if let Some((e, diff)) = manage_err {
+        let existing = old
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "ReplicaFailure")
+            .cloned();
+        let reason = if diff < 0 { "FailedCreate" } else { "FailedDelete" };
+        let message = error_message(e);
+        conditions.push(match existing {
+            Some(c) if c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(&message) => c,
+            _ => ReplicaSetCondition {
+                type_: "ReplicaFailure".into(),
+                status: "True".into(),
+                reason: Some(reason.into()),
+                message: Some(message),
+                last_transition_time: Some(Time(now)),
+            },
+        });
+    }
+    ReplicaSetStatus {
+        replicas: pods.len() as i32,
+        fully_labeled_replicas: Some(fully_labeled),
+        ready_replicas: Some(ready),
+        available_replicas: Some(available),
+        observed_generation: rs.metadata.generation,
+        conditions: (!conditions.is_empty()).then_some(conditions),
+        terminating_replicas: old.terminating_replicas,
+    }
+}
+
+/// The `n` pods to delete first, ranked as upstream's `ActivePodsWithRanks`: unassigned before
+/// assigned, Pending before Unknown before Running, not ready before ready, more siblings on
+/// the same node first, ready for less time first, more restarts first, newer first.
+pub fn pods_to_delete(pods: &[Arc<Pod>], n: usize) -> Vec<Arc<Pod>> {
+    let mut on_node: HashMap<&str, usize> = HashMap::new();
+    for p in pods {
+        if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            *on_node.entry(node).or_default() += 1;
+        }
+    }
+    let rank = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .map(|n| on_node.get(n).copied().unwrap_or(0))
+            .unwrap_or(0)
+    };
+    let mut ranked: Vec<Arc<Pod>> = pods.to_vec();
+    ranked.sort_by(|a, b| compare_for_deletion(a, b, rank(a), rank(b)));
+    ranked.truncate(n);
+    ranked
+}
+
+fn phase_rank(p: &Pod) -> u8 {
+    match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Pending") | None => 0,
+        Some("Running") => 2,
+        _ => 1,
+    }
+}
+
+fn restarts(p: &Pod) -> i32 {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map(|cs| cs.iter().map(|c| c.restart_count).max().unwrap_or(0))
+        .unwrap_or(0)
+}
+
+/// `Less` means `a` is deleted before `b`.
+fn compare_for_deletion(a: &Pod, b: &Pod, rank_a: usize, rank_b: usize) -> Ordering {
+    let assigned = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some_and(|n| !n.is_empty())
+    };
+    let (ra, ta) = pod_ready(a);
+    let (rb, tb) = pod_ready(b);
+    assigned(a)
+        .cmp(&assigned(b))
+        .then(phase_rank(a).cmp(&phase_rank(b)))
+        .then(ra.cmp(&rb))
+        .then(rank_b.cmp(&rank_a))
+        .then(if ra && rb { tb.cmp(&ta) } else { Ordering::Equal })
+        .then(restarts(b).cmp(&restarts(a)))
+        .then_with(|| {
+            let ca = a.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            let cb = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            match (ca, cb) {
+                (None, None) => Ordering::Equal,
+                (None, _) => Ordering::Less,
+                (_, None) => Ordering::Greater,
+                (Some(x), Some(y)) => y.cmp(&x),
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+
+    fn pod(name: &str, node: Option<&str>, phase: &str, ready: bool, created_s: i64) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                creation_timestamp: Some(Time(jiff::Timestamp::from_second(created_s).unwrap())),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(String::from),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    last_transition_time: Some(Time(jiff::Timestamp::from_second(created_s + 10).unwrap())),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        })
+    }
+
+    fn names(pods: &[Arc<Pod>]) -> Vec<String> {
+        pods.iter().map(|p| p.name_any()).collect()
+    }
+
+    #[test]
+    fn deletion_ranking_follows_upstream_order() {
+        let pods = vec![
+            pod("running-ready-old", Some("n1"), "Running", true, 100),
+            pod("running-ready-new", Some("n2"), "Running", true, 200),
+            pod("unscheduled", None, "Pending", false, 50),
+            pod("pending", Some("n1"), "Pending", false, 60),
+            pod("running-not-ready", Some("n2"), "Running", false, 70),
+        ];
+        assert_eq!(
+            names(&pods_to_delete(&pods, 5)),
+            [
+                "unscheduled",
+                "pending",
+                "running-not-ready",
+                "running-ready-new",
+                "running-ready-old"
+            ]
+        );
+        assert_eq!(names(&pods_to_delete(&pods, 2)), ["unscheduled", "pending"]);
+    }
+
+    #[test]
+    fn crowded_nodes_lose_pods_first() {
+        let pods = vec![
+            pod("alone", Some("n1"), "Running", true, 300),
+            pod("crowded-a", Some("n2"), "Running", true, 100),
+            pod("crowded-b", Some("n2"), "Running", true, 100),
+        ];
+        assert_eq!(names(&pods_to_delete(&pods, 1)), ["crowded-a"]);
+    }
+
+    #[test]
+    fn availability_waits_for_min_ready_seconds() {
+        let p = pod("p", Some("n"), "Running", true, 0); // ready since t=10s
+        let at = |s| jiff::Timestamp::from_second(s).unwrap();
+        assert!(pod_available(&p, 0, at(11)));
+        assert!(!pod_available(&p, 30, at(20)));
+        assert!(pod_available(&p, 30, at(40)));
+        let not_ready = pod("q", Some("n"), "Running", false, 0);
+        assert!(!pod_available(&not_ready, 0, at(100)));
+    }
+
+    #[test]
+    fn status_counts_and_replica_failure() {
+        let mut rs = ReplicaSet::default();
+        rs.metadata.generation = Some(3);
+        let pods = vec![
+            pod("a", None, "Running", true, 0),
+            pod("b", None, "Pending", false, 0),
+        ];
+        let s = calculate_status(&rs, &pods, None);
+        assert_eq!(
+            (s.replicas, s.ready_replicas, s.available_replicas),
+            (2, Some(1), Some(1))
+        );
+        assert_eq!(s.observed_generation, Some(3));
+        assert!(s.conditions.is_none());
+        let err = Error::Other("exceeded quota".into());
+        let s = calculate_status(&rs, &pods, Some((&err, -1)));
+        let c = &s.conditions.unwrap()[0];
+        assert_eq!(
+            (c.type_.as_str(), c.reason.as_deref()),
+            ("ReplicaFailure", Some("FailedCreate"))
+        );
+    }
+}
