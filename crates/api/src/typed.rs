@@ -90,10 +90,34 @@ fn roundtrip<T: DeserializeOwned + Serialize>(input: &Value) -> Result<Decoded, 
     keep_input_order(&mut object, input);
     let mut unknown_fields = Vec::new();
     unknown(input, &object, "", &mut unknown_fields);
+    drop_empty_metadata(&mut object);
     Ok(Decoded {
         object,
         unknown_fields,
     })
+}
+
+/// Empty metadata lists and maps are left out, as Go's `omitempty` leaves them out upstream
+/// (a finalizer or owner removed by a patch leaves no `finalizers: []` behind).
+fn drop_empty_metadata(obj: &mut Value) {
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        for key in [
+            "ownerReferences",
+            "finalizers",
+            "managedFields",
+            "labels",
+            "annotations",
+        ] {
+            let empty = match m.get(key) {
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(Value::Object(o)) => o.is_empty(),
+                _ => false,
+            };
+            if empty {
+                m.remove(key);
+            }
+        }
+    }
 }
 
 /// Put the keys of `out` back in the order the client sent them (serde writes them in the
@@ -159,6 +183,20 @@ mod tests {
             .iter()
             .find(|d| d.kind == kind && d.group != "events.k8s.io")
             .unwrap()
+    }
+
+    #[test]
+    fn empty_metadata_lists_are_left_out() {
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "ownerReferences": [], "finalizers": [], "labels": {}, "annotations": {"a": "b"}},
+        });
+        let d = decode(def("ConfigMap"), &cm).unwrap();
+        assert!(d.unknown_fields.is_empty());
+        assert_eq!(
+            d.object["metadata"],
+            json!({"name": "c", "annotations": {"a": "b"}})
+        );
     }
 
     #[test]
