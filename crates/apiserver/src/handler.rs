@@ -75,10 +75,28 @@ impl Ctx {
 
 pub(crate) async fn handle(
     shared: Arc<Shared>,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     peer_certificates: Arc<Vec<CertificateDer<'static>>>,
 ) -> Response<Body> {
     let info = parse_request(req.method(), req.uri().path(), req.uri().query());
+    let apply = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/apply-patch"));
+    let metrics_info = info.clone();
+    let resp = authenticated(shared.clone(), req, info, peer_certificates).await;
+    shared
+        .metrics
+        .observe(&metrics_info, apply, resp.status().as_u16());
+    resp
+}
+
+async fn authenticated(
+    shared: Arc<Shared>,
+    mut req: Request<Incoming>,
+    info: crate::request_info::RequestInfo,
+    peer_certificates: Arc<Vec<CertificateDer<'static>>>,
+) -> Response<Body> {
 
     // Authentication: first success wins; all failing is 401.
     let authn = shared
@@ -135,6 +153,14 @@ async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiEr
         return Ok(resp);
     }
     if let Some(resp) = crate::openapi::route(&path, req.headers()) {
+        return Ok(resp);
+    }
+    if path == "/metrics" {
+        let mut resp = text_response(StatusCode::OK, ctx.shared.metrics.render());
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
         return Ok(resp);
     }
     if path == "/version" {

@@ -11,6 +11,7 @@ mod bootstrap;
 mod discovery;
 mod handler;
 mod health;
+pub mod metrics;
 mod openapi;
 pub mod pki;
 mod protobuf;
@@ -52,6 +53,7 @@ pub(crate) struct Shared {
     pub advertise: String,
     pub watch_cache: Arc<watch_cache::WatchCache>,
     pub service_cidr: ServiceCidr,
+    pub metrics: metrics::Metrics,
 }
 
 /// A running API server.
@@ -79,6 +81,7 @@ impl ApiServer {
         let shared = Arc::new(Shared {
             watch_cache: Arc::new(watch_cache::WatchCache::new(config.store.clone())),
             service_cidr: config.service_cidr,
+            metrics: Default::default(),
             store: config.store,
             authenticators: config.authenticators,
             authorizers: config.authorizers,

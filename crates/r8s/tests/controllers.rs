@@ -513,3 +513,28 @@ fn standalone_controller_manager_killed_mid_sync_creates_no_duplicates() {
     );
     assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
 }
+
+#[test]
+fn hundred_deployments_of_ten_replicas_converge() {
+    let s = Server::start();
+    let v = "1.33";
+    let manifest: String = (0..100)
+        .map(|i| {
+            format!(
+                "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d{i}\nspec:\n  replicas: 10\n  selector:\n    matchLabels: {{app: d{i}}}\n  template:\n    metadata:\n      labels: {{app: d{i}}}\n    spec:\n      containers:\n      - name: c\n        image: nginx\n"
+            )
+        })
+        .collect();
+    s.ok_stdin(v, &["create", "-f", "-"], &manifest);
+    wait_for(120, "1000 pods and 100 converged deployments", || {
+        let pods = items(&s, v, &["get", "pods"]).len();
+        let done = items(&s, v, &["get", "deploy"])
+            .iter()
+            .filter(|d| d["status"]["updatedReplicas"] == 10 && d["status"]["replicas"] == 10)
+            .count();
+        (pods >= 1000 && done == 100).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(items(&s, v, &["get", "pods"]).len(), 1000, "no duplicates");
+    assert_eq!(items(&s, v, &["get", "rs"]).len(), 100);
+}
