@@ -8,17 +8,20 @@ the `k8s-openapi` crate (serde field names). This script reads both crates' sour
 local cargo registry and writes one line per field:
 
     M <module path of the message>          e.g. M api.core.v1.Pod
-    <tag> <json name> <kind>[ <message>][ z]
+    <tag> <json name> <kind>[ <message>][ z][ i]
                                             kinds: s b i32 i64 f64 y m, ms my mm (maps of
                                             string to string/bytes/message); a trailing []
                                             marks repeated fields; z marks a scalar that is
-                                            dropped when it is zero (false, 0, "")
+                                            dropped when it is zero (false, 0, ""); i marks
+                                            a message whose fields are inlined in its parent
 
 Go's generated protobuf code writes every non-pointer scalar field, even when it is zero, while
 the Go struct's JSON tag usually says `omitempty`, so upstream's JSON leaves such zeros out.
 Pointer fields (`Replicas *int32`) are written only when set, and a zero there means something.
 So a scalar gets `z` exactly when its Go field is not a pointer and its JSON tag has `omitempty`
-(or `omitzero`). Those facts come from the Go types of k8s.io/api, k8s.io/apimachinery,
+(or `omitzero`). The Go JSON tags also give the JSON names k8s-openapi cannot (types it lacks,
+names prost splits oddly: podCIDRs is pod_cid_rs) and mark the `json:",inline"` messages.
+Those facts come from the Go types of k8s.io/api, k8s.io/apimachinery,
 k8s.io/apiextensions-apiserver, k8s.io/kube-aggregator and k8s.io/metrics, recorded in
 scripts/protobuf-go-fields.txt, one line per field of every message:
 
@@ -236,16 +239,22 @@ def main():
                 else:
                     kind = {"string": "s", "bool": "b", "int32": "i32", "int64": "i64", "double": "f64",
                             "bytes": "y", "message": "m"}[spec.split(",")[0].split(" ")[0]]
-                line = f"{tag} {json} {kind}{'[]' if repeated else ''}"
-                if kind in ("m", "mm"):
-                    line += " " + resolve(module, type_text)
                 go_json, go_flags = (go_fields or {}).get(int(tag), (None, ""))
                 if go_fields is not None and go_json is None:
                     print(f"no Go field for {module}.{struct} {tag} {json}", file=sys.stderr)
                 elif go_json is not None and go_json != json and "i" not in go_flags:
-                    print(f"{module}.{struct} {tag}: JSON name {json} here, {go_json} in Go", file=sys.stderr)
+                    if go_json[0].islower() or go_json[0] == "$":
+                        # k8s-openapi lacks the type, or prost split the name (podCIDRs: pod_cid_rs).
+                        json = go_json
+                    else:  # the JSON tag is "-" or missing: the type has its own JSON form
+                        print(f"{module}.{struct} {tag}: JSON name {json} here, {go_json} in Go", file=sys.stderr)
+                line = f"{tag} {json} {kind}{'[]' if repeated else ''}"
+                if kind in ("m", "mm"):
+                    line += " " + resolve(module, type_text)
                 if kind in SCALARS and not repeated and "o" in go_flags and "p" not in go_flags:
                     line += " z"
+                if kind == "m" and "i" in go_flags:
+                    line += " i"
                 fields.append(line)
                 i = j + 1
             out.append(f"M {module}.{struct}")

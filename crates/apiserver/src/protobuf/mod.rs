@@ -39,6 +39,8 @@ struct Field {
     /// A non-pointer Go field with `omitempty`: Go's protobuf code writes it even when zero,
     /// Go's JSON leaves it out then.
     omit_zero: bool,
+    /// A message embedded with `json:",inline"`: its fields go into the parent object.
+    inline: bool,
 }
 
 type Schema = HashMap<&'static str, HashMap<u32, Field>>;
@@ -84,10 +86,12 @@ fn parse_schema(text: &'static str) -> Schema {
             repeated,
             message: "",
             omit_zero: false,
+            inline: false,
         };
         for part in parts {
             match part {
                 "z" => field.omit_zero = true,
+                "i" => field.inline = true,
                 message => field.message = message,
             }
         }
@@ -337,10 +341,14 @@ fn message(name: &str, buf: &[u8]) -> Result<Value, String> {
                 a.extend(values);
             }
         } else if let Some(v) = values.into_iter().last() {
-            if f.omit_zero && is_zero(&v) {
-                obj.remove(f.json);
-            } else {
-                obj.insert(f.json.to_owned(), v);
+            match v {
+                Value::Object(fields) if f.inline => obj.extend(fields),
+                v if f.omit_zero && is_zero(&v) => {
+                    obj.remove(f.json);
+                }
+                v => {
+                    obj.insert(f.json.to_owned(), v);
+                }
             }
         }
     }
@@ -578,6 +586,44 @@ mod tests {
                     }
                 }
             })
+        );
+    }
+
+    #[test]
+    fn inlines_embedded_messages_and_uses_go_json_names() {
+        // Probe embeds ProbeHandler, Volume embeds VolumeSource, ConfigMapVolumeSource embeds
+        // LocalObjectReference, all with json:",inline".
+        let mut http_get = Vec::new();
+        bytes(1, b"/healthz", &mut http_get);
+        let mut handler = Vec::new();
+        bytes(2, &http_get, &mut handler);
+        let mut probe = Vec::new();
+        bytes(1, &handler, &mut probe);
+        int(4, 5, &mut probe);
+        assert_eq!(
+            message("api.core.v1.Probe", &probe).unwrap(),
+            json!({"httpGet": {"path": "/healthz"}, "periodSeconds": 5})
+        );
+        let mut reference = Vec::new();
+        bytes(1, b"settings", &mut reference);
+        let mut config_map = Vec::new();
+        bytes(1, &reference, &mut config_map);
+        let mut source = Vec::new();
+        bytes(19, &config_map, &mut source);
+        let mut volume = Vec::new();
+        bytes(1, b"config", &mut volume);
+        bytes(2, &source, &mut volume);
+        assert_eq!(
+            message("api.core.v1.Volume", &volume).unwrap(),
+            json!({"name": "config", "configMap": {"name": "settings"}})
+        );
+        // prost calls it non_resource_ur_ls; Go's JSON tag says nonResourceURLs.
+        let mut rule = Vec::new();
+        bytes(1, b"get", &mut rule);
+        bytes(5, b"/healthz", &mut rule);
+        assert_eq!(
+            message("api.rbac.v1.PolicyRule", &rule).unwrap(),
+            json!({"verbs": ["get"], "nonResourceURLs": ["/healthz"]})
         );
     }
 
