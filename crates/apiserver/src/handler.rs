@@ -97,7 +97,6 @@ async fn authenticated(
     info: crate::request_info::RequestInfo,
     peer_certificates: Arc<Vec<CertificateDer<'static>>>,
 ) -> Response<Body> {
-
     // Authentication: first success wins; all failing is 401.
     let authn = shared
         .authenticators

@@ -107,6 +107,9 @@ mod tests {
             text.contains(r#"apiserver_request_total{verb="POST",group="",version="v1",resource="pods",subresource="",scope="namespace",component="apiserver",code="201"} 2"#),
             "{text}"
         );
-        assert!(text.contains(r#"verb="LIST",group="apps",version="v1",resource="deployments""#), "{text}");
+        assert!(
+            text.contains(r#"verb="LIST",group="apps",version="v1",resource="deployments""#),
+            "{text}"
+        );
     }
 }

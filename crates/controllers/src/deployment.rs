@@ -974,9 +974,9 @@ impl DeploymentController {
                 .and_then(|v| v.parse::<i32>().ok());
             let saturated = rs_replicas(rs) == want && desired_ann == Some(want) && rs_status(rs).2 == want;
             if saturated {
-                for i in 0..rs_list.len() {
-                    if i != n && rs_replicas(&rs_list[i]) > 0 {
-                        self.scale_rs(d, &mut rs_list[i], 0).await?;
+                for (i, rs) in rs_list.iter_mut().enumerate() {
+                    if i != n && rs_replicas(rs) > 0 {
+                        self.scale_rs(d, rs, 0).await?;
                     }
                 }
                 return Ok(());

@@ -141,10 +141,8 @@ impl<K: Object> Informer<K> {
                     }
                 }
                 watcher::Event::Delete(obj) => {
-                    let key = ObjectRef::from_obj(obj);
                     writer.apply_watcher_event(&event);
                     self.notify(Change::Deleted(&Arc::new(obj.clone())));
-                    let _ = key;
                 }
                 watcher::Event::Init => {
                     before_relist = Some(
@@ -176,12 +174,15 @@ impl<K: Object> Informer<K> {
     }
 }
 
+/// Starts one informer's list+watch.
+type Runner = Box<dyn FnOnce(CancellationToken) -> tokio::task::JoinHandle<()> + Send>;
+
 /// One informer per type, shared by every controller of the manager.
 pub struct Factory {
     client: Client,
     resync: Option<Duration>,
     informers: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
-    runners: Mutex<Vec<Box<dyn FnOnce(CancellationToken) -> tokio::task::JoinHandle<()> + Send>>>,
+    runners: Mutex<Vec<Runner>>,
 }
 
 impl Factory {

@@ -57,7 +57,11 @@ async fn requests(client: &Client) -> BTreeMap<(String, String), f64> {
                 .to_string()
         };
         let sub = label("subresource");
-        let resource = if sub.is_empty() { label("resource") } else { format!("{}/{sub}", label("resource")) };
+        let resource = if sub.is_empty() {
+            label("resource")
+        } else {
+            format!("{}/{sub}", label("resource"))
+        };
         *out.entry((label("verb"), resource)).or_default() += value.parse::<f64>().unwrap();
     }
     out
@@ -83,11 +87,24 @@ async fn main() {
 
     let exe = std::env::current_exe().unwrap();
     let r8s = exe.parent().unwrap().parent().unwrap().join("r8s");
-    assert!(r8s.exists(), "build the server first: cargo build --release -p r8s --bins --examples");
+    assert!(
+        r8s.exists(),
+        "build the server first: cargo build --release -p r8s --bins --examples"
+    );
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut server = std::process::Command::new(&r8s)
-        .args(["server", "--data-dir", dir.path().to_str().unwrap(), "--bind-address", "127.0.0.1"])
+        .args([
+            "server",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--bind-address",
+            "127.0.0.1",
+        ])
         .args(["--https-listen-port", &port.to_string()])
         .env("R8S_LOG", "warn")
         .stdout(std::process::Stdio::null())
@@ -98,7 +115,9 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let kc = Kubeconfig::read_from(&kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
     let client = Client::try_from(config).unwrap();
     // Let the controllers start (leader election, informers) before the clock runs.
     let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), "default");
@@ -111,7 +130,13 @@ async fn main() {
     );
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let rv = pods.list_metadata(&Default::default()).await.unwrap().metadata.resource_version.unwrap();
+    let rv = pods
+        .list_metadata(&Default::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
     let mut watch = pods
         .watch(&WatchParams::default().timeout(290), &rv)
         .await
@@ -181,9 +206,15 @@ async fn main() {
     spent.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
     let controller_requests: f64 = spent.iter().map(|(_, n)| n).sum();
 
-    println!("  {deployments} deployment creates: {:.2} s", created_deployments.as_secs_f64());
+    println!(
+        "  {deployments} deployment creates: {:.2} s",
+        created_deployments.as_secs_f64()
+    );
     println!("  all {total} pods exist after: {:.2} s", all_pods.as_secs_f64());
-    println!("  every deployment converged (updatedReplicas) after: {:.2} s", converged.as_secs_f64());
+    println!(
+        "  every deployment converged (updatedReplicas) after: {:.2} s",
+        converged.as_secs_f64()
+    );
     println!("  pods at the end: {pod_count} (expected {total})");
     println!(
         "  controller API requests: {controller_requests:.0}, {:.2} per pod",

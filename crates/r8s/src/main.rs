@@ -234,6 +234,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let mut authorizers = r8s_apiserver::authz::AuthorizerChain::default();
     authorizers.push(r8s_apiserver::authz::PrivilegedGroups::masters());
 
+    let mut admission = r8s_apiserver::admission::AdmissionChain::default();
+    admission.push_mutating(r8s_apiserver::admission::tolerations::DefaultTolerationSeconds::default());
+
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
         serving: r8s_apiserver::ServingConfig {
             bind_address: args.bind_address,
@@ -245,7 +248,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         store: store.clone(),
         authenticators,
         authorizers,
-        admission: Default::default(),
+        admission,
         service_cidr: args.service_cidr,
     })
     .await

@@ -118,6 +118,13 @@ fn deployment_creates_replicaset_and_pods_and_scales() {
             d["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
             "1"
         );
+        // kubectl 1.33 sent protobuf: Go's zero values are not stored (upstream omits them).
+        let container = &d["spec"]["template"]["spec"]["containers"][0];
+        assert!(
+            container.get("stdin").is_none() && container.get("tty").is_none(),
+            "{container}"
+        );
+        assert!(d["spec"]["template"]["metadata"].get("generation").is_none());
         wait_for(30, "deployment status", || {
             let d = json(&s, v, &["-n", &ns, "get", "deploy", "web"]);
             (d["status"]["replicas"] == 3
@@ -291,6 +298,20 @@ fn paused_rollout_resume_and_restart() {
     wait_for(30, "rollout after resume", || {
         (items(&s, v, &["get", "rs"]).len() == 2).then_some(())
     });
+    // Undo to revision 1 (this deployment came in as protobuf) reuses its ReplicaSet.
+    s.ok(v, &["rollout", "undo", "deployment/web", "--to-revision=1"]);
+    wait_for(30, "rollback to revision 1", || {
+        let rss = items(&s, v, &["get", "rs"]);
+        let first = rss
+            .iter()
+            .find(|r| r["spec"]["template"]["spec"]["containers"][0]["image"] == "nginx:1.24")?;
+        (first["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "3").then_some(())
+    });
+    assert_eq!(
+        items(&s, v, &["get", "rs"]).len(),
+        2,
+        "no third ReplicaSet for a rollback"
+    );
     s.ok(v, &["rollout", "restart", "deployment/web"]);
     let rs = wait_for(30, "rollout after restart", || {
         items(&s, v, &["get", "rs"]).into_iter().find(|r| {
@@ -299,7 +320,7 @@ fn paused_rollout_resume_and_restart() {
     });
     assert_eq!(
         rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
-        "3"
+        "4"
     );
 }
 
@@ -427,9 +448,31 @@ fn node_gets_pod_cidr_and_silent_node_is_tainted_and_its_pods_evicted() {
         "{cidrs:?}"
     );
     assert_ne!(cidrs[0], cidrs[1]);
-    // A pod bound to n1 with no toleration.
-    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  nodeName: n1\n  containers:\n  - name: c\n    image: busybox\n";
-    s.ok_stdin(v, &["create", "-f", "-"], pod);
+    // Two pods bound to n1: one tolerating unreachable for 1 s, one with the defaults that
+    // DefaultTolerationSeconds admission adds (300 s).
+    let short = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: short\nspec:\n  nodeName: n1\n  tolerations:\n  - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 1}\n  containers:\n  - name: c\n    image: busybox\n";
+    let default = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: default\nspec:\n  nodeName: n1\n  containers:\n  - name: c\n    image: busybox\n";
+    s.ok_stdin(v, &["create", "-f", "-"], short);
+    s.ok_stdin(v, &["create", "-f", "-"], default);
+    let tolerations = json(&s, v, &["get", "pod", "default"])["spec"]["tolerations"].clone();
+    let keys: Vec<(&str, i64)> = tolerations
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["key"].as_str().unwrap(),
+                t["tolerationSeconds"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("node.kubernetes.io/not-ready", 300),
+            ("node.kubernetes.io/unreachable", 300)
+        ]
+    );
     // n1 never renews a Lease: Ready goes Unknown and it is tainted unreachable.
     let node = wait_for(30, "unreachable taint", || {
         let n = json(&s, v, &["get", "node", "n1"]);
@@ -448,14 +491,18 @@ fn node_gets_pod_cidr_and_silent_node_is_tainted_and_its_pods_evicted() {
         .unwrap();
     assert_eq!(ready["status"], "Unknown");
     assert_eq!(ready["message"], "Kubelet stopped posting node status.");
-    // Its pod does not tolerate that: evicted (graceful, so it is Terminating with no kubelet).
+    // The 1 s toleration runs out: evicted (graceful, so Terminating with no kubelet); the
+    // pod with five minutes' tolerance stays.
     wait_for(30, "eviction", || {
-        let p = s.kubectl(v, &["get", "pod", "p", "-o", "json"]);
+        let p = s.kubectl(v, &["get", "pod", "short", "-o", "json"]);
         let gone = !p.status.success()
             || serde_json::from_slice::<Value>(&p.stdout).unwrap()["metadata"]["deletionTimestamp"]
                 .is_string();
         gone.then_some(())
     });
+    std::thread::sleep(Duration::from_secs(2));
+    let kept = json(&s, v, &["get", "pod", "default"]);
+    assert!(kept["metadata"]["deletionTimestamp"].is_null(), "{kept}");
 }
 
 /// `r8s controller-manager` alone against a server running none, killed mid-sync and replaced:

@@ -2,6 +2,8 @@
 //! plugins run after and may only refuse. Any refusal fails the request (the reference
 //! document's "Admission control" stage).
 
+pub mod tolerations;
+
 use async_trait::async_trait;
 use serde_json::Value;
 
