@@ -16,7 +16,7 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -628,7 +628,7 @@ impl DeploymentController {
                         .collect();
                     let patch = json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
                     match api
-                        .patch(&rs.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                        .patch(&rs.name_any(), &crate::patch_params(), &Patch::Merge(&patch))
                         .await
                     {
                         Ok(_) => {}
@@ -657,7 +657,7 @@ impl DeploymentController {
                     let patch =
                         json!({"metadata": {"ownerReferences": [controller_ref(d)], "uid": rs.metadata.uid}});
                     match api
-                        .patch(&rs.name_any(), &PatchParams::default(), &Patch::Strategic(&patch))
+                        .patch(&rs.name_any(), &crate::patch_params(), &Patch::Strategic(&patch))
                         .await
                     {
                         Ok(adopted) => owned.push(adopted),
@@ -730,11 +730,28 @@ impl DeploymentController {
 
     async fn update_status(&self, d: &Deployment, status: DeploymentStatus) -> Result<Deployment, Error> {
         let mut updated = d.clone();
-        updated.status = Some(status);
-        Ok(self
-            .d_api(d)
-            .replace_status(&d.name_any(), &PostParams::default(), &updated)
-            .await?)
+        updated.status = Some(status.clone());
+        let api = self.d_api(d);
+        match api
+            .replace_status(&d.name_any(), &crate::post_params(), &updated)
+            .await
+        {
+            Ok(d) => Ok(d),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                // Our cache is behind our own last write: the status is computed from the
+                // ReplicaSets, so put it on the current object once.
+                let mut fresh = api.get(&d.name_any()).await?;
+                if fresh.metadata.uid != d.metadata.uid || fresh.metadata.generation != d.metadata.generation
+                {
+                    return Err(Error::Other("deployment changed during sync".into()));
+                }
+                fresh.status = Some(status);
+                Ok(api
+                    .replace_status(&d.name_any(), &crate::post_params(), &fresh)
+                    .await?)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Record the new revision on the Deployment (a metadata patch: status writes keep metadata).
@@ -746,7 +763,7 @@ impl DeploymentController {
         let patch = json!({"metadata": {"annotations": {REVISION: revision}}});
         let patched = self
             .d_api(d)
-            .patch(&d.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(&d.name_any(), &crate::patch_params(), &Patch::Merge(&patch))
             .await?;
         d.metadata = patched.metadata;
         Ok(())
@@ -779,7 +796,7 @@ impl DeploymentController {
                 }
                 rs = self
                     .rs_api(d)
-                    .replace(&rs.name_any(), &PostParams::default(), &rs)
+                    .replace(&rs.name_any(), &crate::post_params(), &rs)
                     .await?;
                 rs_list[i] = rs.clone();
             }
@@ -843,7 +860,7 @@ impl DeploymentController {
         rs.spec.as_mut().unwrap().replicas = Some(new_replicas);
         set_new_rs_annotations(d, &mut rs, new_revision, false);
         let api = self.rs_api(d);
-        let created = match api.create(&PostParams::default(), &rs).await {
+        let created = match api.create(&crate::post_params(), &rs).await {
             Ok(created) => {
                 if new_replicas > 0 {
                     self.events.normal(
@@ -922,10 +939,22 @@ impl DeploymentController {
         if before == size && !annotations_changed {
             return Ok(false);
         }
-        copy.spec.get_or_insert_with(Default::default).replicas = Some(size);
+        // A patch, not a whole-object update: the ReplicaSet controller writes its status all
+        // the time, and the size and these annotations are only ever ours to set.
+        let annotations = copy.metadata.annotations.clone().unwrap_or_default();
+        let patch = json!({
+            "metadata": {
+                "uid": rs.metadata.uid,
+                "annotations": {
+                    DESIRED_REPLICAS: annotations.get(DESIRED_REPLICAS),
+                    MAX_REPLICAS: annotations.get(MAX_REPLICAS),
+                },
+            },
+            "spec": {"replicas": size},
+        });
         *rs = self
             .rs_api(d)
-            .replace(&rs.name_any(), &PostParams::default(), &copy)
+            .patch(&rs.name_any(), &crate::patch_params(), &Patch::Merge(&patch))
             .await?;
         if before != size {
             let dir = if size > before { "up" } else { "down" };

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, Preconditions, PropagationPolicy};
 use kube::discovery::{verbs, ApiResource, Discovery, Scope};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
@@ -372,7 +372,7 @@ impl GarbageCollector {
                 "resourceVersion": live.resource_version(),
             }});
             match api
-                .patch(&node.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&node.name, &crate::patch_params(), &Patch::Merge(&patch))
                 .await
             {
                 Ok(_) => return Ok(None),
@@ -481,7 +481,7 @@ impl GarbageCollector {
                 "resourceVersion": live.resource_version(),
             }});
             match api
-                .patch(&dep.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(&dep.name, &crate::patch_params(), &Patch::Merge(&patch))
                 .await
             {
                 Ok(_) => {}
@@ -513,7 +513,7 @@ impl GarbageCollector {
             "resourceVersion": obj.resource_version(),
         }});
         match api
-            .patch(&obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(&obj.name_any(), &crate::patch_params(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => Ok(None),

@@ -152,3 +152,20 @@ pub(crate) async fn wait_all(
         _ = stop.cancelled() => false,
     }
 }
+
+/// The field manager of every write the controllers make, as upstream's managedFields show it.
+pub const FIELD_MANAGER: &str = "kube-controller-manager";
+
+pub(crate) fn post_params() -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn patch_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}

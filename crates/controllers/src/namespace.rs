@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::discovery::{verbs, ApiResource, Discovery, Scope};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
@@ -123,7 +123,7 @@ impl NamespaceController {
         }
         let api: Api<Namespace> = Api::all(self.client.clone());
         match api
-            .replace_subresource("finalize", name, &PostParams::default(), &finalized)
+            .replace_subresource("finalize", name, &crate::post_params(), &finalized)
             .await
         {
             Ok(_) => Ok(None),

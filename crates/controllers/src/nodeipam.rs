@@ -7,7 +7,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -159,7 +159,7 @@ impl NodeIpamController {
         let api: Api<Node> = Api::all(self.client.clone());
         let patch = json!({"spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
         match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &crate::patch_params(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => {

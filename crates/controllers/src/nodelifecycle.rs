@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -177,7 +177,7 @@ impl NodeLifecycleController {
                     }
                 }
                 updated.status.get_or_insert_with(Default::default).conditions = Some(new_conditions);
-                match api.replace_status(&name, &PostParams::default(), &updated).await {
+                match api.replace_status(&name, &crate::post_params(), &updated).await {
                     Ok(_) => {
                         self.events.normal(
                             &*node,
@@ -233,7 +233,7 @@ impl NodeLifecycleController {
             "spec": {"taints": taints},
         });
         match api
-            .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(&node.name_any(), &crate::patch_params(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => Ok(()),

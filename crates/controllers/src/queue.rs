@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 const BASE_DELAY: Duration = Duration::from_millis(5);
 const MAX_DELAY: Duration = Duration::from_secs(1000);
+const CONFLICT_DELAY: Duration = Duration::from_millis(20);
 
 #[derive(Default)]
 struct State {
@@ -163,6 +164,12 @@ where
                         if let Some(d) = again {
                             queue.add_after(key.clone(), d);
                         }
+                    }
+                    Err(e) if e.is_conflict() => {
+                        // The cache is behind a write: retry shortly, without the growing back-off
+                        // of real failures (it resolves as soon as the watch catches up).
+                        tracing::debug!(controller = queue.name(), %key, "conflict; retrying");
+                        queue.add_after(key.clone(), CONFLICT_DELAY);
                     }
                     Err(e) => {
                         tracing::info!(controller = queue.name(), %key, error = %e, "sync failed; retrying");

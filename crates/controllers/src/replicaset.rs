@@ -15,7 +15,7 @@ use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -303,7 +303,7 @@ impl ReplicaSetController {
                         .collect();
                     let patch = json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
                     match api
-                        .patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                        .patch(&pod.name_any(), &crate::patch_params(), &Patch::Merge(&patch))
                         .await
                     {
                         Ok(_) => {}
@@ -335,11 +335,7 @@ impl ReplicaSetController {
                         "uid": pod.metadata.uid,
                     }});
                     match api
-                        .patch(
-                            &pod.name_any(),
-                            &PatchParams::default(),
-                            &Patch::Strategic(&patch),
-                        )
+                        .patch(&pod.name_any(), &crate::patch_params(), &Patch::Strategic(&patch))
                         .await
                     {
                         Ok(p) => owned.push(Arc::new(p)),
@@ -391,7 +387,7 @@ impl ReplicaSetController {
             // systematic failure (quota, admission) costs one request, not hundreds.
             while remaining > 0 && first_err.is_none() {
                 let size = batch.min(remaining);
-                let pp = PostParams::default();
+                let pp = crate::post_params();
                 let results = join_all((0..size).map(|_| api.create(&pp, &pod))).await;
                 for r in results {
                     match r {
@@ -468,7 +464,7 @@ impl ReplicaSetController {
         let mut updated = rs.clone();
         updated.status = Some(status.clone());
         match api
-            .replace_status(&rs.name_any(), &PostParams::default(), &updated)
+            .replace_status(&rs.name_any(), &crate::post_params(), &updated)
             .await
         {
             Ok(_) => Ok(()),
@@ -482,7 +478,7 @@ impl ReplicaSetController {
                     return Ok(());
                 }
                 fresh.status = Some(status);
-                api.replace_status(&rs.name_any(), &PostParams::default(), &fresh)
+                api.replace_status(&rs.name_any(), &crate::post_params(), &fresh)
                     .await?;
                 Ok(())
             }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -92,7 +92,7 @@ impl ServiceAccountController {
             ..Default::default()
         };
         let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), ns);
-        match api.create(&PostParams::default(), &sa).await {
+        match api.create(&crate::post_params(), &sa).await {
             Ok(_) => Ok(None),
             // Exists (the cache lagged) or the namespace is terminating: nothing to do.
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 403 => Ok(None),

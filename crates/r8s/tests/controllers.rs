@@ -585,3 +585,106 @@ fn hundred_deployments_of_ten_replicas_converge() {
     assert_eq!(items(&s, v, &["get", "pods"]).len(), 1000, "no duplicates");
     assert_eq!(items(&s, v, &["get", "rs"]).len(), 100);
 }
+
+#[test]
+fn progress_deadline_proportional_scaling_and_history_limit() {
+    let s = Server::start();
+    let v = "1.33";
+    let manifest = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: 10\n{extra}  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: c\n        image: nginx:1.24\n"
+        )
+    };
+    // Pods that never become ready: Progressing=False, ProgressDeadlineExceeded, and
+    // `kubectl rollout status` says so.
+    s.ok_stdin(
+        v,
+        &["apply", "-f", "-"],
+        &manifest("stuck", "  progressDeadlineSeconds: 2\n"),
+    );
+    let cond = wait_for(30, "progress deadline", || {
+        let d = json(&s, v, &["get", "deploy", "stuck"]);
+        d["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Progressing" && c["reason"] == "ProgressDeadlineExceeded")
+            .cloned()
+    });
+    assert_eq!(cond["status"], "False");
+    assert!(
+        cond["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("has timed out progressing."),
+        "{cond}"
+    );
+    let err = s.fails(v, &["rollout", "status", "deployment/stuck", "--timeout=10s"]);
+    assert!(err.contains("exceeded its progress deadline"), "{err}");
+
+    // Scaling in the middle of a rollout spreads the new replicas over both ReplicaSets.
+    let strategy = "  strategy:\n    rollingUpdate: {maxSurge: 3, maxUnavailable: 2}\n";
+    s.ok_stdin(v, &["apply", "-f", "-"], &manifest("web", strategy));
+    wait_for(60, "first rollout", || {
+        mark_ready(&s, v, "default", "app=web");
+        (json(&s, v, &["get", "deploy", "web"])["status"]["availableReplicas"] == 10).then_some(())
+    });
+    // New pods are never marked ready, so the rollout stops half-way.
+    s.ok(v, &["set", "image", "deployment/web", "c=nginx:1.25"]);
+    let sizes = |s: &Server| -> Vec<i64> {
+        let mut v: Vec<i64> = items(s, "1.33", &["get", "rs", "-l", "app=web"])
+            .iter()
+            .map(|r| r["spec"]["replicas"].as_i64().unwrap())
+            .collect();
+        v.sort();
+        v
+    };
+    wait_for(30, "rollout to stall", || {
+        let sz = sizes(&s);
+        (sz.len() == 2 && sz.iter().sum::<i64>() == 13).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let before = sizes(&s);
+    s.ok(v, &["scale", "deployment/web", "--replicas=20"]);
+    let after = wait_for(30, "proportional scale-up", || {
+        let sz = sizes(&s);
+        (sz.iter().sum::<i64>() == 23).then_some(sz)
+    });
+    assert!(
+        after[0] > before[0] && after[1] > before[1],
+        "both ReplicaSets grow: {before:?} -> {after:?}"
+    );
+
+    // revisionHistoryLimit: 1 keeps one old ReplicaSet.
+    s.ok_stdin(
+        v,
+        &["apply", "-f", "-"],
+        &manifest("hist", "  revisionHistoryLimit: 1\n"),
+    );
+    for image in ["nginx:1.25", "nginx:1.26", "nginx:1.27"] {
+        s.ok(v, &["set", "image", "deployment/hist", &format!("c={image}")]);
+        wait_for(60, "rollout", || {
+            mark_ready(&s, v, "default", "app=hist");
+            let d = json(&s, v, &["get", "deploy", "hist"]);
+            let st = &d["status"];
+            (st["updatedReplicas"] == 10
+                && st["replicas"] == 10
+                && st["availableReplicas"] == 10
+                && st["observedGeneration"] == d["metadata"]["generation"])
+                .then_some(())
+        });
+    }
+    let rss = wait_for(30, "history clean-up", || {
+        let rss = items(&s, v, &["get", "rs", "-l", "app=hist"]);
+        (rss.len() == 2).then_some(rss)
+    });
+    let mut revisions: Vec<&str> = rss
+        .iter()
+        .map(|r| {
+            r["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+                .as_str()
+                .unwrap()
+        })
+        .collect();
+    revisions.sort();
+    assert_eq!(revisions, ["3", "4"]);
+}
