@@ -161,9 +161,8 @@ impl NodeLifecycleController {
             let silent = last_seen.is_none_or(|t| {
                 now.duration_since(t) > jiff::SignedDuration::try_from(self.grace).unwrap_or_default()
             });
-            let mut ready_status = ready
-                .map(|c| c.status.clone())
-                .unwrap_or_else(|| "Unknown".into());
+            // A node that has not reported Ready yet is left alone until its grace period ends.
+            let mut ready_status = ready.map(|c| c.status.clone());
             if silent && ready.is_none_or(|c| c.status != "Unknown") {
                 let t = Time(now);
                 let mut updated = (*node).clone();
@@ -184,13 +183,15 @@ impl NodeLifecycleController {
                             "NodeNotReady",
                             format!("Node {name} status is now: NodeNotReady"),
                         );
-                        ready_status = "Unknown".into();
+                        ready_status = Some("Unknown".into());
                     }
                     Err(e) if crate::not_found(&e) => continue,
                     Err(e) => return Err(e.into()),
                 }
             }
-            self.reconcile_taints(&api, &node, &ready_status).await?;
+            if let Some(ready) = ready_status {
+                self.reconcile_taints(&api, &node, &ready).await?;
+            }
         }
         self.evict(now).await
     }

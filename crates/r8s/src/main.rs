@@ -27,6 +27,24 @@ enum Command {
     Server(ServerArgs),
     /// Run the controllers alone, against any API server.
     ControllerManager(ControllerManagerArgs),
+    /// Run the scheduler alone, against any API server.
+    Scheduler(SchedulerArgs),
+}
+
+#[derive(Args)]
+struct SchedulerArgs {
+    /// Kubeconfig with the API server's address and credentials.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: PathBuf,
+
+    /// Take the kube-system/kube-scheduler Lease before scheduling, so only one scheduler of
+    /// these profiles acts at a time.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+
+    /// schedulerName this scheduler serves (repeatable; default default-scheduler).
+    #[arg(long = "scheduler-name", default_value = "default-scheduler")]
+    scheduler_names: Vec<String>,
 }
 
 /// Settings of the controller manager, in `r8s server` and `r8s controller-manager`.
@@ -128,6 +146,10 @@ struct ServerArgs {
     /// Do not run the controller manager in this process.
     #[arg(long)]
     disable_controller_manager: bool,
+
+    /// Do not run the scheduler in this process.
+    #[arg(long)]
+    disable_scheduler: bool,
 
     #[command(flatten)]
     controllers: ControllerArgs,
@@ -292,6 +314,23 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let opts = args.controllers.options(true);
         components.push(tokio::spawn(r8s_controllers::run(client, opts, stop.clone())));
     }
+    if !args.disable_scheduler {
+        let (cert, key) = pki.issue_client_cert("system:kube-scheduler", &["system:masters"])?;
+        let kc = r8s_apiserver::pki::kubeconfig(
+            &format!("https://{host}:{}", api.local_addr.port()),
+            &pki.ca_cert_pem,
+            &cert,
+            &key,
+        );
+        let path = data_dir.join("server").join("cred").join("scheduler.kubeconfig");
+        r8s_apiserver::pki::write_private(&path, &kc)?;
+        let client = client_from_kubeconfig(&path).await?;
+        components.push(tokio::spawn(r8s_scheduler::run(
+            client,
+            r8s_scheduler::Options::default(),
+            stop.clone(),
+        )));
+    }
     // SIGINT (Ctrl-C) or SIGTERM (what init systems and `kill` send) stop the server.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
@@ -315,6 +354,29 @@ async fn client_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::
             .await
             .with_context(|| format!("loading kubeconfig {}", path.display()))?;
     Ok(kube::Client::try_from(config)?)
+}
+
+async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
+    let client = client_from_kubeconfig(&args.kubeconfig).await?;
+    client
+        .apiserver_version()
+        .await
+        .context("reaching the API server")?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let opts = r8s_scheduler::Options {
+        profiles: args.scheduler_names,
+        leader_elect: args.leader_elect,
+        identity: r8s_controllers::default_identity(),
+    };
+    let task = tokio::spawn(r8s_scheduler::run(client, opts, stop.clone()));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    Ok(())
 }
 
 async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
@@ -353,6 +415,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Server(args) => server(args).await,
             Command::ControllerManager(args) => controller_manager(args).await,
+            Command::Scheduler(args) => scheduler(args).await,
         }
     })
 }

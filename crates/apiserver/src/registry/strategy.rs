@@ -30,7 +30,9 @@ pub(crate) fn has_status_subresource(def: &ResourceDef) -> bool {
 
 /// Upstream's `PrepareForCreate`: what a client may not set on create.
 pub(crate) fn prepare_for_create(def: &ResourceDef, obj: &mut Value) {
-    if has_status_subresource(def) {
+    // A kubelet registers its Node with its status (capacity, addresses, conditions) in the
+    // create, so nodes keep theirs, as upstream's node strategy does.
+    if has_status_subresource(def) && def.plural != "nodes" {
         if let Some(o) = obj.as_object_mut() {
             o.remove("status");
         }

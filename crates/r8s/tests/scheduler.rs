@@ -1,0 +1,180 @@
+//! End to end: the scheduler inside `r8s server`, with Node objects created through the API
+//! (no kubelet), judged with the real kubectl.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::Server;
+
+const V: &str = "1.33";
+
+fn server() -> Server {
+    // Nodes here never renew a Lease: keep the node lifecycle controller from tainting them.
+    Server::start_with(&["--node-monitor-grace-period=1h"])
+}
+
+fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn json(s: &Server, args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    serde_json::from_str(&s.ok(V, &a)).unwrap()
+}
+
+fn node(s: &Server, name: &str, cpu: &str, labels: &str, taints: &str) {
+    let manifest = format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels: {{kubernetes.io/hostname: {name}{labels}}}\nspec:\n  taints: [{taints}]\nstatus:\n  capacity: {{cpu: \"{cpu}\", memory: 8Gi, pods: \"110\"}}\n  allocatable: {{cpu: \"{cpu}\", memory: 8Gi, pods: \"110\"}}\n"
+    );
+    s.ok_stdin(V, &["create", "-f", "-"], &manifest);
+}
+
+fn pod(s: &Server, name: &str, extra_spec: &str, cpu: &str) {
+    let manifest = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{extra_spec}  containers:\n  - name: c\n    image: nginx\n    resources: {{requests: {{cpu: \"{cpu}\"}}}}\n"
+    );
+    s.ok_stdin(V, &["create", "-f", "-"], &manifest);
+}
+
+fn node_of(s: &Server, pod: &str) -> Option<String> {
+    json(s, &["get", "pod", pod])["spec"]["nodeName"]
+        .as_str()
+        .map(String::from)
+}
+
+fn wait_bound(s: &Server, pod: &str) -> String {
+    wait_for(30, &format!("{pod} bound"), || node_of(s, pod))
+}
+
+/// The PodScheduled=False message of an unschedulable pod.
+fn wait_unschedulable(s: &Server, pod: &str) -> String {
+    wait_for(30, &format!("{pod} unschedulable"), || {
+        let p = json(s, &["get", "pod", pod]);
+        let c = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodScheduled")?
+            .clone();
+        (c["status"] == "False" && c["reason"] == "Unschedulable")
+            .then(|| c["message"].as_str().unwrap().to_string())
+    })
+}
+
+#[test]
+fn deployment_spreads_over_three_nodes_with_scheduled_events() {
+    let s = server();
+    for n in ["n1", "n2", "n3"] {
+        node(&s, n, "4", "", "");
+    }
+    s.ok(
+        V,
+        &["create", "deployment", "web", "--image=nginx", "--replicas=6"],
+    );
+    let nodes = wait_for(30, "6 pods bound", || {
+        let pods = json(&s, &["get", "pods", "-l", "app=web"]);
+        let nodes: Vec<String> = pods["items"]
+            .as_array()?
+            .iter()
+            .filter_map(|p| p["spec"]["nodeName"].as_str().map(String::from))
+            .collect();
+        (nodes.len() == 6).then_some(nodes)
+    });
+    for n in ["n1", "n2", "n3"] {
+        assert_eq!(
+            nodes.iter().filter(|x| *x == n).count(),
+            2,
+            "spread evenly: {nodes:?}"
+        );
+    }
+    // The API server recorded PodScheduled=True on bind; the scheduler said so in an event.
+    let pods = json(&s, &["get", "pods", "-l", "app=web"]);
+    let p = &pods["items"][0];
+    let cond = p["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "PodScheduled")
+        .unwrap();
+    assert_eq!(cond["status"], "True");
+    let events = wait_for(30, "Scheduled events", || {
+        let e = s.ok(V, &["get", "events", "--field-selector", "reason=Scheduled"]);
+        (e.matches("Successfully assigned default/web-").count() == 6).then_some(e)
+    });
+    assert!(events.contains("Scheduled"), "{events}");
+}
+
+#[test]
+fn resources_taints_and_affinity_decide_placement_and_failures_say_why() {
+    let s = server();
+    node(&s, "small", "1", ", zone: a", "");
+    node(&s, "big", "4", ", zone: b", "");
+    node(
+        &s,
+        "gpu",
+        "8",
+        ", zone: a",
+        "{key: dedicated, value: gpu, effect: NoSchedule}",
+    );
+
+    // Resource fit: 2 cpu fits only "big" (the tainted node is not an option without toleration).
+    pod(&s, "two-cpu", "", "2");
+    assert_eq!(wait_bound(&s, "two-cpu"), "big");
+    // Too big for any node it may use.
+    pod(&s, "huge", "", "16");
+    let msg = wait_unschedulable(&s, "huge");
+    assert_eq!(
+        msg,
+        "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 2 Insufficient cpu."
+    );
+    let events = wait_for(30, "FailedScheduling event", || {
+        let e = s.ok(
+            V,
+            &["get", "events", "--field-selector", "involvedObject.name=huge"],
+        );
+        e.contains("FailedScheduling").then_some(e)
+    });
+    assert!(events.contains("Insufficient cpu"), "{events}");
+
+    // A toleration opens the tainted node; a node selector then picks it.
+    let tolerate = "  tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]\n  nodeSelector: {kubernetes.io/hostname: gpu}\n";
+    pod(&s, "tolerant", tolerate, "1");
+    assert_eq!(wait_bound(&s, "tolerant"), "gpu");
+
+    // Required node affinity: zone a, and only "small" is untainted there.
+    let affinity = "  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n        - matchExpressions: [{key: zone, operator: In, values: [a]}]\n";
+    pod(&s, "zone-a", affinity, "100m");
+    assert_eq!(wait_bound(&s, "zone-a"), "small");
+    pod(&s, "zone-a-big", affinity, "2");
+    let msg = wait_unschedulable(&s, "zone-a-big");
+    assert_eq!(
+        msg,
+        "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: gpu}."
+    );
+
+    // A new node that fits: the unschedulable pod is retried and lands there.
+    node(&s, "bigger", "32", ", zone: c", "");
+    assert_eq!(wait_bound(&s, "huge"), "bigger");
+}
+
+#[test]
+fn pods_for_another_scheduler_are_left_alone() {
+    let s = server();
+    node(&s, "n1", "4", "", "");
+    pod(&s, "mine", "  schedulerName: my-scheduler\n", "100m");
+    pod(&s, "default", "", "100m");
+    assert_eq!(wait_bound(&s, "default"), "n1");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(node_of(&s, "mine"), None);
+    let p = json(&s, &["get", "pod", "mine"]);
+    assert!(p["status"]["conditions"].is_null(), "untouched: {}", p["status"]);
+}

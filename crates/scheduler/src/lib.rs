@@ -1,0 +1,400 @@
+//! The r8s scheduler: the reference document's "Scheduler" stage. It watches pods that have no
+//! node and name one of its profiles, and nodes; for each pod it runs the Filter plugins over
+//! the nodes, the Score plugins over the nodes that pass, and binds the pod to the best one with
+//! a Binding (the API server sets spec.nodeName and PodScheduled). A pod that fits nowhere gets
+//! PodScheduled=False (Unschedulable) and a FailedScheduling event worded as upstream's.
+//!
+//! It talks to the API server only through kube-rs, so it runs inside `r8s server` or alone as
+//! `r8s scheduler --kubeconfig …`.
+
+pub mod cache;
+pub mod plugins;
+pub mod queue;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::events::EventType;
+use kube::{Client, Resource, ResourceExt};
+use r8s_controllers::events::Events;
+use r8s_controllers::informer::{Change, Factory};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use cache::{Cache, PodInfo};
+use plugins::{Filter, Score};
+use queue::{Outcome, SchedulingQueue};
+
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+pub const FIELD_MANAGER: &str = "kube-scheduler";
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The schedulerName values this scheduler serves.
+    pub profiles: Vec<String>,
+    pub leader_elect: bool,
+    pub identity: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            profiles: vec![DEFAULT_SCHEDULER.into()],
+            leader_elect: true,
+            identity: r8s_controllers::default_identity(),
+        }
+    }
+}
+
+/// Run the scheduler until `stop`, behind the kube-system/kube-scheduler Lease unless disabled.
+pub async fn run(client: Client, opts: Options, stop: CancellationToken) {
+    if opts.leader_elect {
+        // A second scheduler with its own profiles (a custom scheduler) has its own Lease.
+        let lease = if opts.profiles.iter().any(|p| p == DEFAULT_SCHEDULER) {
+            "kube-scheduler".to_string()
+        } else {
+            opts.profiles
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "kube-scheduler".into())
+        };
+        let election = r8s_controllers::leader::LeaderElection::new(&lease, opts.identity.clone());
+        election
+            .run(client.clone(), stop, move |leading| {
+                let s = Scheduler::new(client.clone(), opts.clone());
+                async move { s.run(leading).await }
+            })
+            .await;
+    } else {
+        Scheduler::new(client, opts).run(stop).await;
+    }
+}
+
+/// How many feasible nodes to look for before scoring (upstream `numFeasibleNodesToFind` with
+/// the adaptive percentage): all of a small cluster, a shrinking share of a large one.
+pub fn feasible_nodes_to_find(total: usize) -> usize {
+    const MIN: usize = 100;
+    if total < MIN {
+        return total;
+    }
+    let pct = (50 - total as i64 / 125).max(5) as usize;
+    (total * pct / 100).max(MIN)
+}
+
+/// Upstream's FitError message: "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had
+/// untolerated taint {k: v}." — each reason with the number of nodes that gave it, sorted.
+pub fn fit_error(total: usize, reasons: &BTreeMap<String, usize>) -> String {
+    if total == 0 {
+        return "no nodes available to schedule pods".into();
+    }
+    let mut parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    parts.sort();
+    format!("0/{total} nodes are available: {}.", parts.join(", "))
+}
+
+pub struct Scheduler {
+    client: Client,
+    opts: Options,
+    cache: Arc<Mutex<Cache>>,
+    queue: Arc<SchedulingQueue>,
+    filters: Vec<Box<dyn Filter>>,
+    scores: Vec<(Box<dyn Score>, i64)>,
+    events: Events,
+    next_start: Mutex<usize>,
+}
+
+/// The outcome of one scheduling cycle.
+pub enum Decision {
+    Node(String),
+    Unschedulable(String),
+}
+
+impl Scheduler {
+    pub fn new(client: Client, opts: Options) -> Arc<Self> {
+        Arc::new(Self {
+            events: Events::new(client.clone(), DEFAULT_SCHEDULER),
+            client,
+            opts,
+            cache: Arc::new(Mutex::new(Cache::default())),
+            queue: SchedulingQueue::new(),
+            filters: plugins::default_filters(),
+            scores: plugins::default_scores(),
+            next_start: Mutex::new(0),
+        })
+    }
+
+    fn ours(&self, pod: &Pod) -> bool {
+        let name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .unwrap_or(DEFAULT_SCHEDULER);
+        self.opts.profiles.iter().any(|p| p == name)
+    }
+
+    fn on_pod(&self, change: Change<'_, Pod>) {
+        let (pod, deleted) = match change {
+            Change::Added(p) | Change::Updated(_, p) => (p, false),
+            Change::Deleted(p) => (p, true),
+        };
+        let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let terminal = phase == Some("Succeeded") || phase == Some("Failed");
+        let assigned = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        if assigned {
+            self.queue.delete(&key);
+            let mut cache = self.cache.lock().unwrap();
+            if deleted || terminal {
+                cache.remove_pod(&key);
+                drop(cache);
+                // Room was freed.
+                self.queue.move_all_to_active();
+            } else {
+                cache.set_pod(pod.clone());
+            }
+            return;
+        }
+        if deleted || terminal || pod.metadata.deletion_timestamp.is_some() || !self.ours(pod) {
+            self.queue.delete(&key);
+            self.cache.lock().unwrap().forget(&key);
+            return;
+        }
+        // Bound by us but not yet seen bound: leave it alone.
+        if self.cache.lock().unwrap().is_assumed(&key) {
+            return;
+        }
+        self.queue.add_or_update(&key, pod.clone());
+    }
+
+    fn on_node(&self, change: Change<'_, Node>) {
+        match change {
+            Change::Added(n) | Change::Updated(_, n) => {
+                self.cache.lock().unwrap().set_node(n.clone());
+                self.queue.move_all_to_active();
+            }
+            Change::Deleted(n) => self.cache.lock().unwrap().remove_node(&n.name_any()),
+        }
+    }
+
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let factory = Factory::new(self.client.clone(), None);
+        let pods = factory.get::<Pod>();
+        let nodes = factory.get::<Node>();
+        let weak = Arc::downgrade(&self);
+        pods.add_handler(move |c| {
+            if let Some(s) = weak.upgrade() {
+                s.on_pod(c)
+            }
+        });
+        let weak = Arc::downgrade(&self);
+        nodes.add_handler(move |c| {
+            if let Some(s) = weak.upgrade() {
+                s.on_node(c)
+            }
+        });
+        let informers = factory.start(&stop);
+        tokio::select! {
+            _ = async { nodes.wait_synced().await; pods.wait_synced().await } => {}
+            _ = stop.cancelled() => return,
+        }
+        tracing::info!(profiles = ?self.opts.profiles, "scheduler running");
+        let this = self.clone();
+        let stopper = stop.clone();
+        tokio::spawn(async move {
+            stopper.cancelled().await;
+            this.queue.close();
+        });
+        while let Some((key, pod)) = self.queue.pop().await {
+            self.schedule_one(key, pod).await;
+        }
+        for i in informers {
+            i.abort();
+        }
+    }
+
+    /// Filter and score every node for `pod` (upstream `schedulePod`).
+    pub fn decide(&self, info: &PodInfo) -> Decision {
+        let cache = self.cache.lock().unwrap();
+        let total = cache.order.len();
+        let want = feasible_nodes_to_find(total);
+        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        let mut feasible: Vec<&cache::NodeInfo> = Vec::new();
+        let start = {
+            let mut s = self.next_start.lock().unwrap();
+            let v = *s;
+            *s = if total == 0 { 0 } else { (v + 1) % total };
+            v
+        };
+        for i in 0..total {
+            if feasible.len() >= want {
+                break;
+            }
+            let name = &cache.order[(start + i) % total];
+            let Some(node) = cache.nodes.get(name) else {
+                continue;
+            };
+            match self.filters.iter().try_for_each(|f| f.filter(info, node)) {
+                Ok(()) => feasible.push(node),
+                Err(rs) => {
+                    for r in rs {
+                        *reasons.entry(r).or_default() += 1;
+                    }
+                }
+            }
+        }
+        if feasible.is_empty() {
+            return Decision::Unschedulable(fit_error(total, &reasons));
+        }
+        if feasible.len() == 1 {
+            return Decision::Node(feasible[0].name.clone());
+        }
+        let mut totals = vec![0i64; feasible.len()];
+        for (plugin, weight) in &self.scores {
+            let mut scores: Vec<i64> = feasible.iter().map(|n| plugin.score(info, n)).collect();
+            plugin.normalize(&mut scores);
+            for (t, s) in totals.iter_mut().zip(scores) {
+                *t += s * weight;
+            }
+        }
+        // The best score; ties go to the first in round-robin order, which rotates.
+        let best = totals
+            .iter()
+            .enumerate()
+            .max_by_key(|(i, s)| (**s, std::cmp::Reverse(*i)))
+            .map(|(i, _)| i)
+            .unwrap_or(0);
+        Decision::Node(feasible[best].name.clone())
+    }
+
+    async fn schedule_one(self: &Arc<Self>, key: String, pod: Arc<Pod>) {
+        let info = Arc::new(PodInfo::new(pod.clone()));
+        match self.decide(&info) {
+            Decision::Node(node) => {
+                self.cache.lock().unwrap().assume(info.clone(), &node);
+                // Bind off the scheduling path: the cache already counts the pod.
+                let this = self.clone();
+                tokio::spawn(async move {
+                    match this.bind(&pod, &node).await {
+                        Ok(()) => {
+                            this.queue.done(&key, Outcome::Scheduled);
+                            this.events.emit(
+                                pod.object_ref(&()),
+                                EventType::Normal,
+                                "Scheduled",
+                                format!("Successfully assigned {key} to {node}"),
+                            );
+                        }
+                        Err(e) => {
+                            tracing::info!(pod = %key, %node, error = %e, "binding failed");
+                            this.cache.lock().unwrap().forget(&key);
+                            this.queue.done(&key, Outcome::Error);
+                        }
+                    }
+                });
+            }
+            Decision::Unschedulable(msg) => {
+                self.queue.done(&key, Outcome::Unschedulable);
+                self.events.emit(
+                    pod.object_ref(&()),
+                    EventType::Warning,
+                    "FailedScheduling",
+                    msg.clone(),
+                );
+                if let Err(e) = self.mark_unschedulable(&pod, &msg).await {
+                    tracing::debug!(pod = %key, error = %e, "could not record PodScheduled=False");
+                }
+            }
+        }
+    }
+
+    async fn bind(&self, pod: &Pod, node: &str) -> Result<(), kube::Error> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: pod.metadata.name.clone(),
+                namespace: pod.metadata.namespace.clone(),
+                uid: pod.metadata.uid.clone(),
+                ..Default::default()
+            },
+            target: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.to_string()),
+                ..Default::default()
+            },
+        };
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        api.create_subresource::<_, serde_json::Value>("binding", &pod.name_any(), &pp, &binding)
+            .await
+            .map(|_| ())
+    }
+
+    /// PodScheduled=False, reason Unschedulable, with the FitError message.
+    async fn mark_unschedulable(&self, pod: &Pod, msg: &str) -> Result<(), kube::Error> {
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"));
+        if current.is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(msg)) {
+            return Ok(());
+        }
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let patch = json!({"status": {"conditions": [{
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": msg,
+            "lastProbeTime": null,
+            "lastTransitionTime": jiff::Timestamp::now().to_string(),
+        }]}});
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        api.patch_status(&pod.name_any(), &pp, &Patch::Strategic(&patch))
+            .await
+            .map(|_| ())
+    }
+
+    /// Pods waiting in the queue (for the simulated-cluster benchmark and tests).
+    pub fn pending(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_error_reads_like_upstream() {
+        let mut r = BTreeMap::new();
+        r.insert("node(s) had untolerated taint {dedicated: gpu}".to_string(), 2);
+        r.insert("Insufficient cpu".to_string(), 1);
+        assert_eq!(
+            fit_error(3, &r),
+            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint {dedicated: gpu}."
+        );
+        assert_eq!(fit_error(0, &r), "no nodes available to schedule pods");
+    }
+
+    #[test]
+    fn adaptive_share_of_nodes_to_find() {
+        assert_eq!(feasible_nodes_to_find(50), 50);
+        assert_eq!(feasible_nodes_to_find(100), 100);
+        assert_eq!(feasible_nodes_to_find(1000), 420);
+        assert_eq!(feasible_nodes_to_find(5000), 500);
+        assert_eq!(feasible_nodes_to_find(100_000), 5000);
+    }
+}

@@ -1,0 +1,514 @@
+//! Filter and score plugins (upstream `framework/plugins`), each a small type behind the
+//! `Filter` or `Score` trait. Failure reasons are upstream's words, because they end up in the
+//! FailedScheduling message users read.
+
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint};
+
+use crate::cache::{NodeInfo, PodInfo};
+
+/// Why a node does not fit, one reason per line of the histogram.
+pub type Reasons = Vec<String>;
+
+pub trait Filter: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons>;
+}
+
+pub trait Score: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// A raw score for the node.
+    fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64;
+    /// Map raw scores onto 0..=100 (`NormalizeScore`); the default keeps them.
+    fn normalize(&self, _scores: &mut [i64]) {}
+}
+
+pub const MAX_NODE_SCORE: i64 = 100;
+
+// ---------------------------------------------------------------------------------------------
+// Filters
+
+pub struct NodeUnschedulable;
+impl Filter for NodeUnschedulable {
+    fn name(&self) -> &'static str {
+        "NodeUnschedulable"
+    }
+    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
+        let unschedulable = node
+            .node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        if !unschedulable {
+            return Ok(());
+        }
+        let taint = Taint {
+            key: "node.kubernetes.io/unschedulable".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let tolerated = tolerations(pod)
+            .iter()
+            .any(|t| r8s_controllers::nodelifecycle::tolerates(t, &taint));
+        if tolerated {
+            Ok(())
+        } else {
+            Err(vec!["node(s) were unschedulable".into()])
+        }
+    }
+}
+
+pub struct NodeName;
+impl Filter for NodeName {
+    fn name(&self) -> &'static str {
+        "NodeName"
+    }
+    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
+        match pod.pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            Some(n) if !n.is_empty() && n != node.name => {
+                Err(vec!["node(s) didn't match the requested node name".into()])
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn tolerations(pod: &PodInfo) -> Vec<k8s_openapi::api::core::v1::Toleration> {
+    pod.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default()
+}
+
+fn taints(node: &NodeInfo) -> Vec<Taint> {
+    node.node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+}
+
+pub struct TaintToleration;
+impl Filter for TaintToleration {
+    fn name(&self) -> &'static str {
+        "TaintToleration"
+    }
+    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
+        let tols = tolerations(pod);
+        for taint in taints(node) {
+            if taint.effect != "NoSchedule" && taint.effect != "NoExecute" {
+                continue;
+            }
+            if !tols
+                .iter()
+                .any(|t| r8s_controllers::nodelifecycle::tolerates(t, &taint))
+            {
+                return Err(vec![format!(
+                    "node(s) had untolerated taint {{{}: {}}}",
+                    taint.key,
+                    taint.value.as_deref().unwrap_or("")
+                )]);
+            }
+        }
+        Ok(())
+    }
+}
+impl Score for TaintToleration {
+    fn name(&self) -> &'static str {
+        "TaintToleration"
+    }
+    /// Intolerable PreferNoSchedule taints (fewer is better; reversed in normalize).
+    fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
+        let tols: Vec<_> = tolerations(pod)
+            .into_iter()
+            .filter(|t| {
+                t.effect
+                    .as_deref()
+                    .is_none_or(|e| e.is_empty() || e == "PreferNoSchedule")
+            })
+            .collect();
+        taints(node)
+            .iter()
+            .filter(|t| t.effect == "PreferNoSchedule")
+            .filter(|t| {
+                !tols
+                    .iter()
+                    .any(|tol| r8s_controllers::nodelifecycle::tolerates(tol, t))
+            })
+            .count() as i64
+    }
+    fn normalize(&self, scores: &mut [i64]) {
+        normalize(scores, true)
+    }
+}
+
+/// Scale to 0..=100 by the maximum, optionally reversed (upstream `DefaultNormalizeScore`).
+pub fn normalize(scores: &mut [i64], reverse: bool) {
+    let max = scores.iter().copied().max().unwrap_or(0);
+    if max == 0 {
+        if reverse {
+            scores.iter_mut().for_each(|s| *s = MAX_NODE_SCORE);
+        }
+        return;
+    }
+    for s in scores.iter_mut() {
+        let v = MAX_NODE_SCORE * *s / max;
+        *s = if reverse { MAX_NODE_SCORE - v } else { v };
+    }
+}
+
+fn match_requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = r.values.clone().unwrap_or_default();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (
+                value.and_then(|v| v.parse::<i64>().ok()),
+                values.first().and_then(|b| b.parse::<i64>().ok()),
+            ) else {
+                return false;
+            };
+            if r.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+/// A node selector term: all its expressions on labels and fields match (an empty term matches
+/// nothing, as upstream).
+pub fn match_term(term: &NodeSelectorTerm, node: &NodeInfo) -> bool {
+    let labels = node.node.metadata.labels.clone().unwrap_or_default();
+    let exprs = term.match_expressions.clone().unwrap_or_default();
+    let fields = term.match_fields.clone().unwrap_or_default();
+    if exprs.is_empty() && fields.is_empty() {
+        return false;
+    }
+    exprs
+        .iter()
+        .all(|r| match_requirement(r, labels.get(&r.key).map(String::as_str)))
+        && fields.iter().all(|r| {
+            let v = (r.key == "metadata.name").then_some(node.name.as_str());
+            match_requirement(r, v)
+        })
+}
+
+pub struct NodeAffinity;
+impl Filter for NodeAffinity {
+    fn name(&self) -> &'static str {
+        "NodeAffinity"
+    }
+    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
+        let spec = pod.pod.spec.as_ref();
+        let labels = node.node.metadata.labels.clone().unwrap_or_default();
+        let selector_ok = spec
+            .and_then(|s| s.node_selector.as_ref())
+            .is_none_or(|sel| sel.iter().all(|(k, v)| labels.get(k) == Some(v)));
+        let required = spec
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
+        let affinity_ok = required.is_none_or(|r| r.node_selector_terms.iter().any(|t| match_term(t, node)));
+        if selector_ok && affinity_ok {
+            Ok(())
+        } else {
+            Err(vec!["node(s) didn't match Pod's node affinity/selector".into()])
+        }
+    }
+}
+impl Score for NodeAffinity {
+    fn name(&self) -> &'static str {
+        "NodeAffinity"
+    }
+    /// The summed weights of the preferred terms the node matches.
+    fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
+        pod.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .map(|terms| {
+                terms
+                    .iter()
+                    .filter(|t| t.weight != 0 && match_term(&t.preference, node))
+                    .map(|t| t.weight as i64)
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+    fn normalize(&self, scores: &mut [i64]) {
+        normalize(scores, false)
+    }
+}
+
+pub struct NodePorts;
+impl Filter for NodePorts {
+    fn name(&self) -> &'static str {
+        "NodePorts"
+    }
+    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
+        let conflict = pod.host_ports.iter().any(|(proto, ip, port)| {
+            node.used_ports.iter().any(|(p2, ip2, port2)| {
+                port == port2 && proto == p2 && (ip == ip2 || ip == "0.0.0.0" || ip2 == "0.0.0.0")
+            })
+        });
+        if conflict {
+            Err(vec![
+                "node(s) didn't have free ports for the requested pod ports".into()
+            ])
+        } else {
+            Ok(())
+        }
+    }
+}
+
+pub struct NodeResourcesFit;
+impl Filter for NodeResourcesFit {
+    fn name(&self) -> &'static str {
+        "NodeResourcesFit"
+    }
+    fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
+        let (a, r, want) = (&node.allocatable, &node.requested, &pod.requests);
+        let mut reasons = Vec::new();
+        if r.pods + 1 > a.pods {
+            reasons.push("Too many pods".to_string());
+        }
+        if want.milli_cpu > 0 && want.milli_cpu > a.milli_cpu - r.milli_cpu {
+            reasons.push("Insufficient cpu".into());
+        }
+        if want.memory > 0 && want.memory > a.memory - r.memory {
+            reasons.push("Insufficient memory".into());
+        }
+        if want.ephemeral > 0 && want.ephemeral > a.ephemeral - r.ephemeral {
+            reasons.push("Insufficient ephemeral-storage".into());
+        }
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons)
+        }
+    }
+}
+impl Score for NodeResourcesFit {
+    fn name(&self) -> &'static str {
+        "NodeResourcesFit"
+    }
+    /// LeastAllocated: the free share of cpu and memory after placing the pod, averaged.
+    fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
+        let free = |alloc: i64, used: i64| {
+            if alloc <= 0 || used > alloc {
+                0
+            } else {
+                (alloc - used) * MAX_NODE_SCORE / alloc
+            }
+        };
+        let a = &node.allocatable;
+        let used = &node.non_zero_requested;
+        (free(a.milli_cpu, used.milli_cpu + pod.non_zero.milli_cpu)
+            + free(a.memory, used.memory + pod.non_zero.memory))
+            / 2
+    }
+}
+
+pub struct BalancedAllocation;
+impl Score for BalancedAllocation {
+    fn name(&self) -> &'static str {
+        "NodeResourcesBalancedAllocation"
+    }
+    /// Cpu and memory used in similar proportions score higher: (1 - std deviation) × 100.
+    fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
+        let frac = |alloc: i64, used: i64| {
+            if alloc <= 0 {
+                1.0
+            } else {
+                (used as f64 / alloc as f64).min(1.0)
+            }
+        };
+        let a = &node.allocatable;
+        let used = &node.non_zero_requested;
+        let c = frac(a.milli_cpu, used.milli_cpu + pod.non_zero.milli_cpu);
+        let m = frac(a.memory, used.memory + pod.non_zero.memory);
+        let std = (c - m).abs() / 2.0;
+        ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+    }
+}
+
+/// The default profile's filters, in upstream's order.
+pub fn default_filters() -> Vec<Box<dyn Filter>> {
+    vec![
+        Box::new(NodeUnschedulable),
+        Box::new(NodeName),
+        Box::new(TaintToleration),
+        Box::new(NodeAffinity),
+        Box::new(NodePorts),
+        Box::new(NodeResourcesFit),
+    ]
+}
+
+/// The default profile's scores with upstream's weights.
+pub fn default_scores() -> Vec<(Box<dyn Score>, i64)> {
+    vec![
+        (Box::new(TaintToleration), 3),
+        (Box::new(NodeAffinity), 2),
+        (Box::new(NodeResourcesFit), 1),
+        (Box::new(BalancedAllocation), 1),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    fn node(v: serde_json::Value) -> NodeInfo {
+        let mut base = json!({"metadata": {"name": "n"}, "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"}}});
+        merge(&mut base, v);
+        NodeInfo::for_node(Arc::new(serde_json::from_value::<Node>(base).unwrap()))
+    }
+
+    fn pod(v: serde_json::Value) -> PodInfo {
+        let mut base = json!({"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        merge(&mut base, v);
+        PodInfo::new(Arc::new(serde_json::from_value::<Pod>(base).unwrap()))
+    }
+
+    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+        match (a, b) {
+            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+            (a, b) => *a = b,
+        }
+    }
+
+    fn with_cpu(cpu: &str) -> serde_json::Value {
+        json!({"spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu}}}]}})
+    }
+
+    #[test]
+    fn resources_fit_names_each_shortage() {
+        let n = node(json!({}));
+        assert!(NodeResourcesFit.filter(&pod(with_cpu("1500m")), &n).is_ok());
+        assert_eq!(
+            NodeResourcesFit.filter(&pod(with_cpu("3")), &n).unwrap_err(),
+            ["Insufficient cpu"]
+        );
+        let busy = node(json!({})).with_pod(pod(with_cpu("1500m")).pod.clone());
+        assert_eq!(
+            NodeResourcesFit.filter(&pod(with_cpu("1")), &busy).unwrap_err(),
+            ["Insufficient cpu"]
+        );
+        let full = node(json!({"status": {"allocatable": {"pods": "0"}}}));
+        assert_eq!(
+            NodeResourcesFit.filter(&pod(json!({})), &full).unwrap_err(),
+            ["Too many pods"]
+        );
+    }
+
+    #[test]
+    fn taints_need_tolerations() {
+        let n =
+            node(json!({"spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}}));
+        assert_eq!(
+            TaintToleration.filter(&pod(json!({})), &n).unwrap_err(),
+            ["node(s) had untolerated taint {dedicated: gpu}"]
+        );
+        let tolerant = pod(
+            json!({"spec": {"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]}}),
+        );
+        assert!(TaintToleration.filter(&tolerant, &n).is_ok());
+        let soft = node(json!({"spec": {"taints": [{"key": "a", "effect": "PreferNoSchedule"}]}}));
+        assert!(TaintToleration.filter(&pod(json!({})), &soft).is_ok());
+        let mut scores = vec![
+            TaintToleration.score(&pod(json!({})), &soft),
+            TaintToleration.score(&pod(json!({})), &n),
+        ];
+        TaintToleration.normalize(&mut scores);
+        assert_eq!(scores, [0, 100]);
+    }
+
+    #[test]
+    fn node_selector_and_affinity() {
+        let n = node(json!({"metadata": {"labels": {"disk": "ssd", "zone": "a"}}}));
+        assert!(NodeAffinity
+            .filter(&pod(json!({"spec": {"nodeSelector": {"disk": "ssd"}}})), &n)
+            .is_ok());
+        assert_eq!(
+            NodeAffinity
+                .filter(&pod(json!({"spec": {"nodeSelector": {"disk": "hdd"}}})), &n)
+                .unwrap_err(),
+            ["node(s) didn't match Pod's node affinity/selector"]
+        );
+        let required = |op: &str, vals: serde_json::Value| {
+            pod(
+                json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": op, "values": vals}]}]}}}}}),
+            )
+        };
+        assert!(NodeAffinity
+            .filter(&required("In", json!(["a", "b"])), &n)
+            .is_ok());
+        assert!(NodeAffinity.filter(&required("NotIn", json!(["a"])), &n).is_err());
+        assert!(NodeAffinity.filter(&required("Exists", json!(null)), &n).is_ok());
+        let by_name = pod(
+            json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n"]}]}]}}}}}),
+        );
+        assert!(NodeAffinity.filter(&by_name, &n).is_ok());
+        let preferred = pod(
+            json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 5, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}},
+            {"weight": 7, "preference": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}}]}}}}),
+        );
+        assert_eq!(Score::score(&NodeAffinity, &preferred, &n), 5);
+    }
+
+    #[test]
+    fn host_ports_conflict() {
+        let used = pod(
+            json!({"spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 80, "hostPort": 8080}]}]}}),
+        );
+        let n = node(json!({})).with_pod(used.pod.clone());
+        assert_eq!(
+            NodePorts.filter(&used, &n).unwrap_err(),
+            ["node(s) didn't have free ports for the requested pod ports"]
+        );
+        assert!(NodePorts.filter(&pod(json!({})), &n).is_ok());
+    }
+
+    #[test]
+    fn unschedulable_and_node_name() {
+        let cordoned = node(json!({"spec": {"unschedulable": true}}));
+        assert_eq!(
+            NodeUnschedulable.filter(&pod(json!({})), &cordoned).unwrap_err(),
+            ["node(s) were unschedulable"]
+        );
+        assert!(NodeName
+            .filter(&pod(json!({"spec": {"nodeName": "other"}})), &cordoned)
+            .is_err());
+        assert!(NodeName
+            .filter(&pod(json!({"spec": {"nodeName": "n"}})), &cordoned)
+            .is_ok());
+    }
+
+    #[test]
+    fn scores_prefer_emptier_balanced_nodes() {
+        let empty = node(json!({}));
+        let busy = node(json!({})).with_pod(pod(with_cpu("1")).pod.clone());
+        let p = pod(with_cpu("100m"));
+        assert!(Score::score(&NodeResourcesFit, &p, &empty) > Score::score(&NodeResourcesFit, &p, &busy));
+        assert!(BalancedAllocation.score(&p, &empty) > BalancedAllocation.score(&p, &busy));
+    }
+}
