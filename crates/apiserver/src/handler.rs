@@ -117,9 +117,18 @@ async fn authenticated(
 
     // Audit: one structured record per request (the audit log proper comes with the
     // security issue; this is its hook).
+    // The span is attached to the future (never entered across an await, which corrupts
+    // span state when the task moves between threads).
     let span = tracing::info_span!("request", verb = %info.verb, path = %info.path, user = %user.name);
-    let _enter = span.enter();
+    tracing::Instrument::instrument(authorized(shared, req, info, user), span).await
+}
 
+async fn authorized(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+    info: crate::request_info::RequestInfo,
+    user: crate::authn::UserInfo,
+) -> Response<Body> {
     // Authorization: any allow admits; otherwise 403.
     if let Err(reason) = shared.authorizers.authorize(&user, &info).await {
         let msg = crate::authz::forbidden_message(&user, &info, reason.as_deref());

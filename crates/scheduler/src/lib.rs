@@ -104,6 +104,10 @@ pub struct Scheduler {
     scores: Vec<(Box<dyn Score>, i64)>,
     events: Events,
     next_start: Mutex<usize>,
+    /// At most this many Binding requests in flight.
+    binds: Arc<tokio::sync::Semaphore>,
+    /// Durations of scheduling attempts (filter + score), in microseconds, since the last report.
+    attempts: Mutex<Vec<u64>>,
 }
 
 /// The outcome of one scheduling cycle.
@@ -123,6 +127,8 @@ impl Scheduler {
             filters: plugins::default_filters(),
             scores: plugins::default_scores(),
             next_start: Mutex::new(0),
+            binds: Arc::new(tokio::sync::Semaphore::new(64)),
+            attempts: Mutex::new(Vec::new()),
         })
     }
 
@@ -205,6 +211,34 @@ impl Scheduler {
             _ = stop.cancelled() => return,
         }
         tracing::info!(profiles = ?self.opts.profiles, "scheduler running");
+        // Report attempt durations now and then (upstream exports them as
+        // scheduler_scheduling_attempt_duration_seconds).
+        let this = self.clone();
+        let reporter_stop = stop.clone();
+        tokio::spawn(async move {
+            let mut total = 0usize;
+            loop {
+                tokio::select! {
+                    _ = reporter_stop.cancelled() => return,
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+                }
+                let mut window = std::mem::take(&mut *this.attempts.lock().unwrap());
+                if window.is_empty() {
+                    continue;
+                }
+                window.sort_unstable();
+                total += window.len();
+                let pct = |p: f64| window[((window.len() - 1) as f64 * p).round() as usize];
+                tracing::info!(
+                    attempts = window.len(),
+                    total,
+                    p50_us = pct(0.5),
+                    p99_us = pct(0.99),
+                    max_us = window[window.len() - 1],
+                    "scheduling attempts"
+                );
+            }
+        });
         let this = self.clone();
         let stopper = stop.clone();
         tokio::spawn(async move {
@@ -275,12 +309,20 @@ impl Scheduler {
 
     async fn schedule_one(self: &Arc<Self>, key: String, pod: Arc<Pod>) {
         let info = Arc::new(PodInfo::new(pod.clone()));
-        match self.decide(&info) {
+        let started = std::time::Instant::now();
+        let decision = self.decide(&info);
+        self.attempts
+            .lock()
+            .unwrap()
+            .push(started.elapsed().as_micros() as u64);
+        match decision {
             Decision::Node(node) => {
                 self.cache.lock().unwrap().assume(info.clone(), &node);
                 // Bind off the scheduling path: the cache already counts the pod.
                 let this = self.clone();
+                let permit = self.binds.clone().acquire_owned().await;
                 tokio::spawn(async move {
+                    let _permit = permit;
                     match this.bind(&pod, &node).await {
                         Ok(()) => {
                             this.queue.done(&key, Outcome::Scheduled);

@@ -1,0 +1,200 @@
+//! The scheduler benchmark, a simulated cluster: a real `r8s server` (embedded datastore,
+//! scheduler inside, controller manager off) gets 5,000 hollow nodes — Node objects with
+//! capacity and no kubelet — then 10,000 pods; measured are the pods bound per second (on a pod
+//! watch, from the first pod create to the last binding) and the scheduler's own p99 of a
+//! scheduling attempt (filter + score), which it logs.
+//!
+//!   cargo build --release -p r8s --bins --examples && target/release/examples/scheduler-bench
+//!
+//! Sizes: --nodes N --pods N.
+
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams, WatchEvent, WatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::Client;
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("a number"))
+        .unwrap_or(default)
+}
+
+fn node(i: usize) -> Node {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("hollow-{i}"), "labels": {"kubernetes.io/hostname": format!("hollow-{i}")}},
+        "status": {
+            "capacity": {"cpu": "4", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "4", "memory": "32Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }
+    }))
+    .unwrap()
+}
+
+fn pod(i: usize) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("p-{i}")},
+        "spec": {"containers": [{"name": "c", "image": "nginx",
+            "resources": {"requests": {"cpu": "100m", "memory": "100Mi"}}}]}
+    }))
+    .unwrap()
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let nodes = arg("--nodes", 5_000);
+    let pods = arg("--pods", 10_000);
+
+    let exe = std::env::current_exe().unwrap();
+    let r8s = exe.parent().unwrap().parent().unwrap().join("r8s");
+    assert!(
+        r8s.exists(),
+        "build the server first: cargo build --release -p r8s --bins --examples"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log_path = dir.path().join("server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut server = std::process::Command::new(&r8s)
+        .args([
+            "server",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--bind-address",
+            "127.0.0.1",
+        ])
+        .args([
+            "--https-listen-port",
+            &port.to_string(),
+            "--disable-controller-manager",
+        ])
+        .env("R8S_LOG", "warn,r8s_scheduler=info")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig.yaml");
+    while !kubeconfig.exists() || std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let kc = Kubeconfig::read_from(&kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let client = Client::try_from(config).unwrap();
+    println!(
+        "scheduler-bench: r8s server pid {}, {nodes} hollow nodes, {pods} pods",
+        server.id()
+    );
+
+    let node_api: Api<Node> = Api::all(client.clone());
+    let started = Instant::now();
+    futures::stream::iter(0..nodes)
+        .map(|i| {
+            let api = node_api.clone();
+            async move { api.create(&PostParams::default(), &node(i)).await.map(|_| ()) }
+        })
+        .buffer_unordered(64)
+        .try_collect::<Vec<()>>()
+        .await
+        .unwrap();
+    println!(
+        "  {nodes} nodes created in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    // Let the scheduler's node cache catch up before the clock starts.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let rv = pod_api
+        .list_metadata(&Default::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut watch = pod_api
+        .watch(&WatchParams::default().timeout(290), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let started = Instant::now();
+    let creator = tokio::spawn({
+        let api = pod_api.clone();
+        async move {
+            futures::stream::iter(0..pods)
+                .map(|i| {
+                    let api = api.clone();
+                    async move { api.create(&PostParams::default(), &pod(i)).await.map(|_| ()) }
+                })
+                .buffer_unordered(64)
+                .try_collect::<Vec<()>>()
+                .await
+                .unwrap();
+            started.elapsed()
+        }
+    });
+    let mut bound = std::collections::HashSet::new();
+    let mut at_10 = None;
+    let mut at_90 = None;
+    while bound.len() < pods {
+        match tokio::time::timeout(Duration::from_secs(60), watch.next()).await {
+            Ok(Some(Ok(WatchEvent::Modified(p)))) => {
+                if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+                    bound.insert(p.metadata.name.unwrap_or_default());
+                    if bound.len() == pods / 10 {
+                        at_10 = Some(started.elapsed());
+                    }
+                    if bound.len() == pods * 9 / 10 {
+                        at_90 = Some(started.elapsed());
+                    }
+                }
+            }
+            Ok(Some(Ok(_))) => {}
+            other => panic!("pod watch ended early at {} bound: {other:?}", bound.len()),
+        }
+    }
+    let all_bound = started.elapsed();
+    let created = creator.await.unwrap();
+    let (t10, t90) = (at_10.unwrap(), at_90.unwrap());
+    let sustained = (pods * 8 / 10) as f64 / (t90 - t10).as_secs_f64();
+    // Let the scheduler log its last window of attempt durations.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let _ = server.kill();
+    let _ = server.wait();
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let mut p99s = Vec::new();
+    let mut p50s = Vec::new();
+    for line in log.lines().filter(|l| l.contains("scheduling attempts")) {
+        let field = |k: &str| {
+            line.split(&format!("{k}="))
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        if let (Some(p50), Some(p99)) = (field("p50_us"), field("p99_us")) {
+            p50s.push(p50);
+            p99s.push(p99);
+        }
+    }
+    println!("  {pods} pods created in {:.2} s", created.as_secs_f64());
+    println!(
+        "  all {pods} pods bound after {:.2} s: {:.0} pods/s overall, {sustained:.0} pods/s sustained (10%..90%)",
+        all_bound.as_secs_f64(),
+        pods as f64 / all_bound.as_secs_f64()
+    );
+    println!(
+        "  scheduling attempt (filter + score over the adaptive share of {nodes} nodes), per 5 s window: p50 {:?} us, p99 {:?} us",
+        p50s, p99s
+    );
+}
