@@ -9,6 +9,8 @@ use kube::{Client, Resource};
 #[derive(Clone)]
 pub struct Events {
     recorder: std::sync::Arc<Recorder>,
+    client: Client,
+    reporter: Reporter,
 }
 
 impl Events {
@@ -18,7 +20,9 @@ impl Events {
             instance: std::env::var("HOSTNAME").ok(),
         };
         Self {
-            recorder: std::sync::Arc::new(Recorder::new(client, reporter)),
+            recorder: std::sync::Arc::new(Recorder::new(client.clone(), reporter.clone())),
+            client,
+            reporter,
         }
     }
 
@@ -30,8 +34,24 @@ impl Events {
         self.emit(obj.object_ref(&()), EventType::Warning, reason, note)
     }
 
+    /// An event that never repeats (one per object, such as a pod's Scheduled): published
+    /// without the series cache, whose upkeep costs every publish a pass over all cached events.
+    pub fn emit_once(&self, reference: ObjectReference, type_: EventType, reason: &str, note: String) {
+        let recorder = std::sync::Arc::new(Recorder::new(self.client.clone(), self.reporter.clone()));
+        Self::publish(recorder, reference, type_, reason, note)
+    }
+
     pub fn emit(&self, reference: ObjectReference, type_: EventType, reason: &str, note: String) {
-        let recorder = self.recorder.clone();
+        Self::publish(self.recorder.clone(), reference, type_, reason, note)
+    }
+
+    fn publish(
+        recorder: std::sync::Arc<Recorder>,
+        reference: ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let ev = Event {
             type_,
             reason: reason.to_string(),

@@ -326,7 +326,7 @@ impl Scheduler {
                     match this.bind(&pod, &node).await {
                         Ok(()) => {
                             this.queue.done(&key, Outcome::Scheduled);
-                            this.events.emit(
+                            this.events.emit_once(
                                 pod.object_ref(&()),
                                 EventType::Normal,
                                 "Scheduled",

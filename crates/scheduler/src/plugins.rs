@@ -73,20 +73,24 @@ impl Filter for NodeName {
     }
 }
 
-fn tolerations(pod: &PodInfo) -> Vec<k8s_openapi::api::core::v1::Toleration> {
+fn tolerations(pod: &PodInfo) -> &[k8s_openapi::api::core::v1::Toleration] {
     pod.pod
         .spec
         .as_ref()
-        .and_then(|s| s.tolerations.clone())
-        .unwrap_or_default()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or(&[])
 }
 
-fn taints(node: &NodeInfo) -> Vec<Taint> {
+fn taints(node: &NodeInfo) -> &[Taint] {
     node.node
         .spec
         .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[])
+}
+
+fn node_labels(node: &NodeInfo) -> Option<&std::collections::BTreeMap<String, String>> {
+    node.node.metadata.labels.as_ref()
 }
 
 pub struct TaintToleration;
@@ -102,7 +106,7 @@ impl Filter for TaintToleration {
             }
             if !tols
                 .iter()
-                .any(|t| r8s_controllers::nodelifecycle::tolerates(t, &taint))
+                .any(|t| r8s_controllers::nodelifecycle::tolerates(t, taint))
             {
                 return Err(vec![format!(
                     "node(s) had untolerated taint {{{}: {}}}",
@@ -121,7 +125,7 @@ impl Score for TaintToleration {
     /// Intolerable PreferNoSchedule taints (fewer is better; reversed in normalize).
     fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
         let tols: Vec<_> = tolerations(pod)
-            .into_iter()
+            .iter()
             .filter(|t| {
                 t.effect
                     .as_deref()
@@ -159,7 +163,7 @@ pub fn normalize(scores: &mut [i64], reverse: bool) {
 }
 
 fn match_requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.clone().unwrap_or_default();
+    let values: &[String] = r.values.as_deref().unwrap_or(&[]);
     match r.operator.as_str() {
         "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
         "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
@@ -185,15 +189,15 @@ fn match_requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
 /// A node selector term: all its expressions on labels and fields match (an empty term matches
 /// nothing, as upstream).
 pub fn match_term(term: &NodeSelectorTerm, node: &NodeInfo) -> bool {
-    let labels = node.node.metadata.labels.clone().unwrap_or_default();
-    let exprs = term.match_expressions.clone().unwrap_or_default();
-    let fields = term.match_fields.clone().unwrap_or_default();
+    let labels = node_labels(node);
+    let exprs: &[NodeSelectorRequirement] = term.match_expressions.as_deref().unwrap_or(&[]);
+    let fields: &[NodeSelectorRequirement] = term.match_fields.as_deref().unwrap_or(&[]);
     if exprs.is_empty() && fields.is_empty() {
         return false;
     }
     exprs
         .iter()
-        .all(|r| match_requirement(r, labels.get(&r.key).map(String::as_str)))
+        .all(|r| match_requirement(r, labels.and_then(|l| l.get(&r.key)).map(String::as_str)))
         && fields.iter().all(|r| {
             let v = (r.key == "metadata.name").then_some(node.name.as_str());
             match_requirement(r, v)
@@ -207,10 +211,10 @@ impl Filter for NodeAffinity {
     }
     fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
         let spec = pod.pod.spec.as_ref();
-        let labels = node.node.metadata.labels.clone().unwrap_or_default();
+        let labels = node_labels(node);
         let selector_ok = spec
             .and_then(|s| s.node_selector.as_ref())
-            .is_none_or(|sel| sel.iter().all(|(k, v)| labels.get(k) == Some(v)));
+            .is_none_or(|sel| sel.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v)));
         let required = spec
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref())
