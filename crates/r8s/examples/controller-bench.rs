@@ -1,5 +1,5 @@
 //! The controller manager benchmark: a real `r8s server` (embedded datastore, controller manager
-//! inside, no kubelet) gets 100 Deployments of 10 replicas each; the time until all 1,000 pods
+//! inside, no scheduler, no kubelet) gets 100 Deployments of 10 replicas each; the time until all 1,000 pods
 //! exist, and the API requests the controllers spent per pod, from the server's own
 //! `apiserver_request_total`.
 //!
@@ -106,6 +106,8 @@ async fn main() {
             "127.0.0.1",
         ])
         .args(["--https-listen-port", &port.to_string()])
+        // The controllers alone: no scheduler (and no kubelet), so pods stay Pending.
+        .arg("--disable-scheduler")
         .env("R8S_LOG", "warn")
         .stdout(std::process::Stdio::null())
         .spawn()
