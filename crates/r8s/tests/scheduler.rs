@@ -178,3 +178,54 @@ fn pods_for_another_scheduler_are_left_alone() {
     let p = json(&s, &["get", "pod", "mine"]);
     assert!(p["status"]["conditions"].is_null(), "untouched: {}", p["status"]);
 }
+
+fn items(s: &Server, args: &[&str]) -> Vec<Value> {
+    json(s, args)["items"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn anti_affinity_and_topology_spread() {
+    let s = server();
+    node(&s, "a1", "8", ", zone: a", "");
+    node(&s, "a2", "8", ", zone: a", "");
+    node(&s, "b1", "8", ", zone: b", "");
+    let deployment = |name: &str, replicas: usize, spec: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n{spec}      containers:\n      - name: c\n        image: nginx\n"
+        )
+    };
+    let placed = |s: &Server, app: &str, n: usize| {
+        wait_for(30, &format!("{n} {app} pods bound"), || {
+            let nodes: Vec<String> = items(s, &["get", "pods", "-l", &format!("app={app}")])
+                .iter()
+                .filter_map(|p| p["spec"]["nodeName"].as_str().map(String::from))
+                .collect();
+            (nodes.len() == n).then_some(nodes)
+        })
+    };
+
+    // Required anti-affinity on the host name: one replica per node, a fourth fits nowhere.
+    let anti = "      affinity:\n        podAntiAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n          - labelSelector: {matchLabels: {app: db}}\n            topologyKey: kubernetes.io/hostname\n";
+    s.ok_stdin(V, &["apply", "-f", "-"], &deployment("db", 3, anti));
+    let mut nodes = placed(&s, "db", 3);
+    nodes.sort();
+    assert_eq!(nodes, ["a1", "a2", "b1"]);
+    s.ok(V, &["scale", "deployment/db", "--replicas=4"]);
+    let pending = wait_for(30, "a pending db pod", || {
+        items(&s, &["get", "pods", "-l", "app=db"])
+            .into_iter()
+            .find(|p| p["spec"]["nodeName"].is_null())
+    });
+    let name = pending["metadata"]["name"].as_str().unwrap().to_string();
+    assert_eq!(
+        wait_unschedulable(&s, &name),
+        "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules."
+    );
+
+    // Zone spread with maxSkew 1: 2 and 2, although zone a has twice the nodes.
+    let spread = "      topologySpreadConstraints:\n      - maxSkew: 1\n        topologyKey: zone\n        whenUnsatisfiable: DoNotSchedule\n        labelSelector: {matchLabels: {app: web}}\n";
+    s.ok_stdin(V, &["apply", "-f", "-"], &deployment("web", 4, spread));
+    let nodes = placed(&s, "web", 4);
+    let in_b = nodes.iter().filter(|n| *n == "b1").count();
+    assert_eq!(in_b, 2, "{nodes:?}");
+}

@@ -226,6 +226,18 @@ pub struct Cache {
     pub order: Vec<String>,
     pod_node: HashMap<String, String>,
     assumed: HashMap<String, String>,
+    /// Pods with required anti-affinity terms (every new pod must respect them).
+    anti_affinity: std::collections::HashSet<String>,
+}
+
+fn has_required_anti_affinity(p: &PodInfo) -> bool {
+    p.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+        .is_some_and(|t| !t.is_empty())
 }
 
 impl Cache {
@@ -260,12 +272,16 @@ impl Cache {
             placeholder.metadata.name = Some(node.clone());
             self.set_node(Arc::new(placeholder));
         }
+        if has_required_anti_affinity(&info) {
+            self.anti_affinity.insert(info.key.clone());
+        }
         if let Some(n) = self.nodes.get_mut(&node) {
             n.add_pod(info);
         }
     }
 
     pub fn remove_pod(&mut self, key: &str) {
+        self.anti_affinity.remove(key);
         if let Some(node) = self.pod_node.remove(key) {
             if let Some(n) = self.nodes.get_mut(&node) {
                 n.remove_pod(key);
@@ -278,6 +294,9 @@ impl Cache {
         self.remove_pod(&info.key);
         self.pod_node.insert(info.key.clone(), node.to_string());
         self.assumed.insert(info.key.clone(), node.to_string());
+        if has_required_anti_affinity(&info) {
+            self.anti_affinity.insert(info.key.clone());
+        }
         if let Some(n) = self.nodes.get_mut(node) {
             n.add_pod(info);
         }
@@ -288,6 +307,14 @@ impl Cache {
         if self.assumed.remove(key).is_some() {
             self.remove_pod(key);
         }
+    }
+
+    /// Bound pods with required anti-affinity, with their nodes.
+    pub fn pods_with_anti_affinity(&self) -> impl Iterator<Item = (&NodeInfo, &PodInfo)> + '_ {
+        self.anti_affinity.iter().filter_map(|k| {
+            let node = self.nodes.get(self.pod_node.get(k)?)?;
+            Some((node, node.pods.get(k)?.as_ref()))
+        })
     }
 
     pub fn is_assumed(&self, key: &str) -> bool {

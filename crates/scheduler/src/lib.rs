@@ -7,6 +7,7 @@
 //! It talks to the API server only through kube-rs, so it runs inside `r8s server` or alone as
 //! `r8s scheduler --kubeconfig …`.
 
+pub mod affinity;
 pub mod cache;
 pub mod plugins;
 pub mod queue;
@@ -102,6 +103,8 @@ pub struct Scheduler {
     queue: Arc<SchedulingQueue>,
     filters: Vec<Box<dyn Filter>>,
     scores: Vec<(Box<dyn Score>, i64)>,
+    cluster_filters: Vec<Box<dyn affinity::ClusterFilter>>,
+    cluster_scores: Vec<(Box<dyn affinity::ClusterScore>, i64)>,
     events: Events,
     next_start: Mutex<usize>,
     /// At most this many Binding requests in flight.
@@ -126,6 +129,15 @@ impl Scheduler {
             queue: SchedulingQueue::new(),
             filters: plugins::default_filters(),
             scores: plugins::default_scores(),
+            // Upstream runs these last among filters; weights 2 each.
+            cluster_filters: vec![
+                Box::new(affinity::PodTopologySpread),
+                Box::new(affinity::InterPodAffinity),
+            ],
+            cluster_scores: vec![
+                (Box::new(affinity::PodTopologySpread), 2),
+                (Box::new(affinity::InterPodAffinity), 2),
+            ],
             next_start: Mutex::new(0),
             binds: Arc::new(tokio::sync::Semaphore::new(64)),
             attempts: Mutex::new(Vec::new()),
@@ -259,6 +271,11 @@ impl Scheduler {
         let total = cache.order.len();
         let want = feasible_nodes_to_find(total);
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        let checks: Vec<Box<dyn affinity::NodeCheck>> = self
+            .cluster_filters
+            .iter()
+            .map(|f| f.prepare(info, &cache))
+            .collect();
         let mut feasible: Vec<&cache::NodeInfo> = Vec::new();
         let start = {
             let mut s = self.next_start.lock().unwrap();
@@ -274,7 +291,12 @@ impl Scheduler {
             let Some(node) = cache.nodes.get(name) else {
                 continue;
             };
-            match self.filters.iter().try_for_each(|f| f.filter(info, node)) {
+            let verdict = self
+                .filters
+                .iter()
+                .try_for_each(|f| f.filter(info, node))
+                .and_then(|()| checks.iter().try_for_each(|c| c.filter(node)));
+            match verdict {
                 Ok(()) => feasible.push(node),
                 Err(rs) => {
                     for r in rs {
@@ -293,6 +315,14 @@ impl Scheduler {
         for (plugin, weight) in &self.scores {
             let mut scores: Vec<i64> = feasible.iter().map(|n| plugin.score(info, n)).collect();
             plugin.normalize(&mut scores);
+            for (t, s) in totals.iter_mut().zip(scores) {
+                *t += s * weight;
+            }
+        }
+        for (plugin, weight) in &self.cluster_scores {
+            let check = plugin.prepare(info, &cache);
+            let mut scores: Vec<i64> = feasible.iter().map(|n| check.score(n)).collect();
+            check.normalize(&mut scores);
             for (t, s) in totals.iter_mut().zip(scores) {
                 *t += s * weight;
             }

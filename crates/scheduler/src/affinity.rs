@@ -1,0 +1,499 @@
+//! Plugins that look at where other pods run: PodTopologySpread and InterPodAffinity. Each
+//! looks at the whole cluster once per pod (upstream's PreFilter/PreScore) and keeps what it
+//! found in a per-pod checker that then judges nodes (Filter/Score).
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{PodAffinityTerm, TopologySpreadConstraint};
+use r8s_controllers::selector::Matcher;
+
+use crate::cache::{Cache, NodeInfo, PodInfo};
+use crate::plugins::{self, Filter, Reasons};
+
+/// A filter that needs the whole cluster: `prepare` once per pod, then `filter` per node.
+pub trait ClusterFilter: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn prepare(&self, pod: &PodInfo, cache: &Cache) -> Box<dyn NodeCheck>;
+}
+
+/// A score that needs the whole cluster.
+pub trait ClusterScore: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn prepare(&self, pod: &PodInfo, cache: &Cache) -> Box<dyn NodeCheck>;
+}
+
+/// What `prepare` found, applied to one node.
+pub trait NodeCheck {
+    fn filter(&self, _node: &NodeInfo) -> Result<(), Reasons> {
+        Ok(())
+    }
+    fn score(&self, _node: &NodeInfo) -> i64 {
+        0
+    }
+    fn normalize(&self, _scores: &mut [i64]) {}
+}
+
+fn label<'a>(node: &'a NodeInfo, key: &str) -> Option<&'a str> {
+    node.node.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn pod_ns(p: &PodInfo) -> &str {
+    p.pod.metadata.namespace.as_deref().unwrap_or("")
+}
+
+fn active(p: &PodInfo) -> bool {
+    p.pod.metadata.deletion_timestamp.is_none()
+}
+
+// ---------------------------------------------------------------------------------------------
+// PodTopologySpread
+
+struct Spread {
+    key: String,
+    max_skew: i64,
+    hard: bool,
+    /// Matching pods per domain (value of `key`), every eligible domain present.
+    counts: HashMap<String, i64>,
+    min: i64,
+    self_match: i64,
+}
+
+fn spreads(pod: &PodInfo, cache: &Cache, hard: bool) -> Vec<Spread> {
+    let constraints: Vec<TopologySpreadConstraint> = pod
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.topology_spread_constraints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| (c.when_unsatisfiable == "DoNotSchedule") == hard)
+        .collect();
+    constraints
+        .into_iter()
+        .map(|c| {
+            let matcher = Matcher::new(c.label_selector.as_ref()).unwrap_or(Matcher::Nothing);
+            let mut counts: HashMap<String, i64> = HashMap::new();
+            for node in cache.nodes.values() {
+                // nodeAffinityPolicy Honor (the default): only nodes the pod may go to count.
+                if plugins::NodeAffinity.filter(pod, node).is_err() {
+                    continue;
+                }
+                let Some(value) = label(node, &c.topology_key) else {
+                    continue;
+                };
+                let n = node
+                    .pods
+                    .values()
+                    .filter(|p| active(p) && pod_ns(p) == pod_ns(pod))
+                    .filter(|p| matcher.matches(p.pod.metadata.labels.as_ref()))
+                    .count() as i64;
+                *counts.entry(value.to_string()).or_default() += n;
+            }
+            let mut min = counts.values().copied().min().unwrap_or(0);
+            if c.min_domains.is_some_and(|m| (counts.len() as i32) < m) {
+                min = 0;
+            }
+            Spread {
+                key: c.topology_key,
+                max_skew: c.max_skew as i64,
+                hard,
+                self_match: matcher.matches(pod.pod.metadata.labels.as_ref()) as i64,
+                counts,
+                min,
+            }
+        })
+        .collect()
+}
+
+struct SpreadCheck(Vec<Spread>);
+
+impl NodeCheck for SpreadCheck {
+    fn filter(&self, node: &NodeInfo) -> Result<(), Reasons> {
+        for s in self.0.iter().filter(|s| s.hard) {
+            let Some(value) = label(node, &s.key) else {
+                return Err(vec![
+                    "node(s) didn't match pod topology spread constraints (missing required label)".into(),
+                ]);
+            };
+            let count = s.counts.get(value).copied().unwrap_or(0);
+            if count + s.self_match - s.min > s.max_skew {
+                return Err(vec!["node(s) didn't match pod topology spread constraints".into()]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Matching pods already in the node's domains: fewer is better.
+    fn score(&self, node: &NodeInfo) -> i64 {
+        self.0
+            .iter()
+            .map(|s| match label(node, &s.key) {
+                Some(v) => s.counts.get(v).copied().unwrap_or(0) + s.self_match,
+                None => s.counts.values().copied().max().unwrap_or(0) + 1,
+            })
+            .sum()
+    }
+
+    fn normalize(&self, scores: &mut [i64]) {
+        plugins::normalize(scores, true)
+    }
+}
+
+pub struct PodTopologySpread;
+
+impl ClusterFilter for PodTopologySpread {
+    fn name(&self) -> &'static str {
+        "PodTopologySpread"
+    }
+    fn prepare(&self, pod: &PodInfo, cache: &Cache) -> Box<dyn NodeCheck> {
+        Box::new(SpreadCheck(spreads(pod, cache, true)))
+    }
+}
+
+impl ClusterScore for PodTopologySpread {
+    fn name(&self) -> &'static str {
+        "PodTopologySpread"
+    }
+    fn prepare(&self, pod: &PodInfo, cache: &Cache) -> Box<dyn NodeCheck> {
+        Box::new(SpreadCheck(spreads(pod, cache, false)))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// InterPodAffinity
+
+/// Does an existing pod match a term of `owner` (label selector within the term's namespaces)?
+fn term_matches(term: &PodAffinityTerm, owner: &PodInfo, other: &PodInfo) -> bool {
+    let namespaces = term.namespaces.clone().unwrap_or_default();
+    let all_namespaces = term.namespace_selector.as_ref().is_some_and(|s| {
+        s.match_labels.as_ref().is_none_or(|m| m.is_empty())
+            && s.match_expressions.as_ref().is_none_or(|e| e.is_empty())
+    });
+    let ns_ok = all_namespaces
+        || if namespaces.is_empty() {
+            pod_ns(other) == pod_ns(owner)
+        } else {
+            namespaces.iter().any(|n| n == pod_ns(other))
+        };
+    ns_ok
+        && Matcher::new(term.label_selector.as_ref())
+            .map(|m| m.matches(other.pod.metadata.labels.as_ref()))
+            .unwrap_or(false)
+}
+
+fn required(pod: &PodInfo, anti: bool) -> Vec<PodAffinityTerm> {
+    let a = pod.pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+    if anti {
+        a.and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| a.required_during_scheduling_ignored_during_execution.clone())
+            .unwrap_or_default()
+    } else {
+        a.and_then(|a| a.pod_affinity.as_ref())
+            .and_then(|a| a.required_during_scheduling_ignored_during_execution.clone())
+            .unwrap_or_default()
+    }
+}
+
+fn preferred(pod: &PodInfo, anti: bool) -> Vec<(i64, PodAffinityTerm)> {
+    let a = pod.pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+    let terms = if anti {
+        a.and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.clone())
+    } else {
+        a.and_then(|a| a.pod_affinity.as_ref())
+            .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.clone())
+    };
+    terms
+        .unwrap_or_default()
+        .into_iter()
+        .map(|w| (w.weight as i64, w.pod_affinity_term))
+        .collect()
+}
+
+/// (topology key, value) domains.
+type Domains = HashMap<(String, String), i64>;
+
+struct AffinityCheck {
+    /// Per required affinity term: domains holding a matching pod; `None` when no pod in the
+    /// cluster matches and the pod matches its own term (the first of a group may go anywhere).
+    affinity: Vec<(String, Option<Domains>)>,
+    anti: Vec<(String, Domains)>,
+    /// Domains where an existing pod's anti-affinity forbids this pod.
+    forbidden: Domains,
+    /// Preferred terms: (topology key, domain → weight).
+    preferred: Vec<(String, Domains)>,
+}
+
+fn domains_of(cache: &Cache, key: &str, mut matches: impl FnMut(&PodInfo) -> bool) -> Domains {
+    let mut out = Domains::new();
+    for node in cache.nodes.values() {
+        let Some(value) = label(node, key) else { continue };
+        let n = node.pods.values().filter(|p| active(p) && matches(p)).count() as i64;
+        if n > 0 {
+            *out.entry((key.to_string(), value.to_string())).or_default() += n;
+        }
+    }
+    out
+}
+
+fn prepare_affinity(pod: &PodInfo, cache: &Cache, for_filter: bool) -> AffinityCheck {
+    if !for_filter {
+        let mut preferred_terms = Vec::new();
+        for (anti, sign) in [(false, 1), (true, -1)] {
+            for (w, t) in preferred(pod, anti) {
+                let mut d = domains_of(cache, &t.topology_key, |p| term_matches(&t, pod, p));
+                d.values_mut().for_each(|n| *n *= sign * w);
+                preferred_terms.push((t.topology_key.clone(), d));
+            }
+        }
+        return AffinityCheck {
+            affinity: Vec::new(),
+            anti: Vec::new(),
+            forbidden: Domains::new(),
+            preferred: preferred_terms,
+        };
+    }
+    let affinity = required(pod, false)
+        .into_iter()
+        .map(|t| {
+            let d = domains_of(cache, &t.topology_key, |p| term_matches(&t, pod, p));
+            let first_of_group = d.is_empty() && term_matches(&t, pod, pod);
+            (t.topology_key.clone(), (!first_of_group).then_some(d))
+        })
+        .collect();
+    let anti = required(pod, true)
+        .into_iter()
+        .map(|t| {
+            (
+                t.topology_key.clone(),
+                domains_of(cache, &t.topology_key, |p| term_matches(&t, pod, p)),
+            )
+        })
+        .collect();
+    let mut forbidden = Domains::new();
+    for (node, existing) in cache.pods_with_anti_affinity() {
+        if !active(existing) {
+            continue;
+        }
+        for t in required(existing, true) {
+            if term_matches(&t, existing, pod) {
+                if let Some(v) = label(node, &t.topology_key) {
+                    *forbidden
+                        .entry((t.topology_key.clone(), v.to_string()))
+                        .or_default() += 1;
+                }
+            }
+        }
+    }
+    AffinityCheck {
+        affinity,
+        anti,
+        forbidden,
+        preferred: Vec::new(),
+    }
+}
+
+fn in_domains(node: &NodeInfo, key: &str, d: &Domains) -> bool {
+    label(node, key).is_some_and(|v| d.contains_key(&(key.to_string(), v.to_string())))
+}
+
+impl NodeCheck for AffinityCheck {
+    fn filter(&self, node: &NodeInfo) -> Result<(), Reasons> {
+        let forbidden = self
+            .forbidden
+            .keys()
+            .any(|(k, v)| label(node, k) == Some(v.as_str()));
+        if forbidden {
+            return Err(vec![
+                "node(s) didn't satisfy existing pods anti-affinity rules".into()
+            ]);
+        }
+        for (key, d) in &self.affinity {
+            match d {
+                None => {
+                    if label(node, key).is_none() {
+                        return Err(vec!["node(s) didn't match pod affinity rules".into()]);
+                    }
+                }
+                Some(d) if !in_domains(node, key, d) => {
+                    return Err(vec!["node(s) didn't match pod affinity rules".into()])
+                }
+                Some(_) => {}
+            }
+        }
+        for (key, d) in &self.anti {
+            if in_domains(node, key, d) {
+                return Err(vec!["node(s) didn't match pod anti-affinity rules".into()]);
+            }
+        }
+        Ok(())
+    }
+
+    fn score(&self, node: &NodeInfo) -> i64 {
+        self.preferred
+            .iter()
+            .filter_map(|(key, d)| {
+                let v = label(node, key)?;
+                d.get(&(key.clone(), v.to_string())).copied()
+            })
+            .sum()
+    }
+
+    /// Scale (score - min) onto 0..=100.
+    fn normalize(&self, scores: &mut [i64]) {
+        let (min, max) = (
+            scores.iter().copied().min().unwrap_or(0),
+            scores.iter().copied().max().unwrap_or(0),
+        );
+        for s in scores.iter_mut() {
+            *s = if max > min {
+                (*s - min) * plugins::MAX_NODE_SCORE / (max - min)
+            } else {
+                0
+            };
+        }
+    }
+}
+
+pub struct InterPodAffinity;
+
+impl ClusterFilter for InterPodAffinity {
+    fn name(&self) -> &'static str {
+        "InterPodAffinity"
+    }
+    fn prepare(&self, pod: &PodInfo, cache: &Cache) -> Box<dyn NodeCheck> {
+        Box::new(prepare_affinity(pod, cache, true))
+    }
+}
+
+impl ClusterScore for InterPodAffinity {
+    fn name(&self) -> &'static str {
+        "InterPodAffinity"
+    }
+    fn prepare(&self, pod: &PodInfo, cache: &Cache) -> Box<dyn NodeCheck> {
+        Box::new(prepare_affinity(pod, cache, false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    fn cache(nodes: &[(&str, &str)]) -> Cache {
+        let mut c = Cache::default();
+        for (name, zone) in nodes {
+            let n: Node = serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "zone": zone}},
+                "status": {"allocatable": {"cpu": "8", "memory": "8Gi", "pods": "110"}}
+            }))
+            .unwrap();
+            c.set_node(Arc::new(n));
+        }
+        c
+    }
+
+    fn pod(name: &str, node: Option<&str>, labels: serde_json::Value, spec: serde_json::Value) -> PodInfo {
+        let mut s = json!({"nodeName": node, "containers": [{"name": "c", "image": "i"}]});
+        if let (Some(s), Some(extra)) = (s.as_object_mut(), spec.as_object()) {
+            for (k, v) in extra {
+                s.insert(k.clone(), v.clone());
+            }
+        }
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "labels": labels},
+            "spec": s,
+        }))
+        .unwrap();
+        PodInfo::new(Arc::new(p))
+    }
+
+    fn place(c: &mut Cache, name: &str, node: &str, labels: serde_json::Value, spec: serde_json::Value) {
+        c.set_pod(pod(name, Some(node), labels, spec).pod.clone());
+    }
+
+    fn verdicts(check: &dyn NodeCheck, c: &Cache, nodes: &[&str]) -> Vec<bool> {
+        nodes.iter().map(|n| check.filter(&c.nodes[*n]).is_ok()).collect()
+    }
+
+    #[test]
+    fn topology_spread_keeps_skew_within_max() {
+        let mut c = cache(&[("a1", "a"), ("b1", "b")]);
+        place(&mut c, "w1", "a1", json!({"app": "web"}), json!({}));
+        place(&mut c, "w2", "a1", json!({"app": "web"}), json!({}));
+        let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+        let p = pod("new", None, json!({"app": "web"}), spread);
+        let check = ClusterFilter::prepare(&PodTopologySpread, &p, &c);
+        // Zone a has 2, b has 0: only b keeps the skew at most 1.
+        assert_eq!(verdicts(check.as_ref(), &c, &["a1", "b1"]), [false, true]);
+        assert_eq!(
+            check.filter(&c.nodes["a1"]).unwrap_err(),
+            ["node(s) didn't match pod topology spread constraints"]
+        );
+    }
+
+    #[test]
+    fn anti_affinity_keeps_replicas_apart_and_is_symmetric() {
+        let mut c = cache(&[("n1", "a"), ("n2", "a"), ("n3", "b")]);
+        let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
+        place(&mut c, "db-0", "n1", json!({"app": "db"}), anti.clone());
+        let p = pod("db-1", None, json!({"app": "db"}), anti);
+        let check = ClusterFilter::prepare(&InterPodAffinity, &p, &c);
+        assert_eq!(
+            verdicts(check.as_ref(), &c, &["n1", "n2", "n3"]),
+            [false, true, true]
+        );
+        // A pod without rules is still kept off n1 by db-0's own anti-affinity, if it matches.
+        let plain = pod("db-x", None, json!({"app": "db"}), json!({}));
+        let check = ClusterFilter::prepare(&InterPodAffinity, &plain, &c);
+        assert_eq!(
+            check.filter(&c.nodes["n1"]).unwrap_err(),
+            ["node(s) didn't satisfy existing pods anti-affinity rules"]
+        );
+    }
+
+    #[test]
+    fn affinity_follows_its_group_by_zone() {
+        let mut c = cache(&[("n1", "a"), ("n2", "a"), ("n3", "b")]);
+        let affinity = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "zone"}]}}});
+        // No cache pod anywhere and the pod is not one: nowhere fits.
+        let p = pod("web", None, json!({"app": "web"}), affinity.clone());
+        let check = ClusterFilter::prepare(&InterPodAffinity, &p, &c);
+        assert_eq!(
+            verdicts(check.as_ref(), &c, &["n1", "n2", "n3"]),
+            [false, false, false]
+        );
+        // The first of its own group may go anywhere.
+        let first = pod("cache-0", None, json!({"app": "cache"}), affinity.clone());
+        let check = ClusterFilter::prepare(&InterPodAffinity, &first, &c);
+        assert_eq!(
+            verdicts(check.as_ref(), &c, &["n1", "n2", "n3"]),
+            [true, true, true]
+        );
+        // With a cache pod in zone a, web goes to zone a only.
+        place(&mut c, "cache-0", "n2", json!({"app": "cache"}), json!({}));
+        let check = ClusterFilter::prepare(&InterPodAffinity, &p, &c);
+        assert_eq!(
+            verdicts(check.as_ref(), &c, &["n1", "n2", "n3"]),
+            [true, true, false]
+        );
+    }
+
+    #[test]
+    fn preferred_terms_score() {
+        let mut c = cache(&[("n1", "a"), ("n2", "b")]);
+        place(&mut c, "cache-0", "n1", json!({"app": "cache"}), json!({}));
+        let pref = json!({"affinity": {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 10, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "zone"}}]}}});
+        let p = pod("web", None, json!({}), pref);
+        let check = ClusterScore::prepare(&InterPodAffinity, &p, &c);
+        let mut scores = vec![check.score(&c.nodes["n1"]), check.score(&c.nodes["n2"])];
+        check.normalize(&mut scores);
+        assert_eq!(scores, [100, 0]);
+    }
+}
