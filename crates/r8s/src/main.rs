@@ -257,6 +257,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     authorizers.push(r8s_apiserver::authz::PrivilegedGroups::masters());
 
     let mut admission = r8s_apiserver::admission::AdmissionChain::default();
+    admission.push_mutating(r8s_apiserver::admission::priority::Priority { store: store.clone() });
     admission.push_mutating(r8s_apiserver::admission::tolerations::DefaultTolerationSeconds::default());
 
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {

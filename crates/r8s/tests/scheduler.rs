@@ -229,3 +229,54 @@ fn anti_affinity_and_topology_spread() {
     let in_b = nodes.iter().filter(|n| *n == "b1").count();
     assert_eq!(in_b, 2, "{nodes:?}");
 }
+
+#[test]
+fn priority_classes_and_preemption() {
+    let s = server();
+    node(&s, "n1", "2", "", "");
+    s.ok(V, &["create", "priorityclass", "low", "--value=10"]);
+    s.ok(V, &["create", "priorityclass", "high", "--value=1000"]);
+    // Priority admission resolves the class, and refuses an unknown one.
+    let err = String::from_utf8(s.fails_stdin(
+        V,
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: nope\nspec:\n  priorityClassName: nope\n  containers:\n  - name: c\n    image: nginx\n",
+    ))
+    .unwrap();
+    assert!(err.contains("no PriorityClass with name nope was found"), "{err}");
+    pod(&s, "victim", "  priorityClassName: low\n", "2");
+    assert_eq!(wait_bound(&s, "victim"), "n1");
+    assert_eq!(json(&s, &["get", "pod", "victim"])["spec"]["priority"], 10);
+
+    // A higher-priority pod that does not fit preempts it and is nominated to the node.
+    pod(&s, "vip", "  priorityClassName: high\n", "2");
+    wait_for(30, "victim deleted", || {
+        json(&s, &["get", "pod", "victim"])["metadata"]["deletionTimestamp"]
+            .is_string()
+            .then_some(())
+    });
+    let nominated = wait_for(30, "nominated node", || {
+        json(&s, &["get", "pod", "vip"])["status"]["nominatedNodeName"]
+            .as_str()
+            .map(String::from)
+    });
+    assert_eq!(nominated, "n1");
+    let events = wait_for(30, "Preempted event", || {
+        let e = s.ok(
+            V,
+            &["get", "events", "--field-selector", "involvedObject.name=victim"],
+        );
+        e.contains("Preempted").then_some(e)
+    });
+    assert!(events.contains("on node n1"), "{events}");
+    // No kubelet here to finish the graceful deletion: do what it would.
+    s.ok(V, &["delete", "pod", "victim", "--grace-period=0", "--force"]);
+    assert_eq!(wait_bound(&s, "vip"), "n1");
+
+    // An equal-priority pod cannot preempt: it says so.
+    pod(&s, "peer", "  priorityClassName: high\n", "2");
+    assert_eq!(
+        wait_unschedulable(&s, "peer"),
+        "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    );
+}

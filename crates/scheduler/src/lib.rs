@@ -10,6 +10,7 @@
 pub mod affinity;
 pub mod cache;
 pub mod plugins;
+pub mod preemption;
 pub mod queue;
 
 use std::collections::BTreeMap;
@@ -371,7 +372,18 @@ impl Scheduler {
                     }
                 });
             }
-            Decision::Unschedulable(msg) => {
+            Decision::Unschedulable(mut msg) => {
+                // PostFilter: make room by preempting lower-priority pods, if allowed.
+                if preemption::may_preempt(&info) {
+                    let plan = {
+                        let cache = self.cache.lock().unwrap();
+                        preemption::find(&info, &cache, &self.filters)
+                    };
+                    match plan {
+                        Ok(plan) => self.preempt(&pod, &key, plan).await,
+                        Err(why) => msg = format!("{msg} {why}"),
+                    }
+                }
                 self.queue.done(&key, Outcome::Unschedulable);
                 self.events.emit(
                     pod.object_ref(&()),
@@ -383,6 +395,50 @@ impl Scheduler {
                     tracing::debug!(pod = %key, error = %e, "could not record PodScheduled=False");
                 }
             }
+        }
+    }
+
+    /// Delete the victims and nominate the node for the preemptor (status.nominatedNodeName);
+    /// it is retried when the victims are gone.
+    async fn preempt(&self, pod: &Pod, key: &str, plan: preemption::Plan) {
+        for v in &plan.victims {
+            let api: Api<Pod> = Api::namespaced(
+                self.client.clone(),
+                v.pod.metadata.namespace.as_deref().unwrap_or(""),
+            );
+            let name = v.pod.metadata.name.clone().unwrap_or_default();
+            let dp = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: v.pod.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match api.delete(&name, &dp).await {
+                Ok(_) => self.events.emit_once(
+                    v.pod.object_ref(&()),
+                    EventType::Normal,
+                    "Preempted",
+                    format!(
+                        "Preempted by pod {} on node {}",
+                        pod.metadata.uid.as_deref().unwrap_or(key),
+                        plan.node
+                    ),
+                ),
+                Err(e) => tracing::info!(victim = %v.key, error = %e, "preemption: could not delete victim"),
+            }
+        }
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let patch = json!({"status": {"nominatedNodeName": plan.node}});
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        if let Err(e) = api
+            .patch_status(&pod.name_any(), &pp, &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!(pod = %key, error = %e, "could not set nominatedNodeName");
         }
     }
 
