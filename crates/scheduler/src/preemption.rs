@@ -27,7 +27,7 @@ pub fn may_preempt(pod: &PodInfo) -> bool {
 fn fits(pod: &PodInfo, node: &NodeInfo, requested: &Resources, ports: &[&(String, String, i32)]) -> bool {
     let a = &node.allocatable;
     let w = &pod.requests;
-    let resources = requested.pods + 1 <= a.pods
+    let resources = requested.pods < a.pods
         && (w.milli_cpu == 0 || w.milli_cpu <= a.milli_cpu - requested.milli_cpu)
         && (w.memory == 0 || w.memory <= a.memory - requested.memory)
         && (w.ephemeral == 0 || w.ephemeral <= a.ephemeral - requested.ephemeral);
