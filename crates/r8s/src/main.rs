@@ -45,6 +45,17 @@ struct SchedulerArgs {
     /// schedulerName this scheduler serves (repeatable; default default-scheduler).
     #[arg(long = "scheduler-name", default_value = "default-scheduler")]
     scheduler_names: Vec<String>,
+
+    /// A KubeSchedulerConfiguration file (kubescheduler.config.k8s.io/v1): profiles, plugins,
+    /// weights, percentageOfNodesToScore. Its profiles replace --scheduler-name.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+/// Scheduler profiles from a KubeSchedulerConfiguration file.
+fn scheduler_config(path: &std::path::Path) -> anyhow::Result<r8s_scheduler::config::SchedulerConfig> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    r8s_scheduler::config::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// Settings of the controller manager, in `r8s server` and `r8s controller-manager`.
@@ -150,6 +161,10 @@ struct ServerArgs {
     /// Do not run the scheduler in this process.
     #[arg(long)]
     disable_scheduler: bool,
+
+    /// KubeSchedulerConfiguration for the scheduler in this process.
+    #[arg(long)]
+    scheduler_config: Option<PathBuf>,
 
     #[command(flatten)]
     controllers: ControllerArgs,
@@ -326,11 +341,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let path = data_dir.join("server").join("cred").join("scheduler.kubeconfig");
         r8s_apiserver::pki::write_private(&path, &kc)?;
         let client = client_from_kubeconfig(&path).await?;
-        components.push(tokio::spawn(r8s_scheduler::run(
-            client,
-            r8s_scheduler::Options::default(),
-            stop.clone(),
-        )));
+        let mut opts = r8s_scheduler::Options::default();
+        if let Some(path) = &args.scheduler_config {
+            opts.profiles = scheduler_config(path)?.profiles;
+        }
+        components.push(tokio::spawn(r8s_scheduler::run(client, opts, stop.clone())));
     }
     // SIGINT (Ctrl-C) or SIGTERM (what init systems and `kill` send) stop the server.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -358,17 +373,29 @@ async fn client_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::
 }
 
 async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
+    let mut opts = r8s_scheduler::Options {
+        profiles: args
+            .scheduler_names
+            .iter()
+            .map(|n| r8s_scheduler::config::ProfileConfig::default_for(n))
+            .collect(),
+        leader_elect: args.leader_elect,
+        identity: r8s_controllers::default_identity(),
+    };
+    if let Some(path) = &args.config {
+        let cfg = scheduler_config(path)?;
+        opts.profiles = cfg.profiles;
+        if let Some(le) = cfg.leader_elect {
+            opts.leader_elect = le;
+        }
+    }
+    // The configuration is checked before anything is contacted.
     let client = client_from_kubeconfig(&args.kubeconfig).await?;
     client
         .apiserver_version()
         .await
         .context("reaching the API server")?;
     let stop = tokio_util::sync::CancellationToken::new();
-    let opts = r8s_scheduler::Options {
-        profiles: args.scheduler_names,
-        leader_elect: args.leader_elect,
-        identity: r8s_controllers::default_identity(),
-    };
     let task = tokio::spawn(r8s_scheduler::run(client, opts, stop.clone()));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

@@ -134,7 +134,7 @@ fn resources_taints_and_affinity_decide_placement_and_failures_say_why() {
     let msg = wait_unschedulable(&s, "huge");
     assert_eq!(
         msg,
-        "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 2 Insufficient cpu."
+        "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}, 2 Insufficient cpu. preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod."
     );
     let events = wait_for(30, "FailedScheduling event", || {
         let e = s.ok(
@@ -158,7 +158,7 @@ fn resources_taints_and_affinity_decide_placement_and_failures_say_why() {
     let msg = wait_unschedulable(&s, "zone-a-big");
     assert_eq!(
         msg,
-        "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: gpu}."
+        "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {dedicated: gpu}. preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
     );
 
     // A new node that fits: the unschedulable pod is retried and lands there.
@@ -219,7 +219,7 @@ fn anti_affinity_and_topology_spread() {
     let name = pending["metadata"]["name"].as_str().unwrap().to_string();
     assert_eq!(
         wait_unschedulable(&s, &name),
-        "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules."
+        "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
     );
 
     // Zone spread with maxSkew 1: 2 and 2, although zone a has twice the nodes.
@@ -278,5 +278,35 @@ fn priority_classes_and_preemption() {
     assert_eq!(
         wait_unschedulable(&s, "peer"),
         "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    );
+}
+
+#[test]
+fn scheduler_configuration_profiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("scheduler.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n- schedulerName: taint-blind\n  plugins:\n    filter:\n      disabled:\n      - name: TaintToleration\n",
+    )
+    .unwrap();
+    let s = Server::start_with(&[
+        "--node-monitor-grace-period=1h",
+        "--scheduler-config",
+        config.to_str().unwrap(),
+    ]);
+    node(
+        &s,
+        "only",
+        "4",
+        "",
+        "{key: dedicated, value: x, effect: NoSchedule}",
+    );
+    pod(&s, "plain", "", "100m");
+    pod(&s, "blind", "  schedulerName: taint-blind\n", "100m");
+    assert_eq!(wait_bound(&s, "blind"), "only");
+    assert_eq!(
+        wait_unschedulable(&s, "plain"),
+        "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: x}. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     );
 }

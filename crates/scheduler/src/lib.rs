@@ -9,6 +9,7 @@
 
 pub mod affinity;
 pub mod cache;
+pub mod config;
 pub mod plugins;
 pub mod preemption;
 pub mod queue;
@@ -35,8 +36,8 @@ pub const FIELD_MANAGER: &str = "kube-scheduler";
 
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// The schedulerName values this scheduler serves.
-    pub profiles: Vec<String>,
+    /// The profiles this scheduler serves, one per schedulerName.
+    pub profiles: Vec<config::ProfileConfig>,
     pub leader_elect: bool,
     pub identity: String,
 }
@@ -44,10 +45,58 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
-            profiles: vec![DEFAULT_SCHEDULER.into()],
+            profiles: vec![config::ProfileConfig::default_for(DEFAULT_SCHEDULER)],
             leader_elect: true,
             identity: r8s_controllers::default_identity(),
         }
+    }
+}
+
+/// One profile's plugins, built from its configuration.
+pub struct Profile {
+    filters: Vec<Box<dyn Filter>>,
+    scores: Vec<(Box<dyn Score>, i64)>,
+    cluster_filters: Vec<Box<dyn affinity::ClusterFilter>>,
+    cluster_scores: Vec<(Box<dyn affinity::ClusterScore>, i64)>,
+    percentage: Option<u32>,
+}
+
+impl Profile {
+    pub fn new(cfg: &config::ProfileConfig) -> Self {
+        let mut p = Profile {
+            filters: Vec::new(),
+            scores: Vec::new(),
+            cluster_filters: Vec::new(),
+            cluster_scores: Vec::new(),
+            percentage: cfg.percentage_of_nodes_to_score.filter(|p| *p > 0),
+        };
+        for name in &cfg.filters {
+            match name.as_str() {
+                "NodeUnschedulable" => p.filters.push(Box::new(plugins::NodeUnschedulable)),
+                "NodeName" => p.filters.push(Box::new(plugins::NodeName)),
+                "TaintToleration" => p.filters.push(Box::new(plugins::TaintToleration)),
+                "NodeAffinity" => p.filters.push(Box::new(plugins::NodeAffinity)),
+                "NodePorts" => p.filters.push(Box::new(plugins::NodePorts)),
+                "NodeResourcesFit" => p.filters.push(Box::new(plugins::NodeResourcesFit)),
+                "PodTopologySpread" => p.cluster_filters.push(Box::new(affinity::PodTopologySpread)),
+                "InterPodAffinity" => p.cluster_filters.push(Box::new(affinity::InterPodAffinity)),
+                _ => {}
+            }
+        }
+        for (name, w) in &cfg.scores {
+            match name.as_str() {
+                "TaintToleration" => p.scores.push((Box::new(plugins::TaintToleration), *w)),
+                "NodeAffinity" => p.scores.push((Box::new(plugins::NodeAffinity), *w)),
+                "NodeResourcesFit" => p.scores.push((Box::new(plugins::NodeResourcesFit), *w)),
+                "NodeResourcesBalancedAllocation" => {
+                    p.scores.push((Box::new(plugins::BalancedAllocation), *w))
+                }
+                "PodTopologySpread" => p.cluster_scores.push((Box::new(affinity::PodTopologySpread), *w)),
+                "InterPodAffinity" => p.cluster_scores.push((Box::new(affinity::InterPodAffinity), *w)),
+                _ => {}
+            }
+        }
+        p
     }
 }
 
@@ -55,12 +104,16 @@ impl Default for Options {
 pub async fn run(client: Client, opts: Options, stop: CancellationToken) {
     if opts.leader_elect {
         // A second scheduler with its own profiles (a custom scheduler) has its own Lease.
-        let lease = if opts.profiles.iter().any(|p| p == DEFAULT_SCHEDULER) {
+        let lease = if opts
+            .profiles
+            .iter()
+            .any(|p| p.scheduler_name == DEFAULT_SCHEDULER)
+        {
             "kube-scheduler".to_string()
         } else {
             opts.profiles
                 .first()
-                .cloned()
+                .map(|p| p.scheduler_name.clone())
                 .unwrap_or_else(|| "kube-scheduler".into())
         };
         let election = r8s_controllers::leader::LeaderElection::new(&lease, opts.identity.clone());
@@ -99,19 +152,22 @@ pub fn fit_error(total: usize, reasons: &BTreeMap<String, usize>) -> String {
 
 pub struct Scheduler {
     client: Client,
-    opts: Options,
     cache: Arc<Mutex<Cache>>,
     queue: Arc<SchedulingQueue>,
-    filters: Vec<Box<dyn Filter>>,
-    scores: Vec<(Box<dyn Score>, i64)>,
-    cluster_filters: Vec<Box<dyn affinity::ClusterFilter>>,
-    cluster_scores: Vec<(Box<dyn affinity::ClusterScore>, i64)>,
+    profiles: std::collections::HashMap<String, Profile>,
     events: Events,
     next_start: Mutex<usize>,
     /// At most this many Binding requests in flight.
     binds: Arc<tokio::sync::Semaphore>,
     /// Durations of scheduling attempts (filter + score), in microseconds, since the last report.
     attempts: Mutex<Vec<u64>>,
+}
+
+fn profile_name(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref())
+        .unwrap_or(DEFAULT_SCHEDULER)
 }
 
 /// The outcome of one scheduling cycle.
@@ -122,23 +178,17 @@ pub enum Decision {
 
 impl Scheduler {
     pub fn new(client: Client, opts: Options) -> Arc<Self> {
+        let profiles = opts
+            .profiles
+            .iter()
+            .map(|p| (p.scheduler_name.clone(), Profile::new(p)))
+            .collect();
         Arc::new(Self {
             events: Events::new(client.clone(), DEFAULT_SCHEDULER),
             client,
-            opts,
             cache: Arc::new(Mutex::new(Cache::default())),
             queue: SchedulingQueue::new(),
-            filters: plugins::default_filters(),
-            scores: plugins::default_scores(),
-            // Upstream runs these last among filters; weights 2 each.
-            cluster_filters: vec![
-                Box::new(affinity::PodTopologySpread),
-                Box::new(affinity::InterPodAffinity),
-            ],
-            cluster_scores: vec![
-                (Box::new(affinity::PodTopologySpread), 2),
-                (Box::new(affinity::InterPodAffinity), 2),
-            ],
+            profiles,
             next_start: Mutex::new(0),
             binds: Arc::new(tokio::sync::Semaphore::new(64)),
             attempts: Mutex::new(Vec::new()),
@@ -146,12 +196,7 @@ impl Scheduler {
     }
 
     fn ours(&self, pod: &Pod) -> bool {
-        let name = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.scheduler_name.as_deref())
-            .unwrap_or(DEFAULT_SCHEDULER);
-        self.opts.profiles.iter().any(|p| p == name)
+        self.profiles.contains_key(profile_name(pod))
     }
 
     fn on_pod(&self, change: Change<'_, Pod>) {
@@ -223,7 +268,7 @@ impl Scheduler {
             _ = async { nodes.wait_synced().await; pods.wait_synced().await } => {}
             _ = stop.cancelled() => return,
         }
-        tracing::info!(profiles = ?self.opts.profiles, "scheduler running");
+        tracing::info!(profiles = ?self.profiles.keys().collect::<Vec<_>>(), "scheduler running");
         // Report attempt durations now and then (upstream exports them as
         // scheduler_scheduling_attempt_duration_seconds).
         let this = self.clone();
@@ -268,11 +313,20 @@ impl Scheduler {
 
     /// Filter and score every node for `pod` (upstream `schedulePod`).
     pub fn decide(&self, info: &PodInfo) -> Decision {
+        let Some(profile) = self.profiles.get(profile_name(&info.pod)) else {
+            return Decision::Unschedulable(format!(
+                "no profile for scheduler {:?}",
+                profile_name(&info.pod)
+            ));
+        };
         let cache = self.cache.lock().unwrap();
         let total = cache.order.len();
-        let want = feasible_nodes_to_find(total);
+        let want = match profile.percentage {
+            Some(pct) if total >= 100 => (total * pct as usize / 100).clamp(100, total),
+            _ => feasible_nodes_to_find(total),
+        };
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-        let checks: Vec<Box<dyn affinity::NodeCheck>> = self
+        let checks: Vec<Box<dyn affinity::NodeCheck>> = profile
             .cluster_filters
             .iter()
             .map(|f| f.prepare(info, &cache))
@@ -292,7 +346,7 @@ impl Scheduler {
             let Some(node) = cache.nodes.get(name) else {
                 continue;
             };
-            let verdict = self
+            let verdict = profile
                 .filters
                 .iter()
                 .try_for_each(|f| f.filter(info, node))
@@ -313,14 +367,14 @@ impl Scheduler {
             return Decision::Node(feasible[0].name.clone());
         }
         let mut totals = vec![0i64; feasible.len()];
-        for (plugin, weight) in &self.scores {
+        for (plugin, weight) in &profile.scores {
             let mut scores: Vec<i64> = feasible.iter().map(|n| plugin.score(info, n)).collect();
             plugin.normalize(&mut scores);
             for (t, s) in totals.iter_mut().zip(scores) {
                 *t += s * weight;
             }
         }
-        for (plugin, weight) in &self.cluster_scores {
+        for (plugin, weight) in &profile.cluster_scores {
             let check = plugin.prepare(info, &cache);
             let mut scores: Vec<i64> = feasible.iter().map(|n| check.score(n)).collect();
             check.normalize(&mut scores);
@@ -377,7 +431,10 @@ impl Scheduler {
                 if preemption::may_preempt(&info) {
                     let plan = {
                         let cache = self.cache.lock().unwrap();
-                        preemption::find(&info, &cache, &self.filters)
+                        match self.profiles.get(profile_name(&pod)) {
+                            Some(p) => preemption::find(&info, &cache, &p.filters),
+                            None => Err(String::new()),
+                        }
                     };
                     match plan {
                         Ok(plan) => self.preempt(&pod, &key, plan).await,

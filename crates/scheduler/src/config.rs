@@ -1,0 +1,210 @@
+//! `KubeSchedulerConfiguration` (kubescheduler.config.k8s.io/v1), the successor of the
+//! reference document's `--policy-config-file`: profiles by schedulerName, each enabling or
+//! disabling filter and score plugins (`'*'` for all) and setting score weights;
+//! `percentageOfNodesToScore` globally or per profile; `leaderElection.leaderElect`.
+
+use serde_json::Value;
+
+/// Filter plugins in upstream's order.
+pub const FILTERS: &[&str] = &[
+    "NodeUnschedulable",
+    "NodeName",
+    "TaintToleration",
+    "NodeAffinity",
+    "NodePorts",
+    "NodeResourcesFit",
+    "PodTopologySpread",
+    "InterPodAffinity",
+];
+
+/// Score plugins with upstream's default weights.
+pub const SCORES: &[(&str, i64)] = &[
+    ("TaintToleration", 3),
+    ("NodeAffinity", 2),
+    ("NodeResourcesFit", 1),
+    ("NodeResourcesBalancedAllocation", 1),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
+];
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProfileConfig {
+    pub scheduler_name: String,
+    pub filters: Vec<String>,
+    pub scores: Vec<(String, i64)>,
+    /// 1..=100; `None` for upstream's adaptive share.
+    pub percentage_of_nodes_to_score: Option<u32>,
+}
+
+impl ProfileConfig {
+    pub fn default_for(name: &str) -> Self {
+        Self {
+            scheduler_name: name.into(),
+            filters: FILTERS.iter().map(|s| s.to_string()).collect(),
+            scores: SCORES.iter().map(|(n, w)| (n.to_string(), *w)).collect(),
+            percentage_of_nodes_to_score: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SchedulerConfig {
+    pub profiles: Vec<ProfileConfig>,
+    pub leader_elect: Option<bool>,
+}
+
+fn names(v: &Value) -> Vec<(String, Option<i64>)> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p["name"].as_str()?.to_string(), p["weight"].as_i64())))
+        .collect()
+}
+
+/// Apply one extension point's `disabled` then `enabled` lists to `current`.
+fn apply(
+    point: &Value,
+    known: &[&str],
+    current: &mut Vec<(String, i64)>,
+    default_weight: impl Fn(&str) -> i64,
+    profile: &str,
+) -> Result<(), String> {
+    for (name, _) in names(&point["disabled"]) {
+        if name == "*" {
+            current.clear();
+        } else {
+            current.retain(|(n, _)| *n != name);
+        }
+    }
+    for (name, weight) in names(&point["enabled"]) {
+        if !known.contains(&name.as_str()) {
+            return Err(format!("profile \"{profile}\": plugin \"{name}\" does not exist"));
+        }
+        let w = weight.unwrap_or_else(|| default_weight(&name));
+        match current.iter_mut().find(|(n, _)| *n == name) {
+            Some(entry) => entry.1 = w,
+            None => current.push((name, w)),
+        }
+    }
+    Ok(())
+}
+
+/// Parse a KubeSchedulerConfiguration document (YAML or JSON).
+pub fn parse(text: &str) -> Result<SchedulerConfig, String> {
+    let doc: Value =
+        serde_saphyr::from_str(text).map_err(|e| format!("invalid scheduler configuration: {e}"))?;
+    let api_version = doc["apiVersion"].as_str().unwrap_or("");
+    if api_version != "kubescheduler.config.k8s.io/v1" || doc["kind"] != "KubeSchedulerConfiguration" {
+        return Err(format!(
+            "scheduler configuration must be kind KubeSchedulerConfiguration of apiVersion kubescheduler.config.k8s.io/v1, not {:?} {:?}",
+            doc["kind"].as_str().unwrap_or(""),
+            api_version
+        ));
+    }
+    let global_pct = doc["percentageOfNodesToScore"].as_u64().map(|p| p as u32);
+    let mut profiles = Vec::new();
+    let list = doc["profiles"].as_array().cloned().unwrap_or_default();
+    let list = if list.is_empty() { vec![Value::Null] } else { list };
+    for p in list {
+        let name = p["schedulerName"]
+            .as_str()
+            .unwrap_or(crate::DEFAULT_SCHEDULER)
+            .to_string();
+        if profiles.iter().any(|x: &ProfileConfig| x.scheduler_name == name) {
+            return Err(format!("duplicate profile with scheduler name \"{name}\""));
+        }
+        let mut profile = ProfileConfig::default_for(&name);
+        let plugins = &p["plugins"];
+        let score_weight = |n: &str| SCORES.iter().find(|(s, _)| *s == n).map(|(_, w)| *w).unwrap_or(1);
+        let mut filters: Vec<(String, i64)> = profile.filters.iter().map(|f| (f.clone(), 0)).collect();
+        // multiPoint applies to every extension point the plugin has.
+        for point in [&plugins["multiPoint"], &plugins["filter"]] {
+            apply(point, FILTERS, &mut filters, |_| 0, &name)?;
+        }
+        for point in [&plugins["multiPoint"], &plugins["score"]] {
+            apply(
+                point,
+                &SCORES.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+                &mut profile.scores,
+                score_weight,
+                &name,
+            )?;
+        }
+        profile.filters = filters.into_iter().map(|(n, _)| n).collect();
+        profile.percentage_of_nodes_to_score = p["percentageOfNodesToScore"]
+            .as_u64()
+            .map(|p| p as u32)
+            .or(global_pct);
+        if let Some(pct) = profile.percentage_of_nodes_to_score {
+            if pct > 100 {
+                return Err(format!(
+                    "percentageOfNodesToScore: Invalid value: {pct}: not in valid range [0-100]"
+                ));
+            }
+        }
+        profiles.push(profile);
+    }
+    Ok(SchedulerConfig {
+        profiles,
+        leader_elect: doc["leaderElection"]["leaderElect"].as_bool(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_enable_disable_and_weigh_plugins() {
+        let cfg = parse(
+            r#"
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+percentageOfNodesToScore: 30
+profiles:
+- schedulerName: default-scheduler
+- schedulerName: packer
+  plugins:
+    score:
+      disabled:
+      - name: '*'
+      enabled:
+      - name: NodeResourcesFit
+        weight: 5
+    filter:
+      disabled:
+      - name: TaintToleration
+"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.leader_elect, Some(false));
+        assert_eq!(cfg.profiles.len(), 2);
+        assert_eq!(
+            cfg.profiles[0],
+            ProfileConfig {
+                percentage_of_nodes_to_score: Some(30),
+                ..ProfileConfig::default_for("default-scheduler")
+            }
+        );
+        let packer = &cfg.profiles[1];
+        assert_eq!(packer.scores, [("NodeResourcesFit".to_string(), 5)]);
+        assert!(!packer.filters.contains(&"TaintToleration".to_string()));
+        assert_eq!(packer.filters.len(), FILTERS.len() - 1);
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        assert!(parse("apiVersion: v1\nkind: Pod\n")
+            .unwrap_err()
+            .contains("KubeSchedulerConfiguration"));
+        let unknown = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- plugins:\n    score:\n      enabled: [{name: Magic}]\n";
+        assert_eq!(
+            parse(unknown).unwrap_err(),
+            "profile \"default-scheduler\": plugin \"Magic\" does not exist"
+        );
+        let dup = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: a\n- schedulerName: a\n";
+        assert!(parse(dup).unwrap_err().contains("duplicate profile"));
+    }
+}
