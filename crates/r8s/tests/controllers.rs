@@ -534,14 +534,35 @@ fn standalone_controller_manager_killed_mid_sync_creates_no_duplicates() {
     wait_for(60, "some pods", || {
         (!items(&s, v, &["get", "pods"]).is_empty()).then_some(())
     });
+    // A second manager waits on the Lease while the first leads: never both at once.
+    let mut second = spawn("cm2");
+    let holder = |s: &Server| {
+        json(
+            s,
+            v,
+            &["-n", "kube-system", "get", "lease", "kube-controller-manager"],
+        )["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let leader = holder(&s);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(holder(&s), leader, "the lease stays with the first manager");
+    let log2 = |s: &Server| std::fs::read_to_string(s.dir.path().join("cm2.log")).unwrap_or_default();
+    assert!(!log2(&s).contains("became leader"), "{}", log2(&s));
     first.kill().unwrap();
     first.wait().unwrap();
     let at_kill = items(&s, v, &["get", "pods"]).len();
-    // The successor waits for the dead leader's Lease to expire, then finishes the job.
-    let mut second = spawn("cm2");
+    // The second takes over once the dead leader's Lease expires, and finishes the job.
     wait_for(90, "60 pods", || {
         (items(&s, v, &["get", "pods"]).len() >= 60).then_some(())
     });
+    // (The lease lasts 15 s after the last renewal.)
+    wait_for(60, "the second manager to lead", || {
+        log2(&s).contains("became leader").then_some(())
+    });
+    assert_ne!(holder(&s), leader);
     std::thread::sleep(Duration::from_secs(2));
     let pods = items(&s, v, &["get", "pods"]);
     let rss = items(&s, v, &["get", "rs"]);

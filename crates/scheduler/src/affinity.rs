@@ -497,3 +497,160 @@ mod tests {
         assert_eq!(scores, [100, 0]);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// ImageLocality
+
+/// The full reference a container runtime reports for an image name: `nginx` →
+/// `docker.io/library/nginx:latest`.
+pub fn normalize_image(name: &str) -> String {
+    let (repo, suffix) = match name.find('@') {
+        Some(i) => (&name[..i], name[i..].to_string()),
+        None => {
+            let last = name.rsplit('/').next().unwrap_or(name);
+            match last.rfind(':') {
+                Some(i) => {
+                    let cut = name.len() - last.len() + i;
+                    (&name[..cut], name[cut..].to_string())
+                }
+                None => (name, ":latest".to_string()),
+            }
+        }
+    };
+    let first = repo.split('/').next().unwrap_or("");
+    let has_registry =
+        repo.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let full = if has_registry {
+        repo.to_string()
+    } else if repo.contains('/') {
+        format!("docker.io/{repo}")
+    } else {
+        format!("docker.io/library/{repo}")
+    };
+    format!("{full}{suffix}")
+}
+
+struct ImageCheck {
+    /// Per image of the pod: (normalized name, nodes having it).
+    images: Vec<(String, usize)>,
+    total_nodes: usize,
+}
+
+const MIN_THRESHOLD: i64 = 23 * 1024 * 1024;
+const MAX_CONTAINER_THRESHOLD: i64 = 1000 * 1024 * 1024;
+
+fn node_images(node: &NodeInfo) -> impl Iterator<Item = (&String, i64)> {
+    node.node
+        .status
+        .as_ref()
+        .and_then(|s| s.images.as_ref())
+        .into_iter()
+        .flatten()
+        .flat_map(|i| {
+            i.names
+                .iter()
+                .flatten()
+                .map(move |n| (n, i.size_bytes.unwrap_or(0)))
+        })
+}
+
+impl NodeCheck for ImageCheck {
+    /// Sizes of the pod's images already on the node, weighted by how widely each is spread
+    /// (so one node holding an image does not attract everything), scaled between 23 MB and
+    /// 1000 MB per container as upstream.
+    fn score(&self, node: &NodeInfo) -> i64 {
+        if self.images.is_empty() || self.total_nodes == 0 {
+            return 0;
+        }
+        let mut sum = 0i64;
+        for (image, spread) in &self.images {
+            if let Some((_, size)) = node_images(node).find(|(n, _)| *n == image) {
+                sum += size * *spread as i64 / self.total_nodes as i64;
+            }
+        }
+        let max = MAX_CONTAINER_THRESHOLD * self.images.len() as i64;
+        let sum = sum.clamp(MIN_THRESHOLD, max);
+        plugins::MAX_NODE_SCORE * (sum - MIN_THRESHOLD) / (max - MIN_THRESHOLD)
+    }
+}
+
+pub struct ImageLocality;
+
+impl ClusterScore for ImageLocality {
+    fn name(&self) -> &'static str {
+        "ImageLocality"
+    }
+    fn prepare(&self, pod: &PodInfo, cache: &Cache) -> Box<dyn NodeCheck> {
+        let names: Vec<String> = pod
+            .pod
+            .spec
+            .as_ref()
+            .map(|s| {
+                s.containers
+                    .iter()
+                    .filter_map(|c| c.image.as_deref())
+                    .map(normalize_image)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let images = names
+            .into_iter()
+            .map(|n| {
+                let spread = cache
+                    .nodes
+                    .values()
+                    .filter(|node| node_images(node).any(|(i, _)| *i == n))
+                    .count();
+                (n, spread)
+            })
+            .collect();
+        Box::new(ImageCheck {
+            images,
+            total_nodes: cache.nodes.len(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+    use std::sync::Arc;
+
+    #[test]
+    fn image_names_normalize_like_the_runtime_reports_them() {
+        assert_eq!(normalize_image("nginx"), "docker.io/library/nginx:latest");
+        assert_eq!(normalize_image("nginx:1.25"), "docker.io/library/nginx:1.25");
+        assert_eq!(normalize_image("foo/bar"), "docker.io/foo/bar:latest");
+        assert_eq!(normalize_image("localhost:5000/x:1"), "localhost:5000/x:1");
+        assert_eq!(
+            normalize_image("quay.io/a/b@sha256:abc"),
+            "quay.io/a/b@sha256:abc"
+        );
+    }
+
+    #[test]
+    fn nodes_holding_the_image_score_higher() {
+        let mut c = Cache::default();
+        for (n, has) in [("with", true), ("without", false)] {
+            let images = if has {
+                json!([{"names": ["docker.io/library/nginx:latest"], "sizeBytes": 500 * 1024 * 1024}])
+            } else {
+                json!([])
+            };
+            let node: Node =
+                serde_json::from_value(json!({"metadata": {"name": n}, "status": {"images": images}}))
+                    .unwrap();
+            c.set_node(Arc::new(node));
+        }
+        let pod: Pod = serde_json::from_value(
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}),
+        )
+        .unwrap();
+        let info = PodInfo::new(Arc::new(pod));
+        let check = ImageLocality.prepare(&info, &c);
+        let (a, b) = (check.score(&c.nodes["with"]), check.score(&c.nodes["without"]));
+        assert!(a > b && b == 0, "{a} {b}");
+    }
+}

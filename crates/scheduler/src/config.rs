@@ -25,6 +25,7 @@ pub const SCORES: &[(&str, i64)] = &[
     ("NodeResourcesBalancedAllocation", 1),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
+    ("ImageLocality", 1),
 ];
 
 #[derive(Clone, Debug, PartialEq)]

@@ -93,6 +93,7 @@ impl Profile {
                 }
                 "PodTopologySpread" => p.cluster_scores.push((Box::new(affinity::PodTopologySpread), *w)),
                 "InterPodAffinity" => p.cluster_scores.push((Box::new(affinity::InterPodAffinity), *w)),
+                "ImageLocality" => p.cluster_scores.push((Box::new(affinity::ImageLocality), *w)),
                 _ => {}
             }
         }
