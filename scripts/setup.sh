@@ -7,6 +7,8 @@ need=()
 command -v protoc >/dev/null || need+=(protobuf-compiler)   # etcd-client compiles etcd's protos
 command -v etcd >/dev/null || need+=(etcd-server)           # the etcd backend's tests and benchmark
 command -v cc >/dev/null || need+=(build-essential)
+command -v containerd >/dev/null || need+=(containerd runc)  # the kubelet's container runtime (CRI)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)  # pod networking (CNI)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

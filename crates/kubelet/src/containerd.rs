@@ -1,0 +1,205 @@
+//! containerd as the agent's child (as k3s runs it): a configuration written under the agent's
+//! data dir — root, state and socket there, the CRI plugin with r8s's CNI directories and pause
+//! image, cgroupfs (no systemd here) — then `containerd --config` until the agent stops. On stop
+//! it gets SIGTERM (SIGKILL after 10 s) and whatever it left mounted under its root is unmounted.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::Error;
+
+#[derive(Clone, Debug)]
+pub struct ContainerdOptions {
+    /// Everything containerd keeps goes under here.
+    pub dir: PathBuf,
+    /// The sandbox (pause) image of every pod.
+    pub sandbox_image: String,
+    pub cni_bin_dir: PathBuf,
+    pub cni_conf_dir: PathBuf,
+    /// The containerd binary.
+    pub binary: PathBuf,
+}
+
+impl ContainerdOptions {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
+        Self {
+            cni_conf_dir: dir.join("cni").join("net.d"),
+            dir,
+            sandbox_image: "docker.io/r8s/pause:0.1".into(),
+            cni_bin_dir: "/usr/lib/cni".into(),
+            binary: "containerd".into(),
+        }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+
+    /// The configuration file's text (containerd 1.6, config version 2).
+    pub fn config(&self) -> String {
+        let d = self.dir.display();
+        format!(
+            r#"# Written by r8s; rewritten at every start.
+version = 2
+root = "{d}/root"
+state = "{d}/state"
+
+[grpc]
+  address = "{d}/containerd.sock"
+
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{sandbox}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{cni_bin}"
+    conf_dir = "{cni_conf}"
+
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{d}/certs.d"
+"#,
+            sandbox = self.sandbox_image,
+            cni_bin = self.cni_bin_dir.display(),
+            cni_conf = self.cni_conf_dir.display(),
+        )
+    }
+}
+
+/// A running containerd, stopped on drop.
+pub struct Containerd {
+    opts: ContainerdOptions,
+    child: Option<Child>,
+}
+
+impl Containerd {
+    /// Write the configuration, start containerd and wait for its socket (at most 20 s).
+    pub fn start(opts: ContainerdOptions) -> Result<Self, Error> {
+        for d in [&opts.dir, &opts.cni_conf_dir, &opts.dir.join("certs.d")] {
+            std::fs::create_dir_all(d)?;
+        }
+        let config = opts.dir.join("config.toml");
+        std::fs::File::create(&config)?.write_all(opts.config().as_bytes())?;
+        let _ = std::fs::remove_file(opts.socket());
+        let log = std::fs::File::create(opts.dir.join("containerd.log"))?;
+        let child = Command::new(&opts.binary)
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| Error::Other(format!("starting {}: {e}", opts.binary.display())))?;
+        let mut c = Self {
+            opts,
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !c.opts.socket().exists() {
+            if let Some(status) = c.child.as_mut().and_then(|ch| ch.try_wait().ok().flatten()) {
+                return Err(Error::Other(format!(
+                    "containerd exited ({status}); its log:\n{}",
+                    c.log()
+                )));
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Other(format!(
+                    "containerd did not start; its log:\n{}",
+                    c.log()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(c)
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.opts.socket()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.opts.dir.join("containerd.log")).unwrap_or_default()
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s; then unmount what is left under its directory.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        unmount_under(&self.opts.dir);
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Unmount every mount point under `dir`, deepest first (lazily, so a busy one cannot block).
+pub fn unmount_under(dir: &Path) {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let prefix = dir.to_string_lossy().to_string();
+    let mut points: Vec<String> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| p.replace("\\040", " "))
+        .filter(|p| p.starts_with(&prefix))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let _ = Command::new("umount").arg("-l").arg(&p).status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_keeps_everything_under_the_data_dir() {
+        let opts = ContainerdOptions::new("/var/lib/r8s/agent/containerd");
+        let c = opts.config();
+        assert!(c.contains(r#"root = "/var/lib/r8s/agent/containerd/root""#));
+        assert!(c.contains(r#"address = "/var/lib/r8s/agent/containerd/containerd.sock""#));
+        assert!(c.contains(r#"sandbox_image = "docker.io/r8s/pause:0.1""#));
+        assert!(c.contains(r#"bin_dir = "/usr/lib/cni""#));
+        assert!(c.contains("SystemdCgroup = false"));
+        assert!(!c.contains("/opt/containerd"));
+    }
+}

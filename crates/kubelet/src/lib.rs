@@ -1,0 +1,18 @@
+//! The r8s kubelet (the reference document's kubelet stages). This first layer: the container
+//! runtime. `containerd` runs containerd as the agent's child with a configuration r8s writes;
+//! `cri` talks CRI v1 to it over its unix socket with tonic and the k8s-cri protos.
+
+pub mod containerd;
+pub mod cri;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("CRI: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("CRI: {0}")]
+    Status(#[from] tonic::Status),
+    #[error("{0}")]
+    Other(String),
+}
