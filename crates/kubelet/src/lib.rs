@@ -2,8 +2,10 @@
 //! runtime. `containerd` runs containerd as the agent's child with a configuration r8s writes;
 //! `cri` talks CRI v1 to it over its unix socket with tonic and the k8s-cri protos.
 
+pub mod cni;
 pub mod containerd;
 pub mod cri;
+pub mod spec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
