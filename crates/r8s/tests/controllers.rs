@@ -709,3 +709,107 @@ fn progress_deadline_proportional_scaling_and_history_limit() {
     revisions.sort();
     assert_eq!(revisions, ["3", "4"]);
 }
+
+#[test]
+fn replicaset_adopts_orphans_releases_strays_and_reports_failures() {
+    let s = Server::start();
+    let v = "1.33";
+    // An orphan pod that the ReplicaSet's selector matches.
+    s.ok(v, &["run", "stray", "--image=nginx", "--labels=app=cache"]);
+    let rs = "apiVersion: apps/v1\nkind: ReplicaSet\nmetadata:\n  name: cache\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: cache}\n  template:\n    metadata:\n      labels: {app: cache}\n    spec:\n      containers:\n      - name: c\n        image: nginx\n";
+    s.ok_stdin(v, &["apply", "-f", "-"], rs);
+    let pods = wait_for(30, "2 pods, one adopted", || {
+        let pods = items(&s, v, &["get", "pods", "-l", "app=cache"]);
+        let owned = pods.iter().filter(|p| owner(p)["kind"] == "ReplicaSet").count();
+        (pods.len() == 2 && owned == 2).then_some(pods)
+    });
+    assert!(
+        pods.iter().any(|p| p["metadata"]["name"] == "stray"),
+        "the orphan was adopted, not replaced"
+    );
+    // Relabel it: released (no owner) and replaced.
+    s.ok(v, &["label", "pod", "stray", "app=other", "--overwrite"]);
+    wait_for(30, "release and replacement", || {
+        let stray = json(&s, v, &["get", "pod", "stray"]);
+        let cache = items(&s, v, &["get", "pods", "-l", "app=cache"]);
+        (stray["metadata"]["ownerReferences"].is_null() && cache.len() == 2).then_some(())
+    });
+
+    // Pods the API refuses (an unknown PriorityClass): ReplicaFailure with the API's message,
+    // mirrored on the Deployment.
+    let bad = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: bad\nspec:\n  replicas: 3\n  selector:\n    matchLabels: {app: bad}\n  template:\n    metadata:\n      labels: {app: bad}\n    spec:\n      priorityClassName: missing\n      containers:\n      - name: c\n        image: nginx\n";
+    s.ok_stdin(v, &["apply", "-f", "-"], bad);
+    let cond = wait_for(30, "ReplicaFailure", || {
+        let rs = items(&s, v, &["get", "rs", "-l", "app=bad"]).into_iter().next()?;
+        rs["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "ReplicaFailure")
+            .cloned()
+    });
+    assert_eq!(cond["reason"], "FailedCreate");
+    assert!(
+        cond["message"]
+            .as_str()
+            .unwrap()
+            .contains("no PriorityClass with name missing was found"),
+        "{cond}"
+    );
+    wait_for(30, "ReplicaFailure on the deployment", || {
+        let d = json(&s, v, &["get", "deploy", "bad"]);
+        d["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "ReplicaFailure" && c["status"] == "True")
+            .then_some(())
+    });
+    // Slow start: a failing batch of one stops the rest, so attempts stay few.
+    let metrics = s.ok(v, &["get", "--raw", "/metrics"]);
+    let refused: f64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{")
+                && l.contains(r#"verb="POST""#)
+                && l.contains(r#"resource="pods""#)
+                && l.contains(r#"code="403""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(refused >= 1.0, "{refused}");
+    let events = s.ok(v, &["get", "events", "--field-selector", "reason=FailedCreate"]);
+    assert!(events.contains("Error creating: pods"), "{events}");
+}
+
+#[test]
+fn recreate_scales_old_pods_to_zero_before_the_new_ones() {
+    let s = Server::start();
+    let v = "1.33";
+    let d = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 3\n  strategy: {type: Recreate}\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: c\n        image: nginx:1.24\n";
+    s.ok_stdin(v, &["apply", "-f", "-"], d);
+    wait_for(30, "first rollout", || {
+        mark_ready(&s, v, "default", "app=web");
+        (json(&s, v, &["get", "deploy", "web"])["status"]["availableReplicas"] == 3).then_some(())
+    });
+    s.ok(v, &["set", "image", "deployment/web", "c=nginx:1.25"]);
+    let mut overlapped = false;
+    wait_for(60, "recreate rollout", || {
+        mark_ready(&s, v, "default", "app=web");
+        let rss = items(&s, v, &["get", "rs", "-l", "app=web"]);
+        let active = rss
+            .iter()
+            .filter(|r| r["spec"]["replicas"].as_i64().unwrap_or(0) > 0)
+            .count();
+        overlapped |= active > 1;
+        let d = json(&s, v, &["get", "deploy", "web"]);
+        let st = &d["status"];
+        (rss.len() == 2
+            && st["updatedReplicas"] == 3
+            && st["availableReplicas"] == 3
+            && st["observedGeneration"] == d["metadata"]["generation"])
+            .then_some(())
+    });
+    assert!(
+        !overlapped,
+        "Recreate never runs old and new ReplicaSets together"
+    );
+}
