@@ -71,6 +71,7 @@ state = "{d}/state"
 
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "{d}/state/runc"
 
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{cni_bin}"
@@ -145,7 +146,8 @@ impl Containerd {
         std::fs::read_to_string(self.opts.dir.join("containerd.log")).unwrap_or_default()
     }
 
-    /// SIGTERM, then SIGKILL after 10 s; then unmount what is left under its directory.
+    /// SIGTERM, then SIGKILL after 10 s; then remove whatever it left running (containers,
+    /// their shims) and unmount what is left under its directory.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = Command::new("kill")
@@ -159,6 +161,34 @@ impl Containerd {
             let _ = child.kill();
             let _ = child.wait();
         }
+        // Containers outlive containerd (their shims hold them): delete them with runc, whose
+        // state for our containerd lives under <dir>/state/runc/<namespace>.
+        if let Ok(roots) = std::fs::read_dir(self.opts.dir.join("state").join("runc")) {
+            for root in roots.flatten().map(|e| e.path()) {
+                let ids = Command::new("runc")
+                    .arg("--root")
+                    .arg(&root)
+                    .args(["list", "-q"])
+                    .output();
+                for id in ids.iter().flat_map(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .map(String::from)
+                        .collect::<Vec<_>>()
+                }) {
+                    let _ = Command::new("runc")
+                        .arg("--root")
+                        .arg(&root)
+                        .args(["delete", "-f", &id])
+                        .status();
+                }
+            }
+        }
+        let _ = Command::new("pkill")
+            .arg("-KILL")
+            .arg("-f")
+            .arg(format!("containerd-shim.*{}", self.opts.socket().display()))
+            .status();
         unmount_under(&self.opts.dir);
     }
 }

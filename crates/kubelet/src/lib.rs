@@ -5,6 +5,7 @@
 pub mod cni;
 pub mod containerd;
 pub mod cri;
+pub mod images;
 pub mod spec;
 
 #[derive(Debug, thiserror::Error)]
