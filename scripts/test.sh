@@ -8,6 +8,10 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+# The container images the kubelet's tests run (busybox, nginx, r8s's pause), built here from
+# Debian packages: no registry is reachable. Then check them on a private containerd.
+scripts/build-test-images.sh target/test-images
+scripts/test-images.sh
 # Unit, integration and end-to-end tests (doc tests: none; examples are built by clippy above).
 set +e
 cargo test --workspace --locked --lib --bins --tests 2>&1 | tee "$log"

@@ -61,6 +61,9 @@ state = "{d}/state"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
+  # Some hosts refuse negative oom_score_adj even to root (e.g. inside a microVM's sandbox):
+  # keep every container's at or above containerd's own.
+  restrict_oom_score_adj = true
 
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -230,6 +233,7 @@ mod tests {
         assert!(c.contains(r#"sandbox_image = "docker.io/r8s/pause:0.1""#));
         assert!(c.contains(r#"bin_dir = "/usr/lib/cni""#));
         assert!(c.contains("SystemdCgroup = false"));
+        assert!(c.contains("restrict_oom_score_adj = true"));
         assert!(!c.contains("/opt/containerd"));
     }
 }
