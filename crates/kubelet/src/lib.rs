@@ -2,6 +2,7 @@
 //! runtime. `containerd` runs containerd as the agent's child with a configuration r8s writes;
 //! `cri` talks CRI v1 to it over its unix socket with tonic and the k8s-cri protos.
 
+pub mod agent;
 pub mod cgroups;
 pub mod cni;
 pub mod containerd;

@@ -93,6 +93,7 @@ async fn main() {
             "server",
             "--data-dir",
             dir.path().to_str().unwrap(),
+            "--disable-agent",
             "--bind-address",
             "127.0.0.1",
         ])

@@ -87,6 +87,7 @@ async fn phase(nodes: usize, pods: usize, backlog: bool) {
             "server",
             "--data-dir",
             dir.path().to_str().unwrap(),
+            "--disable-agent",
             "--bind-address",
             "127.0.0.1",
         ])

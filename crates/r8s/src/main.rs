@@ -24,11 +24,51 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the control plane of a cluster.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Run the controllers alone, against any API server.
     ControllerManager(ControllerManagerArgs),
     /// Run the scheduler alone, against any API server.
     Scheduler(SchedulerArgs),
+}
+
+/// Settings of the agent (kubelet).
+#[derive(Args, Clone)]
+struct AgentArgs {
+    /// This node's name (default: the host name).
+    #[arg(long)]
+    node_name: Option<String>,
+
+    /// This node's address (default: the address of the default route's interface).
+    #[arg(long)]
+    node_ip: Option<String>,
+
+    /// The cluster DNS service address pods resolve with.
+    #[arg(long, default_value = "10.43.0.10")]
+    cluster_dns: String,
+
+    /// The cluster's DNS domain.
+    #[arg(long, default_value = "cluster.local")]
+    cluster_domain: String,
+
+    /// Name of the pod network's bridge.
+    #[arg(long, default_value = "r8s0")]
+    pod_bridge: String,
+}
+
+impl AgentArgs {
+    fn options(&self, dir: PathBuf) -> r8s_kubelet::agent::AgentOptions {
+        let mut o = r8s_kubelet::agent::AgentOptions::new(dir);
+        if let Some(n) = &self.node_name {
+            o.node_name = n.clone();
+        }
+        if let Some(ip) = &self.node_ip {
+            o.node_ip = ip.clone();
+        }
+        o.cluster_dns = vec![self.cluster_dns.clone()];
+        o.cluster_domain = self.cluster_domain.clone();
+        o.bridge = self.pod_bridge.clone();
+        o
+    }
 }
 
 #[derive(Args)]
@@ -165,6 +205,13 @@ struct ServerArgs {
     /// KubeSchedulerConfiguration for the scheduler in this process.
     #[arg(long)]
     scheduler_config: Option<PathBuf>,
+
+    /// Do not run the agent (kubelet) in this process: a control plane only.
+    #[arg(long)]
+    disable_agent: bool,
+
+    #[command(flatten)]
+    agent: AgentArgs,
 
     #[command(flatten)]
     controllers: ControllerArgs,
@@ -347,6 +394,26 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         }
         components.push(tokio::spawn(r8s_scheduler::run(client, opts, stop.clone())));
     }
+    if !args.disable_agent {
+        let opts = args.agent.options(data_dir.join("agent"));
+        let node_user = format!("system:node:{}", opts.node_name);
+        let (cert, key) = pki.issue_client_cert(&node_user, &["system:nodes", "system:masters"])?;
+        let kc = r8s_apiserver::pki::kubeconfig(
+            &format!("https://{host}:{}", api.local_addr.port()),
+            &pki.ca_cert_pem,
+            &cert,
+            &key,
+        );
+        let path = data_dir.join("agent").join("kubelet.kubeconfig");
+        r8s_apiserver::pki::write_private(&path, &kc)?;
+        let client = client_from_kubeconfig(&path).await?;
+        let stop = stop.clone();
+        components.push(tokio::spawn(async move {
+            if let Err(e) = r8s_kubelet::agent::Agent::run(client, opts, stop).await {
+                tracing::error!(error = %e, "agent failed; this server runs no pods");
+            }
+        }));
+    }
     // SIGINT (Ctrl-C) or SIGTERM (what init systems and `kill` send) stop the server.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
@@ -355,7 +422,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     stop.cancel();
     for c in components {
-        let _ = tokio::time::timeout(Duration::from_secs(5), c).await;
+        let _ = tokio::time::timeout(Duration::from_secs(15), c).await;
     }
     api.stop();
     tracing::info!("shutting down");
@@ -443,7 +510,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         match cli.command {
-            Command::Server(args) => server(args).await,
+            Command::Server(args) => server(*args).await,
             Command::ControllerManager(args) => controller_manager(args).await,
             Command::Scheduler(args) => scheduler(args).await,
         }

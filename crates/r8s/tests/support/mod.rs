@@ -48,8 +48,20 @@ impl Server {
         Self::start_with(&[])
     }
 
+    /// A control plane only (`--disable-agent`): no containers run.
     pub fn start_with(extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec!["--disable-agent"];
+        args.extend_from_slice(extra);
+        Self::start_raw(&args)
+    }
+
+    /// Exactly the given arguments (the agent runs unless they disable it).
+    pub fn start_raw(extra: &[&str]) -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), extra)
+    }
+
+    /// With a data dir prepared by the caller (e.g. images staged for the agent).
+    pub fn start_in(dir: tempfile::TempDir, extra: &[&str]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -174,7 +186,18 @@ impl Server {
         out.stderr
     }
 
+    /// Stop the server as an operator would (SIGTERM: the agent, if any, stops its pods and
+    /// containerd); SIGKILL only if it does not exit within 30 s.
     pub fn kill(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -1,0 +1,914 @@
+//! The agent: registers this machine as a Node, renews its Lease, and runs the pods bound to it
+//! through containerd. The pod sync is the reference document's: a worker per pod compares the
+//! pod's spec with what CRI reports and acts on the difference — sandbox (pause container, CNI
+//! network), then each container — and writes the pod's status back through the API.
+//!
+//! This is the first cut of the pod worker: no init containers, probes, volumes or back-off yet
+//! (the kubelet issues add them one step each).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
+    Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo, Pod, PodCondition, PodIP,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use r8s_controllers::queue::{run_workers, WorkQueue};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::cni::{self, CniOptions};
+use crate::containerd::{Containerd, ContainerdOptions};
+use crate::cri::Cri;
+use crate::spec::{self, NodeContext};
+use crate::Error;
+
+pub const FIELD_MANAGER: &str = "kubelet";
+
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    pub node_name: String,
+    /// `<data-dir>/agent`.
+    pub dir: PathBuf,
+    pub node_ip: String,
+    pub cluster_dns: Vec<String>,
+    pub cluster_domain: String,
+    /// Bridge name for the pod network.
+    pub bridge: String,
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// The address of the interface the default route uses (read from the kernel, nothing sent).
+pub fn default_ip() -> String {
+    let iface = std::fs::read_to_string("/proc/net/route").ok().and_then(|t| {
+        t.lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.get(1) == Some(&"00000000"))
+            .map(|f| f[0].to_string())
+    });
+    let Some(iface) = iface else {
+        return "127.0.0.1".into();
+    };
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "dev", &iface])
+        .output();
+    out.ok()
+        .and_then(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).to_string();
+            let word = text
+                .split_whitespace()
+                .skip_while(|w| *w != "inet")
+                .nth(1)?
+                .to_string();
+            Some(word.split('/').next()?.to_string())
+        })
+        .unwrap_or_else(|| "127.0.0.1".into())
+}
+
+impl AgentOptions {
+    pub fn new(dir: PathBuf) -> Self {
+        Self {
+            node_name: host_name().to_lowercase(),
+            dir,
+            node_ip: default_ip(),
+            cluster_dns: vec!["10.43.0.10".into()],
+            cluster_domain: "cluster.local".into(),
+            bridge: "r8s0".into(),
+        }
+    }
+}
+
+fn read_value(path: &str, key: &str) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(key))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn os_image() -> String {
+    std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("PRETTY_NAME="))
+                .map(|l| l.trim_start_matches("PRETTY_NAME=").trim_matches('"').to_string())
+        })
+        .unwrap_or_else(|| "Linux".into())
+}
+
+fn now() -> Time {
+    Time(jiff::Timestamp::now())
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> NodeCondition {
+    NodeCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_heartbeat_time: Some(now()),
+        last_transition_time: Some(now()),
+    }
+}
+
+pub struct Agent {
+    client: Client,
+    opts: AgentOptions,
+    cri: Cri,
+    node_ctx: Mutex<NodeContext>,
+    pods: Mutex<HashMap<String, Arc<Pod>>>,
+    queue: Arc<WorkQueue>,
+    runtime_version: String,
+}
+
+impl Agent {
+    /// Start containerd, import the air-gap images, register the node; then run until `stop`.
+    pub async fn run(client: Client, opts: AgentOptions, stop: CancellationToken) -> Result<(), Error> {
+        let images = opts.dir.join("images");
+        let mut c_opts = ContainerdOptions::new(opts.dir.join("containerd"));
+        if let Ok(name) = std::fs::read_to_string(images.join("pause-image.txt")) {
+            c_opts.sandbox_image = name.trim().to_string();
+        }
+        let cni_opts = CniOptions {
+            conf_dir: c_opts.cni_conf_dir.clone(),
+            ipam_dir: opts.dir.join("ipam"),
+            bridge: opts.bridge.clone(),
+            ip_masq: true,
+            mtu: None,
+        };
+        let cgroup_parent = crate::cgroups::pod_parent("r8s-pods");
+        let containerd = tokio::task::spawn_blocking(move || Containerd::start(c_opts))
+            .await
+            .map_err(|e| Error::Other(e.to_string()))??;
+        let socket = containerd.socket();
+        let imported = crate::images::import_dir(&socket, &images)?;
+        tracing::info!(
+            images = imported.len(),
+            "agent: containerd running, images imported"
+        );
+        let cri = Cri::connect(&socket).await?;
+        let version = cri.version().await?;
+        let agent = Arc::new(Agent {
+            client: client.clone(),
+            cri,
+            node_ctx: Mutex::new(NodeContext {
+                node_name: opts.node_name.clone(),
+                host_ip: opts.node_ip.clone(),
+                cluster_dns: opts.cluster_dns.clone(),
+                cluster_domain: opts.cluster_domain.clone(),
+                host_dns: host_dns(),
+                log_root: opts.dir.join("pods-logs").display().to_string(),
+                cgroup_parent: cgroup_parent.clone(),
+            }),
+            opts,
+            pods: Mutex::new(HashMap::new()),
+            queue: WorkQueue::new("kubelet"),
+            runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
+        });
+        agent.register().await?;
+        // The pod network comes from the node's podCIDR (node IPAM).
+        let cidr = agent.wait_pod_cidr(&stop).await;
+        if let Some(cidr) = &cidr {
+            cni::write(&cni_opts, cidr)?;
+            tracing::info!(%cidr, "agent: pod network configured");
+        }
+        agent.update_node_status(cidr.is_some()).await?;
+        let tasks = vec![
+            tokio::spawn(agent.clone().lease_loop(stop.clone())),
+            tokio::spawn(agent.clone().watch_pods(stop.clone())),
+            tokio::spawn(agent.clone().resync_loop(stop.clone())),
+        ];
+        let a = agent.clone();
+        let workers = tokio::spawn(run_workers(agent.queue.clone(), 4, stop.clone(), move |key| {
+            let a = a.clone();
+            async move {
+                a.sync(&key)
+                    .await
+                    .map(|_| None)
+                    .map_err(|e| r8s_controllers::Error::Other(e.to_string()))
+            }
+        }));
+        stop.cancelled().await;
+        for t in tasks {
+            t.abort();
+        }
+        workers.abort();
+        // containerd (and the pods it runs) stop with the agent; the Node stays.
+        drop(containerd);
+        crate::cgroups::remove(&cgroup_parent);
+        cni::remove_bridge(&agent.opts.bridge);
+        Ok(())
+    }
+
+    fn node_api(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    fn node_status(&self, network_ready: bool) -> NodeStatus {
+        let cpus = std::fs::read_to_string("/proc/cpuinfo")
+            .map(|t| t.lines().filter(|l| l.starts_with("processor")).count())
+            .unwrap_or(1)
+            .max(1);
+        let mem_kib = read_value("/proc/meminfo", "MemTotal:").unwrap_or(0);
+        let capacity: BTreeMap<String, Quantity> = [
+            ("cpu".to_string(), Quantity(cpus.to_string())),
+            ("memory".to_string(), Quantity(format!("{mem_kib}Ki"))),
+            ("pods".to_string(), Quantity("110".into())),
+        ]
+        .into();
+        let ready = if network_ready {
+            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status")
+        } else {
+            condition(
+                "Ready",
+                "False",
+                "KubeletNotReady",
+                "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized",
+            )
+        };
+        NodeStatus {
+            capacity: Some(capacity.clone()),
+            allocatable: Some(capacity),
+            addresses: Some(vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: self.opts.node_ip.clone(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: self.opts.node_name.clone(),
+                },
+            ]),
+            conditions: Some(vec![
+                condition(
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
+                condition(
+                    "DiskPressure",
+                    "False",
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                ),
+                condition(
+                    "PIDPressure",
+                    "False",
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                ),
+                ready,
+            ]),
+            node_info: Some(NodeSystemInfo {
+                architecture: "amd64".into(),
+                boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                    .unwrap_or_default()
+                    .trim()
+                    .into(),
+                container_runtime_version: self.runtime_version.clone(),
+                kernel_version: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                    .unwrap_or_default()
+                    .trim()
+                    .into(),
+                kube_proxy_version: String::new(),
+                kubelet_version: "v1.33.0".into(),
+                machine_id: std::fs::read_to_string("/etc/machine-id")
+                    .unwrap_or_default()
+                    .trim()
+                    .into(),
+                operating_system: "linux".into(),
+                os_image: os_image(),
+                system_uuid: String::new(),
+                swap: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Create the Node, or take over the existing one.
+    async fn register(&self) -> Result<(), Error> {
+        let name = &self.opts.node_name;
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(
+                    [
+                        ("kubernetes.io/hostname".to_string(), name.clone()),
+                        ("kubernetes.io/os".to_string(), "linux".to_string()),
+                        ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+                        ("beta.kubernetes.io/os".to_string(), "linux".to_string()),
+                        ("beta.kubernetes.io/arch".to_string(), "amd64".to_string()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(self.node_status(false)),
+        };
+        match self.node_api().create(&PostParams::default(), &node).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(Error::Other(format!("registering node {name}: {e}"))),
+        }
+    }
+
+    async fn update_node_status(&self, network_ready: bool) -> Result<(), Error> {
+        let patch = json!({"status": self.node_status(network_ready)});
+        self.node_api()
+            .patch_status(
+                &self.opts.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| Error::Other(format!("node status: {e}")))?;
+        Ok(())
+    }
+
+    async fn wait_pod_cidr(&self, stop: &CancellationToken) -> Option<String> {
+        for _ in 0..300 {
+            if let Ok(n) = self.node_api().get(&self.opts.node_name).await {
+                if let Some(c) = n.spec.and_then(|s| s.pod_cidr) {
+                    return Some(c);
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return None,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+        None
+    }
+
+    /// Renew `kube-node-lease/<node>` every 10 s (40 s duration), owned by the Node.
+    async fn lease_loop(self: Arc<Self>, stop: CancellationToken) {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        let name = self.opts.node_name.clone();
+        let mut status_tick = 0u32;
+        loop {
+            let spec = LeaseSpec {
+                holder_identity: Some(name.clone()),
+                lease_duration_seconds: Some(40),
+                renew_time: Some(MicroTime(jiff::Timestamp::now())),
+                ..Default::default()
+            };
+            let result = match api.get_opt(&name).await {
+                Ok(Some(mut lease)) => {
+                    lease.spec = Some(spec);
+                    api.replace(&name, &PostParams::default(), &lease)
+                        .await
+                        .map(|_| ())
+                }
+                Ok(None) => {
+                    let owner = self.node_api().get(&name).await.ok().map(|n| OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Node".into(),
+                        name: name.clone(),
+                        uid: n.uid().unwrap_or_default(),
+                        ..Default::default()
+                    });
+                    let lease = Lease {
+                        metadata: ObjectMeta {
+                            name: Some(name.clone()),
+                            namespace: Some("kube-node-lease".into()),
+                            owner_references: owner.map(|o| vec![o]),
+                            ..Default::default()
+                        },
+                        spec: Some(spec),
+                    };
+                    api.create(&PostParams::default(), &lease).await.map(|_| ())
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "agent: lease renewal failed");
+            }
+            // Status heartbeat every minute (upstream: on change and at least every 5 minutes).
+            status_tick += 1;
+            if status_tick.is_multiple_of(6) {
+                let _ = self.update_node_status(true).await;
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+            }
+        }
+    }
+
+    /// Watch the pods bound to this node.
+    async fn watch_pods(self: Arc<Self>, stop: CancellationToken) {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.opts.node_name));
+        let mut stream = std::pin::pin!(watcher(api, config));
+        loop {
+            let event = tokio::select! {
+                _ = stop.cancelled() => return,
+                e = stream.next() => e,
+            };
+            let Some(Ok(event)) = event else {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            };
+            match event {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                    let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+                    self.pods.lock().unwrap().insert(key.clone(), Arc::new(p));
+                    self.queue.add(key);
+                }
+                watcher::Event::Delete(p) => {
+                    let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+                    self.pods.lock().unwrap().remove(&key);
+                    self.queue.add(key);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Every 2 s, look at every pod again (container exits, status changes: a simple PLEG).
+    async fn resync_loop(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            }
+            let keys: Vec<String> = self.pods.lock().unwrap().keys().cloned().collect();
+            for k in keys {
+                self.queue.add(k);
+            }
+        }
+    }
+
+    async fn sandboxes_of(&self, uid: &str) -> Result<Vec<cri::PodSandbox>, Error> {
+        let mut rt = self.cri.runtime.clone();
+        let filter = cri::PodSandboxFilter {
+            label_selector: [(spec::POD_UID.to_string(), uid.to_string())].into(),
+            ..Default::default()
+        };
+        Ok(rt
+            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) })
+            .await?
+            .into_inner()
+            .items)
+    }
+
+    async fn containers_of(&self, sandbox: &str) -> Result<Vec<cri::Container>, Error> {
+        let mut rt = self.cri.runtime.clone();
+        let filter = cri::ContainerFilter {
+            pod_sandbox_id: sandbox.to_string(),
+            ..Default::default()
+        };
+        Ok(rt
+            .list_containers(cri::ListContainersRequest { filter: Some(filter) })
+            .await?
+            .into_inner()
+            .containers)
+    }
+
+    /// Stop and remove everything the runtime runs for pod `uid`.
+    async fn kill_pod(&self, uid: &str) -> Result<(), Error> {
+        let mut rt = self.cri.runtime.clone();
+        for sb in self.sandboxes_of(uid).await? {
+            for c in self.containers_of(&sb.id).await? {
+                let _ = rt
+                    .stop_container(cri::StopContainerRequest {
+                        container_id: c.id.clone(),
+                        timeout: 10,
+                    })
+                    .await;
+                let _ = rt
+                    .remove_container(cri::RemoveContainerRequest { container_id: c.id })
+                    .await;
+            }
+            rt.stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: sb.id.clone(),
+            })
+            .await?;
+            rt.remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                pod_sandbox_id: sb.id,
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Reconcile one pod (upstream `SyncPod` and `SyncTerminatingPod`, much simplified).
+    async fn sync(&self, key: &str) -> Result<(), Error> {
+        let pod = self.pods.lock().unwrap().get(key).cloned();
+        let Some(pod) = pod else {
+            // Gone from the API: nothing of it may keep running. (Its uid is unknown here, so
+            // sweep sandboxes whose pod no longer exists.)
+            let live: Vec<String> = self
+                .pods
+                .lock()
+                .unwrap()
+                .values()
+                .filter_map(|p| p.uid())
+                .collect();
+            let mut rt = self.cri.runtime.clone();
+            let all = rt
+                .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+                .await?
+                .into_inner()
+                .items;
+            for sb in all {
+                let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
+                if !live.contains(&uid) {
+                    self.kill_pod(&uid).await?;
+                }
+            }
+            return Ok(());
+        };
+        let uid = pod.uid().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        if pod.metadata.deletion_timestamp.is_some() {
+            self.kill_pod(&uid).await?;
+            // The kubelet's final word: the pod is gone from the node, remove it now.
+            let dp = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(kube::api::Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match api.delete(&pod.name_any(), &dp).await {
+                Ok(_) | Err(kube::Error::Api(_)) => return Ok(()),
+                Err(e) => return Err(Error::Other(e.to_string())),
+            }
+        }
+        let phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        if phase == "Succeeded" || phase == "Failed" {
+            return Ok(());
+        }
+        let node = self.node_ctx.lock().unwrap().clone();
+        let mut rt = self.cri.runtime.clone();
+        // The sandbox.
+        let sandboxes = self.sandboxes_of(&uid).await?;
+        let ready = sandboxes
+            .iter()
+            .find(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+            .cloned();
+        let sandbox_config = spec::sandbox_config(&pod, sandboxes.len() as u32, &node);
+        let sandbox_id = match ready {
+            Some(s) => s.id,
+            None => {
+                std::fs::create_dir_all(&sandbox_config.log_directory)?;
+                rt.run_pod_sandbox(cri::RunPodSandboxRequest {
+                    config: Some(sandbox_config.clone()),
+                    runtime_handler: String::new(),
+                })
+                .await?
+                .into_inner()
+                .pod_sandbox_id
+            }
+        };
+        let sb_status = rt
+            .pod_sandbox_status(cri::PodSandboxStatusRequest {
+                pod_sandbox_id: sandbox_id.clone(),
+                verbose: false,
+            })
+            .await?
+            .into_inner()
+            .status;
+        let pod_ip = sb_status
+            .and_then(|s| s.network)
+            .map(|n| n.ip)
+            .unwrap_or_default();
+        // The containers.
+        let existing = self.containers_of(&sandbox_id).await?;
+        let spec = pod.spec.clone().unwrap_or_default();
+        let mut statuses = Vec::new();
+        for c in &spec.containers {
+            let mine: Vec<&cri::Container> = existing
+                .iter()
+                .filter(|x| x.metadata.as_ref().is_some_and(|m| m.name == c.name))
+                .collect();
+            let latest = mine
+                .iter()
+                .max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt).unwrap_or(0))
+                .copied();
+            let restarts = latest
+                .and_then(|x| x.metadata.as_ref())
+                .map(|m| m.attempt)
+                .unwrap_or(0);
+            let running = latest.is_some_and(|x| x.state == cri::ContainerState::ContainerRunning as i32);
+            let exited = latest.is_some_and(|x| x.state == cri::ContainerState::ContainerExited as i32);
+            let restart = spec.restart_policy.as_deref().unwrap_or("Always");
+            let start_new = latest.is_none() || (exited && restart == "Always");
+            let mut waiting: Option<(String, String)> = None;
+            if start_new {
+                let attempt = if latest.is_some() { restarts + 1 } else { 0 };
+                match self
+                    .start_container(&pod, c, attempt, &sandbox_id, &sandbox_config, &node)
+                    .await
+                {
+                    Ok(()) => {}
+                    Err((reason, msg)) => waiting = Some((reason, msg)),
+                }
+            }
+            let status = self
+                .container_status(c, &sandbox_id, waiting, running || start_new)
+                .await?;
+            statuses.push(status);
+        }
+        self.report(&api, &pod, pod_ip, statuses).await
+    }
+
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+        attempt: u32,
+        sandbox_id: &str,
+        sandbox_config: &cri::PodSandboxConfig,
+        node: &NodeContext,
+    ) -> Result<(), (String, String)> {
+        let image = c.image.clone().unwrap_or_default();
+        let mut images = self.cri.images.clone();
+        let present = images
+            .image_status(cri::ImageStatusRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.clone(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await
+            .map(|r| r.into_inner().image.is_some())
+            .unwrap_or(false);
+        if !present {
+            if let Err(e) = images
+                .pull_image(cri::PullImageRequest {
+                    image: Some(cri::ImageSpec {
+                        image: image.clone(),
+                        ..Default::default()
+                    }),
+                    auth: None,
+                    sandbox_config: Some(sandbox_config.clone()),
+                })
+                .await
+            {
+                return Err((
+                    "ErrImagePull".into(),
+                    format!("failed to pull image \"{image}\": {}", e.message()),
+                ));
+            }
+        }
+        let mut rt = self.cri.runtime.clone();
+        let config = spec::container_config(pod, c, attempt, node);
+        let id = rt
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config.clone()),
+            })
+            .await
+            .map_err(|e| ("CreateContainerError".to_string(), e.message().to_string()))?
+            .into_inner()
+            .container_id;
+        rt.start_container(cri::StartContainerRequest { container_id: id })
+            .await
+            .map_err(|e| ("RunContainerError".to_string(), e.message().to_string()))?;
+        Ok(())
+    }
+
+    async fn container_status(
+        &self,
+        c: &k8s_openapi::api::core::v1::Container,
+        sandbox_id: &str,
+        waiting: Option<(String, String)>,
+        _started: bool,
+    ) -> Result<ContainerStatus, Error> {
+        let existing = self.containers_of(sandbox_id).await?;
+        let latest = existing
+            .iter()
+            .filter(|x| x.metadata.as_ref().is_some_and(|m| m.name == c.name))
+            .max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt).unwrap_or(0));
+        let mut status = ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            ..Default::default()
+        };
+        if let Some((reason, message)) = waiting {
+            status.state = Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason),
+                    message: Some(message),
+                }),
+                ..Default::default()
+            });
+            return Ok(status);
+        }
+        let Some(latest) = latest else {
+            status.state = Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some("ContainerCreating".into()),
+                    message: None,
+                }),
+                ..Default::default()
+            });
+            return Ok(status);
+        };
+        let mut rt = self.cri.runtime.clone();
+        let cs = rt
+            .container_status(cri::ContainerStatusRequest {
+                container_id: latest.id.clone(),
+                verbose: false,
+            })
+            .await?
+            .into_inner()
+            .status
+            .unwrap_or_default();
+        let ts = |nanos: i64| {
+            Time(jiff::Timestamp::from_nanosecond(nanos as i128).unwrap_or(jiff::Timestamp::UNIX_EPOCH))
+        };
+        status.container_id = Some(format!("containerd://{}", cs.id));
+        status.image_id = cs.image_ref.clone();
+        status.restart_count = cs.metadata.as_ref().map(|m| m.attempt as i32).unwrap_or(0);
+        let running = cs.state == cri::ContainerState::ContainerRunning as i32;
+        status.ready = running;
+        status.started = Some(running);
+        status.state = Some(if running {
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(ts(cs.started_at)),
+                }),
+                ..Default::default()
+            }
+        } else if cs.state == cri::ContainerState::ContainerExited as i32 {
+            ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: cs.exit_code,
+                    reason: Some(if cs.reason.is_empty() {
+                        if cs.exit_code == 0 {
+                            "Completed".into()
+                        } else {
+                            "Error".into()
+                        }
+                    } else {
+                        cs.reason.clone()
+                    }),
+                    started_at: Some(ts(cs.started_at)),
+                    finished_at: Some(ts(cs.finished_at)),
+                    container_id: Some(format!("containerd://{}", cs.id)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+        } else {
+            ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some("ContainerCreating".into()),
+                    message: None,
+                }),
+                ..Default::default()
+            }
+        });
+        Ok(status)
+    }
+
+    /// Phase, conditions, IPs and container statuses (upstream `generateAPIPodStatus`).
+    async fn report(
+        &self,
+        api: &Api<Pod>,
+        pod: &Pod,
+        pod_ip: String,
+        statuses: Vec<ContainerStatus>,
+    ) -> Result<(), Error> {
+        let all_running = !statuses.is_empty()
+            && statuses
+                .iter()
+                .all(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()));
+        let all_terminated = !statuses.is_empty()
+            && statuses
+                .iter()
+                .all(|s| s.state.as_ref().is_some_and(|st| st.terminated.is_some()));
+        let restart = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.clone())
+            .unwrap_or_else(|| "Always".into());
+        let phase = if all_running {
+            "Running"
+        } else if all_terminated && restart != "Always" {
+            if statuses.iter().all(|s| {
+                s.state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code == 0)
+            }) {
+                "Succeeded"
+            } else {
+                "Failed"
+            }
+        } else if statuses
+            .iter()
+            .any(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()))
+        {
+            "Running"
+        } else {
+            "Pending"
+        };
+        let ready = if all_running { "True" } else { "False" };
+        let old = pod.status.clone().unwrap_or_default();
+        let old_cond = |t: &str| old.conditions.iter().flatten().find(|c| c.type_ == t).cloned();
+        let cond = |t: &str, status: &str| {
+            let prev = old_cond(t);
+            PodCondition {
+                type_: t.into(),
+                status: status.into(),
+                last_transition_time: match &prev {
+                    Some(p) if p.status == status => p.last_transition_time.clone(),
+                    _ => Some(now()),
+                },
+                reason: (status == "False" && t != "Initialized").then(|| "ContainersNotReady".to_string()),
+                ..Default::default()
+            }
+        };
+        let mut conditions = vec![
+            cond("PodReadyToStartContainers", "True"),
+            cond("Initialized", "True"),
+            cond("Ready", ready),
+            cond("ContainersReady", ready),
+        ];
+        if let Some(s) = old_cond("PodScheduled") {
+            conditions.push(s);
+        }
+        let status = json!({"status": {
+            "phase": phase,
+            "hostIP": self.opts.node_ip,
+            "hostIPs": [{"ip": self.opts.node_ip}],
+            "podIP": if pod_ip.is_empty() { None } else { Some(pod_ip.clone()) },
+            "podIPs": if pod_ip.is_empty() { None } else { Some(vec![PodIP { ip: pod_ip }]) },
+            "startTime": old.start_time.clone().unwrap_or_else(now),
+            "conditions": conditions,
+            "containerStatuses": statuses,
+        }});
+        // Only write when something other than timestamps changed.
+        let changed = old.phase.as_deref() != Some(phase)
+            || old.container_statuses.as_ref().map(|v| v.len()) != Some(statuses_len(&status))
+            || serde_json::to_value(&old.container_statuses).ok()
+                != Some(status["status"]["containerStatuses"].clone())
+            || old.pod_ip.as_deref() != status["status"]["podIP"].as_str();
+        if changed {
+            let pp = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            api.patch_status(&pod.name_any(), &pp, &Patch::Merge(&status))
+                .await
+                .map_err(|e| Error::Other(format!("pod status: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+fn statuses_len(status: &serde_json::Value) -> usize {
+    status["status"]["containerStatuses"]
+        .as_array()
+        .map(|a| a.len())
+        .unwrap_or(0)
+}
+
+/// The host's resolver (for dnsPolicy Default).
+fn host_dns() -> cri::DnsConfig {
+    let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let mut cfg = cri::DnsConfig::default();
+    for line in text.lines() {
+        let mut w = line.split_whitespace();
+        match w.next() {
+            Some("nameserver") => cfg.servers.extend(w.next().map(String::from)),
+            Some("search") => cfg.searches.extend(w.map(String::from)),
+            Some("options") => cfg.options.extend(w.map(String::from)),
+            _ => {}
+        }
+    }
+    cfg
+}

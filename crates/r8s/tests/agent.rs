@@ -1,0 +1,186 @@
+//! The north star, for real: `r8s server` with its agent (containerd, CRI, CNI) and the real
+//! kubectl — `kubectl create deployment nginx --image=nginx --replicas=3` ends with three nginx
+//! containers Running and Ready, each answering HTTP on its own pod IP; deleting the deployment
+//! leaves no container behind, and stopping the server leaves nothing at all.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::Server;
+
+const V: &str = "1.33";
+
+fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The test images (built by the project script if missing), copied where the agent imports.
+fn stage_images(data_dir: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let built = root.join("target").join("test-images");
+    if !built.join("pause-image.txt").exists() {
+        let ok = Command::new("bash")
+            .arg(root.join("scripts/build-test-images.sh"))
+            .arg(&built)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "building the test images failed");
+    }
+    let dest = data_dir.join("agent").join("images");
+    std::fs::create_dir_all(&dest).unwrap();
+    for e in std::fs::read_dir(&built).unwrap().flatten() {
+        std::fs::copy(e.path(), dest.join(e.file_name())).unwrap();
+    }
+}
+
+/// Whatever the agent might have left if the server died: removed in any case.
+struct Leftovers {
+    dir: std::path::PathBuf,
+    bridge: String,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f", &format!("containerd.*{}", self.dir.display())])
+            .status();
+        r8s_kubelet::containerd::unmount_under(&self.dir);
+        r8s_kubelet::cni::remove_bridge(&self.bridge);
+        r8s_kubelet::cgroups::remove(&r8s_kubelet::cgroups::pod_parent("r8s-pods"));
+    }
+}
+
+#[test]
+fn kubectl_create_deployment_nginx_runs_three_pods_that_answer_on_their_ips() {
+    let data = tempfile::tempdir().unwrap();
+    stage_images(data.path());
+    let data_path = data.path().to_path_buf();
+    let bridge = format!("r8se{}", std::process::id() % 10000);
+    let _leftovers = Leftovers {
+        dir: data_path.clone(),
+        bridge: bridge.clone(),
+    };
+    let mut s = Server::start_in(
+        data,
+        &[
+            "--node-name",
+            "north-star",
+            "--pod-bridge",
+            &bridge,
+            "--cluster-cidr",
+            "10.197.0.0/16",
+        ],
+    );
+    let node = wait_for(60, "the node to be Ready", || {
+        let out = s.kubectl(V, &["get", "node", "north-star", "-o", "json"]);
+        let n: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let ready = n["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        ready.then_some(n)
+    });
+    assert!(node["status"]["nodeInfo"]["containerRuntimeVersion"]
+        .as_str()
+        .unwrap()
+        .starts_with("containerd://"));
+    assert_eq!(node["spec"]["podCIDR"], "10.197.0.0/24");
+
+    let started = Instant::now();
+    s.ok(
+        V,
+        &["create", "deployment", "nginx", "--image=nginx", "--replicas=3"],
+    );
+    let pods = wait_for(90, "3 pods Running and Ready", || {
+        let l: Value =
+            serde_json::from_str(&s.ok(V, &["get", "pods", "-l", "app=nginx", "-o", "json"])).ok()?;
+        let pods = l["items"].as_array()?.clone();
+        let ready = pods.iter().filter(|p| {
+            p["status"]["phase"] == "Running"
+                && p["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        });
+        (ready.count() == 3).then_some(pods)
+    });
+    eprintln!("3 nginx pods Ready {:?} after create", started.elapsed());
+    let mut ips: Vec<String> = pods
+        .iter()
+        .map(|p| p["status"]["podIP"].as_str().unwrap().to_string())
+        .collect();
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), 3, "each pod its own IP: {ips:?}");
+    for ip in &ips {
+        assert!(ip.starts_with("10.197.0."), "{ip}");
+        let out = Command::new("curl")
+            .args(["-s", "--max-time", "5", &format!("http://{ip}/")])
+            .output()
+            .unwrap();
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert!(body.contains("Welcome to nginx!"), "{ip}: {body}");
+    }
+    let wide = s.ok(V, &["get", "pods", "-o", "wide"]);
+    assert!(wide.contains("north-star") && wide.contains("1/1"), "{wide}");
+
+    // Deleting the deployment stops and removes every container; the IPs are released.
+    s.ok(V, &["delete", "deployment", "nginx"]);
+    wait_for(60, "pods gone", || {
+        s.ok(V, &["get", "pods", "-o", "name"])
+            .trim()
+            .is_empty()
+            .then_some(())
+    });
+    let socket = data_path.join("agent/containerd/containerd.sock");
+    wait_for(30, "no containers", || {
+        let out = Command::new("ctr")
+            .args([
+                "--address",
+                socket.to_str().unwrap(),
+                "-n",
+                "k8s.io",
+                "containers",
+                "ls",
+                "-q",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .is_empty()
+            .then_some(())
+    });
+    let reserved: Vec<String> = std::fs::read_dir(data_path.join("agent/ipam/r8s"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(!reserved.iter().any(|f| f.starts_with("10.197.")), "{reserved:?}");
+
+    // Stopping the server stops containerd and removes the bridge.
+    s.kill();
+    let link = Command::new("ip")
+        .args(["link", "show", &bridge])
+        .output()
+        .unwrap();
+    assert!(!link.status.success(), "bridge {bridge} removed");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(data_path.to_str().unwrap()),
+        "nothing left mounted"
+    );
+}
