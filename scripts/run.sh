@@ -1,8 +1,22 @@
 #!/usr/bin/env bash
-# Set up a fresh machine, build r8s and run a single-node server on the embedded datastore.
+# Set up a fresh machine, build r8s and run a single-node cluster on the embedded datastore:
+# API server, controllers, scheduler and the agent (containerd + CNI) in one process.
 # Extra arguments go to `r8s server` (for example --data-dir /tmp/r8s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo build --release --locked -p r8s
+# The data dir r8s will use (as `r8s server` picks it), so the agent finds its images there.
+data_dir=${R8S_DATA_DIR:-/var/lib/r8s}
+[ "$(id -u)" = 0 ] || data_dir=${R8S_DATA_DIR:-$HOME/.r8s}
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[$i]}" in
+    --data-dir | -d) data_dir=${args[$((i + 1))]:-$data_dir} ;;
+    --data-dir=*) data_dir=${args[$i]#--data-dir=} ;;
+  esac
+done
+# No registry is reachable: build nginx, busybox and the pause image from Debian packages
+# into the directory the agent imports at start.
+scripts/build-test-images.sh "$data_dir/agent/images" >/dev/null
 exec target/release/r8s server "$@"
