@@ -139,7 +139,12 @@ pub struct Agent {
     pods: Mutex<HashMap<String, Arc<Pod>>>,
     queue: Arc<WorkQueue>,
     runtime_version: String,
+    /// Per pod uid and container: the current restart back-off and when it ends.
+    backoff: Mutex<HashMap<String, (Duration, std::time::Instant)>>,
 }
+
+const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 impl Agent {
     /// Start containerd, import the air-gap images, register the node; then run until `stop`.
@@ -183,6 +188,7 @@ impl Agent {
             opts,
             pods: Mutex::new(HashMap::new()),
             queue: WorkQueue::new("kubelet"),
+            backoff: Mutex::new(HashMap::new()),
             runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
         });
         agent.register().await?;
@@ -621,8 +627,41 @@ impl Agent {
             let running = latest.is_some_and(|x| x.state == cri::ContainerState::ContainerRunning as i32);
             let exited = latest.is_some_and(|x| x.state == cri::ContainerState::ContainerExited as i32);
             let restart = spec.restart_policy.as_deref().unwrap_or("Always");
-            let start_new = latest.is_none() || (exited && restart == "Always");
+            let exit_code = if exited {
+                self.exit_code(latest.map(|x| x.id.as_str()).unwrap_or("")).await
+            } else {
+                0
+            };
+            let wants_restart = exited && (restart == "Always" || (restart == "OnFailure" && exit_code != 0));
             let mut waiting: Option<(String, String)> = None;
+            // Restarts back off as upstream: 10 s doubling to 5 min (CrashLoopBackOff).
+            let backoff_key = format!("{uid}/{}", c.name);
+            let mut start_new = latest.is_none();
+            if wants_restart {
+                let now = std::time::Instant::now();
+                let mut backoff = self.backoff.lock().unwrap();
+                match backoff.get(&backoff_key).copied() {
+                    Some((delay, until)) if now < until => {
+                        waiting = Some((
+                            "CrashLoopBackOff".into(),
+                            format!(
+                                "back-off {}s restarting failed container={} pod={}_{}({uid})",
+                                delay.as_secs(),
+                                c.name,
+                                pod.name_any(),
+                                pod.namespace().unwrap_or_default()
+                            ),
+                        ));
+                    }
+                    prev => {
+                        let delay = prev
+                            .map(|(d, _)| (d * 2).min(MAX_BACKOFF))
+                            .unwrap_or(INITIAL_BACKOFF);
+                        backoff.insert(backoff_key.clone(), (delay, now + delay));
+                        start_new = true;
+                    }
+                }
+            }
             if start_new {
                 let attempt = if latest.is_some() { restarts + 1 } else { 0 };
                 match self
@@ -633,12 +672,83 @@ impl Agent {
                     Err((reason, msg)) => waiting = Some((reason, msg)),
                 }
             }
-            let status = self
+            let mut status = self
                 .container_status(c, &sandbox_id, waiting, running || start_new)
                 .await?;
+            // The previous run's end, as lastState; older runs are removed from the runtime.
+            let previous = if exited {
+                latest
+            } else {
+                mine.iter()
+                    .find(|x| restarts > 0 && x.metadata.as_ref().map(|m| m.attempt) == Some(restarts - 1))
+                    .copied()
+            };
+            if let Some(prev) = previous {
+                if let Ok(Some(term)) = self.terminated_state(&prev.id).await {
+                    status.last_state = Some(ContainerState {
+                        terminated: Some(term),
+                        ..Default::default()
+                    });
+                }
+                status.restart_count = restarts as i32 + i32::from(start_new);
+            }
+            for old in mine.iter().filter(|x| {
+                previous.is_none_or(|p| p.id != x.id) && Some(x.id.as_str()) != latest.map(|l| l.id.as_str())
+            }) {
+                if old.state == cri::ContainerState::ContainerExited as i32 {
+                    let _ = rt
+                        .remove_container(cri::RemoveContainerRequest {
+                            container_id: old.id.clone(),
+                        })
+                        .await;
+                }
+            }
             statuses.push(status);
         }
         self.report(&api, &pod, pod_ip, statuses).await
+    }
+
+    async fn exit_code(&self, id: &str) -> i32 {
+        let mut rt = self.cri.runtime.clone();
+        rt.container_status(cri::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: false,
+        })
+        .await
+        .ok()
+        .and_then(|r| r.into_inner().status)
+        .map(|s| s.exit_code)
+        .unwrap_or(0)
+    }
+
+    async fn terminated_state(&self, id: &str) -> Result<Option<ContainerStateTerminated>, Error> {
+        let mut rt = self.cri.runtime.clone();
+        let cs = rt
+            .container_status(cri::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            })
+            .await?
+            .into_inner()
+            .status
+            .unwrap_or_default();
+        if cs.state != cri::ContainerState::ContainerExited as i32 {
+            return Ok(None);
+        }
+        let ts =
+            |n: i64| Time(jiff::Timestamp::from_nanosecond(n as i128).unwrap_or(jiff::Timestamp::UNIX_EPOCH));
+        Ok(Some(ContainerStateTerminated {
+            exit_code: cs.exit_code,
+            reason: Some(if cs.exit_code == 0 {
+                "Completed".into()
+            } else {
+                "Error".into()
+            }),
+            started_at: Some(ts(cs.started_at)),
+            finished_at: Some(ts(cs.finished_at)),
+            container_id: Some(format!("containerd://{}", cs.id)),
+            ..Default::default()
+        }))
     }
 
     async fn start_container(

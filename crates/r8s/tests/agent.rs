@@ -135,6 +135,54 @@ fn kubectl_create_deployment_nginx_runs_three_pods_that_answer_on_their_ips() {
     let wide = s.ok(V, &["get", "pods", "-o", "wide"]);
     assert!(wide.contains("north-star") && wide.contains("1/1"), "{wide}");
 
+    // A command that exits 0 with --restart=Never: Succeeded ("Completed"); one that keeps
+    // failing: restarted with a growing back-off (CrashLoopBackOff), its last exit recorded.
+    s.ok(
+        V,
+        &[
+            "run",
+            "once",
+            "--image=busybox",
+            "--restart=Never",
+            "--",
+            "sh",
+            "-c",
+            "echo done",
+        ],
+    );
+    s.ok(
+        V,
+        &[
+            "run",
+            "crash",
+            "--image=busybox",
+            "--",
+            "sh",
+            "-c",
+            "echo boom; exit 3",
+        ],
+    );
+    wait_for(60, "once to succeed", || {
+        let p: Value = serde_json::from_str(&s.ok(V, &["get", "pod", "once", "-o", "json"])).ok()?;
+        (p["status"]["phase"] == "Succeeded").then_some(())
+    });
+    assert!(s.ok(V, &["get", "pod", "once"]).contains("Completed"));
+    let crash = wait_for(60, "CrashLoopBackOff", || {
+        let p: Value = serde_json::from_str(&s.ok(V, &["get", "pod", "crash", "-o", "json"])).ok()?;
+        let cs = p["status"]["containerStatuses"][0].clone();
+        (cs["state"]["waiting"]["reason"] == "CrashLoopBackOff").then_some(cs)
+    });
+    assert!(crash["restartCount"].as_i64().unwrap() >= 1, "{crash}");
+    assert_eq!(crash["lastState"]["terminated"]["exitCode"], 3, "{crash}");
+    assert!(
+        crash["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("back-off 10s restarting failed container=crash pod=crash_default("),
+        "{crash}"
+    );
+    s.ok(V, &["delete", "pod", "once", "crash", "--wait=false"]);
+
     // Deleting the deployment stops and removes every container; the IPs are released.
     s.ok(V, &["delete", "deployment", "nginx"]);
     wait_for(60, "pods gone", || {
