@@ -607,9 +607,67 @@ impl Agent {
             .and_then(|s| s.network)
             .map(|n| n.ip)
             .unwrap_or_default();
-        // The containers.
         let existing = self.containers_of(&sandbox_id).await?;
         let spec = pod.spec.clone().unwrap_or_default();
+        // Init containers, one at a time, in order: each must exit 0 before the next starts,
+        // and the app containers wait for all of them.
+        let mut init_statuses = Vec::new();
+        let mut initialized = true;
+        for c in spec.init_containers.iter().flatten() {
+            let latest = existing
+                .iter()
+                .filter(|x| x.metadata.as_ref().is_some_and(|m| m.name == c.name))
+                .max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt).unwrap_or(0));
+            let attempt = latest
+                .and_then(|x| x.metadata.as_ref())
+                .map(|m| m.attempt)
+                .unwrap_or(0);
+            let exited = latest.is_some_and(|x| x.state == cri::ContainerState::ContainerExited as i32);
+            let code = match latest {
+                Some(x) if exited => self.exit_code(&x.id).await,
+                _ => 0,
+            };
+            let mut waiting = None;
+            if latest.is_none() || (exited && code != 0 && spec.restart_policy.as_deref() != Some("Never")) {
+                let next = if latest.is_some() { attempt + 1 } else { 0 };
+                if let Err(w) = self
+                    .start_container(&pod, c, next, &sandbox_id, &sandbox_config, &node)
+                    .await
+                {
+                    waiting = Some(w);
+                }
+            }
+            let mut st = self.container_status(c, &sandbox_id, waiting, true).await?;
+            st.ready = exited && code == 0;
+            let done = exited && code == 0 && latest.is_some();
+            init_statuses.push(st);
+            if !done {
+                initialized = false;
+                break;
+            }
+        }
+        if !initialized {
+            let statuses = spec
+                .containers
+                .iter()
+                .map(|c| ContainerStatus {
+                    name: c.name.clone(),
+                    image: c.image.clone().unwrap_or_default(),
+                    state: Some(ContainerState {
+                        waiting: Some(ContainerStateWaiting {
+                            reason: Some("PodInitializing".into()),
+                            message: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect();
+            return self
+                .report(&api, &pod, pod_ip, statuses, init_statuses, false)
+                .await;
+        }
+        // The app containers.
         let mut statuses = Vec::new();
         for c in &spec.containers {
             let mine: Vec<&cri::Container> = existing
@@ -705,7 +763,8 @@ impl Agent {
             }
             statuses.push(status);
         }
-        self.report(&api, &pod, pod_ip, statuses).await
+        self.report(&api, &pod, pod_ip, statuses, init_statuses, true)
+            .await
     }
 
     async fn exit_code(&self, id: &str) -> i32 {
@@ -911,6 +970,8 @@ impl Agent {
         pod: &Pod,
         pod_ip: String,
         statuses: Vec<ContainerStatus>,
+        init_statuses: Vec<ContainerStatus>,
+        initialized: bool,
     ) -> Result<(), Error> {
         let all_running = !statuses.is_empty()
             && statuses
@@ -964,7 +1025,7 @@ impl Agent {
         };
         let mut conditions = vec![
             cond("PodReadyToStartContainers", "True"),
-            cond("Initialized", "True"),
+            cond("Initialized", if initialized { "True" } else { "False" }),
             cond("Ready", ready),
             cond("ContainersReady", ready),
         ];
@@ -980,13 +1041,22 @@ impl Agent {
             "startTime": old.start_time.clone().unwrap_or_else(now),
             "conditions": conditions,
             "containerStatuses": statuses,
+            "initContainerStatuses": if init_statuses.is_empty() { None } else { Some(init_statuses) },
         }});
         // Only write when something other than timestamps changed.
         let changed = old.phase.as_deref() != Some(phase)
             || old.container_statuses.as_ref().map(|v| v.len()) != Some(statuses_len(&status))
             || serde_json::to_value(&old.container_statuses).ok()
                 != Some(status["status"]["containerStatuses"].clone())
-            || old.pod_ip.as_deref() != status["status"]["podIP"].as_str();
+            || old.pod_ip.as_deref() != status["status"]["podIP"].as_str()
+            || serde_json::to_value(&old.init_container_statuses).ok()
+                != Some(status["status"]["initContainerStatuses"].clone())
+            || old
+                .conditions
+                .as_ref()
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Initialized"))
+                .map(|c| c.status == "True")
+                != Some(initialized);
         if changed {
             let pp = PatchParams {
                 field_manager: Some(FIELD_MANAGER.into()),

@@ -183,6 +183,37 @@ fn kubectl_create_deployment_nginx_runs_three_pods_that_answer_on_their_ips() {
     );
     s.ok(V, &["delete", "pod", "once", "crash", "--wait=false"]);
 
+    // Init containers run one after the other, each to completion, before the app container.
+    let init = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: inits\nspec:\n  initContainers:\n  - {name: first, image: busybox, command: [sh, -c, 'sleep 1; echo first']}\n  - {name: second, image: busybox, command: [sh, -c, 'echo second']}\n  containers:\n  - {name: app, image: busybox, command: [sh, -c, 'sleep 3600']}\n";
+    s.ok_stdin(V, &["create", "-f", "-"], init);
+    let p = wait_for(60, "inits done and app running", || {
+        let p: Value = serde_json::from_str(&s.ok(V, &["get", "pod", "inits", "-o", "json"])).ok()?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    let inits = p["status"]["initContainerStatuses"].as_array().unwrap();
+    assert_eq!(inits.len(), 2);
+    let finished = |i: usize| {
+        inits[i]["state"]["terminated"]["finishedAt"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let started = |i: usize| {
+        inits[i]["state"]["terminated"]["startedAt"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        inits.iter().all(|c| c["state"]["terminated"]["exitCode"] == 0),
+        "{inits:?}"
+    );
+    assert!(
+        started(1) >= finished(0),
+        "second started after first finished: {inits:?}"
+    );
+    s.ok(V, &["delete", "pod", "inits", "--wait=false"]);
+
     // Deleting the deployment stops and removes every container; the IPs are released.
     s.ok(V, &["delete", "deployment", "nginx"]);
     wait_for(60, "pods gone", || {
