@@ -833,6 +833,16 @@ impl Agent {
             .map(|r| r.into_inner().image.is_some())
             .unwrap_or(false);
         if !present {
+            // A failed pull is retried with the same back-off as restarts (ImagePullBackOff).
+            let key = format!("{}/pull/{image}", pod.uid().unwrap_or_default());
+            if let Some((_, until)) = self.backoff.lock().unwrap().get(&key).copied() {
+                if std::time::Instant::now() < until {
+                    return Err((
+                        "ImagePullBackOff".into(),
+                        format!("Back-off pulling image \"{image}\""),
+                    ));
+                }
+            }
             if let Err(e) = images
                 .pull_image(cri::PullImageRequest {
                     image: Some(cri::ImageSpec {
@@ -844,6 +854,12 @@ impl Agent {
                 })
                 .await
             {
+                let mut backoff = self.backoff.lock().unwrap();
+                let delay = backoff
+                    .get(&key)
+                    .map(|(d, _)| (*d * 2).min(MAX_BACKOFF))
+                    .unwrap_or(INITIAL_BACKOFF);
+                backoff.insert(key, (delay, std::time::Instant::now() + delay));
                 return Err((
                     "ErrImagePull".into(),
                     format!("failed to pull image \"{image}\": {}", e.message()),
@@ -986,7 +1002,17 @@ impl Agent {
             .as_ref()
             .and_then(|s| s.restart_policy.clone())
             .unwrap_or_else(|| "Always".into());
-        let phase = if all_running {
+        // An init container that failed and may not be restarted fails the pod.
+        let init_failed = restart == "Never"
+            && init_statuses.iter().any(|s| {
+                s.state
+                    .as_ref()
+                    .and_then(|st| st.terminated.as_ref())
+                    .is_some_and(|t| t.exit_code != 0)
+            });
+        let phase = if init_failed {
+            "Failed"
+        } else if all_running {
             "Running"
         } else if all_terminated && restart != "Always" {
             if statuses.iter().all(|s| {

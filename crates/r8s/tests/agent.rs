@@ -214,6 +214,29 @@ fn kubectl_create_deployment_nginx_runs_three_pods_that_answer_on_their_ips() {
     );
     s.ok(V, &["delete", "pod", "inits", "--wait=false"]);
 
+    // An init container failing under restartPolicy Never fails the pod.
+    let failing = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: badinit\nspec:\n  restartPolicy: Never\n  initContainers:\n  - {name: setup, image: busybox, command: [sh, -c, 'exit 7']}\n  containers:\n  - {name: app, image: busybox, command: [sh, -c, 'sleep 3600']}\n";
+    s.ok_stdin(V, &["create", "-f", "-"], failing);
+    let p = wait_for(60, "badinit Failed", || {
+        let p: Value = serde_json::from_str(&s.ok(V, &["get", "pod", "badinit", "-o", "json"])).ok()?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(
+        p["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"],
+        7
+    );
+
+    // An image no registry has (the registry is a closed port on loopback): ErrImagePull, then
+    // ImagePullBackOff.
+    s.ok(V, &["run", "nopull", "--image=127.0.0.1:1/nope:1"]);
+    let reasons = wait_for(60, "ImagePullBackOff", || {
+        let p: Value = serde_json::from_str(&s.ok(V, &["get", "pod", "nopull", "-o", "json"])).ok()?;
+        let w = &p["status"]["containerStatuses"][0]["state"]["waiting"];
+        (w["reason"] == "ImagePullBackOff").then(|| w["message"].as_str().unwrap_or("").to_string())
+    });
+    assert_eq!(reasons, "Back-off pulling image \"127.0.0.1:1/nope:1\"");
+    s.ok(V, &["delete", "pod", "badinit", "nopull", "--wait=false"]);
+
     // Deleting the deployment stops and removes every container; the IPs are released.
     s.ok(V, &["delete", "deployment", "nginx"]);
     wait_for(60, "pods gone", || {
