@@ -234,3 +234,44 @@ async fn watcher_survives_a_compacted_resource_version() {
     assert!(saw_gone, "the watcher never got 410 Gone");
     assert!(relists >= 2, "the watcher never relisted");
 }
+
+/// Server-side apply with a YAML body (the media type says YAML; kubectl and kube-rs happen to
+/// send JSON, other clients send YAML).
+#[tokio::test]
+async fn server_side_apply_accepts_yaml_bodies() {
+    let server = Server::start();
+    let client = client(&server).await;
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\n  labels:\n    tier: \"2\"\ndata:\n  greeting: hello\n  count: \"3\"\n";
+    let req =
+        http::Request::patch("/api/v1/namespaces/default/configmaps/from-yaml?fieldManager=yaml-client")
+            .header("Content-Type", "application/apply-patch+yaml")
+            .body(yaml.as_bytes().to_vec())
+            .unwrap();
+    client.request_text(req).await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm = api.get("from-yaml").await.unwrap();
+    let data = cm.data.unwrap();
+    assert_eq!(data["greeting"], "hello");
+    assert_eq!(data["count"], "3");
+    assert_eq!(cm.metadata.labels.unwrap()["tier"], "2");
+    let managers: Vec<String> = cm
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| m.manager)
+        .collect();
+    assert_eq!(managers, ["yaml-client"]);
+    // Bad YAML is a 400 with the decoder's words.
+    let bad = http::Request::patch("/api/v1/namespaces/default/configmaps/bad?fieldManager=yaml-client")
+        .header("Content-Type", "application/apply-patch+yaml")
+        .body(b"metadata: [unclosed".to_vec())
+        .unwrap();
+    match client.request_text(bad).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 400);
+            assert!(s.message.starts_with("error decoding YAML"), "{}", s.message);
+        }
+        other => panic!("expected 400, got {other:?}"),
+    }
+}

@@ -87,6 +87,17 @@ pub(crate) async fn serve(
 
 /// Server-side apply: create the object from the applied configuration, or merge it into the
 /// live object by field ownership (see `apply`).
+/// An apply configuration: YAML (JSON, what kubectl and kube-rs send, is YAML too).
+pub(crate) fn decode_apply_body(body: &[u8]) -> Result<Value, ApiError> {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        return Ok(v);
+    }
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("error decoding the apply configuration: not UTF-8"))?;
+    serde_saphyr::from_str::<Value>(text)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))
+}
+
 async fn server_side_apply(
     ctx: &Ctx,
     def: &ResourceDef,
@@ -103,12 +114,7 @@ async fn server_side_apply(
         ));
     };
     let force = query.flag("force");
-    // JSON is YAML; r8s reads apply bodies as JSON, which is what kubectl and kube-rs send.
-    let applied: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::bad_request(format!(
-            "error decoding the apply configuration (JSON expected): {e}"
-        ))
-    })?;
+    let applied = decode_apply_body(body)?;
     if !applied.is_object() {
         return Err(ApiError::bad_request("the apply configuration must be an object"));
     }
@@ -376,5 +382,25 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.code, 422);
+    }
+}
+
+#[cfg(test)]
+mod apply_body_tests {
+    use super::*;
+
+    #[test]
+    fn apply_bodies_may_be_yaml_or_json() {
+        let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: \"1\"\n  b: text\n";
+        let v = decode_apply_body(yaml).unwrap();
+        assert_eq!(v["metadata"]["name"], "c");
+        assert_eq!(v["data"]["a"], "1");
+        let json = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"}}"#;
+        assert_eq!(decode_apply_body(json).unwrap()["kind"], "ConfigMap");
+        let err = decode_apply_body(b"a: [unclosed").unwrap_err();
+        assert!(err.to_status()["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("error decoding YAML"));
     }
 }
