@@ -219,7 +219,9 @@ impl Agent {
             t.abort();
         }
         workers.abort();
-        // containerd (and the pods it runs) stop with the agent; the Node stays.
+        // containerd (and the pods it runs) stop with the agent; the Node stays. Sandboxes are
+        // stopped through CRI first, so CNI releases their addresses, veths and netns.
+        agent.stop_all_sandboxes().await;
         drop(containerd);
         crate::cgroups::remove(&cgroup_parent);
         cni::remove_bridge(&agent.opts.bridge);
@@ -491,6 +493,26 @@ impl Agent {
             .await?
             .into_inner()
             .containers)
+    }
+
+    /// Stop every sandbox (CNI DEL) and remove it, within 30 s.
+    async fn stop_all_sandboxes(&self) {
+        let work = async {
+            let mut rt = self.cri.runtime.clone();
+            let Ok(list) = rt
+                .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+                .await
+            else {
+                return;
+            };
+            for sb in list.into_inner().items {
+                let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
+                if let Err(e) = self.kill_pod(&uid).await {
+                    tracing::warn!(pod = %uid, error = %e, "agent: could not stop pod at shutdown");
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(30), work).await;
     }
 
     /// Stop and remove everything the runtime runs for pod `uid`.

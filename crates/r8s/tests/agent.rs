@@ -49,10 +49,26 @@ fn stage_images(data_dir: &Path) {
 struct Leftovers {
     dir: std::path::PathBuf,
     bridge: String,
+    netns_before: Vec<String>,
+}
+
+fn netns_entries() -> Vec<String> {
+    std::fs::read_dir("/var/run/netns")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl Drop for Leftovers {
     fn drop(&mut self) {
+        for ns in netns_entries() {
+            if !self.netns_before.contains(&ns) {
+                let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+            }
+        }
         let _ = Command::new("pkill")
             .args(["-KILL", "-f", &format!("containerd.*{}", self.dir.display())])
             .status();
@@ -71,6 +87,7 @@ fn kubectl_create_deployment_nginx_runs_three_pods_that_answer_on_their_ips() {
     let _leftovers = Leftovers {
         dir: data_path.clone(),
         bridge: bridge.clone(),
+        netns_before: netns_entries(),
     };
     let mut s = Server::start_in(
         data,
@@ -273,8 +290,23 @@ fn kubectl_create_deployment_nginx_runs_three_pods_that_answer_on_their_ips() {
         .unwrap_or_default();
     assert!(!reserved.iter().any(|f| f.starts_with("10.197.")), "{reserved:?}");
 
-    // Stopping the server stops containerd and removes the bridge.
+    // Stopping the server with a pod still running stops it through CRI (its network released),
+    // stops containerd and removes the bridge.
+    s.ok(
+        V,
+        &["run", "left-running", "--image=busybox", "--", "sleep", "3600"],
+    );
+    wait_for(60, "left-running Running", || {
+        let p: Value = serde_json::from_str(&s.ok(V, &["get", "pod", "left-running", "-o", "json"])).ok()?;
+        (p["status"]["phase"] == "Running").then_some(())
+    });
+    let netns_running = netns_entries().len();
     s.kill();
+    assert_eq!(
+        netns_entries().len(),
+        netns_running - 1,
+        "the running pod's netns was released"
+    );
     let link = Command::new("ip")
         .args(["link", "show", &bridge])
         .output()

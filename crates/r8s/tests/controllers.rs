@@ -511,6 +511,17 @@ fn node_gets_pod_cidr_and_silent_node_is_tainted_and_its_pods_evicted() {
 fn standalone_controller_manager_killed_mid_sync_creates_no_duplicates() {
     let s = Server::start_with(&["--disable-controller-manager"]);
     let v = "1.33";
+    // Managers are killed whatever happens, also when an assertion fails.
+    struct Managers(Vec<Child>);
+    impl Drop for Managers {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut managers = Managers(Vec::new());
     let spawn = |name: &str| -> Child {
         let log = std::fs::File::create(s.dir.path().join(format!("{name}.log"))).unwrap();
         Command::new(env!("CARGO_BIN_EXE_r8s"))
@@ -530,12 +541,12 @@ fn standalone_controller_manager_killed_mid_sync_creates_no_duplicates() {
     );
     std::thread::sleep(Duration::from_millis(500));
     assert!(items(&s, v, &["get", "rs"]).is_empty());
-    let mut first = spawn("cm1");
+    managers.0.push(spawn("cm1"));
     wait_for(60, "some pods", || {
         (!items(&s, v, &["get", "pods"]).is_empty()).then_some(())
     });
     // A second manager waits on the Lease while the first leads: never both at once.
-    let mut second = spawn("cm2");
+    managers.0.push(spawn("cm2"));
     let holder = |s: &Server| {
         json(
             s,
@@ -551,8 +562,8 @@ fn standalone_controller_manager_killed_mid_sync_creates_no_duplicates() {
     assert_eq!(holder(&s), leader, "the lease stays with the first manager");
     let log2 = |s: &Server| std::fs::read_to_string(s.dir.path().join("cm2.log")).unwrap_or_default();
     assert!(!log2(&s).contains("became leader"), "{}", log2(&s));
-    first.kill().unwrap();
-    first.wait().unwrap();
+    managers.0[0].kill().unwrap();
+    managers.0[0].wait().unwrap();
     let at_kill = items(&s, v, &["get", "pods"]).len();
     // The second takes over once the dead leader's Lease expires, and finishes the job.
     wait_for(90, "60 pods", || {
@@ -566,8 +577,8 @@ fn standalone_controller_manager_killed_mid_sync_creates_no_duplicates() {
     std::thread::sleep(Duration::from_secs(2));
     let pods = items(&s, v, &["get", "pods"]);
     let rss = items(&s, v, &["get", "rs"]);
-    second.kill().unwrap();
-    second.wait().unwrap();
+    managers.0[1].kill().unwrap();
+    managers.0[1].wait().unwrap();
     assert_eq!(rss.len(), 1, "one ReplicaSet");
     assert_eq!(
         pods.len(),
