@@ -604,69 +604,13 @@ impl DeploymentController {
     /// The ReplicaSets this Deployment owns after adopting matching orphans and releasing
     /// owned ones that stopped matching.
     async fn claim_replicasets(&self, d: &Deployment, matcher: &Matcher) -> Result<Vec<ReplicaSet>, Error> {
-        let uid = d.metadata.uid.clone().unwrap_or_default();
-        let api = self.rs_api(d);
-        let mut owned = Vec::new();
-        let mut can_adopt = None;
-        for rs in self.rs_store.state() {
-            if rs.metadata.namespace != d.metadata.namespace {
-                continue;
-            }
-            let matches = matcher.matches(rs.metadata.labels.as_ref());
-            match controller_of(&rs.metadata) {
-                Some(r) if r.uid == uid => {
-                    if matches || d.metadata.deletion_timestamp.is_some() {
-                        owned.push((*rs).clone());
-                        continue;
-                    }
-                    let refs: Vec<_> = rs
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .filter(|r| r.uid != uid)
-                        .collect();
-                    let patch = json!({"metadata": {"ownerReferences": refs, "uid": rs.metadata.uid}});
-                    match api
-                        .patch(&rs.name_any(), &crate::patch_params(), &Patch::Merge(&patch))
-                        .await
-                    {
-                        Ok(_) => {}
-                        Err(e) if crate::not_found(&e) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                Some(_) => {}
-                None => {
-                    if !matches
-                        || d.metadata.deletion_timestamp.is_some()
-                        || rs.metadata.deletion_timestamp.is_some()
-                    {
-                        continue;
-                    }
-                    if can_adopt.is_none() {
-                        let fresh = self.d_api(d).get_opt(&d.name_any()).await?;
-                        can_adopt = Some(fresh.is_some_and(|f| {
-                            f.metadata.uid.as_deref() == Some(uid.as_str())
-                                && f.metadata.deletion_timestamp.is_none()
-                        }));
-                    }
-                    if can_adopt != Some(true) {
-                        continue;
-                    }
-                    let patch =
-                        json!({"metadata": {"ownerReferences": [controller_ref(d)], "uid": rs.metadata.uid}});
-                    match api
-                        .patch(&rs.name_any(), &crate::patch_params(), &Patch::Strategic(&patch))
-                        .await
-                    {
-                        Ok(adopted) => owned.push(adopted),
-                        Err(e) if crate::not_found(&e) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-            }
-        }
+        let candidates = self
+            .rs_store
+            .state()
+            .into_iter()
+            .filter(|rs| rs.metadata.namespace == d.metadata.namespace);
+        let owned = crate::claim::claim(d, &self.d_api(d), &self.rs_api(d), matcher, candidates).await?;
+        let mut owned: Vec<ReplicaSet> = owned.into_iter().map(|rs| (*rs).clone()).collect();
         owned.sort_by(by_creation);
         Ok(owned)
     }

@@ -7,6 +7,7 @@
 //! `replicaset`, `deployment`, `gc` (garbage collector), `namespace`, `serviceaccount`,
 //! `nodeipam`, `nodelifecycle`.
 
+pub mod claim;
 pub mod deployment;
 pub mod events;
 pub mod expectations;

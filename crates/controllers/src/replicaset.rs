@@ -15,10 +15,9 @@ use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use kube::api::{Api, DeleteParams, Patch};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::Events;
@@ -274,78 +273,16 @@ impl ReplicaSetController {
         Ok(None)
     }
 
-    /// Adopt matching orphans, release owned pods that no longer match; the pods owned after.
     async fn claim_pods(
         &self,
         rs: &ReplicaSet,
         matcher: &Matcher,
         pods: Vec<Arc<Pod>>,
     ) -> Result<Vec<Arc<Pod>>, Error> {
-        let uid = rs.metadata.uid.clone().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &rs.namespace().unwrap_or_default());
-        let mut owned = Vec::new();
-        let mut can_adopt: Option<bool> = None;
-        for pod in pods {
-            let matches = matcher.matches(pod.metadata.labels.as_ref());
-            match controller_of(&pod.metadata) {
-                Some(r) if r.uid == uid => {
-                    if matches || rs.metadata.deletion_timestamp.is_some() {
-                        owned.push(pod);
-                        continue;
-                    }
-                    // Release: drop our reference, keep the pod.
-                    let refs: Vec<&OwnerReference> = pod
-                        .metadata
-                        .owner_references
-                        .iter()
-                        .flatten()
-                        .filter(|r| r.uid != uid)
-                        .collect();
-                    let patch = json!({"metadata": {"ownerReferences": refs, "uid": pod.metadata.uid}});
-                    match api
-                        .patch(&pod.name_any(), &crate::patch_params(), &Patch::Merge(&patch))
-                        .await
-                    {
-                        Ok(_) => {}
-                        Err(e) if crate::not_found(&e) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                Some(_) => {}
-                None => {
-                    if !matches || rs.metadata.deletion_timestamp.is_some() {
-                        continue;
-                    }
-                    if can_adopt.is_none() {
-                        // Recheck the owner with a live read: never adopt for a ReplicaSet that is
-                        // gone or being deleted although the cache has not caught up.
-                        let rs_api: Api<ReplicaSet> =
-                            Api::namespaced(self.client.clone(), &rs.namespace().unwrap_or_default());
-                        let fresh = rs_api.get_opt(&rs.name_any()).await?;
-                        can_adopt = Some(fresh.is_some_and(|f| {
-                            f.metadata.uid.as_deref() == Some(uid.as_str())
-                                && f.metadata.deletion_timestamp.is_none()
-                        }));
-                    }
-                    if can_adopt != Some(true) {
-                        continue;
-                    }
-                    let patch = json!({"metadata": {
-                        "ownerReferences": [controller_ref(rs)],
-                        "uid": pod.metadata.uid,
-                    }});
-                    match api
-                        .patch(&pod.name_any(), &crate::patch_params(), &Patch::Strategic(&patch))
-                        .await
-                    {
-                        Ok(p) => owned.push(Arc::new(p)),
-                        Err(e) if crate::not_found(&e) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-            }
-        }
-        Ok(owned)
+        let ns = rs.namespace().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let rs_api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &ns);
+        crate::claim::claim(rs, &rs_api, &api, matcher, pods).await
     }
 
     async fn manage_replicas(

@@ -1,0 +1,81 @@
+//! Claiming dependents (upstream `ControllerRefManager`): a controller owns the objects whose
+//! controller reference is its uid and that its selector still matches; it adopts matching
+//! orphans (after a live read proves it is neither gone nor being deleted) and releases owned
+//! objects that stopped matching. Shared by the Deployment and ReplicaSet controllers.
+
+use std::sync::Arc;
+
+use kube::api::{Api, Patch};
+use kube::ResourceExt;
+use serde_json::json;
+
+use crate::informer::Object;
+use crate::replicaset::{controller_of, controller_ref};
+use crate::selector::Matcher;
+use crate::Error;
+
+/// The candidates `owner` owns after adoption and release.
+pub async fn claim<O: Object, C: Object>(
+    owner: &O,
+    owner_api: &Api<O>,
+    api: &Api<C>,
+    matcher: &Matcher,
+    candidates: impl IntoIterator<Item = Arc<C>>,
+) -> Result<Vec<Arc<C>>, Error> {
+    let uid = owner.meta().uid.clone().unwrap_or_default();
+    let deleting = owner.meta().deletion_timestamp.is_some();
+    let mut owned = Vec::new();
+    let mut can_adopt: Option<bool> = None;
+    for child in candidates {
+        let matches = matcher.matches(child.meta().labels.as_ref());
+        match controller_of(child.meta()) {
+            Some(r) if r.uid == uid => {
+                if matches || deleting {
+                    owned.push(child);
+                    continue;
+                }
+                // Release: drop our reference, keep the object.
+                let refs: Vec<_> = child.owner_references().iter().filter(|r| r.uid != uid).collect();
+                let patch = json!({"metadata": {"ownerReferences": refs, "uid": child.meta().uid}});
+                match api
+                    .patch(&child.name_any(), &crate::patch_params(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if crate::not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Some(_) => {}
+            None => {
+                if !matches || deleting || child.meta().deletion_timestamp.is_some() {
+                    continue;
+                }
+                if can_adopt.is_none() {
+                    // Never adopt for an owner that is gone or going although the cache lags.
+                    let fresh = owner_api.get_opt(&owner.name_any()).await?;
+                    can_adopt = Some(fresh.is_some_and(|f| {
+                        f.meta().uid.as_deref() == Some(uid.as_str()) && f.meta().deletion_timestamp.is_none()
+                    }));
+                }
+                if can_adopt != Some(true) {
+                    continue;
+                }
+                let patch = json!({"metadata": {"ownerReferences": [controller_ref(owner)], "uid": child.meta().uid}});
+                match api
+                    .patch(
+                        &child.name_any(),
+                        &crate::patch_params(),
+                        &Patch::Strategic(&patch),
+                    )
+                    .await
+                {
+                    Ok(adopted) => owned.push(Arc::new(adopted)),
+                    Err(e) if crate::not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
+    Ok(owned)
+}
