@@ -11,6 +11,9 @@
 //! 5. watch fan-out: 1,000 watchers on one namespace's pods, then 1,000 pod updates from 64
 //!    concurrent clients: the time until every watcher has seen every update.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,28 +21,7 @@ use std::time::{Duration, Instant};
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client};
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().expect("a number"))
-        .unwrap_or(default)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
+use kube::Api;
 
 fn pod(name: &str) -> Pod {
     serde_json::from_value(serde_json::json!({
@@ -49,64 +31,16 @@ fn pod(name: &str) -> Pod {
     .unwrap()
 }
 
-async fn client(kubeconfig: &std::path::Path) -> Client {
-    let kc = Kubeconfig::read_from(kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
-        })
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
-}
-
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let pods = arg("--pods", 10_000);
-    let watchers = arg("--watchers", 1_000);
-    let updates = arg("--updates", 1_000);
+    let pods = common::arg("--pods", 10_000);
+    let watchers = common::arg("--watchers", 1_000);
+    let updates = common::arg("--updates", 1_000);
     let writers = 64;
 
-    let exe = std::env::current_exe().unwrap();
-    let r8s = exe.parent().unwrap().parent().unwrap().join("r8s");
-    assert!(
-        r8s.exists(),
-        "build the server first: cargo build --release -p r8s --bins --examples"
-    );
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut server = std::process::Command::new(&r8s)
-        .args([
-            "server",
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-            "--disable-agent",
-            "--bind-address",
-            "127.0.0.1",
-        ])
-        .args(["--https-listen-port", &port.to_string()])
-        .env("R8S_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut server, client) = common::start_server(dir.path(), &["--disable-agent"], None).await;
     let kubeconfig = dir.path().join("kubeconfig.yaml");
-    while !kubeconfig.exists() || std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let client = client(&kubeconfig).await;
     println!(
         "api-bench: r8s server pid {}, {pods} pods, {watchers} watchers x {updates} updates",
         server.id()
@@ -145,8 +79,8 @@ async fn main() {
     println!(
         "creates:        {:>8.0} /s   p50 {}  p99 {}",
         lat.len() as f64 / elapsed.as_secs_f64(),
-        ms(pct(&lat, 0.5)),
-        ms(pct(&lat, 0.99))
+        common::ms(common::pct(&lat, 0.5)),
+        common::ms(common::pct(&lat, 0.99))
     );
 
     // 2. Creates paced at 500/s for 10 s.
@@ -172,8 +106,8 @@ async fn main() {
     lat.sort();
     println!(
         "creates @500/s:              p50 {}  p99 {}",
-        ms(pct(&lat, 0.5)),
-        ms(pct(&lat, 0.99))
+        common::ms(common::pct(&lat, 0.5)),
+        common::ms(common::pct(&lat, 0.99))
     );
 
     // 3. Gets.
@@ -206,8 +140,8 @@ async fn main() {
     println!(
         "gets:           {:>8.0} /s   p50 {}  p99 {}",
         lat.len() as f64 / elapsed.as_secs_f64(),
-        ms(pct(&lat, 0.5)),
-        ms(pct(&lat, 0.99))
+        common::ms(common::pct(&lat, 0.5)),
+        common::ms(common::pct(&lat, 0.99))
     );
 
     // 4. LIST of every pod in the namespace, as raw bytes (the client's JSON decoding is not
@@ -228,8 +162,8 @@ async fn main() {
         lat.sort();
         println!(
             "LIST {count} pods ({what}):  p50 {}  max {}",
-            ms(pct(&lat, 0.5)),
-            ms(pct(&lat, 1.0))
+            common::ms(common::pct(&lat, 0.5)),
+            common::ms(common::pct(&lat, 1.0))
         );
     }
 
@@ -251,7 +185,7 @@ async fn main() {
     // Watch streams spread over several connections (HTTP/2 caps streams per connection).
     let mut clients = Vec::new();
     for _ in 0..(watchers / 100).max(1) {
-        clients.push(crate::client(&kubeconfig).await);
+        clients.push(common::client(&kubeconfig).await);
     }
     let seen = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
@@ -321,12 +255,15 @@ async fn main() {
     let elapsed = started.elapsed();
     println!(
         "watch fan-out:  {watchers} watchers x {updates} updates: all delivered in {} (writes took {}; {} of {} events seen)",
-        ms(elapsed),
-        ms(writes_done),
+        common::ms(elapsed),
+        common::ms(writes_done),
         seen.load(Ordering::Relaxed),
         watchers * updates
     );
-    println!("server RSS after the run: {:.0} MiB", rss_mib(server.id()));
+    println!(
+        "server RSS after the run: {:.0} MiB",
+        common::rss_mib(server.id())
+    );
     let _ = server.kill();
     let _ = server.wait();
 }

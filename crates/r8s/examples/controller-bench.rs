@@ -7,6 +7,9 @@
 //!
 //! Sizes: --deployments N --replicas N.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -14,17 +17,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().expect("a number"))
-        .unwrap_or(default)
-}
 
 fn deployment(name: &str, replicas: usize) -> Deployment {
     serde_json::from_value(serde_json::json!({
@@ -67,61 +60,16 @@ async fn requests(client: &Client) -> BTreeMap<(String, String), f64> {
     out
 }
 
-fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
-        })
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(0.0)
-}
-
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let deployments = arg("--deployments", 100);
-    let replicas = arg("--replicas", 10);
+    let deployments = common::arg("--deployments", 100);
+    let replicas = common::arg("--replicas", 10);
     let total = deployments * replicas;
 
-    let exe = std::env::current_exe().unwrap();
-    let r8s = exe.parent().unwrap().parent().unwrap().join("r8s");
-    assert!(
-        r8s.exists(),
-        "build the server first: cargo build --release -p r8s --bins --examples"
-    );
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut server = std::process::Command::new(&r8s)
-        .args([
-            "server",
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-            "--disable-agent",
-            "--bind-address",
-            "127.0.0.1",
-        ])
-        .args(["--https-listen-port", &port.to_string()])
-        // The controllers alone: no scheduler (and no kubelet), so pods stay Pending.
-        .arg("--disable-scheduler")
-        .env("R8S_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let kubeconfig = dir.path().join("kubeconfig.yaml");
-    while !kubeconfig.exists() || std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let kc = Kubeconfig::read_from(&kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let client = Client::try_from(config).unwrap();
+    // The controllers alone: no scheduler (and no kubelet), so pods stay Pending.
+    let (mut server, client) =
+        common::start_server(dir.path(), &["--disable-agent", "--disable-scheduler"], None).await;
     // Let the controllers start (leader election, informers) before the clock runs.
     let sa: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), "default");
     while sa.get_opt("default").await.unwrap().is_none() {
@@ -226,7 +174,7 @@ async fn main() {
     for ((verb, resource), n) in spent.iter().take(8) {
         println!("    {verb:<6} {resource:<24} {n:.0}");
     }
-    println!("  server RSS: {:.0} MiB", rss_mib(server.id()));
+    println!("  server RSS: {:.0} MiB", common::rss_mib(server.id()));
     let _ = server.kill();
     let _ = server.wait();
     assert_eq!(pod_count, total, "duplicate or missing pods");

@@ -7,6 +7,9 @@
 //!
 //! Runs as root; the images come from scripts/build-test-images.sh (target/test-images).
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -16,17 +19,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::Client;
 use r8s_kubelet::spec::{self, NodeContext};
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1e3)
-}
 
 fn deployment(name: &str, replicas: usize) -> Deployment {
     serde_json::from_value(serde_json::json!({
@@ -45,46 +38,26 @@ fn ready(p: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-async fn control_plane(r8s: &Path, images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Duration>, Duration)> {
+async fn control_plane(images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Duration>, Duration)> {
     let dir = tempfile::tempdir().unwrap();
     let staged = dir.path().join("agent").join("images");
     std::fs::create_dir_all(&staged).unwrap();
     for e in std::fs::read_dir(images).unwrap().flatten() {
         std::fs::copy(e.path(), staged.join(e.file_name())).unwrap();
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut server = std::process::Command::new(r8s)
-        .args([
-            "server",
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-            "--bind-address",
-            "127.0.0.1",
-        ])
-        .args([
-            "--https-listen-port",
-            &port.to_string(),
+    let (mut server, client) = common::start_server(
+        dir.path(),
+        &[
             "--node-name",
             "bench-node",
-        ])
-        .args(["--pod-bridge", "r8sbench0", "--cluster-cidr", "10.195.0.0/16"])
-        .env("R8S_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let kubeconfig = dir.path().join("kubeconfig.yaml");
-    while !kubeconfig.exists() || std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let kc = Kubeconfig::read_from(&kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let client = Client::try_from(config).unwrap();
+            "--pod-bridge",
+            "r8sbench0",
+            "--cluster-cidr",
+            "10.195.0.0/16",
+        ],
+        None,
+    )
+    .await;
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     loop {
         let ready = nodes.get_opt("bench-node").await.ok().flatten().is_some_and(|n| {
@@ -250,12 +223,7 @@ async fn cri_floor(images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Duration>,
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let exe = std::env::current_exe().unwrap();
-    let r8s = exe.parent().unwrap().parent().unwrap().join("r8s");
-    assert!(
-        r8s.exists(),
-        "build first: cargo build --release -p r8s --bins --examples"
-    );
+    common::r8s_binary();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let images = root.join("target").join("test-images");
     if !images.join("pause-image.txt").exists() {
@@ -269,17 +237,17 @@ async fn main() {
     }
     let sizes = [3usize, 30];
     println!("pod-bench: nginx pods, image present; create → Ready");
-    let full = control_plane(&r8s, &images, &sizes).await;
+    let full = control_plane(&images, &sizes).await;
     let floor = cri_floor(&images, &sizes).await;
     for ((n, l, total), (_, fl, ftotal)) in full.iter().zip(floor.iter()) {
         println!(
             "  {n:>2} replicas: r8s p50 {} p99 {}, all Ready after {} | CRI floor p50 {} p99 {}, all started after {} | ratio {:.2}",
-            ms(pct(l, 0.5)),
-            ms(pct(l, 0.99)),
-            ms(*total),
-            ms(pct(fl, 0.5)),
-            ms(pct(fl, 0.99)),
-            ms(*ftotal),
+            common::ms(common::pct(l, 0.5)),
+            common::ms(common::pct(l, 0.99)),
+            common::ms(*total),
+            common::ms(common::pct(fl, 0.5)),
+            common::ms(common::pct(fl, 0.99)),
+            common::ms(*ftotal),
             total.as_secs_f64() / ftotal.as_secs_f64()
         );
     }

@@ -11,22 +11,14 @@
 //!
 //! Sizes: --nodes N --pods N.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::Client;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().expect("a number"))
-        .unwrap_or(default)
-}
 
 fn node(i: usize) -> Node {
     serde_json::from_value(serde_json::json!({
@@ -51,8 +43,12 @@ fn pod(i: usize) -> Pod {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let nodes = arg("--nodes", 5_000);
-    let pods = arg("--pods", 10_000);
+    let nodes = common::arg("--nodes", 5_000);
+    let pods = common::arg("--pods", 10_000);
+    // The scheduler logs its attempt durations at info.
+    if std::env::var_os("R8S_LOG").is_none() {
+        std::env::set_var("R8S_LOG", "warn,r8s_scheduler=info");
+    }
     println!("scheduler-bench: {nodes} hollow nodes, {pods} pods");
     phase(nodes, pods, false).await;
     phase(nodes, pods, true).await;
@@ -68,48 +64,15 @@ async fn phase(nodes: usize, pods: usize, backlog: bool) {
         }
     );
 
-    let exe = std::env::current_exe().unwrap();
-    let r8s = exe.parent().unwrap().parent().unwrap().join("r8s");
-    assert!(
-        r8s.exists(),
-        "build the server first: cargo build --release -p r8s --bins --examples"
-    );
+    let r8s = common::r8s_binary();
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let log_path = dir.path().join("server.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut server = std::process::Command::new(&r8s)
-        .args([
-            "server",
-            "--data-dir",
-            dir.path().to_str().unwrap(),
-            "--disable-agent",
-            "--bind-address",
-            "127.0.0.1",
-        ])
-        .args([
-            "--https-listen-port",
-            &port.to_string(),
-            "--disable-controller-manager",
-        ])
-        .env("R8S_LOG", "warn,r8s_scheduler=info")
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let kubeconfig = dir.path().join("kubeconfig.yaml");
-    while !kubeconfig.exists() || std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut extra = vec!["--disable-agent", "--disable-controller-manager"];
+    if backlog {
+        extra.push("--disable-scheduler");
     }
-    let kc = Kubeconfig::read_from(&kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let client = Client::try_from(config).unwrap();
+    let (mut server, client) = common::start_server(dir.path(), &extra, Some(&log_path)).await;
+    let kubeconfig = dir.path().join("kubeconfig.yaml");
     println!(
         "scheduler-bench: r8s server pid {}, {nodes} hollow nodes, {pods} pods",
         server.id()

@@ -1,0 +1,104 @@
+//! What the benchmarks share: arguments, starting a real `r8s server` from the release build on
+//! a free loopback port, a kube-rs client for it, and figures (percentiles, RSS).
+
+#![allow(dead_code)] // each benchmark uses part of it
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::Client;
+
+/// `--name N` from the command line, or `default`.
+pub fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse().expect("a number"))
+        .unwrap_or(default)
+}
+
+/// The `r8s` binary next to this example.
+pub fn r8s_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let r8s = exe.parent().unwrap().parent().unwrap().join("r8s");
+    assert!(
+        r8s.exists(),
+        "build the server first: cargo build --release -p r8s --bins --examples"
+    );
+    r8s
+}
+
+/// `r8s server` on `dir` with `extra` arguments, its output to `log` (or nowhere); returns once
+/// it serves, with a client for it.
+pub async fn start_server(dir: &Path, extra: &[&str], log: Option<&Path>) -> (Child, Client) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (stdout, stderr) = match log {
+        Some(path) => {
+            let f = std::fs::File::create(path).unwrap();
+            (Stdio::from(f.try_clone().unwrap()), Stdio::from(f))
+        }
+        None => (Stdio::null(), Stdio::inherit()),
+    };
+    let server = Command::new(r8s_binary())
+        .args([
+            "server",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--bind-address",
+            "127.0.0.1",
+        ])
+        .args(["--https-listen-port", &port.to_string()])
+        .args(extra)
+        .env(
+            "R8S_LOG",
+            std::env::var("R8S_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let kubeconfig = dir.join("kubeconfig.yaml");
+    while !kubeconfig.exists() || std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (server, client(&kubeconfig).await)
+}
+
+pub async fn client(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// Resident memory of a process.
+pub fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+pub fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
