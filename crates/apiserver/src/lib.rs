@@ -15,6 +15,7 @@ pub mod metrics;
 mod openapi;
 pub mod pki;
 mod protobuf;
+pub mod rbac;
 mod registry;
 pub mod request_info;
 mod server;
