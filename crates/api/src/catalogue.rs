@@ -14,6 +14,9 @@ pub const STANDARD_VERBS: &[&str] = &[
 /// Namespaces cannot be deleted as a collection.
 const NAMESPACE_VERBS: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
 
+/// Reviews are only ever created.
+pub const CREATE_ONLY: &[&str] = &["create"];
+
 /// A subresource such as `pods/status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Subresource {
@@ -42,6 +45,11 @@ pub struct ResourceDef {
 }
 
 impl ResourceDef {
+    /// A review: a question asked by creating it and answered in the response, never stored.
+    pub fn is_review(&self) -> bool {
+        self.verbs == CREATE_ONLY
+    }
+
     /// `v1` or `apps/v1`, as `apiVersion` is written.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -81,6 +89,12 @@ const BINDING: Subresource = Subresource {
     name: "binding",
     kind: "Binding",
     group_version: Some("v1"),
+    verbs: &["create"],
+};
+const TOKEN: Subresource = Subresource {
+    name: "token",
+    kind: "TokenRequest",
+    group_version: Some("authentication.k8s.io/v1"),
     verbs: &["create"],
 };
 const FINALIZE: Subresource = Subresource {
@@ -124,7 +138,7 @@ static CATALOGUE: &[ResourceDef] = &[
     res!("", "v1", "Secret", "secrets", "secret", true,
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("", "v1", "ServiceAccount", "serviceaccounts", "serviceaccount", true,
-         short: ["sa"], cat: [], verbs: STANDARD_VERBS, sub: []),
+         short: ["sa"], cat: [], verbs: STANDARD_VERBS, sub: [TOKEN]),
     res!("", "v1", "Event", "events", "event", true,
          short: ["ev"], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("", "v1", "LimitRange", "limitranges", "limitrange", true,
@@ -141,6 +155,27 @@ static CATALOGUE: &[ResourceDef] = &[
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", false,
          short: ["pc"], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", false,
+         short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false,
+         short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("rbac.authorization.k8s.io", "v1", "Role", "roles", "role", true,
+         short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", true,
+         short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+    // Reviews: created to ask a question, answered in the response, never stored.
+    res!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", false,
+         short: [], cat: [], verbs: CREATE_ONLY, sub: []),
+    res!("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", "subjectaccessreview", false,
+         short: [], cat: [], verbs: CREATE_ONLY, sub: []),
+    res!("authorization.k8s.io", "v1", "LocalSubjectAccessReview", "localsubjectaccessreviews", "localsubjectaccessreview", true,
+         short: [], cat: [], verbs: CREATE_ONLY, sub: []),
+    res!("authorization.k8s.io", "v1", "SelfSubjectRulesReview", "selfsubjectrulesreviews", "selfsubjectrulesreview", false,
+         short: [], cat: [], verbs: CREATE_ONLY, sub: []),
+    res!("authentication.k8s.io", "v1", "SelfSubjectReview", "selfsubjectreviews", "selfsubjectreview", false,
+         short: [], cat: [], verbs: CREATE_ONLY, sub: []),
+    res!("authentication.k8s.io", "v1", "TokenReview", "tokenreviews", "tokenreview", false,
+         short: [], cat: [], verbs: CREATE_ONLY, sub: []),
 ];
 
 /// Every served resource.

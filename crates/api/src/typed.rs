@@ -20,7 +20,7 @@ pub struct Decoded {
 /// without one.
 macro_rules! with_type {
     ($def:expr, $f:ident ( $($arg:expr),* )) => {{
-        use k8s_openapi::api::{apps, coordination, core, events, scheduling};
+        use k8s_openapi::api::{apps, authentication, authorization, coordination, core, events, rbac, scheduling};
         match ($def.group, $def.version, $def.kind) {
             ("", "v1", "Namespace") => Some($f::<core::v1::Namespace>($($arg),*)),
             ("", "v1", "Pod") => Some($f::<core::v1::Pod>($($arg),*)),
@@ -38,6 +38,16 @@ macro_rules! with_type {
             ("events.k8s.io", "v1", "Event") => Some($f::<events::v1::Event>($($arg),*)),
             ("coordination.k8s.io", "v1", "Lease") => Some($f::<coordination::v1::Lease>($($arg),*)),
             ("scheduling.k8s.io", "v1", "PriorityClass") => Some($f::<scheduling::v1::PriorityClass>($($arg),*)),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRole") => Some($f::<rbac::v1::ClusterRole>($($arg),*)),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => Some($f::<rbac::v1::ClusterRoleBinding>($($arg),*)),
+            ("rbac.authorization.k8s.io", "v1", "Role") => Some($f::<rbac::v1::Role>($($arg),*)),
+            ("rbac.authorization.k8s.io", "v1", "RoleBinding") => Some($f::<rbac::v1::RoleBinding>($($arg),*)),
+            ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => Some($f::<authorization::v1::SelfSubjectAccessReview>($($arg),*)),
+            ("authorization.k8s.io", "v1", "SubjectAccessReview") => Some($f::<authorization::v1::SubjectAccessReview>($($arg),*)),
+            ("authorization.k8s.io", "v1", "LocalSubjectAccessReview") => Some($f::<authorization::v1::LocalSubjectAccessReview>($($arg),*)),
+            ("authorization.k8s.io", "v1", "SelfSubjectRulesReview") => Some($f::<authorization::v1::SelfSubjectRulesReview>($($arg),*)),
+            ("authentication.k8s.io", "v1", "SelfSubjectReview") => Some($f::<authentication::v1::SelfSubjectReview>($($arg),*)),
+            ("authentication.k8s.io", "v1", "TokenReview") => Some($f::<authentication::v1::TokenReview>($($arg),*)),
             _ => None,
         }
     }};

@@ -103,15 +103,32 @@ async fn authenticated(
         .authenticate(&AuthnRequest {
             headers: req.headers(),
             peer_certificates: &peer_certificates,
+            path: req.uri().path(),
         })
         .await;
-    let user = match authn {
+    let mut user = match authn {
         Ok(user) => user,
         Err(errors) => {
             tracing::debug!(path = %info.path, ?errors, "authn: request rejected");
             return error_response(&ApiError::unauthorized("Unauthorized"));
         }
     };
+    // Impersonation: act as another user once the authorizers allow it.
+    if crate::authn::impersonation::requested(req.headers()) {
+        match crate::authn::impersonation::impersonate(&shared.authorizers, &user, req.headers()).await {
+            Ok(as_user) => user = as_user,
+            Err(e) => return error_response(&e),
+        }
+        let names: Vec<_> = req
+            .headers()
+            .keys()
+            .filter(|k| k.as_str().starts_with("impersonate-"))
+            .cloned()
+            .collect();
+        for n in names {
+            req.headers_mut().remove(n);
+        }
+    }
     // The credentials go no further than authentication.
     req.headers_mut().remove(header::AUTHORIZATION);
 
@@ -170,6 +187,30 @@ async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiEr
             http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         );
         return Ok(resp);
+    }
+    if let Some(tokens) = ctx.shared.service_account_tokens.as_ref() {
+        // Service-account issuer discovery, for relying parties that verify our tokens.
+        if path == "/.well-known/openid-configuration" {
+            let alg = tokens.jwks()["keys"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|k| k["alg"].as_str())
+                .collect::<Vec<_>>();
+            return Ok(json_response(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "issuer": tokens.issuer,
+                    "jwks_uri": format!("https://{}/openid/v1/jwks", ctx.shared.advertise),
+                    "response_types_supported": ["id_token"],
+                    "subject_types_supported": ["public"],
+                    "id_token_signing_alg_values_supported": alg,
+                }),
+            ));
+        }
+        if path == "/openid/v1/jwks" {
+            return Ok(json_response(StatusCode::OK, tokens.jwks()));
+        }
     }
     if path == "/version" {
         return Ok(json_response(StatusCode::OK, &crate::discovery::version()));

@@ -42,6 +42,11 @@ pub struct ApiServerConfig {
     pub admission: admission::AdmissionChain,
     /// The range Service cluster IPs come from (`--service-cidr`).
     pub service_cidr: ServiceCidr,
+    /// RBAC, when it is one of the authorization modes: its default roles are created and
+    /// reconciled at start, and writes of roles and bindings are checked for escalation.
+    pub rbac: Option<Arc<rbac::Rbac>>,
+    /// Signs TokenRequest tokens (absent: `serviceaccounts/<name>/token` is unavailable).
+    pub service_account_tokens: Option<Arc<authn::service_account::ServiceAccountTokens>>,
 }
 
 /// State shared by every request.
@@ -55,6 +60,8 @@ pub(crate) struct Shared {
     pub watch_cache: Arc<watch_cache::WatchCache>,
     pub service_cidr: ServiceCidr,
     pub metrics: metrics::Metrics,
+    pub rbac: Option<Arc<rbac::Rbac>>,
+    pub service_account_tokens: Option<Arc<authn::service_account::ServiceAccountTokens>>,
 }
 
 /// A running API server.
@@ -72,6 +79,12 @@ impl ApiServer {
         bootstrap::ensure_priority_classes(config.store.as_ref())
             .await
             .map_err(|e| std::io::Error::other(format!("creating the system priority classes: {e}")))?;
+        if let Some(rbac) = &config.rbac {
+            bootstrap::ensure_rbac_policy(config.store.as_ref())
+                .await
+                .map_err(|e| std::io::Error::other(format!("creating the default RBAC policy: {e}")))?;
+            rbac.wait_synced().await;
+        }
         let listener =
             tokio::net::TcpListener::bind((config.serving.bind_address, config.serving.port)).await?;
         let local_addr = listener.local_addr()?;
@@ -87,6 +100,8 @@ impl ApiServer {
             authenticators: config.authenticators,
             authorizers: config.authorizers,
             admission: config.admission,
+            rbac: config.rbac,
+            service_account_tokens: config.service_account_tokens,
             advertise: local_addr.to_string(),
         });
         let task = tokio::spawn(server::serve(listener, tls, shared));

@@ -30,6 +30,9 @@ pub struct Pki {
     pub serving_key_pem: String,
     pub admin_cert_pem: String,
     pub admin_key_pem: String,
+    /// The key that signs service-account tokens (ECDSA P-256, PKCS#8 PEM),
+    /// `service-account.key`.
+    pub service_account_key_pem: String,
 }
 
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -102,7 +105,17 @@ impl Pki {
             ];
             Ok((params, existing.is_some()))
         })?;
+        let sa_key_path = dir.join("service-account.key");
+        let service_account_key_pem = match read(&sa_key_path)? {
+            Some(k) => k,
+            None => {
+                let key = KeyPair::generate()?.serialize_pem();
+                write(&sa_key_path, &key, 0o600)?;
+                key
+            }
+        };
         Ok(Self {
+            service_account_key_pem,
             dir: dir.to_owned(),
             ca_cert_pem,
             ca_key_pem,

@@ -5,9 +5,10 @@
 //! Machinery: shared informers (`informer`), a rate-limited work queue (`queue`), expectations
 //! (`expectations`), events (`events`) and leader election on a Lease (`leader`). Controllers:
 //! `replicaset`, `deployment`, `gc` (garbage collector), `namespace`, `serviceaccount`,
-//! `nodeipam`, `nodelifecycle`.
+//! `nodeipam`, `nodelifecycle`, `clusterrole_aggregation`.
 
 pub mod claim;
+pub mod clusterrole_aggregation;
 pub mod deployment;
 pub mod events;
 pub mod expectations;
@@ -114,6 +115,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     let deploy = deployment::DeploymentController::new(&factory, events.clone());
     let ns = namespace::NamespaceController::new(&factory);
     let sa = serviceaccount::ServiceAccountController::new(&factory);
+    let aggregation = clusterrole_aggregation::AggregationController::new(&factory);
     let ipam = opts.cluster_cidr.as_deref().and_then(|c| {
         match nodeipam::NodeIpamController::new(&factory, c, opts.node_cidr_mask_size) {
             Ok(c) => Some(c),
@@ -131,6 +133,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         tokio::spawn(deploy.run(opts.workers, stop.clone())),
         tokio::spawn(ns.run(opts.workers, stop.clone())),
         tokio::spawn(sa.run(stop.clone())),
+        tokio::spawn(aggregation.run(stop.clone())),
         tokio::spawn(lifecycle.run(stop.clone())),
         tokio::spawn(gc::GarbageCollector::new(client.clone()).run(opts.workers, stop.clone())),
     ];

@@ -190,6 +190,37 @@ struct ServerArgs {
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
 
+    /// Key that signs service-account tokens (PEM, ECDSA P-256 or RSA; default: the one r8s
+    /// made, <data-dir>/server/tls/service-account.key).
+    #[arg(long)]
+    service_account_signing_key_file: Option<PathBuf>,
+
+    /// More keys (PEM, public or private) whose service-account tokens are accepted (repeatable).
+    #[arg(long = "service-account-key-file")]
+    service_account_key_file: Vec<PathBuf>,
+
+    /// Issuer named in service-account tokens; repeat to also accept earlier issuers' tokens.
+    #[arg(long = "service-account-issuer")]
+    service_account_issuer: Vec<String>,
+
+    /// Audiences API tokens must be meant for (default: the first issuer).
+    #[arg(long = "api-audiences", value_delimiter = ',')]
+    api_audiences: Vec<String>,
+
+    /// The longest lifetime a TokenRequest may ask for (e.g. 24h; default: no limit).
+    #[arg(long, value_parser = parse_duration)]
+    service_account_max_token_expiration: Option<Duration>,
+
+    /// Authorizers in order, comma-separated: RBAC, AlwaysAllow, AlwaysDeny. Members of
+    /// system:masters are always allowed, as upstream.
+    #[arg(long, default_value = "RBAC", value_delimiter = ',')]
+    authorization_mode: Vec<String>,
+
+    /// Let requests without credentials read /healthz, /livez, /readyz and /version as
+    /// system:anonymous (everything else stays 401 for them).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
+
     /// The range Service cluster IPs are allocated from (k3s's default).
     #[arg(long, default_value = "10.43.0.0/16", value_parser = r8s_apiserver::ServiceCidr::parse)]
     service_cidr: r8s_apiserver::ServiceCidr,
@@ -315,8 +346,49 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         authenticators
             .push(r8s_apiserver::authn::TokenFileAuthenticator::from_file(path).map_err(anyhow::Error::msg)?);
     }
+    let sa_signing_key = match &args.service_account_signing_key_file {
+        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        None => pki.service_account_key_pem.clone(),
+    };
+    let sa_public_keys = args
+        .service_account_key_file
+        .iter()
+        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut sa_tokens = r8s_apiserver::authn::service_account::ServiceAccountTokens::new(
+        &sa_signing_key,
+        &sa_public_keys,
+        &args.service_account_issuer,
+        &args.api_audiences,
+        store.clone(),
+    )
+    .map_err(|e| anyhow::anyhow!("service-account keys: {e}"))?;
+    sa_tokens.max_expiration_seconds = args
+        .service_account_max_token_expiration
+        .map(|d| d.as_secs() as i64);
+    let sa_tokens = Arc::new(sa_tokens);
+    authenticators
+        .push(r8s_apiserver::authn::service_account::ServiceAccountAuthenticator(sa_tokens.clone()));
+    if args.anonymous_auth {
+        authenticators.allow_anonymous(r8s_apiserver::authn::PUBLIC_INFO_PATHS);
+    }
     let mut authorizers = r8s_apiserver::authz::AuthorizerChain::default();
     authorizers.push(r8s_apiserver::authz::PrivilegedGroups::masters());
+    let mut rbac = None;
+    for mode in &args.authorization_mode {
+        match mode.as_str() {
+            "RBAC" => {
+                let r = r8s_apiserver::rbac::Rbac::start(store.clone());
+                authorizers.push(r.authorizer());
+                rbac = Some(r);
+            }
+            "AlwaysAllow" => authorizers.push(r8s_apiserver::authz::AlwaysAllow),
+            "AlwaysDeny" => authorizers.push(r8s_apiserver::authz::AlwaysDeny),
+            other => anyhow::bail!(
+                "--authorization-mode: unknown authorization mode {other:?} (supported: RBAC, AlwaysAllow, AlwaysDeny)"
+            ),
+        }
+    }
 
     let mut admission = r8s_apiserver::admission::AdmissionChain::default();
     admission.push_mutating(r8s_apiserver::admission::priority::Priority { store: store.clone() });
@@ -335,6 +407,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         authorizers,
         admission,
         service_cidr: args.service_cidr,
+        rbac,
+        service_account_tokens: Some(sa_tokens),
     })
     .await
     .with_context(|| format!("serving on {}:{}", args.bind_address, args.https_listen_port))?;

@@ -2,6 +2,8 @@
 //! wins, and if none does the request fails with 401 and the aggregate of their errors (the
 //! reference document's "Authentication" stage).
 
+pub mod impersonation;
+pub mod service_account;
 mod token_file;
 mod x509;
 
@@ -27,6 +29,8 @@ pub struct AuthnRequest<'a> {
     pub headers: &'a http::HeaderMap,
     /// The client's certificate chain, already verified against the client CA by the TLS layer.
     pub peer_certificates: &'a [CertificateDer<'static>],
+    /// The request path (anonymous requests are allowed only to some).
+    pub path: &'a str,
 }
 
 pub enum AuthnOutcome {
@@ -47,6 +51,20 @@ pub trait Authenticator: Send + Sync {
 #[derive(Default)]
 pub struct AuthenticatorChain {
     authenticators: Vec<Box<dyn Authenticator>>,
+    /// Paths a request without credentials may reach as `system:anonymous`.
+    anonymous_paths: Vec<String>,
+}
+
+/// What upstream's `system:public-info-viewer` role lets anyone read.
+pub const PUBLIC_INFO_PATHS: &[&str] = &["/healthz", "/livez", "/readyz", "/version"];
+
+/// The user of a request that carries no credentials, where anonymous requests are allowed.
+pub fn anonymous_user() -> UserInfo {
+    UserInfo {
+        name: "system:anonymous".into(),
+        groups: vec!["system:unauthenticated".into()],
+        ..Default::default()
+    }
 }
 
 impl AuthenticatorChain {
@@ -56,6 +74,22 @@ impl AuthenticatorChain {
 
     pub fn names(&self) -> Vec<&'static str> {
         self.authenticators.iter().map(|a| a.name()).collect()
+    }
+
+    /// Let requests without credentials reach `paths` (and the paths below them, such as
+    /// `/healthz/ping` and `/version/`) as `system:anonymous`, as upstream's
+    /// `AnonymousAuthConfigurableEndpoints` does; other paths stay 401 for them.
+    pub fn allow_anonymous(&mut self, paths: &[&str]) {
+        self.anonymous_paths = paths.iter().map(|p| p.to_string()).collect();
+    }
+
+    fn anonymous_allowed(&self, path: &str) -> bool {
+        self.anonymous_paths.iter().any(|p| {
+            path == p
+                || path
+                    .strip_prefix(p.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
     }
 
     /// The user, or the aggregate of every authenticator's complaint.
@@ -73,6 +107,12 @@ impl AuthenticatorChain {
                 AuthnOutcome::NotApplicable => {}
                 AuthnOutcome::Rejected(e) => errors.push(format!("{}: {e}", a.name())),
             }
+        }
+        // Anonymous only when no credentials were presented at all: a bad token stays 401.
+        let credentials =
+            req.headers.contains_key(http::header::AUTHORIZATION) || !req.peer_certificates.is_empty();
+        if errors.is_empty() && !credentials && self.anonymous_allowed(req.path) {
+            return Ok(anonymous_user());
         }
         Err(errors)
     }
@@ -114,6 +154,7 @@ mod tests {
             .authenticate(&AuthnRequest {
                 headers: &h,
                 peer_certificates: &c,
+                path: "/api",
             })
             .await
             .unwrap();
@@ -127,9 +168,33 @@ mod tests {
             .authenticate(&AuthnRequest {
                 headers: &h,
                 peer_certificates: &c,
+                path: "/api",
             })
             .await
             .unwrap_err();
         assert_eq!(errors, vec!["a: bad token".to_owned(), "b: expired".to_owned()]);
+    }
+
+    #[tokio::test]
+    async fn anonymous_reaches_only_public_paths_and_never_with_bad_credentials() {
+        let mut chain = AuthenticatorChain::default();
+        chain.push(Fixed("none", || AuthnOutcome::NotApplicable));
+        chain.allow_anonymous(PUBLIC_INFO_PATHS);
+        let (h, c) = req();
+        let at = |path: &'static str| AuthnRequest {
+            headers: &h,
+            peer_certificates: &c,
+            path,
+        };
+        let user = chain.authenticate(&at("/healthz")).await.unwrap();
+        assert_eq!(user, anonymous_user());
+        assert!(chain.authenticate(&at("/readyz/ping")).await.is_ok());
+        assert!(chain.authenticate(&at("/version/")).await.is_ok());
+        assert!(chain.authenticate(&at("/api/v1/pods")).await.is_err());
+        assert!(chain.authenticate(&at("/healthzz")).await.is_err());
+        let mut rejecting = AuthenticatorChain::default();
+        rejecting.push(Fixed("a", || AuthnOutcome::Rejected("bad token".into())));
+        rejecting.allow_anonymous(PUBLIC_INFO_PATHS);
+        assert!(rejecting.authenticate(&at("/healthz")).await.is_err());
     }
 }

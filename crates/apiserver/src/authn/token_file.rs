@@ -132,12 +132,14 @@ mod tests {
         let r = AuthnRequest {
             headers: &h,
             peer_certificates: &certs,
+            path: "/api",
         };
         assert!(matches!(a.authenticate(&r).await, AuthnOutcome::Authenticated(u) if u.name == "alice"));
         h.insert(http::header::AUTHORIZATION, "Bearer wrong".parse().unwrap());
         let r = AuthnRequest {
             headers: &h,
             peer_certificates: &certs,
+            path: "/api",
         };
         assert!(matches!(a.authenticate(&r).await, AuthnOutcome::NotApplicable));
     }

@@ -29,6 +29,10 @@ impl AuthorizerChain {
         self.authorizers.push(Box::new(a));
     }
 
+    pub fn names(&self) -> Vec<&'static str> {
+        self.authorizers.iter().map(|a| a.name()).collect()
+    }
+
     /// `Ok` if some authorizer allows; otherwise the reason of the one that denied, if any.
     pub async fn authorize(&self, user: &UserInfo, request: &RequestInfo) -> Result<(), Option<String>> {
         for a in &self.authorizers {
@@ -64,6 +68,33 @@ impl Authorizer for PrivilegedGroups {
         } else {
             Decision::NoOpinion
         }
+    }
+}
+
+/// `--authorization-mode=AlwaysAllow`: everything is allowed.
+pub struct AlwaysAllow;
+
+#[async_trait]
+impl Authorizer for AlwaysAllow {
+    fn name(&self) -> &'static str {
+        "AlwaysAllow"
+    }
+    async fn authorize(&self, _: &UserInfo, _: &RequestInfo) -> Decision {
+        Decision::Allow
+    }
+}
+
+/// `--authorization-mode=AlwaysDeny`: everything is refused (system:masters still passes, as
+/// upstream's privileged-group authorizer comes first).
+pub struct AlwaysDeny;
+
+#[async_trait]
+impl Authorizer for AlwaysDeny {
+    fn name(&self) -> &'static str {
+        "AlwaysDeny"
+    }
+    async fn authorize(&self, _: &UserInfo, _: &RequestInfo) -> Decision {
+        Decision::Deny("Everything is forbidden.".into())
     }
 }
 

@@ -11,10 +11,12 @@ mod apply;
 mod convert;
 pub(crate) mod meta;
 mod patch;
+mod reviews;
 mod services;
 pub(crate) mod strategy;
 mod subresource;
 mod table;
+mod token_request;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -275,6 +277,14 @@ pub(crate) async fn handle(
     } else {
         ""
     };
+    if def.is_review() {
+        return match (method, info.verb.as_str()) {
+            (&Method::POST, "create") if info.subresource.is_empty() => {
+                reviews::create(ctx, def, ns, body).await
+            }
+            (m, _) => Err(ApiError::method_not_allowed(m.as_str(), &def.group_resource())),
+        };
+    }
     if !info.subresource.is_empty() {
         if def.subresource(&info.subresource).is_none() {
             return Err(ApiError::not_found_path());
@@ -843,6 +853,7 @@ pub(crate) async fn create_object(
             dry_run,
         })
         .await?;
+    crate::rbac::escalation::check(ctx, def, ns, &obj, None).await?;
     // Services get their cluster IP and node ports (a dry run gives them back at once).
     let allocations = if def.plural == "services" {
         services::allocate(ctx, &mut obj).await?
@@ -951,7 +962,8 @@ pub(crate) async fn apply_update(
         let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         meta::meta_mut(&mut obj).insert("generation".into(), json!(g));
     }
-    let errs = strategy::validate(def, &obj);
+    let mut errs = strategy::validate(def, &obj);
+    errs.extend(strategy::validate_update(def, &obj, old));
     if !errs.is_empty() {
         return Err(invalid(def, name, &errs));
     }
@@ -966,6 +978,7 @@ pub(crate) async fn apply_update(
             dry_run,
         })
         .await?;
+    crate::rbac::escalation::check(ctx, def, ns, &obj, Some(old)).await?;
     let mut unchanged_check = obj.clone();
     meta::set_resource_version(&mut unchanged_check, old_rv);
     if unchanged_check == *old {

@@ -396,6 +396,10 @@ pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
                 ));
             }
         }
+        "roles" | "clusterroles" => validate_rules(&mut errs, obj, def.plural == "clusterroles"),
+        "rolebindings" | "clusterrolebindings" => {
+            validate_binding(&mut errs, obj, def.plural == "clusterrolebindings")
+        }
         "configmaps" | "secrets" => {
             for field in ["data", "binaryData", "stringData"] {
                 if let Some(m) = obj[field].as_object() {
@@ -416,6 +420,112 @@ pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
             }
         }
         _ => {}
+    }
+    errs
+}
+
+/// upstream's `ValidatePolicyRule`: verbs always; resource rules name groups; only
+/// ClusterRoles may hold non-resource URLs, and never beside resources.
+fn validate_rules(errs: &mut Vec<FieldError>, obj: &Value, cluster: bool) {
+    let empty = |v: &Value| v.as_array().is_none_or(Vec::is_empty);
+    for (i, r) in obj["rules"].as_array().into_iter().flatten().enumerate() {
+        let path = format!("rules[{i}]");
+        if empty(&r["verbs"]) {
+            errs.push(FieldError::required(
+                format!("{path}.verbs"),
+                "verbs must contain at least one value",
+            ));
+        }
+        if !empty(&r["nonResourceURLs"]) {
+            if !cluster {
+                errs.push(FieldError::invalid(
+                    format!("{path}.nonResourceURLs"),
+                    &r["nonResourceURLs"].to_string(),
+                    "namespaced rules cannot apply to non-resource URLs",
+                ));
+            }
+            if !empty(&r["apiGroups"]) || !empty(&r["resources"]) || !empty(&r["resourceNames"]) {
+                errs.push(FieldError::invalid(
+                    format!("{path}.nonResourceURLs"),
+                    &r["nonResourceURLs"].to_string(),
+                    "rules cannot apply to both regular resources and non-resource URLs",
+                ));
+            }
+            continue;
+        }
+        if empty(&r["apiGroups"]) {
+            errs.push(FieldError::required(
+                format!("{path}.apiGroups"),
+                "resource rules must supply at least one api group",
+            ));
+        }
+        if empty(&r["resources"]) {
+            errs.push(FieldError::required(
+                format!("{path}.resources"),
+                "resource rules must supply at least one resource",
+            ));
+        }
+    }
+}
+
+/// upstream's `ValidateRoleBinding`: a roleRef to a Role or ClusterRole in the RBAC group (a
+/// ClusterRoleBinding only to a ClusterRole), and subjects of the known kinds.
+fn validate_binding(errs: &mut Vec<FieldError>, obj: &Value, cluster: bool) {
+    let role_ref = &obj["roleRef"];
+    match role_ref["apiGroup"].as_str() {
+        Some("rbac.authorization.k8s.io") => {}
+        other => errs.push(FieldError::not_supported(
+            "roleRef.apiGroup",
+            other.unwrap_or(""),
+            &["rbac.authorization.k8s.io"],
+        )),
+    }
+    let kinds: &[&str] = if cluster {
+        &["ClusterRole"]
+    } else {
+        &["ClusterRole", "Role"]
+    };
+    match role_ref["kind"].as_str() {
+        Some(k) if kinds.contains(&k) => {}
+        other => errs.push(FieldError::not_supported(
+            "roleRef.kind",
+            other.unwrap_or(""),
+            kinds,
+        )),
+    }
+    if role_ref["name"].as_str().is_none_or(str::is_empty) {
+        errs.push(FieldError::required("roleRef.name", ""));
+    }
+    for (i, subject) in obj["subjects"].as_array().into_iter().flatten().enumerate() {
+        let path = format!("subjects[{i}]");
+        if subject["name"].as_str().is_none_or(str::is_empty) {
+            errs.push(FieldError::required(format!("{path}.name"), ""));
+        }
+        match subject["kind"].as_str() {
+            Some("ServiceAccount") => {
+                if cluster && subject["namespace"].as_str().is_none_or(str::is_empty) {
+                    errs.push(FieldError::required(format!("{path}.namespace"), ""));
+                }
+            }
+            Some("User") | Some("Group") => {}
+            other => errs.push(FieldError::not_supported(
+                format!("{path}.kind"),
+                other.unwrap_or(""),
+                &["ServiceAccount", "User", "Group"],
+            )),
+        }
+    }
+}
+
+/// Checks that need the stored object (upstream's `ValidateUpdate`).
+pub(crate) fn validate_update(def: &ResourceDef, obj: &Value, old: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if matches!(def.plural, "rolebindings" | "clusterrolebindings") && obj["roleRef"] != old["roleRef"] {
+        errs.push(FieldError::invalid(
+            "roleRef",
+            &obj["roleRef"].to_string(),
+            "cannot change roleRef",
+        ));
     }
     errs
 }
@@ -568,6 +678,18 @@ pub(crate) fn columns(def: &ResourceDef) -> Vec<Column> {
             wide("OS-Image", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
             wide("Kernel-Version", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
             wide("Container-Runtime", "Container Runtime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
+        ],
+        "roles" | "clusterroles" => vec![
+            NAME,
+            col("Created At", "date", "CreationTimestamp is a timestamp representing the server time when this object was created."),
+        ],
+        "rolebindings" | "clusterrolebindings" => vec![
+            NAME,
+            col("Role", "string", "RoleRef is the reference to the role this binding grants."),
+            AGE,
+            wide("Users", "Users in the binding."),
+            wide("Groups", "Groups in the binding."),
+            wide("ServiceAccounts", "ServiceAccounts in the binding."),
         ],
         "configmaps" => vec![NAME, col("Data", "string", "Data contains the configuration data."), AGE],
         "secrets" => vec![
@@ -815,6 +937,37 @@ pub(crate) fn cells(def: &ResourceDef, obj: &Value) -> Vec<Value> {
                 json!(info["osImage"].as_str().unwrap_or("<unknown>")),
                 json!(info["kernelVersion"].as_str().unwrap_or("<unknown>")),
                 json!(info["containerRuntimeVersion"].as_str().unwrap_or("<unknown>")),
+            ]
+        }
+        "roles" | "clusterroles" => vec![
+            name,
+            json!(str_field(obj, &["metadata", "creationTimestamp"]).unwrap_or("")),
+        ],
+        "rolebindings" | "clusterrolebindings" => {
+            let subjects = |kind: &str| {
+                let names: Vec<String> = obj["subjects"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|s| s["kind"] == kind)
+                    .map(|s| match (kind, s["namespace"].as_str()) {
+                        ("ServiceAccount", Some(ns)) => format!("{ns}/{}", s["name"].as_str().unwrap_or("")),
+                        _ => s["name"].as_str().unwrap_or("").to_owned(),
+                    })
+                    .collect();
+                json!(names.join(", "))
+            };
+            vec![
+                name,
+                json!(format!(
+                    "{}/{}",
+                    obj["roleRef"]["kind"].as_str().unwrap_or(""),
+                    obj["roleRef"]["name"].as_str().unwrap_or("")
+                )),
+                age,
+                subjects("User"),
+                subjects("Group"),
+                subjects("ServiceAccount"),
             ]
         }
         "configmaps" => vec![name, json!(count(&obj["data"]) + count(&obj["binaryData"])), age],

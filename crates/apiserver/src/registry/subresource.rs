@@ -118,6 +118,9 @@ pub(crate) async fn handle(
         "scale" => View::Scale,
         "finalize" => View::Finalize,
         "binding" if *method == Method::POST => return bind(ctx, def, ns, name, query, body).await,
+        "token" if *method == Method::POST => {
+            return super::token_request::create(ctx, def, ns, name, query, body).await
+        }
         _ => {
             return Err(ApiError::method_not_allowed(
                 method.as_str(),

@@ -1,0 +1,383 @@
+//! The request's gatekeepers end to end, judged by the real kubectl: RBAC with upstream's
+//! default roles, `kubectl auth can-i` / `whoami`, impersonation, privilege-escalation
+//! prevention and anonymous requests.
+
+mod support;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use support::{kubectl_binary, Server};
+
+/// A server with a token file: `jane` and `rob` are plain users.
+fn server() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "janetoken,jane,2001,\nrobtoken,rob,2002,\"devs\"\n").unwrap();
+    let tokens = tokens.to_str().unwrap().to_owned();
+    // The token file lives in the server's data directory, removed with it.
+    Server::start_in(dir, &["--disable-agent", "--token-auth-file", &tokens])
+}
+
+/// kubectl as the user of `token`, against `s`.
+fn as_token(s: &Server, token: &str, args: &[&str]) -> Output {
+    Command::new(kubectl_binary("1.33"))
+        .args([
+            "--kubeconfig",
+            "/dev/null",
+            "--server",
+            &format!("https://127.0.0.1:{}", s.port),
+        ])
+        .arg("--certificate-authority")
+        .arg(s.dir.path().join("server/tls/ca.crt"))
+        .args(["--token", token])
+        .args(args)
+        .env("KUBECACHEDIR", s.dir.path().join(format!("kubecache-{token}")))
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Retry `f` until it returns true (RBAC follows its objects through a watch, and the
+/// aggregated roles are filled by a controller), for at most 20 s.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn rbac_with_default_roles_can_i_whoami_and_impersonation() {
+    let s = server();
+    s.ok("1.33", &["create", "namespace", "dev"]);
+
+    // The default policy is there, aggregated roles included.
+    let roles = s.ok("1.33", &["get", "clusterroles", "-o", "name"]);
+    for r in [
+        "cluster-admin",
+        "admin",
+        "edit",
+        "view",
+        "system:node",
+        "system:kube-scheduler",
+    ] {
+        assert!(
+            roles.contains(&format!("clusterrole.rbac.authorization.k8s.io/{r}\n")),
+            "{r} missing:\n{roles}"
+        );
+    }
+
+    // No binding: upstream's 403.
+    let out = as_token(&s, "janetoken", &["get", "pods", "-n", "dev"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(
+            "Error from server (Forbidden): pods is forbidden: User \"jane\" cannot list resource \"pods\" in API group \"\" in the namespace \"dev\""
+        ),
+        "{}",
+        stderr(&out)
+    );
+
+    // view in dev: list, not create; nothing elsewhere.
+    assert_eq!(
+        s.ok(
+            "1.33",
+            &[
+                "create",
+                "rolebinding",
+                "jane-view",
+                "--clusterrole=view",
+                "--user=jane",
+                "-n",
+                "dev"
+            ]
+        )
+        .trim(),
+        "rolebinding.rbac.authorization.k8s.io/jane-view created"
+    );
+    let table = s.ok("1.33", &["get", "rolebindings", "-n", "dev", "-o", "wide"]);
+    assert!(
+        table.contains("ClusterRole/view") && table.contains("jane"),
+        "{table}"
+    );
+    eventually("jane may list pods in dev", || {
+        as_token(&s, "janetoken", &["get", "pods", "-n", "dev"])
+            .status
+            .success()
+    });
+    let out = as_token(
+        &s,
+        "janetoken",
+        &["create", "configmap", "c", "-n", "dev", "--from-literal=a=b"],
+    );
+    assert!(
+        stderr(&out).contains("configmaps is forbidden: User \"jane\" cannot create resource \"configmaps\" in API group \"\" in the namespace \"dev\""),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!as_token(&s, "janetoken", &["get", "pods", "-n", "default"])
+        .status
+        .success());
+
+    // kubectl auth can-i agrees, for several kubectl versions.
+    for v in ["1.27", "1.30", "1.33"] {
+        let can = |args: &[&str]| {
+            Command::new(kubectl_binary(v))
+                .args([
+                    "--kubeconfig",
+                    "/dev/null",
+                    "--server",
+                    &format!("https://127.0.0.1:{}", s.port),
+                ])
+                .arg("--certificate-authority")
+                .arg(s.dir.path().join("server/tls/ca.crt"))
+                .args(["--token", "janetoken", "auth", "can-i"])
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        let yes = can(&["list", "pods", "-n", "dev"]);
+        assert!(yes.status.success(), "{v}: {}", stderr(&yes));
+        assert_eq!(stdout(&yes).trim(), "yes");
+        let no = can(&["create", "pods", "-n", "dev"]);
+        assert!(!no.status.success());
+        assert_eq!(stdout(&no).trim(), "no", "{v}");
+        let no = can(&["list", "pods", "-n", "default"]);
+        assert_eq!(stdout(&no).trim(), "no", "{v}");
+        let list = can(&["--list", "-n", "dev"]);
+        assert!(list.status.success(), "{v}: {}", stderr(&list));
+        let rows = stdout(&list);
+        let pods_row = rows
+            .lines()
+            .find(|l| l.starts_with("pods "))
+            .unwrap_or_else(|| panic!("{v}: no pods row in:\n{rows}"));
+        assert!(pods_row.contains("[get list watch]"), "{v}: {pods_row}");
+        assert!(
+            !rows.lines().any(|l| l.starts_with("secrets ")),
+            "{v}: view must not read secrets:\n{rows}"
+        );
+    }
+
+    // whoami.
+    let who = as_token(&s, "robtoken", &["auth", "whoami", "-o", "json"]);
+    assert!(who.status.success(), "{}", stderr(&who));
+    let who: serde_json::Value = serde_json::from_slice(&who.stdout).unwrap();
+    assert_eq!(who["status"]["userInfo"]["username"], "rob");
+    assert_eq!(
+        who["status"]["userInfo"]["groups"],
+        serde_json::json!(["devs", "system:authenticated"])
+    );
+
+    // Impersonation: the admin may act as jane (and gets jane's answers); jane may not act as
+    // anyone.
+    assert!(s
+        .ok("1.33", &["get", "pods", "-n", "dev", "--as=jane"])
+        .is_empty());
+    let out = s.kubectl("1.33", &["get", "pods", "-n", "default", "--as=jane"]);
+    assert!(
+        stderr(&out).contains(
+            "User \"jane\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        s.ok(
+            "1.33",
+            &["auth", "can-i", "list", "pods", "-n", "dev", "--as=jane"]
+        )
+        .trim(),
+        "yes"
+    );
+    let out = as_token(&s, "janetoken", &["get", "pods", "-n", "dev", "--as=rob"]);
+    assert!(
+        stderr(&out).contains("users \"rob\" is forbidden: User \"jane\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"),
+        "{}",
+        stderr(&out)
+    );
+    let out = as_token(
+        &s,
+        "janetoken",
+        &[
+            "get",
+            "pods",
+            "-n",
+            "dev",
+            "--as=rob",
+            "--as-group=system:masters",
+        ],
+    );
+    assert!(!out.status.success());
+}
+
+#[test]
+fn no_one_grants_what_they_do_not_hold() {
+    let s = server();
+    s.ok("1.33", &["create", "namespace", "dev"]);
+    // rob's group may manage roles and bindings in dev, and holds view there.
+    s.ok(
+        "1.33",
+        &[
+            "create",
+            "role",
+            "rbac-manager",
+            "-n",
+            "dev",
+            "--verb=get,list,create,update,delete",
+            "--resource=roles.rbac.authorization.k8s.io,rolebindings.rbac.authorization.k8s.io",
+        ],
+    );
+    s.ok(
+        "1.33",
+        &[
+            "create",
+            "rolebinding",
+            "devs-rbac",
+            "-n",
+            "dev",
+            "--role=rbac-manager",
+            "--group=devs",
+        ],
+    );
+    s.ok(
+        "1.33",
+        &[
+            "create",
+            "rolebinding",
+            "devs-view",
+            "-n",
+            "dev",
+            "--clusterrole=view",
+            "--group=devs",
+        ],
+    );
+    eventually("rob may list roles in dev", || {
+        as_token(&s, "robtoken", &["get", "roles", "-n", "dev"])
+            .status
+            .success()
+    });
+
+    // Binding cluster-admin is refused with upstream's words; binding view (held) is fine.
+    let out = as_token(
+        &s,
+        "robtoken",
+        &[
+            "create",
+            "rolebinding",
+            "grab",
+            "-n",
+            "dev",
+            "--clusterrole=cluster-admin",
+            "--user=rob",
+        ],
+    );
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("rolebindings.rbac.authorization.k8s.io \"grab\" is forbidden: user \"rob\" (groups=[\"devs\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("{APIGroups:[\"*\"], Resources:[\"*\"], Verbs:[\"*\"]}"),
+        "{err}"
+    );
+    let out = as_token(
+        &s,
+        "robtoken",
+        &[
+            "create",
+            "rolebinding",
+            "jane-view",
+            "-n",
+            "dev",
+            "--clusterrole=view",
+            "--user=jane",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // A role with more than rob holds is refused; one within view is fine.
+    let out = as_token(
+        &s,
+        "robtoken",
+        &[
+            "create",
+            "role",
+            "secrets",
+            "-n",
+            "dev",
+            "--verb=get",
+            "--resource=secrets",
+        ],
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\"]}"),
+        "{err}"
+    );
+    let out = as_token(
+        &s,
+        "robtoken",
+        &[
+            "create",
+            "role",
+            "pod-reader",
+            "-n",
+            "dev",
+            "--verb=get,list",
+            "--resource=pods",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // roleRef cannot change.
+    let out = s.kubectl_stdin(
+        "1.33",
+        &["apply", "-f", "-"],
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: jane-view, namespace: dev}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}\nsubjects: [{kind: User, name: jane, apiGroup: rbac.authorization.k8s.io}]\n",
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("cannot change roleRef"), "{}", stderr(&out));
+}
+
+#[test]
+fn anonymous_requests_reach_only_public_information() {
+    let s = server();
+    let curl = |path: &str| {
+        let out = Command::new("curl")
+            .args(["-sS", "--cacert"])
+            .arg(s.dir.path().join("server/tls/ca.crt"))
+            .args([
+                "-w",
+                "\n%{http_code}",
+                &format!("https://127.0.0.1:{}{path}", s.port),
+            ])
+            .output()
+            .unwrap();
+        let text = stdout(&out);
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (code.to_owned(), body.to_owned())
+    };
+    assert_eq!(curl("/healthz"), ("200".to_owned(), "ok".to_owned()));
+    assert_eq!(curl("/readyz").0, "200");
+    let (code, body) = curl("/version");
+    assert_eq!(code, "200");
+    assert!(body.contains("\"gitVersion\""), "{body}");
+    let (code, body) = curl("/api/v1/namespaces/default/pods");
+    assert_eq!(code, "401");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (status["kind"].as_str(), status["reason"].as_str()),
+        (Some("Status"), Some("Unauthorized"))
+    );
+    assert_eq!(curl("/apis").0, "401");
+}
