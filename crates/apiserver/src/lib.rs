@@ -9,6 +9,7 @@ pub mod authn;
 pub mod authz;
 mod bootstrap;
 mod discovery;
+mod follow;
 mod handler;
 mod health;
 pub mod metrics;

@@ -99,6 +99,30 @@ pub fn parse_request(method: &http::Method, path: &str, query: Option<&str>) -> 
     };
     if info.verb == "get" && info.name.is_empty() {
         info.verb = "list".into();
+        // A list or watch of one object by `fieldSelector=metadata.name=N` is about N, so an
+        // authorizer may allow it where it allows reading N (as upstream).
+        let selector = query.unwrap_or("").split('&').find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            (k == "fieldSelector").then(|| {
+                form_urlencoded::parse(format!("v={v}").as_bytes())
+                    .next()
+                    .map(|(_, v)| v.into_owned())
+                    .unwrap_or_default()
+            })
+        });
+        if let Some(sel) = selector {
+            let mut terms = sel.split(',');
+            if let (Some(term), None) = (terms.next(), terms.next()) {
+                let name = term
+                    .strip_prefix("metadata.name==")
+                    .or(term.strip_prefix("metadata.name="));
+                if let Some(name) =
+                    name.filter(|n| !n.is_empty() && !n.contains('/') && *n != "." && *n != "..")
+                {
+                    info.name = name.to_owned();
+                }
+            }
+        }
     }
     if watch_path
         || ((info.verb == "list" || info.verb == "get")
@@ -194,6 +218,18 @@ mod tests {
         assert_eq!((i.verb.as_str(), i.resource.as_str()), ("watch", "pods"));
         let i = p(Method::DELETE, "/api/v1/namespaces/default/configmaps", None);
         assert_eq!(i.verb, "deletecollection");
+        let i = p(
+            Method::GET,
+            "/api/v1/namespaces/default/secrets",
+            Some("fieldSelector=metadata.name%3Dtls&watch=true"),
+        );
+        assert_eq!((i.verb.as_str(), i.name.as_str()), ("watch", "tls"));
+        let i = p(
+            Method::GET,
+            "/api/v1/namespaces/default/secrets",
+            Some("fieldSelector=metadata.name%3Dtls%2Ctype%3Dx"),
+        );
+        assert_eq!((i.verb.as_str(), i.name.as_str()), ("list", ""));
     }
 
     #[test]

@@ -178,20 +178,38 @@ impl<K: Object> Informer<K> {
 type Runner = Box<dyn FnOnce(CancellationToken) -> tokio::task::JoinHandle<()> + Send>;
 
 /// One informer per type, shared by every controller of the manager.
+///
+/// Informers read with the controller manager's own client; a controller's view of the factory
+/// ([`Factory::for_controller`]) shares them but hands out the client that controller writes with.
 pub struct Factory {
+    /// What informers read with.
+    root: Client,
+    /// What [`Factory::client`] gives a controller to write with.
     client: Client,
     resync: Option<Duration>,
-    informers: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
-    runners: Mutex<Vec<Runner>>,
+    informers: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
+    runners: Arc<Mutex<Vec<Runner>>>,
 }
 
 impl Factory {
     pub fn new(client: Client, resync: Option<Duration>) -> Self {
         Self {
+            root: client.clone(),
             client,
             resync,
-            informers: Mutex::new(HashMap::new()),
-            runners: Mutex::new(Vec::new()),
+            informers: Arc::new(Mutex::new(HashMap::new())),
+            runners: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// The same informers, with `client` for the controller's writes.
+    pub fn for_controller(&self, client: Client) -> Self {
+        Self {
+            root: self.root.clone(),
+            client,
+            resync: self.resync,
+            informers: self.informers.clone(),
+            runners: self.runners.clone(),
         }
     }
 
@@ -205,7 +223,7 @@ impl Factory {
         if let Some(i) = map.get(&TypeId::of::<K>()) {
             return i.clone().downcast::<Informer<K>>().expect("informer type");
         }
-        let informer = Informer::new(Api::<K>::all(self.client.clone()), self.resync);
+        let informer = Informer::new(Api::<K>::all(self.root.clone()), self.resync);
         map.insert(TypeId::of::<K>(), informer.clone());
         let runner = informer.clone();
         self.runners

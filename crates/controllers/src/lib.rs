@@ -9,6 +9,7 @@
 
 pub mod claim;
 pub mod clusterrole_aggregation;
+pub mod credentials;
 pub mod deployment;
 pub mod events;
 pub mod expectations;
@@ -66,6 +67,8 @@ pub struct Options {
     pub leader_elect: bool,
     /// Identity in the leader-election Lease.
     pub identity: String,
+    /// Whose credentials each controller writes with.
+    pub credentials: credentials::Credentials,
 }
 
 impl Default for Options {
@@ -77,6 +80,7 @@ impl Default for Options {
             node_monitor_grace_period: Duration::from_secs(40),
             leader_elect: true,
             identity: default_identity(),
+            credentials: credentials::Credentials::Shared,
         }
     }
 }
@@ -111,13 +115,39 @@ pub async fn run(client: Client, opts: Options, stop: CancellationToken) {
 pub async fn run_controllers(client: Client, opts: Options, stop: CancellationToken) {
     let factory = informer::Factory::new(client.clone(), Some(Duration::from_secs(600)));
     let events = events::Events::new(client.clone(), "r8s-controller-manager");
-    let rs = replicaset::ReplicaSetController::new(&factory, events.clone());
-    let deploy = deployment::DeploymentController::new(&factory, events.clone());
-    let ns = namespace::NamespaceController::new(&factory);
-    let sa = serviceaccount::ServiceAccountController::new(&factory);
-    let aggregation = clusterrole_aggregation::AggregationController::new(&factory);
+    // Each controller's view of the factory, writing as upstream's ServiceAccount of that
+    // controller when service-account credentials are on.
+    let mut views = std::collections::HashMap::new();
+    for name in [
+        "replicaset-controller",
+        "deployment-controller",
+        "namespace-controller",
+        "service-account-controller",
+        "clusterrole-aggregation-controller",
+        "node-controller",
+        "generic-garbage-collector",
+    ] {
+        let c = loop {
+            match credentials::client_for(&client, &opts.credentials, name, &stop).await {
+                Ok(c) => break c,
+                Err(e) => {
+                    tracing::warn!(controller = name, error = %e, "getting the controller's credentials failed; retrying");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        };
+        views.insert(name, factory.for_controller(c));
+    }
+    let rs = replicaset::ReplicaSetController::new(&views["replicaset-controller"], events.clone());
+    let deploy = deployment::DeploymentController::new(&views["deployment-controller"], events.clone());
+    let ns = namespace::NamespaceController::new(&views["namespace-controller"]);
+    let sa = serviceaccount::ServiceAccountController::new(&views["service-account-controller"]);
+    let aggregation = clusterrole_aggregation::AggregationController::new(&views["clusterrole-aggregation-controller"]);
     let ipam = opts.cluster_cidr.as_deref().and_then(|c| {
-        match nodeipam::NodeIpamController::new(&factory, c, opts.node_cidr_mask_size) {
+        match nodeipam::NodeIpamController::new(&views["node-controller"], c, opts.node_cidr_mask_size) {
             Ok(c) => Some(c),
             Err(e) => {
                 tracing::error!(error = %e, "node IPAM disabled");
@@ -125,8 +155,11 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
             }
         }
     });
-    let lifecycle =
-        nodelifecycle::NodeLifecycleController::new(&factory, events.clone(), opts.node_monitor_grace_period);
+    let lifecycle = nodelifecycle::NodeLifecycleController::new(
+        &views["node-controller"],
+        events.clone(),
+        opts.node_monitor_grace_period,
+    );
     let informers = factory.start(&stop);
     let mut tasks = vec![
         tokio::spawn(rs.run(opts.workers, stop.clone())),
@@ -135,7 +168,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         tokio::spawn(sa.run(stop.clone())),
         tokio::spawn(aggregation.run(stop.clone())),
         tokio::spawn(lifecycle.run(stop.clone())),
-        tokio::spawn(gc::GarbageCollector::new(client.clone()).run(opts.workers, stop.clone())),
+        tokio::spawn(gc::GarbageCollector::new(views["generic-garbage-collector"].client()).run(opts.workers, stop.clone())),
     ];
     if let Some(ipam) = ipam {
         tasks.push(tokio::spawn(ipam.run(stop.clone())));

@@ -116,11 +116,27 @@ struct ControllerArgs {
     /// Workers per controller.
     #[arg(long, default_value_t = 5)]
     concurrent_syncs: usize,
+
+    /// Run each controller as its own ServiceAccount in kube-system with upstream's
+    /// system:controller:* role (as kubeadm sets it), rather than as the controller manager.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    use_service_account_credentials: bool,
 }
 
 impl ControllerArgs {
-    fn options(&self, leader_elect: bool) -> r8s_controllers::Options {
+    /// `config`: the controller manager's own client configuration; `token_dir`: where the
+    /// controllers' service-account tokens go when they use them.
+    fn options(&self, leader_elect: bool, config: &kube::Config, token_dir: PathBuf) -> r8s_controllers::Options {
+        let credentials = if self.use_service_account_credentials {
+            r8s_controllers::credentials::Credentials::ServiceAccounts {
+                config: config.clone(),
+                dir: token_dir,
+            }
+        } else {
+            r8s_controllers::credentials::Credentials::Shared
+        };
         r8s_controllers::Options {
+            credentials,
             workers: self.concurrent_syncs.max(1),
             cluster_cidr: Some(self.cluster_cidr.clone()),
             node_cidr_mask_size: self.node_cidr_mask_size,
@@ -211,9 +227,9 @@ struct ServerArgs {
     #[arg(long, value_parser = parse_duration)]
     service_account_max_token_expiration: Option<Duration>,
 
-    /// Authorizers in order, comma-separated: RBAC, AlwaysAllow, AlwaysDeny. Members of
+    /// Authorizers in order, comma-separated: Node, RBAC, AlwaysAllow, AlwaysDeny. Members of
     /// system:masters are always allowed, as upstream.
-    #[arg(long, default_value = "RBAC", value_delimiter = ',')]
+    #[arg(long, default_value = "Node,RBAC", value_delimiter = ',')]
     authorization_mode: Vec<String>,
 
     /// Let requests without credentials read /healthz, /livez, /readyz and /version as
@@ -382,10 +398,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 authorizers.push(r.authorizer());
                 rbac = Some(r);
             }
+            "Node" => authorizers.push(r8s_apiserver::authz::node::NodeAuthorizer::start(store.clone())),
             "AlwaysAllow" => authorizers.push(r8s_apiserver::authz::AlwaysAllow),
             "AlwaysDeny" => authorizers.push(r8s_apiserver::authz::AlwaysDeny),
             other => anyhow::bail!(
-                "--authorization-mode: unknown authorization mode {other:?} (supported: RBAC, AlwaysAllow, AlwaysDeny)"
+                "--authorization-mode: unknown authorization mode {other:?} (supported: Node, RBAC, AlwaysAllow, AlwaysDeny)"
             ),
         }
     }
@@ -393,6 +410,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let mut admission = r8s_apiserver::admission::AdmissionChain::default();
     admission.push_mutating(r8s_apiserver::admission::priority::Priority { store: store.clone() });
     admission.push_mutating(r8s_apiserver::admission::tolerations::DefaultTolerationSeconds::default());
+    admission.push_validating(r8s_apiserver::admission::node_restriction::NodeRestriction);
 
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
         serving: r8s_apiserver::ServingConfig {
@@ -433,12 +451,13 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         "r8s server: try: kubectl --kubeconfig {} get nodes",
         kubeconfig_path.display()
     );
-    // The controllers reach the API server over HTTPS like any client, with their own
-    // certificate. Until RBAC lands (the security issue) it carries system:masters.
+    // The components reach the API server over HTTPS like any client, each with its own
+    // certificate and only upstream's permissions: system:kube-controller-manager (and a
+    // ServiceAccount per controller), system:kube-scheduler, system:node:<name>.
     let stop = tokio_util::sync::CancellationToken::new();
     let mut components = Vec::new();
     if !args.disable_controller_manager {
-        let (cert, key) = pki.issue_client_cert("system:kube-controller-manager", &["system:masters"])?;
+        let (cert, key) = pki.issue_client_cert("system:kube-controller-manager", &[])?;
         let kc = r8s_apiserver::pki::kubeconfig(
             &format!("https://{host}:{}", api.local_addr.port()),
             &pki.ca_cert_pem,
@@ -447,12 +466,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         );
         let path = data_dir.join("server").join("cred").join("controller.kubeconfig");
         r8s_apiserver::pki::write_private(&path, &kc)?;
-        let client = client_from_kubeconfig(&path).await?;
-        let opts = args.controllers.options(true);
+        let config = config_from_kubeconfig(&path).await?;
+        let client = kube::Client::try_from(config.clone())?;
+        let token_dir = data_dir.join("server").join("cred").join("controllers");
+        let opts = args.controllers.options(true, &config, token_dir);
         components.push(tokio::spawn(r8s_controllers::run(client, opts, stop.clone())));
     }
     if !args.disable_scheduler {
-        let (cert, key) = pki.issue_client_cert("system:kube-scheduler", &["system:masters"])?;
+        let (cert, key) = pki.issue_client_cert("system:kube-scheduler", &[])?;
         let kc = r8s_apiserver::pki::kubeconfig(
             &format!("https://{host}:{}", api.local_addr.port()),
             &pki.ca_cert_pem,
@@ -471,7 +492,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     if !args.disable_agent {
         let opts = args.agent.options(data_dir.join("agent"));
         let node_user = format!("system:node:{}", opts.node_name);
-        let (cert, key) = pki.issue_client_cert(&node_user, &["system:nodes", "system:masters"])?;
+        let (cert, key) = pki.issue_client_cert(&node_user, &["system:nodes"])?;
         let kc = r8s_apiserver::pki::kubeconfig(
             &format!("https://{host}:{}", api.local_addr.port()),
             &pki.ca_cert_pem,
@@ -504,13 +525,17 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
 }
 
 async fn client_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::Client> {
+    Ok(kube::Client::try_from(config_from_kubeconfig(path).await?)?)
+}
+
+async fn config_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::Config> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)
         .with_context(|| format!("reading kubeconfig {}", path.display()))?;
     let config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
             .await
             .with_context(|| format!("loading kubeconfig {}", path.display()))?;
-    Ok(kube::Client::try_from(config)?)
+    Ok(config)
 }
 
 async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
@@ -549,7 +574,10 @@ async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
 }
 
 async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
-    let client = client_from_kubeconfig(&args.kubeconfig).await?;
+    let config = config_from_kubeconfig(&args.kubeconfig).await?;
+    let client = kube::Client::try_from(config.clone())?;
+    // The controllers' tokens live only as long as this process.
+    let token_dir = std::env::temp_dir().join(format!("r8s-controller-manager-{}", std::process::id()));
     let version = client
         .apiserver_version()
         .await
@@ -558,7 +586,7 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn(r8s_controllers::run(
         client,
-        args.controllers.options(args.leader_elect),
+        args.controllers.options(args.leader_elect, &config, token_dir.clone()),
         stop.clone(),
     ));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -568,6 +596,7 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
     }
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    let _ = std::fs::remove_dir_all(&token_dir);
     Ok(())
 }
 

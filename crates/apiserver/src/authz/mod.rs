@@ -2,6 +2,8 @@
 //! deny stops it, and if none allows it is 403 Forbidden (the reference document's
 //! "Authorization" stage).
 
+pub mod node;
+
 use async_trait::async_trait;
 
 use crate::authn::UserInfo;

@@ -13,7 +13,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
-use r8s_store::{EventKind, RangeRequest, Store};
+use r8s_store::Store;
+
+use crate::follow::Change;
 use serde_json::Value;
 
 use crate::authn::UserInfo;
@@ -175,12 +177,22 @@ impl Rbac {
             synced: tokio::sync::watch::Sender::new(false),
         });
         let feeding = rbac.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Err(e) = feeding.follow(store.as_ref()).await {
-                    tracing::warn!(error = %e, "rbac: lost the datastore watch; relisting");
+        let mut objects = Objects::default();
+        crate::follow::spawn(store, &PREFIXES, "rbac", move |change| match change {
+            Change::Reset => objects = Objects::default(),
+            Change::Put(key, obj) => {
+                if let Some(map) = objects.map_for(key) {
+                    map.insert(key.to_owned(), obj);
                 }
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Change::Delete(key) => {
+                if let Some(map) = objects.map_for(key) {
+                    map.remove(key);
+                }
+            }
+            Change::BatchEnd => {
+                feeding.publish(&objects);
+                feeding.synced.send_replace(true);
             }
         });
         rbac
@@ -190,103 +202,6 @@ impl Rbac {
     pub async fn wait_synced(&self) {
         let mut rx = self.synced.subscribe();
         let _ = rx.wait_for(|s| *s).await;
-    }
-
-    async fn follow(&self, store: &dyn Store) -> Result<(), String> {
-        let mut objects = Objects::default();
-        // One list of /registry/ would read everything; read the four prefixes at one revision.
-        let first = store
-            .range(RangeRequest {
-                prefix: PREFIXES[0].into(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-        let revision = first.revision;
-        let mut kvs = first.kvs;
-        for prefix in &PREFIXES[1..] {
-            let more = store
-                .range(RangeRequest {
-                    prefix: (*prefix).into(),
-                    revision,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            kvs.extend(more.kvs);
-        }
-        for kv in kvs {
-            if let (Some(map), Ok(obj)) = (objects.map_for(&kv.key), serde_json::from_slice(&kv.value)) {
-                map.insert(kv.key.clone(), obj);
-            }
-        }
-        self.publish(&objects);
-        self.synced.send_replace(true);
-        // The watch covers all of /registry/ from the list's revision; only RBAC keys matter.
-        // (The store has no multi-prefix watch; RBAC keys share no longer common prefix.)
-        let mut watches = Vec::new();
-        for prefix in PREFIXES {
-            watches.push(
-                store
-                    .watch(prefix, revision + 1)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            );
-        }
-        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
-        let mut tasks = Vec::new();
-        for mut w in watches {
-            let tx = tx.clone();
-            tasks.push(tokio::spawn(async move {
-                while let Some(batch) = w.next().await {
-                    if tx.send(batch).await.is_err() {
-                        return;
-                    }
-                }
-            }));
-        }
-        drop(tx);
-        let result = loop {
-            let Some(batch) = rx.recv().await else {
-                break Err("the datastore watch ended".to_owned());
-            };
-            let mut batches = vec![batch];
-            // Take everything already waiting, then rebuild the index once.
-            while let Ok(b) = rx.try_recv() {
-                batches.push(b);
-            }
-            let mut failed = None;
-            for batch in batches {
-                match batch {
-                    Ok(events) => {
-                        for ev in events {
-                            let Some(map) = objects.map_for(&ev.kv.key) else {
-                                continue;
-                            };
-                            match ev.kind {
-                                EventKind::Put => {
-                                    if let Ok(obj) = serde_json::from_slice(&ev.kv.value) {
-                                        map.insert(ev.kv.key.clone(), obj);
-                                    }
-                                }
-                                EventKind::Delete => {
-                                    map.remove(&ev.kv.key);
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => failed = Some(e.to_string()),
-                }
-            }
-            self.publish(&objects);
-            if let Some(e) = failed {
-                break Err(e);
-            }
-        };
-        for t in tasks {
-            t.abort();
-        }
-        result
     }
 
     fn publish(&self, objects: &Objects) {

@@ -69,6 +69,13 @@ pub(crate) async fn create(
         );
         return Err(e);
     }
+    // NodeRestriction: a kubelet gets tokens only for the pods bound to its node.
+    let requesting_node = crate::authz::node::node_name(&ctx.user).map(str::to_owned);
+    if requesting_node.is_some() && bound_kind != "Pod" {
+        return Err(ApiError::forbidden(format!(
+            "serviceaccounts \"{name}\" is forbidden: node requested token not bound to a pod"
+        )));
+    }
     if let Some(max) = tokens.max_expiration_seconds {
         expiration = expiration.min(max);
     }
@@ -113,6 +120,13 @@ pub(crate) async fn create(
             name: bound_name.to_owned(),
             uid,
         };
+        if let Some(node) = &requesting_node {
+            if obj["spec"]["nodeName"].as_str() != Some(node.as_str()) {
+                return Err(ApiError::forbidden(format!(
+                    "serviceaccounts \"{name}\" is forbidden: node requested token bound to a pod scheduled on a different node"
+                )));
+            }
+        }
         match bound_kind {
             "Pod" => {
                 // A pod-bound token also names the pod's node, as upstream's does.
