@@ -698,18 +698,24 @@ impl DeploymentController {
         }
     }
 
-    /// Record the new revision on the Deployment (a metadata patch: status writes keep metadata).
+    /// Record the new revision on the Deployment (an update at the version the controller saw,
+    /// as upstream: its role may update deployments but not patch them; a conflict retries).
     async fn set_revision(&self, d: &mut Deployment, revision: &str) -> Result<(), Error> {
         let current = d.metadata.annotations.as_ref().and_then(|a| a.get(REVISION));
         if current.map(String::as_str) == Some(revision) {
             return Ok(());
         }
-        let patch = json!({"metadata": {"annotations": {REVISION: revision}}});
-        let patched = self
+        let mut updated = d.clone();
+        updated
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(REVISION.to_owned(), revision.to_owned());
+        let written = self
             .d_api(d)
-            .patch(&d.name_any(), &crate::patch_params(), &Patch::Merge(&patch))
+            .replace(&d.name_any(), &crate::post_params(), &updated)
             .await?;
-        d.metadata = patched.metadata;
+        d.metadata = written.metadata;
         Ok(())
     }
 
