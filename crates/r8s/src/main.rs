@@ -321,6 +321,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let mut admission = r8s_apiserver::admission::AdmissionChain::default();
     admission.push_mutating(r8s_apiserver::admission::priority::Priority { store: store.clone() });
     admission.push_mutating(r8s_apiserver::admission::tolerations::DefaultTolerationSeconds::default());
+    admission.push_validating(r8s_apiserver::admission::pod_security::PodSecurity { store: store.clone() });
 
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
         serving: r8s_apiserver::ServingConfig {

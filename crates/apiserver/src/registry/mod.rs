@@ -841,6 +841,7 @@ pub(crate) async fn create_object(
             object: Some(&mut obj),
             old_object: None,
             dry_run,
+            warnings: &ctx.warnings,
         })
         .await?;
     // Services get their cluster IP and node ports (a dry run gives them back at once).
@@ -964,6 +965,7 @@ pub(crate) async fn apply_update(
             object: Some(&mut obj),
             old_object: Some(old),
             dry_run,
+            warnings: &ctx.warnings,
         })
         .await?;
     let mut unchanged_check = obj.clone();
@@ -1099,6 +1101,7 @@ pub(crate) async fn delete_object(
             object: None,
             old_object: Some(&old),
             dry_run,
+            warnings: &ctx.warnings,
         })
         .await?;
 
