@@ -54,6 +54,8 @@ pub(crate) struct Ctx {
     pub query: Option<String>,
     /// The client's User-Agent, which names its field manager when it does not.
     pub user_agent: String,
+    /// Warnings for the client, sent as `Warning` headers with the response (success or not).
+    pub warnings: crate::admission::Warnings,
 }
 
 impl Ctx {
@@ -164,11 +166,14 @@ async fn authorized(
         shared,
         info,
         user,
+        warnings: Default::default(),
     };
-    match route(ctx, req).await {
+    let warnings = ctx.warnings.clone();
+    let resp = match route(ctx, req).await {
         Ok(resp) => resp,
         Err(err) => error_response(&err),
-    }
+    };
+    crate::registry::with_warnings(resp, &warnings.take())
 }
 
 async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {

@@ -30,7 +30,7 @@ pub enum Credentials {
     Shared,
     /// Each controller as its own ServiceAccount; `config` is the controller manager's own
     /// (server and CA are kept, the credentials replaced), token files go under `dir`.
-    ServiceAccounts { config: kube::Config, dir: PathBuf },
+    ServiceAccounts { config: Box<kube::Config>, dir: PathBuf },
 }
 
 impl std::fmt::Debug for Credentials {
@@ -70,7 +70,8 @@ pub async fn client_for(
     let path = dir.join(format!("{controller}.token"));
     write_token(&sas, controller, &path).await?;
     // Renew in the background for as long as the controllers run.
-    let (renew_sas, renew_path, name, stop) = (sas.clone(), path.clone(), controller.to_owned(), stop.clone());
+    let (renew_sas, renew_path, name, stop) =
+        (sas.clone(), path.clone(), controller.to_owned(), stop.clone());
     tokio::spawn(async move {
         loop {
             tokio::select! {
@@ -82,7 +83,7 @@ pub async fn client_for(
             }
         }
     });
-    let mut config = config.clone();
+    let mut config = (**config).clone();
     config.auth_info = kube::config::AuthInfo {
         token_file: Some(path.to_string_lossy().into_owned()),
         ..Default::default()
@@ -99,7 +100,9 @@ async fn write_token(sas: &Api<ServiceAccount>, name: &str, path: &std::path::Pa
         },
         ..Default::default()
     };
-    let got = sas.create_token_request(name, &PostParams::default(), &req).await?;
+    let got = sas
+        .create_token_request(name, &PostParams::default(), &req)
+        .await?;
     let token = got.status.map(|s| s.token).unwrap_or_default();
     let tmp = path.with_extension("token.tmp");
     let io = |e: std::io::Error| Error::Other(format!("{}: {e}", path.display()));

@@ -145,7 +145,8 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     let deploy = deployment::DeploymentController::new(&views["deployment-controller"], events.clone());
     let ns = namespace::NamespaceController::new(&views["namespace-controller"]);
     let sa = serviceaccount::ServiceAccountController::new(&views["service-account-controller"]);
-    let aggregation = clusterrole_aggregation::AggregationController::new(&views["clusterrole-aggregation-controller"]);
+    let aggregation =
+        clusterrole_aggregation::AggregationController::new(&views["clusterrole-aggregation-controller"]);
     let ipam = opts.cluster_cidr.as_deref().and_then(|c| {
         match nodeipam::NodeIpamController::new(&views["node-controller"], c, opts.node_cidr_mask_size) {
             Ok(c) => Some(c),
@@ -168,7 +169,10 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         tokio::spawn(sa.run(stop.clone())),
         tokio::spawn(aggregation.run(stop.clone())),
         tokio::spawn(lifecycle.run(stop.clone())),
-        tokio::spawn(gc::GarbageCollector::new(views["generic-garbage-collector"].client()).run(opts.workers, stop.clone())),
+        tokio::spawn(
+            gc::GarbageCollector::new(views["generic-garbage-collector"].client())
+                .run(opts.workers, stop.clone()),
+        ),
     ];
     if let Some(ipam) = ipam {
         tasks.push(tokio::spawn(ipam.run(stop.clone())));

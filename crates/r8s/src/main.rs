@@ -126,10 +126,15 @@ struct ControllerArgs {
 impl ControllerArgs {
     /// `config`: the controller manager's own client configuration; `token_dir`: where the
     /// controllers' service-account tokens go when they use them.
-    fn options(&self, leader_elect: bool, config: &kube::Config, token_dir: PathBuf) -> r8s_controllers::Options {
+    fn options(
+        &self,
+        leader_elect: bool,
+        config: &kube::Config,
+        token_dir: PathBuf,
+    ) -> r8s_controllers::Options {
         let credentials = if self.use_service_account_credentials {
             r8s_controllers::credentials::Credentials::ServiceAccounts {
-                config: config.clone(),
+                config: Box::new(config.clone()),
                 dir: token_dir,
             }
         } else {
@@ -411,6 +416,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     admission.push_mutating(r8s_apiserver::admission::priority::Priority { store: store.clone() });
     admission.push_mutating(r8s_apiserver::admission::tolerations::DefaultTolerationSeconds::default());
     admission.push_validating(r8s_apiserver::admission::node_restriction::NodeRestriction);
+    admission.push_validating(r8s_apiserver::admission::pod_security::PodSecurity { store: store.clone() });
 
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
         serving: r8s_apiserver::ServingConfig {
@@ -586,7 +592,8 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn(r8s_controllers::run(
         client,
-        args.controllers.options(args.leader_elect, &config, token_dir.clone()),
+        args.controllers
+            .options(args.leader_elect, &config, token_dir.clone()),
         stop.clone(),
     ));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -806,3 +806,125 @@ fn server_side_apply_with_field_managers() {
         s.ok(v, &["delete", "deploy", &name]);
     }
 }
+
+#[test]
+fn pod_security_admission_enforces_and_warns() {
+    let s = Server::start();
+    const RESTRICTED_POD: &str = r#"{"apiVersion":"v1","spec":{"securityContext":{"runAsNonRoot":true,"seccompProfile":{"type":"RuntimeDefault"}},"containers":[{"name":"ok","image":"nginx","securityContext":{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}}]}}"#;
+    for v in VERSIONS {
+        let suffix = v.replace('.', "");
+        let (enforced, warned) = (format!("psa-enforce-{suffix}"), format!("psa-warn-{suffix}"));
+        s.ok(v, &["create", "namespace", &enforced]);
+        s.ok(v, &["create", "namespace", &warned]);
+        s.ok(
+            v,
+            &[
+                "label",
+                "namespace",
+                &enforced,
+                "pod-security.kubernetes.io/enforce=restricted",
+            ],
+        );
+        s.ok(
+            v,
+            &[
+                "label",
+                "namespace",
+                &warned,
+                "pod-security.kubernetes.io/warn=baseline",
+            ],
+        );
+
+        // Enforce: a privileged pod is refused with upstream's message.
+        let err = s.fails(
+            v,
+            &["-n", &enforced, "run", "priv", "--image=nginx", "--privileged"],
+        );
+        assert!(
+            err.contains(
+                "pods \"priv\" is forbidden: violates PodSecurity \"restricted:latest\": privileged (container \"priv\" must not set securityContext.privileged=true), allowPrivilegeEscalation != false (container \"priv\" must set securityContext.allowPrivilegeEscalation=false)"
+            ),
+            "{err}"
+        );
+        // A compliant pod is created, without warnings.
+        let out = s.kubectl(
+            v,
+            &[
+                "-n",
+                &enforced,
+                "run",
+                "ok",
+                "--image=nginx",
+                "--overrides",
+                RESTRICTED_POD,
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !stderr.contains("Warning"), "{stderr}");
+        assert_eq!(
+            s.ok(v, &["-n", &enforced, "get", "pod", "ok", "-o", "name"])
+                .trim(),
+            "pod/ok"
+        );
+        // Workloads are only warned about: their pods are what is enforced.
+        let out = s.kubectl(
+            v,
+            &["-n", &enforced, "create", "deployment", "web", "--image=nginx"],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("Warning: would violate PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"nginx\" must set securityContext.allowPrivilegeEscalation=false)"),
+            "{stderr}"
+        );
+
+        // Warn: the privileged pod is created, and kubectl shows the warning.
+        let out = s.kubectl(
+            v,
+            &["-n", &warned, "run", "priv", "--image=nginx", "--privileged"],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("Warning: would violate PodSecurity \"baseline:latest\": privileged (container \"priv\" must not set securityContext.privileged=true)"),
+            "{stderr}"
+        );
+        assert_eq!(
+            s.ok(v, &["-n", &warned, "get", "pod", "priv", "-o", "name"])
+                .trim(),
+            "pod/priv"
+        );
+
+        // Enforcing baseline where a privileged pod runs warns about it; a bad level is refused.
+        let out = s.kubectl(
+            v,
+            &[
+                "label",
+                "namespace",
+                &warned,
+                "pod-security.kubernetes.io/enforce=baseline",
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("Warning: existing pods in namespace \"{warned}\" violate the new PodSecurity enforce level \"baseline:latest\""))
+                && stderr.contains("Warning: priv: privileged"),
+            "{stderr}"
+        );
+        let err = s.fails(
+            v,
+            &[
+                "label",
+                "--overwrite",
+                "namespace",
+                &warned,
+                "pod-security.kubernetes.io/enforce=strict",
+            ],
+        );
+        assert!(
+            err.contains("metadata.labels[pod-security.kubernetes.io/enforce]: Invalid value: \"strict\": must be one of privileged, baseline, restricted"),
+            "{err}"
+        );
+    }
+}

@@ -45,6 +45,17 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// kubectl's words for a 401 (depending on the request, the Status reason or its own).
+fn assert_unauthorized(out: &Output) {
+    let err = stderr(out);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("Unauthorized")
+            || err.contains("the server has asked for the client to provide credentials"),
+        "{err}"
+    );
+}
+
 /// Retry `f` until it returns true (RBAC follows its objects through a watch, and the
 /// aggregated roles are filled by a controller), for at most 20 s.
 fn eventually(what: &str, mut f: impl FnMut() -> bool) {
@@ -380,4 +391,187 @@ fn anonymous_requests_reach_only_public_information() {
         (Some("Status"), Some("Unauthorized"))
     );
     assert_eq!(curl("/apis").0, "401");
+}
+
+#[test]
+fn service_account_tokens_authenticate_until_their_pod_is_gone() {
+    let s = server();
+    s.ok("1.33", &["create", "namespace", "dev"]);
+    s.ok("1.33", &["-n", "dev", "create", "serviceaccount", "robot"]);
+    s.ok(
+        "1.33",
+        &[
+            "-n",
+            "dev",
+            "create",
+            "rolebinding",
+            "robot-view",
+            "--clusterrole=view",
+            "--serviceaccount=dev:robot",
+        ],
+    );
+    s.ok(
+        "1.33",
+        &[
+            "-n",
+            "dev",
+            "run",
+            "p",
+            "--image=busybox",
+            "--overrides={\"spec\":{\"serviceAccountName\":\"robot\"}}",
+        ],
+    );
+
+    // An unbound token and one bound to the pod.
+    let plain = s
+        .ok("1.33", &["-n", "dev", "create", "token", "robot"])
+        .trim()
+        .to_owned();
+    let bound = s
+        .ok(
+            "1.33",
+            &[
+                "-n",
+                "dev",
+                "create",
+                "token",
+                "robot",
+                "--bound-object-kind=Pod",
+                "--bound-object-name=p",
+                "--duration=1h",
+            ],
+        )
+        .trim()
+        .to_owned();
+    for token in [&plain, &bound] {
+        let who = as_token(&s, token, &["auth", "whoami", "-o", "json"]);
+        assert!(who.status.success(), "{}", stderr(&who));
+        let who: serde_json::Value = serde_json::from_slice(&who.stdout).unwrap();
+        assert_eq!(
+            who["status"]["userInfo"]["username"],
+            "system:serviceaccount:dev:robot"
+        );
+        assert_eq!(
+            who["status"]["userInfo"]["groups"],
+            serde_json::json!([
+                "system:serviceaccounts",
+                "system:serviceaccounts:dev",
+                "system:authenticated"
+            ])
+        );
+    }
+    eventually("the robot may list pods in dev", || {
+        as_token(&s, &bound, &["-n", "dev", "get", "pods"])
+            .status
+            .success()
+    });
+    let who = as_token(&s, &bound, &["auth", "whoami", "-o", "json"]);
+    let who: serde_json::Value = serde_json::from_slice(&who.stdout).unwrap();
+    assert_eq!(
+        who["status"]["userInfo"]["extra"]["authentication.kubernetes.io/pod-name"],
+        serde_json::json!(["p"])
+    );
+
+    // Too short a lifetime is refused with upstream's words.
+    let err = s.fails(
+        "1.33",
+        &["-n", "dev", "create", "token", "robot", "--duration=5m"],
+    );
+    assert!(
+        err.contains("may not specify a duration less than 10 minutes"),
+        "{err}"
+    );
+
+    // The pod goes: its token stops working, the plain one keeps working.
+    s.ok(
+        "1.33",
+        &["-n", "dev", "delete", "pod", "p", "--grace-period=0", "--force"],
+    );
+    assert_unauthorized(&as_token(&s, &bound, &["-n", "dev", "get", "pods"]));
+    assert!(as_token(&s, &plain, &["-n", "dev", "get", "pods"])
+        .status
+        .success());
+    // So does the ServiceAccount's.
+    s.ok("1.33", &["-n", "dev", "delete", "serviceaccount", "robot"]);
+    assert_unauthorized(&as_token(&s, &plain, &["-n", "dev", "get", "pods"]));
+}
+
+#[test]
+fn kubelets_reach_only_their_own_pods_objects_and_node() {
+    let s = server();
+    for n in ["n1", "n2"] {
+        s.ok_stdin(
+            "1.33",
+            &["create", "-f", "-"],
+            &format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {n}}}\n"),
+        );
+    }
+    s.ok(
+        "1.33",
+        &["create", "secret", "generic", "s1", "--from-literal=k=v"],
+    );
+    s.ok(
+        "1.33",
+        &["create", "secret", "generic", "s2", "--from-literal=k=v"],
+    );
+    s.ok("1.33", &["create", "configmap", "c2", "--from-literal=k=v"]);
+    for (pod, node, secret) in [("on-n1", "n1", "s1"), ("on-n2", "n2", "s2")] {
+        s.ok_stdin(
+            "1.33",
+            &["create", "-f", "-"],
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}}}\nspec:\n  nodeName: {node}\n  containers: [{{name: c, image: busybox, envFrom: [{{configMapRef: {{name: c2}}}}]}}]\n  volumes: [{{name: s, secret: {{secretName: {secret}}}}}]\n"
+            ),
+        );
+    }
+    // Acting as the kubelet of n1 (impersonation by the admin gives the request its identity).
+    let n1 = ["--as=system:node:n1", "--as-group=system:nodes"];
+    let as_n1 = |args: &[&str]| {
+        let mut all: Vec<&str> = n1.to_vec();
+        all.extend_from_slice(args);
+        s.kubectl("1.33", &all)
+    };
+    eventually("n1 may read the secret of its pod", || {
+        as_n1(&["get", "secret", "s1"]).status.success()
+    });
+    let out = as_n1(&["get", "secret", "s2"]);
+    assert!(
+        stderr(&out).contains("secrets \"s2\" is forbidden: User \"system:node:n1\" cannot get resource \"secrets\" in API group \"\" in the namespace \"default\""),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !as_n1(&["get", "secrets"]).status.success(),
+        "a kubelet may not list every secret"
+    );
+    // A list of one secret by name is the kubelet's way to watch it.
+    assert!(as_n1(&["get", "secrets", "--field-selector=metadata.name=s1"])
+        .status
+        .success());
+    assert!(
+        as_n1(&["get", "configmap", "c2"]).status.success(),
+        "n2's pod uses c2, and so does n1's"
+    );
+    assert!(
+        as_n1(&["get", "pods", "-A"]).status.success(),
+        "system:node reads pods"
+    );
+
+    // NodeRestriction: only its own node and pods.
+    let out = as_n1(&["delete", "pod", "on-n2"]);
+    assert!(
+        stderr(&out).contains("node \"n1\" can only delete pods with spec.nodeName set to itself"),
+        "{}",
+        stderr(&out)
+    );
+    let out = as_n1(&["label", "node", "n2", "a=b"]);
+    assert!(
+        stderr(&out).contains("node \"n1\" is not allowed to modify node \"n2\""),
+        "{}",
+        stderr(&out)
+    );
+    assert!(as_n1(&["label", "node", "n1", "a=b"]).status.success());
+    assert!(as_n1(&["delete", "pod", "on-n1", "--grace-period=0", "--force"])
+        .status
+        .success());
 }

@@ -3,8 +3,11 @@
 //! document's "Admission control" stage).
 
 pub mod node_restriction;
+pub mod pod_security;
 pub mod priority;
 pub mod tolerations;
+
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -21,6 +24,28 @@ pub enum Operation {
     Connect,
 }
 
+/// Warnings for the client (upstream's `warning.AddWarning`): collected while one request is
+/// served, by admission plugins or anything else, and sent back as `Warning: 299 - "<text>"`
+/// response headers, which kubectl prints as `Warning: <text>`. Clones share one list.
+#[derive(Clone, Debug, Default)]
+pub struct Warnings(Arc<Mutex<Vec<String>>>);
+
+impl Warnings {
+    /// Add a warning; one already added is not repeated (as upstream's recorder).
+    pub fn add(&self, warning: impl Into<String>) {
+        let warning = warning.into();
+        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !warning.is_empty() && !list.contains(&warning) {
+            list.push(warning);
+        }
+    }
+
+    /// The warnings added so far, in order; the list is left empty.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
 /// What admission plugins see of a request.
 pub struct Attributes<'a> {
     pub operation: Operation,
@@ -31,6 +56,8 @@ pub struct Attributes<'a> {
     /// The stored object an update or delete replaces.
     pub old_object: Option<&'a Value>,
     pub dry_run: bool,
+    /// Where plugins put warnings for the client.
+    pub warnings: &'a Warnings,
 }
 
 #[async_trait]
@@ -112,6 +139,7 @@ mod tests {
     async fn mutating_runs_before_validating_and_refusal_fails() {
         let info = RequestInfo::default();
         let user = UserInfo::default();
+        let warnings = Warnings::default();
         let mut obj = serde_json::json!({"metadata": {}});
         let mut chain = AdmissionChain::default();
         chain.push_validating(RequireLabel);
@@ -123,6 +151,7 @@ mod tests {
             object: Some(&mut obj),
             old_object: None,
             dry_run: false,
+            warnings: &warnings,
         };
         chain.run(&mut attrs).await.unwrap();
         assert_eq!(obj["metadata"]["labels"]["admitted"], "yes");
@@ -137,6 +166,7 @@ mod tests {
             object: Some(&mut obj),
             old_object: None,
             dry_run: false,
+            warnings: &warnings,
         };
         assert_eq!(only_validating.run(&mut attrs).await.unwrap_err().code, 403);
     }

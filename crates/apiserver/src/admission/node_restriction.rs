@@ -178,6 +178,7 @@ mod tests {
     ) -> Result<(), ApiError> {
         let info = parse_request(&method, path, None);
         let mut obj = obj;
+        let warnings = crate::admission::Warnings::default();
         let a = Attributes {
             operation: op,
             request: &info,
@@ -185,6 +186,7 @@ mod tests {
             object: obj.as_mut(),
             old_object: old.as_ref(),
             dry_run: false,
+            warnings: &warnings,
         };
         NodeRestriction.validate(&a).await
     }

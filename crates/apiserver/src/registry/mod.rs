@@ -851,6 +851,7 @@ pub(crate) async fn create_object(
             object: Some(&mut obj),
             old_object: None,
             dry_run,
+            warnings: &ctx.warnings,
         })
         .await?;
     crate::rbac::escalation::check(ctx, def, ns, &obj, None).await?;
@@ -976,6 +977,7 @@ pub(crate) async fn apply_update(
             object: Some(&mut obj),
             old_object: Some(old),
             dry_run,
+            warnings: &ctx.warnings,
         })
         .await?;
     crate::rbac::escalation::check(ctx, def, ns, &obj, Some(old)).await?;
@@ -1073,6 +1075,29 @@ pub(crate) async fn delete_object(
     name: &str,
     opts: &Value,
 ) -> Result<(Value, bool), ApiError> {
+    // A delete without a resourceVersion precondition does not fail because someone else wrote
+    // the object meanwhile: it starts over from the new version, as upstream's guaranteed
+    // update does.
+    let mut attempts = 0;
+    loop {
+        match delete_object_once(ctx, def, ns, name, opts).await {
+            Err(e)
+                if e.code == 409 && e.message.contains("the object has been modified") && attempts < 10 =>
+            {
+                attempts += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn delete_object_once(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    opts: &Value,
+) -> Result<(Value, bool), ApiError> {
     let dry_run = opts["dryRun"]
         .as_array()
         .is_some_and(|a| a.iter().any(|v| v == "All"));
@@ -1112,6 +1137,7 @@ pub(crate) async fn delete_object(
             object: None,
             old_object: Some(&old),
             dry_run,
+            warnings: &ctx.warnings,
         })
         .await?;
 
