@@ -97,6 +97,12 @@ const TOKEN: Subresource = Subresource {
     group_version: Some("authentication.k8s.io/v1"),
     verbs: &["create"],
 };
+const APPROVAL: Subresource = Subresource {
+    name: "approval",
+    kind: "",
+    group_version: None,
+    verbs: &["get", "patch", "update"],
+};
 const FINALIZE: Subresource = Subresource {
     name: "finalize",
     kind: "",
@@ -163,6 +169,8 @@ static CATALOGUE: &[ResourceDef] = &[
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", "rolebinding", true,
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", "certificatesigningrequest", false,
+         short: ["csr"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS, APPROVAL]),
     // Reviews: created to ask a question, answered in the response, never stored.
     res!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", false,
          short: [], cat: [], verbs: CREATE_ONLY, sub: []),

@@ -126,6 +126,11 @@ impl Pki {
         })
     }
 
+    /// The CA's private key (PEM), for a controller manager that signs client certificates.
+    pub fn ca_key_pem(&self) -> &str {
+        &self.ca_key_pem
+    }
+
     pub fn ca_cert_path(&self) -> PathBuf {
         self.dir.join("ca.crt")
     }

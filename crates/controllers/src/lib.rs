@@ -7,6 +7,7 @@
 //! `replicaset`, `deployment`, `gc` (garbage collector), `namespace`, `serviceaccount`,
 //! `nodeipam`, `nodelifecycle`, `clusterrole_aggregation`.
 
+pub mod certificates;
 pub mod claim;
 pub mod clusterrole_aggregation;
 pub mod credentials;
@@ -69,6 +70,8 @@ pub struct Options {
     pub identity: String,
     /// Whose credentials each controller writes with.
     pub credentials: credentials::Credentials,
+    /// The CA that signs approved client certificate requests (none: nothing is signed).
+    pub signing_ca: Option<certificates::SigningCa>,
 }
 
 impl Default for Options {
@@ -81,6 +84,7 @@ impl Default for Options {
             leader_elect: true,
             identity: default_identity(),
             credentials: credentials::Credentials::Shared,
+            signing_ca: None,
         }
     }
 }
@@ -126,6 +130,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "clusterrole-aggregation-controller",
         "node-controller",
         "generic-garbage-collector",
+        "certificate-controller",
     ] {
         let c = loop {
             match credentials::client_for(&client, &opts.credentials, name, &stop).await {
@@ -156,6 +161,8 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
             }
         }
     });
+    let csr =
+        certificates::CertificateController::new(&views["certificate-controller"], opts.signing_ca.clone());
     let lifecycle = nodelifecycle::NodeLifecycleController::new(
         &views["node-controller"],
         events.clone(),
@@ -168,6 +175,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         tokio::spawn(ns.run(opts.workers, stop.clone())),
         tokio::spawn(sa.run(stop.clone())),
         tokio::spawn(aggregation.run(stop.clone())),
+        tokio::spawn(csr.run(stop.clone())),
         tokio::spawn(lifecycle.run(stop.clone())),
         tokio::spawn(
             gc::GarbageCollector::new(views["generic-garbage-collector"].client())

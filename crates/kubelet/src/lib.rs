@@ -3,6 +3,7 @@
 //! `cri` talks CRI v1 to it over its unix socket with tonic and the k8s-cri protos.
 
 pub mod agent;
+pub mod bootstrap;
 pub mod cgroups;
 pub mod cni;
 pub mod containerd;

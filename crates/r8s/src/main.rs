@@ -1,5 +1,7 @@
 //! `r8s`: Kubernetes in one binary. This file only parses arguments and composes the crates.
 
+mod join;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +31,31 @@ enum Command {
     ControllerManager(ControllerManagerArgs),
     /// Run the scheduler alone, against any API server.
     Scheduler(SchedulerArgs),
+    /// Run a node (kubelet) that joins a server with a join token.
+    Agent(AgentCmdArgs),
+}
+
+#[derive(Args)]
+struct AgentCmdArgs {
+    /// The server to join, e.g. https://10.0.0.1:6443.
+    #[arg(long, env = "R8S_URL")]
+    server: String,
+
+    /// The join token (`K10<ca-hash>::<id>.<secret>`, from the server's
+    /// <data-dir>/server/node-token).
+    #[arg(long, env = "R8S_TOKEN", conflicts_with = "token_file")]
+    token: Option<String>,
+
+    /// A file holding the join token.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+
+    /// Where the agent keeps its state (default /var/lib/r8s as root, else ~/.r8s).
+    #[arg(long, short = 'd', env = "R8S_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+
+    #[command(flatten)]
+    agent: AgentArgs,
 }
 
 /// Settings of the agent (kubelet).
@@ -142,6 +169,7 @@ impl ControllerArgs {
         };
         r8s_controllers::Options {
             credentials,
+            signing_ca: None,
             workers: self.concurrent_syncs.max(1),
             cluster_cidr: Some(self.cluster_cidr.clone()),
             node_cidr_mask_size: self.node_cidr_mask_size,
@@ -390,6 +418,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let sa_tokens = Arc::new(sa_tokens);
     authenticators
         .push(r8s_apiserver::authn::service_account::ServiceAccountAuthenticator(sa_tokens.clone()));
+    authenticators
+        .push(r8s_apiserver::authn::bootstrap_token::BootstrapTokenAuthenticator { store: store.clone() });
     if args.anonymous_auth {
         authenticators.allow_anonymous(r8s_apiserver::authn::PUBLIC_INFO_PATHS);
     }
@@ -422,7 +452,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         serving: r8s_apiserver::ServingConfig {
             bind_address: args.bind_address,
             port: args.https_listen_port,
-            cert_pem: pki.serving_cert_pem.clone(),
+            // The CA goes with the serving certificate, so an agent holding only the CA's hash
+            // (in its join token) can verify the server.
+            cert_pem: format!("{}{}", pki.serving_cert_pem, pki.ca_cert_pem),
             key_pem: pki.serving_key_pem.clone(),
             client_ca_pem,
         },
@@ -457,6 +489,16 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         "r8s server: try: kubectl --kubeconfig {} get nodes",
         kubeconfig_path.display()
     );
+    // Agents on other machines join with the token written here.
+    let admin = client_from_kubeconfig(&kubeconfig_path).await?;
+    join::ensure(&admin, &data_dir.join("server"), &pki.ca_cert_pem)
+        .await
+        .context("preparing the join token for agents")?;
+    println!(
+        "r8s server: agents join with: r8s agent --server https://{host}:{} --token-file {}",
+        api.local_addr.port(),
+        data_dir.join("server").join("node-token").display()
+    );
     // The components reach the API server over HTTPS like any client, each with its own
     // certificate and only upstream's permissions: system:kube-controller-manager (and a
     // ServiceAccount per controller), system:kube-scheduler, system:node:<name>.
@@ -475,7 +517,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let config = config_from_kubeconfig(&path).await?;
         let client = kube::Client::try_from(config.clone())?;
         let token_dir = data_dir.join("server").join("cred").join("controllers");
-        let opts = args.controllers.options(true, &config, token_dir);
+        let mut opts = args.controllers.options(true, &config, token_dir);
+        opts.signing_ca = Some(r8s_controllers::certificates::SigningCa {
+            cert_pem: pki.ca_cert_pem.clone(),
+            key_pem: pki.ca_key_pem().to_owned(),
+        });
         components.push(tokio::spawn(r8s_controllers::run(client, opts, stop.clone())));
     }
     if !args.disable_scheduler {
@@ -607,6 +653,50 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
+    let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    let opts = args.agent.options(data_dir.join("agent"));
+    let kubeconfig = data_dir.join("agent").join("kubelet.kubeconfig");
+    if !kubeconfig.exists() {
+        // First start: join with the token and get this node's own certificate.
+        let token = match (&args.token, &args.token_file) {
+            (Some(t), _) => t.clone(),
+            (None, Some(f)) => {
+                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
+            }
+            (None, None) => anyhow::bail!(
+                "joining needs --token or --token-file (the server writes <data-dir>/server/node-token)"
+            ),
+        };
+        let token = r8s_kubelet::bootstrap::JoinToken::parse(&token)?;
+        let creds =
+            r8s_kubelet::bootstrap::join(&args.server, &token, &opts.node_name, Duration::from_secs(300))
+                .await?;
+        let kc = r8s_apiserver::pki::kubeconfig(&args.server, &creds.ca_pem, &creds.cert_pem, &creds.key_pem);
+        r8s_apiserver::pki::write_private(&kubeconfig, &kc)?;
+        println!(
+            "r8s agent: joined {} as system:node:{}",
+            args.server, opts.node_name
+        );
+    }
+    let client = client_from_kubeconfig(&kubeconfig).await?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = {
+        let stop = stop.clone();
+        tokio::spawn(async move { r8s_kubelet::agent::Agent::run(client, opts, stop).await })
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    stop.cancel();
+    match tokio::time::timeout(Duration::from_secs(30), task).await {
+        Ok(Ok(Err(e))) => Err(anyhow::anyhow!("agent: {e}")),
+        _ => Ok(()),
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -623,6 +713,7 @@ fn main() -> anyhow::Result<()> {
             Command::Server(args) => server(*args).await,
             Command::ControllerManager(args) => controller_manager(args).await,
             Command::Scheduler(args) => scheduler(args).await,
+            Command::Agent(args) => agent(args).await,
         }
     })
 }

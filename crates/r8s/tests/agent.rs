@@ -78,8 +78,12 @@ impl Drop for Leftovers {
     }
 }
 
+/// The agents of these tests share the host's pod cgroup parent: one test at a time.
+static ONE_AGENT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn kubectl_create_deployment_nginx_runs_three_pods_that_answer_on_their_ips() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
     let data = tempfile::tempdir().unwrap();
     stage_images(data.path());
     let data_path = data.path().to_path_buf();
@@ -317,4 +321,111 @@ fn kubectl_create_deployment_nginx_runs_three_pods_that_answer_on_their_ips() {
         !mounts.contains(data_path.to_str().unwrap()),
         "nothing left mounted"
     );
+}
+
+/// A node that joins: `r8s agent --server … --token-file …` verifies the server by the CA hash in
+/// the join token, gets its own certificate through a CertificateSigningRequest (approved and
+/// signed by the controller manager), registers its Node and runs pods as `system:node:<name>`.
+#[test]
+fn an_agent_joins_with_the_token_and_runs_pods() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let s = Server::start_with(&["--cluster-cidr", "10.198.0.0/16"]);
+    let token_file = s.dir.path().join("server/node-token");
+    let token = wait_for(30, "the join token", || std::fs::read_to_string(&token_file).ok());
+    assert!(token.starts_with("K10") && token.contains("::"), "{token}");
+    let server = format!("https://127.0.0.1:{}", s.port);
+
+    // A token naming another CA is refused before anything is sent.
+    let other_dir = tempfile::tempdir().unwrap();
+    let forged = format!("K10{}{}", "0".repeat(64), &token.trim()[67..]);
+    let out = Command::new(env!("CARGO_BIN_EXE_r8s"))
+        .args(["agent", "--server", &server, "--token", &forged, "--data-dir"])
+        .arg(other_dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("does not present the cluster CA named in the join token"),
+        "{err}"
+    );
+
+    let agent_dir = tempfile::tempdir().unwrap();
+    stage_images(agent_dir.path());
+    let bridge = format!("r8sj{}", std::process::id() % 10000);
+    let _leftovers = Leftovers {
+        dir: agent_dir.path().to_path_buf(),
+        bridge: bridge.clone(),
+        netns_before: netns_entries(),
+    };
+    let log = std::fs::File::create(agent_dir.path().join("agent.log")).unwrap();
+    let mut agent = Command::new(env!("CARGO_BIN_EXE_r8s"))
+        .args(["agent", "--server", &server, "--token-file"])
+        .arg(&token_file)
+        .arg("--data-dir")
+        .arg(agent_dir.path())
+        .args(["--node-name", "joiner", "--pod-bridge", &bridge])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    struct Stop<'a>(&'a mut std::process::Child);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.0.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while self.0.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stop = Stop(&mut agent);
+    let agent_log = || std::fs::read_to_string(agent_dir.path().join("agent.log")).unwrap_or_default();
+
+    wait_for(60, "the joined node to be Ready", || {
+        let out = s.kubectl(V, &["get", "node", "joiner", "-o", "json"]);
+        let n: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let ready = n["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        ready.then_some(())
+    });
+    let csrs: Value = serde_json::from_str(&s.ok(V, &["get", "csr", "-o", "json"])).unwrap();
+    let csr = &csrs["items"][0];
+    assert!(
+        csr["spec"]["username"]
+            .as_str()
+            .unwrap()
+            .starts_with("system:bootstrap:"),
+        "{csr}"
+    );
+    assert!(csr["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| g == "system:bootstrappers"));
+    assert_eq!(csr["status"]["conditions"][0]["reason"], "AutoApproved");
+    assert!(s.ok(V, &["get", "csr"]).contains("Approved,Issued"));
+    // Its own certificate, without system:masters.
+    let kubeconfig = std::fs::read_to_string(agent_dir.path().join("agent/kubelet.kubeconfig")).unwrap();
+    assert!(kubeconfig.contains("client-certificate-data"), "{kubeconfig}");
+
+    s.ok(V, &["run", "on-joiner", "--image=busybox", "--", "sleep", "3600"]);
+    let p = wait_for(90, "the pod Running on the joined node", || {
+        let p: Value = serde_json::from_str(&s.ok(V, &["get", "pod", "on-joiner", "-o", "json"])).ok()?;
+        (p["status"]["phase"] == "Running").then_some(p)
+    });
+    assert_eq!(p["spec"]["nodeName"], "joiner");
+    assert!(
+        p["status"]["podIP"].as_str().unwrap().starts_with("10.198."),
+        "{p}"
+    );
+    assert!(!agent_log().contains("forbidden"), "{}", agent_log());
+    s.ok(V, &["delete", "pod", "on-joiner", "--wait=false"]);
+    drop(stop);
 }

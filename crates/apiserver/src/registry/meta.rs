@@ -23,6 +23,11 @@ pub(crate) fn human_age(ts: Option<&str>) -> String {
     let Some(secs) = ts.and_then(age_seconds) else {
         return "<unknown>".into();
     };
+    human_duration(secs)
+}
+
+/// A duration in kubectl's short form (upstream `duration.HumanDuration`, simplified).
+pub(crate) fn human_duration(secs: i64) -> String {
     let secs = secs.max(0);
     if secs < 120 {
         format!("{secs}s")

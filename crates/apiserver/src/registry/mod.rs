@@ -835,6 +835,29 @@ pub(crate) async fn create_object(
         }
     }
     strategy::prepare_for_create(def, &mut obj);
+    if def.plural == "certificatesigningrequests" {
+        // Who asked is recorded by the server, never taken from the client (upstream).
+        let u = &ctx.user;
+        obj["spec"]["username"] = json!(u.name);
+        obj["spec"]["groups"] = json!(u.groups);
+        obj["spec"]["uid"] = if u.uid.is_empty() {
+            Value::Null
+        } else {
+            json!(u.uid)
+        };
+        obj["spec"]["extra"] = if u.extra.is_empty() {
+            Value::Null
+        } else {
+            json!(u.extra)
+        };
+        for k in ["uid", "extra"] {
+            if obj["spec"][k].is_null() {
+                if let Some(spec) = obj["spec"].as_object_mut() {
+                    spec.remove(k);
+                }
+            }
+        }
+    }
     strategy::default(def, &mut obj);
     let name = meta::name(&obj).to_owned();
     let errs = strategy::validate(def, &obj);

@@ -15,6 +15,18 @@ fn name_is_label(def: &ResourceDef) -> bool {
     matches!(def.plural, "namespaces" | "services")
 }
 
+/// upstream's `path.IsValidPathSegmentName`.
+fn path_segment_name(name: &str) -> Vec<String> {
+    if name == "." || name == ".." {
+        return vec![format!("may not be '{name}'")];
+    }
+    ["/", "%"]
+        .iter()
+        .filter(|c| name.contains(*c))
+        .map(|c| format!("may not contain '{c}'"))
+        .collect()
+}
+
 /// Whether spec changes bump `metadata.generation` (resources with a spec).
 pub(crate) fn tracks_generation(def: &ResourceDef) -> bool {
     matches!(
@@ -203,8 +215,23 @@ pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
         "priorityclasses" if obj.get("preemptionPolicy").is_none_or(Value::is_null) => {
             obj["preemptionPolicy"] = json!("PreemptLowerPriority");
         }
-        "secrets" if obj.get("type").is_none_or(Value::is_null) => {
-            obj["type"] = json!("Opaque");
+        "secrets" => {
+            if obj.get("type").is_none_or(Value::is_null) {
+                obj["type"] = json!("Opaque");
+            }
+            // stringData is write-only: its entries become data (base64), overriding data's, and
+            // it is never stored or returned (upstream's conversion does this).
+            if let Some(Value::Object(string_data)) = obj.as_object_mut().and_then(|o| o.remove("stringData"))
+            {
+                use base64::Engine;
+                if !obj["data"].is_object() {
+                    obj["data"] = json!({});
+                }
+                for (k, v) in string_data {
+                    let text = v.as_str().unwrap_or_default();
+                    obj["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+                }
+            }
         }
         "services" => {
             let spec = &mut obj["spec"];
@@ -275,6 +302,9 @@ pub(crate) fn validate_meta(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     } else {
         let problems = if name_is_label(def) {
             dns1123_label(name)
+        } else if def.group == "rbac.authorization.k8s.io" {
+            // RBAC names only need to be a path segment (`system:node` is one), as upstream.
+            path_segment_name(name)
         } else {
             dns1123_subdomain(name)
         };
@@ -394,6 +424,36 @@ pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
                     name,
                     "priority class names with 'system-' prefix are reserved",
                 ));
+            }
+        }
+        "certificatesigningrequests" => {
+            let spec = &obj["spec"];
+            let request = spec["request"].as_str().unwrap_or_default();
+            let pem = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, request)
+                .unwrap_or_default();
+            if request.is_empty() {
+                errs.push(FieldError::required("spec.request", ""));
+            } else if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE REQUEST-----") {
+                errs.push(FieldError::invalid(
+                    "spec.request",
+                    "",
+                    "PEM block type must be CERTIFICATE REQUEST",
+                ));
+            }
+            if spec["signerName"].as_str().is_none_or(str::is_empty) {
+                errs.push(FieldError::required("spec.signerName", ""));
+            }
+            if spec["usages"].as_array().is_none_or(Vec::is_empty) {
+                errs.push(FieldError::required("spec.usages", ""));
+            }
+            if let Some(e) = spec["expirationSeconds"].as_i64() {
+                if e < 600 {
+                    errs.push(FieldError::invalid(
+                        "spec.expirationSeconds",
+                        &e.to_string(),
+                        "may not specify a duration less than 600 seconds (10 minutes)",
+                    ));
+                }
             }
         }
         "roles" | "clusterroles" => validate_rules(&mut errs, obj, def.plural == "clusterroles"),
@@ -679,6 +739,14 @@ pub(crate) fn columns(def: &ResourceDef) -> Vec<Column> {
             wide("Kernel-Version", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
             wide("Container-Runtime", "Container Runtime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
         ],
+        "certificatesigningrequests" => vec![
+            NAME,
+            AGE,
+            col("SignerName", "string", "The signer of the requested certificate."),
+            col("Requestor", "string", "Name of the user who requested the certificate."),
+            col("RequestedDuration", "string", "The requested validity of the certificate."),
+            col("Condition", "string", "The current state of the request."),
+        ],
         "roles" | "clusterroles" => vec![
             NAME,
             col("Created At", "date", "CreationTimestamp is a timestamp representing the server time when this object was created."),
@@ -939,6 +1007,33 @@ pub(crate) fn cells(def: &ResourceDef, obj: &Value) -> Vec<Value> {
                 json!(info["containerRuntimeVersion"].as_str().unwrap_or("<unknown>")),
             ]
         }
+        "certificatesigningrequests" => {
+            let mut conds: Vec<&str> = status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["type"].as_str())
+                .collect();
+            if status["certificate"].as_str().is_some_and(|c| !c.is_empty()) {
+                conds.push("Issued");
+            }
+            let duration = spec["expirationSeconds"]
+                .as_i64()
+                .map(meta::human_duration)
+                .unwrap_or_else(|| "<none>".into());
+            vec![
+                name,
+                age,
+                json!(spec["signerName"].as_str().unwrap_or("")),
+                json!(spec["username"].as_str().unwrap_or("")),
+                json!(duration),
+                json!(if conds.is_empty() {
+                    "Pending".to_owned()
+                } else {
+                    conds.join(",")
+                }),
+            ]
+        }
         "roles" | "clusterroles" => vec![
             name,
             json!(str_field(obj, &["metadata", "creationTimestamp"]).unwrap_or("")),
@@ -1029,6 +1124,16 @@ mod tests {
             .iter()
             .find(|d| d.plural == plural && d.group != "events.k8s.io")
             .unwrap()
+    }
+
+    #[test]
+    fn secret_string_data_becomes_data() {
+        let mut s = json!({"data": {"a": "eA==", "b": "eA=="}, "stringData": {"b": "yy", "c": "z"}});
+        default(def("secrets"), &mut s);
+        assert_eq!(
+            s,
+            json!({"type": "Opaque", "data": {"a": "eA==", "b": "eXk=", "c": "eg=="}})
+        );
     }
 
     #[test]

@@ -20,13 +20,15 @@ pub(crate) enum View {
     Status,
     Scale,
     Finalize,
+    /// CertificateSigningRequests' `approval`: only status.conditions.
+    Approval,
 }
 
 impl View {
     /// What a client of this view sees of `obj`.
     pub fn project(view: View, def: &ResourceDef, obj: &Value) -> Value {
         match view {
-            View::Main | View::Apply | View::Status | View::Finalize => obj.clone(),
+            View::Main | View::Apply | View::Status | View::Finalize | View::Approval => obj.clone(),
             View::Scale => {
                 let m = &obj["metadata"];
                 let selector = meta::string_map(&obj["spec"]["selector"]["matchLabels"]);
@@ -92,6 +94,11 @@ impl View {
                 full["spec"]["finalizers"] = new["spec"]["finalizers"].clone();
                 full
             }
+            View::Approval => {
+                let mut full = old.clone();
+                full["status"]["conditions"] = new["status"]["conditions"].clone();
+                full
+            }
         };
         let m = meta::meta_mut(&mut full);
         if rv.is_string() {
@@ -117,6 +124,7 @@ pub(crate) async fn handle(
         "status" => View::Status,
         "scale" => View::Scale,
         "finalize" => View::Finalize,
+        "approval" => View::Approval,
         "binding" if *method == Method::POST => return bind(ctx, def, ns, name, query, body).await,
         "token" if *method == Method::POST => {
             return super::token_request::create(ctx, def, ns, name, query, body).await

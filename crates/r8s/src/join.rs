@@ -1,0 +1,127 @@
+//! Joining agents: the server keeps a bootstrap token (a `kube-system/bootstrap-token-<id>`
+//! Secret) and the RBAC bindings that let its holders ask for node certificates and have them
+//! approved (kubeadm's `kubeadm:get-nodes`-style bindings, named `r8s:*` here), and writes the
+//! join token `K10<CA hash>::<id>.<secret>` to `<data-dir>/server/node-token`.
+
+use std::path::Path;
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+
+/// Random `[a-z0-9]` characters from the kernel's UUIDs.
+fn random(n: usize) -> String {
+    let mut out = String::new();
+    while out.len() < n {
+        let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_default();
+        out.extend(uuid.chars().filter(|c| c.is_ascii_hexdigit()));
+        if uuid.is_empty() {
+            break;
+        }
+    }
+    out.truncate(n);
+    out
+}
+
+async fn create_if_absent<K>(api: &Api<K>, obj: &K) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Make sure agents can join; returns the join token.
+pub async fn ensure(client: &kube::Client, server_dir: &Path, ca_pem: &str) -> anyhow::Result<String> {
+    let token_path = server_dir.join("token");
+    let bootstrap = match std::fs::read_to_string(&token_path) {
+        Ok(t) if t.trim().len() == 23 => t.trim().to_owned(),
+        _ => {
+            let t = format!("{}.{}", random(6), random(16));
+            r8s_apiserver::pki::write_private(&token_path, &t)?;
+            t
+        }
+    };
+    let (id, secret) = bootstrap.split_once('.').context("malformed server/token")?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    let data = [
+        ("token-id", id),
+        ("token-secret", secret),
+        ("usage-bootstrap-authentication", "true"),
+        ("usage-bootstrap-signing", "true"),
+        ("auth-extra-groups", "system:bootstrappers:r8s:default-node-token"),
+        (
+            "description",
+            "The token r8s agents join with (r8s agent --token).",
+        ),
+    ];
+    create_if_absent(
+        &secrets,
+        &Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("bootstrap-token-{id}")),
+                namespace: Some("kube-system".into()),
+                ..Default::default()
+            },
+            type_: Some("bootstrap.kubernetes.io/token".into()),
+            string_data: Some(data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        },
+    )
+    .await
+    .context("creating the bootstrap token Secret")?;
+
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    for (name, role, group) in [
+        (
+            "r8s:node-bootstrapper",
+            "system:node-bootstrapper",
+            "system:bootstrappers",
+        ),
+        (
+            "r8s:node-autoapprove-bootstrap",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            "system:bootstrappers",
+        ),
+        (
+            "r8s:node-autoapprove-certificate-rotation",
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            "system:nodes",
+        ),
+    ] {
+        create_if_absent(
+            &bindings,
+            &ClusterRoleBinding {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "ClusterRole".into(),
+                    name: role.into(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "Group".into(),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    name: group.into(),
+                    ..Default::default()
+                }]),
+            },
+        )
+        .await
+        .with_context(|| format!("creating ClusterRoleBinding {name}"))?;
+    }
+
+    use rustls::pki_types::pem::PemObject;
+    let ca_der = rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes())
+        .context("reading the cluster CA")?;
+    let join = r8s_kubelet::bootstrap::JoinToken::format(ca_der.as_ref(), &bootstrap);
+    r8s_apiserver::pki::write_private(&server_dir.join("node-token"), &format!("{join}\n"))?;
+    Ok(join)
+}
