@@ -239,6 +239,16 @@ struct ServerArgs {
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
 
+    /// Basic auth users, CSV: password,user,uid[,"group1,group2"]. Removed upstream in 1.19 and
+    /// kept here only because the reference document tells it: off unless this flag is given.
+    #[arg(long)]
+    basic_auth_file: Option<PathBuf>,
+
+    /// ABAC policies (one abac.authorization.kubernetes.io/v1beta1 Policy per line), for
+    /// --authorization-mode=ABAC.
+    #[arg(long)]
+    authorization_policy_file: Option<PathBuf>,
+
     /// Key that signs service-account tokens (PEM, ECDSA P-256 or RSA; default: the one r8s
     /// made, <data-dir>/server/tls/service-account.key).
     #[arg(long)]
@@ -260,7 +270,7 @@ struct ServerArgs {
     #[arg(long, value_parser = parse_duration)]
     service_account_max_token_expiration: Option<Duration>,
 
-    /// Authorizers in order, comma-separated: Node, RBAC, AlwaysAllow, AlwaysDeny. Members of
+    /// Authorizers in order, comma-separated: Node, RBAC, ABAC, AlwaysAllow, AlwaysDeny. Members of
     /// system:masters are always allowed, as upstream.
     #[arg(long, default_value = "Node,RBAC", value_delimiter = ',')]
     authorization_mode: Vec<String>,
@@ -420,6 +430,12 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         .push(r8s_apiserver::authn::service_account::ServiceAccountAuthenticator(sa_tokens.clone()));
     authenticators
         .push(r8s_apiserver::authn::bootstrap_token::BootstrapTokenAuthenticator { store: store.clone() });
+    if let Some(path) = &args.basic_auth_file {
+        authenticators.push(
+            r8s_apiserver::authn::basic_auth::BasicAuthAuthenticator::from_file(path)
+                .map_err(anyhow::Error::msg)?,
+        );
+    }
     if args.anonymous_auth {
         authenticators.allow_anonymous(r8s_apiserver::authn::PUBLIC_INFO_PATHS);
     }
@@ -434,10 +450,17 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 rbac = Some(r);
             }
             "Node" => authorizers.push(r8s_apiserver::authz::node::NodeAuthorizer::start(store.clone())),
+            "ABAC" => {
+                let path = args
+                    .authorization_policy_file
+                    .as_ref()
+                    .context("--authorization-mode=ABAC needs --authorization-policy-file")?;
+                authorizers.push(r8s_apiserver::authz::abac::AbacAuthorizer::from_file(path).map_err(anyhow::Error::msg)?);
+            }
             "AlwaysAllow" => authorizers.push(r8s_apiserver::authz::AlwaysAllow),
             "AlwaysDeny" => authorizers.push(r8s_apiserver::authz::AlwaysDeny),
             other => anyhow::bail!(
-                "--authorization-mode: unknown authorization mode {other:?} (supported: Node, RBAC, AlwaysAllow, AlwaysDeny)"
+                "--authorization-mode: unknown authorization mode {other:?} (supported: Node, RBAC, ABAC, AlwaysAllow, AlwaysDeny)"
             ),
         }
     }

@@ -391,6 +391,101 @@ fn anonymous_requests_reach_only_public_information() {
         (Some("Status"), Some("Unauthorized"))
     );
     assert_eq!(curl("/apis").0, "401");
+    // Basic auth is off unless its flag is given.
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-u",
+            "carol:s3cret",
+            "--cacert",
+        ])
+        .arg(s.dir.path().join("server/tls/ca.crt"))
+        .arg(format!(
+            "https://127.0.0.1:{}/api/v1/namespaces/default/pods",
+            s.port
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "401");
+}
+
+/// The legacy chains the reference document tells: basic auth (`--basic-auth-file`) and ABAC
+/// (`--authorization-mode=…,ABAC` with `--authorization-policy-file`).
+#[test]
+fn basic_auth_and_abac_work_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("basic.csv");
+    std::fs::write(&users, "s3cret,carol,3001,\"auditors\"\n").unwrap();
+    let policy = dir.path().join("abac.jsonl");
+    std::fs::write(
+        &policy,
+        concat!(
+            r#"{"apiVersion": "abac.authorization.kubernetes.io/v1beta1", "kind": "Policy", "spec": {"group": "auditors", "readonly": true, "namespace": "*", "resource": "*", "apiGroup": "*"}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let (users, policy) = (
+        users.to_str().unwrap().to_owned(),
+        policy.to_str().unwrap().to_owned(),
+    );
+    let s = Server::start_in(
+        dir,
+        &[
+            "--disable-agent",
+            "--basic-auth-file",
+            &users,
+            "--authorization-mode",
+            "Node,RBAC,ABAC",
+            "--authorization-policy-file",
+            &policy,
+        ],
+    );
+    let curl = |user: &str, method: &str, path: &str| {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "-u",
+                user,
+                "-X",
+                method,
+                "--cacert",
+            ])
+            .arg(s.dir.path().join("server/tls/ca.crt"))
+            .arg(format!("https://127.0.0.1:{}{path}", s.port))
+            .output()
+            .unwrap();
+        stdout(&out)
+    };
+    assert_eq!(
+        curl("carol:s3cret", "GET", "/api/v1/namespaces/default/pods"),
+        "200"
+    );
+    assert_eq!(
+        curl(
+            "carol:s3cret",
+            "GET",
+            "/apis/apps/v1/namespaces/kube-system/deployments"
+        ),
+        "200"
+    );
+    // Read-only: a delete is forbidden; a wrong password is unauthorized.
+    assert_eq!(
+        curl("carol:s3cret", "DELETE", "/api/v1/namespaces/default/pods/x"),
+        "403"
+    );
+    assert_eq!(
+        curl("carol:wrong", "GET", "/api/v1/namespaces/default/pods"),
+        "401"
+    );
 }
 
 #[test]

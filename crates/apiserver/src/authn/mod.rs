@@ -2,6 +2,7 @@
 //! wins, and if none does the request fails with 401 and the aggregate of their errors (the
 //! reference document's "Authentication" stage).
 
+pub mod basic_auth;
 pub mod bootstrap_token;
 pub mod impersonation;
 pub mod service_account;

@@ -61,7 +61,7 @@ impl TokenFileAuthenticator {
 }
 
 /// Split one CSV line, honouring double quotes (the groups field is quoted).
-fn split_csv(line: &str) -> Vec<String> {
+pub(crate) fn split_csv(line: &str) -> Vec<String> {
     let mut fields = vec![String::new()];
     let mut quoted = false;
     let mut chars = line.chars().peekable();

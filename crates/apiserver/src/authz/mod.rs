@@ -2,6 +2,7 @@
 //! deny stops it, and if none allows it is 403 Forbidden (the reference document's
 //! "Authorization" stage).
 
+pub mod abac;
 pub mod node;
 
 use async_trait::async_trait;
