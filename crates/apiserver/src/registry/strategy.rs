@@ -206,6 +206,8 @@ pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
         "secrets" if obj.get("type").is_none_or(Value::is_null) => {
             obj["type"] = json!("Opaque");
         }
+        "mutatingwebhookconfigurations" => super::webhook_configuration::default(obj, true),
+        "validatingwebhookconfigurations" => super::webhook_configuration::default(obj, false),
         "services" => {
             let spec = &mut obj["spec"];
             if !spec.is_object() {
@@ -397,6 +399,13 @@ pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
             }
         }
         "roles" | "clusterroles" => validate_rules(&mut errs, obj, def.plural == "clusterroles"),
+        "mutatingwebhookconfigurations" | "validatingwebhookconfigurations" => {
+            super::webhook_configuration::validate(
+                &mut errs,
+                obj,
+                def.plural == "mutatingwebhookconfigurations",
+            )
+        }
         "rolebindings" | "clusterrolebindings" => {
             validate_binding(&mut errs, obj, def.plural == "clusterrolebindings")
         }
@@ -692,6 +701,11 @@ pub(crate) fn columns(def: &ResourceDef) -> Vec<Column> {
             wide("ServiceAccounts", "ServiceAccounts in the binding."),
         ],
         "configmaps" => vec![NAME, col("Data", "string", "Data contains the configuration data."), AGE],
+        "mutatingwebhookconfigurations" | "validatingwebhookconfigurations" => vec![
+            NAME,
+            col("Webhooks", "integer", "Webhooks indicates the number of webhooks in the configuration."),
+            AGE,
+        ],
         "secrets" => vec![
             NAME,
             col("Type", "string", "The type of the secret"),
@@ -971,6 +985,9 @@ pub(crate) fn cells(def: &ResourceDef, obj: &Value) -> Vec<Value> {
             ]
         }
         "configmaps" => vec![name, json!(count(&obj["data"]) + count(&obj["binaryData"])), age],
+        "mutatingwebhookconfigurations" | "validatingwebhookconfigurations" => {
+            vec![name, json!(obj["webhooks"].as_array().map_or(0, Vec::len)), age]
+        }
         "events" => event_cells(obj, name),
         "secrets" => vec![
             name,
