@@ -145,7 +145,10 @@ pub fn from_label_selector(v: &serde_json::Value) -> Result<Selector, String> {
     let mut reqs = Vec::new();
     if let Some(m) = v.get("matchLabels").and_then(serde_json::Value::as_object) {
         for (k, val) in m {
-            reqs.push(Requirement::Equals(k.clone(), val.as_str().unwrap_or("").to_owned()));
+            reqs.push(Requirement::Equals(
+                k.clone(),
+                val.as_str().unwrap_or("").to_owned(),
+            ));
         }
     }
     for e in v
@@ -223,8 +226,11 @@ mod tests {
     #[test]
     fn label_selector_objects() {
         use serde_json::json;
-        let labels: BTreeMap<String, String> =
-            [("env".to_owned(), "prod".to_owned()), ("tier".to_owned(), "web".to_owned())].into();
+        let labels: BTreeMap<String, String> = [
+            ("env".to_owned(), "prod".to_owned()),
+            ("tier".to_owned(), "web".to_owned()),
+        ]
+        .into();
         assert!(from_label_selector(&json!({})).unwrap().matches(&labels));
         assert!(from_label_selector(&serde_json::Value::Null).unwrap().is_empty());
         let s = from_label_selector(&json!({
@@ -236,10 +242,14 @@ mod tests {
         }))
         .unwrap();
         assert!(s.matches(&labels));
-        let s = from_label_selector(&json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]}))
-            .unwrap();
+        let s = from_label_selector(
+            &json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]}),
+        )
+        .unwrap();
         assert!(!s.matches(&labels));
-        assert!(from_label_selector(&json!({"matchExpressions": [{"key": "a", "operator": "Near"}]})).is_err());
+        assert!(
+            from_label_selector(&json!({"matchExpressions": [{"key": "a", "operator": "Near"}]})).is_err()
+        );
         assert!(from_label_selector(&json!({"matchExpressions": [{"key": "a", "operator": "In"}]})).is_err());
     }
 }

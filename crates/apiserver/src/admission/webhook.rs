@@ -138,7 +138,10 @@ impl Dispatcher {
             return Ok(None);
         };
         if matching::needs_namespace_labels(hook, &view.attrs) {
-            let sel = hook.namespace_selector.as_ref().map_err(|e| ApiError::internal(e.clone()))?;
+            let sel = hook
+                .namespace_selector
+                .as_ref()
+                .map_err(|e| ApiError::internal(e.clone()))?;
             let labels = self.namespace_labels(ns_cache, view, a).await?;
             if !sel.matches(&labels) {
                 return Ok(None);
@@ -196,15 +199,20 @@ impl Dispatcher {
     ) -> Result<review::Answer, (CallStage, String)> {
         let tls = hook.tls.clone().map_err(|e| (CallStage::Client, e))?;
         let ep = self.endpoint(hook).await.map_err(|e| (CallStage::Client, e))?;
-        let body = serde_json::to_vec(&review::build(version, req)).map_err(|e| (CallStage::Client, e.to_string()))?;
+        let body = serde_json::to_vec(&review::build(version, req))
+            .map_err(|e| (CallStage::Client, e.to_string()))?;
         let (code, bytes) = client::post(&ep, tls, body, hook.timeout)
             .await
             .map_err(|e| (CallStage::Call, e))?;
         if !(200..300).contains(&code) {
             return Err((CallStage::Call, server_error(code, &bytes)));
         }
-        let answer: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| (CallStage::Call, format!("couldn't get version/kind; json parse error: {e}")))?;
+        let answer: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            (
+                CallStage::Call,
+                format!("couldn't get version/kind; json parse error: {e}"),
+            )
+        })?;
         review::verify(req.uid, version, mutating, &answer).map_err(|e| (CallStage::Verify, e))
     }
 }
@@ -267,7 +275,11 @@ fn convert(from: &ResourceDef, to: &ResourceDef, obj: &Value) -> Value {
 /// subresource's kind (a Scale for `scale`).
 fn versioned(view: &RequestView<'_>, inv: &Invocation, obj: &Value) -> Value {
     if view.attrs.subresource == "scale" {
-        return crate::registry::subresource::View::project(crate::registry::subresource::View::Scale, view.def, obj);
+        return crate::registry::subresource::View::project(
+            crate::registry::subresource::View::Scale,
+            view.def,
+            obj,
+        );
     }
     if inv.converted {
         convert(view.def, inv.def, obj)
@@ -276,7 +288,7 @@ fn versioned(view: &RequestView<'_>, inv: &Invocation, obj: &Value) -> Value {
     }
 }
 
-fn invocation_resource<'b>(inv: &'b Invocation) -> (&'b str, &'b str, &'b str) {
+fn invocation_resource(inv: &Invocation) -> (&'static str, &'static str, &'static str) {
     (inv.def.group, inv.def.version, inv.def.plural)
 }
 
@@ -307,7 +319,8 @@ impl MutatingWebhook {
         a: &mut Attributes<'_>,
     ) -> Result<bool, CallError> {
         check_dry_run(hook, a.dry_run)?;
-        let calling = |why: String| CallError::Calling(format!("failed calling webhook {:?}: {why}", hook.name));
+        let calling =
+            |why: String| CallError::Calling(format!("failed calling webhook {:?}: {why}", hook.name));
         let Some(version) = review::review_version(&hook.review_versions) else {
             return Err(calling(
                 "could not create admission objects: webhook does not accept known AdmissionReview versions (v1, v1beta1)".into(),
@@ -338,13 +351,18 @@ impl MutatingWebhook {
             Ok(answer) => answer,
             Err((CallStage::Client, e)) => return Err(calling(format!("could not get REST client: {e}"))),
             Err((CallStage::Call, e)) => return Err(calling(format!("failed to call webhook: {e}"))),
-            Err((CallStage::Verify, e)) => return Err(calling(format!("received invalid webhook response: {e}"))),
+            Err((CallStage::Verify, e)) => {
+                return Err(calling(format!("received invalid webhook response: {e}")))
+            }
         };
         for w in &answer.warnings {
             a.warnings.add(w.clone());
         }
         if !answer.allowed {
-            return Err(CallError::Status(review::denied(&hook.name, answer.result.as_ref())));
+            return Err(CallError::Status(review::denied(
+                &hook.name,
+                answer.result.as_ref(),
+            )));
         }
         if answer.patch.is_empty() {
             return Ok(false);
@@ -363,7 +381,8 @@ impl MutatingWebhook {
         if answer.patch_type != "JSONPatch" {
             return Err(calling(format!("unsupported patch type {:?}", answer.patch_type)));
         }
-        json_patch::patch(&mut patched, &patch).map_err(|e| CallError::Status(ApiError::internal(e.to_string())))?;
+        json_patch::patch(&mut patched, &patch)
+            .map_err(|e| CallError::Status(ApiError::internal(e.to_string())))?;
         let mut updated = if view.attrs.subresource == "scale" {
             // Only the Scale's replicas flow back into the object.
             let mut full = target.clone();
@@ -482,7 +501,8 @@ impl ValidatingWebhook {
         a: &Attributes<'_>,
     ) -> Result<(), CallError> {
         check_dry_run(hook, a.dry_run)?;
-        let calling = |why: String| CallError::Calling(format!("failed calling webhook {:?}: {why}", hook.name));
+        let calling =
+            |why: String| CallError::Calling(format!("failed calling webhook {:?}: {why}", hook.name));
         let Some(version) = review::review_version(&hook.review_versions) else {
             return Err(calling(
                 "webhook does not accept known AdmissionReview versions (v1, v1beta1)".into(),
@@ -509,14 +529,21 @@ impl ValidatingWebhook {
             dry_run: a.dry_run,
             options: a.options,
         };
-        let answer = self.d.call(hook, false, &req, version).await.map_err(|(_, e)| calling(e))?;
+        let answer = self
+            .d
+            .call(hook, false, &req, version)
+            .await
+            .map_err(|(_, e)| calling(e))?;
         for w in &answer.warnings {
             a.warnings.add(w.clone());
         }
         if answer.allowed {
             Ok(())
         } else {
-            Err(CallError::Status(review::denied(&hook.name, answer.result.as_ref())))
+            Err(CallError::Status(review::denied(
+                &hook.name,
+                answer.result.as_ref(),
+            )))
         }
     }
 }
@@ -546,7 +573,9 @@ impl ValidatingPlugin for ValidatingWebhook {
         }
         // The relevant webhooks are called side by side; the first refusal (in webhook order)
         // is the answer.
-        let calls = relevant.iter().map(|(hook, inv)| self.call_hook(hook, &view, inv, a));
+        let calls = relevant
+            .iter()
+            .map(|(hook, inv)| self.call_hook(hook, &view, inv, a));
         let results = futures_util::future::join_all(calls).await;
         for ((hook, _), result) in relevant.iter().zip(results) {
             match result {

@@ -767,7 +767,11 @@ pub(crate) fn check_type_and_namespace(def: &ResourceDef, obj: &mut Value, ns: &
 /// The options of a create or update as admission sees them (upstream's `CreateOptions`,
 /// `UpdateOptions`, or `PatchOptions` when the request is a patch).
 fn operation_options(ctx: &Ctx, kind: &str, dry_run: bool) -> Value {
-    let kind = if ctx.info.verb == "patch" { "PatchOptions" } else { kind };
+    let kind = if ctx.info.verb == "patch" {
+        "PatchOptions"
+    } else {
+        kind
+    };
     let mut o = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
     if dry_run {
         o["dryRun"] = json!(["All"]);

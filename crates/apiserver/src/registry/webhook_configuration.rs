@@ -57,7 +57,14 @@ fn strings(v: &Value) -> Vec<&str> {
 
 /// Go's `%v` of a string slice, as upstream shows invalid lists.
 fn go_list(items: &[&str]) -> String {
-    format!("[]string{{{}}}", items.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", "))
+    format!(
+        "[]string{{{}}}",
+        items
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 fn forbidden(field: impl Into<String>, detail: &str) -> FieldError {
@@ -92,7 +99,12 @@ pub(crate) fn validate_label_selector(errs: &mut Vec<FieldError>, path: &str, se
             }
         }
     }
-    for (i, e) in sel["matchExpressions"].as_array().into_iter().flatten().enumerate() {
+    for (i, e) in sel["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
         let p = format!("{path}.matchExpressions[{i}]");
         let values = strings(&e["values"]);
         match e["operator"].as_str().unwrap_or("") {
@@ -197,13 +209,23 @@ fn validate_rule(errs: &mut Vec<FieldError>, path: &str, rule: &Value) {
     if ops.len() > 1 && ops.contains(&"*") {
         errs.push(FieldError::invalid_raw(
             format!("{path}.operations"),
-            &format!("[]v1.OperationType{{{}}}", ops.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ")),
+            &format!(
+                "[]v1.OperationType{{{}}}",
+                ops.iter()
+                    .map(|s| format!("{s:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             "if '*' is present, must not specify other operations",
         ));
     }
     for (i, op) in ops.iter().enumerate() {
         if !OPERATIONS.contains(op) {
-            errs.push(FieldError::not_supported(format!("{path}.operations[{i}]"), op, OPERATIONS));
+            errs.push(FieldError::not_supported(
+                format!("{path}.operations[{i}]"),
+                op,
+                OPERATIONS,
+            ));
         }
     }
     let groups = strings(&rule["apiGroups"]);
@@ -268,23 +290,42 @@ fn validate_url(errs: &mut Vec<FieldError>, path: &str, url: &str) {
         None => (None, authority),
     };
     if host.is_empty() {
-        errs.push(FieldError::invalid(path, host, format!("host must be provided{FORM}")));
+        errs.push(FieldError::invalid(
+            path,
+            host,
+            format!("host must be provided{FORM}"),
+        ));
     }
     if let Some(u) = user {
-        errs.push(FieldError::invalid(path, u, "user information is not permitted in the URL"));
+        errs.push(FieldError::invalid(
+            path,
+            u,
+            "user information is not permitted in the URL",
+        ));
     }
     if !fragment.is_empty() {
-        errs.push(FieldError::invalid(path, fragment, "fragments are not permitted in the URL"));
+        errs.push(FieldError::invalid(
+            path,
+            fragment,
+            "fragments are not permitted in the URL",
+        ));
     }
     if !query.is_empty() {
-        errs.push(FieldError::invalid(path, query, "query parameters are not permitted in the URL"));
+        errs.push(FieldError::invalid(
+            path,
+            query,
+            "query parameters are not permitted in the URL",
+        ));
     }
 }
 
 /// Upstream's `ValidateWebhookService`.
 fn validate_service(errs: &mut Vec<FieldError>, path: &str, svc: &Value) {
     if svc["name"].as_str().is_none_or(str::is_empty) {
-        errs.push(FieldError::required(format!("{path}.name"), "service name is required"));
+        errs.push(FieldError::required(
+            format!("{path}.name"),
+            "service name is required",
+        ));
     }
     if svc["namespace"].as_str().is_none_or(str::is_empty) {
         errs.push(FieldError::required(
@@ -308,7 +349,11 @@ fn validate_service(errs: &mut Vec<FieldError>, path: &str, svc: &Value) {
         return;
     }
     if !p.starts_with('/') {
-        errs.push(FieldError::invalid(format!("{path}.path"), p, "must start with a '/'"));
+        errs.push(FieldError::invalid(
+            format!("{path}.path"),
+            p,
+            "must start with a '/'",
+        ));
     }
     let segments: Vec<&str> = p.trim_start_matches('/').split('/').collect();
     for (i, seg) in segments.iter().enumerate() {
@@ -340,7 +385,11 @@ fn validate_review_versions(errs: &mut Vec<FieldError>, path: &str, versions: &[
     let mut seen = Vec::new();
     for (i, v) in versions.iter().enumerate() {
         if seen.contains(v) {
-            errs.push(FieldError::invalid(format!("{path}[{i}]"), v, "duplicate version"));
+            errs.push(FieldError::invalid(
+                format!("{path}[{i}]"),
+                v,
+                "duplicate version",
+            ));
             continue;
         }
         seen.push(*v);

@@ -115,7 +115,11 @@ pub(crate) async fn post(
     }
 }
 
-async fn post_inner(ep: &Endpoint, tls: Arc<rustls::ClientConfig>, body: Vec<u8>) -> Result<(u16, Bytes), String> {
+async fn post_inner(
+    ep: &Endpoint,
+    tls: Arc<rustls::ClientConfig>,
+    body: Vec<u8>,
+) -> Result<(u16, Bytes), String> {
     let addr: SocketAddr = match ep.host.parse::<IpAddr>() {
         Ok(ip) => SocketAddr::new(ip, ep.port),
         Err(_) => tokio::net::lookup_host((ep.host.as_str(), ep.port))

@@ -35,10 +35,7 @@ pub(crate) fn rule_matches(rule: &Rule, r: &RequestAttrs<'_>) -> bool {
         "Cluster" => is_namespace || r.namespace.is_empty(),
         _ => false,
     };
-    let operation = rule
-        .operations
-        .iter()
-        .any(|op| op == "*" || op == r.operation);
+    let operation = rule.operations.iter().any(|op| op == "*" || op == r.operation);
     let resource = rule.resources.iter().any(|rs| {
         let (res, sub) = rs.split_once('/').unwrap_or((rs, ""));
         (res == "*" || res == r.resource) && (sub == "*" || sub == r.subresource)
@@ -66,7 +63,10 @@ pub(crate) fn equivalents(def: &ResourceDef) -> Vec<&'static ResourceDef> {
 /// Group, version and kind of `def`'s `subresource` (its own kind where it has one, as Scale).
 pub(crate) fn kind_of(def: &ResourceDef, subresource: &str) -> (String, String, String) {
     if let Some(s) = def.subresource(subresource).filter(|s| !s.kind.is_empty()) {
-        let gv = s.group_version.map(str::to_owned).unwrap_or_else(|| def.api_version());
+        let gv = s
+            .group_version
+            .map(str::to_owned)
+            .unwrap_or_else(|| def.api_version());
         let (g, v) = gv.split_once('/').unwrap_or(("", gv.as_str()));
         return (g.to_owned(), v.to_owned(), s.kind.to_owned());
     }
@@ -84,7 +84,11 @@ pub(crate) struct Invocation {
 
 /// Which resource (if any) of `hook`'s rules the request matches: its own first, then, with
 /// `matchPolicy: Equivalent`, an equivalent one, earlier rules first.
-pub(crate) fn match_rules(hook: &Hook, def: &'static ResourceDef, r: &RequestAttrs<'_>) -> Option<Invocation> {
+pub(crate) fn match_rules(
+    hook: &Hook,
+    def: &'static ResourceDef,
+    r: &RequestAttrs<'_>,
+) -> Option<Invocation> {
     if hook.rules.iter().any(|rule| rule_matches(rule, r)) {
         return Some(Invocation {
             def,
@@ -166,21 +170,45 @@ mod tests {
     #[test]
     fn rules_match_operations_groups_versions_and_resources() {
         let r = pod_create("");
-        assert!(rule_matches(&rule(&["CREATE"], &[""], &["v1"], &["pods"], "*"), &r));
+        assert!(rule_matches(
+            &rule(&["CREATE"], &[""], &["v1"], &["pods"], "*"),
+            &r
+        ));
         assert!(rule_matches(&rule(&["*"], &["*"], &["*"], &["*"], "*"), &r));
-        assert!(!rule_matches(&rule(&["UPDATE"], &[""], &["v1"], &["pods"], "*"), &r));
-        assert!(!rule_matches(&rule(&["CREATE"], &["apps"], &["v1"], &["pods"], "*"), &r));
-        assert!(!rule_matches(&rule(&["CREATE"], &[""], &["v2"], &["pods"], "*"), &r));
-        assert!(!rule_matches(&rule(&["CREATE"], &[""], &["v1"], &["services"], "*"), &r));
+        assert!(!rule_matches(
+            &rule(&["UPDATE"], &[""], &["v1"], &["pods"], "*"),
+            &r
+        ));
+        assert!(!rule_matches(
+            &rule(&["CREATE"], &["apps"], &["v1"], &["pods"], "*"),
+            &r
+        ));
+        assert!(!rule_matches(
+            &rule(&["CREATE"], &[""], &["v2"], &["pods"], "*"),
+            &r
+        ));
+        assert!(!rule_matches(
+            &rule(&["CREATE"], &[""], &["v1"], &["services"], "*"),
+            &r
+        ));
         // Subresources: `pods` alone does not match pods/status; `pods/*` and `*/status` do.
         let st = pod_create("status");
         assert!(!rule_matches(&rule(&["*"], &[""], &["v1"], &["pods"], "*"), &st));
         assert!(!rule_matches(&rule(&["*"], &[""], &["v1"], &["*"], "*"), &st));
         assert!(rule_matches(&rule(&["*"], &[""], &["v1"], &["pods/*"], "*"), &st));
-        assert!(rule_matches(&rule(&["*"], &[""], &["v1"], &["*/status"], "*"), &st));
+        assert!(rule_matches(
+            &rule(&["*"], &[""], &["v1"], &["*/status"], "*"),
+            &st
+        ));
         assert!(rule_matches(&rule(&["*"], &[""], &["v1"], &["*/*"], "*"), &st));
-        assert!(rule_matches(&rule(&["*"], &[""], &["v1"], &["pods/status"], "*"), &st));
-        assert!(!rule_matches(&rule(&["*"], &[""], &["v1"], &["pods/status"], "*"), &r));
+        assert!(rule_matches(
+            &rule(&["*"], &[""], &["v1"], &["pods/status"], "*"),
+            &st
+        ));
+        assert!(!rule_matches(
+            &rule(&["*"], &[""], &["v1"], &["pods/status"], "*"),
+            &r
+        ));
     }
 
     #[test]
@@ -229,7 +257,13 @@ mod tests {
         let inv = match_rules(&hook(only_new.clone(), true), core, &r).unwrap();
         assert_eq!((inv.def.group, inv.converted), ("events.k8s.io", true));
         assert!(match_rules(&hook(only_new, false), core, &r).is_none());
-        let both = vec![rule(&["CREATE"], &["", "events.k8s.io"], &["v1"], &["events"], "*")];
+        let both = vec![rule(
+            &["CREATE"],
+            &["", "events.k8s.io"],
+            &["v1"],
+            &["events"],
+            "*",
+        )];
         let inv = match_rules(&hook(both, true), core, &r).unwrap();
         assert_eq!((inv.def.group, inv.converted), ("", false));
         let pods = r8s_api::find("", "v1", "pods").unwrap();
@@ -240,7 +274,10 @@ mod tests {
     fn selectors() {
         let mut h = hook(vec![], true);
         let pod = pod_create("");
-        assert!(!needs_namespace_labels(&h, &pod), "the empty selector needs no lookup");
+        assert!(
+            !needs_namespace_labels(&h, &pod),
+            "the empty selector needs no lookup"
+        );
         h.namespace_selector = r8s_api::selector::from_label_selector(&json!({"matchLabels": {"team": "a"}}));
         assert!(needs_namespace_labels(&h, &pod));
         let node = RequestAttrs {
@@ -248,7 +285,10 @@ mod tests {
             namespace: "",
             ..pod
         };
-        assert!(!needs_namespace_labels(&h, &node), "cluster-scoped objects always match");
+        assert!(
+            !needs_namespace_labels(&h, &node),
+            "cluster-scoped objects always match"
+        );
 
         let labels: BTreeMap<String, String> = [("app".to_owned(), "web".to_owned())].into();
         let other: BTreeMap<String, String> = [("app".to_owned(), "db".to_owned())].into();
@@ -256,15 +296,25 @@ mod tests {
         h.object_selector = r8s_api::selector::from_label_selector(&json!({"matchLabels": {"app": "web"}}));
         assert_eq!(object_selector_matches(&h, Some(&labels), None), Ok(true));
         assert_eq!(object_selector_matches(&h, Some(&other), None), Ok(false));
-        assert_eq!(object_selector_matches(&h, None, Some(&labels)), Ok(true), "old object counts");
+        assert_eq!(
+            object_selector_matches(&h, None, Some(&labels)),
+            Ok(true),
+            "old object counts"
+        );
         assert_eq!(object_selector_matches(&h, Some(&other), Some(&labels)), Ok(true));
     }
 
     #[test]
     fn kinds_of_subresources() {
         let d = r8s_api::find("apps", "v1", "deployments").unwrap();
-        assert_eq!(kind_of(d, "scale"), ("autoscaling".into(), "v1".into(), "Scale".into()));
-        assert_eq!(kind_of(d, "status"), ("apps".into(), "v1".into(), "Deployment".into()));
+        assert_eq!(
+            kind_of(d, "scale"),
+            ("autoscaling".into(), "v1".into(), "Scale".into())
+        );
+        assert_eq!(
+            kind_of(d, "status"),
+            ("apps".into(), "v1".into(), "Deployment".into())
+        );
         assert_eq!(kind_of(d, ""), ("apps".into(), "v1".into(), "Deployment".into()));
     }
 }

@@ -290,7 +290,10 @@ mod tests {
         assert_eq!(review["request"]["subResource"], "status");
         assert_eq!(review["request"]["requestSubResource"], "status");
         assert_eq!(review["request"]["oldObject"], pod);
-        assert_eq!(review_version(&["v2".into(), "v1beta1".into(), "v1".into()]), Some("v1beta1"));
+        assert_eq!(
+            review_version(&["v2".into(), "v1beta1".into(), "v1".into()]),
+            Some("v1beta1")
+        );
         assert_eq!(review_version(&["v2".into()]), None);
     }
 
@@ -298,7 +301,10 @@ mod tests {
     fn answers_are_verified() {
         let ok = |resp: Value| json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp});
         let a = verify("u", "v1", true, &ok(json!({"uid": "u", "allowed": true, "patchType": "JSONPatch", "patch": "W10=", "warnings": ["careful"]}))).unwrap();
-        assert_eq!((a.allowed, a.patch.as_slice(), a.patch_type.as_str()), (true, &b"[]"[..], "JSONPatch"));
+        assert_eq!(
+            (a.allowed, a.patch.as_slice(), a.patch_type.as_str()),
+            (true, &b"[]"[..], "JSONPatch")
+        );
         assert_eq!(a.warnings, ["careful"]);
         assert_eq!(
             verify("u", "v1", true, &ok(json!({"uid": "x", "allowed": true}))).unwrap_err(),
@@ -309,37 +315,77 @@ mod tests {
             "webhook response was absent"
         );
         assert_eq!(
-            verify("u", "v1", true, &json!({"apiVersion": "v1", "kind": "Status", "response": {"uid": "u"}})).unwrap_err(),
+            verify(
+                "u",
+                "v1",
+                true,
+                &json!({"apiVersion": "v1", "kind": "Status", "response": {"uid": "u"}})
+            )
+            .unwrap_err(),
             "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got /v1, Kind=Status"
         );
         assert_eq!(
-            verify("u", "v1", true, &ok(json!({"uid": "u", "allowed": true, "patch": "W10="}))).unwrap_err(),
+            verify(
+                "u",
+                "v1",
+                true,
+                &ok(json!({"uid": "u", "allowed": true, "patch": "W10="}))
+            )
+            .unwrap_err(),
             "webhook returned response.patch but not response.patchType"
         );
         assert_eq!(
-            verify("u", "v1", false, &ok(json!({"uid": "u", "allowed": true, "patchType": "JSONPatch"}))).unwrap_err(),
+            verify(
+                "u",
+                "v1",
+                false,
+                &ok(json!({"uid": "u", "allowed": true, "patchType": "JSONPatch"}))
+            )
+            .unwrap_err(),
             "validating webhook may not return response.patchType"
         );
         // v1beta1 answers are taken as they come.
-        let a = verify("u", "v1beta1", true, &json!({"response": {"allowed": true, "patch": "W10="}})).unwrap();
+        let a = verify(
+            "u",
+            "v1beta1",
+            true,
+            &json!({"response": {"allowed": true, "patch": "W10="}}),
+        )
+        .unwrap();
         assert_eq!(a.patch_type, "JSONPatch");
     }
 
     #[test]
     fn denials_read_as_upstream() {
-        let e = denied("deny.example.com", Some(&json!({"message": "no pods today", "code": 403})));
+        let e = denied(
+            "deny.example.com",
+            Some(&json!({"message": "no pods today", "code": 403})),
+        );
         assert_eq!(
             (e.code, e.message.as_str()),
-            (403, "admission webhook \"deny.example.com\" denied the request: no pods today")
+            (
+                403,
+                "admission webhook \"deny.example.com\" denied the request: no pods today"
+            )
         );
         let e = denied("deny.example.com", None);
         assert_eq!(
             (e.code, e.reason, e.message.as_str()),
-            (400, "", "admission webhook \"deny.example.com\" denied the request without explanation")
+            (
+                400,
+                "",
+                "admission webhook \"deny.example.com\" denied the request without explanation"
+            )
         );
         let e = denied("d.example.com", Some(&json!({"reason": "Invalid", "code": 200})));
         assert_eq!((e.code, e.reason), (400, "Invalid"));
-        assert_eq!(e.message, "admission webhook \"d.example.com\" denied the request: Invalid");
-        assert_eq!(dry_run_unsupported("m.example.com").message, "admission webhook \"m.example.com\" does not support dry run");
+        assert_eq!(
+            e.message,
+            "admission webhook \"d.example.com\" denied the request: Invalid"
+        );
+        assert_eq!(
+            dry_run_unsupported("m.example.com").message,
+            "admission webhook \"m.example.com\" does not support dry run"
+        );
     }
 }
