@@ -91,6 +91,10 @@ impl WebhookServer {
                         let seen = seen.clone();
                         async move {
                             let path = req.uri().path().to_owned();
+                            if path == "/slow" {
+                                // Slower than any timeout the tests give it.
+                                tokio::time::sleep(Duration::from_secs(5)).await;
+                            }
                             let body = req
                                 .into_body()
                                 .collect()
@@ -169,6 +173,16 @@ fn decide(path: &str, request: &Value) -> Value {
             } else {
                 json!({"op": "add", "path": "/metadata/labels", "value": {"mutated-by": "webhook"}})
             };
+            json!({"allowed": true, "patchType": "JSONPatch", "patch": patch(json!([op]))})
+        }
+        // Records whether it saw label "b" (set by a later webhook) in label "a-saw-b".
+        "/a" => {
+            let saw = request["object"]["metadata"]["labels"]["b"] == "yes";
+            let op = json!({"op": "add", "path": "/metadata/labels/a-saw-b", "value": if saw { "yes" } else { "no" }});
+            json!({"allowed": true, "patchType": "JSONPatch", "patch": patch(json!([op]))})
+        }
+        "/b" => {
+            let op = json!({"op": "add", "path": "/metadata/labels/b", "value": "yes"});
             json!({"allowed": true, "patchType": "JSONPatch", "patch": patch(json!([op]))})
         }
         "/warn" => json!({"allowed": true, "warnings": ["pods here are watched by the warn webhook"]}),
@@ -477,4 +491,115 @@ fn namespace_selector_limits_a_webhook_to_labelled_namespaces() {
     // The webhook was never asked about pods in unlabelled namespaces.
     let seen = hook.seen.lock().unwrap().clone();
     assert!(seen.iter().all(|r| r["request"]["namespace"] != "default"));
+}
+
+#[test]
+fn if_needed_webhooks_run_again_after_a_later_change() {
+    let s = Server::start();
+    let hook = WebhookServer::start(decide);
+    // Pods carry labels (kubectl run sets run=NAME), so the patches add to an existing map.
+    let a = configuration(
+        "MutatingWebhookConfiguration",
+        "a",
+        "a.example.com",
+        &hook.url("/a"),
+        &hook.ca_bundle(),
+        "  reinvocationPolicy: IfNeeded\n",
+    );
+    let b = configuration(
+        "MutatingWebhookConfiguration",
+        "b",
+        "b.example.com",
+        &hook.url("/b"),
+        &hook.ca_bundle(),
+        "",
+    );
+    s.ok_stdin(KUBECTL, &["apply", "-f", "-"], &format!("{a}---\n{b}"));
+    let labels = |name: &str| -> Value {
+        let out = dry_run(&s, "default", name);
+        if !out.status.success() {
+            return Value::Null;
+        }
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["metadata"]["labels"].clone()
+    };
+    // Configurations run in name order: a, then b, which changes the object, so a (IfNeeded)
+    // runs once more and sees b's label.
+    eventually("both webhooks and the reinvocation", || {
+        let l = labels("probe");
+        l["b"] == "yes" && l["a-saw-b"] == "yes"
+    });
+    s.ok(KUBECTL, &["run", "twice", "--image=nginx"]);
+    let pod: Value = serde_json::from_str(&s.ok(KUBECTL, &["get", "pod", "twice", "-o", "json"])).unwrap();
+    assert_eq!(pod["metadata"]["labels"]["a-saw-b"], "yes", "{pod}");
+    // a, then b, then a again, each seeing what came before.
+    let seen: Vec<Value> = hook
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r["request"]["name"] == "twice")
+        .map(|r| r["request"]["object"]["metadata"]["labels"].clone())
+        .collect();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(
+        seen[0].get("b").is_none() && seen[0].get("a-saw-b").is_none(),
+        "{seen:?}"
+    );
+    assert_eq!(
+        (&seen[1]["a-saw-b"], seen[1].get("b")),
+        (&json!("no"), None),
+        "{seen:?}"
+    );
+    assert_eq!(
+        (&seen[2]["a-saw-b"], &seen[2]["b"]),
+        (&json!("no"), &json!("yes")),
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_webhook_that_times_out_fails_the_request_unless_ignored() {
+    let s = Server::start();
+    let hook = WebhookServer::start(decide);
+    s.ok_stdin(
+        KUBECTL,
+        &["apply", "-f", "-"],
+        &configuration(
+            "MutatingWebhookConfiguration",
+            "slow",
+            "slow.example.com",
+            &hook.url("/slow"),
+            &hook.ca_bundle(),
+            "  timeoutSeconds: 1\n",
+        ),
+    );
+    eventually("the slow webhook", || {
+        !dry_run(&s, "default", "probe").status.success()
+    });
+    let started = Instant::now();
+    let out = s.kubectl(KUBECTL, &["run", "late", "--image=nginx"]);
+    assert!(!out.status.success());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the timeout was not kept"
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("Internal error occurred: failed calling webhook \"slow.example.com\": failed to call webhook: Post \"https://127.0.0.1:")
+            && err.contains("/slow?timeout=1s\": context deadline exceeded"),
+        "{err}"
+    );
+    // With failurePolicy Ignore the same webhook only costs its timeout.
+    let cfg = s.ok(
+        KUBECTL,
+        &["get", "mutatingwebhookconfiguration", "slow", "-o", "json"],
+    );
+    let mut cfg: Value = serde_json::from_str(&cfg).unwrap();
+    cfg["webhooks"][0]["failurePolicy"] = json!("Ignore");
+    s.ok_stdin(KUBECTL, &["replace", "-f", "-"], &cfg.to_string());
+    eventually("the Ignore policy", || {
+        s.kubectl(KUBECTL, &["run", "on-time", "--image=nginx"])
+            .status
+            .success()
+    });
 }
