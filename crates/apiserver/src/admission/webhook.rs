@@ -250,6 +250,11 @@ fn server_error(code: u16, body: &[u8]) -> String {
     }
 }
 
+/// A webhook's warning as a header can carry it: control characters become spaces.
+fn printable(w: &str) -> String {
+    w.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
 /// Upstream's dry-run rule: only webhooks without side effects (`None`, `NoneOnDryRun`) may see
 /// a dry run; calling any other fails the request.
 fn check_dry_run(hook: &Hook, dry_run: bool) -> Result<(), CallError> {
@@ -356,7 +361,7 @@ impl MutatingWebhook {
             }
         };
         for w in &answer.warnings {
-            a.warnings.add(w.clone());
+            a.warnings.add(printable(w));
         }
         if !answer.allowed {
             return Err(CallError::Status(review::denied(
@@ -410,16 +415,16 @@ impl MutatingPlugin for MutatingWebhook {
     }
 
     async fn admit(&self, a: &mut Attributes<'_>) -> Result<(), ApiError> {
+        let info = a.request;
+        let Some(view) = RequestView::of(info, a.object.as_deref(), a.operation) else {
+            return Ok(());
+        };
         let Some(hooks) = self.d.source.hooks().await else {
             return Err(ApiError::forbidden("not yet ready to handle request"));
         };
         if hooks.is_empty() {
             return Ok(());
         }
-        let info = a.request;
-        let Some(view) = RequestView::of(info, a.object.as_deref(), a.operation) else {
-            return Ok(());
-        };
         let original = a.object.as_deref().cloned();
         let mut ns_cache = NamespaceLabels::default();
         // Webhooks with `reinvocationPolicy: IfNeeded` already called, and those to call again
@@ -535,7 +540,7 @@ impl ValidatingWebhook {
             .await
             .map_err(|(_, e)| calling(e))?;
         for w in &answer.warnings {
-            a.warnings.add(w.clone());
+            a.warnings.add(printable(w));
         }
         if answer.allowed {
             Ok(())
@@ -555,15 +560,15 @@ impl ValidatingPlugin for ValidatingWebhook {
     }
 
     async fn validate(&self, a: &Attributes<'_>) -> Result<(), ApiError> {
+        let Some(view) = RequestView::of(a.request, a.object.as_deref(), a.operation) else {
+            return Ok(());
+        };
         let Some(hooks) = self.d.source.hooks().await else {
             return Err(ApiError::forbidden("not yet ready to handle request"));
         };
         if hooks.is_empty() {
             return Ok(());
         }
-        let Some(view) = RequestView::of(a.request, a.object.as_deref(), a.operation) else {
-            return Ok(());
-        };
         let mut ns_cache = NamespaceLabels::default();
         let mut relevant = Vec::new();
         for hook in hooks.iter() {
@@ -591,5 +596,114 @@ impl ValidatingPlugin for ValidatingWebhook {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request_info::parse_request;
+    use serde_json::json;
+
+    fn hook(side_effects: Option<&str>) -> Hook {
+        let mut h = json!({"name": "h.example.com"});
+        if let Some(s) = side_effects {
+            h["sideEffects"] = json!(s);
+        }
+        Hook::parse("c", &h)
+    }
+
+    #[test]
+    fn dry_runs_reach_only_webhooks_without_side_effects() {
+        assert!(check_dry_run(&hook(Some("Some")), false).is_ok());
+        assert!(check_dry_run(&hook(Some("None")), true).is_ok());
+        assert!(check_dry_run(&hook(Some("NoneOnDryRun")), true).is_ok());
+        match check_dry_run(&hook(Some("Unknown")), true) {
+            Err(CallError::Status(e)) => assert_eq!(
+                (e.code, e.message.as_str()),
+                (
+                    400,
+                    "admission webhook \"h.example.com\" does not support dry run"
+                )
+            ),
+            _ => panic!("a dry run must not reach a webhook with side effects"),
+        }
+        assert!(
+            matches!(check_dry_run(&hook(None), true), Err(CallError::Calling(m)) if m.ends_with("Webhook SideEffects is nil"))
+        );
+    }
+
+    #[test]
+    fn requests_as_webhooks_see_them() {
+        let info = parse_request(&http::Method::POST, "/api/v1/namespaces/default/pods", None);
+        let pod = json!({"metadata": {"name": "p"}});
+        let view = RequestView::of(&info, Some(&pod), Operation::Create).unwrap();
+        assert_eq!(
+            (view.name.as_str(), view.attrs.operation, view.attrs.namespace),
+            ("p", "CREATE", "default")
+        );
+        let cfg = parse_request(
+            &http::Method::POST,
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            None,
+        );
+        assert!(
+            RequestView::of(&cfg, None, Operation::Create).is_none(),
+            "configurations are exempt"
+        );
+
+        // A scale request shows the webhook a Scale.
+        let info = parse_request(
+            &http::Method::PUT,
+            "/apis/apps/v1/namespaces/ns/deployments/web/scale",
+            None,
+        );
+        let view = RequestView::of(&info, None, Operation::Update).unwrap();
+        let d = json!({"metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}}}});
+        let inv = Invocation {
+            def: view.def,
+            converted: false,
+        };
+        let scale = versioned(&view, &inv, &d);
+        assert_eq!(
+            (scale["kind"].as_str(), scale["spec"]["replicas"].as_i64()),
+            (Some("Scale"), Some(3))
+        );
+
+        // Under matchPolicy Equivalent a core Event is shown as an events.k8s.io one.
+        let info = parse_request(&http::Method::POST, "/api/v1/namespaces/ns/events", None);
+        let view = RequestView::of(&info, None, Operation::Create).unwrap();
+        let ev = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"}, "message": "hi", "involvedObject": {"name": "p"}});
+        let inv = Invocation {
+            def: r8s_api::find("events.k8s.io", "v1", "events").unwrap(),
+            converted: true,
+        };
+        let shown = versioned(&view, &inv, &ev);
+        assert_eq!(
+            (shown["apiVersion"].as_str(), shown["note"].as_str()),
+            (Some("events.k8s.io/v1"), Some("hi"))
+        );
+        assert_eq!(convert(inv.def, view.def, &shown), ev);
+    }
+
+    #[test]
+    fn failed_answers_and_warnings_in_words() {
+        assert_eq!(
+            server_error(500, b"boom"),
+            "an error on the server (\"boom\") has prevented the request from succeeding"
+        );
+        assert_eq!(
+            server_error(404, b""),
+            "the server could not find the requested resource"
+        );
+        assert_eq!(
+            server_error(418, b""),
+            "the server responded with the status code 418 but did not return more information"
+        );
+        assert_eq!(
+            server_error(403, br#"{"kind":"Status","message":"go away"}"#),
+            "go away"
+        );
+        assert_eq!(printable("two\nlines"), "two lines");
     }
 }
