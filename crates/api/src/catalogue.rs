@@ -171,6 +171,10 @@ static CATALOGUE: &[ResourceDef] = &[
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", "certificatesigningrequest", false,
          short: ["csr"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS, APPROVAL]),
+    res!("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "mutatingwebhookconfiguration", false,
+         short: [], cat: ["api-extensions"], verbs: STANDARD_VERBS, sub: []),
+    res!("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "validatingwebhookconfiguration", false,
+         short: [], cat: ["api-extensions"], verbs: STANDARD_VERBS, sub: []),
     // Reviews: created to ask a question, answered in the response, never stored.
     res!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", false,
          short: [], cat: [], verbs: CREATE_ONLY, sub: []),

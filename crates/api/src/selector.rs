@@ -139,6 +139,49 @@ pub fn parse_field_selector(s: &str) -> Result<Selector, String> {
     Ok(Selector(reqs))
 }
 
+/// A `metav1.LabelSelector` (`matchLabels` and `matchExpressions`, as JSON) as a selector, as
+/// upstream's `LabelSelectorAsSelector`: a missing or empty selector matches everything.
+pub fn from_label_selector(v: &serde_json::Value) -> Result<Selector, String> {
+    let mut reqs = Vec::new();
+    if let Some(m) = v.get("matchLabels").and_then(serde_json::Value::as_object) {
+        for (k, val) in m {
+            reqs.push(Requirement::Equals(
+                k.clone(),
+                val.as_str().unwrap_or("").to_owned(),
+            ));
+        }
+    }
+    for e in v
+        .get("matchExpressions")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let key = e["key"].as_str().unwrap_or("").to_owned();
+        let values: Vec<String> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect();
+        let op = e["operator"].as_str().unwrap_or("");
+        reqs.push(match op {
+            "In" | "NotIn" if values.is_empty() => {
+                return Err("for 'in', 'notin' operators, values set can't be empty".to_owned())
+            }
+            "In" => Requirement::In(key, values),
+            "NotIn" => Requirement::NotIn(key, values),
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                return Err("values set must be empty for exists and does not exist".to_owned())
+            }
+            "Exists" => Requirement::Exists(key),
+            "DoesNotExist" => Requirement::NotExists(key),
+            other => return Err(format!("{other:?} is not a valid label selector operator")),
+        });
+    }
+    Ok(Selector(reqs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +221,35 @@ mod tests {
         assert!(s.matches(&labels(&[("metadata.name", "a"), ("status.phase", "Pending")])));
         assert!(!s.matches(&labels(&[("metadata.name", "a"), ("status.phase", "Running")])));
         assert!(parse_field_selector("nonsense").is_err());
+    }
+
+    #[test]
+    fn label_selector_objects() {
+        use serde_json::json;
+        let labels: BTreeMap<String, String> = [
+            ("env".to_owned(), "prod".to_owned()),
+            ("tier".to_owned(), "web".to_owned()),
+        ]
+        .into();
+        assert!(from_label_selector(&json!({})).unwrap().matches(&labels));
+        assert!(from_label_selector(&serde_json::Value::Null).unwrap().is_empty());
+        let s = from_label_selector(&json!({
+            "matchLabels": {"env": "prod"},
+            "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["web", "api"]},
+                {"key": "legacy", "operator": "DoesNotExist"}
+            ]
+        }))
+        .unwrap();
+        assert!(s.matches(&labels));
+        let s = from_label_selector(
+            &json!({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["prod"]}]}),
+        )
+        .unwrap();
+        assert!(!s.matches(&labels));
+        assert!(
+            from_label_selector(&json!({"matchExpressions": [{"key": "a", "operator": "Near"}]})).is_err()
+        );
+        assert!(from_label_selector(&json!({"matchExpressions": [{"key": "a", "operator": "In"}]})).is_err());
     }
 }

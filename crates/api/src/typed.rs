@@ -20,7 +20,7 @@ pub struct Decoded {
 /// without one.
 macro_rules! with_type {
     ($def:expr, $f:ident ( $($arg:expr),* )) => {{
-        use k8s_openapi::api::{apps, authentication, authorization, certificates, coordination, core, events, rbac, scheduling};
+        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, certificates, coordination, core, events, rbac, scheduling};
         match ($def.group, $def.version, $def.kind) {
             ("", "v1", "Namespace") => Some($f::<core::v1::Namespace>($($arg),*)),
             ("", "v1", "Pod") => Some($f::<core::v1::Pod>($($arg),*)),
@@ -43,6 +43,8 @@ macro_rules! with_type {
             ("rbac.authorization.k8s.io", "v1", "Role") => Some($f::<rbac::v1::Role>($($arg),*)),
             ("rbac.authorization.k8s.io", "v1", "RoleBinding") => Some($f::<rbac::v1::RoleBinding>($($arg),*)),
             ("certificates.k8s.io", "v1", "CertificateSigningRequest") => Some($f::<certificates::v1::CertificateSigningRequest>($($arg),*)),
+            ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => Some($f::<admissionregistration::v1::MutatingWebhookConfiguration>($($arg),*)),
+            ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => Some($f::<admissionregistration::v1::ValidatingWebhookConfiguration>($($arg),*)),
             ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => Some($f::<authorization::v1::SelfSubjectAccessReview>($($arg),*)),
             ("authorization.k8s.io", "v1", "SubjectAccessReview") => Some($f::<authorization::v1::SubjectAccessReview>($($arg),*)),
             ("authorization.k8s.io", "v1", "LocalSubjectAccessReview") => Some($f::<authorization::v1::LocalSubjectAccessReview>($($arg),*)),

@@ -79,6 +79,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty() {
+            // A Status without a reason leaves it out (Go's omitempty), as webhook denials do.
+            if let Some(o) = s.as_object_mut() {
+                o.remove("reason");
+            }
+        }
         if let Some(d) = &self.details {
             s["details"] = d.clone();
         }

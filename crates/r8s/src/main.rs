@@ -470,6 +470,13 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     admission.push_mutating(r8s_apiserver::admission::tolerations::DefaultTolerationSeconds::default());
     admission.push_validating(r8s_apiserver::admission::node_restriction::NodeRestriction);
     admission.push_validating(r8s_apiserver::admission::pod_security::PodSecurity { store: store.clone() });
+    // As upstream orders them: the webhooks come last in their lists.
+    admission.push_mutating(r8s_apiserver::admission::webhook::MutatingWebhook::start(
+        store.clone(),
+    ));
+    admission.push_validating(r8s_apiserver::admission::webhook::ValidatingWebhook::start(
+        store.clone(),
+    ));
 
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
         serving: r8s_apiserver::ServingConfig {

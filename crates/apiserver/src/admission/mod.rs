@@ -6,6 +6,7 @@ pub mod node_restriction;
 pub mod pod_security;
 pub mod priority;
 pub mod tolerations;
+pub mod webhook;
 
 use std::sync::{Arc, Mutex};
 
@@ -56,6 +57,9 @@ pub struct Attributes<'a> {
     /// The stored object an update or delete replaces.
     pub old_object: Option<&'a Value>,
     pub dry_run: bool,
+    /// The request's options as upstream passes them to admission (`CreateOptions`,
+    /// `UpdateOptions`, `PatchOptions` or `DeleteOptions`, `meta.k8s.io/v1`), when known.
+    pub options: Option<&'a Value>,
     /// Where plugins put warnings for the client.
     pub warnings: &'a Warnings,
 }
@@ -151,6 +155,7 @@ mod tests {
             object: Some(&mut obj),
             old_object: None,
             dry_run: false,
+            options: None,
             warnings: &warnings,
         };
         chain.run(&mut attrs).await.unwrap();
@@ -166,6 +171,7 @@ mod tests {
             object: Some(&mut obj),
             old_object: None,
             dry_run: false,
+            options: None,
             warnings: &warnings,
         };
         assert_eq!(only_validating.run(&mut attrs).await.unwrap_err().code, 403);

@@ -186,6 +186,7 @@ mod tests {
             object: obj.as_mut(),
             old_object: old.as_ref(),
             dry_run: false,
+            options: None,
             warnings: &warnings,
         };
         NodeRestriction.validate(&a).await

@@ -750,6 +750,7 @@ mod tests {
             object: Some(&mut obj),
             old_object: old,
             dry_run: false,
+            options: None,
             warnings: &warnings,
         };
         let result = PodSecurity { store }.validate(&attrs).await;

@@ -135,6 +135,7 @@ mod tests {
             object: Some(pod),
             old_object: None,
             dry_run: false,
+            options: None,
             warnings: &Default::default(),
         };
         Priority { store }.admit(&mut attrs).await

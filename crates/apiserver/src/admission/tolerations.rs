@@ -84,6 +84,7 @@ mod tests {
             object: Some(pod),
             old_object: None,
             dry_run: false,
+            options: None,
             warnings: &Default::default(),
         };
         DefaultTolerationSeconds::default()

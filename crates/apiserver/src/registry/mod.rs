@@ -8,16 +8,17 @@
 
 pub(crate) mod allocator;
 mod apply;
-mod convert;
+pub(crate) mod convert;
 pub(crate) mod meta;
 mod patch;
 mod reviews;
 mod services;
 pub(crate) mod strategy;
-mod subresource;
+pub(crate) mod subresource;
 mod table;
 mod token_request;
 mod watch;
+mod webhook_configuration;
 
 use std::collections::BTreeMap;
 
@@ -763,6 +764,30 @@ pub(crate) fn check_type_and_namespace(def: &ResourceDef, obj: &mut Value, ns: &
     Ok(())
 }
 
+/// The options of a create or update as admission sees them (upstream's `CreateOptions`,
+/// `UpdateOptions`, or `PatchOptions` when the request is a patch).
+fn operation_options(ctx: &Ctx, kind: &str, dry_run: bool) -> Value {
+    let kind = if ctx.info.verb == "patch" {
+        "PatchOptions"
+    } else {
+        kind
+    };
+    let mut o = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+    if dry_run {
+        o["dryRun"] = json!(["All"]);
+    }
+    let query = Query::parse(ctx.query.as_deref());
+    if kind == "PatchOptions" && query.flag("force") {
+        o["force"] = json!(true);
+    }
+    for key in ["fieldManager", "fieldValidation"] {
+        if let Some(v) = query.get(key) {
+            o[key] = json!(v);
+        }
+    }
+    o
+}
+
 /// Namespaced objects may only be created in a namespace that exists and is not terminating
 /// (upstream's NamespaceLifecycle admission).
 async fn check_namespace(ctx: &Ctx, def: &ResourceDef, ns: &str) -> Result<(), ApiError> {
@@ -865,6 +890,7 @@ pub(crate) async fn create_object(
         return Err(invalid(def, &name, &errs));
     }
     check_namespace(ctx, def, ns).await?;
+    let options = operation_options(ctx, "CreateOptions", dry_run);
     ctx.shared
         .admission
         .run(&mut Attributes {
@@ -874,6 +900,7 @@ pub(crate) async fn create_object(
             object: Some(&mut obj),
             old_object: None,
             dry_run,
+            options: Some(&options),
             warnings: &ctx.warnings,
         })
         .await?;
@@ -991,6 +1018,7 @@ pub(crate) async fn apply_update(
     if !errs.is_empty() {
         return Err(invalid(def, name, &errs));
     }
+    let options = operation_options(ctx, "UpdateOptions", dry_run);
     ctx.shared
         .admission
         .run(&mut Attributes {
@@ -1000,6 +1028,7 @@ pub(crate) async fn apply_update(
             object: Some(&mut obj),
             old_object: Some(old),
             dry_run,
+            options: Some(&options),
             warnings: &ctx.warnings,
         })
         .await?;
@@ -1151,6 +1180,14 @@ async fn delete_object_once(
             ));
         }
     }
+    let mut options = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+    if let (Some(o), Some(given)) = (options.as_object_mut(), opts.as_object()) {
+        for (k, v) in given {
+            if k != "kind" && k != "apiVersion" {
+                o.insert(k.clone(), v.clone());
+            }
+        }
+    }
     ctx.shared
         .admission
         .run(&mut Attributes {
@@ -1160,6 +1197,7 @@ async fn delete_object_once(
             object: None,
             old_object: Some(&old),
             dry_run,
+            options: Some(&options),
             warnings: &ctx.warnings,
         })
         .await?;

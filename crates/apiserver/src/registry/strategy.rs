@@ -233,6 +233,8 @@ pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
                 }
             }
         }
+        "mutatingwebhookconfigurations" => super::webhook_configuration::default(obj, true),
+        "validatingwebhookconfigurations" => super::webhook_configuration::default(obj, false),
         "services" => {
             let spec = &mut obj["spec"];
             if !spec.is_object() {
@@ -457,6 +459,13 @@ pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
             }
         }
         "roles" | "clusterroles" => validate_rules(&mut errs, obj, def.plural == "clusterroles"),
+        "mutatingwebhookconfigurations" | "validatingwebhookconfigurations" => {
+            super::webhook_configuration::validate(
+                &mut errs,
+                obj,
+                def.plural == "mutatingwebhookconfigurations",
+            )
+        }
         "rolebindings" | "clusterrolebindings" => {
             validate_binding(&mut errs, obj, def.plural == "clusterrolebindings")
         }
@@ -760,6 +769,11 @@ pub(crate) fn columns(def: &ResourceDef) -> Vec<Column> {
             wide("ServiceAccounts", "ServiceAccounts in the binding."),
         ],
         "configmaps" => vec![NAME, col("Data", "string", "Data contains the configuration data."), AGE],
+        "mutatingwebhookconfigurations" | "validatingwebhookconfigurations" => vec![
+            NAME,
+            col("Webhooks", "integer", "Webhooks indicates the number of webhooks in the configuration."),
+            AGE,
+        ],
         "secrets" => vec![
             NAME,
             col("Type", "string", "The type of the secret"),
@@ -1066,6 +1080,9 @@ pub(crate) fn cells(def: &ResourceDef, obj: &Value) -> Vec<Value> {
             ]
         }
         "configmaps" => vec![name, json!(count(&obj["data"]) + count(&obj["binaryData"])), age],
+        "mutatingwebhookconfigurations" | "validatingwebhookconfigurations" => {
+            vec![name, json!(obj["webhooks"].as_array().map_or(0, Vec::len)), age]
+        }
         "events" => event_cells(obj, name),
         "secrets" => vec![
             name,
