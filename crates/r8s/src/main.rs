@@ -249,6 +249,46 @@ struct ServerArgs {
     #[arg(long)]
     authorization_policy_file: Option<PathBuf>,
 
+    /// OpenID Connect issuer whose ID tokens authenticate users (https).
+    #[arg(long)]
+    oidc_issuer_url: Option<String>,
+
+    /// The client ID ID tokens must be issued for (their audience).
+    #[arg(long)]
+    oidc_client_id: Option<String>,
+
+    /// The claim naming the user.
+    #[arg(long, default_value = "sub")]
+    oidc_username_claim: String,
+
+    /// Prefix of OIDC user names (default: `<issuer>#` unless the claim is email; `-` for none).
+    #[arg(long)]
+    oidc_username_prefix: Option<String>,
+
+    /// The claim listing the user's groups.
+    #[arg(long)]
+    oidc_groups_claim: Option<String>,
+
+    /// Prefix of OIDC group names.
+    #[arg(long, default_value = "")]
+    oidc_groups_prefix: String,
+
+    /// CA of the issuer's serving certificate (default: the system's roots).
+    #[arg(long)]
+    oidc_ca_file: Option<PathBuf>,
+
+    /// Kubeconfig-format file naming the authorization webhook (--authorization-mode=Webhook).
+    #[arg(long)]
+    authorization_webhook_config_file: Option<PathBuf>,
+
+    /// How long the webhook's "allowed" answers are cached.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    authorization_webhook_cache_authorized_ttl: Duration,
+
+    /// How long the webhook's other answers are cached.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    authorization_webhook_cache_unauthorized_ttl: Duration,
+
     /// Key that signs service-account tokens (PEM, ECDSA P-256 or RSA; default: the one r8s
     /// made, <data-dir>/server/tls/service-account.key).
     #[arg(long)]
@@ -270,7 +310,7 @@ struct ServerArgs {
     #[arg(long, value_parser = parse_duration)]
     service_account_max_token_expiration: Option<Duration>,
 
-    /// Authorizers in order, comma-separated: Node, RBAC, ABAC, AlwaysAllow, AlwaysDeny. Members of
+    /// Authorizers in order, comma-separated: Node, RBAC, ABAC, Webhook, AlwaysAllow, AlwaysDeny. Members of
     /// system:masters are always allowed, as upstream.
     #[arg(long, default_value = "Node,RBAC", value_delimiter = ',')]
     authorization_mode: Vec<String>,
@@ -430,6 +470,24 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         .push(r8s_apiserver::authn::service_account::ServiceAccountAuthenticator(sa_tokens.clone()));
     authenticators
         .push(r8s_apiserver::authn::bootstrap_token::BootstrapTokenAuthenticator { store: store.clone() });
+    if let Some(issuer) = &args.oidc_issuer_url {
+        let ca_pem = match &args.oidc_ca_file {
+            Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+            None => String::new(),
+        };
+        authenticators.push(
+            r8s_apiserver::authn::oidc::OidcAuthenticator::new(r8s_apiserver::authn::oidc::OidcOptions {
+                issuer_url: issuer.clone(),
+                client_id: args.oidc_client_id.clone().unwrap_or_default(),
+                username_claim: args.oidc_username_claim.clone(),
+                username_prefix: args.oidc_username_prefix.clone(),
+                groups_claim: args.oidc_groups_claim.clone(),
+                groups_prefix: args.oidc_groups_prefix.clone(),
+                ca_pem,
+            })
+            .map_err(anyhow::Error::msg)?,
+        );
+    }
     if let Some(path) = &args.basic_auth_file {
         authenticators.push(
             r8s_apiserver::authn::basic_auth::BasicAuthAuthenticator::from_file(path)
@@ -457,10 +515,24 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                     .context("--authorization-mode=ABAC needs --authorization-policy-file")?;
                 authorizers.push(r8s_apiserver::authz::abac::AbacAuthorizer::from_file(path).map_err(anyhow::Error::msg)?);
             }
+            "Webhook" => {
+                let path = args
+                    .authorization_webhook_config_file
+                    .as_ref()
+                    .context("--authorization-mode=Webhook needs --authorization-webhook-config-file")?;
+                authorizers.push(
+                    r8s_apiserver::authz::webhook::WebhookAuthorizer::from_kubeconfig(
+                        path,
+                        args.authorization_webhook_cache_authorized_ttl,
+                        args.authorization_webhook_cache_unauthorized_ttl,
+                    )
+                    .map_err(anyhow::Error::msg)?,
+                );
+            }
             "AlwaysAllow" => authorizers.push(r8s_apiserver::authz::AlwaysAllow),
             "AlwaysDeny" => authorizers.push(r8s_apiserver::authz::AlwaysDeny),
             other => anyhow::bail!(
-                "--authorization-mode: unknown authorization mode {other:?} (supported: Node, RBAC, ABAC, AlwaysAllow, AlwaysDeny)"
+                "--authorization-mode: unknown authorization mode {other:?} (supported: Node, RBAC, ABAC, Webhook, AlwaysAllow, AlwaysDeny)"
             ),
         }
     }

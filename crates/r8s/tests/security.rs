@@ -670,3 +670,135 @@ fn kubelets_reach_only_their_own_pods_objects_and_node() {
         .status
         .success());
 }
+
+/// OIDC ID tokens from an issuer on loopback authenticate users; an authorization webhook on
+/// loopback allows and denies with its reason.
+#[test]
+fn oidc_tokens_and_an_authorization_webhook() {
+    use std::sync::{Arc, Mutex};
+    use support::https::HttpsServer;
+
+    // The issuer: discovery and its keys.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let raw = key.public_key_raw().to_vec();
+    let b64 = |b: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, b);
+    let jwk = serde_json::json!({"kty": "EC", "crv": "P-256", "kid": "k1", "use": "sig", "alg": "ES256",
+                                 "x": b64(&raw[1..33]), "y": b64(&raw[33..65])});
+    let issuer_url = Arc::new(Mutex::new(String::new()));
+    let url_in = issuer_url.clone();
+    let issuer = HttpsServer::start(Arc::new(move |path: String, _body: serde_json::Value| {
+        let url = url_in.lock().unwrap().clone();
+        let jwk = jwk.clone();
+        Box::pin(async move {
+            match path.as_str() {
+                "/.well-known/openid-configuration" => {
+                    serde_json::json!({"issuer": url, "jwks_uri": format!("{url}/jwks")})
+                }
+                "/jwks" => serde_json::json!({"keys": [jwk]}),
+                _ => serde_json::Value::Null,
+            }
+        })
+    }));
+    *issuer_url.lock().unwrap() = format!("https://{}", issuer.addr);
+    let issuer_url = issuer_url.lock().unwrap().clone();
+
+    // The authorization webhook: jane may read configmaps, never secrets.
+    let authz = HttpsServer::start(Arc::new(|_path: String, review: serde_json::Value| {
+        Box::pin(async move {
+            let spec = &review["spec"];
+            let resource = spec["resourceAttributes"]["resource"]
+                .as_str()
+                .unwrap_or_default();
+            let status = match (spec["user"].as_str(), resource) {
+                (Some("jane"), "configmaps") => serde_json::json!({"allowed": true}),
+                (Some("jane"), "secrets") => {
+                    serde_json::json!({"allowed": false, "denied": true, "reason": "no secrets for jane"})
+                }
+                _ => serde_json::json!({"allowed": false}),
+            };
+            serde_json::json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "status": status})
+        })
+    }));
+
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("issuer-ca.pem");
+    std::fs::write(&ca_file, &issuer.ca_pem).unwrap();
+    let webhook_config = dir.path().join("authz.kubeconfig");
+    std::fs::write(
+        &webhook_config,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: authz\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: apiserver\n  user: {{}}\ncontexts:\n- name: c\n  context: {{cluster: authz, user: apiserver}}\ncurrent-context: c\n",
+            authz.url("/authorize"),
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &authz.ca_pem)
+        ),
+    )
+    .unwrap();
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "janetoken,jane,2001,\n").unwrap();
+    let (ca_file, webhook_config, tokens) = (
+        ca_file.to_str().unwrap().to_owned(),
+        webhook_config.to_str().unwrap().to_owned(),
+        tokens.to_str().unwrap().to_owned(),
+    );
+    let s = Server::start_in(
+        dir,
+        &[
+            "--disable-agent",
+            "--token-auth-file",
+            &tokens,
+            "--oidc-issuer-url",
+            &issuer_url,
+            "--oidc-client-id",
+            "r8s",
+            "--oidc-username-claim",
+            "email",
+            "--oidc-groups-claim",
+            "groups",
+            "--oidc-groups-prefix",
+            "oidc:",
+            "--oidc-ca-file",
+            &ca_file,
+            "--authorization-mode",
+            "Node,RBAC,Webhook",
+            "--authorization-webhook-config-file",
+            &webhook_config,
+        ],
+    );
+
+    let id_token = |aud: &str| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let claims = serde_json::json!({"iss": issuer_url, "aud": aud, "sub": "u-1", "email": "alice@example.com",
+                                        "email_verified": true, "groups": ["dev"], "iat": now, "exp": now + 600});
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.kid = Some("k1".into());
+        jsonwebtoken::encode(
+            &header,
+            &claims,
+            &jsonwebtoken::EncodingKey::from_ec_pem(key.serialize_pem().as_bytes()).unwrap(),
+        )
+        .unwrap()
+    };
+    let who = as_token(&s, &id_token("r8s"), &["auth", "whoami", "-o", "json"]);
+    assert!(who.status.success(), "{}\n{}", stderr(&who), s.log());
+    let who: serde_json::Value = serde_json::from_slice(&who.stdout).unwrap();
+    assert_eq!(who["status"]["userInfo"]["username"], "alice@example.com");
+    assert_eq!(
+        who["status"]["userInfo"]["groups"],
+        serde_json::json!(["oidc:dev", "system:authenticated"])
+    );
+    assert_unauthorized(&as_token(&s, &id_token("someone-else"), &["auth", "whoami"]));
+
+    assert!(as_token(&s, "janetoken", &["get", "configmaps"]).status.success());
+    let out = as_token(&s, "janetoken", &["get", "secrets"]);
+    assert!(
+        stderr(&out).contains(
+            "secrets is forbidden: User \"jane\" cannot list resource \"secrets\" in API group \"\" in the namespace \"default\": no secrets for jane"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!as_token(&s, "janetoken", &["get", "pods"]).status.success());
+}

@@ -7,16 +7,10 @@
 
 mod support;
 
-use std::convert::Infallible;
-use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use support::Server;
 
@@ -25,132 +19,49 @@ const KUBECTL: &str = "1.33";
 /// What the webhook server answers for one review (its path chooses the behaviour).
 type Decide = fn(path: &str, request: &Value) -> Value;
 
-/// An HTTPS webhook server on 127.0.0.1 with a certificate from its own CA; stopped when
-/// dropped.
+/// An HTTPS webhook server on 127.0.0.1 ([`support::https::HttpsServer`]) answering reviews
+/// with `decide` and recording them; stopped when dropped.
 struct WebhookServer {
-    addr: SocketAddr,
-    ca_pem: String,
+    server: support::https::HttpsServer,
     /// Every AdmissionReview request received, in order.
     seen: Arc<Mutex<Vec<Value>>>,
-    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl WebhookServer {
     fn start(decide: Decide) -> Self {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, SanType};
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "webhook test CA");
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca_params, ca_key);
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
-        let cert = params.signed_by(&key, &issuer).unwrap();
-
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![cert.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-            )
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-
-        let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        std_listener.set_nonblocking(true).unwrap();
-        let addr = std_listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
         let seen_in = seen.clone();
-        runtime.spawn(async move {
-            let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    continue;
-                };
-                let acceptor = acceptor.clone();
-                let seen = seen_in.clone();
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let seen = seen.clone();
-                        async move {
-                            let path = req.uri().path().to_owned();
-                            if path == "/slow" {
-                                // Slower than any timeout the tests give it.
-                                tokio::time::sleep(Duration::from_secs(5)).await;
-                            }
-                            let body = req
-                                .into_body()
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                            seen.lock().unwrap().push(review.clone());
-                            let mut response = decide(&path, &review["request"]);
-                            response["uid"] = review["request"]["uid"].clone();
-                            let answer = json!({
-                                "apiVersion": "admission.k8s.io/v1",
-                                "kind": "AdmissionReview",
-                                "response": response,
-                            });
-                            Ok::<_, Infallible>(
-                                Response::builder()
-                                    .header("Content-Type", "application/json")
-                                    .body(Full::new(Bytes::from(serde_json::to_vec(&answer).unwrap())))
-                                    .unwrap(),
-                            )
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tls), service)
-                        .await;
-                });
-            }
-        });
-        WebhookServer {
-            addr,
-            ca_pem: ca_cert.pem(),
-            seen,
-            runtime: Some(runtime),
-        }
+        let server = support::https::HttpsServer::start(Arc::new(move |path: String, review: Value| {
+            let seen = seen_in.clone();
+            Box::pin(async move {
+                if path == "/slow" {
+                    // Slower than any timeout the tests give it.
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+                seen.lock().unwrap().push(review.clone());
+                let mut response = decide(&path, &review["request"]);
+                response["uid"] = review["request"]["uid"].clone();
+                json!({
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "response": response,
+                })
+            })
+        }));
+        WebhookServer { server, seen }
     }
 
     fn url(&self, path: &str) -> String {
-        format!("https://{}{path}", self.addr)
+        self.server.url(path)
     }
 
     fn ca_bundle(&self) -> String {
-        base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
+        base64::engine::general_purpose::STANDARD.encode(&self.server.ca_pem)
     }
 
     /// Stop serving: connections are refused from now on.
     fn stop(&mut self) {
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_timeout(Duration::from_secs(5));
-        }
-    }
-}
-
-impl Drop for WebhookServer {
-    fn drop(&mut self) {
-        self.stop();
+        self.server.stop();
     }
 }
 

@@ -9,10 +9,10 @@
 //! cluster IP and port (as upstream's cluster-IP resolver does) with `name.namespace.svc` as the
 //! name its certificate must carry, which works only where this process can reach cluster IPs.
 
-mod client;
+pub(crate) mod client;
 mod matching;
 mod review;
-mod source;
+pub(crate) mod source;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;

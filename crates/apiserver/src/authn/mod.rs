@@ -5,6 +5,7 @@
 pub mod basic_auth;
 pub mod bootstrap_token;
 pub mod impersonation;
+pub mod oidc;
 pub mod service_account;
 mod token_file;
 mod x509;

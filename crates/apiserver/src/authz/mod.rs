@@ -4,6 +4,7 @@
 
 pub mod abac;
 pub mod node;
+pub mod webhook;
 
 use async_trait::async_trait;
 

@@ -2,6 +2,8 @@
 //! (the process, its data directory) goes when the test ends, also on failure.
 #![allow(dead_code)]
 
+pub mod https;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

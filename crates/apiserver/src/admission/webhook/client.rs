@@ -25,6 +25,20 @@ pub(crate) struct Endpoint {
 
 impl Endpoint {
     /// The endpoint of `https://host[:port][/path]`, with upstream's `?timeout=` parameter.
+    /// The endpoint of `https://host[:port][/path]` as it is.
+    pub(crate) fn parse(url: &str) -> Result<Self, String> {
+        let mut ep = Self::from_url(url, Duration::ZERO)?;
+        ep.path = ep
+            .path
+            .split_once('?')
+            .map(|(p, _)| p.to_owned())
+            .unwrap_or(ep.path);
+        if let Some(q) = url.split_once('?').map(|(_, q)| q) {
+            ep.path = format!("{}?{q}", ep.path);
+        }
+        Ok(ep)
+    }
+
     pub(crate) fn from_url(url: &str, timeout: Duration) -> Result<Self, String> {
         let rest = url
             .strip_prefix("https://")
@@ -108,16 +122,31 @@ pub(crate) async fn post(
     timeout: Duration,
 ) -> Result<(u16, Bytes), String> {
     let url = ep.url();
-    match tokio::time::timeout(timeout, post_inner(ep, tls, body)).await {
+    match tokio::time::timeout(timeout, send(ep, tls, http::Method::POST, body)).await {
         Ok(Ok(r)) => Ok(r),
         Ok(Err(e)) => Err(format!("Post {url:?}: {e}")),
         Err(_) => Err(format!("Post {url:?}: context deadline exceeded")),
     }
 }
 
-async fn post_inner(
+/// GET `ep` (OIDC discovery and keys); the status code and body, or why there is none.
+pub(crate) async fn get(
     ep: &Endpoint,
     tls: Arc<rustls::ClientConfig>,
+    timeout: Duration,
+) -> Result<(u16, Bytes), String> {
+    let url = ep.url();
+    match tokio::time::timeout(timeout, send(ep, tls, http::Method::GET, Vec::new())).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) => Err(format!("Get {url:?}: {e}")),
+        Err(_) => Err(format!("Get {url:?}: context deadline exceeded")),
+    }
+}
+
+async fn send(
+    ep: &Endpoint,
+    tls: Arc<rustls::ClientConfig>,
+    method: http::Method,
     body: Vec<u8>,
 ) -> Result<(u16, Bytes), String> {
     let addr: SocketAddr = match ep.host.parse::<IpAddr>() {
@@ -156,7 +185,9 @@ async fn post_inner(
     } else {
         format!("{}:{}", ep.server_name, ep.port)
     };
-    let req = http::Request::post(&ep.path)
+    let req = http::Request::builder()
+        .method(method)
+        .uri(&ep.path)
         .header(http::header::HOST, authority)
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::ACCEPT, "application/json, */*")
