@@ -310,6 +310,14 @@ struct ServerArgs {
     #[arg(long, value_parser = parse_duration)]
     service_account_max_token_expiration: Option<Duration>,
 
+    /// Admission plugins to turn on beside the default ones (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    enable_admission_plugins: Vec<String>,
+
+    /// Admission plugins to turn off, default ones included (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    disable_admission_plugins: Vec<String>,
+
     /// Authorizers in order, comma-separated: Node, RBAC, ABAC, Webhook, AlwaysAllow, AlwaysDeny. Members of
     /// system:masters are always allowed, as upstream.
     #[arg(long, default_value = "Node,RBAC", value_delimiter = ',')]
@@ -345,6 +353,36 @@ struct ServerArgs {
 
     #[command(flatten)]
     controllers: ControllerArgs,
+}
+
+/// Every admission plugin r8s has, and which run unless turned off: upstream's default set
+/// of these (NodeRestriction is not upstream's default but kubeadm's and k3s's, and r8s's).
+const ADMISSION_PLUGINS: &[(&str, bool)] = &[
+    ("NamespaceLifecycle", true),
+    ("LimitRanger", true),
+    ("ServiceAccount", true),
+    ("Priority", true),
+    ("DefaultTolerationSeconds", true),
+    ("NodeRestriction", true),
+    ("PodSecurity", true),
+    ("ResourceQuota", true),
+    ("MutatingAdmissionWebhook", true),
+    ("ValidatingAdmissionWebhook", true),
+];
+
+/// The plugins that run: the defaults, plus `enable`, minus `disable`.
+fn admission_plugins(enable: &[String], disable: &[String]) -> anyhow::Result<Vec<String>> {
+    for name in enable.iter().chain(disable) {
+        if !ADMISSION_PLUGINS.iter().any(|(n, _)| n == name) {
+            let known: Vec<&str> = ADMISSION_PLUGINS.iter().map(|(n, _)| *n).collect();
+            anyhow::bail!("unknown admission plugin {name:?} (known: {})", known.join(", "));
+        }
+    }
+    Ok(ADMISSION_PLUGINS
+        .iter()
+        .filter(|(n, default)| (*default || enable.iter().any(|e| e == n)) && !disable.iter().any(|d| d == n))
+        .map(|(n, _)| n.to_string())
+        .collect())
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -537,18 +575,34 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         }
     }
 
+    let plugins = admission_plugins(&args.enable_admission_plugins, &args.disable_admission_plugins)?;
+    let on = |name: &str| plugins.iter().any(|p| p == name);
+    tracing::info!(plugins = %plugins.join(","), "admission plugins");
     let mut admission = r8s_apiserver::admission::AdmissionChain::default();
-    admission.push_mutating(r8s_apiserver::admission::priority::Priority { store: store.clone() });
-    admission.push_mutating(r8s_apiserver::admission::tolerations::DefaultTolerationSeconds::default());
-    admission.push_validating(r8s_apiserver::admission::node_restriction::NodeRestriction);
-    admission.push_validating(r8s_apiserver::admission::pod_security::PodSecurity { store: store.clone() });
+    if on("Priority") {
+        admission.push_mutating(r8s_apiserver::admission::priority::Priority { store: store.clone() });
+    }
+    if on("DefaultTolerationSeconds") {
+        admission.push_mutating(r8s_apiserver::admission::tolerations::DefaultTolerationSeconds::default());
+    }
+    if on("NodeRestriction") {
+        admission.push_validating(r8s_apiserver::admission::node_restriction::NodeRestriction);
+    }
+    if on("PodSecurity") {
+        admission
+            .push_validating(r8s_apiserver::admission::pod_security::PodSecurity { store: store.clone() });
+    }
     // As upstream orders them: the webhooks come last in their lists.
-    admission.push_mutating(r8s_apiserver::admission::webhook::MutatingWebhook::start(
-        store.clone(),
-    ));
-    admission.push_validating(r8s_apiserver::admission::webhook::ValidatingWebhook::start(
-        store.clone(),
-    ));
+    if on("MutatingAdmissionWebhook") {
+        admission.push_mutating(r8s_apiserver::admission::webhook::MutatingWebhook::start(
+            store.clone(),
+        ));
+    }
+    if on("ValidatingAdmissionWebhook") {
+        admission.push_validating(r8s_apiserver::admission::webhook::ValidatingWebhook::start(
+            store.clone(),
+        ));
+    }
 
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
         serving: r8s_apiserver::ServingConfig {

@@ -1,0 +1,399 @@
+//! The gatekeepers' cost (issue 9): pod creates/s and gets/s through the secure chain — Node,RBAC
+//! authorization, the default admission plugins, audit at Metadata level — against the open
+//! chain (AlwaysAllow, no admission, no audit), in one run, with 1,000 Roles and RoleBindings
+//! present; and the cost of one RBAC decision.
+//!
+//!   cargo build --release -p r8s --bins --examples && target/release/examples/security-bench
+//!
+//! The requests come from a token user bound to `edit` in the benchmark namespace (an admin in
+//! system:masters would be allowed before RBAC looks). Sizes: --pods N --gets N --roles N.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+const NS: &str = "bench";
+const CLIENTS: usize = 64;
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {"app": "bench"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"],
+                                 "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "10m", "memory": "16Mi"}}}]}
+    }))
+    .unwrap()
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(NS.into()),
+        ..Default::default()
+    }
+}
+
+/// 1,000 Roles with a few rules each and a RoleBinding for each (one in ten also binds the
+/// group every user is in, so the benchmark user's own grants are many, not one), and `edit`
+/// for the benchmark user.
+async fn populate(admin: &Client, roles: usize) {
+    let post = PostParams::default();
+    let _ = Api::<Namespace>::all(admin.clone())
+        .create(
+            &post,
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some(NS.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await;
+    let _ = Api::<ServiceAccount>::namespaced(admin.clone(), NS)
+        .create(
+            &post,
+            &ServiceAccount {
+                metadata: meta("default"),
+                ..Default::default()
+            },
+        )
+        .await;
+    let role_api: Api<Role> = Api::namespaced(admin.clone(), NS);
+    let binding_api: Api<RoleBinding> = Api::namespaced(admin.clone(), NS);
+    let rule = |verbs: &[&str], group: &str, res: &str| PolicyRule {
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        api_groups: Some(vec![group.into()]),
+        resources: Some(vec![res.into()]),
+        ..Default::default()
+    };
+    for i in 0..roles {
+        let name = format!("role-{i:04}");
+        role_api
+            .create(
+                &post,
+                &Role {
+                    metadata: meta(&name),
+                    rules: Some(vec![
+                        rule(&["get", "list"], "", &format!("things{i}")),
+                        rule(&["watch"], "apps", "deployments"),
+                        rule(&["get"], "", "configmaps"),
+                    ]),
+                },
+            )
+            .await
+            .unwrap();
+        let mut subjects = vec![Subject {
+            kind: "User".into(),
+            name: format!("user-{i}"),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Default::default()
+        }];
+        if i % 10 == 0 {
+            subjects.push(Subject {
+                kind: "Group".into(),
+                name: "system:authenticated".into(),
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                ..Default::default()
+            });
+        }
+        binding_api
+            .create(
+                &post,
+                &RoleBinding {
+                    metadata: meta(&name),
+                    role_ref: RoleRef {
+                        api_group: "rbac.authorization.k8s.io".into(),
+                        kind: "Role".into(),
+                        name,
+                    },
+                    subjects: Some(subjects),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    binding_api
+        .create(
+            &post,
+            &RoleBinding {
+                metadata: meta("bench-edit"),
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "ClusterRole".into(),
+                    name: "edit".into(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "User".into(),
+                    name: "bench".into(),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    ..Default::default()
+                }]),
+            },
+        )
+        .await
+        .unwrap();
+}
+
+/// A client that authenticates with the static token of user `bench`.
+fn bench_client(dir: &std::path::Path, port: u16) -> Client {
+    use rustls::pki_types::pem::PemObject;
+    let ca = std::fs::read(dir.join("server/tls/ca.crt")).unwrap();
+    let ca = rustls::pki_types::CertificateDer::from_pem_slice(&ca).unwrap();
+    let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse().unwrap());
+    config.root_cert = Some(vec![ca.to_vec()]);
+    config.auth_info.token = Some("benchtoken".to_owned().into());
+    Client::try_from(config).unwrap()
+}
+
+/// `n` calls of `op(i)` from 64 concurrent clients: calls/s, p50, p99.
+async fn run<F, Fut>(n: usize, op: F) -> (f64, Duration, Duration)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let op = Arc::new(op);
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (op, next) = (op.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        return lat;
+                    }
+                    let t = Instant::now();
+                    op(i).await;
+                    lat.push(t.elapsed());
+                }
+            })
+        })
+        .collect();
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    let rate = lat.len() as f64 / started.elapsed().as_secs_f64();
+    lat.sort();
+    (rate, common::pct(&lat, 0.5), common::pct(&lat, 0.99))
+}
+
+async fn chain(name: &str, extra: &[&str], pods: usize, gets: usize, roles: usize) -> (f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tokens.csv"), "benchtoken,bench,5001,\n").unwrap();
+    std::fs::write(
+        dir.path().join("audit-policy.yaml"),
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .unwrap();
+    let tokens = dir.path().join("tokens.csv").to_str().unwrap().to_owned();
+    let mut args = vec![
+        "--disable-agent",
+        "--disable-controller-manager",
+        "--disable-scheduler",
+        "--token-auth-file",
+        &tokens,
+    ];
+    let audit_policy = dir.path().join("audit-policy.yaml").to_str().unwrap().to_owned();
+    let audit_log = dir.path().join("audit.log").to_str().unwrap().to_owned();
+    let with_audit = extra.contains(&"audit");
+    if with_audit {
+        args.extend([
+            "--audit-policy-file",
+            &audit_policy,
+            "--audit-log-path",
+            &audit_log,
+        ]);
+    }
+    args.extend(extra.iter().filter(|a| **a != "audit"));
+    let (mut server, admin) = common::start_server(dir.path(), &args, None).await;
+    let port: u16 = std::fs::read_to_string(dir.path().join("kubeconfig.yaml"))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("server: https://127.0.0.1:")
+                .map(|p| p.trim().parse().unwrap())
+        })
+        .unwrap();
+    populate(&admin, roles).await;
+    let client = bench_client(dir.path(), port);
+    let api: Api<Pod> = Api::namespaced(client, NS);
+    // RBAC follows its objects through a watch: wait until the user's binding counts.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while api.list(&Default::default()).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{name}: the benchmark user never got its binding"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let creating = api.clone();
+    let (creates, c50, c99) = run(pods, move |i| {
+        let api = creating.clone();
+        async move {
+            api.create(&PostParams::default(), &pod(&format!("p-{i:06}")))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    let getting = api.clone();
+    let (gets_s, g50, g99) = run(gets, move |i| {
+        let api = getting.clone();
+        async move {
+            api.get(&format!("p-{:06}", i % pods)).await.unwrap();
+        }
+    })
+    .await;
+    println!(
+        "{name:<7} creates {creates:>7.0}/s (p50 {}, p99 {})   gets {gets_s:>7.0}/s (p50 {}, p99 {})",
+        common::ms(c50),
+        common::ms(c99),
+        common::ms(g50),
+        common::ms(g99)
+    );
+    if with_audit {
+        let lines = std::fs::read_to_string(&audit_log)
+            .map(|s| s.lines().count())
+            .unwrap_or(0);
+        println!("        audit log: {lines} events");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    (creates, gets_s)
+}
+
+/// One RBAC decision, in process: the bootstrap policy plus `roles` Roles and RoleBindings.
+async fn rbac_decisions(roles: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn r8s_store::Store> = Arc::new(
+        r8s_store::embedded::EmbeddedStore::open(r8s_store::embedded::EmbeddedOptions::new(dir.path()))
+            .unwrap(),
+    );
+    let policy = r8s_apiserver::rbac::bootstrap_policy::policy();
+    for r in &policy.cluster_roles {
+        let v = serde_json::to_vec(r).unwrap();
+        store
+            .create(
+                &format!("/registry/clusterroles/{}", r.metadata.name.as_deref().unwrap()),
+                v.into(),
+            )
+            .await
+            .unwrap();
+    }
+    for b in &policy.cluster_role_bindings {
+        let v = serde_json::to_vec(b).unwrap();
+        store
+            .create(
+                &format!(
+                    "/registry/clusterrolebindings/{}",
+                    b.metadata.name.as_deref().unwrap()
+                ),
+                v.into(),
+            )
+            .await
+            .unwrap();
+    }
+    for i in 0..roles {
+        let role = serde_json::json!({"metadata": {"name": format!("role-{i}"), "namespace": NS},
+            "rules": [{"verbs": ["get", "list"], "apiGroups": [""], "resources": [format!("things{i}")]},
+                      {"verbs": ["watch"], "apiGroups": ["apps"], "resources": ["deployments"]}]});
+        store
+            .create(
+                &format!("/registry/roles/{NS}/role-{i}"),
+                serde_json::to_vec(&role).unwrap().into(),
+            )
+            .await
+            .unwrap();
+        let mut subjects = vec![serde_json::json!({"kind": "User", "name": format!("user-{i}")})];
+        if i % 10 == 0 {
+            subjects.push(serde_json::json!({"kind": "Group", "name": "system:authenticated"}));
+        }
+        let binding = serde_json::json!({"metadata": {"name": format!("role-{i}"), "namespace": NS},
+            "roleRef": {"kind": "Role", "name": format!("role-{i}"), "apiGroup": "rbac.authorization.k8s.io"},
+            "subjects": subjects});
+        store
+            .create(
+                &format!("/registry/rolebindings/{NS}/role-{i}"),
+                serde_json::to_vec(&binding).unwrap().into(),
+            )
+            .await
+            .unwrap();
+    }
+    let rbac = r8s_apiserver::rbac::Rbac::start(store);
+    rbac.wait_synced().await;
+    let user = r8s_apiserver::authn::UserInfo {
+        name: "user-7".into(),
+        groups: vec!["system:authenticated".into()],
+        ..Default::default()
+    };
+    let requests: Vec<_> = [
+        ("GET", "/api/v1/namespaces/bench/things7"), // allowed by its own role
+        ("GET", "/api/v1/namespaces/bench/pods"),    // denied after every grant
+        ("GET", "/apis/apps/v1/namespaces/bench/deployments"), // a watch verb mismatch
+        ("GET", "/api"),                             // system:discovery
+    ]
+    .iter()
+    .map(|(m, p)| r8s_apiserver::request_info::parse_request(&m.parse().unwrap(), p, None))
+    .collect();
+    let mut lat = Vec::with_capacity(200_000);
+    let mut allowed = 0;
+    for i in 0..200_000 {
+        let r = &requests[i % requests.len()];
+        let t = Instant::now();
+        if rbac.allows(&user, r) {
+            allowed += 1;
+        }
+        lat.push(t.elapsed());
+    }
+    lat.sort();
+    println!(
+        "RBAC decision ({roles} Roles/RoleBindings + bootstrap policy, {} allowed of {}): p50 {:.2} µs, p99 {:.2} µs, max {:.1} µs",
+        allowed,
+        lat.len(),
+        common::pct(&lat, 0.5).as_secs_f64() * 1e6,
+        common::pct(&lat, 0.99).as_secs_f64() * 1e6,
+        lat.last().unwrap().as_secs_f64() * 1e6,
+    );
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let pods = common::arg("--pods", 5_000);
+    let gets = common::arg("--gets", 20_000);
+    let roles = common::arg("--roles", 1_000);
+    println!("security-bench: {pods} pod creates and {gets} gets from {CLIENTS} clients, {roles} Roles/RoleBindings");
+    rbac_decisions(roles).await;
+    let all_plugins = "NamespaceLifecycle,LimitRanger,ServiceAccount,Priority,DefaultTolerationSeconds,NodeRestriction,PodSecurity,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook";
+    let (oc, og) = chain(
+        "open",
+        &[
+            "--authorization-mode",
+            "AlwaysAllow",
+            "--disable-admission-plugins",
+            all_plugins,
+        ],
+        pods,
+        gets,
+        roles,
+    )
+    .await;
+    let (sc, sg) = chain("secure", &["audit"], pods, gets, roles).await;
+    println!(
+        "secure/open: creates {:.1}%, gets {:.1}% (target ≥ 90%)",
+        sc / oc * 100.0,
+        sg / og * 100.0
+    );
+}
