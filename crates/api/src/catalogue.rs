@@ -190,14 +190,27 @@ static CATALOGUE: &[ResourceDef] = &[
          short: [], cat: [], verbs: CREATE_ONLY, sub: []),
 ];
 
+/// Resources served only while their feature gate is on: InitializerConfigurations
+/// (`--feature-gates=Initializers=true`).
+static ALPHA: &[ResourceDef] = &[
+    res!("admissionregistration.k8s.io", "v1alpha1", "InitializerConfiguration",
+    "initializerconfigurations", "initializerconfiguration", false,
+    short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+];
+
 /// Every served resource.
 pub fn catalogue() -> &'static [ResourceDef] {
-    CATALOGUE
+    if crate::features::initializers() {
+        static WITH_ALPHA: std::sync::OnceLock<Vec<ResourceDef>> = std::sync::OnceLock::new();
+        WITH_ALPHA.get_or_init(|| CATALOGUE.iter().chain(ALPHA).copied().collect())
+    } else {
+        CATALOGUE
+    }
 }
 
 /// The resource `plural` in `group`/`version`.
 pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static ResourceDef> {
-    CATALOGUE
+    catalogue()
         .iter()
         .find(|r| r.group == group && r.version == version && r.plural == plural)
 }
@@ -205,7 +218,7 @@ pub fn find(group: &str, version: &str, plural: &str) -> Option<&'static Resourc
 /// The served group versions, core first, each once, in catalogue order.
 pub fn group_versions() -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&str, &str)> = Vec::new();
-    for r in CATALOGUE {
+    for r in catalogue() {
         if !out.contains(&(r.group, r.version)) {
             out.push((r.group, r.version));
         }

@@ -3,6 +3,7 @@
 //! strategies all read it; adding a resource starts with an entry here.
 
 pub mod catalogue;
+pub mod features;
 pub mod quantity;
 pub mod selector;
 pub mod typed;

@@ -67,6 +67,8 @@ pub(crate) struct CachedObject {
     pub json: Bytes,
     pub labels: BTreeMap<String, String>,
     pub fields: BTreeMap<String, String>,
+    /// Initializers still pending (Initializers gate).
+    pub uninitialized: bool,
 }
 
 impl CachedObject {
@@ -75,6 +77,7 @@ impl CachedObject {
             json: Bytes::from(serde_json::to_vec(obj).expect("JSON serializes")),
             labels: crate::registry::meta::labels(obj),
             fields: crate::registry::strategy::fields(def, obj),
+            uninitialized: crate::registry::uninitialized(obj),
         }
     }
 }

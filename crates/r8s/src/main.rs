@@ -310,6 +310,11 @@ struct ServerArgs {
     #[arg(long, value_parser = parse_duration)]
     service_account_max_token_expiration: Option<Duration>,
 
+    /// Feature gates, e.g. Initializers=true (the reference document's Initializers stage,
+    /// alpha and off by default; removed upstream in 1.14).
+    #[arg(long, default_value = "")]
+    feature_gates: String,
+
     /// Admission plugins to turn on beside the default ones (comma-separated).
     #[arg(long, value_delimiter = ',')]
     enable_admission_plugins: Vec<String>,
@@ -576,9 +581,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
 
     let plugins = admission_plugins(&args.enable_admission_plugins, &args.disable_admission_plugins)?;
+    r8s_api::features::set(&args.feature_gates).map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
     let on = |name: &str| plugins.iter().any(|p| p == name);
     tracing::info!(plugins = %plugins.join(","), "admission plugins");
     let mut admission = r8s_apiserver::admission::AdmissionChain::default();
+    if r8s_api::features::initializers() {
+        admission
+            .push_mutating(r8s_apiserver::admission::initializers::Initializers { store: store.clone() });
+    }
     if on("Priority") {
         admission.push_mutating(r8s_apiserver::admission::priority::Priority { store: store.clone() });
     }

@@ -802,3 +802,97 @@ fn oidc_tokens_and_an_authorization_webhook() {
     );
     assert!(!as_token(&s, "janetoken", &["get", "pods"]).status.success());
 }
+
+/// The reference document's Initializers stage behind its feature gate: a new pod waits,
+/// invisible, for its initializer; once the initializer removes its name the pod appears and a
+/// watch sees it ADDED. With the gate off the field is unknown, as upstream has it now.
+#[test]
+fn initializers_hold_new_objects_until_initialized() {
+    use std::io::{BufRead, BufReader};
+    let s = Server::start_with(&["--feature-gates", "Initializers=true"]);
+    s.ok_stdin(
+        "1.33",
+        &["create", "-f", "-"],
+        "apiVersion: admissionregistration.k8s.io/v1alpha1\nkind: InitializerConfiguration\nmetadata: {name: pods}\ninitializers:\n- name: podimage.example.com\n  rules: [{apiGroups: [\"\"], apiVersions: [\"v1\"], resources: [pods]}]\n",
+    );
+    let mut watch = std::process::Command::new(kubectl_binary("1.33"))
+        .arg("--kubeconfig")
+        .arg(&s.kubeconfig)
+        .args([
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=30",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(watch.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    s.ok("1.33", &["run", "held", "--image=busybox"]);
+    let err = s.fails("1.33", &["get", "pod", "held"]);
+    assert!(err.contains("pods \"held\" not found"), "{err}");
+    assert!(s.ok("1.33", &["get", "pods", "-o", "name"]).trim().is_empty());
+    let raw = s.ok(
+        "1.33",
+        &[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/pods/held?includeUninitialized=true",
+        ],
+    );
+    let mut pod: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(
+        pod["metadata"]["initializers"]["pending"][0]["name"],
+        "podimage.example.com"
+    );
+    assert!(
+        rx.recv_timeout(Duration::from_millis(500)).is_err(),
+        "the watch saw an uninitialized pod"
+    );
+
+    // The initializer does its work and removes its name.
+    pod["metadata"]["initializers"]["pending"] = serde_json::json!([]);
+    pod["metadata"]["labels"]["initialized-by"] = serde_json::json!("podimage");
+    s.ok_stdin(
+        "1.33",
+        &[
+            "replace",
+            "--raw",
+            "/api/v1/namespaces/default/pods/held",
+            "-f",
+            "-",
+        ],
+        &pod.to_string(),
+    );
+    let got = s.ok("1.33", &["get", "pod", "held", "-o", "json"]);
+    let got: serde_json::Value = serde_json::from_str(&got).unwrap();
+    assert!(got["metadata"].get("initializers").is_none(), "{got}");
+    assert_eq!(got["metadata"]["labels"]["initialized-by"], "podimage");
+    let first = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the watch saw the pod appear");
+    let ev: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(
+        (ev["type"].as_str(), ev["object"]["metadata"]["name"].as_str()),
+        (Some("ADDED"), Some("held"))
+    );
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    // Without the gate, the field is unknown.
+    let plain = Server::start();
+    let out = plain.kubectl_stdin(
+        "1.33",
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  initializers: {pending: [{name: x}]}\n",
+    );
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("initializers"), "{}", stderr(&out));
+}

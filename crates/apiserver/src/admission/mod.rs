@@ -2,6 +2,7 @@
 //! plugins run after and may only refuse. Any refusal fails the request (the reference
 //! document's "Admission control" stage).
 
+pub mod initializers;
 pub mod node_restriction;
 pub mod pod_security;
 pub mod priority;

@@ -351,6 +351,10 @@ async fn get(
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
     let obj = read(ctx, def, ns, name).await?;
+    if uninitialized(&obj) && !query.flag("includeUninitialized") {
+        // Invisible until initialized, as upstream's Initializers stage had it.
+        return Err(not_found(def, name));
+    }
     if wants_table(headers) {
         return Ok(json_response(
             StatusCode::OK,
@@ -375,6 +379,14 @@ pub(crate) async fn read(ctx: &Ctx, def: &ResourceDef, ns: &str, name: &str) -> 
 pub(crate) struct Filter {
     labels: Selector,
     fields: Selector,
+    /// With the Initializers gate on and no `includeUninitialized=true`: objects with pending
+    /// initializers are not shown.
+    hide_uninitialized: bool,
+}
+
+/// Whether an object still has initializers pending (only with the Initializers gate on).
+pub(crate) fn uninitialized(obj: &Value) -> bool {
+    r8s_api::features::initializers() && !obj["metadata"]["initializers"].is_null()
 }
 
 impl Filter {
@@ -397,22 +409,29 @@ impl Filter {
                 )));
             }
         }
-        Ok(Self { labels, fields })
+        let hide_uninitialized = r8s_api::features::initializers() && !query.flag("includeUninitialized");
+        Ok(Self {
+            labels,
+            fields,
+            hide_uninitialized,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.labels.is_empty() && self.fields.is_empty()
+        self.labels.is_empty() && self.fields.is_empty() && !self.hide_uninitialized
     }
 
     /// Match an object of the watch cache by its labels and fields.
     pub fn matches_cached(&self, obj: &crate::watch_cache::CachedObject) -> bool {
         (self.labels.is_empty() || self.labels.matches(&obj.labels))
             && (self.fields.is_empty() || self.fields.matches(&obj.fields))
+            && !(self.hide_uninitialized && obj.uninitialized)
     }
 
     pub fn matches(&self, def: &ResourceDef, obj: &Value) -> bool {
         (self.labels.is_empty() || self.labels.matches(&meta::labels(obj)))
             && (self.fields.is_empty() || self.fields.matches(&strategy::fields(def, obj)))
+            && !(self.hide_uninitialized && uninitialized(obj))
     }
 }
 
@@ -696,7 +715,22 @@ pub(crate) fn typed(
             def.kind, def.version, def.kind
         ))
     };
-    let decoded = r8s_api::typed::decode(def, &obj).map_err(cannot)?;
+    // metadata.initializers is not in today's ObjectMeta: kept aside through decoding while the
+    // Initializers gate is on (off, it is an unknown field, as upstream now has it).
+    let initializers = if r8s_api::features::initializers() {
+        obj["metadata"]
+            .as_object_mut()
+            .and_then(|m| m.remove("initializers"))
+    } else {
+        None
+    };
+    let mut decoded = r8s_api::typed::decode(def, &obj).map_err(cannot)?;
+    // An empty pending list means initialized: the field goes (upstream).
+    let pending =
+        |i: &Value| i["pending"].as_array().is_some_and(|p| !p.is_empty()) || !i["result"].is_null();
+    if let Some(i) = initializers.filter(pending) {
+        meta::meta_mut(&mut decoded.object).insert("initializers".into(), i);
+    }
     let unknown: Vec<String> = decoded
         .unknown_fields
         .iter()

@@ -1,0 +1,31 @@
+//! Feature gates (`--feature-gates`): process-wide switches, as upstream's default feature gate.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static INITIALIZERS: AtomicBool = AtomicBool::new(false);
+
+/// The `Initializers` gate (alpha, removed upstream in 1.14; the reference document tells it):
+/// InitializerConfigurations add pending initializers to new objects, which stay invisible
+/// until every initializer has removed its name.
+pub fn initializers() -> bool {
+    INITIALIZERS.load(Ordering::Relaxed)
+}
+
+/// Set gates from `Name=true,Other=false`; unknown names are an error.
+pub fn set(spec: &str) -> Result<(), String> {
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("missing bool value for {item}"))?;
+        let on: bool = value.parse().map_err(|_| {
+            format!(
+                "invalid value of {name}={value}, err: strconv.ParseBool: parsing {value:?}: invalid syntax"
+            )
+        })?;
+        match name {
+            "Initializers" => INITIALIZERS.store(on, Ordering::Relaxed),
+            other => return Err(format!("unrecognized feature gate: {other}")),
+        }
+    }
+    Ok(())
+}
