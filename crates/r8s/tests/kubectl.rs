@@ -928,3 +928,59 @@ fn pod_security_admission_enforces_and_warns() {
         );
     }
 }
+
+/// A watch that allows bookmarks gets one shortly before its timeout, carrying the latest
+/// revision, also of changes it was not shown (another namespace).
+#[test]
+fn watches_get_bookmarks_before_they_time_out() {
+    let s = Server::start();
+    s.ok("1.33", &["create", "configmap", "first"]);
+    s.ok("1.33", &["create", "namespace", "elsewhere"]);
+    let watch = std::process::Command::new(support::kubectl_binary("1.33"))
+        .arg("--kubeconfig")
+        .arg(&s.kubeconfig)
+        .args([
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=true&timeoutSeconds=4",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let other = s.ok(
+        "1.33",
+        &[
+            "-n",
+            "elsewhere",
+            "create",
+            "configmap",
+            "later",
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ],
+    );
+    let started = std::time::Instant::now();
+    let out = watch.wait_with_output().unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(6),
+        "the watch ended at its timeout"
+    );
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert!(
+        types.starts_with(&["ADDED"]) && types.contains(&"BOOKMARK"),
+        "{types:?}"
+    );
+    let bm = events.iter().find(|e| e["type"] == "BOOKMARK").unwrap();
+    let bm_rv: i64 = bm["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(bm_rv >= other.trim().parse::<i64>().unwrap(), "{bm} vs {other}");
+    assert_eq!(bm["object"]["kind"], "ConfigMap");
+}

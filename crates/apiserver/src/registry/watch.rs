@@ -158,7 +158,8 @@ pub(crate) async fn serve(
                 return;
             }
             (None, Some(sub)) => {
-                serve_cached(&emitter, def, &filter, &ns, list_rv + 1, sub, deadline).await;
+                let bookmarks = bookmarks.then_some(list_rv);
+                serve_cached(&emitter, def, &filter, &ns, list_rv + 1, sub, deadline, bookmarks).await;
                 return;
             }
             (None, None) => return,
@@ -198,8 +199,25 @@ pub(crate) async fn serve(
         .expect("valid response"))
 }
 
+/// How often a watcher that allows bookmarks gets one (upstream's bookmark frequency), and how
+/// long before its timeout it gets a last one.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+const BOOKMARK_BEFORE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// When the next bookmark is due.
+fn next_bookmark(deadline: Option<tokio::time::Instant>) -> tokio::time::Instant {
+    let regular = tokio::time::Instant::now() + BOOKMARK_EVERY;
+    match deadline.and_then(|d| d.checked_sub(BOOKMARK_BEFORE_TIMEOUT)) {
+        Some(before_end) if before_end > tokio::time::Instant::now() => regular.min(before_end),
+        _ => regular,
+    }
+}
+
 /// Serve a watch from the watch cache until the client goes, the deadline passes, or the watcher
-/// falls too far behind (it then resumes from its last revision).
+/// falls too far behind (it then resumes from its last revision). `bookmarks`: the revision the
+/// watch starts after, when the client allows bookmarks — it then gets a BOOKMARK with the latest
+/// revision every minute and shortly before its timeout, as upstream's watch cache sends them.
+#[allow(clippy::too_many_arguments)]
 async fn serve_cached(
     emitter: &Emitter,
     def: &ResourceDef,
@@ -208,7 +226,10 @@ async fn serve_cached(
     start: i64,
     sub: Subscription,
     deadline: Option<tokio::time::Instant>,
+    bookmarks: Option<i64>,
 ) {
+    let mut latest = bookmarks.unwrap_or(0);
+    let mut bookmark_at = next_bookmark(deadline);
     // The cache holds the whole resource: keep this watch's namespace only.
     let wanted =
         |ev: &CachedEvent| ev.revision >= start && (ns.is_empty() || meta::namespace(&ev.object) == ns);
@@ -222,6 +243,7 @@ async fn serve_cached(
         }
     };
     for ev in &sub.backlog {
+        latest = latest.max(ev.revision);
         add(&mut chunk, ev);
         if chunk.len() >= CHUNK && !emitter.flush(&mut chunk).await {
             return;
@@ -232,15 +254,43 @@ async fn serve_cached(
     }
     let mut live = sub.live;
     loop {
-        let Some(next) = emitter.until_done(deadline, live.recv()).await else {
+        let next = emitter
+            .until_done(deadline, async {
+                if bookmarks.is_none() {
+                    return Some(live.recv().await);
+                }
+                tokio::select! {
+                    ev = live.recv() => Some(ev),
+                    _ = tokio::time::sleep_until(bookmark_at) => None,
+                }
+            })
+            .await;
+        let Some(next) = next else {
             return;
+        };
+        let Some(next) = next else {
+            // A bookmark: where this watch has got to, so a client resuming starts from here.
+            bookmark_at = next_bookmark(deadline);
+            let bm = json!({
+                "kind": def.kind,
+                "apiVersion": def.api_version(),
+                "metadata": {"resourceVersion": latest.to_string()},
+            });
+            if !emitter.send("BOOKMARK", bm).await {
+                return;
+            }
+            continue;
         };
         match next {
             Ok(ev) => {
+                latest = latest.max(ev.revision);
                 add(&mut chunk, &ev);
                 while chunk.len() < CHUNK {
                     match live.try_recv() {
-                        Ok(more) => add(&mut chunk, &more),
+                        Ok(more) => {
+                            latest = latest.max(more.revision);
+                            add(&mut chunk, &more)
+                        }
                         Err(_) => break,
                     }
                 }
