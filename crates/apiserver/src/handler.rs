@@ -1,6 +1,7 @@
-//! The filter chain and dispatch: authentication → audit → authorization → handler (admission
-//! runs inside the write handlers, where the object is known).
+//! The filter chain and dispatch: authentication → audit → impersonation → authorization →
+//! handler (admission runs inside the write handlers, where the object is known).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -10,6 +11,7 @@ use hyper::body::Incoming;
 use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 
+use crate::audit::RequestAudit;
 use crate::authn::{AuthnRequest, UserInfo};
 use crate::request_info::{parse_request, RequestInfo};
 use crate::status::ApiError;
@@ -56,6 +58,8 @@ pub(crate) struct Ctx {
     pub user_agent: String,
     /// Warnings for the client, sent as `Warning` headers with the response (success or not).
     pub warnings: crate::admission::Warnings,
+    /// The request's audit record (handlers add the request object to it).
+    pub audit: RequestAudit,
 }
 
 impl Ctx {
@@ -79,25 +83,34 @@ pub(crate) async fn handle(
     shared: Arc<Shared>,
     req: Request<Incoming>,
     peer_certificates: Arc<Vec<CertificateDer<'static>>>,
+    peer: SocketAddr,
 ) -> Response<Body> {
+    let origin = crate::audit::Origin::new(req.headers(), peer);
     let info = parse_request(req.method(), req.uri().path(), req.uri().query());
     let apply = req
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/apply-patch"));
     let metrics_info = info.clone();
-    let resp = authenticated(shared.clone(), req, info, peer_certificates).await;
+    let mut resp = authenticated(shared.clone(), req, info, peer_certificates, &origin).await;
     shared
         .metrics
         .observe(&metrics_info, apply, resp.status().as_u16());
+    // Every response names its audit ID, as upstream's.
+    if let Ok(id) = http::HeaderValue::from_str(&origin.audit_id) {
+        resp.headers_mut()
+            .entry(crate::audit::AUDIT_ID_HEADER)
+            .or_insert(id);
+    }
     resp
 }
 
 async fn authenticated(
     shared: Arc<Shared>,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     info: crate::request_info::RequestInfo,
     peer_certificates: Arc<Vec<CertificateDer<'static>>>,
+    origin: &crate::audit::Origin,
 ) -> Response<Body> {
     // Authentication: first success wins; all failing is 401.
     let authn = shared
@@ -108,19 +121,43 @@ async fn authenticated(
             path: req.uri().path(),
         })
         .await;
-    let mut user = match authn {
+    let begin_audit = |user: Option<&UserInfo>, req: &Request<Incoming>| match &shared.audit {
+        Some(auditor) => auditor.begin(origin, req.uri(), req.headers(), &info, user),
+        None => RequestAudit::disabled(),
+    };
+    let user = match authn {
         Ok(user) => user,
         Err(errors) => {
             tracing::debug!(path = %info.path, ?errors, "authn: request rejected");
-            return error_response(&ApiError::unauthorized("Unauthorized"));
+            let resp = error_response(&ApiError::unauthorized("Unauthorized"));
+            return begin_audit(None, &req).failed_authentication(resp).await;
         }
     };
+
+    // Audit: the policy decides, for the authenticated user, how much of this request is
+    // recorded; the request is received now.
+    let audit = begin_audit(Some(&user), &req);
+    audit.emit(crate::audit::Stage::RequestReceived);
+    let long_running = crate::audit::is_long_running(&info);
+    // A handler that panics answers 500 (and is audited so) instead of taking the connection.
+    let rest = impersonated(shared, req, info, user, audit.clone());
+    crate::audit::guarded(&audit, long_running, rest).await
+}
+
+async fn impersonated(
+    shared: Arc<Shared>,
+    mut req: Request<Incoming>,
+    info: crate::request_info::RequestInfo,
+    mut user: UserInfo,
+    audit: RequestAudit,
+) -> Response<Body> {
     // Impersonation: act as another user once the authorizers allow it.
     if crate::authn::impersonation::requested(req.headers()) {
         match crate::authn::impersonation::impersonate(&shared.authorizers, &user, req.headers()).await {
             Ok(as_user) => user = as_user,
             Err(e) => return error_response(&e),
         }
+        audit.impersonated(&user);
         let names: Vec<_> = req
             .headers()
             .keys()
@@ -133,13 +170,10 @@ async fn authenticated(
     }
     // The credentials go no further than authentication.
     req.headers_mut().remove(header::AUTHORIZATION);
-
-    // Audit: one structured record per request (the audit log proper comes with the
-    // security issue; this is its hook).
     // The span is attached to the future (never entered across an await, which corrupts
     // span state when the task moves between threads).
     let span = tracing::info_span!("request", verb = %info.verb, path = %info.path, user = %user.name);
-    tracing::Instrument::instrument(authorized(shared, req, info, user), span).await
+    tracing::Instrument::instrument(authorized(shared, req, info, user, audit), span).await
 }
 
 async fn authorized(
@@ -147,12 +181,17 @@ async fn authorized(
     req: Request<Incoming>,
     info: crate::request_info::RequestInfo,
     user: crate::authn::UserInfo,
+    audit: RequestAudit,
 ) -> Response<Body> {
     // Authorization: any allow admits; otherwise 403.
-    if let Err(reason) = shared.authorizers.authorize(&user, &info).await {
-        let msg = crate::authz::forbidden_message(&user, &info, reason.as_deref());
-        tracing::debug!(%msg, "authz: forbidden");
-        return error_response(&ApiError::forbidden(msg));
+    match shared.authorizers.authorize(&user, &info).await {
+        Ok(reason) => audit.authorization(true, &reason),
+        Err(reason) => {
+            audit.authorization(false, reason.as_deref().unwrap_or(""));
+            let msg = crate::authz::forbidden_message(&user, &info, reason.as_deref());
+            tracing::debug!(%msg, "authz: forbidden");
+            return error_response(&ApiError::forbidden(msg));
+        }
     }
 
     let ctx = Ctx {
@@ -167,6 +206,7 @@ async fn authorized(
         info,
         user,
         warnings: Default::default(),
+        audit,
     };
     let warnings = ctx.warnings.clone();
     let resp = match route(ctx, req).await {

@@ -5,6 +5,7 @@
 //! generic registry for resources.
 
 pub mod admission;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 mod bootstrap;
@@ -48,6 +49,8 @@ pub struct ApiServerConfig {
     pub rbac: Option<Arc<rbac::Rbac>>,
     /// Signs TokenRequest tokens (absent: `serviceaccounts/<name>/token` is unavailable).
     pub service_account_tokens: Option<Arc<authn::service_account::ServiceAccountTokens>>,
+    /// The audit policy and log (absent: nothing is audited).
+    pub audit: Option<audit::AuditOptions>,
 }
 
 /// State shared by every request.
@@ -63,6 +66,7 @@ pub(crate) struct Shared {
     pub metrics: metrics::Metrics,
     pub rbac: Option<Arc<rbac::Rbac>>,
     pub service_account_tokens: Option<Arc<authn::service_account::ServiceAccountTokens>>,
+    pub audit: Option<Arc<audit::Auditor>>,
 }
 
 /// A running API server.
@@ -93,10 +97,21 @@ impl ApiServer {
             .await
             .map_err(|e| std::io::Error::other(format!("creating the kubernetes service: {e}")))?;
         let tls = server::tls_config(&config.serving).map_err(std::io::Error::other)?;
+        let metrics = metrics::Metrics::default();
+        let audit = match config.audit {
+            Some(options) => {
+                let path = options.log.path.clone();
+                Some(audit::Auditor::start(options, &metrics.audit).map_err(|e| {
+                    std::io::Error::other(format!("opening the audit log {}: {e}", path.display()))
+                })?)
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared {
             watch_cache: Arc::new(watch_cache::WatchCache::new(config.store.clone())),
             service_cidr: config.service_cidr,
-            metrics: Default::default(),
+            metrics,
+            audit,
             store: config.store,
             authenticators: config.authenticators,
             authorizers: config.authorizers,

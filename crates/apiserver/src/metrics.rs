@@ -1,6 +1,7 @@
 //! `/metrics`: Prometheus metrics with upstream's names, through the `prometheus-client` crate.
 //! `apiserver_request_total` counts every request by verb, group, version, resource,
-//! subresource, scope, component and code, as kube-apiserver does.
+//! subresource, scope, component and code, as kube-apiserver does; the `apiserver_audit_*`
+//! counters count audit events, the events the audit log lost, and requests by audit level.
 
 use std::sync::Mutex;
 
@@ -23,9 +24,32 @@ pub struct RequestLabels {
     pub code: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    pub plugin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LevelLabels {
+    pub level: String,
+}
+
+/// Upstream's audit counters. Clones share the counts.
+#[derive(Clone, Debug, Default)]
+pub struct AuditMetrics {
+    /// `apiserver_audit_event_total`: events generated and sent to the audit backend.
+    pub events: Counter,
+    /// `apiserver_audit_error_total{plugin}`: events that could not be audited (dropped
+    /// because the log's queue was full, or not written).
+    pub errors: Family<PluginLabels, Counter>,
+    /// `apiserver_audit_level_total{level}`: requests by the policy's level.
+    pub levels: Family<LevelLabels, Counter>,
+}
+
 pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
+    pub audit: AuditMetrics,
 }
 
 impl Default for Metrics {
@@ -37,9 +61,26 @@ impl Default for Metrics {
             "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
             requests.clone(),
         );
+        let audit = AuditMetrics::default();
+        registry.register(
+            "apiserver_audit_event",
+            "Counter of audit events generated and sent to the audit backend.",
+            audit.events.clone(),
+        );
+        registry.register(
+            "apiserver_audit_error",
+            "Counter of audit events that failed to be audited properly. Plugin identifies the plugin affected by the error.",
+            audit.errors.clone(),
+        );
+        registry.register(
+            "apiserver_audit_level",
+            "Counter of policy levels for audit events (1 per request).",
+            audit.levels.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,
+            audit,
         }
     }
 }
@@ -109,6 +150,22 @@ mod tests {
         );
         assert!(
             text.contains(r#"verb="LIST",group="apps",version="v1",resource="deployments""#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn audit_counters_have_upstream_names() {
+        let m = Metrics::default();
+        m.audit.events.inc();
+        m.audit
+            .errors
+            .get_or_create(&PluginLabels { plugin: "log".into() })
+            .inc();
+        let text = m.render();
+        assert!(text.contains("apiserver_audit_event_total 1"), "{text}");
+        assert!(
+            text.contains(r#"apiserver_audit_error_total{plugin="log"} 1"#),
             "{text}"
         );
     }

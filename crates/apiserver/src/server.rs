@@ -89,7 +89,9 @@ pub(crate) async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>,
                 let shared = shared.clone();
                 let peer_certs = peer_certs.clone();
                 async move {
-                    Ok::<_, std::convert::Infallible>(crate::handler::handle(shared, req, peer_certs).await)
+                    Ok::<_, std::convert::Infallible>(
+                        crate::handler::handle(shared, req, peer_certs, peer).await,
+                    )
                 }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());

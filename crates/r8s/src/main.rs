@@ -337,6 +337,32 @@ struct ServerArgs {
     #[arg(long, default_value = "10.43.0.0/16", value_parser = r8s_apiserver::ServiceCidr::parse)]
     service_cidr: r8s_apiserver::ServiceCidr,
 
+    /// Audit policy (audit.k8s.io/v1 Policy, YAML or JSON): which requests are recorded and
+    /// how much of them. Without it (or without --audit-log-path) nothing is audited.
+    #[arg(long)]
+    audit_policy_file: Option<PathBuf>,
+
+    /// Where audit events are written, one JSON line each (`-` for standard output).
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
+
+    /// Megabytes the audit log may reach before it is rotated (0: 100).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxsize: u64,
+
+    /// Rotated audit logs to keep (0: all).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxbackup: usize,
+
+    /// Days to keep rotated audit logs (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxage: u64,
+
+    /// Audit events that may wait for the log writer; beyond that new events are dropped (and
+    /// counted in apiserver_audit_error_total) rather than slowing requests down.
+    #[arg(long, default_value_t = 10000)]
+    audit_log_batch_buffer_size: usize,
+
     /// Do not run the controller manager in this process.
     #[arg(long)]
     disable_controller_manager: bool,
@@ -437,6 +463,38 @@ async fn open_store(args: &ServerArgs, data_dir: &std::path::Path) -> anyhow::Re
     };
     let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(opts)).await??;
     Ok(Arc::new(store))
+}
+
+/// The audit policy and log, when both are configured.
+fn audit_options(args: &ServerArgs) -> anyhow::Result<Option<r8s_apiserver::audit::AuditOptions>> {
+    let (policy_file, log_path) = match (&args.audit_policy_file, &args.audit_log_path) {
+        (Some(p), Some(l)) => (p, l),
+        (None, None) => return Ok(None),
+        (Some(_), None) => {
+            tracing::warn!("--audit-policy-file without --audit-log-path: nothing is audited");
+            return Ok(None);
+        }
+        (None, Some(_)) => {
+            tracing::warn!("--audit-log-path without --audit-policy-file: nothing is audited");
+            return Ok(None);
+        }
+    };
+    let text =
+        std::fs::read_to_string(policy_file).with_context(|| format!("reading {}", policy_file.display()))?;
+    let policy = r8s_apiserver::audit::Policy::parse(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", policy_file.display()))?;
+    let mut log = r8s_apiserver::audit::LogOptions::new(log_path);
+    log.max_size_mb = args.audit_log_maxsize;
+    log.max_backups = args.audit_log_maxbackup;
+    log.max_age_days = args.audit_log_maxage;
+    log.buffer_size = args.audit_log_batch_buffer_size;
+    tracing::info!(
+        policy = %policy_file.display(),
+        log = %log_path.display(),
+        rules = policy.rules.len(),
+        "auditing"
+    );
+    Ok(Some(r8s_apiserver::audit::AuditOptions { policy, log }))
 }
 
 fn host_name() -> Option<String> {
@@ -614,6 +672,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         ));
     }
 
+    let audit = audit_options(&args)?;
+
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
         serving: r8s_apiserver::ServingConfig {
             bind_address: args.bind_address,
@@ -631,6 +691,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         service_cidr: args.service_cidr,
         rbac,
         service_account_tokens: Some(sa_tokens),
+        audit,
     })
     .await
     .with_context(|| format!("serving on {}:{}", args.bind_address, args.https_listen_port))?;

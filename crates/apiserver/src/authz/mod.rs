@@ -12,7 +12,8 @@ use crate::authn::UserInfo;
 use crate::request_info::RequestInfo;
 
 pub enum Decision {
-    Allow,
+    /// Allowed, and why (upstream's reason: RBAC names the binding, others say nothing).
+    Allow(String),
     Deny(String),
     NoOpinion,
 }
@@ -37,11 +38,12 @@ impl AuthorizerChain {
         self.authorizers.iter().map(|a| a.name()).collect()
     }
 
-    /// `Ok` if some authorizer allows; otherwise the reason of the one that denied, if any.
-    pub async fn authorize(&self, user: &UserInfo, request: &RequestInfo) -> Result<(), Option<String>> {
+    /// `Ok` with the reason of the authorizer that allows; otherwise the reason of the one that
+    /// denied, if any.
+    pub async fn authorize(&self, user: &UserInfo, request: &RequestInfo) -> Result<String, Option<String>> {
         for a in &self.authorizers {
             match a.authorize(user, request).await {
-                Decision::Allow => return Ok(()),
+                Decision::Allow(reason) => return Ok(reason),
                 Decision::Deny(reason) => return Err(Some(reason)),
                 Decision::NoOpinion => {}
             }
@@ -68,7 +70,7 @@ impl Authorizer for PrivilegedGroups {
 
     async fn authorize(&self, user: &UserInfo, _: &RequestInfo) -> Decision {
         if user.groups.iter().any(|g| self.0.contains(g)) {
-            Decision::Allow
+            Decision::Allow(String::new())
         } else {
             Decision::NoOpinion
         }
@@ -84,7 +86,7 @@ impl Authorizer for AlwaysAllow {
         "AlwaysAllow"
     }
     async fn authorize(&self, _: &UserInfo, _: &RequestInfo) -> Decision {
-        Decision::Allow
+        Decision::Allow(String::new())
     }
 }
 

@@ -204,14 +204,14 @@ impl Authorizer for NodeAuthorizer {
                     return Decision::NoOpinion;
                 }
                 return if self.uses(node, (kind, r.namespace.clone(), r.name.clone())) {
-                    Decision::Allow
+                    Decision::Allow(String::new())
                 } else {
                     Decision::NoOpinion
                 };
             }
         }
         if self.node_rules.iter().any(|rule| rule.allows(r)) {
-            Decision::Allow
+            Decision::Allow(String::new())
         } else {
             Decision::NoOpinion
         }

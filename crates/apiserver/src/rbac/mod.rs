@@ -31,6 +31,9 @@ struct Grant {
     /// "Role" (in `namespace`) or "ClusterRole".
     role_kind: String,
     role_name: String,
+    /// The binding and subject that grant it, in upstream's words for an allow's reason
+    /// (`ClusterRoleBinding "x" of ClusterRole "y" to Group "z"`).
+    source: Arc<str>,
 }
 
 #[derive(Default)]
@@ -124,13 +127,32 @@ impl Objects {
                 .map(|b| (b["metadata"]["namespace"].as_str().map(str::to_owned), b)),
         );
         for (namespace, b) in bindings {
-            let grant = Grant {
-                namespace: namespace.clone(),
-                role_kind: b["roleRef"]["kind"].as_str().unwrap_or_default().to_owned(),
-                role_name: b["roleRef"]["name"].as_str().unwrap_or_default().to_owned(),
+            let role_kind = b["roleRef"]["kind"].as_str().unwrap_or_default().to_owned();
+            let role_name = b["roleRef"]["name"].as_str().unwrap_or_default().to_owned();
+            let binding_name = b["metadata"]["name"].as_str().unwrap_or_default();
+            let binding = match &namespace {
+                None => format!("ClusterRoleBinding {binding_name:?}"),
+                Some(ns) => format!("RoleBinding \"{binding_name}/{ns}\""),
             };
             for s in b["subjects"].as_array().into_iter().flatten() {
                 let name = s["name"].as_str().unwrap_or_default();
+                let kind = s["kind"].as_str().unwrap_or_default();
+                let subject = if kind == "ServiceAccount" {
+                    let ns = s["namespace"]
+                        .as_str()
+                        .filter(|n| !n.is_empty())
+                        .or(namespace.as_deref())
+                        .unwrap_or_default();
+                    format!("{kind} \"{name}/{ns}\"")
+                } else {
+                    format!("{kind} {name:?}")
+                };
+                let grant = Grant {
+                    namespace: namespace.clone(),
+                    role_kind: role_kind.clone(),
+                    role_name: role_name.clone(),
+                    source: format!("{binding} of {role_kind} {role_name:?} to {subject}").into(),
+                };
                 match s["kind"].as_str() {
                     Some("User") => idx
                         .by_user
@@ -225,14 +247,21 @@ impl Rbac {
             namespace: Some(namespace.to_owned()),
             role_kind: kind.to_owned(),
             role_name: name.to_owned(),
+            source: "".into(),
         };
         idx.role_rules(&g).map(|r| r.as_ref().clone())
     }
 
     /// Whether RBAC allows the request.
     pub fn allows(&self, user: &UserInfo, r: &RequestInfo) -> bool {
+        self.allowed_by(user, r).is_some()
+    }
+
+    /// The grant that allows the request, as upstream's reason
+    /// (`RBAC: allowed by ClusterRoleBinding "x" of ClusterRole "y" to User "z"`).
+    pub fn allowed_by(&self, user: &UserInfo, r: &RequestInfo) -> Option<String> {
         let idx = self.snapshot();
-        let allowed = idx.grants(user).any(|g| {
+        let grant = idx.grants(user).find(|g| {
             // A RoleBinding grants only in its namespace (a request for a namespace object
             // carries the namespace's name as its namespace, as upstream).
             if g.namespace.as_deref().is_some_and(|ns| ns != r.namespace) {
@@ -240,8 +269,8 @@ impl Rbac {
             }
             idx.role_rules(g)
                 .is_some_and(|rules| rules.iter().any(|rule| rule.allows(r)))
-        });
-        allowed
+        })?;
+        Some(format!("RBAC: allowed by {}", grant.source))
     }
 
     /// The authorizer for the chain.
@@ -260,10 +289,9 @@ impl Authorizer for RbacAuthorizer {
     }
 
     async fn authorize(&self, user: &UserInfo, request: &RequestInfo) -> Decision {
-        if self.0.allows(user, request) {
-            Decision::Allow
-        } else {
-            Decision::NoOpinion
+        match self.0.allowed_by(user, request) {
+            Some(reason) => Decision::Allow(reason),
+            None => Decision::NoOpinion,
         }
     }
 }
@@ -339,6 +367,20 @@ mod tests {
         // A ServiceAccount subject without a namespace is the binding's namespace's.
         assert!(rbac.allows(&user("system:serviceaccount:dev:robot", &[]), &list_dev));
         assert!(!rbac.allows(&user("system:serviceaccount:prod:robot", &[]), &list_dev));
+        // An allow says which binding granted it, as upstream's reason.
+        assert_eq!(
+            rbac.allowed_by(&jane, &list_dev).unwrap(),
+            r#"RBAC: allowed by RoleBinding "view/dev" of ClusterRole "view" to User "jane""#
+        );
+        assert_eq!(
+            rbac.allowed_by(&user("al", &["auditors"]), &list_prod).unwrap(),
+            r#"RBAC: allowed by ClusterRoleBinding "everyone-views" of ClusterRole "view" to Group "auditors""#
+        );
+        assert_eq!(
+            rbac.allowed_by(&user("system:serviceaccount:dev:robot", &[]), &list_dev)
+                .unwrap(),
+            r#"RBAC: allowed by RoleBinding "view/dev" of ClusterRole "view" to ServiceAccount "robot/dev""#
+        );
         assert_eq!(rbac.rules_for(&jane, "dev").len(), 1);
         assert!(rbac.rules_for(&jane, "").is_empty());
     }

@@ -273,6 +273,15 @@ pub(crate) async fn handle(
             "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
         ));
     }
+    // Audit: the request object as sent (as JSON), before defaulting and admission.
+    if ctx.audit.level() > crate::audit::Level::None
+        && matches!(
+            info.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    {
+        ctx.audit.request_body(&info.verb, &body);
+    }
     let ns = if def.namespaced {
         info.namespace.as_str()
     } else {

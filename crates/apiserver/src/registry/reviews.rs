@@ -139,7 +139,8 @@ async fn access_review(
         ));
     };
     Ok(match ctx.shared.authorizers.authorize(user, &attrs).await {
-        Ok(()) => json!({"allowed": true}),
+        Ok(reason) if reason.is_empty() => json!({"allowed": true}),
+        Ok(reason) => json!({"allowed": true, "reason": reason}),
         Err(Some(reason)) => json!({"allowed": false, "denied": true, "reason": reason}),
         Err(None) => json!({"allowed": false}),
     })
