@@ -100,7 +100,7 @@ impl Authorizer for AbacAuthorizer {
 
     async fn authorize(&self, user: &UserInfo, r: &RequestInfo) -> Decision {
         if self.policies.iter().any(|p| matches(p, user, r)) {
-            Decision::Allow
+            Decision::Allow(String::new())
         } else {
             Decision::NoOpinion
         }
@@ -132,7 +132,7 @@ mod tests {
             let r = parse_request(&m, path, None);
             let a = &a;
             let user = user.clone();
-            async move { matches!(a.authorize(&user, &r).await, Decision::Allow) }
+            async move { matches!(a.authorize(&user, &r).await, Decision::Allow(_)) }
         };
         assert!(
             allowed(

@@ -28,7 +28,7 @@ pub struct WebhookAuthorizer {
 impl Clone for Decision {
     fn clone(&self) -> Self {
         match self {
-            Decision::Allow => Decision::Allow,
+            Decision::Allow(r) => Decision::Allow(r.clone()),
             Decision::Deny(r) => Decision::Deny(r.clone()),
             Decision::NoOpinion => Decision::NoOpinion,
         }
@@ -128,7 +128,7 @@ impl Authorizer for WebhookAuthorizer {
         };
         let reason = status["reason"].as_str().unwrap_or_default().to_owned();
         let (decision, ttl) = if status["allowed"] == true {
-            (Decision::Allow, self.authorized_ttl)
+            (Decision::Allow(reason), self.authorized_ttl)
         } else if status["denied"] == true {
             (Decision::Deny(reason), self.unauthorized_ttl)
         } else {
