@@ -4,6 +4,7 @@
 
 pub mod catalogue;
 pub mod quantity;
+pub mod quota;
 pub mod selector;
 pub mod typed;
 pub mod validation;
