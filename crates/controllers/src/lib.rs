@@ -5,7 +5,8 @@
 //! Machinery: shared informers (`informer`), a rate-limited work queue (`queue`), expectations
 //! (`expectations`), events (`events`) and leader election on a Lease (`leader`). Controllers:
 //! `replicaset`, `deployment`, `gc` (garbage collector), `namespace`, `serviceaccount`,
-//! `nodeipam`, `nodelifecycle`, `clusterrole_aggregation`.
+//! `nodeipam`, `nodelifecycle`, `clusterrole_aggregation`, `resourcequota`,
+//! `root_ca_cert_publisher`.
 
 pub mod claim;
 pub mod clusterrole_aggregation;
@@ -21,6 +22,8 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod queue;
 pub mod replicaset;
+pub mod resourcequota;
+pub mod root_ca_cert_publisher;
 pub mod selector;
 pub mod serviceaccount;
 
@@ -69,6 +72,9 @@ pub struct Options {
     pub identity: String,
     /// Whose credentials each controller writes with.
     pub credentials: credentials::Credentials,
+    /// The CA bundle (PEM) that verifies the API server, published in every namespace as the
+    /// `kube-root-ca.crt` ConfigMap; `None` turns the root-ca-cert-publisher off.
+    pub root_ca_pem: Option<String>,
 }
 
 impl Default for Options {
@@ -81,6 +87,7 @@ impl Default for Options {
             leader_elect: true,
             identity: default_identity(),
             credentials: credentials::Credentials::Shared,
+            root_ca_pem: None,
         }
     }
 }
@@ -126,6 +133,8 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "clusterrole-aggregation-controller",
         "node-controller",
         "generic-garbage-collector",
+        "resourcequota-controller",
+        "root-ca-cert-publisher",
     ] {
         let c = loop {
             match credentials::client_for(&client, &opts.credentials, name, &stop).await {
@@ -161,6 +170,17 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         events.clone(),
         opts.node_monitor_grace_period,
     );
+    let quota = resourcequota::ResourceQuotaController::new(&views["resourcequota-controller"]);
+    let root_ca = match &opts.root_ca_pem {
+        Some(pem) => Some(root_ca_cert_publisher::RootCaCertPublisher::new(
+            &views["root-ca-cert-publisher"],
+            pem.clone(),
+        )),
+        None => {
+            tracing::info!("no root CA given: the root-ca-cert-publisher is off");
+            None
+        }
+    };
     let informers = factory.start(&stop);
     let mut tasks = vec![
         tokio::spawn(rs.run(opts.workers, stop.clone())),
@@ -174,6 +194,10 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
                 .run(opts.workers, stop.clone()),
         ),
     ];
+    tasks.push(tokio::spawn(quota.run(opts.workers, stop.clone())));
+    if let Some(root_ca) = root_ca {
+        tasks.push(tokio::spawn(root_ca.run(1, stop.clone())));
+    }
     if let Some(ipam) = ipam {
         tasks.push(tokio::spawn(ipam.run(stop.clone())));
     }

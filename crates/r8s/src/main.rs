@@ -121,6 +121,11 @@ struct ControllerArgs {
     /// system:controller:* role (as kubeadm sets it), rather than as the controller manager.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     use_service_account_credentials: bool,
+
+    /// CA bundle published in every namespace as the kube-root-ca.crt ConfigMap (default: the
+    /// CA of the API server the controller manager talks to).
+    #[arg(long)]
+    root_ca_file: Option<PathBuf>,
 }
 
 impl ControllerArgs {
@@ -131,7 +136,14 @@ impl ControllerArgs {
         leader_elect: bool,
         config: &kube::Config,
         token_dir: PathBuf,
-    ) -> r8s_controllers::Options {
+    ) -> anyhow::Result<r8s_controllers::Options> {
+        let root_ca_pem = match (&self.root_ca_file, &config.root_cert, &config.root_cert_file) {
+            (Some(path), _, _) | (None, None, Some(path)) => {
+                Some(std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)
+            }
+            (None, Some(ders), _) => Some(r8s_apiserver::pki::certs_pem(ders)),
+            (None, None, None) => None,
+        };
         let credentials = if self.use_service_account_credentials {
             r8s_controllers::credentials::Credentials::ServiceAccounts {
                 config: Box::new(config.clone()),
@@ -140,7 +152,7 @@ impl ControllerArgs {
         } else {
             r8s_controllers::credentials::Credentials::Shared
         };
-        r8s_controllers::Options {
+        Ok(r8s_controllers::Options {
             credentials,
             workers: self.concurrent_syncs.max(1),
             cluster_cidr: Some(self.cluster_cidr.clone()),
@@ -148,7 +160,8 @@ impl ControllerArgs {
             node_monitor_grace_period: self.node_monitor_grace_period,
             leader_elect,
             identity: r8s_controllers::default_identity(),
-        }
+            root_ca_pem,
+        })
     }
 }
 
@@ -412,11 +425,22 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         }
     }
 
-    let mut admission = r8s_apiserver::admission::AdmissionChain::default();
-    admission.push_mutating(r8s_apiserver::admission::priority::Priority { store: store.clone() });
-    admission.push_mutating(r8s_apiserver::admission::tolerations::DefaultTolerationSeconds::default());
-    admission.push_validating(r8s_apiserver::admission::node_restriction::NodeRestriction);
-    admission.push_validating(r8s_apiserver::admission::pod_security::PodSecurity { store: store.clone() });
+    // Upstream's default plugins in upstream's order: each phase runs its plugins in this order,
+    // mutating first (NamespaceLifecycle, LimitRanger, ServiceAccount, Priority,
+    // DefaultTolerationSeconds), then validating (LimitRanger, ServiceAccount, NodeRestriction,
+    // PodSecurity, ResourceQuota last).
+    use r8s_apiserver::admission as adm;
+    let mut admission = adm::AdmissionChain::default();
+    admission.push_mutating(adm::namespace_lifecycle::NamespaceLifecycle { store: store.clone() });
+    admission.push_mutating(adm::limit_ranger::LimitRanger { store: store.clone() });
+    admission.push_mutating(adm::service_account::ServiceAccount { store: store.clone() });
+    admission.push_mutating(adm::priority::Priority { store: store.clone() });
+    admission.push_mutating(adm::tolerations::DefaultTolerationSeconds::default());
+    admission.push_validating(adm::limit_ranger::LimitRanger { store: store.clone() });
+    admission.push_validating(adm::service_account::ServiceAccount { store: store.clone() });
+    admission.push_validating(adm::node_restriction::NodeRestriction);
+    admission.push_validating(adm::pod_security::PodSecurity { store: store.clone() });
+    admission.push_validating(adm::resource_quota::ResourceQuota::new(store.clone()));
 
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
         serving: r8s_apiserver::ServingConfig {
@@ -475,7 +499,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let config = config_from_kubeconfig(&path).await?;
         let client = kube::Client::try_from(config.clone())?;
         let token_dir = data_dir.join("server").join("cred").join("controllers");
-        let opts = args.controllers.options(true, &config, token_dir);
+        let mut opts = args.controllers.options(true, &config, token_dir)?;
+        if args.controllers.root_ca_file.is_none() {
+            opts.root_ca_pem = Some(pki.ca_cert_pem.clone());
+        }
         components.push(tokio::spawn(r8s_controllers::run(client, opts, stop.clone())));
     }
     if !args.disable_scheduler {
@@ -593,7 +620,7 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let task = tokio::spawn(r8s_controllers::run(
         client,
         args.controllers
-            .options(args.leader_elect, &config, token_dir.clone()),
+            .options(args.leader_elect, &config, token_dir.clone())?,
         stop.clone(),
     ));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
