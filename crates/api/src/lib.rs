@@ -5,6 +5,7 @@
 pub mod catalogue;
 pub mod features;
 pub mod quantity;
+pub mod quota;
 pub mod selector;
 pub mod typed;
 pub mod validation;

@@ -4,6 +4,11 @@
 
 /// A quantity in thousandths of its unit (millicores for cpu, millibytes for memory).
 pub fn parse_milli(s: &str) -> Result<i128, String> {
+    parse_scaled(s, 3).map(|(v, _)| v)
+}
+
+/// The quantity times 10^`scale`, rounded up, and the format its suffix implies.
+fn parse_scaled(s: &str, scale: i32) -> Result<(i128, Format), String> {
     let bad = || {
         format!("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {s:?}")
     };
@@ -29,14 +34,21 @@ pub fn parse_milli(s: &str) -> Result<i128, String> {
     let mantissa: i128 = digits.trim_start_matches('0').parse().unwrap_or(0);
     let mut exp10: i32 = -(frac.len() as i32);
     let mut mul: i128 = 1;
+    let mut format = Format::DecimalSI;
     match suffix {
         "" => {}
-        "Ki" => mul = 1 << 10,
-        "Mi" => mul = 1 << 20,
-        "Gi" => mul = 1 << 30,
-        "Ti" => mul = 1 << 40,
-        "Pi" => mul = 1 << 50,
-        "Ei" => mul = 1 << 60,
+        "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
+            format = Format::BinarySI;
+            let power = match suffix {
+                "Ki" => 10,
+                "Mi" => 20,
+                "Gi" => 30,
+                "Ti" => 40,
+                "Pi" => 50,
+                _ => 60,
+            };
+            mul = 1 << power;
+        }
         "n" => exp10 -= 9,
         "u" => exp10 -= 6,
         "m" => exp10 -= 3,
@@ -47,12 +59,13 @@ pub fn parse_milli(s: &str) -> Result<i128, String> {
         "P" => exp10 += 15,
         "E" => exp10 += 18,
         e if e.starts_with(['e', 'E']) => {
+            format = Format::DecimalExponent;
             exp10 += e[1..].parse::<i32>().map_err(|_| bad())?;
         }
         _ => return Err(bad()),
     }
-    // value * 1000 = mantissa * mul * 10^(exp10 + 3), rounded up.
-    let exp = exp10 + 3;
+    // value * 10^scale = mantissa * mul * 10^(exp10 + scale), rounded up.
+    let exp = exp10 + scale;
     let scaled = mantissa.checked_mul(mul).ok_or_else(bad)?;
     let value = if exp >= 0 {
         scaled
@@ -62,7 +75,180 @@ pub fn parse_milli(s: &str) -> Result<i128, String> {
         let div = 10i128.checked_pow((-exp) as u32).unwrap_or(i128::MAX);
         (scaled + div - 1) / div
     };
-    Ok(if negative { -value } else { value })
+    Ok((if negative { -value } else { value }, format))
+}
+
+/// How a quantity is written (upstream's `resource.Format`): its canonical form keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Format {
+    /// "1.5Gi" style: powers of 1024.
+    BinarySI,
+    /// "500m", "2k" style: powers of 1000.
+    #[default]
+    DecimalSI,
+    /// "1e3" style.
+    DecimalExponent,
+}
+
+const NANO: i128 = 1_000_000_000;
+
+/// A resource quantity (upstream's `resource.Quantity`), exact to the nano unit (values are
+/// rounded up to it, as upstream does), with the format of the string it came from so that it
+/// prints back the way upstream's `String()` does ("0.5" prints "500m", "1.5Gi" "1536Mi").
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Quantity {
+    nanos: i128,
+    pub format: Format,
+}
+
+impl Quantity {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (nanos, format) = parse_scaled(s, 9)?;
+        Ok(Self { nanos, format })
+    }
+
+    /// A whole number of units, written in decimal SI.
+    pub fn from_units(n: i64) -> Self {
+        Self {
+            nanos: n as i128 * NANO,
+            format: Format::DecimalSI,
+        }
+    }
+
+    pub fn from_milli(m: i128) -> Self {
+        Self {
+            nanos: m * 1_000_000,
+            format: Format::DecimalSI,
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.nanos == 0
+    }
+
+    /// -1, 0 or 1.
+    pub fn sign(&self) -> i32 {
+        self.nanos.signum() as i32
+    }
+
+    /// Thousandths of the unit, rounded up (upstream `MilliValue`).
+    pub fn milli_value(&self) -> i128 {
+        self.nanos.div_euclid(1_000_000) + i128::from(self.nanos.rem_euclid(1_000_000) != 0)
+    }
+
+    /// Whole units, rounded up (upstream `Value`).
+    pub fn value(&self) -> i128 {
+        self.nanos.div_euclid(NANO) + i128::from(self.nanos.rem_euclid(NANO) != 0)
+    }
+
+    /// The sum, in this quantity's format (or the other's if this one is zero), as upstream's
+    /// `Add`.
+    pub fn add(&self, other: &Quantity) -> Quantity {
+        Quantity {
+            nanos: self.nanos + other.nanos,
+            format: if self.is_zero() { other.format } else { self.format },
+        }
+    }
+
+    pub fn sub(&self, other: &Quantity) -> Quantity {
+        Quantity {
+            nanos: self.nanos - other.nanos,
+            format: if self.is_zero() { other.format } else { self.format },
+        }
+    }
+
+    pub fn neg(&self) -> Quantity {
+        Quantity {
+            nanos: -self.nanos,
+            format: self.format,
+        }
+    }
+}
+
+impl PartialEq for Quantity {
+    fn eq(&self, other: &Self) -> bool {
+        self.nanos == other.nanos
+    }
+}
+
+impl Eq for Quantity {}
+
+impl PartialOrd for Quantity {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Quantity {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.nanos.cmp(&other.nanos)
+    }
+}
+
+impl std::str::FromStr for Quantity {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Quantity::parse(s)
+    }
+}
+
+impl std::fmt::Display for Quantity {
+    /// Upstream's canonical form: the largest suffix that keeps the number whole.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.nanos == 0 {
+            return f.write_str("0");
+        }
+        let sign = if self.nanos < 0 { "-" } else { "" };
+        let abs = self.nanos.unsigned_abs();
+        let mut format = self.format;
+        if format == Format::BinarySI && (abs < 1024 * NANO as u128 || !abs.is_multiple_of(NANO as u128)) {
+            // Small or fractional binary values print in decimal, as upstream.
+            format = Format::DecimalSI;
+        }
+        if format == Format::BinarySI {
+            let mut units = abs / NANO as u128;
+            let mut power = 0;
+            while power < 6 && units.is_multiple_of(1024) {
+                units /= 1024;
+                power += 1;
+            }
+            let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][power];
+            return write!(f, "{sign}{units}{suffix}");
+        }
+        // mantissa * 10^exp with exp a multiple of 3.
+        let mut mantissa = abs;
+        let mut exp: i32 = -9;
+        while mantissa.is_multiple_of(10) {
+            mantissa /= 10;
+            exp += 1;
+        }
+        match exp.rem_euclid(3) {
+            1 => {
+                mantissa *= 10;
+                exp -= 1;
+            }
+            2 => {
+                mantissa *= 100;
+                exp -= 2;
+            }
+            _ => {}
+        }
+        let suffix = match (format, exp) {
+            (_, 0) => String::new(),
+            (Format::DecimalExponent, e) => format!("e{e}"),
+            (_, -9) => "n".into(),
+            (_, -6) => "u".into(),
+            (_, -3) => "m".into(),
+            (_, 3) => "k".into(),
+            (_, 6) => "M".into(),
+            (_, 9) => "G".into(),
+            (_, 12) => "T".into(),
+            (_, 15) => "P".into(),
+            (_, 18) => "E".into(),
+            (_, e) => format!("e{e}"),
+        };
+        write!(f, "{sign}{mantissa}{suffix}")
+    }
 }
 
 /// Whole units, rounded up (upstream `Value`).
@@ -90,6 +276,42 @@ mod tests {
         // Rounded up, as MilliValue does.
         assert_eq!(parse_milli("1u").unwrap(), 1);
         assert_eq!(parse_value("100m").unwrap(), 1);
+    }
+
+    #[test]
+    fn canonical_forms_follow_upstream() {
+        for (given, canonical) in [
+            ("0.5", "500m"),
+            ("1000m", "1"),
+            ("1", "1"),
+            ("1000", "1k"),
+            ("1500", "1500"),
+            ("100m", "100m"),
+            ("10Mi", "10Mi"),
+            ("1.5Gi", "1536Mi"),
+            ("1024Mi", "1Gi"),
+            ("512", "512"),
+            ("0.5Ki", "512"),
+            ("1e3", "1e3"),
+            ("1.5e3", "1500"),
+            ("0", "0"),
+            ("0Mi", "0"),
+            ("-2", "-2"),
+            ("1u", "1u"),
+            ("2G", "2G"),
+        ] {
+            assert_eq!(Quantity::parse(given).unwrap().to_string(), canonical, "{given}");
+        }
+        let q = |s: &str| Quantity::parse(s).unwrap();
+        assert_eq!(q("100m").add(&q("200m")).to_string(), "300m");
+        assert_eq!(q("64Mi").add(&q("64Mi")).to_string(), "128Mi");
+        // Zero takes the other's format, as upstream's Add.
+        assert_eq!(Quantity::default().add(&q("64Mi")).to_string(), "64Mi");
+        assert_eq!(q("1").sub(&q("500m")).to_string(), "500m");
+        assert!(q("1") > q("999m"));
+        assert_eq!(q("1Gi"), q("1073741824"));
+        assert_eq!(q("1.5").milli_value(), 1500);
+        assert_eq!(q("100m").value(), 1);
     }
 
     #[test]

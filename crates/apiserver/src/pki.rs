@@ -174,6 +174,21 @@ pub fn kubeconfig(server: &str, ca_pem: &str, cert_pem: &str, key_pem: &str) -> 
     )
 }
 
+/// Certificates (DER) as one PEM bundle, as a kubeconfig's CA data holds them.
+pub fn certs_pem(ders: &[Vec<u8>]) -> String {
+    let mut out = String::new();
+    for der in ders {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+        out.push_str("-----BEGIN CERTIFICATE-----\n");
+        for line in b64.as_bytes().chunks(64) {
+            out.push_str(std::str::from_utf8(line).unwrap_or_default());
+            out.push('\n');
+        }
+        out.push_str("-----END CERTIFICATE-----\n");
+    }
+    out
+}
+
 /// Write a file readable only by its owner.
 pub fn write_private(path: &Path, contents: &str) -> Result<(), PkiError> {
     if let Some(parent) = path.parent() {

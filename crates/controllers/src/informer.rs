@@ -87,6 +87,11 @@ impl<K: Object> Informer<K> {
         let _ = rx.wait_for(|s| *s).await;
     }
 
+    /// `wait_synced` as an owned future, for [`crate::wait_all`].
+    pub fn synced(self: Arc<Self>) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(async move { self.wait_synced().await })
+    }
+
     fn notify(&self, change: Change<'_, K>) {
         let handlers: Vec<_> = self.handlers.lock().unwrap().clone();
         for h in handlers {

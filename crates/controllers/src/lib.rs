@@ -5,7 +5,8 @@
 //! Machinery: shared informers (`informer`), a rate-limited work queue (`queue`), expectations
 //! (`expectations`), events (`events`) and leader election on a Lease (`leader`). Controllers:
 //! `replicaset`, `deployment`, `gc` (garbage collector), `namespace`, `serviceaccount`,
-//! `nodeipam`, `nodelifecycle`, `clusterrole_aggregation`.
+//! `nodeipam`, `nodelifecycle`, `clusterrole_aggregation`, `resourcequota`,
+//! `root_ca_cert_publisher`.
 
 pub mod certificates;
 pub mod claim;
@@ -22,6 +23,8 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod queue;
 pub mod replicaset;
+pub mod resourcequota;
+pub mod root_ca_cert_publisher;
 pub mod selector;
 pub mod serviceaccount;
 
@@ -72,6 +75,9 @@ pub struct Options {
     pub credentials: credentials::Credentials,
     /// The CA that signs approved client certificate requests (none: nothing is signed).
     pub signing_ca: Option<certificates::SigningCa>,
+    /// The CA bundle (PEM) that verifies the API server, published in every namespace as the
+    /// `kube-root-ca.crt` ConfigMap; `None` turns the root-ca-cert-publisher off.
+    pub root_ca_pem: Option<String>,
 }
 
 impl Default for Options {
@@ -85,6 +91,7 @@ impl Default for Options {
             identity: default_identity(),
             credentials: credentials::Credentials::Shared,
             signing_ca: None,
+            root_ca_pem: None,
         }
     }
 }
@@ -131,6 +138,8 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "node-controller",
         "generic-garbage-collector",
         "certificate-controller",
+        "resourcequota-controller",
+        "root-ca-cert-publisher",
     ] {
         let c = loop {
             match credentials::client_for(&client, &opts.credentials, name, &stop).await {
@@ -168,6 +177,17 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         events.clone(),
         opts.node_monitor_grace_period,
     );
+    let quota = resourcequota::ResourceQuotaController::new(&views["resourcequota-controller"]);
+    let root_ca = match &opts.root_ca_pem {
+        Some(pem) => Some(root_ca_cert_publisher::RootCaCertPublisher::new(
+            &views["root-ca-cert-publisher"],
+            pem.clone(),
+        )),
+        None => {
+            tracing::info!("no root CA given: the root-ca-cert-publisher is off");
+            None
+        }
+    };
     let informers = factory.start(&stop);
     let mut tasks = vec![
         tokio::spawn(rs.run(opts.workers, stop.clone())),
@@ -182,6 +202,10 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
                 .run(opts.workers, stop.clone()),
         ),
     ];
+    tasks.push(tokio::spawn(quota.run(opts.workers, stop.clone())));
+    if let Some(root_ca) = root_ca {
+        tasks.push(tokio::spawn(root_ca.run(1, stop.clone())));
+    }
     if let Some(ipam) = ipam {
         tasks.push(tokio::spawn(ipam.run(stop.clone())));
     }

@@ -470,14 +470,16 @@ pub fn calculate_status(
             .find(|c| c.type_ == "ReplicaFailure")
             .cloned();
         let reason = if diff < 0 { "FailedCreate" } else { "FailedDelete" };
-        let message = error_message(e);
+        // As upstream, a failure already recorded stays as it was: the next error's message
+        // (which names a new random pod) does not rewrite the status, whose update would
+        // bring the ReplicaSet straight back, past its back-off.
         conditions.push(match existing {
-            Some(c) if c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(&message) => c,
-            _ => ReplicaSetCondition {
+            Some(c) => c,
+            None => ReplicaSetCondition {
                 type_: "ReplicaFailure".into(),
                 status: "True".into(),
                 reason: Some(reason.into()),
-                message: Some(message),
+                message: Some(error_message(e)),
                 last_transition_time: Some(Time(now)),
             },
         });
@@ -654,10 +656,15 @@ mod tests {
         assert!(s.conditions.is_none());
         let err = Error::Other("exceeded quota".into());
         let s = calculate_status(&rs, &pods, Some((&err, -1)));
-        let c = &s.conditions.unwrap()[0];
+        let c = &s.conditions.as_ref().unwrap()[0];
         assert_eq!(
             (c.type_.as_str(), c.reason.as_deref()),
             ("ReplicaFailure", Some("FailedCreate"))
         );
+        // A later, different error leaves the recorded failure as it was.
+        rs.status = Some(s.clone());
+        let other = Error::Other("exceeded quota again".into());
+        let again = calculate_status(&rs, &pods, Some((&other, -1)));
+        assert_eq!(again.conditions, s.conditions);
     }
 }

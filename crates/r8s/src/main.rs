@@ -148,6 +148,11 @@ struct ControllerArgs {
     /// system:controller:* role (as kubeadm sets it), rather than as the controller manager.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     use_service_account_credentials: bool,
+
+    /// CA bundle published in every namespace as the kube-root-ca.crt ConfigMap (default: the
+    /// CA of the API server the controller manager talks to).
+    #[arg(long)]
+    root_ca_file: Option<PathBuf>,
 }
 
 impl ControllerArgs {
@@ -158,7 +163,14 @@ impl ControllerArgs {
         leader_elect: bool,
         config: &kube::Config,
         token_dir: PathBuf,
-    ) -> r8s_controllers::Options {
+    ) -> anyhow::Result<r8s_controllers::Options> {
+        let root_ca_pem = match (&self.root_ca_file, &config.root_cert, &config.root_cert_file) {
+            (Some(path), _, _) | (None, None, Some(path)) => {
+                Some(std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?)
+            }
+            (None, Some(ders), _) => Some(r8s_apiserver::pki::certs_pem(ders)),
+            (None, None, None) => None,
+        };
         let credentials = if self.use_service_account_credentials {
             r8s_controllers::credentials::Credentials::ServiceAccounts {
                 config: Box::new(config.clone()),
@@ -167,7 +179,7 @@ impl ControllerArgs {
         } else {
             r8s_controllers::credentials::Credentials::Shared
         };
-        r8s_controllers::Options {
+        Ok(r8s_controllers::Options {
             credentials,
             signing_ca: None,
             workers: self.concurrent_syncs.max(1),
@@ -176,7 +188,8 @@ impl ControllerArgs {
             node_monitor_grace_period: self.node_monitor_grace_period,
             leader_elect,
             identity: r8s_controllers::default_identity(),
-        }
+            root_ca_pem,
+        })
     }
 }
 
@@ -642,34 +655,51 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     r8s_api::features::set(&args.feature_gates).map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
     let on = |name: &str| plugins.iter().any(|p| p == name);
     tracing::info!(plugins = %plugins.join(","), "admission plugins");
-    let mut admission = r8s_apiserver::admission::AdmissionChain::default();
+    // Upstream's default plugins in upstream's order: each phase runs its plugins in this order,
+    // mutating first (NamespaceLifecycle, LimitRanger, ServiceAccount, Priority,
+    // DefaultTolerationSeconds, MutatingAdmissionWebhook), then validating (LimitRanger,
+    // ServiceAccount, NodeRestriction, PodSecurity, ValidatingAdmissionWebhook, ResourceQuota
+    // last).
+    use r8s_apiserver::admission as adm;
+    let mut admission = adm::AdmissionChain::default();
     if r8s_api::features::initializers() {
-        admission
-            .push_mutating(r8s_apiserver::admission::initializers::Initializers { store: store.clone() });
+        admission.push_mutating(adm::initializers::Initializers { store: store.clone() });
+    }
+    if on("NamespaceLifecycle") {
+        admission.push_mutating(adm::namespace_lifecycle::NamespaceLifecycle { store: store.clone() });
+    }
+    if on("LimitRanger") {
+        admission.push_mutating(adm::limit_ranger::LimitRanger { store: store.clone() });
+    }
+    if on("ServiceAccount") {
+        admission.push_mutating(adm::service_account::ServiceAccount { store: store.clone() });
     }
     if on("Priority") {
-        admission.push_mutating(r8s_apiserver::admission::priority::Priority { store: store.clone() });
+        admission.push_mutating(adm::priority::Priority { store: store.clone() });
     }
     if on("DefaultTolerationSeconds") {
-        admission.push_mutating(r8s_apiserver::admission::tolerations::DefaultTolerationSeconds::default());
+        admission.push_mutating(adm::tolerations::DefaultTolerationSeconds::default());
+    }
+    if on("MutatingAdmissionWebhook") {
+        admission.push_mutating(adm::webhook::MutatingWebhook::start(store.clone()));
+    }
+    if on("LimitRanger") {
+        admission.push_validating(adm::limit_ranger::LimitRanger { store: store.clone() });
+    }
+    if on("ServiceAccount") {
+        admission.push_validating(adm::service_account::ServiceAccount { store: store.clone() });
     }
     if on("NodeRestriction") {
-        admission.push_validating(r8s_apiserver::admission::node_restriction::NodeRestriction);
+        admission.push_validating(adm::node_restriction::NodeRestriction);
     }
     if on("PodSecurity") {
-        admission
-            .push_validating(r8s_apiserver::admission::pod_security::PodSecurity { store: store.clone() });
-    }
-    // As upstream orders them: the webhooks come last in their lists.
-    if on("MutatingAdmissionWebhook") {
-        admission.push_mutating(r8s_apiserver::admission::webhook::MutatingWebhook::start(
-            store.clone(),
-        ));
+        admission.push_validating(adm::pod_security::PodSecurity { store: store.clone() });
     }
     if on("ValidatingAdmissionWebhook") {
-        admission.push_validating(r8s_apiserver::admission::webhook::ValidatingWebhook::start(
-            store.clone(),
-        ));
+        admission.push_validating(adm::webhook::ValidatingWebhook::start(store.clone()));
+    }
+    if on("ResourceQuota") {
+        admission.push_validating(adm::resource_quota::ResourceQuota::new(store.clone()));
     }
 
     let audit = audit_options(&args)?;
@@ -744,11 +774,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let config = config_from_kubeconfig(&path).await?;
         let client = kube::Client::try_from(config.clone())?;
         let token_dir = data_dir.join("server").join("cred").join("controllers");
-        let mut opts = args.controllers.options(true, &config, token_dir);
+        let mut opts = args.controllers.options(true, &config, token_dir)?;
         opts.signing_ca = Some(r8s_controllers::certificates::SigningCa {
             cert_pem: pki.ca_cert_pem.clone(),
             key_pem: pki.ca_key_pem().to_owned(),
         });
+        if args.controllers.root_ca_file.is_none() {
+            opts.root_ca_pem = Some(pki.ca_cert_pem.clone());
+        }
         components.push(tokio::spawn(r8s_controllers::run(client, opts, stop.clone())));
     }
     if !args.disable_scheduler {
@@ -866,7 +899,7 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let task = tokio::spawn(r8s_controllers::run(
         client,
         args.controllers
-            .options(args.leader_elect, &config, token_dir.clone()),
+            .options(args.leader_elect, &config, token_dir.clone())?,
         stop.clone(),
     ));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

@@ -3,9 +3,13 @@
 //! document's "Admission control" stage).
 
 pub mod initializers;
+pub mod limit_ranger;
+pub mod namespace_lifecycle;
 pub mod node_restriction;
 pub mod pod_security;
 pub mod priority;
+pub mod resource_quota;
+pub mod service_account;
 pub mod tolerations;
 pub mod webhook;
 
@@ -65,6 +69,91 @@ pub struct Attributes<'a> {
     pub warnings: &'a Warnings,
 }
 
+impl Attributes<'_> {
+    /// `resource.group` of the request (`pods`, `deployments.apps`).
+    pub fn group_resource(&self) -> String {
+        if self.request.api_group.is_empty() {
+            self.request.resource.clone()
+        } else {
+            format!("{}.{}", self.request.resource, self.request.api_group)
+        }
+    }
+
+    /// Whether the request is about the main resource `group`/`resource` (no subresource).
+    pub fn is(&self, group: &str, resource: &str) -> bool {
+        self.request.api_group == group
+            && self.request.resource == resource
+            && self.request.subresource.is_empty()
+    }
+
+    /// The object's name as upstream's admission errors give it: the request's, else the
+    /// object's, else its generateName (before a name is generated), else "Unknown".
+    pub fn name(&self) -> String {
+        if !self.request.name.is_empty() {
+            return self.request.name.clone();
+        }
+        let meta = match self.object.as_deref() {
+            Some(o) => &o["metadata"],
+            None => return "Unknown".into(),
+        };
+        meta["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .or(meta["generateName"].as_str().filter(|n| !n.is_empty()))
+            .unwrap_or("Unknown")
+            .to_owned()
+    }
+
+    /// 403 `<resource> "<name>" is forbidden: <reason>` (upstream's `admission.NewForbidden`).
+    pub fn forbidden(&self, reason: impl std::fmt::Display) -> ApiError {
+        let name = self.name();
+        ApiError::forbidden(format!(
+            "{} \"{name}\" is forbidden: {reason}",
+            self.group_resource()
+        ))
+        .with_details(serde_json::json!({
+            "name": name,
+            "group": self.request.api_group,
+            "kind": self.request.resource,
+        }))
+    }
+}
+
+/// Several errors as one message, as upstream's `utilerrors.NewAggregate`: one alone as it
+/// is, more as `[a, b]`, repeats left out.
+pub fn aggregate(errs: &[String]) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for e in errs {
+        if !seen.contains(&e.as_str()) {
+            seen.push(e);
+        }
+    }
+    match seen.len() {
+        1 => seen[0].to_owned(),
+        _ => format!("[{}]", seen.join(", ")),
+    }
+}
+
+/// The stored objects under a key prefix, decoded (those that do not decode are skipped).
+pub(crate) async fn list_stored(store: &dyn r8s_store::Store, prefix: &str) -> Result<Vec<Value>, ApiError> {
+    let resp = store
+        .range(r8s_store::RangeRequest {
+            prefix: prefix.into(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("listing {prefix}: {e}")))?;
+    Ok(resp
+        .kvs
+        .iter()
+        .filter_map(|kv| {
+            let mut v: Value = serde_json::from_slice(&kv.value).ok()?;
+            crate::registry::meta::set_resource_version(&mut v, kv.mod_revision);
+            Some(v)
+        })
+        .collect())
+}
+
 #[async_trait]
 pub trait MutatingPlugin: Send + Sync {
     fn name(&self) -> &'static str;
@@ -94,9 +183,21 @@ impl AdmissionChain {
 
     /// Run every mutating plugin, then every validating one; the first refusal ends it.
     pub async fn run(&self, attrs: &mut Attributes<'_>) -> Result<(), ApiError> {
+        self.admit(attrs).await?;
+        self.validate(attrs).await
+    }
+
+    /// The mutating phase alone (the registry runs it before its own defaulting and
+    /// validation, as upstream's handlers do).
+    pub async fn admit(&self, attrs: &mut Attributes<'_>) -> Result<(), ApiError> {
         for p in &self.mutating {
             p.admit(attrs).await?;
         }
+        Ok(())
+    }
+
+    /// The validating phase alone (after the object is validated, before it is stored).
+    pub async fn validate(&self, attrs: &Attributes<'_>) -> Result<(), ApiError> {
         for p in &self.validating {
             p.validate(attrs).await?;
         }

@@ -831,27 +831,6 @@ fn operation_options(ctx: &Ctx, kind: &str, dry_run: bool) -> Value {
     o
 }
 
-/// Namespaced objects may only be created in a namespace that exists and is not terminating
-/// (upstream's NamespaceLifecycle admission).
-async fn check_namespace(ctx: &Ctx, def: &ResourceDef, ns: &str) -> Result<(), ApiError> {
-    if !def.namespaced {
-        return Ok(());
-    }
-    let ns_def = r8s_api::find("", "v1", "namespaces").expect("namespaces are in the catalogue");
-    let obj =
-        read(ctx, ns_def, "", ns)
-            .await
-            .map_err(|e| if e.code == 404 { not_found(ns_def, ns) } else { e })?;
-    if obj["status"]["phase"] == "Terminating" {
-        return Err(ApiError::forbidden(format!(
-            "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-            def.group_resource(),
-            meta::name(&obj)
-        )));
-    }
-    Ok(())
-}
-
 async fn create(
     ctx: &Ctx,
     def: &ResourceDef,
@@ -869,8 +848,8 @@ async fn create(
     ))
 }
 
-/// Create a decoded object: metadata, defaults, validation, namespace, admission, allocations,
-/// store. Returns the stored object.
+/// Create a decoded object: metadata, defaults, mutating admission, name, validation,
+/// validating admission, allocations, store. Returns the stored object.
 pub(crate) async fn create_object(
     ctx: &Ctx,
     def: &ResourceDef,
@@ -878,6 +857,36 @@ pub(crate) async fn create_object(
     mut obj: Value,
     dry_run: bool,
 ) -> Result<Value, ApiError> {
+    {
+        let m = meta::meta_mut(&mut obj);
+        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
+        m.remove("resourceVersion");
+        m.remove("deletionTimestamp");
+        m.remove("deletionGracePeriodSeconds");
+        if strategy::tracks_generation(def) {
+            m.insert("generation".into(), json!(1));
+        } else {
+            m.remove("generation");
+        }
+    }
+    strategy::default(def, &mut obj);
+    let options = operation_options(ctx, "CreateOptions", dry_run);
+    // Mutating admission sees the object as the client sent it, defaulted, before its name is
+    // generated; validating admission sees it as it will be stored (upstream's order).
+    ctx.shared
+        .admission
+        .admit(&mut Attributes {
+            operation: Operation::Create,
+            request: &ctx.info,
+            user: &ctx.user,
+            object: Some(&mut obj),
+            old_object: None,
+            dry_run,
+            options: Some(&options),
+            warnings: &ctx.warnings,
+        })
+        .await?;
     {
         let m = meta::meta_mut(&mut obj);
         let name = m.get("name").and_then(Value::as_str).unwrap_or("").to_owned();
@@ -890,16 +899,6 @@ pub(crate) async fn create_object(
                 let generated = format!("{g}{}", meta::random_suffix());
                 m.insert("name".into(), json!(generated));
             }
-        }
-        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
-        m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
-        m.remove("resourceVersion");
-        m.remove("deletionTimestamp");
-        m.remove("deletionGracePeriodSeconds");
-        if strategy::tracks_generation(def) {
-            m.insert("generation".into(), json!(1));
-        } else {
-            m.remove("generation");
         }
     }
     strategy::prepare_for_create(def, &mut obj);
@@ -926,17 +925,14 @@ pub(crate) async fn create_object(
             }
         }
     }
-    strategy::default(def, &mut obj);
     let name = meta::name(&obj).to_owned();
     let errs = strategy::validate(def, &obj);
     if !errs.is_empty() {
         return Err(invalid(def, &name, &errs));
     }
-    check_namespace(ctx, def, ns).await?;
-    let options = operation_options(ctx, "CreateOptions", dry_run);
     ctx.shared
         .admission
-        .run(&mut Attributes {
+        .validate(&Attributes {
             operation: Operation::Create,
             request: &ctx.info,
             user: &ctx.user,
@@ -1045,6 +1041,20 @@ pub(crate) async fn apply_update(
     if view != subresource::View::Apply {
         apply::record_update(Some(old), &mut obj, &ctx.field_manager(), &def.api_version());
     }
+    let options = operation_options(ctx, "UpdateOptions", dry_run);
+    ctx.shared
+        .admission
+        .admit(&mut Attributes {
+            operation: Operation::Update,
+            request: &ctx.info,
+            user: &ctx.user,
+            object: Some(&mut obj),
+            old_object: Some(old),
+            dry_run,
+            options: Some(&options),
+            warnings: &ctx.warnings,
+        })
+        .await?;
     if matches!(view, subresource::View::Main | subresource::View::Apply) {
         strategy::prepare_for_update(def, &mut obj, old);
         if def.plural == "services" {
@@ -1061,10 +1071,9 @@ pub(crate) async fn apply_update(
     if !errs.is_empty() {
         return Err(invalid(def, name, &errs));
     }
-    let options = operation_options(ctx, "UpdateOptions", dry_run);
     ctx.shared
         .admission
-        .run(&mut Attributes {
+        .validate(&Attributes {
             operation: Operation::Update,
             request: &ctx.info,
             user: &ctx.user,

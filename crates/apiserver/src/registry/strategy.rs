@@ -809,8 +809,48 @@ pub(crate) fn columns(def: &ResourceDef) -> Vec<Column> {
             wide("Count", "The number of times this event has occurred."),
             Column { priority: 1, ..NAME },
         ],
+        "resourcequotas" => vec![
+            NAME,
+            AGE,
+            col("Request", "string", "Request represents a minimum amount of cpu/memory that a container may consume."),
+            col("Limit", "string", "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node."),
+        ],
+        "limitranges" => vec![
+            NAME,
+            col("Created At", "date", "CreationTimestamp is a timestamp representing the server time when this object was created."),
+        ],
         _ => vec![NAME, AGE],
     }
+}
+
+/// The REQUEST and LIMIT cells of a ResourceQuota: `name: used/hard` for each resource of
+/// its spec, sorted, `limits.*` in the second (upstream `printResourceQuota`).
+fn quota_cells(obj: &Value) -> (String, String) {
+    let quantity = |v: &Value| {
+        v.as_str()
+            .and_then(|s| r8s_api::quantity::Quantity::parse(s).ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (mut requests, mut limits) = (Vec::new(), Vec::new());
+    let mut names: Vec<&String> = obj["spec"]["hard"]
+        .as_object()
+        .map(|m| m.keys().collect())
+        .unwrap_or_default();
+    names.sort();
+    for r in names {
+        let cell = format!(
+            "{r}: {}/{}",
+            quantity(&obj["status"]["used"][r.as_str()]),
+            quantity(&obj["status"]["hard"][r.as_str()])
+        );
+        if r.starts_with("limits.") {
+            limits.push(cell);
+        } else {
+            requests.push(cell);
+        }
+    }
+    (requests.join(", "), limits.join(", "))
 }
 
 fn count(v: &Value) -> usize {
@@ -1128,6 +1168,11 @@ pub(crate) fn cells(def: &ResourceDef, obj: &Value) -> Vec<Value> {
                 }),
             ]
         }
+        "resourcequotas" => {
+            let (requests, limits) = quota_cells(obj);
+            vec![name, age, json!(requests), json!(limits)]
+        }
+        "limitranges" => vec![name, obj["metadata"]["creationTimestamp"].clone()],
         _ => vec![name, age],
     }
 }
@@ -1208,6 +1253,18 @@ mod tests {
         assert!(errs[0]
             .message
             .starts_with("Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain"));
+    }
+
+    #[test]
+    fn quota_rows_show_used_over_hard() {
+        let q = json!({"metadata": {"name": "q"},
+            "spec": {"hard": {"pods": "2", "limits.cpu": "2", "requests.memory": "1Gi"}},
+            "status": {"hard": {"pods": "2", "limits.cpu": "2", "requests.memory": "1Gi"},
+                       "used": {"pods": "2", "limits.cpu": "500m"}}});
+        let cells = cells(def("resourcequotas"), &q);
+        assert_eq!(cells[2], "pods: 2/2, requests.memory: 0/1Gi");
+        assert_eq!(cells[3], "limits.cpu: 500m/2");
+        assert_eq!(columns(def("resourcequotas")).len(), cells.len());
     }
 }
 

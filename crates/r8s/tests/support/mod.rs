@@ -109,7 +109,34 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        // Pods are refused until their namespace's `default` ServiceAccount exists (the
+        // ServiceAccount admission plugin, as upstream); the controller manager makes it once
+        // it runs. Tests start creating pods when it is there, as upstream's e2e framework does.
+        if !extra.contains(&"--disable-controller-manager") {
+            server.wait_for_default_service_account("default");
+        }
         server
+    }
+
+    /// Wait until `ns` has its `default` ServiceAccount (made by the serviceaccount controller
+    /// just after the namespace).
+    pub fn wait_for_default_service_account(&self, ns: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = self.kubectl(
+                "1.33",
+                &["-n", ns, "get", "serviceaccount", "default", "-o", "name"],
+            );
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no default ServiceAccount in {ns}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     pub fn log(&self) -> String {
