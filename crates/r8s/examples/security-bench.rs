@@ -5,7 +5,7 @@
 //!
 //!   cargo build --release -p r8s --bins --examples && target/release/examples/security-bench
 //!
-//! The requests come from a token user bound to `edit` in the benchmark namespace (an admin in
+//! The requests come from a token user bound to a pods Role in the benchmark namespace (an admin in
 //! system:masters would be allowed before RBAC looks). Sizes: --pods N --gets N --roles N.
 
 #[path = "common/mod.rs"]
@@ -121,15 +121,31 @@ async fn populate(admin: &Client, roles: usize) {
             .await
             .unwrap();
     }
+    // (Not `edit`: aggregated roles are filled by the controller manager, which does not run
+    // here, so the user gets a Role of its own.)
+    role_api
+        .create(
+            &post,
+            &Role {
+                metadata: meta("bench-pods"),
+                rules: Some(vec![rule(
+                    &["create", "get", "list", "watch", "delete"],
+                    "",
+                    "pods",
+                )]),
+            },
+        )
+        .await
+        .unwrap();
     binding_api
         .create(
             &post,
             &RoleBinding {
-                metadata: meta("bench-edit"),
+                metadata: meta("bench-pods"),
                 role_ref: RoleRef {
                     api_group: "rbac.authorization.k8s.io".into(),
-                    kind: "ClusterRole".into(),
-                    name: "edit".into(),
+                    kind: "Role".into(),
+                    name: "bench-pods".into(),
                 },
                 subjects: Some(vec![Subject {
                     kind: "User".into(),

@@ -34,6 +34,8 @@ struct Grant {
     /// The binding and subject that grant it, in upstream's words for an allow's reason
     /// (`ClusterRoleBinding "x" of ClusterRole "y" to Group "z"`).
     source: Arc<str>,
+    /// The role's rules, resolved when the index is built (a decision then allocates nothing).
+    rules: Option<Arc<Vec<Rule>>>,
 }
 
 #[derive(Default)]
@@ -147,12 +149,14 @@ impl Objects {
                 } else {
                     format!("{kind} {name:?}")
                 };
-                let grant = Grant {
+                let mut grant = Grant {
                     namespace: namespace.clone(),
                     role_kind: role_kind.clone(),
                     role_name: role_name.clone(),
                     source: format!("{binding} of {role_kind} {role_name:?} to {subject}").into(),
+                    rules: None,
                 };
+                grant.rules = idx.role_rules(&grant).cloned();
                 match s["kind"].as_str() {
                     Some("User") => idx
                         .by_user
@@ -248,6 +252,7 @@ impl Rbac {
             role_kind: kind.to_owned(),
             role_name: name.to_owned(),
             source: "".into(),
+            rules: None,
         };
         idx.role_rules(&g).map(|r| r.as_ref().clone())
     }
@@ -267,7 +272,8 @@ impl Rbac {
             if g.namespace.as_deref().is_some_and(|ns| ns != r.namespace) {
                 return false;
             }
-            idx.role_rules(g)
+            g.rules
+                .as_ref()
                 .is_some_and(|rules| rules.iter().any(|rule| rule.allows(r)))
         })?;
         Some(format!("RBAC: allowed by {}", grant.source))

@@ -69,14 +69,19 @@ impl Rule {
         if !has_or_star(&self.api_groups, &r.api_group) {
             return false;
         }
-        let combined = if r.subresource.is_empty() {
-            r.resource.clone()
-        } else {
-            format!("{}/{}", r.resource, r.subresource)
+        // `resource` or `resource/subresource`, compared without building the string.
+        let is_combined = |res: &str| {
+            if r.subresource.is_empty() {
+                res == r.resource
+            } else {
+                res.strip_prefix(r.resource.as_str())
+                    .and_then(|rest| rest.strip_prefix('/'))
+                    .is_some_and(|sub| sub == r.subresource)
+            }
         };
         let resource_ok = self.resources.iter().any(|res| {
             res == "*"
-                || *res == combined
+                || is_combined(res)
                 || (!r.subresource.is_empty()
                     && res.strip_prefix("*/").is_some_and(|sub| sub == r.subresource))
         });
