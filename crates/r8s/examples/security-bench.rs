@@ -6,7 +6,8 @@
 //!   cargo build --release -p r8s --bins --examples && target/release/examples/security-bench
 //!
 //! The requests come from a token user bound to a pods Role in the benchmark namespace (an admin in
-//! system:masters would be allowed before RBAC looks). Sizes: --pods N --gets N --roles N.
+//! system:masters would be allowed before RBAC looks). Sizes: --pods N --gets N --roles N;
+//! `--breakdown` adds the secure chain without audit and without admission.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -406,6 +407,19 @@ async fn main() {
         roles,
     )
     .await;
+    // `--breakdown`: also the secure chain without audit, and with audit but no admission, to
+    // see where its cost goes.
+    if std::env::args().any(|a| a == "--breakdown") {
+        chain("no-audit", &[], pods, gets, roles).await;
+        chain(
+            "no-adm",
+            &["audit", "--disable-admission-plugins", all_plugins],
+            pods,
+            gets,
+            roles,
+        )
+        .await;
+    }
     let (sc, sg) = chain("secure", &["audit"], pods, gets, roles).await;
     println!(
         "secure/open: creates {:.1}%, gets {:.1}% (target ≥ 90%)",
