@@ -332,8 +332,6 @@ impl ValidatingPlugin for LimitRanger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authn::UserInfo;
-    use crate::request_info::parse_request;
 
     fn limit_range() -> Value {
         json!({"metadata": {"name": "lr", "namespace": "dev"}, "spec": {"limits": [
@@ -366,21 +364,8 @@ mod tests {
     }
 
     async fn admit_pod(store: Arc<dyn Store>, pod: &mut Value) -> Result<(), ApiError> {
-        let info = parse_request(&http::Method::POST, "/api/v1/namespaces/dev/pods", None);
-        let user = UserInfo::default();
-        let mut attrs = Attributes {
-            operation: Operation::Create,
-            request: &info,
-            user: &user,
-            object: Some(pod),
-            old_object: None,
-            dry_run: false,
-            options: None,
-            warnings: &Default::default(),
-        };
         let plugin = LimitRanger { store };
-        MutatingPlugin::admit(&plugin, &mut attrs).await?;
-        ValidatingPlugin::validate(&plugin, &attrs).await
+        crate::admission::testing::create_pod("dev", pod, Some(&plugin), Some(&plugin)).await
     }
 
     #[tokio::test]

@@ -205,6 +205,43 @@ impl AdmissionChain {
     }
 }
 
+/// What the plugins' unit tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// Create `pod` in namespace `ns` through `mutating` then `validating` (either may be
+    /// absent), as the chain would run them.
+    pub async fn create_pod(
+        ns: &str,
+        pod: &mut Value,
+        mutating: Option<&dyn MutatingPlugin>,
+        validating: Option<&dyn ValidatingPlugin>,
+    ) -> Result<(), ApiError> {
+        let path = format!("/api/v1/namespaces/{ns}/pods");
+        let info = crate::request_info::parse_request(&http::Method::POST, &path, None);
+        let user = UserInfo::default();
+        let warnings = Warnings::default();
+        let mut attrs = Attributes {
+            operation: Operation::Create,
+            request: &info,
+            user: &user,
+            object: Some(pod),
+            old_object: None,
+            dry_run: false,
+            options: None,
+            warnings: &warnings,
+        };
+        if let Some(m) = mutating {
+            m.admit(&mut attrs).await?;
+        }
+        if let Some(v) = validating {
+            v.validate(&attrs).await?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

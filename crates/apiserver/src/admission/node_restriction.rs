@@ -13,6 +13,19 @@ pub struct NodeRestriction;
 /// Labels a kubelet may not set on its own Node (they steer workloads to trusted nodes).
 const RESTRICTED_LABEL_PREFIX: &str = "node-restriction.kubernetes.io/";
 
+/// The name of the object written: the new object's on a create, the URL's otherwise.
+fn target_name(a: &Attributes<'_>) -> String {
+    if a.operation == Operation::Create {
+        a.object
+            .as_deref()
+            .and_then(|o| o["metadata"]["name"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    } else {
+        a.request.name.clone()
+    }
+}
+
 fn forbidden(what: &str, name: &str, msg: String) -> ApiError {
     ApiError::forbidden(format!("{what} \"{name}\" is forbidden: {msg}"))
 }
@@ -89,15 +102,7 @@ impl ValidatingPlugin for NodeRestriction {
                 _ => Ok(()),
             },
             ("", "nodes") => {
-                let target = if a.operation == Operation::Create {
-                    a.object
-                        .as_deref()
-                        .and_then(|o| o["metadata"]["name"].as_str())
-                        .unwrap_or_default()
-                        .to_owned()
-                } else {
-                    name.to_owned()
-                };
+                let target = target_name(a);
                 if target != node {
                     return Err(forbidden(
                         "nodes",
@@ -129,15 +134,7 @@ impl ValidatingPlugin for NodeRestriction {
                 Ok(())
             }
             ("coordination.k8s.io", "leases") if r.namespace == "kube-node-lease" => {
-                let target = if a.operation == Operation::Create {
-                    a.object
-                        .as_deref()
-                        .and_then(|o| o["metadata"]["name"].as_str())
-                        .unwrap_or_default()
-                        .to_owned()
-                } else {
-                    name.to_owned()
-                };
+                let target = target_name(a);
                 if target != node {
                     return Err(forbidden(
                         "leases.coordination.k8s.io",

@@ -108,8 +108,6 @@ impl MutatingPlugin for Priority {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authn::UserInfo;
-    use crate::request_info::parse_request;
 
     async fn store(classes: &[Value]) -> (tempfile::TempDir, Arc<dyn Store>) {
         let dir = tempfile::tempdir().unwrap();
@@ -126,19 +124,7 @@ mod tests {
     }
 
     async fn admit(store: Arc<dyn Store>, pod: &mut Value) -> Result<(), ApiError> {
-        let info = parse_request(&http::Method::POST, "/api/v1/namespaces/default/pods", None);
-        let user = UserInfo::default();
-        let mut attrs = Attributes {
-            operation: Operation::Create,
-            request: &info,
-            user: &user,
-            object: Some(pod),
-            old_object: None,
-            dry_run: false,
-            options: None,
-            warnings: &Default::default(),
-        };
-        Priority { store }.admit(&mut attrs).await
+        crate::admission::testing::create_pod("default", pod, Some(&Priority { store }), None).await
     }
 
     #[tokio::test]

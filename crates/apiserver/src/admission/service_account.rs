@@ -351,8 +351,6 @@ impl ValidatingPlugin for ServiceAccount {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authn::UserInfo;
-    use crate::request_info::parse_request;
 
     async fn store_with(accounts: &[Value]) -> (tempfile::TempDir, Arc<dyn Store>) {
         let dir = tempfile::tempdir().unwrap();
@@ -372,21 +370,8 @@ mod tests {
     }
 
     async fn admit(store: Arc<dyn Store>, pod: &mut Value) -> Result<(), ApiError> {
-        let info = parse_request(&http::Method::POST, "/api/v1/namespaces/dev/pods", None);
-        let user = UserInfo::default();
-        let mut attrs = Attributes {
-            operation: Operation::Create,
-            request: &info,
-            user: &user,
-            object: Some(pod),
-            old_object: None,
-            dry_run: false,
-            options: None,
-            warnings: &Default::default(),
-        };
         let plugin = ServiceAccount { store };
-        MutatingPlugin::admit(&plugin, &mut attrs).await?;
-        ValidatingPlugin::validate(&plugin, &attrs).await
+        crate::admission::testing::create_pod("dev", pod, Some(&plugin), Some(&plugin)).await
     }
 
     #[tokio::test]

@@ -188,6 +188,42 @@ impl Dispatcher {
         ))
     }
 
+    /// Send `hook` the review of the request `a` (`object`: the new object already in the
+    /// version the hook asked for) and verify the answer.
+    #[allow(clippy::too_many_arguments)]
+    async fn review(
+        &self,
+        hook: &Hook,
+        mutating: bool,
+        version: &str,
+        view: &RequestView<'_>,
+        inv: &Invocation,
+        a: &Attributes<'_>,
+        object: Option<&Value>,
+    ) -> Result<review::Answer, (CallStage, String)> {
+        let old_object = a.old_object.map(|o| versioned(view, inv, o));
+        let uid = uuid::Uuid::new_v4().to_string();
+        let (kg, kv, kk) = matching::kind_of(inv.def, view.attrs.subresource);
+        let (rg, rv, rk) = matching::kind_of(view.def, view.attrs.subresource);
+        let req = review::ReviewRequest {
+            uid: &uid,
+            kind: (&kg, &kv, &kk),
+            resource: invocation_resource(inv),
+            subresource: view.attrs.subresource,
+            request_kind: (&rg, &rv, &rk),
+            request_resource: (view.def.group, view.def.version, view.def.plural),
+            name: &view.name,
+            namespace: view.attrs.namespace,
+            operation: view.attrs.operation,
+            user: a.user,
+            object,
+            old_object: old_object.as_ref(),
+            dry_run: a.dry_run,
+            options: a.options,
+        };
+        self.call(hook, mutating, &req, version).await
+    }
+
     /// Send the review for `hook` and verify the answer. Errors are the reason alone (the
     /// caller words them as its upstream dispatcher does).
     async fn call(
@@ -332,27 +368,11 @@ impl MutatingWebhook {
             ));
         };
         let object = a.object.as_deref().map(|o| versioned(view, inv, o));
-        let old_object = a.old_object.map(|o| versioned(view, inv, o));
-        let uid = uuid::Uuid::new_v4().to_string();
-        let (kg, kv, kk) = matching::kind_of(inv.def, view.attrs.subresource);
-        let (rg, rv, rk) = matching::kind_of(view.def, view.attrs.subresource);
-        let req = review::ReviewRequest {
-            uid: &uid,
-            kind: (&kg, &kv, &kk),
-            resource: invocation_resource(inv),
-            subresource: view.attrs.subresource,
-            request_kind: (&rg, &rv, &rk),
-            request_resource: (view.def.group, view.def.version, view.def.plural),
-            name: &view.name,
-            namespace: view.attrs.namespace,
-            operation: view.attrs.operation,
-            user: a.user,
-            object: object.as_ref(),
-            old_object: old_object.as_ref(),
-            dry_run: a.dry_run,
-            options: a.options,
-        };
-        let answer = match self.d.call(hook, true, &req, version).await {
+        let answer = match self
+            .d
+            .review(hook, true, version, view, inv, a, object.as_ref())
+            .await
+        {
             Ok(answer) => answer,
             Err((CallStage::Client, e)) => return Err(calling(format!("could not get REST client: {e}"))),
             Err((CallStage::Call, e)) => return Err(calling(format!("failed to call webhook: {e}"))),
@@ -514,29 +534,9 @@ impl ValidatingWebhook {
             ));
         };
         let object = a.object.as_deref().map(|o| versioned(view, inv, o));
-        let old_object = a.old_object.map(|o| versioned(view, inv, o));
-        let uid = uuid::Uuid::new_v4().to_string();
-        let (kg, kv, kk) = matching::kind_of(inv.def, view.attrs.subresource);
-        let (rg, rv, rk) = matching::kind_of(view.def, view.attrs.subresource);
-        let req = review::ReviewRequest {
-            uid: &uid,
-            kind: (&kg, &kv, &kk),
-            resource: invocation_resource(inv),
-            subresource: view.attrs.subresource,
-            request_kind: (&rg, &rv, &rk),
-            request_resource: (view.def.group, view.def.version, view.def.plural),
-            name: &view.name,
-            namespace: view.attrs.namespace,
-            operation: view.attrs.operation,
-            user: a.user,
-            object: object.as_ref(),
-            old_object: old_object.as_ref(),
-            dry_run: a.dry_run,
-            options: a.options,
-        };
         let answer = self
             .d
-            .call(hook, false, &req, version)
+            .review(hook, false, version, view, inv, a, object.as_ref())
             .await
             .map_err(|(_, e)| calling(e))?;
         for w in &answer.warnings {
