@@ -6,11 +6,15 @@
 //! The cache also holds every object of the resource (as JSON ready to send, with its labels
 //! and selectable fields), so lists at a resourceVersion are served from memory too.
 //!
+//! Nothing is kept as a `serde_json::Value` (a pod as a Value takes several times its JSON's
+//! size): an event holds its line, the object's JSON is a slice of that line, and the state
+//! before the change is the cache's previous entry for the key, shared, not decoded again.
+//!
 //! A watch whose start revision is older than the window falls back to a direct datastore
 //! watch (which answers 410 if compaction took it).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,28 +34,26 @@ pub(crate) struct CachedEvent {
     pub revision: i64,
     pub key: String,
     pub kind: EventKind,
+    /// The object's namespace ("" for cluster-scoped resources).
+    pub namespace: String,
     /// The object after the change (for deletes: the last state, at the deletion revision).
-    pub object: Arc<Value>,
+    pub object: Arc<CachedObject>,
     /// The object before the change, for updates and deletes.
-    pub prev: Option<Arc<Value>>,
-    line: OnceLock<Bytes>,
+    pub prev: Option<Arc<CachedObject>>,
+    /// `{"type": ..., "object": ...}\n` for the natural type.
+    line: Bytes,
 }
 
 impl CachedEvent {
     /// The watch type this change has for a watcher that sees both sides of it.
+    #[cfg(test)]
     pub fn natural_type(&self) -> &'static str {
-        match (self.kind, &self.prev) {
-            (EventKind::Delete, _) => "DELETED",
-            (EventKind::Put, None) => "ADDED",
-            (EventKind::Put, Some(_)) => "MODIFIED",
-        }
+        natural_type(self.kind, self.prev.is_some())
     }
 
     /// `{"type": ..., "object": ...}\n` for the natural type, serialised once.
     pub fn line(&self) -> Bytes {
-        self.line
-            .get_or_init(|| encode_line(self.natural_type(), &self.object))
-            .clone()
+        self.line.clone()
     }
 }
 
@@ -59,6 +61,20 @@ pub(crate) fn encode_line(kind: &str, object: &Value) -> Bytes {
     let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("JSON serializes");
     line.push(b'\n');
     Bytes::from(line)
+}
+
+const LINE_OBJECT: &[u8] = b"\",\"object\":";
+
+/// A watch line around an object already serialised: `{"type":"<kind>","object":<json>}\n`.
+/// (The same bytes `encode_line` gives, without going through a `Value`.)
+pub(crate) fn line_around(kind: &str, json: &[u8]) -> Vec<u8> {
+    let mut line = Vec::with_capacity(json.len() + kind.len() + 22);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(LINE_OBJECT);
+    line.extend_from_slice(json);
+    line.extend_from_slice(b"}\n");
+    line
 }
 
 /// One current object, ready to list.
@@ -73,12 +89,26 @@ pub(crate) struct CachedObject {
 
 impl CachedObject {
     fn new(def: &ResourceDef, obj: &Value) -> Self {
+        Self::with_json(
+            def,
+            obj,
+            Bytes::from(serde_json::to_vec(obj).expect("JSON serializes")),
+        )
+    }
+
+    /// `json` must be `obj` serialised.
+    fn with_json(def: &ResourceDef, obj: &Value, json: Bytes) -> Self {
         Self {
-            json: Bytes::from(serde_json::to_vec(obj).expect("JSON serializes")),
+            json,
             labels: crate::registry::meta::labels(obj),
             fields: crate::registry::strategy::fields(def, obj),
             uninitialized: crate::registry::uninitialized(obj),
         }
+    }
+
+    /// The object decoded (for the rare watcher that needs more than its JSON, e.g. a table).
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.json).expect("the cache holds valid JSON")
     }
 }
 
@@ -240,15 +270,15 @@ impl ResourceCache {
     fn apply(&self, batch: Vec<r8s_store::Event>) {
         let mut w = self.window.write().unwrap_or_else(|e| e.into_inner());
         for ev in batch {
-            let Some(event) = decode(self.def, ev) else {
+            let prev = w.objects.get(&ev.kv.key).cloned();
+            let Some(event) = decode(self.def, ev, prev) else {
                 continue;
             };
             let event = Arc::new(event);
             w.revision = event.revision;
             match event.kind {
                 EventKind::Put => {
-                    let obj = Arc::new(CachedObject::new(self.def, &event.object));
-                    w.objects.insert(event.key.clone(), obj);
+                    w.objects.insert(event.key.clone(), event.object.clone());
                 }
                 EventKind::Delete => {
                     w.objects.remove(&event.key);
@@ -270,28 +300,47 @@ impl ResourceCache {
     }
 }
 
-fn decode(def: &ResourceDef, ev: r8s_store::Event) -> Option<CachedEvent> {
+/// The watch type of a change for a watcher that sees both sides of it.
+fn natural_type(kind: EventKind, had_prev: bool) -> &'static str {
+    match (kind, had_prev) {
+        (EventKind::Delete, _) => "DELETED",
+        (EventKind::Put, false) => "ADDED",
+        (EventKind::Put, true) => "MODIFIED",
+    }
+}
+
+/// One datastore event as the cache keeps it. `cached`: the cache's entry for the key before
+/// this event (the state the event's `prev` holds, already decoded).
+fn decode(def: &ResourceDef, ev: r8s_store::Event, cached: Option<Arc<CachedObject>>) -> Option<CachedEvent> {
     let revision = ev.kv.mod_revision;
-    let prev = ev
-        .prev
-        .as_ref()
-        .and_then(|p| crate::registry::decode(def, p).ok())
-        .map(Arc::new);
+    let prev = match (&ev.prev, cached) {
+        (None, _) => None,
+        (Some(_), Some(c)) => Some(c),
+        (Some(p), None) => crate::registry::decode(def, p)
+            .ok()
+            .map(|v| Arc::new(CachedObject::new(def, &v))),
+    };
     let object = match ev.kind {
         EventKind::Put => crate::registry::decode(def, &ev.kv).ok()?,
         EventKind::Delete => {
-            let mut last = (**prev.as_ref()?).clone();
+            let mut last = prev.as_ref()?.value();
             crate::registry::meta::set_resource_version(&mut last, revision);
             last
         }
     };
+    let kind = natural_type(ev.kind, prev.is_some());
+    let json = serde_json::to_vec(&object).expect("JSON serializes");
+    let start = line_around(kind, b"").len() - 2;
+    let line = Bytes::from(line_around(kind, &json));
+    let json = line.slice(start..start + json.len());
     Some(CachedEvent {
         revision,
         key: ev.kv.key.clone(),
         kind: ev.kind,
-        object: Arc::new(object),
+        namespace: crate::registry::meta::namespace(&object).to_owned(),
+        object: Arc::new(CachedObject::with_json(def, &object, json)),
         prev,
-        line: OnceLock::new(),
+        line,
     })
 }
 
@@ -299,6 +348,16 @@ fn decode(def: &ResourceDef, ev: r8s_store::Event) -> Option<CachedEvent> {
 mod tests {
     use super::*;
     use r8s_store::embedded::{EmbeddedOptions, EmbeddedStore};
+
+    #[test]
+    fn a_line_around_serialised_json_is_the_line_of_the_value() {
+        let obj = json!({"metadata": {"name": "a", "labels": {"x": "\"y\""}}, "spec": {"n": [1, 2]}});
+        let json = serde_json::to_vec(&obj).unwrap();
+        assert_eq!(
+            line_around("MODIFIED", &json),
+            encode_line("MODIFIED", &obj).to_vec()
+        );
+    }
 
     #[tokio::test]
     async fn backlog_then_live_each_event_once() {
@@ -327,7 +386,11 @@ mod tests {
         store.delete("/registry/configmaps/ns/a", None).await.unwrap();
         let live = sub.live.recv().await.unwrap();
         assert_eq!(live.natural_type(), "DELETED");
-        assert_eq!(live.object["metadata"]["name"], "a");
+        assert_eq!(live.object.value()["metadata"]["name"], "a");
+        assert_eq!(
+            live.object.value()["metadata"]["resourceVersion"],
+            live.revision.to_string()
+        );
         assert!(std::str::from_utf8(&live.line())
             .unwrap()
             .starts_with("{\"type\":\"DELETED\""));

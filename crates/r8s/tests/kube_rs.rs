@@ -282,3 +282,92 @@ async fn server_side_apply_accepts_yaml_bodies() {
         other => panic!("expected 400, got {other:?}"),
     }
 }
+
+/// A watch with a label selector, served from the watch cache: an object entering the selection
+/// is ADDED, changing inside it MODIFIED, leaving it DELETED (with its new state), and a
+/// deletion inside it DELETED; changes outside it are not seen. An unfiltered watch sees every
+/// change with its natural type; both carry each change's resourceVersion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selector_watches_see_objects_enter_and_leave() {
+    use kube::api::WatchParams;
+    let server = Server::start();
+    let client = client(&server).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let rv = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut selected = cms
+        .watch(&WatchParams::default().labels("tier=web").timeout(20), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut all = cms
+        .watch(&WatchParams::default().timeout(20), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let labelled = |tier: &str| {
+        let mut cm = configmap("sel", "v");
+        cm.metadata.labels = Some(BTreeMap::from([("tier".into(), tier.into())]));
+        cm
+    };
+    let relabel = |tier: &str| Patch::Merge(serde_json::json!({"metadata": {"labels": {"tier": tier}}}));
+    let pp = PatchParams::default();
+    let mut rvs = vec![cms.create(&PostParams::default(), &labelled("db")).await.unwrap()];
+    rvs.push(cms.patch("sel", &pp, &relabel("web")).await.unwrap());
+    rvs.push(
+        cms.patch(
+            "sel",
+            &pp,
+            &Patch::Merge(serde_json::json!({"data": {"key": "w"}})),
+        )
+        .await
+        .unwrap(),
+    );
+    rvs.push(cms.patch("sel", &pp, &relabel("db")).await.unwrap());
+    rvs.push(cms.patch("sel", &pp, &relabel("web")).await.unwrap());
+    cms.delete("sel", &DeleteParams::default()).await.unwrap();
+    let rv_of = |cm: &ConfigMap| cm.metadata.resource_version.clone().unwrap();
+
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let (kind, cm) = next_event(&mut selected).await;
+        let tier = cm.metadata.labels.as_ref().unwrap()["tier"].clone();
+        seen.push((kind, tier, rv_of(&cm)));
+    }
+    let expect = |kind: &str, tier: &str, rv: &ConfigMap| (kind.to_string(), tier.to_string(), rv_of(rv));
+    let seen: Vec<(String, String, String)> =
+        seen.into_iter().map(|(k, t, r)| (k.to_string(), t, r)).collect();
+    assert_eq!(seen[0], expect("ADDED", "web", &rvs[1]));
+    assert_eq!(seen[1], expect("MODIFIED", "web", &rvs[2]));
+    assert_eq!(seen[2], expect("DELETED", "db", &rvs[3]));
+    assert_eq!(seen[3], expect("ADDED", "web", &rvs[4]));
+    assert_eq!(seen[4].0, "DELETED");
+    assert_eq!(seen[4].1, "web");
+
+    let mut kinds = Vec::new();
+    for _ in 0..6 {
+        kinds.push(next_event(&mut all).await.0);
+    }
+    assert_eq!(
+        kinds,
+        ["ADDED", "MODIFIED", "MODIFIED", "MODIFIED", "MODIFIED", "DELETED"]
+    );
+}
+
+type EventStream = futures::stream::BoxStream<'static, kube::Result<kube::api::WatchEvent<ConfigMap>>>;
+
+/// The next change on a watch (within 10 s), as its type and object.
+async fn next_event(stream: &mut EventStream) -> (&'static str, ConfigMap) {
+    use kube::api::WatchEvent;
+    match tokio::time::timeout(Duration::from_secs(10), stream.next()).await {
+        Ok(Some(Ok(WatchEvent::Added(o)))) => ("ADDED", o),
+        Ok(Some(Ok(WatchEvent::Modified(o)))) => ("MODIFIED", o),
+        Ok(Some(Ok(WatchEvent::Deleted(o)))) => ("DELETED", o),
+        other => panic!("no change: {other:?}"),
+    }
+}

@@ -50,12 +50,18 @@ impl Emitter {
 
     /// One change from the watch cache as this watcher sees it: the shared line when it sees
     /// the change as everyone does, else its own rendering.
-    fn render_cached(&self, def: &ResourceDef, filter: &Filter, ev: &CachedEvent) -> Option<Bytes> {
+    fn render_cached(&self, filter: &Filter, ev: &CachedEvent) -> Option<Bytes> {
         if filter.is_empty() && self.table.is_none() {
             return Some(ev.line());
         }
-        let kind = cached_type(def, filter, ev)?;
-        Some(self.render(kind, (*ev.object).clone()))
+        let kind = cached_type(filter, ev)?;
+        if self.table.is_none() {
+            return Some(Bytes::from(crate::watch_cache::line_around(
+                kind,
+                &ev.object.json,
+            )));
+        }
+        Some(self.render(kind, ev.object.value()))
     }
 
     fn render(&self, kind: &str, obj: Value) -> Bytes {
@@ -231,13 +237,12 @@ async fn serve_cached(
     let mut latest = bookmarks.unwrap_or(0);
     let mut bookmark_at = next_bookmark(deadline);
     // The cache holds the whole resource: keep this watch's namespace only.
-    let wanted =
-        |ev: &CachedEvent| ev.revision >= start && (ns.is_empty() || meta::namespace(&ev.object) == ns);
+    let wanted = |ev: &CachedEvent| ev.revision >= start && (ns.is_empty() || ev.namespace == ns);
     // Events that are ready go out together: one write (and one HTTP/2 frame) for many.
     let mut chunk = Vec::new();
     let add = |chunk: &mut Vec<u8>, ev: &CachedEvent| {
         if wanted(ev) {
-            if let Some(line) = emitter.render_cached(def, filter, ev) {
+            if let Some(line) = emitter.render_cached(filter, ev) {
                 chunk.extend_from_slice(&line);
             }
         }
@@ -305,11 +310,11 @@ async fn serve_cached(
 }
 
 /// How a watcher with selectors sees a cached change, if at all.
-fn cached_type(def: &ResourceDef, filter: &Filter, ev: &CachedEvent) -> Option<&'static str> {
+fn cached_type(filter: &Filter, ev: &CachedEvent) -> Option<&'static str> {
     match ev.kind {
         EventKind::Put => {
-            let now = filter.matches(def, &ev.object);
-            let before = ev.prev.as_ref().map(|p| filter.matches(def, p));
+            let now = filter.matches_cached(&ev.object);
+            let before = ev.prev.as_ref().map(|p| filter.matches_cached(p));
             match (before, now) {
                 (None | Some(false), true) => Some("ADDED"),
                 (Some(true), true) => Some("MODIFIED"),
@@ -317,7 +322,7 @@ fn cached_type(def: &ResourceDef, filter: &Filter, ev: &CachedEvent) -> Option<&
                 (_, false) => None,
             }
         }
-        EventKind::Delete => filter.matches(def, &ev.object).then_some("DELETED"),
+        EventKind::Delete => filter.matches_cached(&ev.object).then_some("DELETED"),
     }
 }
 

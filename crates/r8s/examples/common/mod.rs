@@ -46,7 +46,18 @@ pub async fn start_server(dir: &Path, extra: &[&str], log: Option<&Path>) -> (Ch
         }
         None => (Stdio::null(), Stdio::inherit()),
     };
-    let server = Command::new(r8s_binary())
+    // R8S_BENCH_WRAP: a command to run the server under (a profiler, e.g. `heaptrack`).
+    let wrap = std::env::var("R8S_BENCH_WRAP").unwrap_or_default();
+    let mut wrap = wrap.split_whitespace();
+    let mut server = match wrap.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(wrap).arg(r8s_binary());
+            c
+        }
+        None => Command::new(r8s_binary()),
+    };
+    let server = server
         .args([
             "server",
             "--data-dir",
@@ -56,6 +67,12 @@ pub async fn start_server(dir: &Path, extra: &[&str], log: Option<&Path>) -> (Ch
         ])
         .args(["--https-listen-port", &port.to_string()])
         .args(extra)
+        // R8S_BENCH_SERVER_ARGS: more server flags, to compare configurations (split on spaces).
+        .args(
+            std::env::var("R8S_BENCH_SERVER_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
         .env(
             "R8S_LOG",
             std::env::var("R8S_LOG").unwrap_or_else(|_| "warn".into()),
