@@ -158,7 +158,26 @@ pub struct Agent {
     volumes: VolumeManager,
     /// Events recorded, by pod uid, reason and message: the event's name, its count and when
     /// it was last written (repeats within `EVENT_REPEAT` are not written again).
-    events: Mutex<HashMap<(String, String, String), (String, i32, Instant)>>,
+    events: Mutex<HashMap<EventKey, RecordedEvent>>,
+}
+
+/// Pod uid, reason and message.
+type EventKey = (String, String, String);
+
+#[derive(Clone)]
+struct RecordedEvent {
+    name: String,
+    count: i32,
+    at: Instant,
+}
+
+/// Where a pod's containers start: its sandbox, node and volumes.
+#[derive(Clone, Copy)]
+struct PodPlace<'a> {
+    sandbox_id: &'a str,
+    sandbox_config: &'a cri::PodSandboxConfig,
+    node: &'a NodeContext,
+    volumes: &'a BTreeMap<String, HostVolume>,
 }
 
 const EVENT_REPEAT: Duration = Duration::from_secs(30);
@@ -674,6 +693,12 @@ impl Agent {
             .unwrap_or_default();
         let existing = self.containers_of(&sandbox_id).await?;
         let spec = pod.spec.clone().unwrap_or_default();
+        let place = PodPlace {
+            sandbox_id: &sandbox_id,
+            sandbox_config: &sandbox_config,
+            node: &node,
+            volumes: &volumes,
+        };
         // Init containers, one at a time, in order: each must exit 0 before the next starts,
         // and the app containers wait for all of them.
         let mut init_statuses = Vec::new();
@@ -695,10 +720,7 @@ impl Agent {
             let mut waiting = None;
             if latest.is_none() || (exited && code != 0 && spec.restart_policy.as_deref() != Some("Never")) {
                 let next = if latest.is_some() { attempt + 1 } else { 0 };
-                if let Err(w) = self
-                    .start_container(&pod, c, next, &sandbox_id, &sandbox_config, &node, &volumes)
-                    .await
-                {
+                if let Err(w) = self.start_container(&pod, c, next, &place).await {
                     waiting = Some(w);
                 }
             }
@@ -787,10 +809,7 @@ impl Agent {
             }
             if start_new {
                 let attempt = if latest.is_some() { restarts + 1 } else { 0 };
-                match self
-                    .start_container(&pod, c, attempt, &sandbox_id, &sandbox_config, &node, &volumes)
-                    .await
-                {
+                match self.start_container(&pod, c, attempt, &place).await {
                     Ok(()) => {}
                     Err((reason, msg)) => waiting = Some((reason, msg)),
                 }
@@ -880,11 +899,14 @@ impl Agent {
         pod: &Pod,
         c: &k8s_openapi::api::core::v1::Container,
         attempt: u32,
-        sandbox_id: &str,
-        sandbox_config: &cri::PodSandboxConfig,
-        node: &NodeContext,
-        volumes: &BTreeMap<String, HostVolume>,
+        place: &PodPlace<'_>,
     ) -> Result<(), (String, String)> {
+        let PodPlace {
+            sandbox_id,
+            sandbox_config,
+            node,
+            volumes,
+        } = *place;
         let image = c.image.clone().unwrap_or_default();
         let mut images = self.cri.images.clone();
         let present = images
@@ -1015,13 +1037,17 @@ impl Agent {
         let previous = self.events.lock().unwrap().get(&key).cloned();
         let now_t = now();
         let result = match previous {
-            Some((_, _, at)) if at.elapsed() < EVENT_REPEAT => return,
-            Some((name, count, _)) => {
+            Some(e) if e.at.elapsed() < EVENT_REPEAT => return,
+            Some(RecordedEvent { name, count, .. }) => {
                 let patch = json!({"count": count + 1, "lastTimestamp": now_t});
-                self.events
-                    .lock()
-                    .unwrap()
-                    .insert(key, (name.clone(), count + 1, Instant::now()));
+                self.events.lock().unwrap().insert(
+                    key,
+                    RecordedEvent {
+                        name: name.clone(),
+                        count: count + 1,
+                        at: Instant::now(),
+                    },
+                );
                 api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map(|_| ())
@@ -1029,10 +1055,14 @@ impl Agent {
             None => {
                 let nanos = jiff::Timestamp::now().as_nanosecond();
                 let name = format!("{}.{:x}", pod.name_any(), nanos);
-                self.events
-                    .lock()
-                    .unwrap()
-                    .insert(key, (name.clone(), 1, Instant::now()));
+                self.events.lock().unwrap().insert(
+                    key,
+                    RecordedEvent {
+                        name: name.clone(),
+                        count: 1,
+                        at: Instant::now(),
+                    },
+                );
                 let ev = Event {
                     metadata: ObjectMeta {
                         name: Some(name),

@@ -392,6 +392,13 @@ pub fn is_env_var_name(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
 }
 
+/// A container's environment variables, in order, and the warnings made building them.
+#[derive(Clone, Debug, Default)]
+pub struct Environment {
+    pub vars: Vec<(String, String)>,
+    pub warnings: Vec<String>,
+}
+
 /// The container's environment (upstream `makeEnvironmentVariables`): `envFrom` first, then
 /// `env` (which may refer to what came before with `$(VAR)`). Returns the variables in order
 /// and warnings (keys skipped as invalid names); an error is the container's
@@ -401,7 +408,7 @@ pub fn environment(
     c: &Container,
     node: &NodeContext,
     inputs: &ContainerInputs,
-) -> Result<(Vec<(String, String)>, Vec<String>), String> {
+) -> Result<Environment, String> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
     let mut env: Vec<(String, String)> = Vec::new();
     let mut warnings = Vec::new();
@@ -510,7 +517,7 @@ pub fn environment(
         };
         set(&mut env, e.name.clone(), value);
     }
-    Ok((env, warnings))
+    Ok(Environment { vars: env, warnings })
 }
 
 /// The container's mounts (upstream `makeMounts`): each volumeMount's volume on the host, with
@@ -578,7 +585,7 @@ pub fn container_config(
     inputs: &ContainerInputs,
 ) -> Result<(cri::ContainerConfig, Vec<String>), String> {
     let (name, ns, uid) = meta(pod);
-    let (env, warnings) = environment(pod, c, node, inputs)?;
+    let Environment { vars: env, warnings } = environment(pod, c, node, inputs)?;
     let vars: BTreeMap<String, String> = env.iter().cloned().collect();
     let envs = env
         .into_iter()

@@ -116,13 +116,15 @@ struct Token {
 }
 
 type ObjectKey = (String, String);
+/// Objects read from the API, by namespace and name, with when they were read.
+type ObjectCache<T> = Mutex<HashMap<ObjectKey, (Instant, Lookup<Arc<T>>)>>;
 
 pub struct VolumeManager {
     /// `<agent dir>/pods`.
     root: PathBuf,
     client: Client,
-    config_maps: Mutex<HashMap<ObjectKey, (Instant, Lookup<Arc<ConfigMap>>)>>,
-    secrets: Mutex<HashMap<ObjectKey, (Instant, Lookup<Arc<Secret>>)>>,
+    config_maps: ObjectCache<ConfigMap>,
+    secrets: ObjectCache<Secret>,
     /// Bound tokens by pod uid, service account, audience and lifetime.
     tokens: Mutex<HashMap<(String, String, String, i64), Token>>,
     /// The (pod uid, volume) pairs that have been ready at least once.
@@ -219,12 +221,17 @@ impl VolumeManager {
                     ready.insert(v.name.clone(), h);
                 }
                 Err(message) => {
-                    let was_ready = self
-                        .ready
-                        .lock()
-                        .unwrap()
-                        .contains(&(uid.clone(), v.name.clone()));
-                    if let Some(h) = was_ready.then(|| self.existing(&uid, v)).flatten() {
+                    // Ready before (in this process, or on disk from an earlier one): the
+                    // pod keeps the last version.
+                    let existing = self.existing(&uid, v).filter(|h| {
+                        self.ready
+                            .lock()
+                            .unwrap()
+                            .contains(&(uid.clone(), v.name.clone()))
+                            || std::fs::symlink_metadata(h.path.join(DATA_DIR)).is_ok()
+                    });
+                    let was_ready = existing.is_some();
+                    if let Some(h) = existing {
                         ready.insert(v.name.clone(), h);
                     }
                     errors.push(VolumeError {
