@@ -3,20 +3,24 @@
 //! pod's spec with what CRI reports and acts on the difference — sandbox (pause container, CNI
 //! network), then each container — and writes the pod's status back through the API.
 //!
-//! This is the first cut of the pod worker: no init containers, probes, volumes or back-off yet
-//! (the kubelet issues add them one step each).
+//! Before a pod's sandbox and containers, the volume manager makes its volumes ready (and
+//! refreshes configMap, secret, downward-API and token files on every sync); a volume that is
+//! not ready keeps the pod's containers in ContainerCreating with a FailedMount event. No
+//! probes yet (the kubelet issues add them one step each).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
-    Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo, Pod, PodCondition, PodIP,
+    Event, EventSource, Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo, ObjectReference, Pod,
+    PodCondition, PodIP,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -30,7 +34,8 @@ use tokio_util::sync::CancellationToken;
 use crate::cni::{self, CniOptions};
 use crate::containerd::{Containerd, ContainerdOptions};
 use crate::cri::Cri;
-use crate::spec::{self, NodeContext};
+use crate::spec::{self, ContainerInputs, NodeContext};
+use crate::volumes::{HostVolume, Lookup, VolumeManager};
 use crate::Error;
 
 pub const FIELD_MANAGER: &str = "kubelet";
@@ -105,6 +110,15 @@ fn read_value(path: &str, key: &str) -> Option<u64> {
         .ok()
 }
 
+/// The machine's cpus and memory (KiB): the node's capacity and allocatable.
+fn machine_size() -> (usize, u64) {
+    let cpus = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|t| t.lines().filter(|l| l.starts_with("processor")).count())
+        .unwrap_or(1)
+        .max(1);
+    (cpus, read_value("/proc/meminfo", "MemTotal:").unwrap_or(0))
+}
+
 fn os_image() -> String {
     std::fs::read_to_string("/etc/os-release")
         .ok()
@@ -141,7 +155,32 @@ pub struct Agent {
     runtime_version: String,
     /// Per pod uid and container: the current restart back-off and when it ends.
     backoff: Mutex<HashMap<String, (Duration, std::time::Instant)>>,
+    volumes: VolumeManager,
+    /// Events recorded, by pod uid, reason and message: the event's name, its count and when
+    /// it was last written (repeats within `EVENT_REPEAT` are not written again).
+    events: Mutex<HashMap<EventKey, RecordedEvent>>,
 }
+
+/// Pod uid, reason and message.
+type EventKey = (String, String, String);
+
+#[derive(Clone)]
+struct RecordedEvent {
+    name: String,
+    count: i32,
+    at: Instant,
+}
+
+/// Where a pod's containers start: its sandbox, node and volumes.
+#[derive(Clone, Copy)]
+struct PodPlace<'a> {
+    sandbox_id: &'a str,
+    sandbox_config: &'a cri::PodSandboxConfig,
+    node: &'a NodeContext,
+    volumes: &'a BTreeMap<String, HostVolume>,
+}
+
+const EVENT_REPEAT: Duration = Duration::from_secs(30);
 
 const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -173,6 +212,7 @@ impl Agent {
         );
         let cri = Cri::connect(&socket).await?;
         let version = cri.version().await?;
+        let (cpus, mem_kib) = machine_size();
         let agent = Arc::new(Agent {
             client: client.clone(),
             cri,
@@ -184,7 +224,11 @@ impl Agent {
                 host_dns: host_dns(),
                 log_root: opts.dir.join("pods-logs").display().to_string(),
                 cgroup_parent: cgroup_parent.clone(),
+                allocatable_cpu_milli: cpus as i128 * 1000,
+                allocatable_memory: mem_kib as i128 * 1024,
             }),
+            volumes: VolumeManager::new(opts.dir.join("pods"), client.clone()),
+            events: Mutex::new(HashMap::new()),
             opts,
             pods: Mutex::new(HashMap::new()),
             queue: WorkQueue::new("kubelet"),
@@ -233,11 +277,7 @@ impl Agent {
     }
 
     fn node_status(&self, network_ready: bool) -> NodeStatus {
-        let cpus = std::fs::read_to_string("/proc/cpuinfo")
-            .map(|t| t.lines().filter(|l| l.starts_with("processor")).count())
-            .unwrap_or(1)
-            .max(1);
-        let mem_kib = read_value("/proc/meminfo", "MemTotal:").unwrap_or(0);
+        let (cpus, mem_kib) = machine_size();
         let capacity: BTreeMap<String, Quantity> = [
             ("cpu".to_string(), Quantity(cpus.to_string())),
             ("memory".to_string(), Quantity(format!("{mem_kib}Ki"))),
@@ -513,6 +553,13 @@ impl Agent {
             }
         };
         let _ = tokio::time::timeout(Duration::from_secs(30), work).await;
+        // With their containers gone, the pods' volumes go too (tmpfs unmounted); a restarted
+        // agent makes them again.
+        for uid in self.volumes.pods_on_disk() {
+            if let Err(e) = self.volumes.teardown(&uid) {
+                tracing::warn!(pod = %uid, error = %e, "agent: could not remove pod volumes at shutdown");
+            }
+        }
     }
 
     /// Stop and remove everything the runtime runs for pod `uid`.
@@ -567,12 +614,18 @@ impl Agent {
                     self.kill_pod(&uid).await?;
                 }
             }
+            for uid in self.volumes.pods_on_disk() {
+                if !live.contains(&uid) && self.sandboxes_of(&uid).await?.is_empty() {
+                    self.forget_pod(&uid)?;
+                }
+            }
             return Ok(());
         };
         let uid = pod.uid().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         if pod.metadata.deletion_timestamp.is_some() {
             self.kill_pod(&uid).await?;
+            self.forget_pod(&uid)?;
             // The kubelet's final word: the pod is gone from the node, remove it now.
             let dp = DeleteParams {
                 grace_period_seconds: Some(0),
@@ -597,6 +650,15 @@ impl Agent {
         }
         let node = self.node_ctx.lock().unwrap().clone();
         let mut rt = self.cri.runtime.clone();
+        // The volumes (upstream `WaitForAttachAndMount`), made or refreshed on every sync.
+        let (volumes, errors) = self.volumes.setup(&pod, &node).await;
+        for e in &errors {
+            self.event(&pod, "Warning", "FailedMount", &e.event_message())
+                .await;
+        }
+        if errors.iter().any(|e| e.blocking) {
+            return self.report_not_started(&api, &pod).await;
+        }
         // The sandbox.
         let sandboxes = self.sandboxes_of(&uid).await?;
         let ready = sandboxes
@@ -631,6 +693,12 @@ impl Agent {
             .unwrap_or_default();
         let existing = self.containers_of(&sandbox_id).await?;
         let spec = pod.spec.clone().unwrap_or_default();
+        let place = PodPlace {
+            sandbox_id: &sandbox_id,
+            sandbox_config: &sandbox_config,
+            node: &node,
+            volumes: &volumes,
+        };
         // Init containers, one at a time, in order: each must exit 0 before the next starts,
         // and the app containers wait for all of them.
         let mut init_statuses = Vec::new();
@@ -652,10 +720,7 @@ impl Agent {
             let mut waiting = None;
             if latest.is_none() || (exited && code != 0 && spec.restart_policy.as_deref() != Some("Never")) {
                 let next = if latest.is_some() { attempt + 1 } else { 0 };
-                if let Err(w) = self
-                    .start_container(&pod, c, next, &sandbox_id, &sandbox_config, &node)
-                    .await
-                {
+                if let Err(w) = self.start_container(&pod, c, next, &place).await {
                     waiting = Some(w);
                 }
             }
@@ -744,10 +809,7 @@ impl Agent {
             }
             if start_new {
                 let attempt = if latest.is_some() { restarts + 1 } else { 0 };
-                match self
-                    .start_container(&pod, c, attempt, &sandbox_id, &sandbox_config, &node)
-                    .await
-                {
+                match self.start_container(&pod, c, attempt, &place).await {
                     Ok(()) => {}
                     Err((reason, msg)) => waiting = Some((reason, msg)),
                 }
@@ -837,10 +899,14 @@ impl Agent {
         pod: &Pod,
         c: &k8s_openapi::api::core::v1::Container,
         attempt: u32,
-        sandbox_id: &str,
-        sandbox_config: &cri::PodSandboxConfig,
-        node: &NodeContext,
+        place: &PodPlace<'_>,
     ) -> Result<(), (String, String)> {
+        let PodPlace {
+            sandbox_id,
+            sandbox_config,
+            node,
+            volumes,
+        } = *place;
         let image = c.image.clone().unwrap_or_default();
         let mut images = self.cri.images.clone();
         let present = images
@@ -889,7 +955,13 @@ impl Agent {
             }
         }
         let mut rt = self.cri.runtime.clone();
-        let config = spec::container_config(pod, c, attempt, node);
+        let inputs = self.container_inputs(pod, c, volumes).await;
+        let (config, warnings) = spec::container_config(pod, c, attempt, node, &inputs)
+            .map_err(|m| ("CreateContainerConfigError".to_string(), m))?;
+        for w in warnings {
+            self.event(pod, "Warning", "InvalidEnvironmentVariableNames", &w)
+                .await;
+        }
         let id = rt
             .create_container(cri::CreateContainerRequest {
                 pod_sandbox_id: sandbox_id.into(),
@@ -904,6 +976,161 @@ impl Agent {
             .await
             .map_err(|e| ("RunContainerError".to_string(), e.message().to_string()))?;
         Ok(())
+    }
+
+    /// The volumes and the data of the configMaps and secrets the container's env refers to.
+    async fn container_inputs(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+        volumes: &BTreeMap<String, HostVolume>,
+    ) -> ContainerInputs {
+        let ns = pod.namespace().unwrap_or_default();
+        let (cms, secrets) = spec::env_sources(c);
+        let mut inputs = ContainerInputs {
+            volumes: volumes.clone(),
+            ..Default::default()
+        };
+        for name in cms {
+            let data = match self.volumes.config_map(&ns, &name).await {
+                Lookup::Found(cm) => Lookup::Found(cm.data.clone().unwrap_or_default()),
+                Lookup::NotFound => Lookup::NotFound,
+                Lookup::Failed(e) => Lookup::Failed(e),
+            };
+            inputs.config_maps.insert(name, data);
+        }
+        for name in secrets {
+            let data = match self.volumes.secret(&ns, &name).await {
+                Lookup::Found(s) => Lookup::Found(
+                    s.data
+                        .iter()
+                        .flatten()
+                        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+                        .collect(),
+                ),
+                Lookup::NotFound => Lookup::NotFound,
+                Lookup::Failed(e) => Lookup::Failed(e),
+            };
+            inputs.secrets.insert(name, data);
+        }
+        inputs
+    }
+
+    /// Pod `uid` is gone from this node: its volumes, events and back-offs are forgotten.
+    fn forget_pod(&self, uid: &str) -> Result<(), Error> {
+        self.volumes.teardown(uid)?;
+        self.events.lock().unwrap().retain(|k, _| k.0 != uid);
+        self.backoff
+            .lock()
+            .unwrap()
+            .retain(|k, _| !k.starts_with(&format!("{uid}/")));
+        Ok(())
+    }
+
+    /// Record an Event about `pod` (upstream's recorder, with its repeats counted and written
+    /// at most every `EVENT_REPEAT`).
+    async fn event(&self, pod: &Pod, type_: &str, reason: &str, message: &str) {
+        let uid = pod.uid().unwrap_or_default();
+        let ns = pod.namespace().unwrap_or_default();
+        let key = (uid.clone(), reason.to_string(), message.to_string());
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        let previous = self.events.lock().unwrap().get(&key).cloned();
+        let now_t = now();
+        let result = match previous {
+            Some(e) if e.at.elapsed() < EVENT_REPEAT => return,
+            Some(RecordedEvent { name, count, .. }) => {
+                let patch = json!({"count": count + 1, "lastTimestamp": now_t});
+                self.events.lock().unwrap().insert(
+                    key,
+                    RecordedEvent {
+                        name: name.clone(),
+                        count: count + 1,
+                        at: Instant::now(),
+                    },
+                );
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+            None => {
+                let nanos = jiff::Timestamp::now().as_nanosecond();
+                let name = format!("{}.{:x}", pod.name_any(), nanos);
+                self.events.lock().unwrap().insert(
+                    key,
+                    RecordedEvent {
+                        name: name.clone(),
+                        count: 1,
+                        at: Instant::now(),
+                    },
+                );
+                let ev = Event {
+                    metadata: ObjectMeta {
+                        name: Some(name),
+                        namespace: Some(ns.clone()),
+                        ..Default::default()
+                    },
+                    involved_object: ObjectReference {
+                        api_version: Some("v1".into()),
+                        kind: Some("Pod".into()),
+                        name: pod.metadata.name.clone(),
+                        namespace: Some(ns),
+                        uid: Some(uid),
+                        resource_version: pod.metadata.resource_version.clone(),
+                        ..Default::default()
+                    },
+                    reason: Some(reason.into()),
+                    message: Some(message.into()),
+                    type_: Some(type_.into()),
+                    count: Some(1),
+                    first_timestamp: Some(now_t.clone()),
+                    last_timestamp: Some(now_t),
+                    source: Some(EventSource {
+                        component: Some("kubelet".into()),
+                        host: Some(self.opts.node_name.clone()),
+                    }),
+                    reporting_component: Some("kubelet".into()),
+                    reporting_instance: Some(self.opts.node_name.clone()),
+                    ..Default::default()
+                };
+                api.create(&PostParams::default(), &ev).await.map(|_| ())
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, reason, "agent: could not record event");
+        }
+    }
+
+    /// The status of a pod whose volumes are not ready: nothing started, every container
+    /// waiting in ContainerCreating (after the init containers, PodInitializing).
+    async fn report_not_started(&self, api: &Api<Pod>, pod: &Pod) -> Result<(), Error> {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let waiting = |c: &k8s_openapi::api::core::v1::Container, reason: &str| ContainerStatus {
+            name: c.name.clone(),
+            image: c.image.clone().unwrap_or_default(),
+            state: Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.into()),
+                    message: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let inits: Vec<ContainerStatus> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .map(|c| waiting(c, "ContainerCreating"))
+            .collect();
+        let main_reason = if inits.is_empty() {
+            "ContainerCreating"
+        } else {
+            "PodInitializing"
+        };
+        let statuses = spec.containers.iter().map(|c| waiting(c, main_reason)).collect();
+        let initialized = inits.is_empty();
+        self.report(api, pod, String::new(), statuses, inits, initialized)
+            .await
     }
 
     async fn container_status(

@@ -10,6 +10,7 @@ pub mod containerd;
 pub mod cri;
 pub mod images;
 pub mod spec;
+pub mod volumes;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -3,10 +3,12 @@
 //! container's image, command, arguments, environment, log path and labels. The labels are
 //! upstream's, so the kubelet can find its pods again in the runtime after a restart.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
+
+use crate::volumes::{HostVolume, Lookup};
 
 pub const POD_NAME: &str = "io.kubernetes.pod.name";
 pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
@@ -28,6 +30,10 @@ pub struct NodeContext {
     /// Where pod logs go: `<log_root>/<namespace>_<name>_<uid>/`.
     pub log_root: String,
     pub cgroup_parent: String,
+    /// The node's allocatable cpu (millicores) and memory (bytes): what the downward API
+    /// reports as a container's limit when it has none, as upstream.
+    pub allocatable_cpu_milli: i128,
+    pub allocatable_memory: i128,
 }
 
 fn meta(pod: &Pod) -> (String, String, String) {
@@ -193,6 +199,95 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, node: &NodeContext) -> cri::PodSa
     }
 }
 
+/// Go's `%q` of a string (the quoting of downward-API label and annotation files).
+fn go_quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `key="value"` lines, sorted by key (upstream `formatMap`).
+fn format_map(m: Option<&BTreeMap<String, String>>) -> String {
+    m.into_iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={}", go_quote(v)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The value of a downwardAPI volume file's field reference: the fields of the env's, and
+/// whole `metadata.labels` / `metadata.annotations`.
+pub fn volume_field_value(pod: &Pod, path: &str) -> Option<String> {
+    let m = &pod.metadata;
+    match path {
+        "metadata.labels" => Some(format_map(m.labels.as_ref())),
+        "metadata.annotations" => Some(format_map(m.annotations.as_ref())),
+        "metadata.name" | "metadata.namespace" | "metadata.uid" => {
+            field_value(pod, path, &NodeContext::default())
+        }
+        p if p.starts_with("metadata.labels['") || p.starts_with("metadata.annotations['") => {
+            Some(field_value(pod, p, &NodeContext::default()).unwrap_or_default())
+        }
+        _ => None,
+    }
+}
+
+/// A container's resource for the downward API (`resourceFieldRef`), divided by `divisor` and
+/// rounded up (upstream `ExtractContainerResourceValue`); a missing limit is the node's
+/// allocatable.
+pub fn resource_value(
+    resource: &str,
+    divisor: Option<&str>,
+    c: &Container,
+    node: &NodeContext,
+) -> Result<String, String> {
+    use r8s_api::quantity::Quantity;
+    let divisor = divisor.filter(|d| !d.is_empty()).unwrap_or("1");
+    let div = Quantity::parse(divisor).map_err(|e| format!("invalid divisor {divisor}: {e}"))?;
+    let get = |which: &str, name: &str| -> Option<Quantity> {
+        let r = c.resources.as_ref()?;
+        let m = if which == "limits" {
+            r.limits.as_ref()
+        } else {
+            r.requests.as_ref()
+        }?;
+        Quantity::parse(&m.get(name)?.0).ok()
+    };
+    let (which, name) = resource
+        .split_once('.')
+        .ok_or_else(|| format!("unsupported container resource : {resource}"))?;
+    let mut q = get(which, name);
+    if which == "limits" && q.is_none() {
+        q = match name {
+            "cpu" => Some(Quantity::from_milli(node.allocatable_cpu_milli)),
+            "memory" => Some(Quantity::from_milli(node.allocatable_memory * 1000)),
+            _ => None,
+        };
+    }
+    if !matches!(which, "limits" | "requests") || !matches!(name, "cpu" | "memory" | "ephemeral-storage") {
+        return Err(format!("unsupported container resource : {resource}"));
+    }
+    let q = q.unwrap_or_default();
+    let ceil_div = |a: i128, b: i128| if b == 0 { 0 } else { (a + b - 1).div_euclid(b) };
+    Ok(if name == "cpu" {
+        ceil_div(q.milli_value(), div.milli_value())
+    } else {
+        ceil_div(q.value(), div.value())
+    }
+    .to_string())
+}
+
 /// The value of a downward-API field reference (`valueFrom.fieldRef`).
 fn field_value(pod: &Pod, path: &str, node: &NodeContext) -> Option<String> {
     let m = &pod.metadata;
@@ -262,33 +357,241 @@ pub fn expand(s: &str, vars: &BTreeMap<String, String>) -> String {
     out
 }
 
+/// What a container's configuration needs beyond the pod: its pod's volumes on the host, and
+/// the configMaps and secrets (their data, by name) its environment refers to.
+#[derive(Clone, Debug, Default)]
+pub struct ContainerInputs {
+    pub volumes: BTreeMap<String, HostVolume>,
+    pub config_maps: BTreeMap<String, Lookup<BTreeMap<String, String>>>,
+    pub secrets: BTreeMap<String, Lookup<BTreeMap<String, String>>>,
+}
+
+/// The configMaps and secrets the environment of `c` refers to.
+pub fn env_sources(c: &Container) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut cms = BTreeSet::new();
+    let mut secrets = BTreeSet::new();
+    for e in c.env_from.iter().flatten() {
+        cms.extend(e.config_map_ref.as_ref().map(|r| r.name.clone()));
+        secrets.extend(e.secret_ref.as_ref().map(|r| r.name.clone()));
+    }
+    for e in c.env.iter().flatten() {
+        if let Some(from) = &e.value_from {
+            cms.extend(from.config_map_key_ref.as_ref().map(|r| r.name.clone()));
+            secrets.extend(from.secret_key_ref.as_ref().map(|r| r.name.clone()));
+        }
+    }
+    (cms, secrets)
+}
+
+/// A valid environment variable name (upstream `IsEnvVarName`).
+pub fn is_env_var_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || matches!(c, '-' | '.' | '_'))
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+}
+
+/// A container's environment variables, in order, and the warnings made building them.
+#[derive(Clone, Debug, Default)]
+pub struct Environment {
+    pub vars: Vec<(String, String)>,
+    pub warnings: Vec<String>,
+}
+
+/// The container's environment (upstream `makeEnvironmentVariables`): `envFrom` first, then
+/// `env` (which may refer to what came before with `$(VAR)`). Returns the variables in order
+/// and warnings (keys skipped as invalid names); an error is the container's
+/// CreateContainerConfigError message.
+pub fn environment(
+    pod: &Pod,
+    c: &Container,
+    node: &NodeContext,
+    inputs: &ContainerInputs,
+) -> Result<Environment, String> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut warnings = Vec::new();
+    let set =
+        |env: &mut Vec<(String, String)>, k: String, v: String| match env.iter_mut().find(|(n, _)| *n == k) {
+            Some(slot) => slot.1 = v,
+            None => env.push((k, v)),
+        };
+    let missing = || Lookup::Failed("not fetched".to_string());
+    for from in c.env_from.iter().flatten() {
+        let prefix = from.prefix.clone().unwrap_or_default();
+        let (kind, name, optional, data) = if let Some(r) = &from.config_map_ref {
+            let l = inputs.config_maps.get(&r.name).cloned().unwrap_or_else(missing);
+            ("configmap", r.name.clone(), r.optional.unwrap_or(false), l)
+        } else if let Some(r) = &from.secret_ref {
+            let l = inputs.secrets.get(&r.name).cloned().unwrap_or_else(missing);
+            ("secret", r.name.clone(), r.optional.unwrap_or(false), l)
+        } else {
+            continue;
+        };
+        let Some(data) = data.required(kind, &name, optional)? else {
+            continue;
+        };
+        let mut invalid = Vec::new();
+        for (k, v) in data {
+            let k = format!("{prefix}{k}");
+            if !is_env_var_name(&k) {
+                invalid.push(k);
+                continue;
+            }
+            set(&mut env, k, v.clone());
+        }
+        if !invalid.is_empty() {
+            invalid.sort();
+            let what = if kind == "configmap" {
+                "configMap"
+            } else {
+                "secret"
+            };
+            warnings.push(format!(
+                "Keys [{}] from the EnvFrom {what} {ns}/{name} were skipped since they are considered invalid environment variable names.",
+                invalid.join(", ")
+            ));
+        }
+    }
+    for e in c.env.iter().flatten() {
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), _) if !v.is_empty() => {
+                let vars: BTreeMap<String, String> = env.iter().cloned().collect();
+                expand(v, &vars)
+            }
+            (_, Some(from)) => {
+                if let Some(f) = &from.field_ref {
+                    field_value(pod, &f.field_path, node).unwrap_or_default()
+                } else if let Some(r) = &from.resource_field_ref {
+                    let target = match r.container_name.as_deref().filter(|n| !n.is_empty()) {
+                        Some(n) if n != c.name => {
+                            let spec = pod.spec.clone().unwrap_or_default();
+                            spec.containers
+                                .iter()
+                                .chain(spec.init_containers.iter().flatten())
+                                .find(|x| x.name == n)
+                                .cloned()
+                                .ok_or_else(|| format!("container {n} not found"))?
+                        }
+                        _ => c.clone(),
+                    };
+                    resource_value(
+                        &r.resource,
+                        r.divisor.as_ref().map(|d| d.0.as_str()),
+                        &target,
+                        node,
+                    )?
+                } else if let Some(r) = &from.config_map_key_ref {
+                    let optional = r.optional.unwrap_or(false);
+                    let l = inputs.config_maps.get(&r.name).cloned().unwrap_or_else(missing);
+                    let Some(data) = l.required("configmap", &r.name, optional)? else {
+                        continue;
+                    };
+                    match data.get(&r.key) {
+                        Some(v) => v.clone(),
+                        None if optional => continue,
+                        None => {
+                            return Err(format!(
+                                "couldn't find key {} in ConfigMap {ns}/{}",
+                                r.key, r.name
+                            ))
+                        }
+                    }
+                } else if let Some(r) = &from.secret_key_ref {
+                    let optional = r.optional.unwrap_or(false);
+                    let l = inputs.secrets.get(&r.name).cloned().unwrap_or_else(missing);
+                    let Some(data) = l.required("secret", &r.name, optional)? else {
+                        continue;
+                    };
+                    match data.get(&r.key) {
+                        Some(v) => v.clone(),
+                        None if optional => continue,
+                        None => return Err(format!("couldn't find key {} in Secret {ns}/{}", r.key, r.name)),
+                    }
+                } else {
+                    String::new()
+                }
+            }
+            _ => String::new(),
+        };
+        set(&mut env, e.name.clone(), value);
+    }
+    Ok(Environment { vars: env, warnings })
+}
+
+/// The container's mounts (upstream `makeMounts`): each volumeMount's volume on the host, with
+/// its subPath (made if missing), read-only flag and propagation.
+pub fn mounts(
+    c: &Container,
+    vars: &BTreeMap<String, String>,
+    inputs: &ContainerInputs,
+) -> Result<Vec<cri::Mount>, String> {
+    let mut out = Vec::new();
+    for m in c.volume_mounts.iter().flatten() {
+        let Some(v) = inputs.volumes.get(&m.name) else {
+            return Err(format!(
+                "cannot find volume \"{}\" to mount into container \"{}\"",
+                m.name, c.name
+            ));
+        };
+        let sub = match (&m.sub_path, &m.sub_path_expr) {
+            (Some(s), _) if !s.is_empty() => s.clone(),
+            (_, Some(e)) if !e.is_empty() => expand(e, vars),
+            _ => String::new(),
+        };
+        let mut host = v.path.clone();
+        if !sub.is_empty() {
+            let p = std::path::Path::new(&sub);
+            if p.is_absolute() || p.components().any(|c| c == std::path::Component::ParentDir) {
+                return Err(format!(
+                    "subPath {sub:?} must be a relative path within the volume"
+                ));
+            }
+            host = host.join(p);
+            if std::fs::symlink_metadata(&host).is_err() {
+                std::fs::create_dir_all(&host).map_err(|e| {
+                    format!(
+                        "failed to create subPath directory for volumeMount \"{}\" of container \"{}\": {e}",
+                        m.name, c.name
+                    )
+                })?;
+            }
+        }
+        let propagation = match m.mount_propagation.as_deref() {
+            Some("HostToContainer") => cri::MountPropagation::PropagationHostToContainer,
+            Some("Bidirectional") => cri::MountPropagation::PropagationBidirectional,
+            _ => cri::MountPropagation::PropagationPrivate,
+        };
+        out.push(cri::Mount {
+            container_path: m.mount_path.clone(),
+            host_path: host.display().to_string(),
+            readonly: m.read_only.unwrap_or(false) || v.read_only,
+            propagation: propagation as i32,
+            ..Default::default()
+        });
+    }
+    Ok(out)
+}
+
 /// One container of the pod (upstream `generateContainerConfig`), for its `restart_count`-th
-/// start.
+/// start. Besides the configuration, the warnings to record as events; an error is the
+/// container's CreateContainerConfigError message.
 pub fn container_config(
     pod: &Pod,
     c: &Container,
     restart_count: u32,
     node: &NodeContext,
-) -> cri::ContainerConfig {
+    inputs: &ContainerInputs,
+) -> Result<(cri::ContainerConfig, Vec<String>), String> {
     let (name, ns, uid) = meta(pod);
-    let mut vars = BTreeMap::new();
-    let mut envs = Vec::new();
-    for e in c.env.iter().flatten() {
-        let value = match (&e.value, &e.value_from) {
-            (Some(v), _) => expand(v, &vars),
-            (None, Some(from)) => from
-                .field_ref
-                .as_ref()
-                .and_then(|f| field_value(pod, &f.field_path, node))
-                .unwrap_or_default(),
-            _ => String::new(),
-        };
-        vars.insert(e.name.clone(), value.clone());
-        envs.push(cri::KeyValue {
-            key: e.name.clone(),
-            value,
-        });
-    }
+    let Environment { vars: env, warnings } = environment(pod, c, node, inputs)?;
+    let vars: BTreeMap<String, String> = env.iter().cloned().collect();
+    let envs = env
+        .into_iter()
+        .map(|(key, value)| cri::KeyValue { key, value })
+        .collect();
+    let mounts = mounts(c, &vars, inputs)?;
     let labels = HashMap::from([
         (CONTAINER_NAME.to_string(), c.name.clone()),
         (POD_NAME.to_string(), name),
@@ -304,7 +607,7 @@ pub fn container_config(
         (RESTART_COUNT.to_string(), restart_count.to_string()),
         (TERMINATION_GRACE.to_string(), grace.to_string()),
     ]);
-    cri::ContainerConfig {
+    let config = cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: c.name.clone(),
             attempt: restart_count,
@@ -317,6 +620,7 @@ pub fn container_config(
         args: c.args.iter().flatten().map(|s| expand(s, &vars)).collect(),
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs,
+        mounts,
         labels,
         annotations,
         // Relative to the sandbox's log directory.
@@ -325,7 +629,8 @@ pub fn container_config(
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         ..Default::default()
-    }
+    };
+    Ok((config, warnings))
 }
 
 #[cfg(test)]
@@ -355,6 +660,8 @@ mod tests {
             },
             log_root: "/var/log/pods".into(),
             cgroup_parent: "/r8s/besteffort".into(),
+            allocatable_cpu_milli: 2000,
+            allocatable_memory: 4 << 30,
         }
     }
 
@@ -423,7 +730,7 @@ mod tests {
             {"name": "GREETING", "value": "hello $(APP)"}
         ]}]}));
         let c = p.spec.as_ref().unwrap().containers[0].clone();
-        let cfg = container_config(&p, &c, 2, &node());
+        let (cfg, _) = container_config(&p, &c, 2, &node(), &ContainerInputs::default()).unwrap();
         let env: HashMap<_, _> = cfg
             .envs
             .iter()
@@ -444,5 +751,195 @@ mod tests {
     fn expansion_leaves_unknown_references() {
         let vars = BTreeMap::from([("A".to_string(), "1".to_string())]);
         assert_eq!(expand("$(A)-$(B)-$$(A)-$", &vars), "1-$(B)-$(A)-$");
+    }
+
+    fn inputs() -> ContainerInputs {
+        let data = |kv: &[(&str, &str)]| {
+            Lookup::Found(
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        };
+        ContainerInputs {
+            volumes: BTreeMap::from([
+                (
+                    "cfg".to_string(),
+                    HostVolume {
+                        path: "/pods/u-1/volumes/kubernetes.io~configmap/cfg".into(),
+                        read_only: true,
+                    },
+                ),
+                (
+                    "scratch".to_string(),
+                    HostVolume {
+                        path: std::env::temp_dir().join(format!("r8s-spec-test-{}", std::process::id())),
+                        read_only: false,
+                    },
+                ),
+            ]),
+            config_maps: BTreeMap::from([
+                (
+                    "settings".to_string(),
+                    data(&[("mode", "fast"), ("level", "3"), ("bad key", "x")]),
+                ),
+                ("gone".to_string(), Lookup::NotFound),
+            ]),
+            secrets: BTreeMap::from([("creds".to_string(), data(&[("password", "s3cret")]))]),
+        }
+    }
+
+    fn env_of(spec: serde_json::Value) -> Result<(HashMap<String, String>, Vec<String>), String> {
+        let p = pod(json!({"containers": [spec]}));
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        let (cfg, warnings) = container_config(&p, &c, 0, &node(), &inputs())?;
+        Ok((cfg.envs.into_iter().map(|e| (e.key, e.value)).collect(), warnings))
+    }
+
+    #[test]
+    fn env_from_config_maps_and_secrets() {
+        let (env, warnings) = env_of(json!({"name": "app",
+            "resources": {"limits": {"memory": "128Mi"}, "requests": {"cpu": "250m"}},
+            "envFrom": [
+                {"configMapRef": {"name": "settings"}, "prefix": "CFG_"},
+                {"configMapRef": {"name": "gone", "optional": true}},
+                {"secretRef": {"name": "creds"}}
+            ],
+            "env": [
+                {"name": "LEVEL", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "level"}}},
+                {"name": "PASS", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                {"name": "MAYBE", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "nope", "optional": true}}},
+                {"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+                {"name": "CPU_REQ", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
+                {"name": "CPU_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+                {"name": "MEM_LIMIT_DEFAULT", "valueFrom": {"resourceFieldRef": {"resource": "requests.memory"}}},
+                {"name": "BOTH", "value": "$(CFG_mode)-$(LEVEL)"}
+            ]}))
+        .unwrap();
+        assert_eq!(env["CFG_mode"], "fast");
+        assert_eq!(env["CFG_level"], "3");
+        assert_eq!(env["password"], "s3cret");
+        assert_eq!(env["LEVEL"], "3");
+        assert_eq!(env["PASS"], "s3cret");
+        assert!(!env.contains_key("MAYBE"));
+        assert!(!env.contains_key("CFG_bad key"));
+        assert_eq!(env["MEM_MI"], "128");
+        assert_eq!(env["CPU_REQ"], "250");
+        // No cpu limit: the node's allocatable (2 cores).
+        assert_eq!(env["CPU_LIMIT"], "2");
+        assert_eq!(env["MEM_LIMIT_DEFAULT"], "0");
+        assert_eq!(env["BOTH"], "fast-3");
+        assert_eq!(
+            warnings,
+            ["Keys [CFG_bad key] from the EnvFrom configMap shop/settings were skipped since they are considered invalid environment variable names."]
+        );
+    }
+
+    #[test]
+    fn missing_env_sources_are_config_errors() {
+        let err = |env: serde_json::Value| env_of(json!({"name": "app", "env": [env]})).unwrap_err();
+        assert_eq!(
+            err(json!({"name": "X", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k"}}})),
+            "configmap \"gone\" not found"
+        );
+        assert_eq!(
+            err(json!({"name": "X", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "k"}}})),
+            "couldn't find key k in ConfigMap shop/settings"
+        );
+        assert_eq!(
+            err(json!({"name": "X", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "k"}}})),
+            "couldn't find key k in Secret shop/creds"
+        );
+        let (env, _) = env_of(json!({"name": "app", "env": [
+            {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k", "optional": true}}}]}))
+        .unwrap();
+        assert!(!env.contains_key("X"));
+        let e = env_of(json!({"name": "app", "envFrom": [{"configMapRef": {"name": "gone"}}]})).unwrap_err();
+        assert_eq!(e, "configmap \"gone\" not found");
+    }
+
+    #[test]
+    fn volume_mounts_become_cri_mounts() {
+        let p = pod(json!({"containers": [{"name": "app",
+        "env": [{"name": "DIR", "value": "by-env"}],
+        "volumeMounts": [
+            {"name": "cfg", "mountPath": "/etc/cfg"},
+            {"name": "scratch", "mountPath": "/data", "readOnly": true, "mountPropagation": "HostToContainer"},
+            {"name": "scratch", "mountPath": "/sub", "subPath": "a/b"},
+            {"name": "scratch", "mountPath": "/expr", "subPathExpr": "$(DIR)"}
+        ]}]}));
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        let inputs = inputs();
+        let scratch = inputs.volumes["scratch"].path.clone();
+        let (cfg, _) = container_config(&p, &c, 0, &node(), &inputs).unwrap();
+        let m = &cfg.mounts;
+        assert_eq!(m.len(), 4);
+        assert_eq!(
+            (
+                m[0].container_path.as_str(),
+                m[0].host_path.as_str(),
+                m[0].readonly
+            ),
+            ("/etc/cfg", "/pods/u-1/volumes/kubernetes.io~configmap/cfg", true)
+        );
+        assert!(m[1].readonly);
+        assert_eq!(
+            m[1].propagation,
+            cri::MountPropagation::PropagationHostToContainer as i32
+        );
+        assert!(!m[2].readonly);
+        assert_eq!(m[2].host_path, scratch.join("a/b").display().to_string());
+        assert!(scratch.join("a/b").is_dir(), "the subPath was made");
+        assert_eq!(m[3].host_path, scratch.join("by-env").display().to_string());
+        let _ = std::fs::remove_dir_all(&scratch);
+
+        let bad = pod(json!({"containers": [{"name": "app",
+            "volumeMounts": [{"name": "nope", "mountPath": "/x"}]}]}));
+        let c = bad.spec.as_ref().unwrap().containers[0].clone();
+        assert_eq!(
+            container_config(&bad, &c, 0, &node(), &inputs).unwrap_err(),
+            "cannot find volume \"nope\" to mount into container \"app\""
+        );
+        let escape = pod(json!({"containers": [{"name": "app",
+            "volumeMounts": [{"name": "scratch", "mountPath": "/x", "subPath": "../../etc"}]}]}));
+        let c = escape.spec.as_ref().unwrap().containers[0].clone();
+        assert!(container_config(&escape, &c, 0, &node(), &inputs).is_err());
+    }
+
+    #[test]
+    fn env_names_are_checked_as_upstream() {
+        for ok in ["A", "a_b", "-x", ".y", "X1.2-3"] {
+            assert!(is_env_var_name(ok), "{ok}");
+        }
+        for bad in ["", "1A", "a b", "a=b", "é"] {
+            assert!(!is_env_var_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn resource_values_round_up_by_the_divisor() {
+        let c: Container = serde_json::from_value(json!({"name": "c",
+            "resources": {"limits": {"cpu": "1500m", "memory": "1Gi"}, "requests": {"cpu": "100m"}}}))
+        .unwrap();
+        let n = node();
+        assert_eq!(resource_value("limits.cpu", None, &c, &n).unwrap(), "2");
+        assert_eq!(resource_value("limits.cpu", Some("1m"), &c, &n).unwrap(), "1500");
+        assert_eq!(resource_value("requests.cpu", Some("1"), &c, &n).unwrap(), "1");
+        assert_eq!(
+            resource_value("limits.memory", None, &c, &n).unwrap(),
+            (1u64 << 30).to_string()
+        );
+        assert_eq!(
+            resource_value("limits.memory", Some("1Mi"), &c, &n).unwrap(),
+            "1024"
+        );
+        assert_eq!(resource_value("limits.memory", Some("1G"), &c, &n).unwrap(), "2");
+        let none: Container = serde_json::from_value(json!({"name": "c"})).unwrap();
+        assert_eq!(
+            resource_value("limits.memory", Some("1Gi"), &none, &n).unwrap(),
+            "4"
+        );
+        assert_eq!(resource_value("requests.memory", None, &none, &n).unwrap(), "0");
+        assert!(resource_value("limits.gpu", None, &c, &n).is_err());
     }
 }

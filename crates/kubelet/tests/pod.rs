@@ -144,7 +144,14 @@ async fn pod_runs_through_cri_and_answers_on_its_ip() {
         .expect("RunPodSandbox")
         .into_inner()
         .pod_sandbox_id;
-    let container = spec::container_config(&pod, &pod.spec.as_ref().unwrap().containers[0], 0, &node);
+    let (container, _) = spec::container_config(
+        &pod,
+        &pod.spec.as_ref().unwrap().containers[0],
+        0,
+        &node,
+        &spec::ContainerInputs::default(),
+    )
+    .unwrap();
     let id = rt
         .create_container(cri::CreateContainerRequest {
             pod_sandbox_id: sandbox.clone(),

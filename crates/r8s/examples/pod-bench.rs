@@ -183,7 +183,14 @@ async fn cri_floor(images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Duration>,
                     .unwrap()
                     .into_inner()
                     .pod_sandbox_id;
-                let cc = spec::container_config(&pod, &pod.spec.as_ref().unwrap().containers[0], 0, &node);
+                let (cc, _) = spec::container_config(
+                    &pod,
+                    &pod.spec.as_ref().unwrap().containers[0],
+                    0,
+                    &node,
+                    &spec::ContainerInputs::default(),
+                )
+                .unwrap();
                 let id = rt
                     .create_container(cri::CreateContainerRequest {
                         pod_sandbox_id: sb.clone(),

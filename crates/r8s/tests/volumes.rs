@@ -1,0 +1,528 @@
+//! The kubelet's volumes and env references, end to end: `r8s server` with its agent
+//! (containerd, CRI, CNI) and the real kubectl. Containers are busybox; what they see is read
+//! from their log files (they `cat` what is mounted) and from the volume directories on the
+//! host, since there is no exec yet.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::Server;
+
+const V: &str = "1.33";
+
+fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The test images (built by the project script if missing), copied where the agent imports.
+fn stage_images(data_dir: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let built = root.join("target").join("test-images");
+    if !built.join("pause-image.txt").exists() {
+        let ok = Command::new("bash")
+            .arg(root.join("scripts/build-test-images.sh"))
+            .arg(&built)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "building the test images failed");
+    }
+    let dest = data_dir.join("agent").join("images");
+    std::fs::create_dir_all(&dest).unwrap();
+    for e in std::fs::read_dir(&built).unwrap().flatten() {
+        std::fs::copy(e.path(), dest.join(e.file_name())).unwrap();
+    }
+}
+
+/// Whatever the agent might have left if the server died: removed in any case.
+struct Leftovers {
+    dir: PathBuf,
+    bridge: String,
+    netns_before: Vec<String>,
+}
+
+fn netns_entries() -> Vec<String> {
+    std::fs::read_dir("/var/run/netns")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for ns in netns_entries() {
+            if !self.netns_before.contains(&ns) {
+                let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+            }
+        }
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f", &format!("containerd.*{}", self.dir.display())])
+            .status();
+        r8s_kubelet::containerd::unmount_under(&self.dir);
+        r8s_kubelet::cni::remove_bridge(&self.bridge);
+        r8s_kubelet::cgroups::remove(&r8s_kubelet::cgroups::pod_parent("r8s-pods"));
+    }
+}
+
+/// The agents of these tests share the host's pod cgroup parent: one test at a time.
+static ONE_AGENT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A server with its agent, and the guard that cleans up after it (dropped after the server).
+struct Cluster {
+    s: Server,
+    data: PathBuf,
+    _leftovers: Leftovers,
+}
+
+/// A server with its agent on node `node`, Ready.
+fn start(node: &str, cidr: &str, bridge_prefix: &str) -> Cluster {
+    let data = tempfile::tempdir().unwrap();
+    stage_images(data.path());
+    let data_path = data.path().to_path_buf();
+    let bridge = format!("{bridge_prefix}{}", std::process::id() % 10000);
+    let leftovers = Leftovers {
+        dir: data_path.clone(),
+        bridge: bridge.clone(),
+        netns_before: netns_entries(),
+    };
+    let s = Server::start_in(
+        data,
+        &[
+            "--node-name",
+            node,
+            "--pod-bridge",
+            &bridge,
+            "--cluster-cidr",
+            cidr,
+        ],
+    );
+    wait_for(60, "the node to be Ready", || {
+        let out = s.kubectl(V, &["get", "node", node, "-o", "json"]);
+        let n: Value = serde_json::from_slice(&out.stdout).ok()?;
+        let ready = n["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        ready.then_some(())
+    });
+    // Every pod mounts its namespace's kube-root-ca.crt (published by the controller manager).
+    wait_for(60, "kube-root-ca.crt", || {
+        s.kubectl(V, &["get", "configmap", "kube-root-ca.crt"])
+            .status
+            .success()
+            .then_some(())
+    });
+    Cluster {
+        s,
+        data: data_path,
+        _leftovers: leftovers,
+    }
+}
+
+fn pod_json(s: &Server, name: &str) -> Option<Value> {
+    serde_json::from_slice(&s.kubectl(V, &["get", "pod", name, "-o", "json"]).stdout).ok()
+}
+
+fn uid_of(s: &Server, name: &str) -> String {
+    pod_json(s, name).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// What container `container` of pod `name` (namespace default) wrote to stdout so far.
+fn log_of(data: &Path, name: &str, uid: &str, container: &str) -> String {
+    let dir = data
+        .join("agent/pods-logs")
+        .join(format!("default_{name}_{uid}"))
+        .join(container);
+    let mut text = String::new();
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let raw = std::fs::read_to_string(e.path()).unwrap_or_default();
+        // CRI log lines: `<time> <stream> <tag> <text>`.
+        for line in raw.lines() {
+            text.push_str(line.splitn(4, ' ').nth(3).unwrap_or(""));
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// The line of `log` that starts with `prefix`, without it.
+fn line<'a>(log: &'a str, prefix: &str) -> Option<&'a str> {
+    log.lines().find_map(|l| l.strip_prefix(prefix))
+}
+
+fn events_of(s: &Server, name: &str) -> Vec<(String, String)> {
+    let l: Value = serde_json::from_str(&s.ok(V, &["get", "events", "-o", "json"])).unwrap();
+    l["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["involvedObject"]["name"] == name)
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or("").to_string(),
+                e["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let d = dir.to_string_lossy().to_string();
+    info.lines()
+        .filter(|l| l.split(' ').nth(4).is_some_and(|p| p.starts_with(&d)))
+        .map(String::from)
+        .collect()
+}
+
+const VOLS_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: vols
+  labels: {app: vols, tier: test}
+spec:
+  containers:
+  - name: main
+    image: busybox
+    resources: {limits: {memory: 64Mi}}
+    command:
+    - sh
+    - -c
+    - |
+      echo "ENV greeting=$GREETING password=$PASSWORD cfgcolor=$CFG_color mem=$MEM_MI optional=${MAYBE:-unset}"
+      echo "CFG $(cat /etc/cfg/greeting) $(cat /etc/cfg/colors/main)"
+      echo "SEC $(cat /etc/sec/password)"
+      echo "LABELS $(cat /etc/info/labels | tr '\n' ' ')"
+      echo "NAME $(cat /etc/info/name) MEM $(cat /etc/info/mem)"
+      echo "NS $(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)"
+      echo "TOKEN $(cat /var/run/secrets/kubernetes.io/serviceaccount/token)"
+      echo "SUB $(ls /sub)"
+      if touch /etc/cfg/new 2>/dev/null; then echo "CFGMODE rw"; else echo "CFGMODE ro"; fi
+      while true; do echo "LIVE $(cat /etc/cfg/greeting) $(cat /shared/from-writer 2>/dev/null)"; sleep 1; done
+    env:
+    - {name: GREETING, valueFrom: {configMapKeyRef: {name: cfg, key: greeting}}}
+    - {name: PASSWORD, valueFrom: {secretKeyRef: {name: sec, key: password}}}
+    - {name: MAYBE, valueFrom: {secretKeyRef: {name: sec, key: nope, optional: true}}}
+    - {name: MEM_MI, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}
+    envFrom:
+    - {configMapRef: {name: cfg}, prefix: CFG_}
+    volumeMounts:
+    - {name: cfg, mountPath: /etc/cfg}
+    - {name: sec, mountPath: /etc/sec}
+    - {name: info, mountPath: /etc/info}
+    - {name: shared, mountPath: /shared}
+    - {name: shared, mountPath: /sub, subPath: made/here}
+  - name: writer
+    image: busybox
+    command: [sh, -c, 'echo written-by-writer > /shared/from-writer; touch /shared/made/here/by-writer; sleep 3600']
+    volumeMounts: [{name: shared, mountPath: /shared}]
+  volumes:
+  - name: cfg
+    configMap:
+      name: cfg
+      items: [{key: greeting, path: greeting}, {key: color, path: colors/main, mode: 384}]
+  - {name: sec, secret: {secretName: sec, defaultMode: 256}}
+  - name: info
+    downwardAPI:
+      items:
+      - {path: labels, fieldRef: {fieldPath: metadata.labels}}
+      - {path: name, fieldRef: {fieldPath: metadata.name}}
+      - {path: mem, resourceFieldRef: {containerName: main, resource: limits.memory, divisor: 1Mi}}
+  - {name: shared, emptyDir: {}}
+"#;
+
+/// configMap, secret and downwardAPI files, env from configMaps, secrets and resources, an
+/// emptyDir shared by two containers, a configMap update reaching the running pod, the
+/// service-account token authenticating as the pod's ServiceAccount; and nothing of the pod
+/// left on the host once it is deleted.
+#[test]
+fn volumes_and_env_references_reach_the_containers_and_updates_propagate() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start("vol-node", "10.195.0.0/16", "r8sv");
+    let (s, data) = (&mut c.s, c.data.clone());
+    s.ok(
+        V,
+        &[
+            "create",
+            "configmap",
+            "cfg",
+            "--from-literal=greeting=hello",
+            "--from-literal=color=blue",
+        ],
+    );
+    s.ok(
+        V,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "sec",
+            "--from-literal=password=s3cret",
+        ],
+    );
+    s.ok_stdin(V, &["create", "-f", "-"], VOLS_POD);
+    wait_for(90, "vols Running", || {
+        (pod_json(s, "vols")?["status"]["phase"] == "Running").then_some(())
+    });
+    let uid = uid_of(s, "vols");
+    let log = wait_for(60, "the main container's report", || {
+        let log = log_of(&data, "vols", &uid, "main");
+        log.contains("LIVE hello written-by-writer").then_some(log)
+    });
+    assert_eq!(
+        line(&log, "ENV ").unwrap(),
+        "greeting=hello password=s3cret cfgcolor=blue mem=64 optional=unset",
+        "{log}"
+    );
+    assert_eq!(line(&log, "CFG ").unwrap(), "hello blue", "{log}");
+    assert_eq!(line(&log, "SEC ").unwrap(), "s3cret", "{log}");
+    assert_eq!(
+        line(&log, "LABELS ").unwrap().trim(),
+        "app=\"vols\" tier=\"test\"",
+        "{log}"
+    );
+    assert_eq!(line(&log, "NAME ").unwrap(), "vols MEM 64", "{log}");
+    assert_eq!(line(&log, "NS ").unwrap(), "default", "{log}");
+    assert_eq!(line(&log, "CFGMODE ").unwrap(), "ro", "{log}");
+    // The subPath was made inside the emptyDir, and the other container sees what lands there.
+    let writer_file = data
+        .join("agent/pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~empty-dir/shared/made/here/by-writer");
+    wait_for(30, "the writer's file in the subPath", || {
+        writer_file.exists().then_some(())
+    });
+
+    // On the host: upstream's layout, the AtomicWriter's ..data link, modes, tmpfs for secrets.
+    let vols = data.join("agent/pods").join(&uid).join("volumes");
+    let cfg_dir = vols.join("kubernetes.io~configmap/cfg");
+    let data_link = std::fs::read_link(cfg_dir.join("..data")).unwrap();
+    assert!(data_link.to_string_lossy().starts_with("..20"), "{data_link:?}");
+    assert_eq!(
+        std::fs::read_link(cfg_dir.join("greeting")).unwrap(),
+        Path::new("..data/greeting")
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(cfg_dir.join("colors/main")), 0o600);
+    assert_eq!(mode(cfg_dir.join("greeting")), 0o644);
+    let sec_dir = vols.join("kubernetes.io~secret/sec");
+    assert_eq!(mode(sec_dir.join("password")), 0o400);
+    assert_eq!(mounts_under(&sec_dir).len(), 1, "the secret volume is a tmpfs");
+    assert!(mounts_under(&sec_dir)[0].contains(" tmpfs "));
+    assert_eq!(
+        std::fs::read_to_string(vols.join("kubernetes.io~downward-api/info/name")).unwrap(),
+        "vols"
+    );
+
+    // The service-account token, as the container read it, authenticates as the pod's
+    // ServiceAccount; the CA next to it verifies the server.
+    let token = line(&log, "TOKEN ").unwrap().trim().to_string();
+    assert!(token.split('.').count() == 3, "{token}");
+    let projected = std::fs::read_dir(vols.join("kubernetes.io~projected"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("kube-api-access-")
+        })
+        .expect("the kube-api-access volume");
+    assert_eq!(std::fs::read_to_string(projected.join("token")).unwrap(), token);
+    let empty = data.join("empty-kubeconfig");
+    std::fs::write(&empty, "").unwrap();
+    let whoami = Command::new(support::kubectl_binary(V))
+        .arg("--kubeconfig")
+        .arg(&empty)
+        .arg("--server")
+        .arg(format!("https://127.0.0.1:{}", s.port))
+        .arg("--certificate-authority")
+        .arg(projected.join("ca.crt"))
+        .arg("--token")
+        .arg(&token)
+        .args(["auth", "whoami", "-o", "json"])
+        .env("KUBECACHEDIR", data.join("kubecache-token"))
+        .output()
+        .unwrap();
+    assert!(
+        whoami.status.success(),
+        "{}",
+        String::from_utf8_lossy(&whoami.stderr)
+    );
+    let review: Value = serde_json::from_slice(&whoami.stdout).unwrap();
+    assert_eq!(
+        review["status"]["userInfo"]["username"], "system:serviceaccount:default:default",
+        "{review}"
+    );
+
+    // A configMap update reaches the running container's mounted file.
+    s.ok(
+        V,
+        &[
+            "patch",
+            "configmap",
+            "cfg",
+            "-p",
+            r#"{"data":{"greeting":"bonjour"}}"#,
+        ],
+    );
+    wait_for(60, "the update inside the container", || {
+        log_of(&data, "vols", &uid, "main")
+            .contains("LIVE bonjour written-by-writer")
+            .then_some(())
+    });
+    assert_ne!(
+        std::fs::read_link(cfg_dir.join("..data")).unwrap(),
+        data_link,
+        "a new version"
+    );
+
+    // Deleting the pod removes everything of it on the host, tmpfs mounts included.
+    s.ok(V, &["delete", "pod", "vols", "--timeout=60s"]);
+    let pod_dir = data.join("agent/pods").join(&uid);
+    wait_for(30, "the pod directory removed", || {
+        (!pod_dir.exists()).then_some(())
+    });
+    assert!(mounts_under(&pod_dir).is_empty(), "{:?}", mounts_under(&pod_dir));
+    s.kill();
+    assert!(mounts_under(&data).is_empty(), "{:?}", mounts_under(&data));
+}
+
+/// Volumes that cannot be made keep the pod's containers from starting (FailedMount, as
+/// upstream) until they can; a missing env key is a CreateContainerConfigError; a memory
+/// emptyDir is a tmpfs of its size limit; nothing is left on the host afterwards.
+#[test]
+fn missing_sources_keep_containers_waiting_until_they_exist() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start("vol-waits", "10.194.0.0/16", "r8sw");
+    let (s, data) = (&mut c.s, c.data.clone());
+    let nocm = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: nocm\nspec:\n  containers:\n  - {name: app, image: busybox, command: [sh, -c, 'echo \"got $(cat /cfg/k)\"; sleep 3600'], volumeMounts: [{name: cfg, mountPath: /cfg}]}\n  volumes:\n  - {name: cfg, configMap: {name: later}}\n";
+    let badenv = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: badenv\nspec:\n  containers:\n  - name: app\n    image: busybox\n    command: [sleep, '3600']\n    env: [{name: X, valueFrom: {configMapKeyRef: {name: present, key: nokey}}}]\n";
+    let badhost = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: badhost\nspec:\n  containers:\n  - {name: app, image: busybox, command: [sleep, '3600'], volumeMounts: [{name: h, mountPath: /h}]}\n  volumes:\n  - {name: h, hostPath: {path: /nonexistent-r8s-volume-test, type: Directory}}\n";
+    let mem = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: mem\nspec:\n  containers:\n  - {name: app, image: busybox, command: [sh, -c, 'echo data > /scratch/f; sleep 3600'], volumeMounts: [{name: scratch, mountPath: /scratch}]}\n  volumes:\n  - {name: scratch, emptyDir: {medium: Memory, sizeLimit: 16Mi}}\n";
+    s.ok(V, &["create", "configmap", "present", "--from-literal=other=1"]);
+    for p in [nocm, badenv, badhost, mem] {
+        s.ok_stdin(V, &["create", "-f", "-"], p);
+    }
+    let waiting = |name: &str| -> Option<(String, String)> {
+        let p = pod_json(s, name)?;
+        let w = &p["status"]["containerStatuses"][0]["state"]["waiting"];
+        Some((
+            w["reason"].as_str()?.to_string(),
+            w["message"].as_str().unwrap_or("").to_string(),
+        ))
+    };
+    wait_for(60, "nocm's FailedMount event", || {
+        events_of(s, "nocm")
+            .iter()
+            .any(|(r, m)| {
+                r == "FailedMount"
+                    && m == "MountVolume.SetUp failed for volume \"cfg\" : configmap \"later\" not found"
+            })
+            .then_some(())
+    });
+    assert_eq!(
+        waiting("nocm").unwrap().0,
+        "ContainerCreating",
+        "{:?}",
+        pod_json(s, "nocm")
+    );
+    assert_eq!(pod_json(s, "nocm").unwrap()["status"]["phase"], "Pending");
+    let (reason, message) = wait_for(60, "badenv's CreateContainerConfigError", || {
+        waiting("badenv").filter(|(r, _)| r == "CreateContainerConfigError")
+    });
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        (
+            "CreateContainerConfigError",
+            "couldn't find key nokey in ConfigMap default/present"
+        )
+    );
+    wait_for(60, "badhost's FailedMount event", || {
+        events_of(s, "badhost")
+            .iter()
+            .any(|(r, m)| {
+                r == "FailedMount"
+                    && m == "MountVolume.SetUp failed for volume \"h\" : hostPath type check failed: /nonexistent-r8s-volume-test is not a directory"
+            })
+            .then_some(())
+    });
+    assert_eq!(waiting("badhost").unwrap().0, "ContainerCreating");
+
+    // The memory emptyDir: a tmpfs of 16 MiB.
+    wait_for(90, "mem Running", || {
+        (pod_json(s, "mem")?["status"]["phase"] == "Running").then_some(())
+    });
+    let mem_uid = uid_of(s, "mem");
+    let scratch = data
+        .join("agent/pods")
+        .join(&mem_uid)
+        .join("volumes/kubernetes.io~empty-dir/scratch");
+    let m = mounts_under(&scratch);
+    assert!(
+        m.len() == 1 && m[0].contains(" tmpfs ") && m[0].contains("size=16384k"),
+        "{m:?}"
+    );
+    wait_for(30, "the container's write", || {
+        (std::fs::read_to_string(scratch.join("f")).ok()? == "data\n").then_some(())
+    });
+
+    // Once the configMap exists, the waiting pod starts and reads it.
+    s.ok(V, &["create", "configmap", "later", "--from-literal=k=arrived"]);
+    wait_for(90, "nocm Running", || {
+        (pod_json(s, "nocm")?["status"]["phase"] == "Running").then_some(())
+    });
+    let nocm_uid = uid_of(s, "nocm");
+    wait_for(30, "nocm's output", || {
+        log_of(&data, "nocm", &nocm_uid, "app")
+            .contains("got arrived")
+            .then_some(())
+    });
+
+    s.ok(
+        V,
+        &[
+            "delete",
+            "pod",
+            "nocm",
+            "badenv",
+            "badhost",
+            "mem",
+            "--timeout=60s",
+        ],
+    );
+    let pods_dir = data.join("agent/pods");
+    wait_for(30, "every pod directory removed", || {
+        std::fs::read_dir(&pods_dir)
+            .map(|rd| rd.count() == 0)
+            .unwrap_or(true)
+            .then_some(())
+    });
+    assert!(
+        mounts_under(&pods_dir).is_empty(),
+        "{:?}",
+        mounts_under(&pods_dir)
+    );
+    s.kill();
+    assert!(mounts_under(&data).is_empty(), "{:?}", mounts_under(&data));
+}
