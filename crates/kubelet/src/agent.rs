@@ -5,8 +5,13 @@
 //!
 //! Before a pod's sandbox and containers, the volume manager makes its volumes ready (and
 //! refreshes configMap, secret, downward-API and token files on every sync); a volume that is
-//! not ready keeps the pod's containers in ContainerCreating with a FailedMount event. No
-//! probes yet (the kubelet issues add them one step each).
+//! not ready keeps the pod's containers in ContainerCreating with a FailedMount event.
+//!
+//! Probes (`prober`) run in workers of their own and wake the pod worker when a result changes:
+//! readiness drives the containers' `ready` and the pod's Ready condition, a failed liveness or
+//! startup probe has the container killed and restarted. Lifecycle hooks (`lifecycle`) run
+//! around a container's start and stop; restarts back off as upstream (`backoff`), and a pod
+//! past its `activeDeadlineSeconds` is stopped and Failed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -31,9 +36,12 @@ use r8s_controllers::queue::{run_workers, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::{self, Backoff};
 use crate::cni::{self, CniOptions};
 use crate::containerd::{Containerd, ContainerdOptions};
 use crate::cri::Cri;
+use crate::lifecycle;
+use crate::prober::{self, ProbeEvent, ProbeManager};
 use crate::spec::{self, ContainerInputs, NodeContext};
 use crate::volumes::{HostVolume, Lookup, VolumeManager};
 use crate::Error;
@@ -153,8 +161,9 @@ pub struct Agent {
     pods: Mutex<HashMap<String, Arc<Pod>>>,
     queue: Arc<WorkQueue>,
     runtime_version: String,
-    /// Per pod uid and container: the current restart back-off and when it ends.
-    backoff: Mutex<HashMap<String, (Duration, std::time::Instant)>>,
+    /// Restart back-off per `<pod uid>/<container>`, pull back-off per `<pod uid>/pull/<image>`.
+    backoff: Mutex<Backoff>,
+    probes: ProbeManager,
     volumes: VolumeManager,
     /// Events recorded, by pod uid, reason and message: the event's name, its count and when
     /// it was last written (repeats within `EVENT_REPEAT` are not written again).
@@ -178,12 +187,17 @@ struct PodPlace<'a> {
     sandbox_config: &'a cri::PodSandboxConfig,
     node: &'a NodeContext,
     volumes: &'a BTreeMap<String, HostVolume>,
+    pod_ip: &'a str,
 }
 
 const EVENT_REPEAT: Duration = Duration::from_secs(30);
 
-const INITIAL_BACKOFF: Duration = Duration::from_secs(10);
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// The shortest stop a grace period leaves a container (upstream `minimumGracePeriodInSeconds`).
+const MIN_GRACE: Duration = Duration::from_secs(2);
+/// How long a postStart hook may take (upstream waits for ever; a bound keeps the pod's worker
+/// from hanging on a hook that never returns).
+const POST_START_LIMIT: Duration = Duration::from_secs(300);
+const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
 impl Agent {
     /// Start containerd, import the air-gap images, register the node; then run until `stop`.
@@ -213,7 +227,10 @@ impl Agent {
         let cri = Cri::connect(&socket).await?;
         let version = cri.version().await?;
         let (cpus, mem_kib) = machine_size();
+        let queue = WorkQueue::new("kubelet");
+        let (probe_events, mut probe_events_rx) = tokio::sync::mpsc::unbounded_channel::<ProbeEvent>();
         let agent = Arc::new(Agent {
+            probes: ProbeManager::new(cri.clone(), queue.clone(), probe_events),
             client: client.clone(),
             cri,
             node_ctx: Mutex::new(NodeContext {
@@ -231,8 +248,8 @@ impl Agent {
             events: Mutex::new(HashMap::new()),
             opts,
             pods: Mutex::new(HashMap::new()),
-            queue: WorkQueue::new("kubelet"),
-            backoff: Mutex::new(HashMap::new()),
+            queue,
+            backoff: Mutex::new(Backoff::default()),
             runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
         });
         agent.register().await?;
@@ -248,6 +265,13 @@ impl Agent {
             tokio::spawn(agent.clone().watch_pods(stop.clone())),
             tokio::spawn(agent.clone().resync_loop(stop.clone())),
         ];
+        // The probe workers' events, recorded as the pod worker's are.
+        let a = agent.clone();
+        let probe_event_task = tokio::spawn(async move {
+            while let Some(e) = probe_events_rx.recv().await {
+                a.event(&e.pod, "Warning", &e.reason, &e.message).await;
+            }
+        });
         let a = agent.clone();
         let workers = tokio::spawn(run_workers(agent.queue.clone(), 4, stop.clone(), move |key| {
             let a = a.clone();
@@ -263,6 +287,8 @@ impl Agent {
             t.abort();
         }
         workers.abort();
+        agent.probes.stop_all();
+        probe_event_task.abort();
         // containerd (and the pods it runs) stop with the agent; the Node stays. Sandboxes are
         // stopped through CRI first, so CNI releases their addresses, veths and netns.
         agent.stop_all_sandboxes().await;
@@ -547,7 +573,7 @@ impl Agent {
             };
             for sb in list.into_inner().items {
                 let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
-                if let Err(e) = self.kill_pod(&uid).await {
+                if let Err(e) = self.kill_pod(&uid, None).await {
                     tracing::warn!(pod = %uid, error = %e, "agent: could not stop pod at shutdown");
                 }
             }
@@ -562,17 +588,24 @@ impl Agent {
         }
     }
 
-    /// Stop and remove everything the runtime runs for pod `uid`.
-    async fn kill_pod(&self, uid: &str) -> Result<(), Error> {
+    /// Stop and remove everything the runtime runs for pod `uid`. With the pod at hand, its
+    /// containers stop as upstream's `killPod`: all at once, each after its preStop hook,
+    /// within the pod's grace period; without it (an orphan, or the agent shutting down), with
+    /// 10 s each.
+    async fn kill_pod(&self, uid: &str, pod: Option<&Pod>) -> Result<(), Error> {
         let mut rt = self.cri.runtime.clone();
+        self.probes.forget_pod(uid);
         for sb in self.sandboxes_of(uid).await? {
-            for c in self.containers_of(&sb.id).await? {
-                let _ = rt
-                    .stop_container(cri::StopContainerRequest {
-                        container_id: c.id.clone(),
-                        timeout: 10,
-                    })
-                    .await;
+            let containers = self.containers_of(&sb.id).await?;
+            let stops = containers
+                .iter()
+                .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+                .map(|c| {
+                    let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+                    async move { self.kill_container(pod, &name, &c.id, None, None).await }
+                });
+            futures::future::join_all(stops).await;
+            for c in containers {
                 let _ = rt
                     .remove_container(cri::RemoveContainerRequest { container_id: c.id })
                     .await;
@@ -587,6 +620,43 @@ impl Agent {
             .await?;
         }
         Ok(())
+    }
+
+    /// Stop container `id` (container `name` of `pod`) as upstream `killContainer`: the
+    /// `Killing` event (with `message`, or "Stopping container <name>"), its preStop hook, then
+    /// the stop signal with what the hook left of the grace period (`grace`, or the pod's).
+    async fn kill_container(&self, pod: Option<&Pod>, name: &str, id: &str, grace: Option<i64>, message: Option<&str>) {
+        let spec_c = pod
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.containers.iter().chain(s.init_containers.iter().flatten()).find(|c| c.name == name));
+        let secs = grace.or_else(|| pod.map(pod_grace)).unwrap_or(10).max(0);
+        let grace = Duration::from_secs(secs as u64);
+        let began = Instant::now();
+        if let (Some(pod), Some(c)) = (pod, spec_c) {
+            let message = message.map(String::from).unwrap_or_else(|| format!("Stopping container {name}"));
+            self.event(pod, "Normal", "Killing", &message).await;
+            if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
+                let target = prober::Target {
+                    container_id: id.to_string(),
+                    pod_ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default(),
+                    ports: c.ports.clone().unwrap_or_default(),
+                };
+                if let Err(m) = lifecycle::run(&self.cri, hook, pod, c, &target, grace).await {
+                    self.event(pod, "Warning", "FailedPreStopHook", &m).await;
+                }
+            }
+        }
+        let left = grace.saturating_sub(began.elapsed()).max(MIN_GRACE);
+        let mut rt = self.cri.runtime.clone();
+        if let Err(e) = rt
+            .stop_container(cri::StopContainerRequest {
+                container_id: id.to_string(),
+                timeout: left.as_secs() as i64,
+            })
+            .await
+        {
+            tracing::warn!(container = %name, error = %e, "agent: could not stop container");
+        }
     }
 
     /// Reconcile one pod (upstream `SyncPod` and `SyncTerminatingPod`, much simplified).
@@ -611,9 +681,10 @@ impl Agent {
             for sb in all {
                 let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
                 if !live.contains(&uid) {
-                    self.kill_pod(&uid).await?;
+                    self.kill_pod(&uid, None).await?;
                 }
             }
+            self.probes.retain_pods(&live);
             for uid in self.volumes.pods_on_disk() {
                 if !live.contains(&uid) && self.sandboxes_of(&uid).await?.is_empty() {
                     self.forget_pod(&uid)?;
@@ -624,7 +695,7 @@ impl Agent {
         let uid = pod.uid().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         if pod.metadata.deletion_timestamp.is_some() {
-            self.kill_pod(&uid).await?;
+            self.kill_pod(&uid, Some(&pod)).await?;
             self.forget_pod(&uid)?;
             // The kubelet's final word: the pod is gone from the node, remove it now.
             let dp = DeleteParams {
@@ -647,6 +718,10 @@ impl Agent {
             .unwrap_or_default();
         if phase == "Succeeded" || phase == "Failed" {
             return Ok(());
+        }
+        // activeDeadlineSeconds (upstream's activeDeadlineHandler, a PodSyncHandler).
+        if past_deadline(&pod, jiff::Timestamp::now()) {
+            return self.deadline_exceeded(&api, &pod).await;
         }
         let node = self.node_ctx.lock().unwrap().clone();
         let mut rt = self.cri.runtime.clone();
@@ -698,6 +773,7 @@ impl Agent {
             sandbox_config: &sandbox_config,
             node: &node,
             volumes: &volumes,
+            pod_ip: &pod_ip,
         };
         // Init containers, one at a time, in order: each must exit 0 before the next starts,
         // and the app containers wait for all of them.
@@ -724,7 +800,7 @@ impl Agent {
                     waiting = Some(w);
                 }
             }
-            let mut st = self.container_status(c, &sandbox_id, waiting, true).await?;
+            let mut st = self.container_status(c, &sandbox_id, waiting, &uid).await?;
             st.ready = exited && code == 0;
             let done = exited && code == 0 && latest.is_some();
             init_statuses.push(st);
@@ -751,7 +827,17 @@ impl Agent {
                 })
                 .collect();
             return self
-                .report(&api, &pod, pod_ip, statuses, init_statuses, false)
+                .report(
+                    &api,
+                    &pod,
+                    Observed {
+                        pod_ip,
+                        statuses,
+                        init_statuses,
+                        initialized: false,
+                        failed: None,
+                    },
+                )
                 .await;
         }
         // The app containers.
@@ -769,42 +855,67 @@ impl Agent {
                 .and_then(|x| x.metadata.as_ref())
                 .map(|m| m.attempt)
                 .unwrap_or(0);
-            let running = latest.is_some_and(|x| x.state == cri::ContainerState::ContainerRunning as i32);
-            let exited = latest.is_some_and(|x| x.state == cri::ContainerState::ContainerExited as i32);
+            let mut running = latest.is_some_and(|x| x.state == cri::ContainerState::ContainerRunning as i32);
+            // A failed liveness or startup probe: the container is killed, then restarted as
+            // if it had exited (upstream `computePodActions`).
+            if let Some(l) = latest.filter(|_| running) {
+                if let Some((kind, _)) = self.probes.failed(&uid, &c.name, &l.id) {
+                    let probe = if kind == prober::Kind::Liveness {
+                        "liveness"
+                    } else {
+                        "startup"
+                    };
+                    let message = format!("Container {} failed {probe} probe, will be restarted", c.name);
+                    let grace = ProbeManager::grace(c, kind);
+                    self.kill_container(Some(&pod), &c.name, &l.id, grace, Some(&message))
+                        .await;
+                    running = false;
+                }
+            }
+            let exited = latest.is_some() && !running;
             let restart = spec.restart_policy.as_deref().unwrap_or("Always");
-            let exit_code = if exited {
-                self.exit_code(latest.map(|x| x.id.as_str()).unwrap_or("")).await
-            } else {
-                0
+            let ended = match latest {
+                Some(x) if exited => self.runtime_status(&x.id).await,
+                _ => None,
             };
+            let exit_code = ended.as_ref().map(|e| e.exit_code).unwrap_or(0);
             let wants_restart = exited && (restart == "Always" || (restart == "OnFailure" && exit_code != 0));
             let mut waiting: Option<(String, String)> = None;
-            // Restarts back off as upstream: 10 s doubling to 5 min (CrashLoopBackOff).
+            // Restarts back off as upstream: 10 s doubling to 5 min, counted from the exit
+            // (CrashLoopBackOff meanwhile).
             let backoff_key = format!("{uid}/{}", c.name);
             let mut start_new = latest.is_none();
             if wants_restart {
-                let now = std::time::Instant::now();
-                let mut backoff = self.backoff.lock().unwrap();
-                match backoff.get(&backoff_key).copied() {
-                    Some((delay, until)) if now < until => {
+                let (started, finished) = ended
+                    .as_ref()
+                    .map(|e| (system_time(e.started_at), system_time(e.finished_at)))
+                    .unwrap_or((std::time::SystemTime::now(), std::time::SystemTime::now()));
+                let delay = backoff::restart_delay(
+                    &mut self.backoff.lock().unwrap(),
+                    &backoff_key,
+                    started,
+                    finished,
+                    std::time::SystemTime::now(),
+                );
+                match delay {
+                    Some(delay) => {
                         waiting = Some((
                             "CrashLoopBackOff".into(),
                             format!(
-                                "back-off {}s restarting failed container={} pod={}_{}({uid})",
+                                "back-off {}s restarting failed container={} pod={}",
                                 delay.as_secs(),
                                 c.name,
-                                pod.name_any(),
-                                pod.namespace().unwrap_or_default()
+                                lifecycle::pod_ref(&pod)
                             ),
                         ));
+                        let message = format!(
+                            "Back-off restarting failed container {} in pod {}",
+                            c.name,
+                            lifecycle::pod_ref(&pod)
+                        );
+                        self.event(&pod, "Warning", "BackOff", &message).await;
                     }
-                    prev => {
-                        let delay = prev
-                            .map(|(d, _)| (d * 2).min(MAX_BACKOFF))
-                            .unwrap_or(INITIAL_BACKOFF);
-                        backoff.insert(backoff_key.clone(), (delay, now + delay));
-                        start_new = true;
-                    }
+                    None => start_new = true,
                 }
             }
             if start_new {
@@ -814,9 +925,22 @@ impl Agent {
                     Err((reason, msg)) => waiting = Some((reason, msg)),
                 }
             }
-            let mut status = self
-                .container_status(c, &sandbox_id, waiting, running || start_new)
-                .await?;
+            let mut status = self.container_status(c, &sandbox_id, waiting, &uid).await?;
+            // The probe workers follow the container that runs now.
+            let now_running = status
+                .state
+                .as_ref()
+                .and_then(|s| s.running.as_ref())
+                .and_then(|r| r.started_at.as_ref())
+                .zip(status.container_id.as_deref());
+            match now_running {
+                Some((at, id)) => {
+                    let id = id.trim_start_matches("containerd://");
+                    let at = std::time::SystemTime::from(at.0);
+                    self.probes.update(&pod, c, Some((id, at)), &pod_ip);
+                }
+                None => self.probes.update(&pod, c, None, &pod_ip),
+            }
             // The previous run's end, as lastState; older runs are removed from the runtime.
             let previous = if exited {
                 latest
@@ -847,11 +971,26 @@ impl Agent {
             }
             statuses.push(status);
         }
-        self.report(&api, &pod, pod_ip, statuses, init_statuses, true)
+        self.report(
+            &api,
+            &pod,
+            Observed {
+                pod_ip,
+                statuses,
+                init_statuses,
+                initialized: true,
+                failed: None,
+            },
+        )
             .await
     }
 
     async fn exit_code(&self, id: &str) -> i32 {
+        self.runtime_status(id).await.map(|s| s.exit_code).unwrap_or(0)
+    }
+
+    /// What the runtime says of container `id`.
+    async fn runtime_status(&self, id: &str) -> Option<cri::ContainerStatus> {
         let mut rt = self.cri.runtime.clone();
         rt.container_status(cri::ContainerStatusRequest {
             container_id: id.into(),
@@ -860,8 +999,6 @@ impl Agent {
         .await
         .ok()
         .and_then(|r| r.into_inner().status)
-        .map(|s| s.exit_code)
-        .unwrap_or(0)
     }
 
     async fn terminated_state(&self, id: &str) -> Result<Option<ContainerStateTerminated>, Error> {
@@ -882,11 +1019,8 @@ impl Agent {
             |n: i64| Time(jiff::Timestamp::from_nanosecond(n as i128).unwrap_or(jiff::Timestamp::UNIX_EPOCH));
         Ok(Some(ContainerStateTerminated {
             exit_code: cs.exit_code,
-            reason: Some(if cs.exit_code == 0 {
-                "Completed".into()
-            } else {
-                "Error".into()
-            }),
+            reason: Some(terminated_reason(&cs)),
+            message: Some(cs.message.clone()).filter(|m| !m.is_empty()),
             started_at: Some(ts(cs.started_at)),
             finished_at: Some(ts(cs.finished_at)),
             container_id: Some(format!("containerd://{}", cs.id)),
@@ -906,6 +1040,7 @@ impl Agent {
             sandbox_config,
             node,
             volumes,
+            pod_ip,
         } = *place;
         let image = c.image.clone().unwrap_or_default();
         let mut images = self.cri.images.clone();
@@ -923,13 +1058,16 @@ impl Agent {
         if !present {
             // A failed pull is retried with the same back-off as restarts (ImagePullBackOff).
             let key = format!("{}/pull/{image}", pod.uid().unwrap_or_default());
-            if let Some((_, until)) = self.backoff.lock().unwrap().get(&key).copied() {
-                if std::time::Instant::now() < until {
-                    return Err((
-                        "ImagePullBackOff".into(),
-                        format!("Back-off pulling image \"{image}\""),
-                    ));
-                }
+            let in_backoff = self
+                .backoff
+                .lock()
+                .unwrap()
+                .in_backoff_since_update(&key, std::time::SystemTime::now());
+            if in_backoff.is_some() {
+                return Err((
+                    "ImagePullBackOff".into(),
+                    format!("Back-off pulling image \"{image}\""),
+                ));
             }
             if let Err(e) = images
                 .pull_image(cri::PullImageRequest {
@@ -942,12 +1080,10 @@ impl Agent {
                 })
                 .await
             {
-                let mut backoff = self.backoff.lock().unwrap();
-                let delay = backoff
-                    .get(&key)
-                    .map(|(d, _)| (*d * 2).min(MAX_BACKOFF))
-                    .unwrap_or(INITIAL_BACKOFF);
-                backoff.insert(key, (delay, std::time::Instant::now() + delay));
+                self.backoff
+                    .lock()
+                    .unwrap()
+                    .next(&key, std::time::SystemTime::now());
                 return Err((
                     "ErrImagePull".into(),
                     format!("failed to pull image \"{image}\": {}", e.message()),
@@ -972,9 +1108,26 @@ impl Agent {
             .map_err(|e| ("CreateContainerError".to_string(), e.message().to_string()))?
             .into_inner()
             .container_id;
-        rt.start_container(cri::StartContainerRequest { container_id: id })
-            .await
-            .map_err(|e| ("RunContainerError".to_string(), e.message().to_string()))?;
+        rt.start_container(cri::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .map_err(|e| ("RunContainerError".to_string(), e.message().to_string()))?;
+        // postStart, before the container is reported running; its failure kills the container,
+        // which then restarts as its pod's policy says (upstream `startContainer`).
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let target = prober::Target {
+                container_id: id.clone(),
+                pod_ip: pod_ip.to_string(),
+                ports: c.ports.clone().unwrap_or_default(),
+            };
+            if let Err(message) = lifecycle::run(&self.cri, hook, pod, c, &target, POST_START_LIMIT).await {
+                self.event(pod, "Warning", "FailedPostStartHook", &message).await;
+                self.kill_container(Some(pod), &c.name, &id, None, Some("FailedPostStartHook"))
+                    .await;
+                return Err(("PostStartHookError".into(), message));
+            }
+        }
         Ok(())
     }
 
@@ -1016,14 +1169,14 @@ impl Agent {
         inputs
     }
 
-    /// Pod `uid` is gone from this node: its volumes, events and back-offs are forgotten.
+    /// Pod `uid` is gone from this node: its volumes, probes, events and back-offs are
+    /// forgotten.
     fn forget_pod(&self, uid: &str) -> Result<(), Error> {
         self.volumes.teardown(uid)?;
+        self.probes.forget_pod(uid);
         self.events.lock().unwrap().retain(|k, _| k.0 != uid);
-        self.backoff
-            .lock()
-            .unwrap()
-            .retain(|k, _| !k.starts_with(&format!("{uid}/")));
+        let prefix = format!("{uid}/");
+        self.backoff.lock().unwrap().retain(|k| !k.starts_with(&prefix));
         Ok(())
     }
 
@@ -1100,6 +1253,60 @@ impl Agent {
         }
     }
 
+    /// The pod ran longer than its activeDeadlineSeconds: its containers are stopped (preStop
+    /// hooks within the grace period), its sandbox too, and it is Failed with DeadlineExceeded.
+    async fn deadline_exceeded(&self, api: &Api<Pod>, pod: &Arc<Pod>) -> Result<(), Error> {
+        let uid = pod.uid().unwrap_or_default();
+        self.event(pod, "Normal", "DeadlineExceeded", DEADLINE_MESSAGE)
+            .await;
+        self.probes.forget_pod(&uid);
+        let mut rt = self.cri.runtime.clone();
+        let sandboxes = self.sandboxes_of(&uid).await?;
+        for sb in &sandboxes {
+            let containers = self.containers_of(&sb.id).await?;
+            let stops = containers
+                .iter()
+                .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+                .map(|c| {
+                    let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+                    async move { self.kill_container(Some(pod), &name, &c.id, None, None).await }
+                });
+            futures::future::join_all(stops).await;
+        }
+        let spec = pod.spec.clone().unwrap_or_default();
+        let newest = sandboxes.iter().max_by_key(|s| s.created_at);
+        let mut statuses = Vec::new();
+        for c in &spec.containers {
+            let st = match newest {
+                Some(sb) => self.container_status(c, &sb.id, None, &uid).await?,
+                None => ContainerStatus {
+                    name: c.name.clone(),
+                    image: c.image.clone().unwrap_or_default(),
+                    ..Default::default()
+                },
+            };
+            statuses.push(ContainerStatus { ready: false, ..st });
+        }
+        for sb in sandboxes {
+            rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sb.id })
+                .await?;
+        }
+        let old = pod.status.clone().unwrap_or_default();
+        let initialized = old
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Initialized" && c.status == "True");
+        let observed = Observed {
+            pod_ip: old.pod_ip.clone().unwrap_or_default(),
+            statuses,
+            init_statuses: old.init_container_statuses.clone().unwrap_or_default(),
+            initialized,
+            failed: Some(("DeadlineExceeded", DEADLINE_MESSAGE)),
+        };
+        self.report(api, pod, observed).await
+    }
+
     /// The status of a pod whose volumes are not ready: nothing started, every container
     /// waiting in ContainerCreating (after the init containers, PodInitializing).
     async fn report_not_started(&self, api: &Api<Pod>, pod: &Pod) -> Result<(), Error> {
@@ -1129,7 +1336,14 @@ impl Agent {
         };
         let statuses = spec.containers.iter().map(|c| waiting(c, main_reason)).collect();
         let initialized = inits.is_empty();
-        self.report(api, pod, String::new(), statuses, inits, initialized)
+        let observed = Observed {
+            pod_ip: String::new(),
+            statuses,
+            init_statuses: inits,
+            initialized,
+            failed: None,
+        };
+        self.report(api, pod, observed)
             .await
     }
 
@@ -1138,7 +1352,7 @@ impl Agent {
         c: &k8s_openapi::api::core::v1::Container,
         sandbox_id: &str,
         waiting: Option<(String, String)>,
-        _started: bool,
+        uid: &str,
     ) -> Result<ContainerStatus, Error> {
         let existing = self.containers_of(sandbox_id).await?;
         let latest = existing
@@ -1187,8 +1401,9 @@ impl Agent {
         status.image_id = cs.image_ref.clone();
         status.restart_count = cs.metadata.as_ref().map(|m| m.attempt as i32).unwrap_or(0);
         let running = cs.state == cri::ContainerState::ContainerRunning as i32;
-        status.ready = running;
-        status.started = Some(running);
+        let started = running && self.probes.started(uid, &c.name, &cs.id);
+        status.started = Some(started);
+        status.ready = started && self.probes.ready(uid, &c.name, &cs.id);
         status.state = Some(if running {
             ContainerState {
                 running: Some(ContainerStateRunning {
@@ -1200,15 +1415,8 @@ impl Agent {
             ContainerState {
                 terminated: Some(ContainerStateTerminated {
                     exit_code: cs.exit_code,
-                    reason: Some(if cs.reason.is_empty() {
-                        if cs.exit_code == 0 {
-                            "Completed".into()
-                        } else {
-                            "Error".into()
-                        }
-                    } else {
-                        cs.reason.clone()
-                    }),
+                    reason: Some(terminated_reason(&cs)),
+                    message: Some(cs.message.clone()).filter(|m| !m.is_empty()),
                     started_at: Some(ts(cs.started_at)),
                     finished_at: Some(ts(cs.finished_at)),
                     container_id: Some(format!("containerd://{}", cs.id)),
@@ -1229,15 +1437,14 @@ impl Agent {
     }
 
     /// Phase, conditions, IPs and container statuses (upstream `generateAPIPodStatus`).
-    async fn report(
-        &self,
-        api: &Api<Pod>,
-        pod: &Pod,
-        pod_ip: String,
-        statuses: Vec<ContainerStatus>,
-        init_statuses: Vec<ContainerStatus>,
-        initialized: bool,
-    ) -> Result<(), Error> {
+    async fn report(&self, api: &Api<Pod>, pod: &Pod, observed: Observed) -> Result<(), Error> {
+        let Observed {
+            pod_ip,
+            statuses,
+            init_statuses,
+            initialized,
+            failed,
+        } = observed;
         let all_running = !statuses.is_empty()
             && statuses
                 .iter()
@@ -1259,7 +1466,7 @@ impl Agent {
                     .and_then(|st| st.terminated.as_ref())
                     .is_some_and(|t| t.exit_code != 0)
             });
-        let phase = if init_failed {
+        let phase = if init_failed || failed.is_some() {
             "Failed"
         } else if all_running {
             "Running"
@@ -1282,7 +1489,15 @@ impl Agent {
         } else {
             "Pending"
         };
-        let ready = if all_running { "True" } else { "False" };
+        // Ready: every container ready (running, started, its readiness probe passing).
+        let unready: Vec<&str> = statuses
+            .iter()
+            .filter(|s| !s.ready)
+            .map(|s| s.name.as_str())
+            .collect();
+        let containers_ready = !statuses.is_empty() && unready.is_empty() && failed.is_none();
+        let ready = if containers_ready { "True" } else { "False" };
+        let unready_message = format!("containers with unready status: [{}]", unready.join(" "));
         let old = pod.status.clone().unwrap_or_default();
         let old_cond = |t: &str| old.conditions.iter().flatten().find(|c| c.type_ == t).cloned();
         let cond = |t: &str, status: &str| {
@@ -1295,6 +1510,8 @@ impl Agent {
                     _ => Some(now()),
                 },
                 reason: (status == "False" && t != "Initialized").then(|| "ContainersNotReady".to_string()),
+                message: (status == "False" && t != "Initialized" && !unready.is_empty())
+                    .then(|| unready_message.clone()),
                 ..Default::default()
             }
         };
@@ -1317,9 +1534,12 @@ impl Agent {
             "conditions": conditions,
             "containerStatuses": statuses,
             "initContainerStatuses": if init_statuses.is_empty() { None } else { Some(init_statuses) },
+            "reason": failed.map(|f| f.0),
+            "message": failed.map(|f| f.1),
         }});
         // Only write when something other than timestamps changed.
         let changed = old.phase.as_deref() != Some(phase)
+            || old.reason.as_deref() != failed.map(|f| f.0)
             || old.container_statuses.as_ref().map(|v| v.len()) != Some(statuses_len(&status))
             || serde_json::to_value(&old.container_statuses).ok()
                 != Some(status["status"]["containerStatuses"].clone())
@@ -1343,6 +1563,55 @@ impl Agent {
         }
         Ok(())
     }
+}
+
+/// Whether `pod` has been active longer than its activeDeadlineSeconds at `now`.
+fn past_deadline(pod: &Pod, now: jiff::Timestamp) -> bool {
+    let Some(deadline) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
+        return false;
+    };
+    let Some(start) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
+        return false;
+    };
+    now.duration_since(start.0).as_secs() >= deadline
+}
+
+/// The grace period a pod's containers get to stop: the deletion's, else the spec's (30 s).
+fn pod_grace(pod: &Pod) -> i64 {
+    pod.metadata
+        .deletion_timestamp
+        .as_ref()
+        .and(pod.metadata.deletion_grace_period_seconds)
+        .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+        .unwrap_or(30)
+}
+
+/// Why a container ended: the runtime's reason (OOMKilled), else Completed or Error.
+fn terminated_reason(cs: &cri::ContainerStatus) -> String {
+    if !cs.reason.is_empty() {
+        cs.reason.clone()
+    } else if cs.exit_code == 0 {
+        "Completed".into()
+    } else {
+        "Error".into()
+    }
+}
+
+fn system_time(nanos: i64) -> std::time::SystemTime {
+    if nanos <= 0 {
+        return std::time::SystemTime::now();
+    }
+    std::time::SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos as u64)
+}
+
+/// What a sync saw of a pod, for its status.
+struct Observed {
+    pod_ip: String,
+    statuses: Vec<ContainerStatus>,
+    init_statuses: Vec<ContainerStatus>,
+    initialized: bool,
+    /// Why the kubelet failed the pod itself (reason, message), as for activeDeadlineSeconds.
+    failed: Option<(&'static str, &'static str)>,
 }
 
 fn statuses_len(status: &serde_json::Value) -> usize {

@@ -79,7 +79,7 @@ pub fn ca_hash(der: &[u8]) -> String {
 /// Accepts any chain on the probe connection: the chain is only looked at, never trusted,
 /// and nothing is sent over that connection.
 #[derive(Debug)]
-struct LookOnly(Arc<rustls::crypto::CryptoProvider>);
+pub(crate) struct LookOnly(pub(crate) Arc<rustls::crypto::CryptoProvider>);
 
 impl rustls::client::danger::ServerCertVerifier for LookOnly {
     fn verify_server_cert(

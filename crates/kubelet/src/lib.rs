@@ -3,12 +3,15 @@
 //! `cri` talks CRI v1 to it over its unix socket with tonic and the k8s-cri protos.
 
 pub mod agent;
+pub mod backoff;
 pub mod bootstrap;
 pub mod cgroups;
 pub mod cni;
 pub mod containerd;
 pub mod cri;
 pub mod images;
+pub mod lifecycle;
+pub mod prober;
 pub mod spec;
 pub mod volumes;
 
