@@ -1445,14 +1445,6 @@ impl Agent {
             initialized,
             failed,
         } = observed;
-        let all_running = !statuses.is_empty()
-            && statuses
-                .iter()
-                .all(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()));
-        let all_terminated = !statuses.is_empty()
-            && statuses
-                .iter()
-                .all(|s| s.state.as_ref().is_some_and(|st| st.terminated.is_some()));
         let restart = pod
             .spec
             .as_ref()
@@ -1468,26 +1460,10 @@ impl Agent {
             });
         let phase = if init_failed || failed.is_some() {
             "Failed"
-        } else if all_running {
-            "Running"
-        } else if all_terminated && restart != "Always" {
-            if statuses.iter().all(|s| {
-                s.state
-                    .as_ref()
-                    .and_then(|st| st.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code == 0)
-            }) {
-                "Succeeded"
-            } else {
-                "Failed"
-            }
-        } else if statuses
-            .iter()
-            .any(|s| s.state.as_ref().is_some_and(|st| st.running.is_some()))
-        {
-            "Running"
-        } else {
+        } else if !initialized {
             "Pending"
+        } else {
+            pod_phase(&statuses, &restart)
         };
         // Ready: every container ready (running, started, its readiness probe passing).
         let unready: Vec<&str> = statuses
@@ -1576,6 +1552,44 @@ fn past_deadline(pod: &Pod, now: jiff::Timestamp) -> bool {
     now.duration_since(start.0).as_secs() >= deadline
 }
 
+/// The phase from the app containers' statuses (upstream `getPhase`): a container waiting to
+/// restart after it ran counts as stopped, so a crash-looping pod is Running.
+fn pod_phase(statuses: &[ContainerStatus], restart: &str) -> &'static str {
+    let (mut running, mut waiting, mut stopped, mut succeeded, mut unknown) = (0, 0, 0, 0, 0);
+    for s in statuses {
+        let state = s.state.clone().unwrap_or_default();
+        if state.running.is_some() {
+            running += 1;
+        } else if let Some(t) = &state.terminated {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if state.waiting.is_some() {
+            if s.last_state.as_ref().is_some_and(|l| l.terminated.is_some()) {
+                stopped += 1;
+            } else {
+                waiting += 1;
+            }
+        } else {
+            unknown += 1;
+        }
+    }
+    if statuses.is_empty() || waiting > 0 || unknown > 0 {
+        "Pending"
+    } else if running > 0 {
+        "Running"
+    } else if restart == "Always" {
+        "Running"
+    } else if stopped == succeeded {
+        "Succeeded"
+    } else if restart == "Never" {
+        "Failed"
+    } else {
+        "Running"
+    }
+}
+
 /// The grace period a pod's containers get to stop: the deletion's, else the spec's (30 s).
 fn pod_grace(pod: &Pod) -> i64 {
     pod.metadata
@@ -1635,4 +1649,50 @@ fn host_dns() -> cri::DnsConfig {
         }
     }
     cfg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(state: serde_json::Value, last: serde_json::Value) -> ContainerStatus {
+        serde_json::from_value(json!({"name": "c", "image": "i", "ready": false, "restartCount": 0,
+            "state": state, "lastState": last}))
+        .unwrap()
+    }
+
+    #[test]
+    fn phase_as_upstream_get_phase() {
+        let running = status(json!({"running": {}}), json!({}));
+        let creating = status(json!({"waiting": {"reason": "ContainerCreating"}}), json!({}));
+        let backing_off = status(
+            json!({"waiting": {"reason": "CrashLoopBackOff"}}),
+            json!({"terminated": {"exitCode": 2}}),
+        );
+        let ok = status(json!({"terminated": {"exitCode": 0}}), json!({}));
+        let bad = status(json!({"terminated": {"exitCode": 1}}), json!({}));
+        assert_eq!(pod_phase(&[running.clone()], "Always"), "Running");
+        assert_eq!(pod_phase(&[running.clone(), creating.clone()], "Always"), "Pending");
+        assert_eq!(pod_phase(&[backing_off.clone()], "Always"), "Running", "crash-looping");
+        assert_eq!(pod_phase(&[backing_off, running], "OnFailure"), "Running");
+        assert_eq!(pod_phase(&[ok.clone()], "Never"), "Succeeded");
+        assert_eq!(pod_phase(&[ok.clone(), bad.clone()], "Never"), "Failed");
+        assert_eq!(pod_phase(&[bad], "OnFailure"), "Running");
+        assert_eq!(pod_phase(&[ok], "Always"), "Running");
+        assert_eq!(pod_phase(&[], "Always"), "Pending");
+    }
+
+    #[test]
+    fn deadline_counts_from_start_time() {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+            "spec": {"containers": [], "activeDeadlineSeconds": 5},
+            "status": {"startTime": "2030-01-01T00:00:00Z"}}))
+        .unwrap();
+        let at = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+        assert!(!past_deadline(&pod, at("2030-01-01T00:00:04Z")));
+        assert!(past_deadline(&pod, at("2030-01-01T00:00:05Z")));
+        let mut no_start = pod.clone();
+        no_start.status = None;
+        assert!(!past_deadline(&no_start, at("2031-01-01T00:00:00Z")));
+    }
 }
