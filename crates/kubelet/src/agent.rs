@@ -625,20 +625,36 @@ impl Agent {
     /// Stop container `id` (container `name` of `pod`) as upstream `killContainer`: the
     /// `Killing` event (with `message`, or "Stopping container <name>"), its preStop hook, then
     /// the stop signal with what the hook left of the grace period (`grace`, or the pod's).
-    async fn kill_container(&self, pod: Option<&Pod>, name: &str, id: &str, grace: Option<i64>, message: Option<&str>) {
-        let spec_c = pod
-            .and_then(|p| p.spec.as_ref())
-            .and_then(|s| s.containers.iter().chain(s.init_containers.iter().flatten()).find(|c| c.name == name));
+    async fn kill_container(
+        &self,
+        pod: Option<&Pod>,
+        name: &str,
+        id: &str,
+        grace: Option<i64>,
+        message: Option<&str>,
+    ) {
+        let spec_c = pod.and_then(|p| p.spec.as_ref()).and_then(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .find(|c| c.name == name)
+        });
         let secs = grace.or_else(|| pod.map(pod_grace)).unwrap_or(10).max(0);
         let grace = Duration::from_secs(secs as u64);
         let began = Instant::now();
         if let (Some(pod), Some(c)) = (pod, spec_c) {
-            let message = message.map(String::from).unwrap_or_else(|| format!("Stopping container {name}"));
+            let message = message
+                .map(String::from)
+                .unwrap_or_else(|| format!("Stopping container {name}"));
             self.event(pod, "Normal", "Killing", &message).await;
             if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
                 let target = prober::Target {
                     container_id: id.to_string(),
-                    pod_ip: pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default(),
+                    pod_ip: pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.pod_ip.clone())
+                        .unwrap_or_default(),
                     ports: c.ports.clone().unwrap_or_default(),
                 };
                 if let Err(m) = lifecycle::run(&self.cri, hook, pod, c, &target, grace).await {
@@ -982,7 +998,7 @@ impl Agent {
                 failed: None,
             },
         )
-            .await
+        .await
     }
 
     async fn exit_code(&self, id: &str) -> i32 {
@@ -1288,8 +1304,10 @@ impl Agent {
             statuses.push(ContainerStatus { ready: false, ..st });
         }
         for sb in sandboxes {
-            rt.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id: sb.id })
-                .await?;
+            rt.stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: sb.id,
+            })
+            .await?;
         }
         let old = pod.status.clone().unwrap_or_default();
         let initialized = old
@@ -1343,8 +1361,7 @@ impl Agent {
             initialized,
             failed: None,
         };
-        self.report(api, pod, observed)
-            .await
+        self.report(api, pod, observed).await
     }
 
     async fn container_status(
@@ -1577,9 +1594,7 @@ fn pod_phase(statuses: &[ContainerStatus], restart: &str) -> &'static str {
     }
     if statuses.is_empty() || waiting > 0 || unknown > 0 {
         "Pending"
-    } else if running > 0 {
-        "Running"
-    } else if restart == "Always" {
+    } else if running > 0 || restart == "Always" {
         "Running"
     } else if stopped == succeeded {
         "Succeeded"
@@ -1656,8 +1671,10 @@ mod tests {
     use super::*;
 
     fn status(state: serde_json::Value, last: serde_json::Value) -> ContainerStatus {
-        serde_json::from_value(json!({"name": "c", "image": "i", "ready": false, "restartCount": 0,
-            "state": state, "lastState": last}))
+        serde_json::from_value(
+            json!({"name": "c", "image": "i", "ready": false, "restartCount": 0,
+            "state": state, "lastState": last}),
+        )
         .unwrap()
     }
 
@@ -1671,11 +1688,18 @@ mod tests {
         );
         let ok = status(json!({"terminated": {"exitCode": 0}}), json!({}));
         let bad = status(json!({"terminated": {"exitCode": 1}}), json!({}));
-        assert_eq!(pod_phase(&[running.clone()], "Always"), "Running");
-        assert_eq!(pod_phase(&[running.clone(), creating.clone()], "Always"), "Pending");
-        assert_eq!(pod_phase(&[backing_off.clone()], "Always"), "Running", "crash-looping");
+        assert_eq!(pod_phase(std::slice::from_ref(&running), "Always"), "Running");
+        assert_eq!(
+            pod_phase(&[running.clone(), creating.clone()], "Always"),
+            "Pending"
+        );
+        assert_eq!(
+            pod_phase(std::slice::from_ref(&backing_off), "Always"),
+            "Running",
+            "crash-looping"
+        );
         assert_eq!(pod_phase(&[backing_off, running], "OnFailure"), "Running");
-        assert_eq!(pod_phase(&[ok.clone()], "Never"), "Succeeded");
+        assert_eq!(pod_phase(std::slice::from_ref(&ok), "Never"), "Succeeded");
         assert_eq!(pod_phase(&[ok.clone(), bad.clone()], "Never"), "Failed");
         assert_eq!(pod_phase(&[bad], "OnFailure"), "Running");
         assert_eq!(pod_phase(&[ok], "Always"), "Running");

@@ -154,6 +154,9 @@ mod tests {
         assert_eq!(b.in_backoff_since_update("p", t(9)), Some(INITIAL));
         assert_eq!(b.in_backoff_since_update("p", t(10)), None);
         b.next("p", t(10));
-        assert_eq!(b.in_backoff_since_update("p", t(29)), Some(Duration::from_secs(20)));
+        assert_eq!(
+            b.in_backoff_since_update("p", t(29)),
+            Some(Duration::from_secs(20))
+        );
     }
 }

@@ -77,7 +77,8 @@ pub fn ca_hash(der: &[u8]) -> String {
 }
 
 /// Accepts any chain on the probe connection: the chain is only looked at, never trusted,
-/// and nothing is sent over that connection.
+/// and nothing is sent over that connection. HTTPS probes and hooks use it too: upstream's
+/// prober does not verify the container's certificate either.
 #[derive(Debug)]
 pub(crate) struct LookOnly(pub(crate) Arc<rustls::crypto::CryptoProvider>);
 

@@ -39,9 +39,10 @@ pub async fn run(
             Ok(_) => Ok(()),
             Err(e) => {
                 let (error, output) = match &e {
-                    ExecError::Exited { cmd, code, output } => {
-                        (format!("command '{cmd}' exited with {code}: {output}"), output.clone())
-                    }
+                    ExecError::Exited { cmd, code, output } => (
+                        format!("command '{cmd}' exited with {code}: {output}"),
+                        output.clone(),
+                    ),
                     other => (other.message(), String::new()),
                 };
                 Err(format!(
@@ -50,18 +51,20 @@ pub async fn run(
                 ))
             }
         },
-        Action::Http(h) => match tokio::time::timeout(budget, prober::run(cri, &action, target, budget)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!(
-                "HTTP lifecycle hook ({}) {within} failed - error: {e}",
-                h.path
-            )),
-            Err(_) => Err(format!(
-                "HTTP lifecycle hook ({}) {within} failed - error: no answer within {}s",
-                h.path,
-                budget.as_secs()
-            )),
-        },
+        Action::Http(h) => {
+            match tokio::time::timeout(budget, prober::run(cri, &action, target, budget)).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!(
+                    "HTTP lifecycle hook ({}) {within} failed - error: {e}",
+                    h.path
+                )),
+                Err(_) => Err(format!(
+                    "HTTP lifecycle hook ({}) {within} failed - error: no answer within {}s",
+                    h.path,
+                    budget.as_secs()
+                )),
+            }
+        }
         // A sleep is cut short by the end of the budget, never a failure.
         Action::Sleep(d) => {
             tokio::time::sleep((*d).min(budget)).await;
@@ -84,8 +87,9 @@ mod tests {
 
     #[test]
     fn pod_reference_and_command_as_upstream_prints_them() {
-        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "shop", "uid": "u-1"}}))
-            .unwrap();
+        let pod: Pod =
+            serde_json::from_value(json!({"metadata": {"name": "web", "namespace": "shop", "uid": "u-1"}}))
+                .unwrap();
         assert_eq!(pod_ref(&pod), "web_shop(u-1)");
         assert_eq!(
             go_slice(&["sh".into(), "-c".into(), "exit 1".into()]),

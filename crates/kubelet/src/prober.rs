@@ -193,7 +193,10 @@ fn dial_error(addr: &str, e: &std::io::Error) -> String {
 /// `(output)`, others upstream's wording.
 pub async fn run(cri: &Cri, action: &Action, t: &Target, timeout: Duration) -> Result<(), String> {
     match action {
-        Action::Exec(cmd) => exec(cri, cmd, t, timeout).await.map(|_| ()).map_err(|e| e.message()),
+        Action::Exec(cmd) => exec(cri, cmd, t, timeout)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.message()),
         Action::Http(h) => http_get(h, t, timeout).await,
         Action::Tcp { host, port } => tcp_check(host.as_deref(), port, t, timeout).await,
         Action::Grpc { port, service } => {
@@ -207,7 +210,12 @@ pub async fn run(cri: &Cri, action: &Action, t: &Target, timeout: Duration) -> R
     }
 }
 
-async fn tcp_check(host: Option<&str>, port: &IntOrString, t: &Target, timeout: Duration) -> Result<(), String> {
+async fn tcp_check(
+    host: Option<&str>,
+    port: &IntOrString,
+    t: &Target,
+    timeout: Duration,
+) -> Result<(), String> {
     let port = resolve_port(port, &t.ports)?;
     let addr = host_port(host.unwrap_or(&t.pod_ip), port);
     match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&addr)).await {
@@ -221,8 +229,14 @@ async fn tcp_check(host: Option<&str>, port: &IntOrString, t: &Target, timeout: 
 #[derive(Debug)]
 pub enum ExecError {
     /// It ran and exited non-zero; its output.
-    Exited { cmd: String, code: i32, output: String },
-    TimedOut { cmd: String },
+    Exited {
+        cmd: String,
+        code: i32,
+        output: String,
+    },
+    TimedOut {
+        cmd: String,
+    },
     Runtime(String),
 }
 
@@ -347,7 +361,10 @@ async fn http_get(h: &HttpGet, t: &Target, timeout: Duration) -> Result<(), Stri
             .map_err(|e| dial_error(&addr, &e))?;
         if h.scheme == "https" {
             let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
-            let tls = tls_connector().connect(name, tcp).await.map_err(|e| e.to_string())?;
+            let tls = tls_connector()
+                .connect(name, tcp)
+                .await
+                .map_err(|e| e.to_string())?;
             exchange(tls, &req).await
         } else {
             exchange(tcp, &req).await
@@ -540,13 +557,7 @@ impl ProbeManager {
 
     /// Point the workers of container `c` at its running instance (`None`: not running). Workers
     /// are made on first sight, one per probe the container has.
-    pub fn update(
-        &self,
-        pod: &Arc<Pod>,
-        c: &Container,
-        running: Option<(&str, SystemTime)>,
-        pod_ip: &str,
-    ) {
+    pub fn update(&self, pod: &Arc<Pod>, c: &Container, running: Option<(&str, SystemTime)>, pod_ip: &str) {
         let uid = pod.uid().unwrap_or_default();
         let mut workers = self.workers.lock().unwrap();
         // The startup worker first: the others wait for its success.
@@ -557,7 +568,9 @@ impl ProbeManager {
             let shared = match workers.get(&key) {
                 Some(w) => w.shared.clone(),
                 None => {
-                    let Some(action) = Action::of_probe(probe) else { continue };
+                    let Some(action) = Action::of_probe(probe) else {
+                        continue;
+                    };
                     let shared = Arc::new(Shared {
                         state: Mutex::new(WorkerState::default()),
                         wake: Notify::new(),
@@ -571,7 +584,11 @@ impl ProbeManager {
                         kind,
                         action,
                         timing: Timing::of(probe),
-                        startup: if kind == Kind::Startup { None } else { startup.clone() },
+                        startup: if kind == Kind::Startup {
+                            None
+                        } else {
+                            startup.clone()
+                        },
                     };
                     let task = tokio::spawn(work(shared.clone(), ctx));
                     workers.insert(
@@ -594,8 +611,8 @@ impl ProbeManager {
                 started_at,
             });
             let mut st = shared.state.lock().unwrap();
-            let moved =
-                st.aim.as_ref().map(|a| &a.target.container_id) != aim.as_ref().map(|a| &a.target.container_id);
+            let moved = st.aim.as_ref().map(|a| &a.target.container_id)
+                != aim.as_ref().map(|a| &a.target.container_id);
             st.aim = aim;
             drop(st);
             if moved {
@@ -733,7 +750,15 @@ async fn work(me: Arc<Shared>, ctx: WorkerContext) {
         }
         let outcome = run(&ctx.cri, &ctx.action, &aim.target, ctx.timing.timeout).await;
         // Pointed elsewhere meanwhile: this outcome is of no use.
-        if me.state.lock().unwrap().aim.as_ref().map(|a| &a.target.container_id) != Some(&id) {
+        if me
+            .state
+            .lock()
+            .unwrap()
+            .aim
+            .as_ref()
+            .map(|a| &a.target.container_id)
+            != Some(&id)
+        {
             continue;
         }
         let message = match &outcome {
@@ -805,10 +830,17 @@ mod tests {
             }
         );
         let p: Probe = serde_json::from_value(json!({"initialDelaySeconds": 2, "periodSeconds": 1,
-            "timeoutSeconds": 5, "successThreshold": 2, "failureThreshold": 1})).unwrap();
+            "timeoutSeconds": 5, "successThreshold": 2, "failureThreshold": 1}))
+        .unwrap();
         let t = Timing::of(&p);
         assert_eq!(
-            (t.initial_delay.as_secs(), t.period.as_secs(), t.timeout.as_secs(), t.success, t.failure),
+            (
+                t.initial_delay.as_secs(),
+                t.period.as_secs(),
+                t.timeout.as_secs(),
+                t.success,
+                t.failure
+            ),
             (2, 1, 5, 2, 1)
         );
     }
@@ -834,7 +866,9 @@ mod tests {
         let p: Probe = serde_json::from_value(json!({"httpGet": {"path": "healthz", "port": "web",
             "httpHeaders": [{"name": "Host", "value": "example.test"}, {"name": "X-A", "value": "1"}]}}))
         .unwrap();
-        let Some(Action::Http(h)) = Action::of_probe(&p) else { panic!() };
+        let Some(Action::Http(h)) = Action::of_probe(&p) else {
+            panic!()
+        };
         assert_eq!(h.scheme, "http");
         let req = http_request(&h, "10.0.0.1:8080");
         assert!(req.starts_with("GET /healthz HTTP/1.1\r\n"), "{req}");
@@ -916,7 +950,9 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let err = http_get(&http(free), &t, Duration::from_secs(2)).await.unwrap_err();
+        let err = http_get(&http(free), &t, Duration::from_secs(2))
+            .await
+            .unwrap_err();
         assert_eq!(
             err,
             format!("Get \"http://127.0.0.1:{free}/ready\": dial tcp 127.0.0.1:{free}: connect: connection refused")
@@ -935,7 +971,9 @@ mod tests {
         // A server that never answers: the timeout.
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = l.local_addr().unwrap().port();
-        let err = http_get(&http(port), &t, Duration::from_millis(300)).await.unwrap_err();
+        let err = http_get(&http(port), &t, Duration::from_millis(300))
+            .await
+            .unwrap_err();
         assert!(err.contains("context deadline exceeded"), "{err}");
         drop(l);
     }

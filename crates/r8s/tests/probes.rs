@@ -177,7 +177,6 @@ fn events_of(s: &Server, name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-
 fn container(p: &Value) -> &Value {
     &p["status"]["containerStatuses"][0]
 }
@@ -328,7 +327,8 @@ fn liveness_restarts_readiness_gates_ready_http_and_startup_probes() {
         secs(&became_ready) - secs(&started_at) >= 5,
         "Ready at {became_ready}, started at {started_at}"
     );
-    assert!(has_event(s, "ready", "Unhealthy", |m| m.starts_with("Readiness probe failed: ")
+    assert!(has_event(s, "ready", "Unhealthy", |m| m
+        .starts_with("Readiness probe failed: ")
         && m.contains("/tmp/ready")));
     assert_eq!(container(&ready)["restartCount"], 0, "readiness never restarts");
 
@@ -339,14 +339,12 @@ fn liveness_restarts_readiness_gates_ready_http_and_startup_probes() {
     });
     let last = &container(&live)["lastState"]["terminated"];
     // Killed by the stop signal (SIGTERM, or SIGKILL once the grace period is over).
-    assert!(
-        [137, 143].contains(&last["exitCode"].as_i64().unwrap()),
-        "{live}"
-    );
+    assert!([137, 143].contains(&last["exitCode"].as_i64().unwrap()), "{live}");
     assert_eq!(last["reason"], "Error", "{live}");
     assert!(last["containerID"].as_str().unwrap().starts_with("containerd://"));
     assert!(last["startedAt"].is_string() && last["finishedAt"].is_string());
-    assert!(has_event(s, "live", "Unhealthy", |m| m.starts_with("Liveness probe failed: ")
+    assert!(has_event(s, "live", "Unhealthy", |m| m
+        .starts_with("Liveness probe failed: ")
         && m.contains("/tmp/healthy")));
     assert!(has_event(s, "live", "Killing", |m| m
         == "Container app failed liveness probe, will be restarted"));
@@ -375,7 +373,11 @@ fn liveness_restarts_readiness_gates_ready_http_and_startup_probes() {
         "{p}"
     );
     let web = pod_json(s, "web").unwrap();
-    assert_eq!(container(&web)["restartCount"], 0, "the tcpSocket liveness passes");
+    assert_eq!(
+        container(&web)["restartCount"],
+        0,
+        "the tcpSocket liveness passes"
+    );
 
     // startup: not started until the file exists, never restarted.
     let slow = wait_for(60, "slow started", || {
@@ -529,9 +531,6 @@ spec:
     // preStop on deletion: its file is there once the pod is gone.
     assert!(!host.join("stop").exists());
     delete_all(s, &["hooks"]);
-    assert_eq!(
-        std::fs::read_to_string(host.join("stop")).unwrap(),
-        "stopping\n"
-    );
+    assert_eq!(std::fs::read_to_string(host.join("stop")).unwrap(), "stopping\n");
     delete_all(s, &["badpost", "crash", "deadline"]);
 }
