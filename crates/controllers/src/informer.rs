@@ -108,7 +108,13 @@ impl<K: Object> Informer<K> {
         let Some(mut writer) = self.writer.lock().unwrap().take() else {
             return;
         };
-        let stream = watcher(self.api.clone(), watcher::Config::default()).default_backoff();
+        // Cached without managedFields, as upstream's informers keep them
+        // (TransformStripManagedFields): no controller reads them, and they are a large part of
+        // each object. `None`, not empty: an update built from a cached object keeps the
+        // server's entries.
+        let stream = watcher(self.api.clone(), watcher::Config::default())
+            .modify(|o| o.meta_mut().managed_fields = None)
+            .default_backoff();
         let mut stream = std::pin::pin!(stream);
         let mut resync = self
             .resync

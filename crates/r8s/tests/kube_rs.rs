@@ -371,3 +371,50 @@ async fn next_event(stream: &mut EventStream) -> (&'static str, ConfigMap) {
         other => panic!("no change: {other:?}"),
     }
 }
+
+/// The controllers' shared informers cache objects without managedFields (as upstream's
+/// informers strip them); an update made from a cached object keeps the server's entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn informers_cache_objects_without_managed_fields() {
+    let server = Server::start_with(&["--disable-controller-manager", "--disable-scheduler"]);
+    let client = client(&server).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let created = cms
+        .create(&PostParams::default(), &configmap("cached", "1"))
+        .await
+        .unwrap();
+    assert!(
+        created.metadata.managed_fields.is_some(),
+        "the server records managedFields"
+    );
+
+    let factory = r8s_controllers::informer::Factory::new(client.clone(), None);
+    let informer = factory.get::<ConfigMap>();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let _tasks = factory.start(&stop);
+    tokio::time::timeout(Duration::from_secs(10), informer.wait_synced())
+        .await
+        .expect("informer synced");
+    let cached = r8s_controllers::informer::lookup(&informer.store(), "default/cached").expect("cached");
+    assert_eq!(cached.metadata.managed_fields, None);
+    assert_eq!(cached.data.as_ref().unwrap()["key"], "1");
+
+    let mut changed = (*cached).clone();
+    changed.data = Some(BTreeMap::from([("key".into(), "2".into())]));
+    let updated = cms
+        .replace("cached", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    let managers: Vec<_> = updated
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| e.manager)
+        .collect();
+    assert!(
+        !managers.is_empty(),
+        "managedFields kept after an update without them"
+    );
+    stop.cancel();
+}
