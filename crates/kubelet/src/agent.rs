@@ -13,7 +13,7 @@
 //! around a container's start and stop; restarts back off as upstream (`backoff`), and a pod
 //! past its `activeDeadlineSeconds` is stopped and Failed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,12 +36,15 @@ use r8s_controllers::queue::{run_workers, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission;
 use crate::backoff::{self, Backoff};
+use crate::cgroups::{CgroupManager, Layout};
 use crate::cni::{self, CniOptions};
 use crate::containerd::{Containerd, ContainerdOptions};
 use crate::cri::Cri;
 use crate::lifecycle;
 use crate::prober::{self, ProbeEvent, ProbeManager};
+use crate::qos::{self, QosClass};
 use crate::spec::{self, ContainerInputs, NodeContext};
 use crate::volumes::{HostVolume, Lookup, VolumeManager};
 use crate::Error;
@@ -165,6 +168,12 @@ pub struct Agent {
     backoff: Mutex<Backoff>,
     probes: ProbeManager,
     volumes: VolumeManager,
+    /// The pods' cgroups, by QoS class.
+    cgroups: CgroupManager,
+    /// The uids of the pods admitted to this node (kubelet admission runs once per pod, one
+    /// pod at a time under `admit_lock`).
+    admitted: Mutex<HashSet<String>>,
+    admit_lock: tokio::sync::Mutex<()>,
     /// Events recorded, by pod uid, reason and message: the event's name, its count and when
     /// it was last written (repeats within `EVENT_REPEAT` are not written again).
     events: Mutex<HashMap<EventKey, RecordedEvent>>,
@@ -215,6 +224,7 @@ impl Agent {
             mtu: None,
         };
         let cgroup_parent = crate::cgroups::pod_parent("r8s-pods");
+        let cgroups = CgroupManager::new(Layout::detect(), &cgroup_parent);
         let containerd = tokio::task::spawn_blocking(move || Containerd::start(c_opts))
             .await
             .map_err(|e| Error::Other(e.to_string()))??;
@@ -227,6 +237,9 @@ impl Agent {
         let cri = Cri::connect(&socket).await?;
         let version = cri.version().await?;
         let (cpus, mem_kib) = machine_size();
+        if let Err(e) = cgroups.ensure_qos(cpus as i64 * 1000, 0) {
+            tracing::warn!(error = %e, "agent: could not set up the QoS cgroups");
+        }
         let queue = WorkQueue::new("kubelet");
         let (probe_events, mut probe_events_rx) = tokio::sync::mpsc::unbounded_channel::<ProbeEvent>();
         let agent = Arc::new(Agent {
@@ -245,6 +258,9 @@ impl Agent {
                 allocatable_memory: mem_kib as i128 * 1024,
             }),
             volumes: VolumeManager::new(opts.dir.join("pods"), client.clone()),
+            cgroups,
+            admitted: Mutex::new(HashSet::new()),
+            admit_lock: tokio::sync::Mutex::new(()),
             events: Mutex::new(HashMap::new()),
             opts,
             pods: Mutex::new(HashMap::new()),
@@ -739,6 +755,12 @@ impl Agent {
         if past_deadline(&pod, jiff::Timestamp::now()) {
             return self.deadline_exceeded(&api, &pod).await;
         }
+        // Kubelet admission, once, before anything of the pod starts.
+        if !self.admitted.lock().unwrap().contains(&uid) {
+            if let Err(r) = self.admit(&pod, &uid).await? {
+                return self.reject(&api, &pod, &r).await;
+            }
+        }
         let node = self.node_ctx.lock().unwrap().clone();
         let mut rt = self.cri.runtime.clone();
         // The volumes (upstream `WaitForAttachAndMount`), made or refreshed on every sync.
@@ -761,6 +783,7 @@ impl Agent {
             Some(s) => s.id,
             None => {
                 std::fs::create_dir_all(&sandbox_config.log_directory)?;
+                self.ensure_pod_cgroup(&pod, &uid)?;
                 rt.run_pod_sandbox(cri::RunPodSandboxRequest {
                     config: Some(sandbox_config.clone()),
                     runtime_handler: String::new(),
@@ -1185,10 +1208,105 @@ impl Agent {
         inputs
     }
 
+    /// Kubelet admission (upstream `canAdmitPod`): the pod against the Node and the pods already
+    /// admitted here. Pods this agent finds already started (a restart) are admitted as they are.
+    async fn admit(&self, pod: &Pod, uid: &str) -> Result<Result<(), admission::Rejection>, Error> {
+        let _one_at_a_time = self.admit_lock.lock().await;
+        let started = pod.status.as_ref().is_some_and(|s| s.start_time.is_some());
+        if !started && self.sandboxes_of(uid).await?.is_empty() {
+            let node = match self.node_api().get(&self.opts.node_name).await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "agent: cannot get the node for admission");
+                    return Ok(Err(admission::Rejection {
+                        reason: "InvalidNodeInfo".into(),
+                        message: "Kubelet cannot get node info.".into(),
+                    }));
+                }
+            };
+            let others: Vec<Arc<Pod>> = {
+                let admitted = self.admitted.lock().unwrap();
+                self.pods
+                    .lock()
+                    .unwrap()
+                    .values()
+                    .filter(|p| {
+                        let id = p.uid().unwrap_or_default();
+                        let status = p.status.as_ref();
+                        let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("");
+                        id != uid
+                            && phase != "Succeeded"
+                            && phase != "Failed"
+                            && (admitted.contains(&id) || status.is_some_and(|s| s.start_time.is_some()))
+                    })
+                    .cloned()
+                    .collect()
+            };
+            if let Err(r) = admission::admit(pod, &node, &others) {
+                return Ok(Err(r));
+            }
+        }
+        self.admitted.lock().unwrap().insert(uid.to_string());
+        Ok(Ok(()))
+    }
+
+    /// A pod kubelet admission refused (upstream `rejectPod`): a Warning event and phase Failed
+    /// with the reason, "Pod was rejected: <message>".
+    async fn reject(&self, api: &Api<Pod>, pod: &Pod, r: &admission::Rejection) -> Result<(), Error> {
+        self.event(pod, "Warning", &r.reason, &r.message).await;
+        let status = json!({"status": {
+            "phase": "Failed",
+            "reason": r.reason,
+            "message": format!("Pod was rejected: {}", r.message),
+            "qosClass": qos::pod_qos(pod).as_str(),
+            "startTime": pod.status.as_ref().and_then(|s| s.start_time.clone()).unwrap_or_else(now),
+        }});
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        api.patch_status(&pod.name_any(), &pp, &Patch::Merge(&status))
+            .await
+            .map_err(|e| Error::Other(format!("pod status: {e}")))?;
+        Ok(())
+    }
+
+    /// The pod's cgroup with its limits (upstream `EnsureExists` of the pod container manager),
+    /// and the Burstable parent weighted by what its pods now request.
+    fn ensure_pod_cgroup(&self, pod: &Pod, uid: &str) -> Result<(), Error> {
+        let class = qos::pod_qos(pod);
+        let burstable: i64 = self
+            .pods
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|p| qos::pod_qos(p) == QosClass::Burstable)
+            .filter(|p| {
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+                phase != "Succeeded" && phase != "Failed"
+            })
+            .map(|p| r8s_scheduler::cache::PodInfo::new(p.clone()).requests.milli_cpu)
+            .sum();
+        let cpus = self.node_ctx.lock().unwrap().allocatable_cpu_milli as i64;
+        if let Err(e) = self.cgroups.ensure_qos(cpus, burstable) {
+            tracing::warn!(error = %e, "agent: could not update the QoS cgroups");
+        }
+        self.cgroups
+            .ensure_pod(class, uid, &qos::pod_resources(pod))
+            .map_err(|e| {
+                Error::Other(format!(
+                    "failed to ensure that the pod: {uid} cgroups exist and are correctly applied: {e}"
+                ))
+            })?;
+        Ok(())
+    }
+
     /// Pod `uid` is gone from this node: its volumes, probes, events and back-offs are
     /// forgotten.
     fn forget_pod(&self, uid: &str) -> Result<(), Error> {
         self.volumes.teardown(uid)?;
+        self.cgroups.remove_pod(uid);
+        self.admitted.lock().unwrap().remove(uid);
         self.probes.forget_pod(uid);
         self.events.lock().unwrap().retain(|k, _| k.0 != uid);
         let prefix = format!("{uid}/");

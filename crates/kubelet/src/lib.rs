@@ -2,6 +2,7 @@
 //! runtime. `containerd` runs containerd as the agent's child with a configuration r8s writes;
 //! `cri` talks CRI v1 to it over its unix socket with tonic and the k8s-cri protos.
 
+pub mod admission;
 pub mod agent;
 pub mod backoff;
 pub mod bootstrap;
@@ -12,6 +13,7 @@ pub mod cri;
 pub mod images;
 pub mod lifecycle;
 pub mod prober;
+pub mod qos;
 pub mod spec;
 pub mod volumes;
 

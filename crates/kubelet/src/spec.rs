@@ -29,6 +29,7 @@ pub struct NodeContext {
     pub host_dns: cri::DnsConfig,
     /// Where pod logs go: `<log_root>/<namespace>_<name>_<uid>/`.
     pub log_root: String,
+    /// The pods' cgroup root; each pod's cgroup is under it by QoS class (`crate::qos`).
     pub cgroup_parent: String,
     /// The node's allocatable cpu (millicores) and memory (bytes): what the downward API
     /// reports as a container's limit when it has none, as upstream.
@@ -147,6 +148,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, node: &NodeContext) -> cri::PodSa
             cri::NamespaceMode::Container as i32
         }
     };
+    let cgroup_parent = crate::qos::pod_cgroup(&node.cgroup_parent, crate::qos::pod_qos(pod), &uid);
     let sc = spec.security_context.clone().unwrap_or_default();
     let privileged = spec
         .containers
@@ -172,7 +174,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, node: &NodeContext) -> cri::PodSa
         labels,
         annotations,
         linux: Some(cri::LinuxPodSandboxConfig {
-            cgroup_parent: node.cgroup_parent.clone(),
+            cgroup_parent,
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(cri::NamespaceOption {
                     network: mode(spec.host_network, true),
@@ -628,6 +630,14 @@ pub fn container_config(
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
+        linux: Some(cri::LinuxContainerConfig {
+            resources: Some(crate::qos::container_resources(
+                pod,
+                c,
+                node.allocatable_memory as i64,
+            )),
+            security_context: None,
+        }),
         ..Default::default()
     };
     Ok((config, warnings))
@@ -659,7 +669,7 @@ mod tests {
                 options: vec![],
             },
             log_root: "/var/log/pods".into(),
-            cgroup_parent: "/r8s/besteffort".into(),
+            cgroup_parent: "/r8s/pods".into(),
             allocatable_cpu_milli: 2000,
             allocatable_memory: 4 << 30,
         }
@@ -677,6 +687,11 @@ mod tests {
         );
         assert_eq!(s.hostname, "web-1");
         assert_eq!(s.log_directory, "/var/log/pods/shop_web-1_u-1");
+        // A pod asking for nothing is BestEffort: its cgroup is under that class's parent.
+        assert_eq!(
+            s.linux.as_ref().unwrap().cgroup_parent,
+            "/r8s/pods/besteffort/podu-1"
+        );
         assert_eq!(s.labels[POD_NAME], "web-1");
         assert_eq!(s.labels["app"], "web");
         assert_eq!(s.port_mappings.len(), 1);

@@ -97,7 +97,7 @@ pub(crate) fn qos_class(spec: &Value) -> &'static str {
             }
             match (q, l) {
                 (_, None) => guaranteed = false,
-                (Some(q), Some(l)) if q != l => guaranteed = false,
+                (Some(q), Some(l)) if !same_quantity(q, l) => guaranteed = false,
                 _ => {}
             }
         }
@@ -108,6 +108,20 @@ pub(crate) fn qos_class(spec: &Value) -> &'static str {
         "Guaranteed"
     } else {
         "Burstable"
+    }
+}
+
+/// Two quantities with the same value ("0.5" and "500m").
+fn same_quantity(a: &Value, b: &Value) -> bool {
+    match (a.as_str(), b.as_str()) {
+        (Some(x), Some(y)) => match (
+            r8s_api::quantity::parse_milli(x),
+            r8s_api::quantity::parse_milli(y),
+        ) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => x == y,
+        },
+        _ => a == b,
     }
 }
 
@@ -172,10 +186,35 @@ fn default_container(c: &mut Value) {
     }
 }
 
+/// A pod's containers request what they limit unless they say otherwise (upstream
+/// `SetDefaults_Pod`; pods only, not the templates of workloads).
+fn default_requests_from_limits(spec: &mut Value) {
+    for list in ["containers", "initContainers"] {
+        let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for c in cs {
+            let Some(limits) = c["resources"]["limits"].as_object().cloned() else {
+                continue;
+            };
+            if !c["resources"]["requests"].is_object() {
+                c["resources"]["requests"] = json!({});
+            }
+            let requests = c["resources"]["requests"].as_object_mut().unwrap();
+            for (k, v) in limits {
+                requests.entry(k).or_insert(v);
+            }
+        }
+    }
+}
+
 /// Upstream's defaulting (`SetDefaults_*`) for the resources that have defaults.
 pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
     match def.plural {
-        "pods" => default_pod_spec(&mut obj["spec"]),
+        "pods" => {
+            default_pod_spec(&mut obj["spec"]);
+            default_requests_from_limits(&mut obj["spec"]);
+        }
         "deployments" | "replicasets" => {
             let spec = &mut obj["spec"];
             if !spec.is_object() {
@@ -1242,6 +1281,35 @@ mod tests {
         assert_eq!(qos_class(&g), "Guaranteed");
         let b = json!({"containers": [{"resources": {"requests": {"cpu": "1"}}}]});
         assert_eq!(qos_class(&b), "Burstable");
+        let same = json!({"containers": [{"resources": {"limits": {"cpu": "0.5", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "1024Mi"}}}]});
+        assert_eq!(qos_class(&same), "Guaranteed");
+    }
+
+    #[test]
+    fn pods_request_what_they_limit_by_default() {
+        let mut pod = json!({"spec": {
+            "containers": [
+                {"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "100m"}}},
+                {"name": "b"}
+            ],
+            "initContainers": [{"name": "i", "resources": {"limits": {"memory": "64Mi"}}}]
+        }});
+        default(def("pods"), &mut pod);
+        assert_eq!(
+            pod["spec"]["containers"][0]["resources"]["requests"],
+            json!({"cpu": "100m", "memory": "1Gi"})
+        );
+        assert_eq!(pod["spec"]["containers"][1]["resources"], json!({}));
+        assert_eq!(
+            pod["spec"]["initContainers"][0]["resources"]["requests"],
+            json!({"memory": "64Mi"})
+        );
+        // Workload templates are left as written.
+        let mut d = json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "resources": {"limits": {"cpu": "1"}}}]}}}});
+        default(def("deployments"), &mut d);
+        assert!(d["spec"]["template"]["spec"]["containers"][0]["resources"]
+            .get("requests")
+            .is_none());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! (the process, its data directory) goes when the test ends, also on failure.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod https;
 
 use std::net::TcpListener;

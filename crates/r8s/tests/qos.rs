@@ -1,0 +1,245 @@
+//! QoS classes, pod cgroups and kubelet admission, end to end: `r8s server` with its agent on
+//! real containerd and the real kubectl. Each pod's cgroup sits under its class's parent with
+//! the limits its requests and limits give (read on the host, and from inside the container
+//! through its own cgroup files); a container over its memory limit is OOMKilled; a pod bound
+//! to the node past what the node has is rejected as upstream's kubelet does.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use support::cluster::*;
+
+const PODS: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: guaranteed}
+  spec:
+    containers:
+    - name: c
+      image: busybox
+      resources: {limits: {cpu: 250m, memory: 32Mi}}
+      command: [sh, -c, 'echo "CG $(cat /sys/fs/cgroup/cpu/cpu.shares) $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) $(cat /sys/fs/cgroup/memory/memory.limit_in_bytes) $(cat /proc/self/oom_score_adj)"; sleep 3600']
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: burstable}
+  spec:
+    containers:
+    - name: c
+      image: busybox
+      resources: {requests: {cpu: 100m, memory: 1Gi}, limits: {memory: 2Gi}}
+      command: [sh, -c, 'echo "CG $(cat /sys/fs/cgroup/cpu/cpu.shares) $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) $(cat /sys/fs/cgroup/memory/memory.limit_in_bytes) $(cat /proc/self/oom_score_adj)"; sleep 3600']
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: besteffort}
+  spec:
+    containers:
+    - name: c
+      image: busybox
+      command: [sh, -c, 'echo "CG $(cat /sys/fs/cgroup/cpu/cpu.shares) $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) $(cat /sys/fs/cgroup/memory/memory.limit_in_bytes) $(cat /proc/self/oom_score_adj)"; sleep 3600']
+"#;
+
+/// A v1 cgroup file of the pods' hierarchy on the host (None on a v2-only host).
+fn host_cgroup_file(controller: &str, path: &str, file: &str) -> Option<String> {
+    let p = Path::new("/sys/fs/cgroup")
+        .join(controller)
+        .join(path.trim_start_matches('/'))
+        .join(file);
+    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+}
+
+fn v1_host() -> bool {
+    Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists()
+        || Path::new("/sys/fs/cgroup/memory").is_dir()
+}
+
+/// Guaranteed, Burstable and BestEffort pods: the class in their status, the cgroup per class
+/// with upstream's cpu shares, CFS quota and memory limit, the containers' own limits and OOM
+/// score adjustments; the cgroups go with the pods.
+#[test]
+fn pods_get_cgroups_by_qos_class() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("qos-node", "10.196.0.0/16", "r8sq");
+    let (s, data) = (&c.s, c.data.clone());
+    s.ok_stdin(V, &["create", "-f", "-"], PODS);
+    let root = r8s_kubelet::cgroups::pod_parent("r8s-pods");
+    let node: Value = serde_json::from_str(&s.ok(V, &["get", "node", "qos-node", "-o", "json"])).unwrap();
+    let mem_ki: i64 = node["status"]["capacity"]["memory"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches("Ki")
+        .parse()
+        .unwrap();
+    // Upstream's heuristic: 1000 - 1000 × request / capacity, kept within 3 and 999.
+    let burstable_adj = (1000 - 1000 * (1i64 << 30) / (mem_ki * 1024)).clamp(3, 999);
+    // name → (class, cgroup parent under the root, cpu.shares, quota, memory limit, oom adj)
+    let cases: [(&str, &str, &str, i64, i64, i64); 3] = [
+        ("guaranteed", "Guaranteed", "", 256, 25_000, 32 << 20),
+        ("burstable", "Burstable", "burstable/", 102, -1, 2 << 30),
+        ("besteffort", "BestEffort", "besteffort/", 2, -1, -1),
+    ];
+    let mut adjs = Vec::new();
+    let mut paths = Vec::new();
+    for (name, class, parent, shares, quota, memory) in cases {
+        wait_for(90, &format!("{name} Running"), || {
+            (pod_json(s, name)?["status"]["phase"] == "Running").then_some(())
+        });
+        let pod = pod_json(s, name).unwrap();
+        assert_eq!(pod["status"]["qosClass"], class, "{name}");
+        let uid = uid_of(s, name);
+        let log = wait_for(30, &format!("{name}'s report"), || {
+            let log = log_of(&data, name, &uid, "c");
+            line(&log, "CG ").map(String::from)
+        });
+        let f: Vec<&str> = log.split(' ').collect();
+        assert_eq!(f.len(), 4, "{log}");
+        let path = format!("{root}/{parent}pod{uid}");
+        paths.push(path.clone());
+        if !v1_host() {
+            continue;
+        }
+        // The pod's cgroup, on the host.
+        assert_eq!(
+            host_cgroup_file("cpu", &path, "cpu.shares").as_deref(),
+            Some(shares.to_string().as_str()),
+            "{name}"
+        );
+        assert_eq!(
+            host_cgroup_file("cpu", &path, "cpu.cfs_quota_us").as_deref(),
+            Some(quota.to_string().as_str()),
+            "{name}"
+        );
+        let mem_host: i64 = host_cgroup_file("memory", &path, "memory.limit_in_bytes")
+            .unwrap()
+            .parse()
+            .unwrap();
+        if memory > 0 {
+            assert_eq!(mem_host, memory, "{name}");
+        } else {
+            // Unlimited: the kernel shows its page-rounded maximum.
+            assert!(mem_host > 1 << 60, "{name}: {mem_host}");
+        }
+        // The container's own cgroup (what it sees as its cgroup files).
+        assert_eq!(f[0], shares.to_string(), "{name}: {log}");
+        assert_eq!(f[1], quota.to_string(), "{name}: {log}");
+        if memory > 0 {
+            assert_eq!(f[2], memory.to_string(), "{name}: {log}");
+        }
+        adjs.push(f[3].parse::<i64>().unwrap());
+    }
+    if v1_host() {
+        // BestEffort first to go, then Burstable by its request; Guaranteed last (containerd
+        // raises negative scores to its own, which `restrict_oom_score_adj` keeps).
+        assert_eq!(adjs[2], 1000, "{adjs:?}");
+        assert_eq!(adjs[1], burstable_adj, "{adjs:?}");
+        assert!(adjs[0] < adjs[1], "{adjs:?}");
+        // The class parents' weights.
+        assert_eq!(
+            host_cgroup_file("cpu", &format!("{root}/besteffort"), "cpu.shares").as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            host_cgroup_file("cpu", &format!("{root}/burstable"), "cpu.shares").as_deref(),
+            Some("102")
+        );
+    }
+    s.ok(
+        V,
+        &[
+            "delete",
+            "pod",
+            "guaranteed",
+            "burstable",
+            "besteffort",
+            "--wait=true",
+        ],
+    );
+    for p in &paths {
+        let dir: PathBuf = Path::new("/sys/fs/cgroup/memory").join(p.trim_start_matches('/'));
+        wait_for(30, &format!("{} removed", dir.display()), || {
+            (!dir.exists()).then_some(())
+        });
+    }
+}
+
+const HOG: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: hog}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: hog
+    image: busybox
+    resources: {limits: {memory: 16Mi}}
+    command: [dd, if=/dev/zero, of=/dev/null, bs=64M, count=1]
+"#;
+
+/// A container that goes over its memory limit is OOM-killed and reported so; a pod bound to
+/// the node with more than it has is rejected by the kubelet (OutOfcpu) and never starts.
+#[test]
+fn memory_hogs_are_oom_killed_and_oversized_pods_rejected() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("oom-node", "10.197.0.0/16", "r8so");
+    let s = &c.s;
+    s.ok_stdin(V, &["create", "-f", "-"], HOG);
+    let term = wait_for(90, "hog terminated", || {
+        let p = pod_json(s, "hog")?;
+        let t = p["status"]["containerStatuses"][0]["state"]["terminated"].clone();
+        t.is_object().then_some((p, t))
+    });
+    let (pod, t) = term;
+    assert_eq!(t["reason"], "OOMKilled", "{t}");
+    assert_eq!(t["exitCode"], 137, "{t}");
+    wait_for(30, "hog Failed", || {
+        (pod_json(s, "hog")?["status"]["phase"] == "Failed").then_some(())
+    });
+    assert_eq!(pod["status"]["qosClass"], "Burstable");
+
+    // Bound straight to the node (no scheduler in the way): the kubelet checks again.
+    let big = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: big}
+spec:
+  nodeName: oom-node
+  containers:
+  - name: c
+    image: busybox
+    command: [sleep, "3600"]
+    resources: {requests: {cpu: "100"}}
+"#;
+    s.ok_stdin(V, &["create", "-f", "-"], big);
+    let p = wait_for(60, "big Failed", || {
+        let p = pod_json(s, "big")?;
+        (p["status"]["phase"] == "Failed").then_some(p)
+    });
+    assert_eq!(p["status"]["reason"], "OutOfcpu", "{p}");
+    let message = p["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 100000, used: 0, capacity: "
+        ),
+        "{message}"
+    );
+    assert!(p["status"]["containerStatuses"].is_null(), "nothing started: {p}");
+    let events = events_of(s, "big");
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "OutOfcpu" && m.starts_with("Node didn't have enough resource: cpu")),
+        "{events:?}"
+    );
+    // A pod that fits is admitted beside it.
+    let small = big
+        .replace("name: big", "name: small")
+        .replace("cpu: \"100\"", "cpu: 100m");
+    s.ok_stdin(V, &["create", "-f", "-"], &small);
+    wait_for(90, "small Running", || {
+        (pod_json(s, "small")?["status"]["phase"] == "Running").then_some(())
+    });
+}
