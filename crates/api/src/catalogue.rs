@@ -91,6 +91,12 @@ const BINDING: Subresource = Subresource {
     group_version: Some("v1"),
     verbs: &["create"],
 };
+const LOG: Subresource = Subresource {
+    name: "log",
+    kind: "Pod",
+    group_version: None,
+    verbs: &["get"],
+};
 const TOKEN: Subresource = Subresource {
     name: "token",
     kind: "TokenRequest",
@@ -132,7 +138,7 @@ static CATALOGUE: &[ResourceDef] = &[
     res!("", "v1", "Namespace", "namespaces", "namespace", false,
          short: ["ns"], cat: [], verbs: NAMESPACE_VERBS, sub: [STATUS, FINALIZE]),
     res!("", "v1", "Pod", "pods", "pod", true,
-         short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, BINDING]),
+         short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, BINDING, LOG]),
     res!("", "v1", "Node", "nodes", "node", false,
          short: ["no"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS]),
     res!("", "v1", "Service", "services", "service", true,

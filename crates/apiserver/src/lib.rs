@@ -30,6 +30,7 @@ use std::sync::Arc;
 use r8s_store::Store;
 
 pub use registry::allocator::ServiceCidr;
+pub use registry::pod_log::KubeletClient;
 pub use server::ServingConfig;
 
 /// The Kubernetes version r8s speaks.
@@ -51,6 +52,8 @@ pub struct ApiServerConfig {
     pub service_account_tokens: Option<Arc<authn::service_account::ServiceAccountTokens>>,
     /// The audit policy and log (absent: nothing is audited).
     pub audit: Option<audit::AuditOptions>,
+    /// How to reach kubelets for `pods/log` (absent: those requests fail with 503).
+    pub kubelet: Option<KubeletClient>,
 }
 
 /// State shared by every request.
@@ -67,6 +70,7 @@ pub(crate) struct Shared {
     pub rbac: Option<Arc<rbac::Rbac>>,
     pub service_account_tokens: Option<Arc<authn::service_account::ServiceAccountTokens>>,
     pub audit: Option<Arc<audit::Auditor>>,
+    pub kubelet: Option<KubeletClient>,
 }
 
 /// A running API server.
@@ -118,6 +122,7 @@ impl ApiServer {
             admission: config.admission,
             rbac: config.rbac,
             service_account_tokens: config.service_account_tokens,
+            kubelet: config.kubelet,
             advertise: local_addr.to_string(),
         });
         let task = tokio::spawn(server::serve(listener, tls, shared));

@@ -24,8 +24,8 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
-    Event, EventSource, Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo, ObjectReference, Pod,
-    PodCondition, PodIP,
+    DaemonEndpoint, Event, EventSource, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
+    NodeSystemInfo, ObjectReference, Pod, PodCondition, PodIP,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
@@ -61,6 +61,13 @@ pub struct AgentOptions {
     pub cluster_domain: String,
     /// Bridge name for the pod network.
     pub bridge: String,
+    /// Where the kubelet API listens (`--kubelet-address`; default: the node's address) and
+    /// its port (`--kubelet-port`, 10250; 0 picks a free one, reported in the Node's
+    /// daemonEndpoints).
+    pub kubelet_address: Option<String>,
+    pub kubelet_port: u16,
+    /// The cluster CA (DER) that signs the client certificates the kubelet API accepts.
+    pub client_ca: Vec<Vec<u8>>,
 }
 
 fn host_name() -> String {
@@ -106,6 +113,9 @@ impl AgentOptions {
             cluster_dns: vec!["10.43.0.10".into()],
             cluster_domain: "cluster.local".into(),
             bridge: "r8s0".into(),
+            kubelet_address: None,
+            kubelet_port: 10250,
+            client_ca: Vec::new(),
         }
     }
 }
@@ -157,11 +167,14 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> NodeCond
 }
 
 pub struct Agent {
-    client: Client,
-    opts: AgentOptions,
-    cri: Cri,
+    pub(crate) client: Client,
+    pub(crate) opts: AgentOptions,
+    pub(crate) cri: Cri,
     node_ctx: Mutex<NodeContext>,
-    pods: Mutex<HashMap<String, Arc<Pod>>>,
+    /// The pods bound to this node, by `<namespace>/<name>`.
+    pub(crate) pods: Mutex<HashMap<String, Arc<Pod>>>,
+    /// The port the kubelet API listens on.
+    kubelet_port: u16,
     queue: Arc<WorkQueue>,
     runtime_version: String,
     /// Restart back-off per `<pod uid>/<container>`, pull back-off per `<pod uid>/pull/<image>`.
@@ -235,6 +248,28 @@ impl Agent {
             "agent: containerd running, images imported"
         );
         let cri = Cri::connect(&socket).await?;
+        // The kubelet API's listener, bound now so the Node can name its port.
+        let kubelet_address = opts
+            .kubelet_address
+            .clone()
+            .unwrap_or_else(|| opts.node_ip.clone());
+        let listener = tokio::net::TcpListener::bind((kubelet_address.as_str(), opts.kubelet_port))
+            .await
+            .map_err(|e| {
+                Error::Other(format!(
+                    "kubelet API on {kubelet_address}:{}: {e}",
+                    opts.kubelet_port
+                ))
+            })?;
+        let kubelet_port = listener.local_addr()?.port();
+        let mut names = vec![
+            opts.node_name.clone(),
+            opts.node_ip.clone(),
+            kubelet_address.clone(),
+        ];
+        names.dedup();
+        let (cert, key) = crate::server::serving_cert(&names)?;
+        let kubelet_tls = crate::server::tls_config(&cert, &key, &opts.client_ca)?;
         let version = cri.version().await?;
         let (cpus, mem_kib) = machine_size();
         if let Err(e) = cgroups.ensure_qos(cpus as i64 * 1000, 0) {
@@ -267,6 +302,7 @@ impl Agent {
             queue,
             backoff: Mutex::new(Backoff::default()),
             runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
+            kubelet_port,
         });
         agent.register().await?;
         // The pod network comes from the node's podCIDR (node IPAM).
@@ -276,7 +312,14 @@ impl Agent {
             tracing::info!(%cidr, "agent: pod network configured");
         }
         agent.update_node_status(cidr.is_some()).await?;
+        tracing::info!(address = %kubelet_address, port = kubelet_port, "agent: kubelet API listening");
         let tasks = vec![
+            tokio::spawn(crate::server::serve(
+                agent.clone(),
+                listener,
+                kubelet_tls,
+                stop.clone(),
+            )),
             tokio::spawn(agent.clone().lease_loop(stop.clone())),
             tokio::spawn(agent.clone().watch_pods(stop.clone())),
             tokio::spawn(agent.clone().resync_loop(stop.clone())),
@@ -370,6 +413,11 @@ impl Agent {
                 ),
                 ready,
             ]),
+            daemon_endpoints: Some(NodeDaemonEndpoints {
+                kubelet_endpoint: Some(DaemonEndpoint {
+                    port: self.kubelet_port as i32,
+                }),
+            }),
             node_info: Some(NodeSystemInfo {
                 architecture: "amd64".into(),
                 boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
@@ -562,6 +610,21 @@ impl Agent {
             .await?
             .into_inner()
             .items)
+    }
+
+    /// The runtime's instances of container `name` of pod `uid`, newest first.
+    pub(crate) async fn instances(&self, uid: &str, name: &str) -> Result<Vec<cri::Container>, Error> {
+        let mut all = Vec::new();
+        for sb in self.sandboxes_of(uid).await? {
+            all.extend(
+                self.containers_of(&sb.id)
+                    .await?
+                    .into_iter()
+                    .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == name)),
+            );
+        }
+        all.sort_by_key(|c| std::cmp::Reverse((c.created_at, c.metadata.as_ref().map(|m| m.attempt))));
+        Ok(all)
     }
 
     async fn containers_of(&self, sandbox: &str) -> Result<Vec<cri::Container>, Error> {

@@ -12,8 +12,10 @@ pub mod containerd;
 pub mod cri;
 pub mod images;
 pub mod lifecycle;
+pub mod logs;
 pub mod prober;
 pub mod qos;
+pub mod server;
 pub mod spec;
 pub mod volumes;
 

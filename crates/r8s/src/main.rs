@@ -80,6 +80,14 @@ struct AgentArgs {
     /// Name of the pod network's bridge.
     #[arg(long, default_value = "r8s0")]
     pod_bridge: String,
+
+    /// Address the kubelet API (logs) listens on (default: the node's address).
+    #[arg(long)]
+    kubelet_address: Option<String>,
+
+    /// Port of the kubelet API; 0 picks a free one (the Node reports it).
+    #[arg(long, default_value_t = 10250)]
+    kubelet_port: u16,
 }
 
 impl AgentArgs {
@@ -94,6 +102,8 @@ impl AgentArgs {
         o.cluster_dns = vec![self.cluster_dns.clone()];
         o.cluster_domain = self.cluster_domain.clone();
         o.bridge = self.pod_bridge.clone();
+        o.kubelet_address = self.kubelet_address.clone();
+        o.kubelet_port = self.kubelet_port;
         o
     }
 }
@@ -703,6 +713,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
 
     let audit = audit_options(&args)?;
+    // The API server's identity towards kubelets (pods/log).
+    let (kubelet_cert, kubelet_key) =
+        pki.issue_client_cert("kube-apiserver-kubelet-client", &["system:masters"])?;
+    let kubelet =
+        r8s_apiserver::KubeletClient::new(&kubelet_cert, &kubelet_key).map_err(anyhow::Error::msg)?;
 
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
         serving: r8s_apiserver::ServingConfig {
@@ -722,6 +737,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         rbac,
         service_account_tokens: Some(sa_tokens),
         audit,
+        kubelet: Some(kubelet),
     })
     .await
     .with_context(|| format!("serving on {}:{}", args.bind_address, args.https_listen_port))?;
@@ -802,7 +818,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         components.push(tokio::spawn(r8s_scheduler::run(client, opts, stop.clone())));
     }
     if !args.disable_agent {
-        let opts = args.agent.options(data_dir.join("agent"));
+        let mut opts = args.agent.options(data_dir.join("agent"));
         let node_user = format!("system:node:{}", opts.node_name);
         let (cert, key) = pki.issue_client_cert(&node_user, &["system:nodes"])?;
         let kc = r8s_apiserver::pki::kubeconfig(
@@ -813,7 +829,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         );
         let path = data_dir.join("agent").join("kubelet.kubeconfig");
         r8s_apiserver::pki::write_private(&path, &kc)?;
-        let client = client_from_kubeconfig(&path).await?;
+        let config = config_from_kubeconfig(&path).await?;
+        // The kubelet API takes client certificates signed by the cluster CA.
+        opts.client_ca = config.root_cert.clone().unwrap_or_default();
+        let client = kube::Client::try_from(config)?;
         let stop = stop.clone();
         components.push(tokio::spawn(async move {
             if let Err(e) = r8s_kubelet::agent::Agent::run(client, opts, stop).await {
@@ -915,7 +934,7 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
 
 async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
-    let opts = args.agent.options(data_dir.join("agent"));
+    let mut opts = args.agent.options(data_dir.join("agent"));
     let kubeconfig = data_dir.join("agent").join("kubelet.kubeconfig");
     if !kubeconfig.exists() {
         // First start: join with the token and get this node's own certificate.
@@ -939,7 +958,9 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
             args.server, opts.node_name
         );
     }
-    let client = client_from_kubeconfig(&kubeconfig).await?;
+    let config = config_from_kubeconfig(&kubeconfig).await?;
+    opts.client_ca = config.root_cert.clone().unwrap_or_default();
+    let client = kube::Client::try_from(config)?;
     let stop = tokio_util::sync::CancellationToken::new();
     let task = {
         let stop = stop.clone();

@@ -11,6 +11,7 @@ mod apply;
 pub(crate) mod convert;
 pub(crate) mod meta;
 mod patch;
+pub mod pod_log;
 mod reviews;
 mod services;
 pub(crate) mod strategy;

@@ -126,6 +126,9 @@ pub(crate) async fn handle(
         "finalize" => View::Finalize,
         "approval" => View::Approval,
         "binding" if *method == Method::POST => return bind(ctx, def, ns, name, query, body).await,
+        "log" if *method == Method::GET && def.plural == "pods" => {
+            return super::pod_log::serve(ctx, ns, name, query).await
+        }
         "token" if *method == Method::POST => {
             return super::token_request::create(ctx, def, ns, name, query, body).await
         }

@@ -88,6 +88,11 @@ pub struct Cluster {
 
 /// A server with its agent on node `node`, Ready.
 pub fn start(node: &str, cidr: &str, bridge_prefix: &str) -> Cluster {
+    start_with(node, cidr, bridge_prefix, &[])
+}
+
+/// The same with more server arguments. The kubelet API listens on loopback, on a free port.
+pub fn start_with(node: &str, cidr: &str, bridge_prefix: &str, extra: &[&str]) -> Cluster {
     let data = tempfile::tempdir().unwrap();
     stage_images(data.path());
     let data_path = data.path().to_path_buf();
@@ -97,17 +102,20 @@ pub fn start(node: &str, cidr: &str, bridge_prefix: &str) -> Cluster {
         bridge: bridge.clone(),
         netns_before: netns_entries(),
     };
-    let s = Server::start_in(
-        data,
-        &[
-            "--node-name",
-            node,
-            "--pod-bridge",
-            &bridge,
-            "--cluster-cidr",
-            cidr,
-        ],
-    );
+    let mut args = vec![
+        "--node-name",
+        node,
+        "--pod-bridge",
+        &bridge,
+        "--cluster-cidr",
+        cidr,
+        "--kubelet-address",
+        "127.0.0.1",
+        "--kubelet-port",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    let s = Server::start_in(data, &args);
     wait_for(60, "the node to be Ready", || {
         let out = s.kubectl(V, &["get", "node", node, "-o", "json"]);
         let n: Value = serde_json::from_slice(&out.stdout).ok()?;

@@ -145,7 +145,7 @@ impl Server {
     }
 
     /// kubectl of `version` set up for this server, with its own discovery cache.
-    fn command(&self, version: &str, args: &[&str]) -> Command {
+    pub fn command(&self, version: &str, args: &[&str]) -> Command {
         let mut cmd = Command::new(kubectl_binary(version));
         cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args).env(
             "KUBECACHEDIR",

@@ -1,0 +1,419 @@
+//! `pods/log` (upstream `pkg/registry/core/pod/rest/log.go` and `LogLocation`): the API server
+//! checks the options and the container, finds the pod's node and streams what that node's
+//! kubelet serves at `/containerLogs/<ns>/<pod>/<container>`, connecting with the API server's
+//! kubelet client certificate (`--kubelet-client-certificate` upstream).
+//!
+//! The kubelet's serving certificate is not verified: upstream's default when no
+//! `--kubelet-certificate-authority` is given, since kubelets sign their own.
+//! The node's address is chosen in k3s's order of address types (InternalIP, ExternalIP,
+//! Hostname): upstream's default puts Hostname first, which names nothing resolvable on a
+//! machine without cluster DNS for node names.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{Response, StatusCode};
+use http_body_util::{BodyExt, Limited, StreamBody};
+use hyper::body::Frame;
+use hyper_util::rt::TokioIo;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use serde_json::{json, Value};
+
+use super::{read, Query};
+use crate::handler::{Body, Ctx};
+use crate::status::ApiError;
+
+/// How the API server reaches kubelets.
+pub struct KubeletClient {
+    tls: Arc<rustls::ClientConfig>,
+}
+
+impl KubeletClient {
+    /// With this client certificate and key (PEM).
+    pub fn new(cert_pem: &str, key_pem: &str) -> Result<Self, String> {
+        use rustls::pki_types::pem::PemObject;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("kubelet client certificate: {e}"))?;
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+            .map_err(|e| format!("kubelet client key: {e}"))?;
+        let tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
+            .with_client_auth_cert(certs, key)
+            .map_err(|e| format!("kubelet client certificate: {e}"))?;
+        Ok(Self { tls: Arc::new(tls) })
+    }
+}
+
+/// Accepts the kubelet's self-signed certificate, still checking the handshake's signatures
+/// with it (so the peer holds the certificate's key).
+#[derive(Debug)]
+struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+fn invalid(field: &str, value: &Value, detail: &str) -> ApiError {
+    let shown = match value {
+        Value::String(s) => format!("{s:?}"),
+        v => v.to_string(),
+    };
+    ApiError::new(
+        422,
+        "Invalid",
+        format!("PodLogOptions \"\" is invalid: {field}: Invalid value: {shown}: {detail}"),
+    )
+    .with_details(json!({
+        "kind": "PodLogOptions",
+        "causes": [{"reason": "FieldValueInvalid", "message": format!("Invalid value: {shown}: {detail}"), "field": field}]
+    }))
+}
+
+/// The options as the kubelet takes them, checked as upstream's `ValidatePodLogOptions`.
+fn kubelet_query(q: &Query) -> Result<String, ApiError> {
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for flag in ["follow", "previous", "timestamps"] {
+        if q.flag(flag) {
+            out.append_pair(flag, "true");
+        }
+    }
+    let int = |k: &str| -> Result<Option<i64>, ApiError> {
+        match q.get(k) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|_| ApiError::bad_request(format!("{k}: invalid value {v:?}"))),
+        }
+    };
+    if let Some(n) = int("tailLines")? {
+        if n < 0 {
+            return Err(invalid(
+                "tailLines",
+                &json!(n),
+                "must be greater than or equal to 0",
+            ));
+        }
+        out.append_pair("tailLines", &n.to_string());
+    }
+    if let Some(n) = int("limitBytes")? {
+        if n < 1 {
+            return Err(invalid("limitBytes", &json!(n), "must be greater than 0"));
+        }
+        out.append_pair("limitBytes", &n.to_string());
+    }
+    let since_seconds = int("sinceSeconds")?;
+    if let Some(n) = since_seconds {
+        if n < 1 {
+            return Err(invalid("sinceSeconds", &json!(n), "must be greater than 0"));
+        }
+        out.append_pair("sinceSeconds", &n.to_string());
+    }
+    if let Some(t) = q.get("sinceTime") {
+        if since_seconds.is_some() {
+            return Err(ApiError::new(
+                422,
+                "Invalid",
+                "PodLogOptions \"\" is invalid: [] : Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified",
+            ));
+        }
+        time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+            .ok()
+            .ok_or_else(|| ApiError::bad_request(format!("sinceTime: invalid time {t:?}")))?;
+        out.append_pair("sinceTime", t);
+    }
+    Ok(out.finish())
+}
+
+/// The container a log request means (upstream `LogLocation`'s checks).
+fn container_of(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, ApiError> {
+    let names = |list: &str| -> Vec<String> {
+        pod["spec"][list]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(String::from))
+            .collect()
+    };
+    let (main, init, eph) = (
+        names("containers"),
+        names("initContainers"),
+        names("ephemeralContainers"),
+    );
+    match asked {
+        Some(c) => {
+            if main.iter().chain(&init).chain(&eph).any(|n| n == c) {
+                Ok(c.to_string())
+            } else {
+                Err(ApiError::bad_request(format!(
+                    "container {c} is not valid for pod {name}"
+                )))
+            }
+        }
+        None if main.len() == 1 => Ok(main[0].clone()),
+        None => {
+            let mut msg = format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                main.join(" ")
+            );
+            if !init.is_empty() {
+                msg.push_str(&format!(" or one of the init containers: [{}]", init.join(" ")));
+            }
+            if !eph.is_empty() {
+                msg.push_str(&format!(
+                    " or one of the ephemeral containers: [{}]",
+                    eph.join(" ")
+                ));
+            }
+            Err(ApiError::bad_request(msg))
+        }
+    }
+}
+
+/// The node's kubelet: its address and port.
+fn kubelet_endpoint(node: &Value) -> Option<(String, u16)> {
+    let addresses = node["status"]["addresses"].as_array()?;
+    let address = ["InternalIP", "ExternalIP", "Hostname"].iter().find_map(|t| {
+        addresses
+            .iter()
+            .find(|a| a["type"] == *t)
+            .and_then(|a| a["address"].as_str())
+            .map(String::from)
+    })?;
+    let port = node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        .as_u64()
+        .filter(|p| *p > 0 && *p <= u16::MAX as u64)
+        .unwrap_or(10250) as u16;
+    Some((address, port))
+}
+
+fn reason_of(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        _ => "InternalError",
+    }
+}
+
+/// GET `pods/<name>/log`.
+pub(crate) async fn serve(
+    ctx: &Ctx,
+    ns: &str,
+    name: &str,
+    query: &Query,
+) -> Result<Response<Body>, ApiError> {
+    let pods = r8s_api::find("", "v1", "pods").expect("pods are served");
+    let pod = read(ctx, pods, ns, name).await?;
+    let container = container_of(&pod, name, query.get("container"))?;
+    let kq = kubelet_query(query)?;
+    let text_response = |body: Body| {
+        Response::builder()
+            .status(StatusCode::OK)
+            .header(http::header::CONTENT_TYPE, "text/plain")
+            .body(body)
+            .expect("valid response")
+    };
+    // Not scheduled yet: nothing to show (upstream streams from no location).
+    let Some(node_name) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
+        return Ok(text_response(crate::handler::full(Bytes::new())));
+    };
+    let nodes = r8s_api::find("", "v1", "nodes").expect("nodes are served");
+    let node = read(ctx, nodes, "", node_name).await?;
+    let (host, port) = kubelet_endpoint(&node)
+        .ok_or_else(|| ApiError::internal(format!("node {node_name:?} has no address")))?;
+    let kubelet =
+        ctx.shared.kubelet.as_ref().ok_or_else(|| {
+            ApiError::service_unavailable("this API server has no kubelet client credentials")
+        })?;
+    let path = format!(
+        "/containerLogs/{}/{}/{}{}{kq}",
+        enc(ns),
+        enc(name),
+        enc(&container),
+        if kq.is_empty() { "" } else { "?" }
+    );
+    let url = format!("https://{host}:{port}{path}");
+    let resp = tokio::time::timeout(Duration::from_secs(30), connect(kubelet, &host, port, &path))
+        .await
+        .map_err(|_| ApiError::internal(format!("Get {url:?}: context deadline exceeded")))?
+        .map_err(|e| ApiError::internal(format!("Get {url:?}: {e}")))?;
+    let code = resp.status().as_u16();
+    if !(200..300).contains(&code) {
+        let body = Limited::new(resp.into_body(), 64 * 1024)
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let msg = String::from_utf8_lossy(&body).trim().to_string();
+        let msg = if msg.is_empty() {
+            format!("the server responded with the status code {code} but did not return more information (get pods {name})")
+        } else {
+            msg
+        };
+        return Err(ApiError::new(code, reason_of(code), msg));
+    }
+    // Stream what the kubelet sends, as it sends it (follow), until it ends or fails.
+    let frames = http_body_util::BodyStream::new(resp.into_body())
+        .take_while(|f| std::future::ready(f.is_ok()))
+        .filter_map(|f| {
+            std::future::ready(
+                f.ok()
+                    .and_then(|f| f.into_data().ok())
+                    .map(|d| Ok::<_, std::convert::Infallible>(Frame::data(d))),
+            )
+        });
+    Ok(text_response(BodyExt::boxed(StreamBody::new(frames))))
+}
+
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+async fn connect(
+    kubelet: &KubeletClient,
+    host: &str,
+    port: u16,
+    path: &str,
+) -> Result<Response<hyper::body::Incoming>, String> {
+    let tcp = tokio::net::TcpStream::connect((host, port)).await.map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+            _ => e.to_string(),
+        };
+        format!("dial tcp {host}:{port}: connect: {why}")
+    })?;
+    let _ = tcp.set_nodelay(true);
+    let server_name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
+    let stream = tokio_rustls::TlsConnector::from(kubelet.tls.clone())
+        .connect(server_name, tcp)
+        .await
+        .map_err(|e| format!("tls: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    // The connection lives as long as its response body is read.
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let req = http::Request::builder()
+        .method(http::Method::GET)
+        .uri(path)
+        .header(http::header::HOST, format!("{host}:{port}"))
+        .header(http::header::USER_AGENT, "r8s-apiserver")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    sender.send_request(req).await.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(spec: Value) -> Value {
+        json!({"metadata": {"name": "p"}, "spec": spec})
+    }
+
+    #[test]
+    fn the_container_is_checked_as_upstream() {
+        let one = pod(json!({"containers": [{"name": "a"}]}));
+        assert_eq!(container_of(&one, "p", None).unwrap(), "a");
+        let two =
+            pod(json!({"containers": [{"name": "a"}, {"name": "b"}], "initContainers": [{"name": "i"}]}));
+        assert_eq!(
+            container_of(&two, "p", None).unwrap_err().to_status()["message"],
+            "a container name must be specified for pod p, choose one of: [a b] or one of the init containers: [i]"
+        );
+        assert_eq!(container_of(&two, "p", Some("i")).unwrap(), "i");
+        let err = container_of(&two, "p", Some("x")).unwrap_err().to_status();
+        assert_eq!(err["message"], "container x is not valid for pod p");
+        assert_eq!(err["code"], 400);
+    }
+
+    #[test]
+    fn options_are_validated_and_passed_on() {
+        let q = Query::parse(Some(
+            "follow=true&tailLines=5&timestamps=true&container=c&limitBytes=10",
+        ));
+        assert_eq!(
+            kubelet_query(&q).unwrap(),
+            "follow=true&timestamps=true&tailLines=5&limitBytes=10"
+        );
+        let bad = kubelet_query(&Query::parse(Some("tailLines=-1")))
+            .unwrap_err()
+            .to_status();
+        assert_eq!(bad["code"], 422);
+        assert_eq!(
+            bad["message"],
+            "PodLogOptions \"\" is invalid: tailLines: Invalid value: -1: must be greater than or equal to 0"
+        );
+        assert_eq!(
+            kubelet_query(&Query::parse(Some("limitBytes=0")))
+                .unwrap_err()
+                .to_status()["code"],
+            422
+        );
+        assert_eq!(
+            kubelet_query(&Query::parse(Some(
+                "sinceSeconds=5&sinceTime=2026-01-01T00:00:00Z"
+            )))
+            .unwrap_err()
+            .to_status()["code"],
+            422
+        );
+        assert_eq!(
+            kubelet_query(&Query::parse(Some("sinceTime=2026-01-01T00:00:00Z"))).unwrap(),
+            "sinceTime=2026-01-01T00%3A00%3A00Z"
+        );
+    }
+
+    #[test]
+    fn kubelets_are_found_by_address_type_and_port() {
+        let node = json!({"status": {
+            "addresses": [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.5"}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 12345}}
+        }});
+        assert_eq!(kubelet_endpoint(&node), Some(("10.0.0.5".into(), 12345)));
+        let plain = json!({"status": {"addresses": [{"type": "Hostname", "address": "n1"}]}});
+        assert_eq!(kubelet_endpoint(&plain), Some(("n1".into(), 10250)));
+        assert_eq!(kubelet_endpoint(&json!({})), None);
+    }
+}
