@@ -243,6 +243,7 @@ impl Agent {
                 cgroup_parent: cgroup_parent.clone(),
                 allocatable_cpu_milli: cpus as i128 * 1000,
                 allocatable_memory: mem_kib as i128 * 1024,
+                seccomp_root: opts.dir.join("seccomp").display().to_string(),
             }),
             volumes: VolumeManager::new(opts.dir.join("pods"), client.clone()),
             events: Mutex::new(HashMap::new()),
@@ -739,6 +740,12 @@ impl Agent {
         if past_deadline(&pod, jiff::Timestamp::now()) {
             return self.deadline_exceeded(&api, &pod).await;
         }
+        // Security admission (upstream's AppArmor admit handler) of a pod not yet started.
+        if let Err((reason, message)) = crate::security::admit_security(&pod) {
+            if self.sandboxes_of(&uid).await?.is_empty() {
+                return self.reject(&api, &pod, &reason, &message).await;
+            }
+        }
         let node = self.node_ctx.lock().unwrap().clone();
         let mut rt = self.cri.runtime.clone();
         // The volumes (upstream `WaitForAttachAndMount`), made or refreshed on every sync.
@@ -1060,18 +1067,19 @@ impl Agent {
         } = *place;
         let image = c.image.clone().unwrap_or_default();
         let mut images = self.cri.images.clone();
-        let present = images
-            .image_status(cri::ImageStatusRequest {
-                image: Some(cri::ImageSpec {
-                    image: image.clone(),
-                    ..Default::default()
-                }),
-                verbose: false,
-            })
+        let status_request = || cri::ImageStatusRequest {
+            image: Some(cri::ImageSpec {
+                image: image.clone(),
+                ..Default::default()
+            }),
+            verbose: false,
+        };
+        let mut image_info = images
+            .image_status(status_request())
             .await
-            .map(|r| r.into_inner().image.is_some())
-            .unwrap_or(false);
-        if !present {
+            .ok()
+            .and_then(|r| r.into_inner().image);
+        if image_info.is_none() {
             // A failed pull is retried with the same back-off as restarts (ImagePullBackOff).
             let key = format!("{}/pull/{image}", pod.uid().unwrap_or_default());
             let in_backoff = self
@@ -1105,11 +1113,23 @@ impl Agent {
                     format!("failed to pull image \"{image}\": {}", e.message()),
                 ));
             }
+            image_info = images
+                .image_status(status_request())
+                .await
+                .ok()
+                .and_then(|r| r.into_inner().image);
         }
         let mut rt = self.cri.runtime.clone();
-        let inputs = self.container_inputs(pod, c, volumes).await;
-        let (config, warnings) = spec::container_config(pod, c, attempt, node, &inputs)
-            .map_err(|m| ("CreateContainerConfigError".to_string(), m))?;
+        let mut inputs = self.container_inputs(pod, c, volumes).await;
+        inputs.image_user = crate::security::ImageUser::of(image_info.as_ref());
+        let (config, warnings) = match spec::container_config(pod, c, attempt, node, &inputs) {
+            Ok(v) => v,
+            Err(m) => {
+                // Upstream's FailedToCreateContainer event.
+                self.event(pod, "Warning", "Failed", &format!("Error: {m}")).await;
+                return Err(("CreateContainerConfigError".to_string(), m));
+            }
+        };
         for w in warnings {
             self.event(pod, "Warning", "InvalidEnvironmentVariableNames", &w)
                 .await;
@@ -1267,6 +1287,24 @@ impl Agent {
         if let Err(e) = result {
             tracing::debug!(error = %e, reason, "agent: could not record event");
         }
+    }
+
+    /// The pod may not run on this node (upstream `rejectPod`): an event, and the pod Failed.
+    async fn reject(&self, api: &Api<Pod>, pod: &Pod, reason: &str, message: &str) -> Result<(), Error> {
+        self.event(pod, "Warning", reason, message).await;
+        let status = json!({"status": {
+            "phase": "Failed",
+            "reason": reason,
+            "message": format!("Pod was rejected: {message}"),
+        }});
+        let pp = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        api.patch_status(&pod.name_any(), &pp, &Patch::Merge(&status))
+            .await
+            .map_err(|e| Error::Other(format!("pod status: {e}")))?;
+        Ok(())
     }
 
     /// The pod ran longer than its activeDeadlineSeconds: its containers are stopped (preStop

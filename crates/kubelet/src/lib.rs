@@ -12,6 +12,7 @@ pub mod cri;
 pub mod images;
 pub mod lifecycle;
 pub mod prober;
+pub mod security;
 pub mod spec;
 pub mod volumes;
 

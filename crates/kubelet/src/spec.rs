@@ -34,6 +34,8 @@ pub struct NodeContext {
     /// reports as a container's limit when it has none, as upstream.
     pub allocatable_cpu_milli: i128,
     pub allocatable_memory: i128,
+    /// Where Localhost seccomp profiles live (upstream `<root-dir>/seccomp`).
+    pub seccomp_root: String,
 }
 
 fn meta(pod: &Pod) -> (String, String, String) {
@@ -364,6 +366,8 @@ pub struct ContainerInputs {
     pub volumes: BTreeMap<String, HostVolume>,
     pub config_maps: BTreeMap<String, Lookup<BTreeMap<String, String>>>,
     pub secrets: BTreeMap<String, Lookup<BTreeMap<String, String>>>,
+    /// The user the image runs as (CRI ImageStatus).
+    pub image_user: crate::security::ImageUser,
 }
 
 /// The configMaps and secrets the environment of `c` refers to.
@@ -585,6 +589,7 @@ pub fn container_config(
     inputs: &ContainerInputs,
 ) -> Result<(cri::ContainerConfig, Vec<String>), String> {
     let (name, ns, uid) = meta(pod);
+    crate::security::verify_run_as_non_root(pod, c, &inputs.image_user)?;
     let Environment { vars: env, warnings } = environment(pod, c, node, inputs)?;
     let vars: BTreeMap<String, String> = env.iter().cloned().collect();
     let envs = env
@@ -628,9 +633,25 @@ pub fn container_config(
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
+        linux: Some(cri::LinuxContainerConfig {
+            security_context: Some(security_context(pod, c, node, inputs)?),
+            resources: None,
+        }),
         ..Default::default()
     };
     Ok((config, warnings))
+}
+
+/// The container's security context (`security`), in the pod's namespaces.
+fn security_context(
+    pod: &Pod,
+    c: &Container,
+    node: &NodeContext,
+    inputs: &ContainerInputs,
+) -> Result<cri::LinuxContainerSecurityContext, String> {
+    let namespaces = crate::security::namespace_options(pod);
+    let root = std::path::Path::new(&node.seccomp_root);
+    crate::security::container_security_context(pod, c, &inputs.image_user, namespaces, root)
 }
 
 #[cfg(test)]
@@ -662,6 +683,7 @@ mod tests {
             cgroup_parent: "/r8s/besteffort".into(),
             allocatable_cpu_milli: 2000,
             allocatable_memory: 4 << 30,
+            seccomp_root: "/var/lib/r8s/agent/seccomp".into(),
         }
     }
 
@@ -786,6 +808,7 @@ mod tests {
                 ("gone".to_string(), Lookup::NotFound),
             ]),
             secrets: BTreeMap::from([("creds".to_string(), data(&[("password", "s3cret")]))]),
+            ..Default::default()
         }
     }
 
