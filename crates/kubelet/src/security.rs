@@ -759,6 +759,35 @@ mod tests {
     }
 
     #[test]
+    fn container_config_carries_the_context_and_refuses_root() {
+        use crate::spec::{container_config, ContainerInputs, NodeContext};
+        let node = NodeContext {
+            seccomp_root: "/var/lib/r8s/agent/seccomp".into(),
+            ..Default::default()
+        };
+        let p = pod(json!({"containers": [{"name": "app", "securityContext": {
+            "runAsNonRoot": true, "runAsUser": 1000, "readOnlyRootFilesystem": true,
+            "seccompProfile": {"type": "Localhost", "localhostProfile": "audit.json"}}}]}));
+        let (cfg, _) = container_config(&p, &first(&p), 0, &node, &ContainerInputs::default()).unwrap();
+        let sc = cfg.linux.unwrap().security_context.unwrap();
+        assert_eq!(sc.run_as_user.unwrap().value, 1000);
+        assert!(sc.readonly_rootfs);
+        assert_eq!(
+            sc.seccomp.unwrap().localhost_ref,
+            "/var/lib/r8s/agent/seccomp/audit.json"
+        );
+        let p = pod(json!({"securityContext": {"runAsNonRoot": true}, "containers": [{"name": "app"}]}));
+        let inputs = ContainerInputs {
+            image_user: ImageUser::of(None),
+            ..Default::default()
+        };
+        assert_eq!(
+            container_config(&p, &first(&p), 0, &node, &inputs).unwrap_err(),
+            "container has runAsNonRoot and image will run as root (pod: \"web_shop(u-1)\", container: app)"
+        );
+    }
+
+    #[test]
     fn namespaces_follow_the_pod() {
         let p =
             pod(json!({"hostNetwork": true, "shareProcessNamespace": true, "containers": [{"name": "c"}]}));
