@@ -141,7 +141,7 @@ pub fn verify_run_as_non_root(pod: &Pod, c: &Container, image: &ImageUser) -> Re
         )),
         Some(0) => Err(format!("container has runAsNonRoot and image will run as root {who}")),
         Some(uid) if !(0..=i32::MAX as i64).contains(&uid) => Err(format!(
-            "container has runAsNonRoot and image has an invalid user id ({uid}). (Must be 1-({})): must be between 0 and {} {who}",
+            "container has runAsNonRoot and image has an invalid user id ({uid}). (Must be 1-({})): must be between 0 and {}, inclusive {who}",
             i32::MAX,
             i32::MAX
         )),
@@ -351,6 +351,11 @@ pub fn container_security_context(
         out.supplemental_groups.extend(p.fs_group);
         out.supplemental_groups
             .extend(p.supplemental_groups.iter().flatten());
+        out.supplemental_groups_policy = match p.supplemental_groups_policy.as_deref() {
+            None | Some("Merge") => cri::SupplementalGroupsPolicy::Merge as i32,
+            Some("Strict") => cri::SupplementalGroupsPolicy::Strict as i32,
+            Some(other) => return Err(format!("unsupported supplementalGroupsPolicy: {other}")),
+        };
     }
     // procMount Unmasked hides and protects nothing; a privileged container neither (the
     // runtime would clear them anyway).
@@ -427,7 +432,9 @@ pub fn admit_apparmor(pod: &Pod, host_enabled: bool) -> Result<(), (String, Stri
 /// The kubelet's security admission of a pod it has not started: `Err((reason, message))`
 /// rejects it (the caller fails the pod with "Pod was rejected: <message>").
 pub fn admit_security(pod: &Pod) -> Result<(), (String, String)> {
-    admit_apparmor(pod, apparmor_enabled())
+    // The host is looked at once, as upstream's validator does at the kubelet's start.
+    static APPARMOR: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    admit_apparmor(pod, *APPARMOR.get_or_init(apparmor_enabled))
 }
 
 #[cfg(test)]
@@ -489,8 +496,35 @@ mod tests {
         assert_eq!(out.run_as_group.map(|v| v.value), Some(3000));
         assert_eq!(out.run_as_username, "");
         assert_eq!(out.supplemental_groups, [2000, 4000, 5000], "fsGroup first");
+        assert_eq!(
+            out.supplemental_groups_policy,
+            cri::SupplementalGroupsPolicy::Merge as i32
+        );
         assert!(out.readonly_rootfs);
         assert_eq!(out.selinux_options.unwrap().r#type, "spc_t");
+    }
+
+    #[test]
+    fn supplemental_groups_policy() {
+        let policy = |v: &str| {
+            let p = pod(
+                json!({"securityContext": {"supplementalGroupsPolicy": v}, "containers": [{"name": "c"}]}),
+            );
+            container_security_context(
+                &p,
+                &first(&p),
+                &ImageUser::default(),
+                namespace_options(&p),
+                Path::new("/"),
+            )
+            .map(|sc| sc.supplemental_groups_policy)
+        };
+        assert_eq!(policy("Strict"), Ok(cri::SupplementalGroupsPolicy::Strict as i32));
+        assert_eq!(policy("Merge"), Ok(cri::SupplementalGroupsPolicy::Merge as i32));
+        assert_eq!(
+            policy("Loose"),
+            Err("unsupported supplementalGroupsPolicy: Loose".to_string())
+        );
     }
 
     #[test]
