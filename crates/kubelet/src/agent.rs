@@ -291,6 +291,7 @@ impl Agent {
                 cgroup_parent: cgroup_parent.clone(),
                 allocatable_cpu_milli: cpus as i128 * 1000,
                 allocatable_memory: mem_kib as i128 * 1024,
+                seccomp_root: opts.dir.join("seccomp").display().to_string(),
             }),
             volumes: VolumeManager::new(opts.dir.join("pods"), client.clone()),
             cgroups,
@@ -1146,18 +1147,19 @@ impl Agent {
         } = *place;
         let image = c.image.clone().unwrap_or_default();
         let mut images = self.cri.images.clone();
-        let present = images
-            .image_status(cri::ImageStatusRequest {
-                image: Some(cri::ImageSpec {
-                    image: image.clone(),
-                    ..Default::default()
-                }),
-                verbose: false,
-            })
+        let status_request = || cri::ImageStatusRequest {
+            image: Some(cri::ImageSpec {
+                image: image.clone(),
+                ..Default::default()
+            }),
+            verbose: false,
+        };
+        let mut image_info = images
+            .image_status(status_request())
             .await
-            .map(|r| r.into_inner().image.is_some())
-            .unwrap_or(false);
-        if !present {
+            .ok()
+            .and_then(|r| r.into_inner().image);
+        if image_info.is_none() {
             // A failed pull is retried with the same back-off as restarts (ImagePullBackOff).
             let key = format!("{}/pull/{image}", pod.uid().unwrap_or_default());
             let in_backoff = self
@@ -1191,11 +1193,23 @@ impl Agent {
                     format!("failed to pull image \"{image}\": {}", e.message()),
                 ));
             }
+            image_info = images
+                .image_status(status_request())
+                .await
+                .ok()
+                .and_then(|r| r.into_inner().image);
         }
         let mut rt = self.cri.runtime.clone();
-        let inputs = self.container_inputs(pod, c, volumes).await;
-        let (config, warnings) = spec::container_config(pod, c, attempt, node, &inputs)
-            .map_err(|m| ("CreateContainerConfigError".to_string(), m))?;
+        let mut inputs = self.container_inputs(pod, c, volumes).await;
+        inputs.image_user = crate::security::ImageUser::of(image_info.as_ref());
+        let (config, warnings) = match spec::container_config(pod, c, attempt, node, &inputs) {
+            Ok(v) => v,
+            Err(m) => {
+                // Upstream's FailedToCreateContainer event.
+                self.event(pod, "Warning", "Failed", &format!("Error: {m}")).await;
+                return Err(("CreateContainerConfigError".to_string(), m));
+            }
+        };
         for w in warnings {
             self.event(pod, "Warning", "InvalidEnvironmentVariableNames", &w)
                 .await;
@@ -1305,6 +1319,10 @@ impl Agent {
                     .cloned()
                     .collect()
             };
+            // Security first (upstream's AppArmor admit handler), then the node's resources.
+            if let Err((reason, message)) = crate::security::admit_security(pod) {
+                return Ok(Err(admission::Rejection { reason, message }));
+            }
             if let Err(r) = admission::admit(pod, &node, &others) {
                 return Ok(Err(r));
             }

@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod logs;
 pub mod prober;
 pub mod qos;
+pub mod security;
 pub mod server;
 pub mod spec;
 pub mod volumes;

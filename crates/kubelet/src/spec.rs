@@ -35,6 +35,8 @@ pub struct NodeContext {
     /// reports as a container's limit when it has none, as upstream.
     pub allocatable_cpu_milli: i128,
     pub allocatable_memory: i128,
+    /// Where Localhost seccomp profiles live (upstream `<root-dir>/seccomp`).
+    pub seccomp_root: String,
 }
 
 fn meta(pod: &Pod) -> (String, String, String) {
@@ -366,6 +368,8 @@ pub struct ContainerInputs {
     pub volumes: BTreeMap<String, HostVolume>,
     pub config_maps: BTreeMap<String, Lookup<BTreeMap<String, String>>>,
     pub secrets: BTreeMap<String, Lookup<BTreeMap<String, String>>>,
+    /// The user the image runs as (CRI ImageStatus).
+    pub image_user: crate::security::ImageUser,
 }
 
 /// The configMaps and secrets the environment of `c` refers to.
@@ -587,6 +591,7 @@ pub fn container_config(
     inputs: &ContainerInputs,
 ) -> Result<(cri::ContainerConfig, Vec<String>), String> {
     let (name, ns, uid) = meta(pod);
+    crate::security::verify_run_as_non_root(pod, c, &inputs.image_user)?;
     let Environment { vars: env, warnings } = environment(pod, c, node, inputs)?;
     let vars: BTreeMap<String, String> = env.iter().cloned().collect();
     let envs = env
@@ -636,11 +641,23 @@ pub fn container_config(
                 c,
                 node.allocatable_memory as i64,
             )),
-            security_context: None,
+            security_context: Some(security_context(pod, c, node, inputs)?),
         }),
         ..Default::default()
     };
     Ok((config, warnings))
+}
+
+/// The container's security context (`security`), in the pod's namespaces.
+fn security_context(
+    pod: &Pod,
+    c: &Container,
+    node: &NodeContext,
+    inputs: &ContainerInputs,
+) -> Result<cri::LinuxContainerSecurityContext, String> {
+    let namespaces = crate::security::namespace_options(pod);
+    let root = std::path::Path::new(&node.seccomp_root);
+    crate::security::container_security_context(pod, c, &inputs.image_user, namespaces, root)
 }
 
 #[cfg(test)]
@@ -672,6 +689,7 @@ mod tests {
             cgroup_parent: "/r8s/pods".into(),
             allocatable_cpu_milli: 2000,
             allocatable_memory: 4 << 30,
+            seccomp_root: "/var/lib/r8s/agent/seccomp".into(),
         }
     }
 
@@ -801,6 +819,7 @@ mod tests {
                 ("gone".to_string(), Lookup::NotFound),
             ]),
             secrets: BTreeMap::from([("creds".to_string(), data(&[("password", "s3cret")]))]),
+            ..Default::default()
         }
     }
 
