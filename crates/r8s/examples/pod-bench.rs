@@ -54,6 +54,10 @@ async fn control_plane(images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Durati
             "r8sbench0",
             "--cluster-cidr",
             "10.195.0.0/16",
+            "--kubelet-address",
+            "127.0.0.1",
+            "--kubelet-port",
+            "0",
         ],
         None,
     )

@@ -5,81 +5,12 @@
 
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::cluster::*;
 use support::Server;
-
-const V: &str = "1.33";
-
-fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The test images (built by the project script if missing), copied where the agent imports.
-fn stage_images(data_dir: &Path) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let built = root.join("target").join("test-images");
-    if !built.join("pause-image.txt").exists() {
-        let ok = Command::new("bash")
-            .arg(root.join("scripts/build-test-images.sh"))
-            .arg(&built)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "building the test images failed");
-    }
-    let dest = data_dir.join("agent").join("images");
-    std::fs::create_dir_all(&dest).unwrap();
-    for e in std::fs::read_dir(&built).unwrap().flatten() {
-        std::fs::copy(e.path(), dest.join(e.file_name())).unwrap();
-    }
-}
-
-/// Whatever the agent might have left if the server died: removed in any case.
-struct Leftovers {
-    dir: std::path::PathBuf,
-    bridge: String,
-    netns_before: Vec<String>,
-}
-
-fn netns_entries() -> Vec<String> {
-    std::fs::read_dir("/var/run/netns")
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-impl Drop for Leftovers {
-    fn drop(&mut self) {
-        for ns in netns_entries() {
-            if !self.netns_before.contains(&ns) {
-                let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-            }
-        }
-        let _ = Command::new("pkill")
-            .args(["-KILL", "-f", &format!("containerd.*{}", self.dir.display())])
-            .status();
-        r8s_kubelet::containerd::unmount_under(&self.dir);
-        r8s_kubelet::cni::remove_bridge(&self.bridge);
-        r8s_kubelet::cgroups::remove(&r8s_kubelet::cgroups::pod_parent("r8s-pods"));
-    }
-}
-
-/// The agents of these tests share the host's pod cgroup parent: one test at a time.
-static ONE_AGENT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn kubectl_create_deployment_nginx_runs_three_pods_that_answer_on_their_ips() {
@@ -102,6 +33,10 @@ fn kubectl_create_deployment_nginx_runs_three_pods_that_answer_on_their_ips() {
             &bridge,
             "--cluster-cidr",
             "10.197.0.0/16",
+            "--kubelet-address",
+            "127.0.0.1",
+            "--kubelet-port",
+            "0",
         ],
     );
     let node = wait_for(60, "the node to be Ready", || {
@@ -365,6 +300,7 @@ fn an_agent_joins_with_the_token_and_runs_pods() {
         .arg("--data-dir")
         .arg(agent_dir.path())
         .args(["--node-name", "joiner", "--pod-bridge", &bridge])
+        .args(["--kubelet-address", "127.0.0.1", "--kubelet-port", "0"])
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()

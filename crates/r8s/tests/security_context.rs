@@ -6,176 +6,10 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use serde_json::Value;
-use support::Server;
-
-const V: &str = "1.33";
-
-fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// The test images (built by the project script if missing), copied where the agent imports.
-fn stage_images(data_dir: &Path) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let built = root.join("target").join("test-images");
-    if !built.join("pause-image.txt").exists() {
-        let ok = Command::new("bash")
-            .arg(root.join("scripts/build-test-images.sh"))
-            .arg(&built)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "building the test images failed");
-    }
-    let dest = data_dir.join("agent").join("images");
-    std::fs::create_dir_all(&dest).unwrap();
-    for e in std::fs::read_dir(&built).unwrap().flatten() {
-        std::fs::copy(e.path(), dest.join(e.file_name())).unwrap();
-    }
-}
-
-fn netns_entries() -> Vec<String> {
-    std::fs::read_dir("/var/run/netns")
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The processes whose command line names `dir` (the test's containerd and shims), by pid.
-fn processes_under(dir: &Path) -> Vec<i32> {
-    let d = dir.display().to_string();
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            (pid != std::process::id() as i32 && cmd.contains("containerd") && cmd.contains(&d))
-                .then_some(pid)
-        })
-        .collect()
-}
-
-/// Whatever the agent might have left if the server died: removed in any case.
-struct Leftovers {
-    dir: PathBuf,
-    bridge: String,
-    netns_before: Vec<String>,
-}
-
-impl Drop for Leftovers {
-    fn drop(&mut self) {
-        for ns in netns_entries() {
-            if !self.netns_before.contains(&ns) {
-                let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-            }
-        }
-        for pid in processes_under(&self.dir) {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-        }
-        r8s_kubelet::containerd::unmount_under(&self.dir);
-        r8s_kubelet::cni::remove_bridge(&self.bridge);
-        r8s_kubelet::cgroups::remove(&r8s_kubelet::cgroups::pod_parent("r8s-pods"));
-    }
-}
-
-/// A server with its agent, and the guard that cleans up after it (dropped after the server).
-struct Cluster {
-    s: Server,
-    data: PathBuf,
-    _leftovers: Leftovers,
-}
-
-/// A server with its agent on node `node`, Ready; `prepare` gets the data dir first.
-fn start(node: &str, cidr: &str, bridge_prefix: &str, prepare: impl FnOnce(&Path)) -> Cluster {
-    let data = tempfile::tempdir().unwrap();
-    stage_images(data.path());
-    prepare(data.path());
-    let data_path = data.path().to_path_buf();
-    let bridge = format!("{bridge_prefix}{}", std::process::id() % 10000);
-    let leftovers = Leftovers {
-        dir: data_path.clone(),
-        bridge: bridge.clone(),
-        netns_before: netns_entries(),
-    };
-    let s = Server::start_in(
-        data,
-        &[
-            "--node-name",
-            node,
-            "--pod-bridge",
-            &bridge,
-            "--cluster-cidr",
-            cidr,
-        ],
-    );
-    wait_for(60, "the node to be Ready", || {
-        let out = s.kubectl(V, &["get", "node", node, "-o", "json"]);
-        let n: Value = serde_json::from_slice(&out.stdout).ok()?;
-        let ready = n["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True");
-        ready.then_some(())
-    });
-    wait_for(60, "kube-root-ca.crt", || {
-        s.kubectl(V, &["get", "configmap", "kube-root-ca.crt"])
-            .status
-            .success()
-            .then_some(())
-    });
-    Cluster {
-        s,
-        data: data_path,
-        _leftovers: leftovers,
-    }
-}
-
-fn pod_json(s: &Server, name: &str) -> Option<Value> {
-    serde_json::from_slice(&s.kubectl(V, &["get", "pod", name, "-o", "json"]).stdout).ok()
-}
-
-fn uid_of(s: &Server, name: &str) -> String {
-    pod_json(s, name).unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-/// What container `container` of pod `name` (namespace default) wrote to stdout so far.
-fn log_of(data: &Path, name: &str, uid: &str, container: &str) -> String {
-    let dir = data
-        .join("agent/pods-logs")
-        .join(format!("default_{name}_{uid}"))
-        .join(container);
-    let mut text = String::new();
-    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-        let raw = std::fs::read_to_string(e.path()).unwrap_or_default();
-        // CRI log lines: `<time> <stream> <tag> <text>`.
-        for line in raw.lines() {
-            text.push_str(line.splitn(4, ' ').nth(3).unwrap_or(""));
-            text.push('\n');
-        }
-    }
-    text
-}
+use support::cluster::*;
 
 /// The container's report, once it has written its last line (`DONE`).
 fn report(data: &Path, name: &str, uid: &str, container: &str) -> String {
@@ -191,22 +25,6 @@ fn line<'a>(log: &'a str, prefix: &str) -> &'a str {
         .find_map(|l| l.strip_prefix(prefix))
         .map(str::trim)
         .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{log}"))
-}
-
-fn events_of(s: &Server, name: &str) -> Vec<(String, String)> {
-    let l: Value = serde_json::from_str(&s.ok(V, &["get", "events", "-o", "json"])).unwrap();
-    l["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["involvedObject"]["name"] == name)
-        .map(|e| {
-            (
-                e["reason"].as_str().unwrap_or("").to_string(),
-                e["message"].as_str().unwrap_or("").to_string(),
-            )
-        })
-        .collect()
 }
 
 fn mounts_under(dir: &Path) -> Vec<String> {
@@ -250,7 +68,7 @@ const NET_ADMIN_AND_SYS_TIME: &str = "0000000002001000";
 
 #[test]
 fn security_contexts_reach_the_containers_and_the_kubelet_enforces_them() {
-    let mut c = start("sec-node", "10.193.0.0/16", "r8ss", |data| {
+    let mut c = start_prepared("sec-node", "10.193.0.0/16", "r8ss", &[], |data| {
         let dir = data.join("agent/seccomp/profiles");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("deny-mkdir.json"), DENY_MKDIR).unwrap();

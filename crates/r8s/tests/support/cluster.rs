@@ -43,11 +43,28 @@ pub fn stage_images(data_dir: &Path) {
     }
 }
 
+/// The processes whose command line names `dir` (the test's containerd and shims), by pid.
+pub fn processes_under(dir: &Path) -> Vec<i32> {
+    let d = dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            (pid != std::process::id() as i32 && cmd.contains("containerd") && cmd.contains(&d))
+                .then_some(pid)
+        })
+        .collect()
+}
+
 /// Whatever the agent might have left if the server died: removed in any case.
 pub struct Leftovers {
-    dir: PathBuf,
-    bridge: String,
-    netns_before: Vec<String>,
+    pub dir: PathBuf,
+    pub bridge: String,
+    pub netns_before: Vec<String>,
 }
 
 pub fn netns_entries() -> Vec<String> {
@@ -67,9 +84,9 @@ impl Drop for Leftovers {
                 let _ = Command::new("ip").args(["netns", "del", &ns]).status();
             }
         }
-        let _ = Command::new("pkill")
-            .args(["-KILL", "-f", &format!("containerd.*{}", self.dir.display())])
-            .status();
+        for pid in processes_under(&self.dir) {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
         r8s_kubelet::containerd::unmount_under(&self.dir);
         r8s_kubelet::cni::remove_bridge(&self.bridge);
         r8s_kubelet::cgroups::remove(&r8s_kubelet::cgroups::pod_parent("r8s-pods"));
@@ -93,8 +110,20 @@ pub fn start(node: &str, cidr: &str, bridge_prefix: &str) -> Cluster {
 
 /// The same with more server arguments. The kubelet API listens on loopback, on a free port.
 pub fn start_with(node: &str, cidr: &str, bridge_prefix: &str, extra: &[&str]) -> Cluster {
+    start_prepared(node, cidr, bridge_prefix, extra, |_| {})
+}
+
+/// The same, with `prepare` given the data directory before the server starts.
+pub fn start_prepared(
+    node: &str,
+    cidr: &str,
+    bridge_prefix: &str,
+    extra: &[&str],
+    prepare: impl FnOnce(&Path),
+) -> Cluster {
     let data = tempfile::tempdir().unwrap();
     stage_images(data.path());
+    prepare(data.path());
     let data_path = data.path().to_path_buf();
     let bridge = format!("{bridge_prefix}{}", std::process::id() % 10000);
     let leftovers = Leftovers {
