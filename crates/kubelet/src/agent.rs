@@ -813,6 +813,19 @@ impl Agent {
             .and_then(|s| s.phase.clone())
             .unwrap_or_default();
         if phase == "Succeeded" || phase == "Failed" {
+            // A finished pod keeps its containers (and their logs) until it is deleted, but not
+            // its sandbox: the pause container stops and CNI gives the address back (upstream
+            // kills the sandboxes of terminal pods).
+            let mut rt = self.cri.runtime.clone();
+            for sb in self.sandboxes_of(&uid).await? {
+                if sb.state == cri::PodSandboxState::SandboxReady as i32 {
+                    self.probes.forget_pod(&uid);
+                    rt.stop_pod_sandbox(cri::StopPodSandboxRequest {
+                        pod_sandbox_id: sb.id,
+                    })
+                    .await?;
+                }
+            }
             return Ok(());
         }
         // activeDeadlineSeconds (upstream's activeDeadlineHandler, a PodSyncHandler).

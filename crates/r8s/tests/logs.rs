@@ -61,7 +61,7 @@ fn logs(s: &support::Server, args: &[&str]) -> String {
 #[test]
 fn kubectl_logs_reads_containers_through_the_kubelet() {
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
-    let c = start_with("log-node", "10.198.0.0/16", "r8sl", &["--node-ip", "127.0.0.1"]);
+    let c = start("log-node", "10.198.0.0/16", "r8sl");
     let s = &c.s;
     s.wait_for_default_service_account("default");
     s.ok_stdin(V, &["create", "-f", "-"], PODS);

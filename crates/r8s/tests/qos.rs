@@ -199,6 +199,27 @@ fn memory_hogs_are_oom_killed_and_oversized_pods_rejected() {
         (pod_json(s, "hog")?["status"]["phase"] == "Failed").then_some(())
     });
     assert_eq!(pod["status"]["qosClass"], "Burstable");
+    // A finished pod's sandbox stops: its address goes back to the pool (host-local keeps a
+    // file per address in use), while its logs stay readable.
+    let ip = pod_json(s, "hog").unwrap()["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ipam = c.data.join("agent/ipam");
+    let in_use = |ip: &str| {
+        std::fs::read_dir(&ipam)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|net| net.path().join(ip).exists())
+    };
+    wait_for(30, "the hog's address released", || (!in_use(&ip)).then_some(()));
+    let hog_logs = s.kubectl(V, &["logs", "hog"]);
+    assert!(
+        hog_logs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&hog_logs.stderr)
+    );
 
     // Bound straight to the node (no scheduler in the way): the kubelet checks again.
     let big = r#"
@@ -242,4 +263,10 @@ spec:
     wait_for(90, "small Running", || {
         (pod_json(s, "small")?["status"]["phase"] == "Running").then_some(())
     });
+    // A running pod's address is in use (what the hog's check above looks for).
+    let small_ip = pod_json(s, "small").unwrap()["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(in_use(&small_ip), "{small_ip} not found under the IPAM directory");
 }

@@ -108,7 +108,8 @@ pub fn start(node: &str, cidr: &str, bridge_prefix: &str) -> Cluster {
     start_with(node, cidr, bridge_prefix, &[])
 }
 
-/// The same with more server arguments. The kubelet API listens on loopback, on a free port.
+/// The same with more server arguments. The node's address and its kubelet API are on
+/// loopback (the kubelet API on a free port).
 pub fn start_with(node: &str, cidr: &str, bridge_prefix: &str, extra: &[&str]) -> Cluster {
     start_prepared(node, cidr, bridge_prefix, extra, |_| {})
 }
@@ -143,6 +144,10 @@ pub fn start_prepared(
         "--kubelet-port",
         "0",
     ];
+    // The node's address is loopback too, so the API server reaches the kubelet (logs).
+    if !extra.contains(&"--node-ip") {
+        args.extend(["--node-ip", "127.0.0.1"]);
+    }
     args.extend_from_slice(extra);
     let s = Server::start_in(data, &args);
     wait_for(60, "the node to be Ready", || {
