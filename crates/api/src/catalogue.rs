@@ -97,6 +97,12 @@ const LOG: Subresource = Subresource {
     group_version: None,
     verbs: &["get"],
 };
+const PROXY: Subresource = Subresource {
+    name: "proxy",
+    kind: "NodeProxyOptions",
+    group_version: None,
+    verbs: &["get"],
+};
 const TOKEN: Subresource = Subresource {
     name: "token",
     kind: "TokenRequest",
@@ -140,7 +146,7 @@ static CATALOGUE: &[ResourceDef] = &[
     res!("", "v1", "Pod", "pods", "pod", true,
          short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, BINDING, LOG]),
     res!("", "v1", "Node", "nodes", "node", false,
-         short: ["no"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS]),
+         short: ["no"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS, PROXY]),
     res!("", "v1", "Service", "services", "service", true,
          short: ["svc"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS]),
     res!("", "v1", "Endpoints", "endpoints", "endpoints", true,

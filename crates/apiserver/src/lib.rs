@@ -30,7 +30,7 @@ use std::sync::Arc;
 use r8s_store::Store;
 
 pub use registry::allocator::ServiceCidr;
-pub use registry::pod_log::KubeletClient;
+pub use registry::kubelet::KubeletClient;
 pub use server::ServingConfig;
 
 /// The Kubernetes version r8s speaks.

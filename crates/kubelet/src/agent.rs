@@ -175,6 +175,9 @@ pub struct Agent {
     pub(crate) pods: Mutex<HashMap<String, Arc<Pod>>>,
     /// The port the kubelet API listens on.
     kubelet_port: u16,
+    pub(crate) metrics: Arc<crate::metrics::KubeletMetrics>,
+    /// When this kubelet first saw each pod not yet running, by uid (for the start-up latency).
+    first_seen: Mutex<HashMap<String, Instant>>,
     queue: Arc<WorkQueue>,
     runtime_version: String,
     /// Restart back-off per `<pod uid>/<container>`, pull back-off per `<pod uid>/pull/<image>`.
@@ -247,7 +250,8 @@ impl Agent {
             images = imported.len(),
             "agent: containerd running, images imported"
         );
-        let cri = Cri::connect(&socket).await?;
+        let metrics = Arc::new(crate::metrics::KubeletMetrics::default());
+        let cri = Cri::connect_timed(&socket, Some(metrics.runtime.clone())).await?;
         // The kubelet API's listener, bound now so the Node can name its port.
         let kubelet_address = opts
             .kubelet_address
@@ -304,6 +308,8 @@ impl Agent {
             backoff: Mutex::new(Backoff::default()),
             runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
             kubelet_port,
+            metrics,
+            first_seen: Mutex::new(HashMap::new()),
         });
         agent.register().await?;
         // The pod network comes from the node's podCIDR (node IPAM).
@@ -573,6 +579,14 @@ impl Agent {
             match event {
                 watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
                     let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+                    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+                    if phase == "Pending" || phase.is_empty() {
+                        self.first_seen
+                            .lock()
+                            .unwrap()
+                            .entry(p.uid().unwrap_or_default())
+                            .or_insert_with(Instant::now);
+                    }
                     self.pods.lock().unwrap().insert(key.clone(), Arc::new(p));
                     self.queue.add(key);
                 }
@@ -611,6 +625,43 @@ impl Agent {
             .await?
             .into_inner()
             .items)
+    }
+
+    /// `kubelet_running_pods` and `kubelet_running_containers` from what the runtime runs now.
+    pub(crate) async fn refresh_running_gauges(&self) {
+        let mut rt = self.cri.runtime.clone();
+        if let Ok(r) = rt
+            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+            .await
+        {
+            let ready = r
+                .into_inner()
+                .items
+                .iter()
+                .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+                .count();
+            self.metrics.running_pods.set(ready as i64);
+        }
+        if let Ok(r) = rt
+            .list_containers(cri::ListContainersRequest { filter: None })
+            .await
+        {
+            let items = r.into_inner().containers;
+            for (state, name) in [
+                (cri::ContainerState::ContainerCreated, "created"),
+                (cri::ContainerState::ContainerRunning, "running"),
+                (cri::ContainerState::ContainerExited, "exited"),
+                (cri::ContainerState::ContainerUnknown, "unknown"),
+            ] {
+                let n = items.iter().filter(|c| c.state == state as i32).count();
+                self.metrics
+                    .running_containers
+                    .get_or_create(&crate::metrics::StateLabels {
+                        container_state: name.into(),
+                    })
+                    .set(n as i64);
+            }
+        }
     }
 
     /// The runtime's instances of container `name` of pod `uid`, newest first.
@@ -1401,6 +1452,7 @@ impl Agent {
         self.volumes.teardown(uid)?;
         self.cgroups.remove_pod(uid);
         self.admitted.lock().unwrap().remove(uid);
+        self.first_seen.lock().unwrap().remove(uid);
         self.probes.forget_pod(uid);
         self.events.lock().unwrap().retain(|k, _| k.0 != uid);
         let prefix = format!("{uid}/");
@@ -1757,6 +1809,16 @@ impl Agent {
                 .and_then(|cs| cs.iter().find(|c| c.type_ == "Initialized"))
                 .map(|c| c.status == "True")
                 != Some(initialized);
+        if phase == "Running" && old.phase.as_deref() != Some("Running") {
+            let seen = self
+                .first_seen
+                .lock()
+                .unwrap()
+                .remove(&pod.uid().unwrap_or_default());
+            if let Some(t) = seen {
+                self.metrics.pod_start.observe(t.elapsed().as_secs_f64());
+            }
+        }
         if changed {
             let pp = PatchParams {
                 field_manager: Some(FIELD_MANAGER.into()),

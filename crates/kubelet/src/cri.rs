@@ -1,6 +1,10 @@
 //! A CRI v1 client over a unix socket (tonic with the protos of the `k8s-cri` crate).
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
 
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
@@ -8,6 +12,7 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{VersionRequest, VersionResponse};
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use crate::metrics::RuntimeOps;
 use crate::Error;
 
 /// The CRI API version this kubelet speaks.
@@ -15,13 +20,57 @@ pub const CRI_VERSION: &str = "v1";
 
 #[derive(Clone)]
 pub struct Cri {
-    pub runtime: RuntimeServiceClient<Channel>,
-    pub images: ImageServiceClient<Channel>,
+    pub runtime: RuntimeServiceClient<Timed>,
+    pub images: ImageServiceClient<Timed>,
+}
+
+/// The channel to the runtime, timing each call for `/metrics` (by its gRPC method).
+#[derive(Clone)]
+pub struct Timed {
+    inner: Channel,
+    ops: Option<RuntimeOps>,
+}
+
+type Req = http::Request<tonic::body::Body>;
+type Resp = http::Response<tonic::body::Body>;
+
+impl tower::Service<Req> for Timed {
+    type Response = Resp;
+    type Error = tonic::transport::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Resp, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower::Service::poll_ready(&mut self.inner, cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        let method = req.uri().path().rsplit('/').next().unwrap_or("").to_string();
+        let ops = self.ops.clone();
+        let began = Instant::now();
+        let call = tower::Service::call(&mut self.inner, req);
+        Box::pin(async move {
+            let r = call.await;
+            if let Some(ops) = ops {
+                // A failed call answers with its status in the headers (trailers-only).
+                let failed = match &r {
+                    Err(_) => true,
+                    Ok(resp) => resp.headers().get("grpc-status").is_some_and(|v| v != "0"),
+                };
+                ops.observe(&method, began.elapsed().as_secs_f64(), failed);
+            }
+            r
+        })
+    }
 }
 
 impl Cri {
     /// Connect to a CRI socket (e.g. `/run/containerd/containerd.sock`).
     pub async fn connect(socket: &Path) -> Result<Self, Error> {
+        Self::connect_timed(socket, None).await
+    }
+
+    /// The same, recording every call's latency and outcome in `ops`.
+    pub async fn connect_timed(socket: &Path, ops: Option<RuntimeOps>) -> Result<Self, Error> {
         let socket: PathBuf = socket.to_path_buf();
         // The URI is required by tonic but unused: every connection goes to the socket.
         let channel = Endpoint::try_from("http://[::1]:0")?
@@ -32,9 +81,10 @@ impl Cri {
                 }
             }))
             .await?;
+        let timed = Timed { inner: channel, ops };
         Ok(Self {
-            runtime: RuntimeServiceClient::new(channel.clone()),
-            images: ImageServiceClient::new(channel),
+            runtime: RuntimeServiceClient::new(timed.clone()),
+            images: ImageServiceClient::new(timed),
         })
     }
 

@@ -13,6 +13,7 @@ pub mod cri;
 pub mod images;
 pub mod lifecycle;
 pub mod logs;
+pub mod metrics;
 pub mod prober;
 pub mod qos;
 pub mod security;

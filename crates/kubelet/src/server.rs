@@ -1,6 +1,6 @@
 //! The kubelet's own HTTPS API (upstream `pkg/kubelet/server`), on port 10250: what the API
-//! server reaches for `kubectl logs` (`/containerLogs/<ns>/<pod>/<container>`), plus `/pods`
-//! and `/healthz`.
+//! server reaches for `kubectl logs` (`/containerLogs/<ns>/<pod>/<container>`), plus `/pods`,
+//! `/metrics` and `/healthz`.
 //!
 //! Every request is authenticated and authorized as upstream's kubelet does with webhook
 //! authentication and authorization: a client certificate signed by the cluster CA (CN → user,
@@ -295,6 +295,16 @@ async fn handle(
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (req.method(), parts.as_slice()) {
         (&Method::GET, ["healthz"]) => text(StatusCode::OK, "ok"),
+        (&Method::GET, ["metrics"]) => {
+            agent.refresh_running_gauges().await;
+            Response::builder()
+                .header(
+                    http::header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )
+                .body(Full::new(Bytes::from(agent.metrics.render())).boxed())
+                .expect("valid response")
+        }
         (&Method::GET, ["pods"]) => {
             let pods: Vec<Pod> = agent
                 .pods

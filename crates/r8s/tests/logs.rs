@@ -169,6 +169,55 @@ fn kubectl_logs_reads_containers_through_the_kubelet() {
         "{waiting}"
     );
 
+    // nodes/proxy reaches the kubelet's other endpoints: health, its pods, its metrics.
+    let raw = |path: &str| {
+        s.ok(
+            V,
+            &["get", "--raw", &format!("/api/v1/nodes/log-node/proxy/{path}")],
+        )
+    };
+    assert_eq!(raw("healthz").trim(), "ok");
+    let pods: Value = serde_json::from_str(&raw("pods")).unwrap();
+    let names: Vec<&str> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    assert!(names.contains(&"talker") && names.contains(&"two"), "{names:?}");
+    let metrics = raw("metrics");
+    let value = |prefix: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("{prefix} missing:\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(
+        value("kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} ") >= 4.0,
+        "{metrics}"
+    );
+    assert!(
+        value("kubelet_runtime_operations_errors_total{operation_type=\"pull_image\"} ") >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        value("kubelet_runtime_operations_duration_seconds_count{operation_type=\"create_container\"} ")
+            >= 4.0
+    );
+    // talker, two and crasher started (the waiter never does).
+    assert!(
+        value("kubelet_pod_start_duration_seconds_count ") >= 3.0,
+        "{metrics}"
+    );
+    assert!(value("kubelet_running_pods ") >= 3.0, "{metrics}");
+    assert!(
+        value("kubelet_running_containers{container_state=\"running\"} ") >= 3.0,
+        "{metrics}"
+    );
+
     // The kubelet API itself: no credentials is 401; a ServiceAccount's token is 403 (it may
     // not proxy to nodes).
     let node: Value = serde_json::from_str(&s.ok(V, &["get", "node", "log-node", "-o", "json"])).unwrap();

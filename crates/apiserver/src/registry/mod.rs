@@ -9,9 +9,9 @@
 pub(crate) mod allocator;
 mod apply;
 pub(crate) mod convert;
+pub mod kubelet;
 pub(crate) mod meta;
 mod patch;
-pub mod pod_log;
 mod reviews;
 mod services;
 pub(crate) mod strategy;

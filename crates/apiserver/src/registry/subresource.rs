@@ -126,8 +126,12 @@ pub(crate) async fn handle(
         "finalize" => View::Finalize,
         "approval" => View::Approval,
         "binding" if *method == Method::POST => return bind(ctx, def, ns, name, query, body).await,
+        "proxy" if *method == Method::GET && def.plural == "nodes" => {
+            let rest = ctx.info.parts.get(3..).map(|p| p.join("/")).unwrap_or_default();
+            return super::kubelet::node_proxy(ctx, name, &rest, ctx.query.as_deref()).await;
+        }
         "log" if *method == Method::GET && def.plural == "pods" => {
-            return super::pod_log::serve(ctx, ns, name, query).await
+            return super::kubelet::pod_log(ctx, ns, name, query).await
         }
         "token" if *method == Method::POST => {
             return super::token_request::create(ctx, def, ns, name, query, body).await

@@ -1,7 +1,10 @@
-//! `pods/log` (upstream `pkg/registry/core/pod/rest/log.go` and `LogLocation`): the API server
-//! checks the options and the container, finds the pod's node and streams what that node's
-//! kubelet serves at `/containerLogs/<ns>/<pod>/<container>`, connecting with the API server's
-//! kubelet client certificate (`--kubelet-client-certificate` upstream).
+//! What the API server asks of kubelets, connecting with its kubelet client certificate
+//! (`--kubelet-client-certificate` upstream):
+//! - `pods/log` (upstream `pkg/registry/core/pod/rest/log.go` and `LogLocation`): the options
+//!   and the container are checked, then what the pod's node's kubelet serves at
+//!   `/containerLogs/<ns>/<pod>/<container>` is streamed back;
+//! - `nodes/proxy` (GET): `/api/v1/nodes/<name>/proxy/<path>` is the kubelet's `/<path>`
+//!   (e.g. `kubectl get --raw /api/v1/nodes/<name>/proxy/metrics`).
 //!
 //! The kubelet's serving certificate is not verified: upstream's default when no
 //! `--kubelet-certificate-authority` is given, since kubelets sign their own.
@@ -235,7 +238,7 @@ fn reason_of(code: u16) -> &'static str {
 }
 
 /// GET `pods/<name>/log`.
-pub(crate) async fn serve(
+pub(crate) async fn pod_log(
     ctx: &Ctx,
     ns: &str,
     name: &str,
@@ -256,6 +259,39 @@ pub(crate) async fn serve(
     let Some(node_name) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
         return Ok(text_response(crate::handler::full(Bytes::new())));
     };
+    let path = format!(
+        "/containerLogs/{}/{}/{}{}{kq}",
+        enc(ns),
+        enc(name),
+        enc(&container),
+        if kq.is_empty() { "" } else { "?" }
+    );
+    from_kubelet(ctx, node_name, &path, name, "text/plain").await
+}
+
+/// GET `nodes/<name>/proxy/<rest>`: the kubelet's `/<rest>?<query>`.
+pub(crate) async fn node_proxy(
+    ctx: &Ctx,
+    name: &str,
+    rest: &str,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let path = match query.filter(|q| !q.is_empty()) {
+        Some(q) => format!("/{rest}?{q}"),
+        None => format!("/{rest}"),
+    };
+    from_kubelet(ctx, name, &path, name, "").await
+}
+
+/// Stream what the kubelet of node `node_name` serves at `path` (its error status as the
+/// API's); `content_type` overrides the kubelet's.
+async fn from_kubelet(
+    ctx: &Ctx,
+    node_name: &str,
+    path: &str,
+    object: &str,
+    content_type: &str,
+) -> Result<Response<Body>, ApiError> {
     let nodes = r8s_api::find("", "v1", "nodes").expect("nodes are served");
     let node = read(ctx, nodes, "", node_name).await?;
     let (host, port) = kubelet_endpoint(&node)
@@ -264,15 +300,8 @@ pub(crate) async fn serve(
         ctx.shared.kubelet.as_ref().ok_or_else(|| {
             ApiError::service_unavailable("this API server has no kubelet client credentials")
         })?;
-    let path = format!(
-        "/containerLogs/{}/{}/{}{}{kq}",
-        enc(ns),
-        enc(name),
-        enc(&container),
-        if kq.is_empty() { "" } else { "?" }
-    );
     let url = format!("https://{host}:{port}{path}");
-    let resp = tokio::time::timeout(Duration::from_secs(30), connect(kubelet, &host, port, &path))
+    let resp = tokio::time::timeout(Duration::from_secs(30), connect(kubelet, &host, port, path))
         .await
         .map_err(|_| ApiError::internal(format!("Get {url:?}: context deadline exceeded")))?
         .map_err(|e| ApiError::internal(format!("Get {url:?}: {e}")))?;
@@ -285,12 +314,21 @@ pub(crate) async fn serve(
             .unwrap_or_default();
         let msg = String::from_utf8_lossy(&body).trim().to_string();
         let msg = if msg.is_empty() {
-            format!("the server responded with the status code {code} but did not return more information (get pods {name})")
+            format!("the server responded with the status code {code} but did not return more information ({object})")
         } else {
             msg
         };
         return Err(ApiError::new(code, reason_of(code), msg));
     }
+    let content_type = if content_type.is_empty() {
+        resp.headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("text/plain")
+            .to_string()
+    } else {
+        content_type.to_string()
+    };
     // Stream what the kubelet sends, as it sends it (follow), until it ends or fails.
     let frames = http_body_util::BodyStream::new(resp.into_body())
         .take_while(|f| std::future::ready(f.is_ok()))
@@ -301,7 +339,11 @@ pub(crate) async fn serve(
                     .map(|d| Ok::<_, std::convert::Infallible>(Frame::data(d))),
             )
         });
-    Ok(text_response(BodyExt::boxed(StreamBody::new(frames))))
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(BodyExt::boxed(StreamBody::new(frames)))
+        .expect("valid response"))
 }
 
 fn enc(s: &str) -> String {
