@@ -68,6 +68,10 @@ pub struct AgentOptions {
     pub kubelet_port: u16,
     /// The cluster CA (DER) that signs the client certificates the kubelet API accepts.
     pub client_ca: Vec<Vec<u8>>,
+    /// On stop, leave the pods running (containerd stops; the containers stay in their shims)
+    /// for the next start to adopt, as a kubelet restart does upstream. Otherwise stopping
+    /// the agent stops its pods and removes what they used.
+    pub keep_pods_on_exit: bool,
 }
 
 fn host_name() -> String {
@@ -116,6 +120,7 @@ impl AgentOptions {
             kubelet_address: None,
             kubelet_port: 10250,
             client_ca: Vec::new(),
+            keep_pods_on_exit: false,
         }
     }
 }
@@ -355,6 +360,15 @@ impl Agent {
         workers.abort();
         agent.probes.stop_all();
         probe_event_task.abort();
+        if agent.opts.keep_pods_on_exit {
+            // containerd stops; the pods run on in their shims, with their network, volumes
+            // and cgroups, for the next start to adopt.
+            tracing::info!("agent: stopping, leaving the pods running");
+            tokio::task::spawn_blocking(move || containerd.detach())
+                .await
+                .map_err(|e| Error::Other(e.to_string()))?;
+            return Ok(());
+        }
         // containerd (and the pods it runs) stop with the agent; the Node stays. Sandboxes are
         // stopped through CRI first, so CNI releases their addresses, veths and netns.
         agent.stop_all_sandboxes().await;
@@ -595,6 +609,9 @@ impl Agent {
                     self.pods.lock().unwrap().remove(&key);
                     self.queue.add(key);
                 }
+                // With the full list known, sweep what the runtime runs for pods that are gone
+                // (deleted while this agent was down): a key that names no pod does that.
+                watcher::Event::InitDone => self.queue.add("/"),
                 _ => {}
             }
         }
@@ -700,9 +717,12 @@ impl Agent {
                 .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
                 .await
             else {
+                tracing::warn!("agent: cannot list the pod sandboxes to stop at shutdown");
                 return;
             };
-            for sb in list.into_inner().items {
+            let items = list.into_inner().items;
+            tracing::info!(sandboxes = items.len(), "agent: stopping the pods");
+            for sb in items {
                 let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
                 if let Err(e) = self.kill_pod(&uid, None).await {
                     tracing::warn!(pod = %uid, error = %e, "agent: could not stop pod at shutdown");

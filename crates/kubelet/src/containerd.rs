@@ -103,6 +103,9 @@ impl Containerd {
             std::fs::create_dir_all(d)?;
         }
         let config = opts.dir.join("config.toml");
+        // A containerd of an earlier run that did not stop (its agent was killed) holds the
+        // state: it goes first. Its containers stay; the new one takes them over.
+        stop_stale(&opts.dir.join("containerd.pid"), &config);
         std::fs::File::create(&config)?.write_all(opts.config().as_bytes())?;
         let _ = std::fs::remove_file(opts.socket());
         let log = std::fs::File::create(opts.dir.join("containerd.log"))?;
@@ -114,6 +117,7 @@ impl Containerd {
             .stderr(log)
             .spawn()
             .map_err(|e| Error::Other(format!("starting {}: {e}", opts.binary.display())))?;
+        std::fs::write(c_pid_file(&opts), child.id().to_string())?;
         let mut c = Self {
             opts,
             child: Some(child),
@@ -149,9 +153,14 @@ impl Containerd {
         std::fs::read_to_string(self.opts.dir.join("containerd.log")).unwrap_or_default()
     }
 
-    /// SIGTERM, then SIGKILL after 10 s; then remove whatever it left running (containers,
-    /// their shims) and unmount what is left under its directory.
-    pub fn stop(&mut self) {
+    /// Stop containerd alone: the containers keep running in their shims, and the next
+    /// containerd on this directory takes them over (the agent's `--keep-pods-on-exit`).
+    pub fn detach(mut self) {
+        self.terminate();
+        self.opts.dir = PathBuf::new();
+    }
+
+    fn terminate(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = Command::new("kill")
                 .arg("-TERM")
@@ -163,30 +172,18 @@ impl Containerd {
             }
             let _ = child.kill();
             let _ = child.wait();
+            let _ = std::fs::remove_file(c_pid_file(&self.opts));
         }
-        // Containers outlive containerd (their shims hold them): delete them with runc, whose
-        // state for our containerd lives under <dir>/state/runc/<namespace>.
-        if let Ok(roots) = std::fs::read_dir(self.opts.dir.join("state").join("runc")) {
-            for root in roots.flatten().map(|e| e.path()) {
-                let ids = Command::new("runc")
-                    .arg("--root")
-                    .arg(&root)
-                    .args(["list", "-q"])
-                    .output();
-                for id in ids.iter().flat_map(|o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .lines()
-                        .map(String::from)
-                        .collect::<Vec<_>>()
-                }) {
-                    let _ = Command::new("runc")
-                        .arg("--root")
-                        .arg(&root)
-                        .args(["delete", "-f", &id])
-                        .status();
-                }
-            }
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s; then remove whatever it left running (containers,
+    /// their shims) and unmount what is left under its directory.
+    pub fn stop(&mut self) {
+        self.terminate();
+        if self.opts.dir.as_os_str().is_empty() {
+            return;
         }
+        delete_containers(&self.opts.dir);
         let _ = Command::new("pkill")
             .arg("-KILL")
             .arg("-f")
@@ -200,6 +197,68 @@ impl Drop for Containerd {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Containers outlive containerd (their shims hold them): delete those of the containerd
+/// whose directory is `dir` with runc, whose state lives under `<dir>/state/runc/<namespace>`.
+pub fn delete_containers(dir: &Path) {
+    if let Ok(roots) = std::fs::read_dir(dir.join("state").join("runc")) {
+        for root in roots.flatten().map(|e| e.path()) {
+            let ids = Command::new("runc")
+                .arg("--root")
+                .arg(&root)
+                .args(["list", "-q"])
+                .output();
+            for id in ids.iter().flat_map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            }) {
+                let _ = Command::new("runc")
+                    .arg("--root")
+                    .arg(&root)
+                    .args(["delete", "-f", &id])
+                    .status();
+            }
+        }
+    }
+}
+
+fn c_pid_file(opts: &ContainerdOptions) -> PathBuf {
+    opts.dir.join("containerd.pid")
+}
+
+/// SIGTERM (then SIGKILL after 10 s) the process named in `pid_file` if it is a containerd
+/// running `config`.
+fn stop_stale(pid_file: &Path, config: &Path) {
+    let Some(pid) = std::fs::read_to_string(pid_file)
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+    else {
+        return;
+    };
+    let ours = |pid: u32| {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| {
+                let c = String::from_utf8_lossy(&c).replace('\0', " ");
+                c.contains("containerd") && c.contains(&*config.to_string_lossy())
+            })
+            .unwrap_or(false)
+    };
+    if !ours(pid) {
+        return;
+    }
+    tracing::info!(pid, "containerd: stopping the one an earlier run left");
+    let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ours(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if ours(pid) {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    let _ = std::fs::remove_file(pid_file);
 }
 
 /// Unmount every mount point under `dir`, deepest first (lazily, so a busy one cannot block).

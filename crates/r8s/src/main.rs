@@ -88,6 +88,11 @@ struct AgentArgs {
     /// Port of the kubelet API; 0 picks a free one (the Node reports it).
     #[arg(long, default_value_t = 10250)]
     kubelet_port: u16,
+
+    /// On stop, leave the pods running for the next start to adopt (as a kubelet restart
+    /// does); by default stopping stops the pods and removes what they used.
+    #[arg(long)]
+    keep_pods_on_exit: bool,
 }
 
 impl AgentArgs {
@@ -104,6 +109,7 @@ impl AgentArgs {
         o.bridge = self.pod_bridge.clone();
         o.kubelet_address = self.kubelet_address.clone();
         o.kubelet_port = self.kubelet_port;
+        o.keep_pods_on_exit = self.keep_pods_on_exit;
         o
     }
 }

@@ -84,6 +84,8 @@ impl Drop for Leftovers {
                 let _ = Command::new("ip").args(["netns", "del", &ns]).status();
             }
         }
+        // Containers left running (an agent that kept its pods): deleted with runc first.
+        r8s_kubelet::containerd::delete_containers(&self.dir.join("agent").join("containerd"));
         for pid in processes_under(&self.dir) {
             let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
         }
@@ -100,6 +102,8 @@ pub static ONE_AGENT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 pub struct Cluster {
     pub s: Server,
     pub data: PathBuf,
+    /// The server's arguments (for restarts).
+    pub args: Vec<String>,
     _leftovers: Leftovers,
 }
 
@@ -166,8 +170,10 @@ pub fn start_prepared(
             .success()
             .then_some(())
     });
+    let args = args.iter().map(|a| a.to_string()).collect();
     Cluster {
         s,
+        args,
         data: data_path,
         _leftovers: leftovers,
     }

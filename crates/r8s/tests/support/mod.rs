@@ -71,10 +71,34 @@ impl Server {
             .unwrap()
             .port();
         let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_r8s"))
+        let child = Self::spawn(dir.path(), port, extra, log);
+        let kubeconfig = dir.path().join("kubeconfig.yaml");
+        let mut server = Server {
+            dir,
+            kubeconfig,
+            port,
+            child,
+        };
+        server.wait_up(extra);
+        server
+    }
+
+    /// Stop (SIGTERM) and start again on the same data directory and port.
+    pub fn restart(&mut self, extra: &[&str]) {
+        self.kill();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join("server.log"))
+            .unwrap();
+        self.child = Self::spawn(self.dir.path(), self.port, extra, log);
+        self.wait_up(extra);
+    }
+
+    fn spawn(dir: &Path, port: u16, extra: &[&str], log: std::fs::File) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_r8s"))
             .arg("server")
             .arg("--data-dir")
-            .arg(dir.path())
+            .arg(dir)
             .args([
                 "--bind-address",
                 "127.0.0.1",
@@ -87,26 +111,22 @@ impl Server {
             .stderr(log)
             .stdin(Stdio::null())
             .spawn()
-            .unwrap();
-        let kubeconfig = dir.path().join("kubeconfig.yaml");
-        let mut server = Server {
-            dir,
-            kubeconfig,
-            port,
-            child,
-        };
+            .unwrap()
+    }
+
+    fn wait_up(&mut self, extra: &[&str]) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(status) = server.child.try_wait().unwrap() {
-                panic!("r8s server exited ({status}):\n{}", server.log());
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("r8s server exited ({status}):\n{}", self.log());
             }
-            if server.kubeconfig.exists() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            if self.kubeconfig.exists() && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
                 "r8s server did not start:\n{}",
-                server.log()
+                self.log()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -114,9 +134,8 @@ impl Server {
         // ServiceAccount admission plugin, as upstream); the controller manager makes it once
         // it runs. Tests start creating pods when it is there, as upstream's e2e framework does.
         if !extra.contains(&"--disable-controller-manager") {
-            server.wait_for_default_service_account("default");
+            self.wait_for_default_service_account("default");
         }
-        server
     }
 
     /// Wait until `ns` has its `default` ServiceAccount (made by the serviceaccount controller
