@@ -145,6 +145,17 @@ fn machine_size() -> (usize, u64) {
     (cpus, read_value("/proc/meminfo", "MemTotal:").unwrap_or(0))
 }
 
+/// The size of the filesystem holding `dir` in bytes (the node's ephemeral-storage, as
+/// upstream's kubelet reports its root filesystem).
+fn filesystem_size(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid C string and `st` a writable statvfs for the call to fill.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_blocks as u64 * st.f_frsize as u64)
+}
+
 fn os_image() -> String {
     std::fs::read_to_string("/etc/os-release")
         .ok()
@@ -390,6 +401,13 @@ impl Agent {
             ("pods".to_string(), Quantity("110".into())),
         ]
         .into();
+        let mut capacity = capacity;
+        if let Some(bytes) = filesystem_size(&self.opts.dir).filter(|b| *b > 0) {
+            capacity.insert(
+                "ephemeral-storage".into(),
+                Quantity(format!("{}Ki", bytes / 1024)),
+            );
+        }
         let ready = if network_ready {
             condition("Ready", "True", "KubeletReady", "kubelet is posting ready status")
         } else {

@@ -75,6 +75,18 @@ fn pods_get_cgroups_by_qos_class() {
         .parse()
         .unwrap();
     // Upstream's heuristic: 1000 - 1000 × request / capacity, kept within 3 and 999.
+    // The node reports its filesystem as ephemeral-storage, as upstream's kubelet does.
+    let eph = node["status"]["capacity"]["ephemeral-storage"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        eph.ends_with("Ki") && eph.trim_end_matches("Ki").parse::<u64>().unwrap_or(0) > 0,
+        "{node}"
+    );
+    assert_eq!(
+        node["status"]["allocatable"]["ephemeral-storage"].as_str(),
+        Some(eph)
+    );
     let burstable_adj = (1000 - 1000 * (1i64 << 30) / (mem_ki * 1024)).clamp(3, 999);
     // name → (class, cgroup parent under the root, cpu.shares, quota, memory limit, oom adj)
     let cases: [(&str, &str, &str, i64, i64, i64); 3] = [
