@@ -72,6 +72,11 @@ pub struct AgentOptions {
     /// for the next start to adopt, as a kubelet restart does upstream. Otherwise stopping
     /// the agent stops its pods and removes what they used.
     pub keep_pods_on_exit: bool,
+    /// An existing CRI socket (`--container-runtime-endpoint`): no containerd of our own.
+    pub runtime_endpoint: Option<PathBuf>,
+    /// Where the CNI configuration goes for that runtime (`--cni-conf-dir`); with our own
+    /// containerd, its directory under the agent's.
+    pub cni_conf_dir: Option<PathBuf>,
 }
 
 fn host_name() -> String {
@@ -121,6 +126,8 @@ impl AgentOptions {
             kubelet_port: 10250,
             client_ca: Vec::new(),
             keep_pods_on_exit: false,
+            runtime_endpoint: None,
+            cni_conf_dir: None,
         }
     }
 }
@@ -248,8 +255,13 @@ impl Agent {
         if let Ok(name) = std::fs::read_to_string(images.join("pause-image.txt")) {
             c_opts.sandbox_image = name.trim().to_string();
         }
+        let external = opts.runtime_endpoint.clone();
         let cni_opts = CniOptions {
-            conf_dir: c_opts.cni_conf_dir.clone(),
+            conf_dir: match (&external, &opts.cni_conf_dir) {
+                (_, Some(d)) => d.clone(),
+                (Some(_), None) => PathBuf::from("/etc/cni/net.d"),
+                (None, None) => c_opts.cni_conf_dir.clone(),
+            },
             ipam_dir: opts.dir.join("ipam"),
             bridge: opts.bridge.clone(),
             ip_masq: true,
@@ -257,11 +269,26 @@ impl Agent {
         };
         let cgroup_parent = crate::cgroups::pod_parent("r8s-pods");
         let cgroups = CgroupManager::new(Layout::detect(), &cgroup_parent);
-        let containerd = tokio::task::spawn_blocking(move || Containerd::start(c_opts))
-            .await
-            .map_err(|e| Error::Other(e.to_string()))??;
-        let socket = containerd.socket();
-        let imported = crate::images::import_dir(&socket, &images)?;
+        // Our own containerd, unless the runtime is given.
+        let (containerd, socket) = match &external {
+            Some(socket) => (None, socket.clone()),
+            None => {
+                let c = tokio::task::spawn_blocking(move || Containerd::start(c_opts))
+                    .await
+                    .map_err(|e| Error::Other(e.to_string()))??;
+                let socket = c.socket();
+                (Some(c), socket)
+            }
+        };
+        // The air-gap images: `ctr` speaks containerd's own API, so another runtime gets none.
+        let imported = match crate::images::import_dir(&socket, &images) {
+            Ok(v) => v,
+            Err(e) if external.is_some() => {
+                tracing::warn!(error = %e, "agent: could not import the image tarballs into the runtime");
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
         tracing::info!(
             images = imported.len(),
             "agent: containerd running, images imported"
@@ -375,9 +402,11 @@ impl Agent {
             // containerd stops; the pods run on in their shims, with their network, volumes
             // and cgroups, for the next start to adopt.
             tracing::info!("agent: stopping, leaving the pods running");
-            tokio::task::spawn_blocking(move || containerd.detach())
-                .await
-                .map_err(|e| Error::Other(e.to_string()))?;
+            if let Some(c) = containerd {
+                tokio::task::spawn_blocking(move || c.detach())
+                    .await
+                    .map_err(|e| Error::Other(e.to_string()))?;
+            }
             return Ok(());
         }
         // containerd (and the pods it runs) stop with the agent; the Node stays. Sandboxes are

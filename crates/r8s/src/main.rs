@@ -93,6 +93,16 @@ struct AgentArgs {
     /// does); by default stopping stops the pods and removes what they used.
     #[arg(long)]
     keep_pods_on_exit: bool,
+
+    /// Use this CRI socket (e.g. unix:///run/containerd/containerd.sock) instead of running
+    /// containerd as the agent's child.
+    #[arg(long)]
+    container_runtime_endpoint: Option<String>,
+
+    /// Where to write the pod network's CNI configuration for that runtime
+    /// (default /etc/cni/net.d; with the agent's own containerd, under its data dir).
+    #[arg(long)]
+    cni_conf_dir: Option<PathBuf>,
 }
 
 impl AgentArgs {
@@ -110,6 +120,11 @@ impl AgentArgs {
         o.kubelet_address = self.kubelet_address.clone();
         o.kubelet_port = self.kubelet_port;
         o.keep_pods_on_exit = self.keep_pods_on_exit;
+        o.runtime_endpoint = self
+            .container_runtime_endpoint
+            .as_deref()
+            .map(|e| PathBuf::from(e.strip_prefix("unix://").unwrap_or(e)));
+        o.cni_conf_dir = self.cni_conf_dir.clone();
         o
     }
 }
