@@ -9,6 +9,10 @@ command -v etcd >/dev/null || need+=(etcd-server)           # the etcd backend's
 command -v cc >/dev/null || need+=(build-essential)
 command -v containerd >/dev/null || need+=(containerd runc)  # the kubelet's container runtime (CRI)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)  # pod networking (CNI)
+command -v docker-registry >/dev/null || need+=(docker-registry)  # private-image tests: a registry on loopback
+command -v htpasswd >/dev/null || need+=(apache2-utils)       # ... with htpasswd (bcrypt) users
+command -v curl >/dev/null || need+=(curl)                     # pod and registry checks in tests
+command -v jq >/dev/null || need+=(jq)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -201,6 +201,9 @@ pub struct Agent {
     pub(crate) metrics: Arc<crate::metrics::KubeletMetrics>,
     /// When this kubelet first saw each pod not yet running, by uid (for the start-up latency).
     first_seen: Mutex<HashMap<String, Instant>>,
+    /// The images imported from the air-gap tarballs (containerd's full names): no registry
+    /// holds them, so they are used as they are whatever the pull policy.
+    airgap_images: HashSet<String>,
     queue: Arc<WorkQueue>,
     runtime_version: String,
     /// Restart back-off per `<pod uid>/<container>`, pull back-off per `<pod uid>/pull/<image>`.
@@ -353,6 +356,7 @@ impl Agent {
             kubelet_port,
             metrics,
             first_seen: Mutex::new(HashMap::new()),
+            airgap_images: imported.iter().flat_map(|f| crate::images::names_in(f)).collect(),
         });
         agent.register().await?;
         // The pod network comes from the node's podCIDR (node IPAM).
@@ -640,6 +644,13 @@ impl Agent {
             match event {
                 watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
                     let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+                    // A change of status alone (mostly this kubelet's own writes) is no work:
+                    // upstream's pod config ignores status updates from the API server too.
+                    let previous = self.pods.lock().unwrap().get(&key).cloned();
+                    if previous.is_some_and(|old| same_but_status(&old, &p)) {
+                        self.pods.lock().unwrap().insert(key, Arc::new(p));
+                        continue;
+                    }
                     let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
                     if phase == "Pending" || phase.is_empty() {
                         self.first_seen
@@ -1276,60 +1287,7 @@ impl Agent {
             volumes,
             pod_ip,
         } = *place;
-        let image = c.image.clone().unwrap_or_default();
-        let mut images = self.cri.images.clone();
-        let status_request = || cri::ImageStatusRequest {
-            image: Some(cri::ImageSpec {
-                image: image.clone(),
-                ..Default::default()
-            }),
-            verbose: false,
-        };
-        let mut image_info = images
-            .image_status(status_request())
-            .await
-            .ok()
-            .and_then(|r| r.into_inner().image);
-        if image_info.is_none() {
-            // A failed pull is retried with the same back-off as restarts (ImagePullBackOff).
-            let key = format!("{}/pull/{image}", pod.uid().unwrap_or_default());
-            let in_backoff = self
-                .backoff
-                .lock()
-                .unwrap()
-                .in_backoff_since_update(&key, std::time::SystemTime::now());
-            if in_backoff.is_some() {
-                return Err((
-                    "ImagePullBackOff".into(),
-                    format!("Back-off pulling image \"{image}\""),
-                ));
-            }
-            if let Err(e) = images
-                .pull_image(cri::PullImageRequest {
-                    image: Some(cri::ImageSpec {
-                        image: image.clone(),
-                        ..Default::default()
-                    }),
-                    auth: None,
-                    sandbox_config: Some(sandbox_config.clone()),
-                })
-                .await
-            {
-                self.backoff
-                    .lock()
-                    .unwrap()
-                    .next(&key, std::time::SystemTime::now());
-                return Err((
-                    "ErrImagePull".into(),
-                    format!("failed to pull image \"{image}\": {}", e.message()),
-                ));
-            }
-            image_info = images
-                .image_status(status_request())
-                .await
-                .ok()
-                .and_then(|r| r.into_inner().image);
-        }
+        let image_info = self.ensure_image(pod, c, sandbox_config).await?;
         let mut rt = self.cri.runtime.clone();
         let mut inputs = self.container_inputs(pod, c, volumes).await;
         inputs.image_user = crate::security::ImageUser::of(image_info.as_ref());
@@ -1414,6 +1372,197 @@ impl Agent {
             inputs.secrets.insert(name, data);
         }
         inputs
+    }
+
+    /// The container's image, pulled as its imagePullPolicy says (upstream's image manager
+    /// `EnsureImageExists`): Never uses only what is there, IfNotPresent pulls when absent,
+    /// Always pulls every time; pulls use the pod's imagePullSecrets, each matching credential
+    /// in turn; a failed pull backs off as restarts do (ImagePullBackOff). Returns what the
+    /// runtime knows of the image.
+    async fn ensure_image(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<Option<cri::Image>, (String, String)> {
+        let image = c.image.clone().unwrap_or_default();
+        let mut images = self.cri.images.clone();
+        let spec = || cri::ImageSpec {
+            image: image.clone(),
+            ..Default::default()
+        };
+        let status = |mut images: crate::cri::ImageClient| {
+            let spec = spec();
+            async move {
+                images
+                    .image_status(cri::ImageStatusRequest {
+                        image: Some(spec),
+                        verbose: false,
+                    })
+                    .await
+                    .ok()
+                    .and_then(|r| r.into_inner().image)
+            }
+        };
+        let present = status(images.clone()).await;
+        let policy = c.image_pull_policy.clone().unwrap_or_else(|| {
+            let tagged = image.contains('@')
+                || image
+                    .rsplit('/')
+                    .next()
+                    .and_then(|l| l.split_once(':'))
+                    .is_some_and(|(_, t)| t != "latest");
+            if tagged { "IfNotPresent" } else { "Always" }.to_string()
+        });
+        let pull = match policy.as_str() {
+            "Never" => {
+                if present.is_none() {
+                    let msg = format!("Container image \"{image}\" is not present with pull policy of Never");
+                    self.event(pod, "Warning", "ErrImageNeverPull", &msg).await;
+                    return Err(("ErrImageNeverPull".into(), msg));
+                }
+                false
+            }
+            // An air-gap image is the only copy there is: used as it is (r8s's choice; upstream
+            // would pull it and fail where no registry is reachable).
+            "Always" => present.is_none() || !self.airgap_images.contains(&crate::images::normalize(&image)),
+            _ => present.is_none(),
+        };
+        if !pull {
+            let msg = format!("Container image \"{image}\" already present on machine");
+            self.event(pod, "Normal", "Pulled", &msg).await;
+            return Ok(present);
+        }
+        // A failed pull is retried with the same back-off as restarts (ImagePullBackOff).
+        let key = format!("{}/pull/{image}", pod.uid().unwrap_or_default());
+        let in_backoff = self
+            .backoff
+            .lock()
+            .unwrap()
+            .in_backoff_since_update(&key, std::time::SystemTime::now());
+        if in_backoff.is_some() {
+            let msg = format!("Back-off pulling image \"{image}\"");
+            self.event(pod, "Normal", "BackOff", &msg).await;
+            self.event(pod, "Warning", "Failed", "Error: ImagePullBackOff")
+                .await;
+            return Err(("ImagePullBackOff".into(), msg));
+        }
+        // Our own containerd reaches a registry on loopback over plain HTTP.
+        if self.opts.runtime_endpoint.is_none() {
+            let (host, port, _) = crate::credentials::image_location(&image);
+            if crate::containerd::is_loopback_host(&host) {
+                let host_port = if port.is_empty() {
+                    host
+                } else {
+                    format!("{host}:{port}")
+                };
+                let certs_d = self.opts.dir.join("containerd").join("certs.d");
+                if let Err(e) = crate::containerd::allow_plain_http(&certs_d, &host_port) {
+                    tracing::warn!(error = %e, "agent: could not configure the loopback registry");
+                }
+            }
+        }
+        self.event(pod, "Normal", "Pulling", &format!("Pulling image \"{image}\""))
+            .await;
+        let credentials = self.pull_credentials(pod, &image).await;
+        let auths: Vec<Option<cri::AuthConfig>> = if credentials.is_empty() {
+            vec![None]
+        } else {
+            credentials
+                .into_iter()
+                .map(|cr| {
+                    Some(cri::AuthConfig {
+                        username: cr.username,
+                        password: cr.password,
+                        ..Default::default()
+                    })
+                })
+                .collect()
+        };
+        let began = Instant::now();
+        let mut last_error = None;
+        for auth in auths {
+            let r = images
+                .pull_image(cri::PullImageRequest {
+                    image: Some(spec()),
+                    auth,
+                    sandbox_config: Some(sandbox_config.clone()),
+                })
+                .await;
+            match r {
+                Ok(_) => {
+                    last_error = None;
+                    break;
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        if let Some(e) = last_error {
+            self.backoff
+                .lock()
+                .unwrap()
+                .next(&key, std::time::SystemTime::now());
+            let err = format!("rpc error: code = {:?} desc = {}", e.code(), e.message());
+            self.event(
+                pod,
+                "Warning",
+                "Failed",
+                &format!("Failed to pull image \"{image}\": {err}"),
+            )
+            .await;
+            self.event(pod, "Warning", "Failed", "Error: ErrImagePull").await;
+            return Err(("ErrImagePull".into(), err));
+        }
+        let took = go_duration(began.elapsed());
+        let pulled = status(images).await;
+        let size = pulled.as_ref().map(|i| i.size).unwrap_or(0);
+        let msg = format!(
+            "Successfully pulled image \"{image}\" in {took} ({took} including waiting). Image size: {size} bytes."
+        );
+        self.event(pod, "Normal", "Pulled", &msg).await;
+        Ok(pulled)
+    }
+
+    /// The registry credentials of the pod's imagePullSecrets that apply to `image`; a secret
+    /// that cannot be read is a warning, and the pull goes on without it (as upstream).
+    async fn pull_credentials(&self, pod: &Pod, image: &str) -> Vec<crate::credentials::Credential> {
+        let names: Vec<String> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.image_pull_secrets.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|r| r.name.clone())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if names.is_empty() {
+            return Vec::new();
+        }
+        let api: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let mut keyring = crate::credentials::Keyring::default();
+        let mut missing = Vec::new();
+        for name in names {
+            match api.get(&name).await {
+                Ok(secret) => {
+                    let data = serde_json::to_value(&secret.data).unwrap_or_default();
+                    let type_ = secret.type_.unwrap_or_default();
+                    if let Err(e) = keyring.add_secret(&type_, &data) {
+                        tracing::warn!(secret = %name, error = %e, "agent: unusable image pull secret");
+                    }
+                }
+                Err(_) => missing.push(name),
+            }
+        }
+        if !missing.is_empty() {
+            let msg = format!(
+                "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                missing.join(", ")
+            );
+            self.event(pod, "Warning", "FailedToRetrieveImagePullSecret", &msg)
+                .await;
+        }
+        keyring.lookup(image)
     }
 
     /// Kubelet admission (upstream `canAdmitPod`): the pod against the Node and the pods already
@@ -1749,9 +1898,22 @@ impl Agent {
         status.image_id = cs.image_ref.clone();
         status.restart_count = cs.metadata.as_ref().map(|m| m.attempt as i32).unwrap_or(0);
         let running = cs.state == cri::ContainerState::ContainerRunning as i32;
-        let started = running && self.probes.started(uid, &c.name, &cs.id);
+        // With a probe, only its success counts (before its worker runs there is none).
+        let started = running
+            && if c.startup_probe.is_some() {
+                self.probes
+                    .probe_succeeded(uid, &c.name, &cs.id, prober::Kind::Startup)
+            } else {
+                true
+            };
         status.started = Some(started);
-        status.ready = started && self.probes.ready(uid, &c.name, &cs.id);
+        status.ready = started
+            && if c.readiness_probe.is_some() {
+                self.probes
+                    .probe_succeeded(uid, &c.name, &cs.id, prober::Kind::Readiness)
+            } else {
+                true
+            };
         status.state = Some(if running {
             ContainerState {
                 running: Some(ContainerStateRunning {
@@ -1896,6 +2058,34 @@ impl Agent {
                 .map_err(|e| Error::Other(format!("pod status: {e}")))?;
         }
         Ok(())
+    }
+}
+
+/// Whether two versions of a pod differ in nothing but status (and the fields every write
+/// changes: resourceVersion, managedFields).
+fn same_but_status(a: &Pod, b: &Pod) -> bool {
+    let strip = |p: &Pod| {
+        let mut m = p.metadata.clone();
+        m.resource_version = None;
+        m.managed_fields = None;
+        (m, p.spec.clone())
+    };
+    a.metadata.uid == b.metadata.uid && strip(a) == strip(b)
+}
+
+/// A duration as Go prints one, to the millisecond (`523ms`, `1.5s`, `2m3.004s`).
+fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis() as u64;
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let (m, rest) = (ms / 60_000, ms % 60_000);
+    let secs = format!("{}.{:03}", rest / 1000, rest % 1000);
+    let secs = secs.trim_end_matches('0').trim_end_matches('.');
+    if m > 0 {
+        format!("{m}m{secs}s")
+    } else {
+        format!("{secs}s")
     }
 }
 

@@ -225,6 +225,30 @@ pub fn delete_containers(dir: &Path) {
     }
 }
 
+/// Let containerd pull from the registry at `host_port` over plain HTTP: a `hosts.toml` under
+/// its `certs.d` (containerd's registry host configuration). The agent does this for
+/// registries on loopback only, which Docker and k3s treat as insecure by default too.
+pub fn allow_plain_http(certs_d: &Path, host_port: &str) -> std::io::Result<()> {
+    let dir = certs_d.join(host_port);
+    let file = dir.join("hosts.toml");
+    if file.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        &file,
+        format!(
+            "# Written by r8s: a registry on loopback, over plain HTTP.\nserver = \"http://{host_port}\"\n\n[host.\"http://{host_port}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+        ),
+    )
+}
+
+/// Whether `host` (without port) is a loopback name or address.
+pub fn is_loopback_host(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h == "localhost" || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 fn c_pid_file(opts: &ContainerdOptions) -> PathBuf {
     opts.dir.join("containerd.pid")
 }

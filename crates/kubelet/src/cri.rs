@@ -18,6 +18,8 @@ use crate::Error;
 /// The CRI API version this kubelet speaks.
 pub const CRI_VERSION: &str = "v1";
 
+pub type ImageClient = ImageServiceClient<Timed>;
+
 #[derive(Clone)]
 pub struct Cri {
     pub runtime: RuntimeServiceClient<Timed>,

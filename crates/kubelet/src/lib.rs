@@ -9,6 +9,7 @@ pub mod bootstrap;
 pub mod cgroups;
 pub mod cni;
 pub mod containerd;
+pub mod credentials;
 pub mod cri;
 pub mod images;
 pub mod lifecycle;

@@ -640,6 +640,13 @@ impl ProbeManager {
         }
     }
 
+    /// Whether the `kind` probe of container `container_id` has succeeded (false while it has
+    /// no worker or no result yet).
+    pub fn probe_succeeded(&self, uid: &str, container: &str, container_id: &str, kind: Kind) -> bool {
+        self.shared(uid, container, kind)
+            .is_some_and(|s| s.result_for(container_id).is_some_and(|(r, _)| r == Some(true)))
+    }
+
     /// Whether the readiness probe of container `container_id` says ready (true without one).
     pub fn ready(&self, uid: &str, container: &str, container_id: &str) -> bool {
         match self.shared(uid, container, Kind::Readiness) {
