@@ -217,6 +217,14 @@ impl VolumeManager {
             let span = tracing::debug_span!("kubelet.mount_volume", volume = %v.name);
             match self.setup_one(pod, v, node).instrument(span).await {
                 Ok(h) => {
+                    // fsGroup: the pod's volumes (not host paths) belong to that group.
+                    let sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+                    if let (Some(gid), None) = (sc.and_then(|c| c.fs_group), &v.host_path) {
+                        let policy = sc.and_then(|c| c.fs_group_change_policy.as_deref());
+                        if let Err(e) = set_volume_ownership(&h.path, gid as u32, h.read_only, policy) {
+                            tracing::warn!(volume = %v.name, error = %e, "kubelet: fsGroup ownership");
+                        }
+                    }
                     self.ready.lock().unwrap().insert((uid.clone(), v.name.clone()));
                     ready.insert(v.name.clone(), h);
                 }
@@ -783,6 +791,41 @@ fn c_path(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
 }
 
+/// Give a volume to the pod's fsGroup (upstream `SetVolumeOwnership`): every file and directory
+/// gets the group and group read (and write, unless the volume is read-only) permission;
+/// directories also get the setgid bit and group search, so what containers make there
+/// belongs to the group too. Symlinks are re-owned, never followed. With
+/// `fsGroupChangePolicy: OnRootMismatch` nothing is done when the root already matches.
+pub fn set_volume_ownership(root: &Path, gid: u32, read_only: bool, policy: Option<&str>) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(root)?;
+    let mask = if read_only { 0o440 } else { 0o660 };
+    if policy == Some("OnRootMismatch")
+        && meta.gid() == gid
+        && meta.mode() & 0o2000 != 0
+        && meta.mode() & mask == mask
+    {
+        return Ok(());
+    }
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let meta = std::fs::symlink_metadata(&p)?;
+        std::os::unix::fs::lchown(&p, None, Some(gid))?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mut mode = meta.mode() & 0o7777 | mask;
+        if meta.is_dir() {
+            mode |= 0o2000 | 0o110;
+            for e in std::fs::read_dir(&p)? {
+                stack.push(e?.path());
+            }
+        }
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
 /// Mount a tmpfs at `dir` (of `size` bytes, else the kernel's default).
 pub fn mount_tmpfs(dir: &Path, size: Option<i128>) -> io::Result<()> {
     let target = c_path(dir)?;
@@ -1040,6 +1083,39 @@ mod tests {
             check_host_path(&d, "Weird").unwrap_err(),
             "Weird is an invalid volume type"
         );
+    }
+
+    #[test]
+    fn fs_group_owns_the_volume() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("vol");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/file"), "x").unwrap();
+        std::fs::set_permissions(root.join("sub/file"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", root.join("link")).unwrap();
+        set_volume_ownership(&root, 4242, false, None).unwrap();
+        let m = |p: &str| std::fs::symlink_metadata(root.join(p)).unwrap();
+        assert_eq!(m("sub/file").gid(), 4242);
+        assert_eq!(m("sub/file").mode() & 0o777, 0o660);
+        assert_eq!(m("sub").mode() & 0o2070, 0o2070);
+        assert_eq!(m("").gid(), 4242);
+        // The link is re-owned, its target left alone.
+        assert_eq!(m("link").gid(), 4242);
+        assert_ne!(std::fs::metadata("/etc/hostname").unwrap().gid(), 4242);
+        // Read-only volumes get group read only.
+        std::fs::write(root.join("ro"), "y").unwrap();
+        std::fs::set_permissions(root.join("ro"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        set_volume_ownership(&root, 4243, true, None).unwrap();
+        assert_eq!(m("ro").mode() & 0o777, 0o640);
+        // OnRootMismatch: a matching root means nothing changes below it.
+        std::fs::write(root.join("new"), "z").unwrap();
+        std::fs::set_permissions(root.join("new"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        set_volume_ownership(&root, 4243, true, Some("OnRootMismatch")).unwrap();
+        assert_eq!(m("new").mode() & 0o777, 0o600);
+        // Another group is a mismatch: everything is changed.
+        set_volume_ownership(&root, 4244, true, Some("OnRootMismatch")).unwrap();
+        assert_eq!((m("new").gid(), m("new").mode() & 0o777), (4244, 0o640));
     }
 
     #[test]

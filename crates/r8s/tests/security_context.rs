@@ -143,6 +143,25 @@ fn security_contexts_reach_the_containers_and_the_kubelet_enforces_them() {
     assert!(groups.contains(&"2000") && groups.contains(&"4000"), "{id}");
     let id = line(&report(&data, "ids", &uid, "override"), "ID ").to_string();
     assert!(id.starts_with("uid=1001 gid=1002 groups="), "{id}");
+    // fsGroup owns the pod's volumes: the service-account token is the group's to read.
+    {
+        use std::os::unix::fs::MetadataExt;
+        let projected = data
+            .join("agent/pods")
+            .join(&uid)
+            .join("volumes/kubernetes.io~projected");
+        let vol = std::fs::read_dir(&projected)
+            .unwrap()
+            .flatten()
+            .next()
+            .unwrap()
+            .path();
+        let token = std::fs::metadata(vol.join("token")).unwrap();
+        assert_eq!(token.gid(), 2000);
+        assert_eq!(token.mode() & 0o040, 0o040, "group-readable: {:o}", token.mode());
+        let root = std::fs::metadata(&vol).unwrap();
+        assert_eq!((root.gid(), root.mode() & 0o2000), (2000, 0o2000));
+    }
 
     // Root filesystem, capabilities, no_new_privs, seccomp, masked and read-only /proc.
     wait_for(90, "locked Running", || {
