@@ -103,6 +103,12 @@ const PROXY: Subresource = Subresource {
     group_version: None,
     verbs: &["get"],
 };
+const RESIZE: Subresource = Subresource {
+    name: "resize",
+    kind: "Pod",
+    group_version: None,
+    verbs: &["get", "patch", "update"],
+};
 const TOKEN: Subresource = Subresource {
     name: "token",
     kind: "TokenRequest",
@@ -144,7 +150,7 @@ static CATALOGUE: &[ResourceDef] = &[
     res!("", "v1", "Namespace", "namespaces", "namespace", false,
          short: ["ns"], cat: [], verbs: NAMESPACE_VERBS, sub: [STATUS, FINALIZE]),
     res!("", "v1", "Pod", "pods", "pod", true,
-         short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, BINDING, LOG]),
+         short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, BINDING, LOG, RESIZE]),
     res!("", "v1", "Node", "nodes", "node", false,
          short: ["no"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS, PROXY]),
     res!("", "v1", "Service", "services", "service", true,

@@ -201,6 +201,9 @@ pub struct Agent {
     pub(crate) metrics: Arc<crate::metrics::KubeletMetrics>,
     /// When this kubelet first saw each pod not yet running, by uid (for the start-up latency).
     first_seen: Mutex<HashMap<String, Instant>>,
+    /// What each container was last given (CRI resources), by container id: a difference
+    /// from what its pod now asks is an in-place resize.
+    applied: Mutex<HashMap<String, cri::LinuxContainerResources>>,
     /// The images imported from the air-gap tarballs (containerd's full names): no registry
     /// holds them, so they are used as they are whatever the pull policy.
     airgap_images: HashSet<String>,
@@ -356,6 +359,7 @@ impl Agent {
             kubelet_port,
             metrics,
             first_seen: Mutex::new(HashMap::new()),
+            applied: Mutex::new(HashMap::new()),
             airgap_images: imported.iter().flat_map(|f| crate::images::names_in(f)).collect(),
         });
         agent.register().await?;
@@ -1081,12 +1085,14 @@ impl Agent {
                         init_statuses,
                         initialized: false,
                         failed: None,
+                        resize_pending: None,
                     },
                 )
                 .await;
         }
         // The app containers.
         let mut statuses = Vec::new();
+        let mut resize_pending = None;
         for c in &spec.containers {
             let mine: Vec<&cri::Container> = existing
                 .iter()
@@ -1171,6 +1177,25 @@ impl Agent {
                 }
             }
             let mut status = self.container_status(c, &sandbox_id, waiting, &uid).await?;
+            // In-place resize: a running container whose resources changed is updated.
+            if let Some(id) = status
+                .state
+                .as_ref()
+                .and_then(|s| s.running.as_ref())
+                .and(status.container_id.as_deref())
+            {
+                let id = id.trim_start_matches("containerd://").to_string();
+                match self.resize_container(&pod, c, &id, &node).await {
+                    Ok(()) => {}
+                    Err(pending) => resize_pending = Some(pending),
+                }
+                if self.applied.lock().unwrap().get(&id)
+                    == Some(&qos::container_resources(&pod, c, node.allocatable_memory as i64))
+                {
+                    status.resources = c.resources.clone();
+                    status.allocated_resources = c.resources.as_ref().and_then(|r| r.requests.clone());
+                }
+            }
             // The probe workers follow the container that runs now.
             let now_running = status
                 .state
@@ -1225,6 +1250,7 @@ impl Agent {
                 init_statuses,
                 initialized: true,
                 failed: None,
+                resize_pending,
             },
         )
         .await
@@ -1303,6 +1329,7 @@ impl Agent {
             self.event(pod, "Warning", "InvalidEnvironmentVariableNames", &w)
                 .await;
         }
+        let applied = config.linux.as_ref().and_then(|l| l.resources.clone());
         let id = rt
             .create_container(cri::CreateContainerRequest {
                 pod_sandbox_id: sandbox_id.into(),
@@ -1313,6 +1340,9 @@ impl Agent {
             .map_err(|e| ("CreateContainerError".to_string(), e.message().to_string()))?
             .into_inner()
             .container_id;
+        if let Some(r) = applied {
+            self.applied.lock().unwrap().insert(id.clone(), r);
+        }
         rt.start_container(cri::StartContainerRequest {
             container_id: id.clone(),
         })
@@ -1565,6 +1595,77 @@ impl Agent {
         keyring.lookup(image)
     }
 
+    /// Resize container `id` in place when its pod's resources for it changed (upstream's
+    /// InPlacePodVerticalScaling): if the node has room, the pod cgroup then the container
+    /// (CRI UpdateContainerResources) take the new limits; if not, the resize waits
+    /// (PodResizePending: Infeasible when the node could never hold it, else Deferred).
+    /// A container this agent did not start (an adopted one) counts as it asks.
+    async fn resize_container(
+        &self,
+        pod: &Arc<Pod>,
+        c: &k8s_openapi::api::core::v1::Container,
+        id: &str,
+        node: &NodeContext,
+    ) -> Result<(), (String, String)> {
+        let want = qos::container_resources(pod, c, node.allocatable_memory as i64);
+        let have = self.applied.lock().unwrap().get(id).cloned();
+        let Some(have) = have else {
+            self.applied.lock().unwrap().insert(id.to_string(), want);
+            return Ok(());
+        };
+        if have == want {
+            return Ok(());
+        }
+        // Room on the node, with the other admitted pods.
+        let uid = pod.uid().unwrap_or_default();
+        if let Ok(n) = self.node_api().get(&self.opts.node_name).await {
+            let others: Vec<Arc<Pod>> = {
+                let admitted = self.admitted.lock().unwrap();
+                self.pods
+                    .lock()
+                    .unwrap()
+                    .values()
+                    .filter(|p| p.uid().is_some_and(|u| u != uid && admitted.contains(&u)))
+                    .filter(|p| {
+                        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+                        phase != "Succeeded" && phase != "Failed"
+                    })
+                    .cloned()
+                    .collect()
+            };
+            if let Err(r) = admission::admit(pod, &n, &others) {
+                let reason = if admission::admit(pod, &n, &[]).is_err() {
+                    "Infeasible"
+                } else {
+                    "Deferred"
+                };
+                return Err((reason.to_string(), r.message));
+            }
+        }
+        if let Err(e) = self
+            .cgroups
+            .ensure_pod(qos::pod_qos(pod), &uid, &qos::pod_resources(pod))
+        {
+            tracing::warn!(pod = %uid, error = %e, "agent: resizing the pod cgroup");
+        }
+        let mut rt = self.cri.runtime.clone();
+        match rt
+            .update_container_resources(cri::UpdateContainerResourcesRequest {
+                container_id: id.to_string(),
+                linux: Some(want.clone()),
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(_) => {
+                self.applied.lock().unwrap().insert(id.to_string(), want);
+                tracing::info!(pod = %pod.name_any(), container = %c.name, "agent: resized in place");
+                Ok(())
+            }
+            Err(e) => Err(("Deferred".into(), e.message().to_string())),
+        }
+    }
+
     /// Kubelet admission (upstream `canAdmitPod`): the pod against the Node and the pods already
     /// admitted here. Pods this agent finds already started (a restart) are admitted as they are.
     async fn admit(&self, pod: &Pod, uid: &str) -> Result<Result<(), admission::Rejection>, Error> {
@@ -1801,6 +1902,7 @@ impl Agent {
             init_statuses: old.init_container_statuses.clone().unwrap_or_default(),
             initialized,
             failed: Some(("DeadlineExceeded", DEADLINE_MESSAGE)),
+            resize_pending: None,
         };
         self.report(api, pod, observed).await
     }
@@ -1840,6 +1942,7 @@ impl Agent {
             init_statuses: inits,
             initialized,
             failed: None,
+            resize_pending: None,
         };
         self.report(api, pod, observed).await
     }
@@ -1954,6 +2057,7 @@ impl Agent {
             init_statuses,
             initialized,
             failed,
+            resize_pending,
         } = observed;
         let restart = pod
             .spec
@@ -2010,6 +2114,18 @@ impl Agent {
         if let Some(s) = old_cond("PodScheduled") {
             conditions.push(s);
         }
+        if let Some((reason, message)) = &resize_pending {
+            conditions.push(PodCondition {
+                type_: "PodResizePending".into(),
+                status: "True".into(),
+                reason: Some(reason.clone()),
+                message: Some(message.clone()),
+                last_transition_time: old_cond("PodResizePending")
+                    .and_then(|c| c.last_transition_time)
+                    .or_else(|| Some(now())),
+                ..Default::default()
+            });
+        }
         let status = json!({"status": {
             "phase": phase,
             "hostIP": self.opts.node_ip,
@@ -2025,6 +2141,7 @@ impl Agent {
         }});
         // Only write when something other than timestamps changed.
         let changed = old.phase.as_deref() != Some(phase)
+            || resize_pending.is_some() != old_cond("PodResizePending").is_some()
             || old.reason.as_deref() != failed.map(|f| f.0)
             || old.container_statuses.as_ref().map(|v| v.len()) != Some(statuses_len(&status))
             || serde_json::to_value(&old.container_statuses).ok()
@@ -2172,6 +2289,8 @@ struct Observed {
     initialized: bool,
     /// Why the kubelet failed the pod itself (reason, message), as for activeDeadlineSeconds.
     failed: Option<(&'static str, &'static str)>,
+    /// A resize the node cannot make now (the PodResizePending condition's reason, message).
+    resize_pending: Option<(String, String)>,
 }
 
 fn statuses_len(status: &serde_json::Value) -> usize {

@@ -282,3 +282,114 @@ spec:
         .to_string();
     assert!(in_use(&small_ip), "{small_ip} not found under the IPAM directory");
 }
+
+const RESIZE: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: resize}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    resources: {requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 200m, memory: 64Mi}}
+    command: [sh, -c, 'while true; do echo "CG $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) $(cat /sys/fs/cgroup/memory/memory.limit_in_bytes)"; sleep 1; done']
+"#;
+
+fn resize(s: &support::Server, patch: &str) -> std::process::Output {
+    s.kubectl(
+        V,
+        &[
+            "patch",
+            "pod",
+            "resize",
+            "--subresource",
+            "resize",
+            "--patch",
+            patch,
+        ],
+    )
+}
+
+/// In-place resize (`kubectl patch --subresource resize`): the running container gets the new
+/// CPU quota and memory limit without a restart; what may not change is refused; what the
+/// node cannot hold waits as PodResizePending.
+#[test]
+fn pods_resize_in_place() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("resize-node", "10.202.0.0/16", "r8sz");
+    let s = &c.s;
+    s.ok_stdin(V, &["create", "-f", "-"], RESIZE);
+    let last = |s: &support::Server| {
+        let out = s.kubectl(V, &["logs", "resize", "--tail=1"]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    wait_for(90, "the first limits", || {
+        (last(s) == "CG 20000 67108864").then_some(())
+    });
+    let before = pod_json(s, "resize").unwrap();
+    let id = before["status"]["containerStatuses"][0]["containerID"].clone();
+
+    let out = resize(
+        s,
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"150m","memory":"48Mi"},"limits":{"cpu":"300m","memory":"96Mi"}}}]}}"#,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_for(30, "the new limits in the container", || {
+        (last(s) == "CG 30000 100663296").then_some(())
+    });
+    let p = wait_for(30, "the new resources in the status", || {
+        let p = pod_json(s, "resize")?;
+        (p["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] == "300m").then_some(p)
+    });
+    let cs = &p["status"]["containerStatuses"][0];
+    assert_eq!(cs["containerID"], id, "resized in place, not restarted");
+    assert_eq!(cs["restartCount"], 0);
+    assert_eq!(cs["allocatedResources"]["memory"], "48Mi", "{cs}");
+    if Path::new("/sys/fs/cgroup/memory").is_dir() {
+        let uid = uid_of(s, "resize");
+        let path = format!(
+            "{}/burstable/pod{uid}",
+            r8s_kubelet::cgroups::pod_parent("r8s-pods")
+        );
+        assert_eq!(
+            host_cgroup_file("cpu", &path, "cpu.cfs_quota_us").as_deref(),
+            Some("30000")
+        );
+        assert_eq!(
+            host_cgroup_file("memory", &path, "memory.limit_in_bytes").as_deref(),
+            Some("100663296")
+        );
+    }
+
+    // What a resize may not do.
+    let err = resize(s, r#"{"spec":{"containers":[{"name":"c","image":"nginx"}]}}"#);
+    let msg = String::from_utf8_lossy(&err.stderr);
+    assert!(msg.contains("only cpu and memory resources are mutable"), "{msg}");
+    let err = resize(
+        s,
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"300m","memory":"96Mi"},"limits":{"cpu":"300m","memory":"96Mi"}}}]}}"#,
+    );
+    let msg = String::from_utf8_lossy(&err.stderr);
+    assert!(
+        msg.contains("Pod QOS Class may not change as a result of resizing"),
+        "{msg}"
+    );
+
+    // More than the node has: pending, Infeasible; the container keeps what it had.
+    let out = resize(
+        s,
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"100"},"limits":{"cpu":"200"}}}]}}"#,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let p = wait_for(30, "PodResizePending", || {
+        let p = pod_json(s, "resize")?;
+        let pending = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodResizePending")?
+            .clone();
+        Some(pending)
+    });
+    assert_eq!(p["reason"], "Infeasible", "{p}");
+    assert_eq!(last(s), "CG 30000 100663296");
+}

@@ -22,13 +22,18 @@ pub(crate) enum View {
     Finalize,
     /// CertificateSigningRequests' `approval`: only status.conditions.
     Approval,
+    /// Pods' `resize` (in-place vertical scaling): only the containers' cpu and memory
+    /// requests and limits, and their resizePolicy.
+    Resize,
 }
 
 impl View {
     /// What a client of this view sees of `obj`.
     pub fn project(view: View, def: &ResourceDef, obj: &Value) -> Value {
         match view {
-            View::Main | View::Apply | View::Status | View::Finalize | View::Approval => obj.clone(),
+            View::Main | View::Apply | View::Status | View::Finalize | View::Approval | View::Resize => {
+                obj.clone()
+            }
             View::Scale => {
                 let m = &obj["metadata"];
                 let selector = meta::string_map(&obj["spec"]["selector"]["matchLabels"]);
@@ -99,6 +104,7 @@ impl View {
                 full["status"]["conditions"] = new["status"]["conditions"].clone();
                 full
             }
+            View::Resize => resize(old, &new)?,
         };
         let m = meta::meta_mut(&mut full);
         if rv.is_string() {
@@ -106,6 +112,89 @@ impl View {
         }
         Ok(full)
     }
+}
+
+/// The pod `old` with the container resources of `new` (upstream's resize validation: only
+/// cpu and memory of the containers may change, and the pod's QoS class may not).
+fn resize(old: &Value, new: &Value) -> Result<Value, ApiError> {
+    let name = meta::name(old).to_string();
+    let forbidden = |detail: &str| {
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("Pod \"{name}\" is invalid: spec: Forbidden: {detail}"),
+        )
+        .with_details(json!({"name": name, "kind": "Pod", "causes": [
+            {"reason": "FieldValueForbidden", "message": format!("Forbidden: {detail}"), "field": "spec"}
+        ]}))
+    };
+    let without_resources = |spec: &Value| {
+        let mut spec = spec.clone();
+        for list in ["containers", "initContainers"] {
+            for c in spec[list].as_array_mut().into_iter().flatten() {
+                if let Some(o) = c.as_object_mut() {
+                    o.remove("resources");
+                    o.remove("resizePolicy");
+                }
+            }
+        }
+        spec
+    };
+    if without_resources(&new["spec"]) != without_resources(&old["spec"]) {
+        return Err(forbidden("only cpu and memory resources are mutable"));
+    }
+    let mut full = old.clone();
+    let containers = full["spec"]["containers"]
+        .as_array_mut()
+        .cloned()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for mut c in containers {
+        let wanted = new["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["name"] == c["name"]);
+        if let Some(n) = wanted {
+            for which in ["requests", "limits"] {
+                let keys = |v: &Value| -> Vec<String> {
+                    v["resources"][which]
+                        .as_object()
+                        .map(|m| {
+                            m.keys()
+                                .filter(|k| *k != "cpu" && *k != "memory")
+                                .cloned()
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                let others = |v: &Value| -> Vec<Value> {
+                    keys(v).iter().map(|k| v["resources"][which][k].clone()).collect()
+                };
+                if keys(n) != keys(&c) || others(n) != others(&c) {
+                    return Err(forbidden("only cpu and memory resources are mutable"));
+                }
+            }
+            c["resources"] = n["resources"].clone();
+            if !n["resizePolicy"].is_null() {
+                c["resizePolicy"] = n["resizePolicy"].clone();
+            }
+        }
+        out.push(c);
+    }
+    full["spec"]["containers"] = Value::Array(out);
+    let (was, now) = (
+        super::strategy::qos_class(&old["spec"]),
+        super::strategy::qos_class(&full["spec"]),
+    );
+    if was != now {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            format!("Pod \"{name}\" is invalid: spec: Invalid value: \"{now}\": Pod QOS Class may not change as a result of resizing"),
+        ));
+    }
+    Ok(full)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -125,6 +214,7 @@ pub(crate) async fn handle(
         "scale" => View::Scale,
         "finalize" => View::Finalize,
         "approval" => View::Approval,
+        "resize" if def.plural == "pods" => View::Resize,
         "binding" if *method == Method::POST => return bind(ctx, def, ns, name, query, body).await,
         "proxy" if *method == Method::GET && def.plural == "nodes" => {
             let rest = ctx.info.parts.get(3..).map(|p| p.join("/")).unwrap_or_default();
