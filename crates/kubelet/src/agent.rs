@@ -819,6 +819,7 @@ impl Agent {
                 });
             futures::future::join_all(stops).await;
             for c in containers {
+                self.applied.lock().unwrap().remove(&c.id);
                 let _ = rt
                     .remove_container(cri::RemoveContainerRequest { container_id: c.id })
                     .await;
@@ -1232,6 +1233,7 @@ impl Agent {
                 previous.is_none_or(|p| p.id != x.id) && Some(x.id.as_str()) != latest.map(|l| l.id.as_str())
             }) {
                 if old.state == cri::ContainerState::ContainerExited as i32 {
+                    self.applied.lock().unwrap().remove(&old.id);
                     let _ = rt
                         .remove_container(cri::RemoveContainerRequest {
                             container_id: old.id.clone(),

@@ -52,7 +52,7 @@ pub async fn run(
             }
         },
         Action::Http(h) => {
-            match tokio::time::timeout(budget, prober::run(cri, &action, target, budget)).await {
+            match tokio::time::timeout(budget, prober::http_hook(h, target, budget)).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(format!(
                     "HTTP lifecycle hook ({}) {within} failed - error: {e}",

@@ -345,6 +345,17 @@ fn tls_connector() -> tokio_rustls::TlsConnector {
 }
 
 async fn http_get(h: &HttpGet, t: &Target, timeout: Duration) -> Result<(), String> {
+    classify_http(http_status(h, t, timeout).await?)
+}
+
+/// An httpGet lifecycle hook: only a request that gets no answer fails (upstream's hook
+/// handler does not look at the status code, unlike a probe).
+pub async fn http_hook(h: &HttpGet, t: &Target, timeout: Duration) -> Result<(), String> {
+    http_status(h, t, timeout).await.map(|_| ())
+}
+
+/// The status code `h` gets, or why there is none.
+async fn http_status(h: &HttpGet, t: &Target, timeout: Duration) -> Result<u16, String> {
     let port = resolve_port(&h.port, &t.ports)?;
     let host = h.host.clone().unwrap_or_else(|| t.pod_ip.clone());
     let addr = host_port(&host, port);
@@ -375,7 +386,7 @@ async fn http_get(h: &HttpGet, t: &Target, timeout: Duration) -> Result<(), Stri
             "Get {url:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
         )),
         Ok(Err(e)) => Err(format!("Get {url:?}: {e}")),
-        Ok(Ok(code)) => classify_http(code),
+        Ok(Ok(code)) => Ok(code),
     }
 }
 

@@ -364,4 +364,48 @@ spec:
     delete_all(s, &["hooks"]);
     assert_eq!(std::fs::read_to_string(host.join("stop")).unwrap(), "stopping\n");
     delete_all(s, &["badpost", "crash", "deadline"]);
+
+    // httpGet and sleep hooks: the postStart request reaches an nginx pod (its log shows it);
+    // a preStop sleep holds the deletion back for its seconds.
+    s.ok(V, &["run", "target", "--image=nginx"]);
+    let target_ip = wait_for(90, "target Running", || {
+        let p = pod_json(s, "target")?;
+        (p["status"]["phase"] == "Running").then(|| p["status"]["podIP"].as_str().map(String::from))?
+    });
+    wait_for(30, "nginx answering", || {
+        s.kubectl(V, &["logs", "target"]).status.success().then_some(())
+    });
+    let web = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: webhooks}}
+spec:
+  terminationGracePeriodSeconds: 10
+  containers:
+  - name: app
+    image: busybox
+    command: [sleep, "3600"]
+    lifecycle:
+      postStart:
+        httpGet: {{host: "{target_ip}", path: /post-start-hook, port: 80}}
+      preStop:
+        sleep: {{seconds: 3}}
+"#
+    );
+    s.ok_stdin(V, &["create", "-f", "-"], &web);
+    wait_for(90, "webhooks Running", || {
+        (pod_json(s, "webhooks")?["status"]["phase"] == "Running").then_some(())
+    });
+    let log = s.ok(V, &["logs", "target"]);
+    assert!(log.contains("GET /post-start-hook"), "{log}");
+    let began = std::time::Instant::now();
+    delete_all(s, &["webhooks"]);
+    let took = began.elapsed();
+    assert!(
+        took >= std::time::Duration::from_secs(3),
+        "deleted in {took:?}: {:?}",
+        events_of(s, "webhooks")
+    );
+    delete_all(s, &["target"]);
 }
