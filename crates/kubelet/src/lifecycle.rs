@@ -51,20 +51,18 @@ pub async fn run(
                 ))
             }
         },
-        Action::Http(h) => {
-            match tokio::time::timeout(budget, prober::http_hook(h, target, budget)).await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(format!(
-                    "HTTP lifecycle hook ({}) {within} failed - error: {e}",
-                    h.path
-                )),
-                Err(_) => Err(format!(
-                    "HTTP lifecycle hook ({}) {within} failed - error: no answer within {}s",
-                    h.path,
-                    budget.as_secs()
-                )),
-            }
-        }
+        Action::Http(h) => match tokio::time::timeout(budget, prober::http_hook(h, target, budget)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!(
+                "HTTP lifecycle hook ({}) {within} failed - error: {e}",
+                h.path
+            )),
+            Err(_) => Err(format!(
+                "HTTP lifecycle hook ({}) {within} failed - error: no answer within {}s",
+                h.path,
+                budget.as_secs()
+            )),
+        },
         // A sleep is cut short by the end of the budget, never a failure.
         Action::Sleep(d) => {
             tokio::time::sleep((*d).min(budget)).await;
