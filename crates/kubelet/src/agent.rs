@@ -1221,7 +1221,7 @@ impl Agent {
                     .copied()
             };
             if let Some(prev) = previous {
-                if let Ok(Some(term)) = self.terminated_state(&prev.id).await {
+                if let Ok(Some(term)) = self.terminated_state(&prev.id, c).await {
                     status.last_state = Some(ContainerState {
                         terminated: Some(term),
                         ..Default::default()
@@ -1274,7 +1274,11 @@ impl Agent {
         .and_then(|r| r.into_inner().status)
     }
 
-    async fn terminated_state(&self, id: &str) -> Result<Option<ContainerStateTerminated>, Error> {
+    async fn terminated_state(
+        &self,
+        id: &str,
+        c: &k8s_openapi::api::core::v1::Container,
+    ) -> Result<Option<ContainerStateTerminated>, Error> {
         let mut rt = self.cri.runtime.clone();
         let cs = rt
             .container_status(cri::ContainerStatusRequest {
@@ -1293,12 +1297,57 @@ impl Agent {
         Ok(Some(ContainerStateTerminated {
             exit_code: cs.exit_code,
             reason: Some(terminated_reason(&cs)),
-            message: Some(cs.message.clone()).filter(|m| !m.is_empty()),
+            message: self.termination_message(&cs, c),
             started_at: Some(ts(cs.started_at)),
             finished_at: Some(ts(cs.finished_at)),
             container_id: Some(format!("containerd://{}", cs.id)),
             ..Default::default()
         }))
+    }
+
+    /// Where container `name`'s run `attempt` of pod `uid` writes its termination message
+    /// (`<agent>/pods/<uid>/containers/<name>/<attempt>`, mounted at terminationMessagePath).
+    fn termination_file(&self, uid: &str, name: &str, attempt: u32) -> PathBuf {
+        self.volumes
+            .pod_dir(uid)
+            .join("containers")
+            .join(name)
+            .join(attempt.to_string())
+    }
+
+    /// A terminated container's message (upstream): what it wrote to its terminationMessagePath
+    /// (at most 4 KiB), else with `FallbackToLogsOnError` and a failure, the end of its log
+    /// (80 lines, 2 KiB); else the runtime's.
+    fn termination_message(
+        &self,
+        cs: &cri::ContainerStatus,
+        c: &k8s_openapi::api::core::v1::Container,
+    ) -> Option<String> {
+        let uid = cs.labels.get(spec::POD_UID).cloned().unwrap_or_default();
+        let attempt = cs.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
+        let file = self.termination_file(&uid, &c.name, attempt);
+        let mut written = std::fs::read(&file).unwrap_or_default();
+        written.truncate(4096);
+        let written = String::from_utf8_lossy(&written).to_string();
+        if !written.is_empty() {
+            return Some(written);
+        }
+        if c.termination_message_policy.as_deref() == Some("FallbackToLogsOnError") && cs.exit_code != 0 {
+            let data = std::fs::read(&cs.log_path).unwrap_or_default();
+            let tail = crate::logs::render_all(
+                &data,
+                &crate::logs::LogOptions {
+                    tail_lines: Some(80),
+                    ..Default::default()
+                },
+            );
+            let tail = &tail[tail.len().saturating_sub(2048)..];
+            let tail = String::from_utf8_lossy(tail).to_string();
+            if !tail.is_empty() {
+                return Some(tail);
+            }
+        }
+        Some(cs.message.clone()).filter(|m| !m.is_empty())
     }
 
     async fn start_container(
@@ -1330,6 +1379,28 @@ impl Agent {
         for w in warnings {
             self.event(pod, "Warning", "InvalidEnvironmentVariableNames", &w)
                 .await;
+        }
+        // The termination-message file, empty for this run, where the container may write.
+        let mut config = config;
+        if let Some(path) = c.termination_message_path.as_deref().filter(|p| !p.is_empty()) {
+            let uid = pod.uid().unwrap_or_default();
+            let file = self.termination_file(&uid, &c.name, attempt);
+            let made = file
+                .parent()
+                .map(|d| std::fs::create_dir_all(d).and_then(|_| std::fs::write(&file, b"")))
+                .unwrap_or(Ok(()))
+                .and_then(|_| {
+                    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+                });
+            match made {
+                Ok(()) => config.mounts.push(cri::Mount {
+                    container_path: path.to_string(),
+                    host_path: file.display().to_string(),
+                    readonly: false,
+                    ..Default::default()
+                }),
+                Err(e) => tracing::warn!(error = %e, "agent: no termination-message file"),
+            }
         }
         let applied = config.linux.as_ref().and_then(|l| l.resources.clone());
         let id = rt
@@ -2031,7 +2102,7 @@ impl Agent {
                 terminated: Some(ContainerStateTerminated {
                     exit_code: cs.exit_code,
                     reason: Some(terminated_reason(&cs)),
-                    message: Some(cs.message.clone()).filter(|m| !m.is_empty()),
+                    message: self.termination_message(&cs, c),
                     started_at: Some(ts(cs.started_at)),
                     finished_at: Some(ts(cs.finished_at)),
                     container_id: Some(format!("containerd://{}", cs.id)),

@@ -28,7 +28,7 @@ items:
   metadata: {name: two}
   spec:
     initContainers:
-    - {name: i, image: busybox, command: [echo, from init]}
+    - {name: i, image: busybox, command: [sh, -c, 'echo from init; echo init-done > /dev/termination-log']}
     containers:
     - {name: a, image: busybox, command: [sh, -c, 'echo from a; sleep 3600']}
     - {name: b, image: busybox, command: [sh, -c, 'echo from b >&2; sleep 3600']}
@@ -39,7 +39,8 @@ items:
     containers:
     - name: c
       image: busybox
-      command: [sh, -c, 'n=$(cat /d/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /d/n; echo "attempt $n"; sleep 2; exit 1']
+      command: [sh, -c, 'n=$(cat /d/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > /d/n; echo "attempt $n"; sleep 8; exit 1']
+      terminationMessagePolicy: FallbackToLogsOnError
       volumeMounts: [{name: d, mountPath: /d}]
     volumes: [{name: d, emptyDir: {}}]
 - apiVersion: v1
@@ -149,6 +150,14 @@ fn kubectl_logs_reads_containers_through_the_kubelet() {
     });
     assert_eq!(now, "attempt 2\n");
     assert_eq!(logs(s, &["crasher", "--previous"]), "attempt 1\n");
+    // Termination messages: what a container wrote to /dev/termination-log, else (with
+    // FallbackToLogsOnError, after a failure) the end of its log.
+    let p = pod_json(s, "crasher").unwrap();
+    let last = &p["status"]["containerStatuses"][0]["lastState"]["terminated"];
+    assert_eq!(last["message"], "attempt 1\n", "{last}");
+    let p = pod_json(s, "two").unwrap();
+    let init = &p["status"]["initContainerStatuses"][0]["state"]["terminated"];
+    assert_eq!(init["message"], "init-done\n", "{init}");
     let none = s.fails(V, &["logs", "talker", "--previous"]);
     assert!(
         none.contains("previous terminated container \"c\" in pod \"talker\" not found"),
