@@ -5,6 +5,7 @@ set -euo pipefail
 
 need=()
 command -v protoc >/dev/null || need+=(protobuf-compiler)   # etcd-client compiles etcd's protos
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)  # ... which import protobuf's own
 command -v etcd >/dev/null || need+=(etcd-server)           # the etcd backend's tests and benchmark
 command -v cc >/dev/null || need+=(build-essential)
 command -v containerd >/dev/null || need+=(containerd runc)  # the kubelet's container runtime (CRI)
