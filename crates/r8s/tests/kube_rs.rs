@@ -81,6 +81,35 @@ async fn typed_crud() {
         .await
         .unwrap();
     assert_eq!(patched.metadata.labels.unwrap()["patched"], "yes");
+    // A uid in a patch is a precondition: another object's uid is refused (422, immutable),
+    // the stored one is accepted.
+    match cms
+        .patch(
+            "one",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"uid": "not-this-one", "labels": {"x": "y"}}})),
+        )
+        .await
+    {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{status:?}");
+            assert!(
+                status
+                    .message
+                    .contains("metadata.uid: Invalid value: \"not-this-one\": field is immutable"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("expected 422, got {other:?}"),
+    }
+    cms.patch(
+        "one",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"uid": uid, "labels": {"x": "y"}}})),
+    )
+    .await
+    .unwrap();
 
     cms.create(&PostParams::default(), &configmap("two", "2"))
         .await

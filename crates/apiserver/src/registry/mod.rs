@@ -1021,6 +1021,18 @@ pub(crate) async fn apply_update(
             meta::name(&obj)
         )));
     }
+    // A uid in the new object must be the stored one (upstream's ValidateObjectMetaUpdate):
+    // it is how a writer such as the kubelet's status manager makes sure it still writes the
+    // object it read, not a new one under the same name.
+    if let Some(uid) = obj["metadata"]["uid"].as_str().filter(|u| !u.is_empty()) {
+        if old["metadata"]["uid"].as_str() != Some(uid) {
+            return Err(invalid(
+                def,
+                name,
+                &[FieldError::invalid("metadata.uid", uid, "field is immutable")],
+            ));
+        }
+    }
     {
         // Immutable metadata stays as stored.
         let old_meta = &old["metadata"];
