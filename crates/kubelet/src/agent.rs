@@ -46,6 +46,7 @@ use crate::lifecycle;
 use crate::prober::{self, ProbeEvent, ProbeManager};
 use crate::qos::{self, QosClass};
 use crate::spec::{self, ContainerInputs, NodeContext};
+use crate::status::StatusManager;
 use crate::volumes::{HostVolume, Lookup, VolumeManager};
 use crate::Error;
 
@@ -77,6 +78,9 @@ pub struct AgentOptions {
     /// Where the CNI configuration goes for that runtime (`--cni-conf-dir`); with our own
     /// containerd, its directory under the agent's.
     pub cni_conf_dir: Option<PathBuf>,
+    /// The node's registry mirrors and credentials (`--private-registry`, k3s's
+    /// registries.yaml format).
+    pub registries: crate::registries::Registries,
 }
 
 fn host_name() -> String {
@@ -128,6 +132,7 @@ impl AgentOptions {
             keep_pods_on_exit: false,
             runtime_endpoint: None,
             cni_conf_dir: None,
+            registries: Default::default(),
         }
     }
 }
@@ -222,6 +227,8 @@ pub struct Agent {
     /// Events recorded, by pod uid, reason and message: the event's name, its count and when
     /// it was last written (repeats within `EVENT_REPEAT` are not written again).
     events: Mutex<HashMap<EventKey, RecordedEvent>>,
+    /// Writes the pods' statuses in the background, and knows them before the informer does.
+    status: Arc<StatusManager>,
 }
 
 /// Pod uid, reason and message.
@@ -273,6 +280,15 @@ impl Agent {
             ip_masq: true,
             mtu: None,
         };
+        // Registry mirrors and TLS settings, as containerd's host files (only our own
+        // containerd reads them; another runtime has its own).
+        match &external {
+            None => opts.registries.write_hosts(&c_opts.dir.join("certs.d"))?,
+            Some(_) if !opts.registries.hosts_files().is_empty() => tracing::warn!(
+                "agent: registry mirrors and TLS settings apply only to the agent's own containerd; configure the runtime's"
+            ),
+            Some(_) => {}
+        }
         let cgroup_parent = crate::cgroups::pod_parent("r8s-pods");
         let cgroups = CgroupManager::new(Layout::detect(), &cgroup_parent);
         // Our own containerd, unless the runtime is given.
@@ -351,6 +367,7 @@ impl Agent {
             admitted: Mutex::new(HashSet::new()),
             admit_lock: tokio::sync::Mutex::new(()),
             events: Mutex::new(HashMap::new()),
+            status: StatusManager::new(client.clone(), FIELD_MANAGER),
             opts,
             pods: Mutex::new(HashMap::new()),
             queue,
@@ -382,6 +399,7 @@ impl Agent {
             tokio::spawn(agent.clone().watch_pods(stop.clone())),
             tokio::spawn(agent.clone().resync_loop(stop.clone())),
         ];
+        let status_writer = tokio::spawn(agent.status.clone().run(stop.clone()));
         // The probe workers' events, recorded as the pod worker's are.
         let a = agent.clone();
         let probe_event_task = tokio::spawn(async move {
@@ -404,6 +422,8 @@ impl Agent {
             t.abort();
         }
         workers.abort();
+        // The statuses the workers set last are written before the agent goes.
+        let _ = tokio::time::timeout(Duration::from_secs(5), status_writer).await;
         agent.probes.stop_all();
         probe_event_task.abort();
         if agent.opts.keep_pods_on_exit {
@@ -923,6 +943,13 @@ impl Agent {
             return Ok(());
         };
         let uid = pod.uid().unwrap_or_default();
+        // The pod as the kubelet knows it: its status is the one the status manager holds
+        // (what this kubelet set last, even if the watch has not brought it back yet).
+        let pod = {
+            let mut p = (*pod).clone();
+            p.status = Some(self.status.status(&pod));
+            Arc::new(p)
+        };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         if pod.metadata.deletion_timestamp.is_some() {
             self.kill_pod(&uid, Some(&pod)).await?;
@@ -964,16 +991,20 @@ impl Agent {
         }
         // activeDeadlineSeconds (upstream's activeDeadlineHandler, a PodSyncHandler).
         if past_deadline(&pod, jiff::Timestamp::now()) {
-            return self.deadline_exceeded(&api, &pod).await;
+            return self.deadline_exceeded(&pod).await;
         }
         // Kubelet admission, once, before anything of the pod starts.
         if !self.admitted.lock().unwrap().contains(&uid) {
             if let Err(r) = self.admit(&pod, &uid).await? {
-                return self.reject(&api, &pod, &r).await;
+                return self.reject(&pod, &r).await;
             }
         }
         let node = self.node_ctx.lock().unwrap().clone();
         let mut rt = self.cri.runtime.clone();
+        // The pod's directory (upstream `makePodDataDirs`).
+        for sub in ["volumes", "plugins", "containers"] {
+            std::fs::create_dir_all(self.volumes.pod_dir(&uid).join(sub))?;
+        }
         // The volumes (upstream `WaitForAttachAndMount`), made or refreshed on every sync.
         let (volumes, errors) = self.volumes.setup(&pod, &node).await;
         for e in &errors {
@@ -981,7 +1012,7 @@ impl Agent {
                 .await;
         }
         if errors.iter().any(|e| e.blocking) {
-            return self.report_not_started(&api, &pod).await;
+            return self.report_not_started(&pod).await;
         }
         // The sandbox.
         let sandboxes = self.sandboxes_of(&uid).await?;
@@ -1078,7 +1109,6 @@ impl Agent {
                 .collect();
             return self
                 .report(
-                    &api,
                     &pod,
                     Observed {
                         pod_ip,
@@ -1244,7 +1274,6 @@ impl Agent {
             statuses.push(status);
         }
         self.report(
-            &api,
             &pod,
             Observed {
                 pod_ip,
@@ -1638,8 +1667,10 @@ impl Agent {
             .map(|r| r.name.clone())
             .filter(|n| !n.is_empty())
             .collect();
+        // The node's own credentials come after the pod's (upstream's keyring order).
+        let node = self.opts.registries.credentials(image);
         if names.is_empty() {
-            return Vec::new();
+            return node;
         }
         let api: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
@@ -1665,7 +1696,13 @@ impl Agent {
             self.event(pod, "Warning", "FailedToRetrieveImagePullSecret", &msg)
                 .await;
         }
-        keyring.lookup(image)
+        let mut found = keyring.lookup(image);
+        for c in node {
+            if !found.contains(&c) {
+                found.push(c);
+            }
+        }
+        found
     }
 
     /// Resize container `id` in place when its pod's resources for it changed (upstream's
@@ -1787,22 +1824,16 @@ impl Agent {
 
     /// A pod kubelet admission refused (upstream `rejectPod`): a Warning event and phase Failed
     /// with the reason, "Pod was rejected: <message>".
-    async fn reject(&self, api: &Api<Pod>, pod: &Pod, r: &admission::Rejection) -> Result<(), Error> {
+    async fn reject(&self, pod: &Pod, r: &admission::Rejection) -> Result<(), Error> {
         self.event(pod, "Warning", &r.reason, &r.message).await;
-        let status = json!({"status": {
+        let status = json!({
             "phase": "Failed",
             "reason": r.reason,
             "message": format!("Pod was rejected: {}", r.message),
             "qosClass": qos::pod_qos(pod).as_str(),
             "startTime": pod.status.as_ref().and_then(|s| s.start_time.clone()).unwrap_or_else(now),
-        }});
-        let pp = PatchParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..Default::default()
-        };
-        api.patch_status(&pod.name_any(), &pp, &Patch::Merge(&status))
-            .await
-            .map_err(|e| Error::Other(format!("pod status: {e}")))?;
+        });
+        self.status.set(pod, status);
         Ok(())
     }
 
@@ -1842,6 +1873,7 @@ impl Agent {
         self.volumes.teardown(uid)?;
         self.cgroups.remove_pod(uid);
         self.admitted.lock().unwrap().remove(uid);
+        self.status.forget(uid);
         self.first_seen.lock().unwrap().remove(uid);
         self.probes.forget_pod(uid);
         self.events.lock().unwrap().retain(|k, _| k.0 != uid);
@@ -1925,7 +1957,7 @@ impl Agent {
 
     /// The pod ran longer than its activeDeadlineSeconds: its containers are stopped (preStop
     /// hooks within the grace period), its sandbox too, and it is Failed with DeadlineExceeded.
-    async fn deadline_exceeded(&self, api: &Api<Pod>, pod: &Arc<Pod>) -> Result<(), Error> {
+    async fn deadline_exceeded(&self, pod: &Arc<Pod>) -> Result<(), Error> {
         let uid = pod.uid().unwrap_or_default();
         self.event(pod, "Normal", "DeadlineExceeded", DEADLINE_MESSAGE)
             .await;
@@ -1977,12 +2009,12 @@ impl Agent {
             failed: Some(("DeadlineExceeded", DEADLINE_MESSAGE)),
             resize_pending: None,
         };
-        self.report(api, pod, observed).await
+        self.report(pod, observed).await
     }
 
     /// The status of a pod whose volumes are not ready: nothing started, every container
     /// waiting in ContainerCreating (after the init containers, PodInitializing).
-    async fn report_not_started(&self, api: &Api<Pod>, pod: &Pod) -> Result<(), Error> {
+    async fn report_not_started(&self, pod: &Pod) -> Result<(), Error> {
         let spec = pod.spec.clone().unwrap_or_default();
         let waiting = |c: &k8s_openapi::api::core::v1::Container, reason: &str| ContainerStatus {
             name: c.name.clone(),
@@ -2017,7 +2049,7 @@ impl Agent {
             failed: None,
             resize_pending: None,
         };
-        self.report(api, pod, observed).await
+        self.report(pod, observed).await
     }
 
     async fn container_status(
@@ -2123,7 +2155,7 @@ impl Agent {
     }
 
     /// Phase, conditions, IPs and container statuses (upstream `generateAPIPodStatus`).
-    async fn report(&self, api: &Api<Pod>, pod: &Pod, observed: Observed) -> Result<(), Error> {
+    async fn report(&self, pod: &Pod, observed: Observed) -> Result<(), Error> {
         let Observed {
             pod_ip,
             statuses,
@@ -2239,13 +2271,7 @@ impl Agent {
             }
         }
         if changed {
-            let pp = PatchParams {
-                field_manager: Some(FIELD_MANAGER.into()),
-                ..Default::default()
-            };
-            api.patch_status(&pod.name_any(), &pp, &Patch::Merge(&status))
-                .await
-                .map_err(|e| Error::Other(format!("pod status: {e}")))?;
+            self.status.set(pod, status["status"].clone());
         }
         Ok(())
     }

@@ -138,15 +138,20 @@ impl Keyring {
                 username = u.to_string();
                 password = p.to_string();
             }
-            let (host, port, path) = split_location(registry);
-            self.entries.push(Entry {
-                host,
-                port,
-                path,
-                credential: Credential { username, password },
-            });
+            self.add(registry, Credential { username, password });
         }
         Ok(())
+    }
+
+    /// Add one credential for `registry` (`host[:port][/path]`, `*` wildcards per label).
+    pub fn add(&mut self, registry: &str, credential: Credential) {
+        let (host, port, path) = split_location(registry);
+        self.entries.push(Entry {
+            host,
+            port,
+            path,
+            credential,
+        });
     }
 
     /// The credentials that apply to `image`, the most specific first.

@@ -17,9 +17,11 @@ pub mod logs;
 pub mod metrics;
 pub mod prober;
 pub mod qos;
+pub mod registries;
 pub mod security;
 pub mod server;
 pub mod spec;
+pub mod status;
 pub mod volumes;
 
 #[derive(Debug, thiserror::Error)]

@@ -32,7 +32,7 @@ enum Command {
     /// Run the scheduler alone, against any API server.
     Scheduler(SchedulerArgs),
     /// Run a node (kubelet) that joins a server with a join token.
-    Agent(AgentCmdArgs),
+    Agent(Box<AgentCmdArgs>),
 }
 
 #[derive(Args)]
@@ -103,10 +103,15 @@ struct AgentArgs {
     /// (default /etc/cni/net.d; with the agent's own containerd, under its data dir).
     #[arg(long)]
     cni_conf_dir: Option<PathBuf>,
+
+    /// Registry mirrors and credentials, in k3s's registries.yaml format (read at start; a
+    /// missing file is none).
+    #[arg(long, default_value = "/etc/r8s/registries.yaml")]
+    private_registry: PathBuf,
 }
 
 impl AgentArgs {
-    fn options(&self, dir: PathBuf) -> r8s_kubelet::agent::AgentOptions {
+    fn options(&self, dir: PathBuf) -> anyhow::Result<r8s_kubelet::agent::AgentOptions> {
         let mut o = r8s_kubelet::agent::AgentOptions::new(dir);
         if let Some(n) = &self.node_name {
             o.node_name = n.clone();
@@ -125,7 +130,9 @@ impl AgentArgs {
             .as_deref()
             .map(|e| PathBuf::from(e.strip_prefix("unix://").unwrap_or(e)));
         o.cni_conf_dir = self.cni_conf_dir.clone();
-        o
+        o.registries = r8s_kubelet::registries::Registries::load(&self.private_registry)
+            .map_err(|e| anyhow::anyhow!("--private-registry: {e}"))?;
+        Ok(o)
     }
 }
 
@@ -839,7 +846,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         components.push(tokio::spawn(r8s_scheduler::run(client, opts, stop.clone())));
     }
     if !args.disable_agent {
-        let mut opts = args.agent.options(data_dir.join("agent"));
+        let mut opts = args.agent.options(data_dir.join("agent"))?;
         let node_user = format!("system:node:{}", opts.node_name);
         let (cert, key) = pki.issue_client_cert(&node_user, &["system:nodes"])?;
         let kc = r8s_apiserver::pki::kubeconfig(
@@ -955,7 +962,7 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
 
 async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
-    let mut opts = args.agent.options(data_dir.join("agent"));
+    let mut opts = args.agent.options(data_dir.join("agent"))?;
     let kubeconfig = data_dir.join("agent").join("kubelet.kubeconfig");
     if !kubeconfig.exists() {
         // First start: join with the token and get this node's own certificate.
@@ -1015,7 +1022,7 @@ fn main() -> anyhow::Result<()> {
             Command::Server(args) => server(*args).await,
             Command::ControllerManager(args) => controller_manager(args).await,
             Command::Scheduler(args) => scheduler(args).await,
-            Command::Agent(args) => agent(args).await,
+            Command::Agent(args) => agent(*args).await,
         }
     })
 }

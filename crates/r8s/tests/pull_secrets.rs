@@ -264,3 +264,57 @@ fn private_images_pull_with_the_right_secret_and_policies_hold() {
     assert!(events_of(s, "always").iter().any(|(r, _)| r == "Pulling"));
     drop(reg);
 }
+
+/// The node's registries.yaml (`--private-registry`, k3s's format): docker.io mirrored by the
+/// loopback registry, whose login is the node's. A pod naming a Docker Hub image with no pull
+/// secret runs: Docker Hub is out of reach, so the image can only have come from the mirror,
+/// which refuses anonymous pulls.
+#[test]
+fn registries_yaml_mirrors_docker_hub_with_the_nodes_credentials() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let busybox: PathBuf = root.join("target/test-images/busybox.tar");
+    let reg = Registry::start("carol", "m1rror");
+    let conf = tempfile::tempdir().unwrap();
+    let file = conf.path().join("registries.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "mirrors:\n  docker.io:\n    endpoint:\n      - \"http://{h}\"\nconfigs:\n  \"{h}\":\n    auth:\n      username: carol\n      password: m1rror\n",
+            h = reg.host()
+        ),
+    )
+    .unwrap();
+    let flag = format!("--private-registry={}", file.display());
+    let c = start_with("mirror-node", "10.202.0.0/16", "r8sm", &[&flag]);
+    let s = &c.s;
+    reg.push(&busybox, "library/mirrored-busybox", "v1", "carol", "m1rror");
+    let hosts = std::fs::read_to_string(c.data.join("agent/containerd/certs.d/docker.io/hosts.toml"))
+        .expect("the agent writes containerd's host file for docker.io");
+    assert!(
+        hosts.contains(&format!("[host.\"http://{}\"]", reg.host())),
+        "{hosts}"
+    );
+
+    s.ok_stdin(
+        V,
+        &["create", "-f", "-"],
+        &pod("mirrored", "mirrored-busybox:v1", "IfNotPresent", &[]),
+    );
+    wait_for(90, "mirrored Running", || {
+        (pod_json(s, "mirrored")?["status"]["phase"] == "Running").then_some(())
+    });
+    let events = events_of(s, "mirrored");
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "Pulled"
+                && m.starts_with("Successfully pulled image \"mirrored-busybox:v1\" in ")),
+        "{events:?}"
+    );
+    wait_for(30, "mirrored's output", || {
+        s.ok(V, &["logs", "mirrored"]).contains("pulled-ok").then_some(())
+    });
+    drop(c);
+    drop(reg);
+}
