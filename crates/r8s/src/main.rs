@@ -700,20 +700,33 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // last).
     use r8s_apiserver::admission as adm;
     let mut admission = adm::AdmissionChain::default();
+    // What admission reads on every pod create (namespaces, ServiceAccounts, LimitRanges,
+    // PriorityClasses) is read from memory, as upstream's plugins read informers. ResourceQuota
+    // and the webhooks keep their own ways (quota charges need the stored version).
+    let listers: Arc<dyn r8s_store::Store> =
+        adm::listers::ListerStore::start(store.clone(), adm::listers::ADMISSION_PREFIXES);
     if r8s_api::features::initializers() {
         admission.push_mutating(adm::initializers::Initializers { store: store.clone() });
     }
     if on("NamespaceLifecycle") {
-        admission.push_mutating(adm::namespace_lifecycle::NamespaceLifecycle { store: store.clone() });
+        admission.push_mutating(adm::namespace_lifecycle::NamespaceLifecycle {
+            store: listers.clone(),
+        });
     }
     if on("LimitRanger") {
-        admission.push_mutating(adm::limit_ranger::LimitRanger { store: store.clone() });
+        admission.push_mutating(adm::limit_ranger::LimitRanger {
+            store: listers.clone(),
+        });
     }
     if on("ServiceAccount") {
-        admission.push_mutating(adm::service_account::ServiceAccount { store: store.clone() });
+        admission.push_mutating(adm::service_account::ServiceAccount {
+            store: listers.clone(),
+        });
     }
     if on("Priority") {
-        admission.push_mutating(adm::priority::Priority { store: store.clone() });
+        admission.push_mutating(adm::priority::Priority {
+            store: listers.clone(),
+        });
     }
     if on("DefaultTolerationSeconds") {
         admission.push_mutating(adm::tolerations::DefaultTolerationSeconds::default());
@@ -722,16 +735,22 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         admission.push_mutating(adm::webhook::MutatingWebhook::start(store.clone()));
     }
     if on("LimitRanger") {
-        admission.push_validating(adm::limit_ranger::LimitRanger { store: store.clone() });
+        admission.push_validating(adm::limit_ranger::LimitRanger {
+            store: listers.clone(),
+        });
     }
     if on("ServiceAccount") {
-        admission.push_validating(adm::service_account::ServiceAccount { store: store.clone() });
+        admission.push_validating(adm::service_account::ServiceAccount {
+            store: listers.clone(),
+        });
     }
     if on("NodeRestriction") {
         admission.push_validating(adm::node_restriction::NodeRestriction);
     }
     if on("PodSecurity") {
-        admission.push_validating(adm::pod_security::PodSecurity { store: store.clone() });
+        admission.push_validating(adm::pod_security::PodSecurity {
+            store: listers.clone(),
+        });
     }
     if on("ValidatingAdmissionWebhook") {
         admission.push_validating(adm::webhook::ValidatingWebhook::start(store.clone()));
@@ -1005,6 +1024,12 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
         _ => Ok(()),
     }
 }
+
+/// mimalloc instead of glibc's malloc: the API server's requests allocate and free many small
+/// JSON values from several threads, where glibc's arenas spent a quarter of the server's time
+/// (see BENCHMARKS.md, "Security chains").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()

@@ -4,6 +4,7 @@
 
 pub mod initializers;
 pub mod limit_ranger;
+pub mod listers;
 pub mod namespace_lifecycle;
 pub mod node_restriction;
 pub mod pod_security;
