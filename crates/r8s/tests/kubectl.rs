@@ -348,6 +348,31 @@ fn bad_input_gets_upstream_errors() {
         let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: default\nspec:\n  containers:\n  - name: c\n";
         let err = String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], pod)).unwrap();
         assert!(err.contains("spec.containers[0].image: Required value"), "{err}");
+        // A pod's spec is immutable but for its images, deadline, added tolerations, ...
+        s.ok(v, &["run", "imm", "--image=busybox", "--", "sleep", "1"]);
+        let err = s.fails(
+            v,
+            &[
+                "patch",
+                "pod",
+                "imm",
+                "-p",
+                r#"{"spec":{"containers":[{"name":"imm","command":["sleep","2"]}]}}"#,
+            ],
+        );
+        assert!(
+            err.contains("The Pod \"imm\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"),
+            "{err}"
+        );
+        s.ok(v, &["set", "image", "pod/imm", "imm=nginx"]);
+        assert_eq!(
+            s.ok(
+                v,
+                &["get", "pod", "imm", "-o", "jsonpath={.spec.containers[0].image}"]
+            ),
+            "nginx"
+        );
+        s.ok(v, &["delete", "pod", "imm"]);
         // A list not older than a revision that does not exist yet times out as upstream's does.
         let err = s.fails(
             v,

@@ -1081,6 +1081,12 @@ pub(crate) async fn apply_update(
     }
     let mut errs = strategy::validate(def, &obj);
     errs.extend(strategy::validate_update(def, &obj, old));
+    if def.group.is_empty()
+        && def.plural == "pods"
+        && matches!(view, subresource::View::Main | subresource::View::Apply)
+    {
+        errs.extend(strategy::validate_pod_update(&obj, old));
+    }
     if !errs.is_empty() {
         return Err(invalid(def, name, &errs));
     }
