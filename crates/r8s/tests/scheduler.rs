@@ -310,3 +310,29 @@ fn scheduler_configuration_profiles() {
         "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: x}. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     );
 }
+
+/// NodeResourcesFit's scoringStrategy from pluginConfig: a MostAllocated profile packs pods
+/// onto the node already in use, while the default profile (LeastAllocated) spreads.
+#[test]
+fn most_allocated_profiles_pack_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("scheduler.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: default-scheduler\n- schedulerName: packer\n  plugins:\n    score:\n      disabled:\n      - name: NodeResourcesBalancedAllocation\n  pluginConfig:\n  - name: NodeResourcesFit\n    args:\n      scoringStrategy:\n        type: MostAllocated\n",
+    )
+    .unwrap();
+    let s = Server::start_with(&[
+        "--node-monitor-grace-period=1h",
+        "--scheduler-config",
+        config.to_str().unwrap(),
+    ]);
+    node(&s, "a", "4", "", "");
+    node(&s, "b", "4", "", "");
+    pod(&s, "first", "  schedulerName: packer\n", "1");
+    let used = wait_bound(&s, "first");
+    pod(&s, "second", "  schedulerName: packer\n", "1");
+    assert_eq!(wait_bound(&s, "second"), used, "packed onto the node in use");
+    pod(&s, "spread", "", "100m");
+    assert_ne!(wait_bound(&s, "spread"), used, "the default profile spreads");
+}

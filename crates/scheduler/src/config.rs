@@ -5,6 +5,8 @@
 
 use serde_json::Value;
 
+use crate::plugins::{ScoringStrategy, ScoringType};
+
 /// Filter plugins in upstream's order.
 pub const FILTERS: &[&str] = &[
     "NodeUnschedulable",
@@ -35,6 +37,8 @@ pub struct ProfileConfig {
     pub scores: Vec<(String, i64)>,
     /// 1..=100; `None` for upstream's adaptive share.
     pub percentage_of_nodes_to_score: Option<u32>,
+    /// NodeResourcesFit's `scoringStrategy` (pluginConfig).
+    pub fit_scoring: ScoringStrategy,
 }
 
 impl ProfileConfig {
@@ -44,6 +48,7 @@ impl ProfileConfig {
             filters: FILTERS.iter().map(|s| s.to_string()).collect(),
             scores: SCORES.iter().map(|(n, w)| (n.to_string(), *w)).collect(),
             percentage_of_nodes_to_score: None,
+            fit_scoring: ScoringStrategy::default(),
         }
     }
 }
@@ -90,6 +95,66 @@ fn apply(
     Ok(())
 }
 
+/// `NodeResourcesFitArgs`' scoringStrategy, checked as upstream's
+/// `ValidateNodeResourcesFitArgs` does.
+fn fit_args(args: &Value) -> Result<ScoringStrategy, String> {
+    let st = &args["scoringStrategy"];
+    if st.is_null() {
+        return Ok(ScoringStrategy::default());
+    }
+    let mut resources = Vec::new();
+    for (i, r) in st["resources"].as_array().into_iter().flatten().enumerate() {
+        let name = r["name"].as_str().unwrap_or("").to_string();
+        let weight = r["weight"].as_i64().unwrap_or(0);
+        if !(1..=100).contains(&weight) {
+            return Err(format!(
+                "scoringStrategy.resources[{i}].weight: Invalid value: {weight}: resource weight of {name} not in valid range [1, 100]"
+            ));
+        }
+        resources.push((name, weight));
+    }
+    if resources.is_empty() {
+        resources = ScoringStrategy::default().resources;
+    }
+    let kind = match st["type"].as_str().unwrap_or("LeastAllocated") {
+        "LeastAllocated" => ScoringType::LeastAllocated,
+        "MostAllocated" => ScoringType::MostAllocated,
+        "RequestedToCapacityRatio" => {
+            let points = st["requestedToCapacityRatio"]["shape"].as_array().cloned().unwrap_or_default();
+            if points.is_empty() {
+                return Err("scoringStrategy.requestedToCapacityRatio.shape: Required value: at least one point must be specified".into());
+            }
+            let mut shape: Vec<(i64, i64)> = Vec::new();
+            for (i, pt) in points.iter().enumerate() {
+                let (u, sc) = (pt["utilization"].as_i64().unwrap_or(0), pt["score"].as_i64().unwrap_or(0));
+                if !(0..=100).contains(&u) {
+                    return Err(format!(
+                        "scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: Invalid value: {u}: not in valid range [0, 100]"
+                    ));
+                }
+                if shape.last().is_some_and(|&(prev, _)| u <= prev) {
+                    return Err(format!(
+                        "scoringStrategy.requestedToCapacityRatio.shape[{i}].utilization: Invalid value: {u}: utilization values must be sorted in increasing order"
+                    ));
+                }
+                if !(0..=10).contains(&sc) {
+                    return Err(format!(
+                        "scoringStrategy.requestedToCapacityRatio.shape[{i}].score: Invalid value: {sc}: not in valid range [0, 10]"
+                    ));
+                }
+                shape.push((u, sc));
+            }
+            ScoringType::RequestedToCapacityRatio(shape)
+        }
+        other => {
+            return Err(format!(
+                "scoringStrategy.type: Unsupported value: \"{other}\": supported values: \"LeastAllocated\", \"MostAllocated\", \"RequestedToCapacityRatio\""
+            ))
+        }
+    };
+    Ok(ScoringStrategy { kind, resources })
+}
+
 /// Parse a KubeSchedulerConfiguration document (YAML or JSON).
 pub fn parse(text: &str) -> Result<SchedulerConfig, String> {
     let doc: Value =
@@ -132,6 +197,23 @@ pub fn parse(text: &str) -> Result<SchedulerConfig, String> {
             )?;
         }
         profile.filters = filters.into_iter().map(|(n, _)| n).collect();
+        for (i, pc) in p["pluginConfig"].as_array().into_iter().flatten().enumerate() {
+            let plugin = pc["name"].as_str().unwrap_or("");
+            let at = format!("profiles[{}].pluginConfig[{i}]", profiles.len());
+            match plugin {
+                "NodeResourcesFit" => {
+                    profile.fit_scoring = fit_args(&pc["args"]).map_err(|e| format!("{at}.args.{e}"))?;
+                }
+                p if FILTERS.contains(&p) || SCORES.iter().any(|(n, _)| *n == p) => {
+                    // Args of the other plugins are not read (r8s has none of their options).
+                }
+                other => {
+                    return Err(format!(
+                        "{at}.name: Invalid value: \"{other}\": plugin does not exist"
+                    ))
+                }
+            }
+        }
         profile.percentage_of_nodes_to_score = p["percentageOfNodesToScore"]
             .as_u64()
             .map(|p| p as u32)
@@ -193,6 +275,50 @@ profiles:
         assert_eq!(packer.scores, [("NodeResourcesFit".to_string(), 5)]);
         assert!(!packer.filters.contains(&"TaintToleration".to_string()));
         assert_eq!(packer.filters.len(), FILTERS.len() - 1);
+        assert_eq!(packer.fit_scoring, ScoringStrategy::default());
+    }
+
+    #[test]
+    fn node_resources_fit_args_choose_the_scoring_strategy() {
+        let cfg = parse(
+            r#"
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: packer
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: MostAllocated
+        resources:
+        - {name: cpu, weight: 2}
+        - {name: memory, weight: 1}
+- schedulerName: shaped
+  pluginConfig:
+  - name: NodeResourcesFit
+    args:
+      scoringStrategy:
+        type: RequestedToCapacityRatio
+        requestedToCapacityRatio:
+          shape: [{utilization: 0, score: 10}, {utilization: 100, score: 0}]
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.profiles[0].fit_scoring,
+            ScoringStrategy {
+                kind: ScoringType::MostAllocated,
+                resources: vec![("cpu".into(), 2), ("memory".into(), 1)],
+            }
+        );
+        assert_eq!(
+            cfg.profiles[1].fit_scoring,
+            ScoringStrategy {
+                kind: ScoringType::RequestedToCapacityRatio(vec![(0, 10), (100, 0)]),
+                resources: vec![("cpu".into(), 1), ("memory".into(), 1)],
+            }
+        );
     }
 
     #[test]
@@ -205,6 +331,24 @@ profiles:
             parse(unknown).unwrap_err(),
             "profile \"default-scheduler\": plugin \"Magic\" does not exist"
         );
+        let head = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- pluginConfig:\n";
+        assert_eq!(
+            parse(&format!("{head}  - name: NodeResourcesFit\n    args: {{scoringStrategy: {{type: Packed}}}}\n")).unwrap_err(),
+            "profiles[0].pluginConfig[0].args.scoringStrategy.type: Unsupported value: \"Packed\": supported values: \"LeastAllocated\", \"MostAllocated\", \"RequestedToCapacityRatio\""
+        );
+        assert!(parse(&format!(
+            "{head}  - name: NodeResourcesFit\n    args: {{scoringStrategy: {{type: MostAllocated, resources: [{{name: cpu, weight: 0}}]}}}}\n"
+        ))
+        .unwrap_err()
+        .ends_with("scoringStrategy.resources[0].weight: Invalid value: 0: resource weight of cpu not in valid range [1, 100]"));
+        assert!(parse(&format!(
+            "{head}  - name: NodeResourcesFit\n    args: {{scoringStrategy: {{type: RequestedToCapacityRatio, requestedToCapacityRatio: {{shape: [{{utilization: 50, score: 1}}, {{utilization: 20, score: 2}}]}}}}}}\n"
+        ))
+        .unwrap_err()
+        .ends_with("shape[1].utilization: Invalid value: 20: utilization values must be sorted in increasing order"));
+        assert!(parse(&format!("{head}  - name: Magic\n"))
+            .unwrap_err()
+            .contains("plugin does not exist"));
         let dup = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: a\n- schedulerName: a\n";
         assert!(parse(dup).unwrap_err().contains("duplicate profile"));
     }

@@ -87,7 +87,9 @@ impl Profile {
             match name.as_str() {
                 "TaintToleration" => p.scores.push((Box::new(plugins::TaintToleration), *w)),
                 "NodeAffinity" => p.scores.push((Box::new(plugins::NodeAffinity), *w)),
-                "NodeResourcesFit" => p.scores.push((Box::new(plugins::NodeResourcesFit), *w)),
+                "NodeResourcesFit" => p
+                    .scores
+                    .push((Box::new(plugins::FitScore(cfg.fit_scoring.clone())), *w)),
                 "NodeResourcesBalancedAllocation" => {
                     p.scores.push((Box::new(plugins::BalancedAllocation), *w))
                 }

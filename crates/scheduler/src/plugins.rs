@@ -301,24 +301,106 @@ impl Filter for NodeResourcesFit {
         }
     }
 }
-impl Score for NodeResourcesFit {
+/// NodeResourcesFit's scoring strategy (`pluginConfig` args `scoringStrategy`, upstream's
+/// `NodeResourcesFitArgs`): how the share of each resource a node would have requested after
+/// placing the pod becomes a score, and the resources' weights.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScoringType {
+    /// Emptier nodes score higher (spreading; the default).
+    LeastAllocated,
+    /// Fuller nodes score higher (bin packing).
+    MostAllocated,
+    /// A piecewise linear function of utilization: (utilization 0–100, score 0–10) points.
+    RequestedToCapacityRatio(Vec<(i64, i64)>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoringStrategy {
+    pub kind: ScoringType,
+    /// (resource name, weight 1–100).
+    pub resources: Vec<(String, i64)>,
+}
+
+impl Default for ScoringStrategy {
+    fn default() -> Self {
+        Self {
+            kind: ScoringType::LeastAllocated,
+            resources: vec![("cpu".into(), 1), ("memory".into(), 1)],
+        }
+    }
+}
+
+/// NodeResourcesFit's score under a strategy. Requests are the non-zero ones for cpu and
+/// memory (a pod asking nothing counts as 100m and 200Mi, as upstream); a resource the node
+/// does not have is left out.
+pub struct FitScore(pub ScoringStrategy);
+
+impl FitScore {
+    /// (allocatable, requested with the pod) of one resource on `node`.
+    fn usage(name: &str, pod: &PodInfo, node: &NodeInfo) -> Option<(i64, i64)> {
+        let a = &node.allocatable;
+        let used = &node.non_zero_requested;
+        match name {
+            "cpu" => Some((a.milli_cpu, used.milli_cpu + pod.non_zero.milli_cpu)),
+            "memory" => Some((a.memory, used.memory + pod.non_zero.memory)),
+            "ephemeral-storage" => Some((a.ephemeral, node.requested.ephemeral + pod.requests.ephemeral)),
+            _ => None,
+        }
+    }
+}
+
+/// The piecewise linear function through `shape` (points sorted by utilization), at `x`.
+fn broken_linear(shape: &[(i64, i64)], x: i64) -> i64 {
+    let Some(&(u0, s0)) = shape.first() else { return 0 };
+    if x <= u0 {
+        return s0;
+    }
+    for w in shape.windows(2) {
+        let ((u1, s1), (u2, s2)) = (w[0], w[1]);
+        if x <= u2 {
+            return s1 + (s2 - s1) * (x - u1) / (u2 - u1);
+        }
+    }
+    shape.last().map(|p| p.1).unwrap_or(0)
+}
+
+impl Score for FitScore {
     fn name(&self) -> &'static str {
         "NodeResourcesFit"
     }
-    /// LeastAllocated: the free share of cpu and memory after placing the pod, averaged.
     fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
-        let free = |alloc: i64, used: i64| {
-            if alloc <= 0 || used > alloc {
-                0
-            } else {
-                (alloc - used) * MAX_NODE_SCORE / alloc
+        let (mut total, mut weights) = (0i64, 0i64);
+        for (name, w) in &self.0.resources {
+            let Some((alloc, req)) = Self::usage(name, pod, node) else {
+                continue;
+            };
+            if alloc <= 0 {
+                continue;
             }
-        };
-        let a = &node.allocatable;
-        let used = &node.non_zero_requested;
-        (free(a.milli_cpu, used.milli_cpu + pod.non_zero.milli_cpu)
-            + free(a.memory, used.memory + pod.non_zero.memory))
-            / 2
+            let s = match &self.0.kind {
+                ScoringType::LeastAllocated if req > alloc => 0,
+                ScoringType::LeastAllocated => (alloc - req) * MAX_NODE_SCORE / alloc,
+                ScoringType::MostAllocated => req.min(alloc) * MAX_NODE_SCORE / alloc,
+                ScoringType::RequestedToCapacityRatio(shape) => {
+                    let util = if req > alloc { 100 } else { req * 100 / alloc };
+                    // Shape scores are 0–10, node scores 0–100: scaled before interpolating.
+                    let scaled: Vec<(i64, i64)> = shape
+                        .iter()
+                        .map(|&(u, sc)| (u, sc * (MAX_NODE_SCORE / 10)))
+                        .collect();
+                    broken_linear(&scaled, util)
+                }
+            };
+            total += s * w;
+            weights += w;
+        }
+        if weights == 0 {
+            return 0;
+        }
+        match self.0.kind {
+            ScoringType::RequestedToCapacityRatio(_) => (total as f64 / weights as f64).round() as i64,
+            _ => total / weights,
+        }
     }
 }
 
@@ -362,7 +444,7 @@ pub fn default_scores() -> Vec<(Box<dyn Score>, i64)> {
     vec![
         (Box::new(TaintToleration), 3),
         (Box::new(NodeAffinity), 2),
-        (Box::new(NodeResourcesFit), 1),
+        (Box::new(FitScore(ScoringStrategy::default())), 1),
         (Box::new(BalancedAllocation), 1),
     ]
 }
@@ -512,7 +594,45 @@ mod tests {
         let empty = node(json!({}));
         let busy = node(json!({})).with_pod(pod(with_cpu("1")).pod.clone());
         let p = pod(with_cpu("100m"));
-        assert!(Score::score(&NodeResourcesFit, &p, &empty) > Score::score(&NodeResourcesFit, &p, &busy));
+        let fit = FitScore(ScoringStrategy::default());
+        assert!(fit.score(&p, &empty) > fit.score(&p, &busy));
         assert!(BalancedAllocation.score(&p, &empty) > BalancedAllocation.score(&p, &busy));
+    }
+
+    #[test]
+    fn scoring_strategies_spread_pack_or_follow_a_shape() {
+        // 2 cpu, 4Gi; the pod asks 100m cpu and, by default, 200Mi memory; busy already holds
+        // 1 cpu and 200Mi.
+        let empty = node(json!({}));
+        let busy = node(json!({})).with_pod(pod(with_cpu("1")).pod.clone());
+        let p = pod(with_cpu("100m"));
+        let least = FitScore(ScoringStrategy::default());
+        assert_eq!((least.score(&p, &empty), least.score(&p, &busy)), (95, 67));
+        let most = FitScore(ScoringStrategy {
+            kind: ScoringType::MostAllocated,
+            ..ScoringStrategy::default()
+        });
+        assert_eq!((most.score(&p, &empty), most.score(&p, &busy)), (4, 32));
+        // Utilization 0 → 0, 100 → 10 (×10), cpu weighing three times memory:
+        // empty (5·3 + 4)/4 = 4.75 → 5, busy (55·3 + 9)/4 = 43.5 → 44.
+        let ratio = FitScore(ScoringStrategy {
+            kind: ScoringType::RequestedToCapacityRatio(vec![(0, 0), (100, 10)]),
+            resources: vec![
+                ("cpu".into(), 3),
+                ("memory".into(), 1),
+                ("nvidia.com/gpu".into(), 5),
+            ],
+        });
+        assert_eq!((ratio.score(&p, &empty), ratio.score(&p, &busy)), (5, 44));
+    }
+
+    #[test]
+    fn broken_linear_interpolates_and_clamps() {
+        let shape = [(10, 0), (50, 100), (80, 40)];
+        assert_eq!(broken_linear(&shape, 0), 0);
+        assert_eq!(broken_linear(&shape, 30), 50);
+        assert_eq!(broken_linear(&shape, 50), 100);
+        assert_eq!(broken_linear(&shape, 65), 70);
+        assert_eq!(broken_linear(&shape, 100), 40);
     }
 }
