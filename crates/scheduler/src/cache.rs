@@ -150,7 +150,7 @@ impl PodInfo {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct NodeInfo {
     pub node: Arc<Node>,
     pub name: String,
@@ -219,7 +219,7 @@ impl NodeInfo {
 }
 
 /// Every node, and where each bound (or assumed) pod is.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Cache {
     pub nodes: HashMap<String, NodeInfo>,
     /// Node names in a stable order, for round-robin search.
@@ -294,6 +294,17 @@ impl Cache {
         self.remove_pod(&info.key);
         self.pod_node.insert(info.key.clone(), node.to_string());
         self.assumed.insert(info.key.clone(), node.to_string());
+        if has_required_anti_affinity(&info) {
+            self.anti_affinity.insert(info.key.clone());
+        }
+        if let Some(n) = self.nodes.get_mut(node) {
+            n.add_pod(info);
+        }
+    }
+
+    /// Put back a pod taken off `node` by `remove_pod` (preemption's what-if).
+    pub fn restore(&mut self, info: Arc<PodInfo>, node: &str) {
+        self.pod_node.insert(info.key.clone(), node.to_string());
         if has_required_anti_affinity(&info) {
             self.anti_affinity.insert(info.key.clone());
         }

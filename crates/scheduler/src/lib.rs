@@ -435,7 +435,7 @@ impl Scheduler {
                     let plan = {
                         let cache = self.cache.lock().unwrap();
                         match self.profiles.get(profile_name(&pod)) {
-                            Some(p) => preemption::find(&info, &cache, &p.filters),
+                            Some(p) => preemption::find(&info, &cache, &p.filters, &p.cluster_filters),
                             None => Err(String::new()),
                         }
                     };

@@ -1,13 +1,16 @@
 //! Preemption (upstream's DefaultPreemption PostFilter): when no node fits a pod, look for a node
-//! where deleting pods of lower priority would make room. Only resource and host-port shortages
-//! can be solved that way; a node ruled out by taints, affinity or its name is "not helpful".
+//! where deleting pods of lower priority would make room — for resources, host ports, or the
+//! pod's anti-affinity and topology spread, each checked by running the filters again on a
+//! copy of the cache without those pods. A node ruled out by its taints, node affinity, name or
+//! cordon cannot be helped: "not helpful".
 //! Of the pods that would have to go, as many as possible are spared (highest priority first);
 //! the node whose victims have the lowest top priority, then the fewest victims, wins.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::cache::{Cache, NodeInfo, PodInfo, Resources};
+use crate::affinity::ClusterFilter;
+use crate::cache::{Cache, PodInfo};
 use crate::plugins::Filter;
 
 pub struct Plan {
@@ -23,91 +26,94 @@ pub fn may_preempt(pod: &PodInfo) -> bool {
     pod.pod.spec.as_ref().and_then(|s| s.preemption_policy.as_deref()) != Some("Never")
 }
 
-/// Would `pod` fit on `node` with these requests and ports in use?
-fn fits(pod: &PodInfo, node: &NodeInfo, requested: &Resources, ports: &[&(String, String, i32)]) -> bool {
-    let a = &node.allocatable;
-    let w = &pod.requests;
-    let resources = requested.pods < a.pods
-        && (w.milli_cpu == 0 || w.milli_cpu <= a.milli_cpu - requested.milli_cpu)
-        && (w.memory == 0 || w.memory <= a.memory - requested.memory)
-        && (w.ephemeral == 0 || w.ephemeral <= a.ephemeral - requested.ephemeral);
-    let ports_free = pod.host_ports.iter().all(|(proto, ip, port)| {
-        !ports.iter().any(|(p2, ip2, port2)| {
-            port == port2 && proto == p2 && (ip == ip2 || ip == "0.0.0.0" || ip2 == "0.0.0.0")
-        })
-    });
-    resources && ports_free
+/// Does `pod` pass every filter on node `name` of `sim` (node filters, then the filters that
+/// look at the whole cluster: inter-pod affinity, topology spread)?
+fn fits_all(
+    pod: &PodInfo,
+    sim: &Cache,
+    name: &str,
+    filters: &[Box<dyn Filter>],
+    cluster: &[Box<dyn ClusterFilter>],
+) -> bool {
+    let Some(node) = sim.nodes.get(name) else {
+        return false;
+    };
+    filters.iter().all(|f| f.filter(pod, node).is_ok())
+        && cluster.iter().all(|c| c.prepare(pod, sim).filter(node).is_ok())
 }
 
-fn without(requested: &Resources, gone: &[&Arc<PodInfo>]) -> Resources {
-    let mut r = *requested;
-    for p in gone {
-        r.milli_cpu -= p.requests.milli_cpu;
-        r.memory -= p.requests.memory;
-        r.ephemeral -= p.requests.ephemeral;
-        r.pods -= p.requests.pods;
-    }
-    r
-}
-
-fn ports_without<'a>(node: &'a NodeInfo, gone: &[&Arc<PodInfo>]) -> Vec<&'a (String, String, i32)> {
-    let mut ports: Vec<&(String, String, i32)> = node.used_ports.iter().collect();
-    for p in gone {
-        for hp in &p.host_ports {
-            if let Some(i) = ports.iter().position(|u| *u == hp) {
-                ports.remove(i);
-            }
-        }
-    }
-    ports
-}
-
-/// The minimal victims on `node`, if deleting lower-priority pods can make room.
-fn victims_on(pod: &PodInfo, node: &NodeInfo) -> Option<Vec<Arc<PodInfo>>> {
+/// The minimal victims on node `name` (upstream's `SelectVictimsOnNode`): take every
+/// lower-priority pod off the node in the simulation; if the pod then passes every filter,
+/// put them back one by one, most important first, keeping each that still lets it fit.
+/// `sim` is left as it was found.
+fn victims_on(
+    pod: &PodInfo,
+    sim: &mut Cache,
+    name: &str,
+    filters: &[Box<dyn Filter>],
+    cluster: &[Box<dyn ClusterFilter>],
+) -> Option<Vec<Arc<PodInfo>>> {
     let prio = pod.priority();
-    let mut lower: Vec<&Arc<PodInfo>> = node
+    let mut lower: Vec<Arc<PodInfo>> = sim
+        .nodes
+        .get(name)?
         .pods
         .values()
-        .filter(|p| p.priority() < prio && p.pod.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.priority() < prio && p.pod.metadata.deletion_timestamp.is_none() && !sim.is_assumed(&p.key)
+        })
+        .cloned()
         .collect();
-    if !fits(
-        pod,
-        node,
-        &without(&node.requested, &lower),
-        &ports_without(node, &lower),
-    ) {
+    for p in &lower {
+        sim.remove_pod(&p.key);
+    }
+    if !fits_all(pod, sim, name, filters, cluster) {
+        for p in lower {
+            sim.restore(p, name);
+        }
         return None;
     }
     // Spare as many as possible, most important first.
     lower.sort_by(|a, b| b.priority().cmp(&a.priority()).then(a.key.cmp(&b.key)));
-    let mut victims: Vec<&Arc<PodInfo>> = lower.clone();
+    let mut victims = Vec::new();
     for candidate in lower {
-        let trial: Vec<&Arc<PodInfo>> = victims
-            .iter()
-            .copied()
-            .filter(|v| v.key != candidate.key)
-            .collect();
-        if fits(
-            pod,
-            node,
-            &without(&node.requested, &trial),
-            &ports_without(node, &trial),
-        ) {
-            victims = trial;
+        sim.restore(candidate.clone(), name);
+        if !fits_all(pod, sim, name, filters, cluster) {
+            sim.remove_pod(&candidate.key);
+            victims.push(candidate);
         }
     }
-    Some(victims.into_iter().cloned().collect())
+    for v in &victims {
+        sim.restore(v.clone(), name);
+    }
+    Some(victims)
+}
+
+/// How many nodes with victims to find before choosing (upstream's DefaultPreemption args:
+/// 10 % of the nodes, at least 100).
+fn candidates_wanted(nodes: usize) -> usize {
+    (nodes / 10).max(100).min(nodes.max(1))
 }
 
 /// Find the node and victims, or the PostFilter message saying why there are none.
-pub fn find(pod: &PodInfo, cache: &Cache, filters: &[Box<dyn Filter>]) -> Result<Plan, String> {
+pub fn find(
+    pod: &PodInfo,
+    cache: &Cache,
+    filters: &[Box<dyn Filter>],
+    cluster: &[Box<dyn ClusterFilter>],
+) -> Result<Plan, String> {
     let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
     let mut best: Option<(i32, usize, Plan)> = None;
+    // The what-if runs on a copy of the cache, made once the first node is worth trying.
+    let mut sim: Option<Cache> = None;
+    let mut candidates = 0;
+    let wanted = candidates_wanted(cache.order.len());
     for name in &cache.order {
         let Some(node) = cache.nodes.get(name) else {
             continue;
         };
-        // Filters that removing pods cannot change must pass as they are.
+        // Filters that removing pods cannot change must pass as they are (upstream's
+        // UnschedulableAndUnresolvable).
         let resolvable = filters
             .iter()
             .filter(|f| !matches!(f.name(), "NodeResourcesFit" | "NodePorts"))
@@ -116,8 +122,10 @@ pub fn find(pod: &PodInfo, cache: &Cache, filters: &[Box<dyn Filter>]) -> Result
             *reasons.entry(NOT_HELPFUL).or_default() += 1;
             continue;
         }
-        match victims_on(pod, node) {
+        let sim = sim.get_or_insert_with(|| cache.clone());
+        match victims_on(pod, sim, name, filters, cluster) {
             Some(v) if !v.is_empty() => {
+                candidates += 1;
                 let top = v.iter().map(|p| p.priority()).max().unwrap_or(i32::MIN);
                 let better = best.as_ref().is_none_or(|(t, n, _)| (top, v.len()) < (*t, *n));
                 if better {
@@ -129,6 +137,9 @@ pub fn find(pod: &PodInfo, cache: &Cache, filters: &[Box<dyn Filter>]) -> Result
                             victims: v,
                         },
                     ));
+                }
+                if candidates >= wanted {
+                    break;
                 }
             }
             _ => *reasons.entry(NO_VICTIMS).or_default() += 1,
@@ -188,7 +199,7 @@ mod tests {
         let c = cache();
         let filters = crate::plugins::default_filters();
         let p = PodInfo::new(pod("urgent", 100, "2", None));
-        let plan = find(&p, &c, &filters).unwrap();
+        let plan = find(&p, &c, &filters, &[]).unwrap();
         // n1 needs one of its two pods gone: the lower one (priority 1) goes, priority 5 stays.
         assert_eq!(plan.node, "n1");
         let victims: Vec<&str> = plan.victims.iter().map(|v| v.key.as_str()).collect();
@@ -200,10 +211,53 @@ mod tests {
         let c = cache();
         let filters = crate::plugins::default_filters();
         let p = PodInfo::new(pod("meek", 1, "3", None));
-        let err = find(&p, &c, &filters).err().unwrap();
+        let err = find(&p, &c, &filters, &[]).err().unwrap();
         assert_eq!(
             err,
             "preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod."
         );
+    }
+
+    #[test]
+    fn anti_affinity_is_relieved_by_removing_the_pods_it_refuses() {
+        let mut c = Cache::default();
+        for n in ["n1", "n2"] {
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": n, "labels": {"kubernetes.io/hostname": n}},
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}
+            }))
+            .unwrap();
+            c.set_node(Arc::new(node));
+        }
+        let web = |name: &str, prio: i32, node: &str| {
+            Arc::new(
+                serde_json::from_value::<Pod>(json!({
+                    "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+                    "spec": {"nodeName": node, "priority": prio, "containers": [{"name": "c", "image": "i"}]}
+                }))
+                .unwrap(),
+            )
+        };
+        c.set_pod(web("web-low", 1, "n1"));
+        c.set_pod(web("web-high", 1000, "n2"));
+        let p = PodInfo::new(Arc::new(
+            serde_json::from_value::<Pod>(json!({
+                "metadata": {"name": "loner", "namespace": "default"},
+                "spec": {"priority": 100, "containers": [{"name": "c", "image": "i"}],
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}]}}}
+            }))
+            .unwrap(),
+        ));
+        let filters = crate::plugins::default_filters();
+        let cluster: Vec<Box<dyn ClusterFilter>> = vec![Box::new(crate::affinity::InterPodAffinity)];
+        // Resources are plenty everywhere: only taking web-low off n1 helps (web-high outranks).
+        let plan = find(&p, &c, &filters, &cluster).unwrap();
+        assert_eq!(plan.node, "n1");
+        let victims: Vec<&str> = plan.victims.iter().map(|v| v.key.as_str()).collect();
+        assert_eq!(victims, ["default/web-low"]);
+        // The what-if ran on a copy: the cache still holds both pods.
+        assert_eq!(c.nodes["n1"].pods.len(), 1);
+        assert_eq!(c.nodes["n2"].pods.len(), 1);
     }
 }
