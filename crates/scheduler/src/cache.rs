@@ -188,7 +188,7 @@ impl NodeInfo {
         self.node = node;
     }
 
-    fn add_pod(&mut self, p: Arc<PodInfo>) {
+    pub(crate) fn add_pod(&mut self, p: Arc<PodInfo>) {
         self.requested.add(&p.requests);
         self.non_zero_requested.add(&p.non_zero);
         self.used_ports.extend(p.host_ports.iter().cloned());
@@ -228,6 +228,9 @@ pub struct Cache {
     assumed: HashMap<String, String>,
     /// Pods with required anti-affinity terms (every new pod must respect them).
     anti_affinity: std::collections::HashSet<String>,
+    /// Pods waiting for a node their preemption is clearing (`status.nominatedNodeName`), by
+    /// pod key: (node, pod).
+    nominated: HashMap<String, (String, Arc<PodInfo>)>,
 }
 
 fn has_required_anti_affinity(p: &PodInfo) -> bool {
@@ -300,6 +303,36 @@ impl Cache {
         if let Some(n) = self.nodes.get_mut(node) {
             n.add_pod(info);
         }
+    }
+
+    /// `info` waits for `node` (its nominatedNodeName), or for none.
+    pub fn nominate(&mut self, info: Arc<PodInfo>, node: Option<&str>) {
+        match node.filter(|n| !n.is_empty()) {
+            Some(n) => {
+                self.nominated.insert(info.key.clone(), (n.to_string(), info));
+            }
+            None => {
+                self.nominated.remove(&info.key);
+            }
+        }
+    }
+
+    pub fn unnominate(&mut self, key: &str) {
+        self.nominated.remove(key);
+    }
+
+    /// The pods nominated to `node` that `pod` must leave room for: other pods of at least its
+    /// priority (upstream's `addNominatedPods`).
+    pub fn nominated_for<'a>(
+        &'a self,
+        node: &'a str,
+        pod: &'a PodInfo,
+    ) -> impl Iterator<Item = &'a Arc<PodInfo>> + 'a {
+        let prio = pod.priority();
+        self.nominated
+            .values()
+            .filter(move |(n, p)| n == node && p.key != pod.key && p.priority() >= prio)
+            .map(|(_, p)| p)
     }
 
     /// Put back a pod taken off `node` by `remove_pod` (preemption's what-if).

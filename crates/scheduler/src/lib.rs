@@ -218,6 +218,7 @@ impl Scheduler {
         if assigned {
             self.queue.delete(&key);
             let mut cache = self.cache.lock().unwrap();
+            cache.unnominate(&key);
             if deleted || terminal {
                 cache.remove_pod(&key);
                 drop(cache);
@@ -230,9 +231,16 @@ impl Scheduler {
         }
         if deleted || terminal || pod.metadata.deletion_timestamp.is_some() || !self.ours(pod) {
             self.queue.delete(&key);
-            self.cache.lock().unwrap().forget(&key);
+            let mut cache = self.cache.lock().unwrap();
+            cache.forget(&key);
+            cache.unnominate(&key);
             return;
         }
+        let nominated = pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref());
+        self.cache
+            .lock()
+            .unwrap()
+            .nominate(Arc::new(PodInfo::new(pod.clone())), nominated);
         // Bound by us but not yet seen bound: leave it alone.
         if self.cache.lock().unwrap().is_assumed(&key) {
             return;
@@ -349,11 +357,7 @@ impl Scheduler {
             let Some(node) = cache.nodes.get(name) else {
                 continue;
             };
-            let verdict = profile
-                .filters
-                .iter()
-                .try_for_each(|f| f.filter(info, node))
-                .and_then(|()| checks.iter().try_for_each(|c| c.filter(node)));
+            let verdict = passes(profile, info, node, &checks, &cache);
             match verdict {
                 Ok(()) => feasible.push(node),
                 Err(rs) => {
@@ -405,7 +409,11 @@ impl Scheduler {
             .push(started.elapsed().as_micros() as u64);
         match decision {
             Decision::Node(node) => {
-                self.cache.lock().unwrap().assume(info.clone(), &node);
+                {
+                    let mut cache = self.cache.lock().unwrap();
+                    cache.unnominate(&key);
+                    cache.assume(info.clone(), &node);
+                }
                 // Bind off the scheduling path: the cache already counts the pod.
                 let this = self.clone();
                 let permit = self.binds.clone().acquire_owned().await;
@@ -459,8 +467,12 @@ impl Scheduler {
     }
 
     /// Delete the victims and nominate the node for the preemptor (status.nominatedNodeName);
-    /// it is retried when the victims are gone.
+    /// it is retried when the victims are gone. Until then the room is kept for it.
     async fn preempt(&self, pod: &Pod, key: &str, plan: preemption::Plan) {
+        self.cache
+            .lock()
+            .unwrap()
+            .nominate(Arc::new(PodInfo::new(Arc::new(pod.clone()))), Some(&plan.node));
         for v in &plan.victims {
             let api: Api<Pod> = Api::namespaced(
                 self.client.clone(),
@@ -561,6 +573,34 @@ impl Scheduler {
     }
 }
 
+/// Does `info` pass the profile's filters on `node`? Where pods of at least its priority are
+/// nominated to the node (waiting for their preemption victims to go), it must fit beside
+/// them too (upstream's `RunFilterPluginsWithNominatedPods`).
+fn passes(
+    profile: &Profile,
+    info: &PodInfo,
+    node: &cache::NodeInfo,
+    checks: &[Box<dyn affinity::NodeCheck>],
+    cache: &cache::Cache,
+) -> Result<(), plugins::Reasons> {
+    let run = |n: &cache::NodeInfo| {
+        profile
+            .filters
+            .iter()
+            .try_for_each(|f| f.filter(info, n))
+            .and_then(|()| checks.iter().try_for_each(|c| c.filter(n)))
+    };
+    let nominated: Vec<&Arc<PodInfo>> = cache.nominated_for(&node.name, info).collect();
+    if !nominated.is_empty() {
+        let mut with = node.clone();
+        for p in nominated {
+            with.add_pod(p.clone());
+        }
+        run(&with)?;
+    }
+    run(node)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -584,5 +624,38 @@ mod tests {
         assert_eq!(feasible_nodes_to_find(1000), 420);
         assert_eq!(feasible_nodes_to_find(5000), 500);
         assert_eq!(feasible_nodes_to_find(100_000), 5000);
+    }
+
+    #[test]
+    fn room_on_a_nominated_node_is_kept_for_the_preemptor() {
+        let mut c = cache::Cache::default();
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n"},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}}
+        }))
+        .unwrap();
+        c.set_node(Arc::new(node));
+        let pod = |name: &str, prio: i32, cpu: &str| {
+            Arc::new(PodInfo::new(Arc::new(
+                serde_json::from_value::<Pod>(serde_json::json!({
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"priority": prio, "containers": [{"name": "c", "image": "i",
+                        "resources": {"requests": {"cpu": cpu}}}]}
+                }))
+                .unwrap(),
+            )))
+        };
+        let profile = Profile::new(&config::ProfileConfig::default_for(DEFAULT_SCHEDULER));
+        let check = |c: &cache::Cache, p: &PodInfo| passes(&profile, p, &c.nodes["n"], &[], c);
+        let small_low = pod("small-low", 1, "2");
+        assert!(check(&c, &small_low).is_ok());
+        // A preemptor of priority 100 waits for n with 3 cpu: a lower pod must leave it room…
+        c.nominate(pod("preemptor", 100, "3"), Some("n"));
+        assert_eq!(check(&c, &small_low).unwrap_err(), ["Insufficient cpu"]);
+        // …a more important one need not, nor does the preemptor count against itself.
+        assert!(check(&c, &pod("small-high", 1000, "2")).is_ok());
+        assert!(check(&c, &pod("preemptor", 100, "3")).is_ok());
+        c.unnominate("default/preemptor");
+        assert!(check(&c, &small_low).is_ok());
     }
 }
