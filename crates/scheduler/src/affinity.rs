@@ -163,18 +163,21 @@ impl ClusterScore for PodTopologySpread {
 // InterPodAffinity
 
 /// Does an existing pod match a term of `owner` (label selector within the term's namespaces)?
-fn term_matches(term: &PodAffinityTerm, owner: &PodInfo, other: &PodInfo) -> bool {
-    let namespaces = term.namespaces.clone().unwrap_or_default();
-    let all_namespaces = term.namespace_selector.as_ref().is_some_and(|s| {
-        s.match_labels.as_ref().is_none_or(|m| m.is_empty())
-            && s.match_expressions.as_ref().is_none_or(|e| e.is_empty())
-    });
-    let ns_ok = all_namespaces
-        || if namespaces.is_empty() {
-            pod_ns(other) == pod_ns(owner)
-        } else {
-            namespaces.iter().any(|n| n == pod_ns(other))
-        };
+/// The namespaces are the term's list and those its namespaceSelector selects (`{}`: all);
+/// with neither, the owner's own namespace.
+fn term_matches(term: &PodAffinityTerm, owner: &PodInfo, other: &PodInfo, cache: &Cache) -> bool {
+    let namespaces = term.namespaces.as_deref().unwrap_or_default();
+    let ns = pod_ns(other);
+    let ns_ok = match &term.namespace_selector {
+        None if namespaces.is_empty() => ns == pod_ns(owner),
+        None => namespaces.iter().any(|n| n == ns),
+        Some(sel) => {
+            namespaces.iter().any(|n| n == ns)
+                || Matcher::new(Some(sel))
+                    .map(|m| m.matches(cache.namespace_labels.get(ns)))
+                    .unwrap_or(false)
+        }
+    };
     ns_ok
         && Matcher::new(term.label_selector.as_ref())
             .map(|m| m.matches(other.pod.metadata.labels.as_ref()))
@@ -241,7 +244,7 @@ fn prepare_affinity(pod: &PodInfo, cache: &Cache, for_filter: bool) -> AffinityC
         let mut preferred_terms = Vec::new();
         for (anti, sign) in [(false, 1), (true, -1)] {
             for (w, t) in preferred(pod, anti) {
-                let mut d = domains_of(cache, &t.topology_key, |p| term_matches(&t, pod, p));
+                let mut d = domains_of(cache, &t.topology_key, |p| term_matches(&t, pod, p, cache));
                 d.values_mut().for_each(|n| *n *= sign * w);
                 preferred_terms.push((t.topology_key.clone(), d));
             }
@@ -256,8 +259,8 @@ fn prepare_affinity(pod: &PodInfo, cache: &Cache, for_filter: bool) -> AffinityC
     let affinity = required(pod, false)
         .into_iter()
         .map(|t| {
-            let d = domains_of(cache, &t.topology_key, |p| term_matches(&t, pod, p));
-            let first_of_group = d.is_empty() && term_matches(&t, pod, pod);
+            let d = domains_of(cache, &t.topology_key, |p| term_matches(&t, pod, p, cache));
+            let first_of_group = d.is_empty() && term_matches(&t, pod, pod, cache);
             (t.topology_key.clone(), (!first_of_group).then_some(d))
         })
         .collect();
@@ -266,7 +269,7 @@ fn prepare_affinity(pod: &PodInfo, cache: &Cache, for_filter: bool) -> AffinityC
         .map(|t| {
             (
                 t.topology_key.clone(),
-                domains_of(cache, &t.topology_key, |p| term_matches(&t, pod, p)),
+                domains_of(cache, &t.topology_key, |p| term_matches(&t, pod, p, cache)),
             )
         })
         .collect();
@@ -276,7 +279,7 @@ fn prepare_affinity(pod: &PodInfo, cache: &Cache, for_filter: bool) -> AffinityC
             continue;
         }
         for t in required(existing, true) {
-            if term_matches(&t, existing, pod) {
+            if term_matches(&t, existing, pod, cache) {
                 if let Some(v) = label(node, &t.topology_key) {
                     *forbidden
                         .entry((t.topology_key.clone(), v.to_string()))
@@ -454,6 +457,42 @@ mod tests {
             check.filter(&c.nodes["n1"]).unwrap_err(),
             ["node(s) didn't satisfy existing pods anti-affinity rules"]
         );
+    }
+
+    #[test]
+    fn namespace_selectors_pick_the_namespaces_a_term_looks_at() {
+        let mut c = cache(&[("n1", "a"), ("n2", "a")]);
+        // A db pod in namespace "prod" (labelled env=prod) on n1.
+        let mut db: Pod = (*pod("db", Some("n1"), json!({"app": "db"}), json!({})).pod).clone();
+        db.metadata.namespace = Some("prod".into());
+        c.set_pod(Arc::new(db));
+        c.namespace_labels
+            .insert("prod".into(), [("env".to_string(), "prod".to_string())].into());
+        c.namespace_labels.insert("default".into(), Default::default());
+        let term = |ns_selector: serde_json::Value| {
+            json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname",
+                 "namespaceSelector": ns_selector}]}}})
+        };
+        let verdict = |spec: serde_json::Value| {
+            let p = pod("web", None, json!({}), spec);
+            let check = ClusterFilter::prepare(&InterPodAffinity, &p, &c);
+            verdicts(check.as_ref(), &c, &["n1", "n2"])
+        };
+        // No selector: only the pod's own namespace (default), where no db runs.
+        let own = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
+        assert_eq!(verdict(own), [true, true]);
+        // env=prod selects prod; env=dev selects nothing; {} selects every namespace.
+        assert_eq!(
+            verdict(term(json!({"matchLabels": {"env": "prod"}}))),
+            [false, true]
+        );
+        assert_eq!(
+            verdict(term(json!({"matchLabels": {"env": "dev"}}))),
+            [true, true]
+        );
+        assert_eq!(verdict(term(json!({}))), [false, true]);
     }
 
     #[test]

@@ -231,6 +231,8 @@ pub struct Cache {
     /// Pods waiting for a node their preemption is clearing (`status.nominatedNodeName`), by
     /// pod key: (node, pod).
     nominated: HashMap<String, (String, Arc<PodInfo>)>,
+    /// Each namespace's labels (affinity terms' namespaceSelector).
+    pub namespace_labels: HashMap<String, std::collections::BTreeMap<String, String>>,
 }
 
 fn has_required_anti_affinity(p: &PodInfo) -> bool {

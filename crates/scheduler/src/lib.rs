@@ -17,7 +17,7 @@ pub mod queue;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
@@ -262,6 +262,24 @@ impl Scheduler {
         let factory = Factory::new(self.client.clone(), None);
         let pods = factory.get::<Pod>();
         let nodes = factory.get::<Node>();
+        // Namespaces' labels, for affinity terms' namespaceSelector.
+        let namespaces = factory.get::<Namespace>();
+        let weak = Arc::downgrade(&self);
+        namespaces.add_handler(move |c| {
+            if let Some(s) = weak.upgrade() {
+                let mut cache = s.cache.lock().unwrap();
+                match c {
+                    Change::Added(ns) | Change::Updated(_, ns) => {
+                        cache
+                            .namespace_labels
+                            .insert(ns.name_any(), ns.metadata.labels.clone().unwrap_or_default());
+                    }
+                    Change::Deleted(ns) => {
+                        cache.namespace_labels.remove(&ns.name_any());
+                    }
+                }
+            }
+        });
         let weak = Arc::downgrade(&self);
         pods.add_handler(move |c| {
             if let Some(s) = weak.upgrade() {
@@ -276,7 +294,7 @@ impl Scheduler {
         });
         let informers = factory.start(&stop);
         tokio::select! {
-            _ = async { nodes.wait_synced().await; pods.wait_synced().await } => {}
+            _ = async { nodes.wait_synced().await; pods.wait_synced().await; namespaces.wait_synced().await } => {}
             _ = stop.cancelled() => return,
         }
         tracing::info!(profiles = ?self.profiles.keys().collect::<Vec<_>>(), "scheduler running");
