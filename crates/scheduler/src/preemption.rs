@@ -122,6 +122,11 @@ pub fn find(
             *reasons.entry(NOT_HELPFUL).or_default() += 1;
             continue;
         }
+        // Nothing of lower priority here: nothing to remove (and no copy of the cache needed).
+        if !node.pods.values().any(|p| p.priority() < pod.priority()) {
+            *reasons.entry(NO_VICTIMS).or_default() += 1;
+            continue;
+        }
         let sim = sim.get_or_insert_with(|| cache.clone());
         match victims_on(pod, sim, name, filters, cluster) {
             Some(v) if !v.is_empty() => {
