@@ -2,9 +2,10 @@
 //! looks at the whole cluster once per pod (upstream's PreFilter/PreScore) and keeps what it
 //! found in a per-pod checker that then judges nodes (Filter/Score).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{PodAffinityTerm, TopologySpreadConstraint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use r8s_controllers::selector::Matcher;
 
 use crate::cache::{Cache, NodeInfo, PodInfo};
@@ -58,13 +59,90 @@ struct Spread {
     self_match: i64,
 }
 
-fn spreads(pod: &PodInfo, cache: &Cache, hard: bool) -> Vec<Spread> {
-    let constraints: Vec<TopologySpreadConstraint> = pod
+/// PodTopologySpread's constraints for pods that set none (its args' `defaultingType`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SpreadDefaults {
+    /// Upstream's system defaults: hostname skew 3 and zone skew 5, both ScheduleAnyway.
+    System,
+    /// `defaultingType: List`: the configuration's `defaultConstraints` (maybe none).
+    List(Vec<TopologySpreadConstraint>),
+}
+
+impl SpreadDefaults {
+    fn constraints(&self) -> Vec<TopologySpreadConstraint> {
+        match self {
+            SpreadDefaults::System => [("kubernetes.io/hostname", 3), ("topology.kubernetes.io/zone", 5)]
+                .into_iter()
+                .map(|(key, skew)| TopologySpreadConstraint {
+                    topology_key: key.into(),
+                    max_skew: skew,
+                    when_unsatisfiable: "ScheduleAnyway".into(),
+                    ..Default::default()
+                })
+                .collect(),
+            SpreadDefaults::List(l) => l.clone(),
+        }
+    }
+}
+
+/// The selector default constraints count pods with (upstream's `DefaultSelector`): the
+/// selectors of the Services in the pod's namespace that select it, and of the ReplicaSet or
+/// StatefulSet that controls it. None if there are none.
+fn default_selector(pod: &PodInfo, cache: &Cache) -> Option<LabelSelector> {
+    let ns = pod_ns(pod);
+    let labels = pod.pod.metadata.labels.clone().unwrap_or_default();
+    let mut match_labels = BTreeMap::new();
+    for (svc_ns, selector) in cache.services.values() {
+        if svc_ns == ns && !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+            match_labels.extend(selector.clone());
+        }
+    }
+    let mut match_expressions = Vec::new();
+    let owner = pod
+        .pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    if let Some(o) = owner.filter(|o| o.api_version == "apps/v1") {
+        if let Some(sel) = cache.controllers.get(&format!("{}/{ns}/{}", o.kind, o.name)) {
+            match_labels.extend(sel.match_labels.clone().unwrap_or_default());
+            match_expressions.extend(sel.match_expressions.clone().unwrap_or_default());
+        }
+    }
+    if match_labels.is_empty() && match_expressions.is_empty() {
+        return None;
+    }
+    Some(LabelSelector {
+        match_labels: Some(match_labels),
+        match_expressions: Some(match_expressions),
+    })
+}
+
+fn spreads(pod: &PodInfo, cache: &Cache, hard: bool, defaults: &SpreadDefaults) -> Vec<Spread> {
+    let own = pod
         .pod
         .spec
         .as_ref()
         .and_then(|s| s.topology_spread_constraints.clone())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let all = if !own.is_empty() {
+        own
+    } else {
+        match default_selector(pod, cache) {
+            Some(selector) => defaults
+                .constraints()
+                .into_iter()
+                .map(|c| TopologySpreadConstraint {
+                    label_selector: Some(selector.clone()),
+                    ..c
+                })
+                .collect(),
+            None => Vec::new(),
+        }
+    };
+    let constraints: Vec<TopologySpreadConstraint> = all
         .into_iter()
         .filter(|c| (c.when_unsatisfiable == "DoNotSchedule") == hard)
         .collect();
@@ -139,14 +217,14 @@ impl NodeCheck for SpreadCheck {
     }
 }
 
-pub struct PodTopologySpread;
+pub struct PodTopologySpread(pub SpreadDefaults);
 
 impl ClusterFilter for PodTopologySpread {
     fn name(&self) -> &'static str {
         "PodTopologySpread"
     }
     fn prepare(&self, pod: &PodInfo, cache: &Cache) -> Box<dyn NodeCheck> {
-        Box::new(SpreadCheck(spreads(pod, cache, true)))
+        Box::new(SpreadCheck(spreads(pod, cache, true, &self.0)))
     }
 }
 
@@ -155,7 +233,7 @@ impl ClusterScore for PodTopologySpread {
         "PodTopologySpread"
     }
     fn prepare(&self, pod: &PodInfo, cache: &Cache) -> Box<dyn NodeCheck> {
-        Box::new(SpreadCheck(spreads(pod, cache, false)))
+        Box::new(SpreadCheck(spreads(pod, cache, false, &self.0)))
     }
 }
 
@@ -429,7 +507,7 @@ mod tests {
         let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
             "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
         let p = pod("new", None, json!({"app": "web"}), spread);
-        let check = ClusterFilter::prepare(&PodTopologySpread, &p, &c);
+        let check = ClusterFilter::prepare(&PodTopologySpread(SpreadDefaults::System), &p, &c);
         // Zone a has 2, b has 0: only b keeps the skew at most 1.
         assert_eq!(verdicts(check.as_ref(), &c, &["a1", "b1"]), [false, true]);
         assert_eq!(
@@ -457,6 +535,61 @@ mod tests {
             check.filter(&c.nodes["n1"]).unwrap_err(),
             ["node(s) didn't satisfy existing pods anti-affinity rules"]
         );
+    }
+
+    #[test]
+    fn pods_without_constraints_spread_by_their_replicaset_and_services() {
+        let mut c = cache(&[("n1", "a"), ("n2", "a")]);
+        let owned = |name: &str, node: Option<&str>| {
+            let mut p: Pod = (*pod(
+                name,
+                node,
+                json!({"app": "web", "pod-template-hash": "x"}),
+                json!({}),
+            )
+            .pod)
+                .clone();
+            p.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-x", "uid": "u", "controller": true
+            }))
+            .unwrap()]);
+            Arc::new(p)
+        };
+        for i in 0..4 {
+            c.set_pod(owned(&format!("web-{i}"), Some("n1")));
+        }
+        let incoming = PodInfo::new(owned("web-new", None));
+        let system = PodTopologySpread(SpreadDefaults::System);
+        let scores = |c: &Cache| {
+            let check = ClusterScore::prepare(&system, &incoming, c);
+            let mut s: Vec<i64> = ["n1", "n2"].iter().map(|n| check.score(&c.nodes[*n])).collect();
+            check.normalize(&mut s);
+            s
+        };
+        // The ReplicaSet is unknown: no selector, no default constraints, no preference.
+        let s = scores(&c);
+        assert_eq!(s[0], s[1], "{s:?}");
+        // With its selector known, n2 (none of its pods) is preferred.
+        c.controllers.insert(
+            "ReplicaSet/default/web-x".into(),
+            serde_json::from_value(json!({"matchLabels": {"app": "web", "pod-template-hash": "x"}})).unwrap(),
+        );
+        let s = scores(&c);
+        assert!(s[1] > s[0], "{s:?}");
+        // A Service selecting the pod does the same without the ReplicaSet.
+        c.controllers.clear();
+        c.services.insert(
+            "default/web".into(),
+            ("default".into(), [("app".to_string(), "web".to_string())].into()),
+        );
+        let s = scores(&c);
+        assert!(s[1] > s[0], "{s:?}");
+        // defaultingType List with no constraints turns it off; nothing here is a hard filter.
+        let off = PodTopologySpread(SpreadDefaults::List(Vec::new()));
+        let check = ClusterScore::prepare(&off, &incoming, &c);
+        assert_eq!(check.score(&c.nodes["n1"]), check.score(&c.nodes["n2"]));
+        let hard = ClusterFilter::prepare(&system, &incoming, &c);
+        assert!(hard.filter(&c.nodes["n1"]).is_ok());
     }
 
     #[test]

@@ -233,6 +233,10 @@ pub struct Cache {
     nominated: HashMap<String, (String, Arc<PodInfo>)>,
     /// Each namespace's labels (affinity terms' namespaceSelector).
     pub namespace_labels: HashMap<String, std::collections::BTreeMap<String, String>>,
+    /// Services' selectors by `<ns>/<name>`: (namespace, selector) — default spreading.
+    pub services: HashMap<String, (String, std::collections::BTreeMap<String, String>)>,
+    /// ReplicaSets' and StatefulSets' selectors by `<Kind>/<ns>/<name>` — default spreading.
+    pub controllers: HashMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
 }
 
 fn has_required_anti_affinity(p: &PodInfo) -> bool {

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use crate::affinity::SpreadDefaults;
 use crate::plugins::{ScoringStrategy, ScoringType};
 
 /// Filter plugins in upstream's order.
@@ -39,6 +40,8 @@ pub struct ProfileConfig {
     pub percentage_of_nodes_to_score: Option<u32>,
     /// NodeResourcesFit's `scoringStrategy` (pluginConfig).
     pub fit_scoring: ScoringStrategy,
+    /// PodTopologySpread's constraints for pods without their own (pluginConfig).
+    pub spread_defaults: SpreadDefaults,
 }
 
 impl ProfileConfig {
@@ -49,6 +52,7 @@ impl ProfileConfig {
             scores: SCORES.iter().map(|(n, w)| (n.to_string(), *w)).collect(),
             percentage_of_nodes_to_score: None,
             fit_scoring: ScoringStrategy::default(),
+            spread_defaults: SpreadDefaults::System,
         }
     }
 }
@@ -155,6 +159,50 @@ fn fit_args(args: &Value) -> Result<ScoringStrategy, String> {
     Ok(ScoringStrategy { kind, resources })
 }
 
+/// `PodTopologySpreadArgs`: `defaultingType` System (the default) or List with
+/// `defaultConstraints` (which System does not take), as upstream validates them.
+fn spread_args(args: &Value) -> Result<SpreadDefaults, String> {
+    let given = args["defaultConstraints"].as_array().cloned().unwrap_or_default();
+    match args["defaultingType"].as_str().unwrap_or("System") {
+        "System" if !given.is_empty() => {
+            Err("defaultConstraints: Invalid value: \"...\": when .defaultingType is \"System\", .defaultConstraints must be empty".into())
+        }
+        "System" => Ok(SpreadDefaults::System),
+        "List" => {
+            let mut out = Vec::new();
+            for (i, c) in given.iter().enumerate() {
+                if c.get("labelSelector").is_some() {
+                    return Err(format!(
+                        "defaultConstraints[{i}].labelSelector: Forbidden: constraint must not define a selector, as they deduced for each pod"
+                    ));
+                }
+                let c: k8s_openapi::api::core::v1::TopologySpreadConstraint = serde_json::from_value(c.clone())
+                    .map_err(|e| format!("defaultConstraints[{i}]: {e}"))?;
+                if c.max_skew <= 0 {
+                    return Err(format!(
+                        "defaultConstraints[{i}].maxSkew: Invalid value: {}: must be greater than zero",
+                        c.max_skew
+                    ));
+                }
+                if c.topology_key.is_empty() {
+                    return Err(format!("defaultConstraints[{i}].topologyKey: Required value: can not be empty"));
+                }
+                if !matches!(c.when_unsatisfiable.as_str(), "DoNotSchedule" | "ScheduleAnyway") {
+                    return Err(format!(
+                        "defaultConstraints[{i}].whenUnsatisfiable: Unsupported value: \"{}\": supported values: \"DoNotSchedule\", \"ScheduleAnyway\"",
+                        c.when_unsatisfiable
+                    ));
+                }
+                out.push(c);
+            }
+            Ok(SpreadDefaults::List(out))
+        }
+        other => Err(format!(
+            "defaultingType: Unsupported value: \"{other}\": supported values: \"List\", \"System\""
+        )),
+    }
+}
+
 /// Parse a KubeSchedulerConfiguration document (YAML or JSON).
 pub fn parse(text: &str) -> Result<SchedulerConfig, String> {
     let doc: Value =
@@ -203,6 +251,10 @@ pub fn parse(text: &str) -> Result<SchedulerConfig, String> {
             match plugin {
                 "NodeResourcesFit" => {
                     profile.fit_scoring = fit_args(&pc["args"]).map_err(|e| format!("{at}.args.{e}"))?;
+                }
+                "PodTopologySpread" => {
+                    profile.spread_defaults =
+                        spread_args(&pc["args"]).map_err(|e| format!("{at}.args.{e}"))?;
                 }
                 p if FILTERS.contains(&p) || SCORES.iter().any(|(n, _)| *n == p) => {
                     // Args of the other plugins are not read (r8s has none of their options).
@@ -346,6 +398,22 @@ profiles:
         ))
         .unwrap_err()
         .ends_with("shape[1].utilization: Invalid value: 20: utilization values must be sorted in increasing order"));
+        assert!(parse(&format!(
+            "{head}  - name: PodTopologySpread\n    args: {{defaultingType: System, defaultConstraints: [{{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}}]}}\n"
+        ))
+        .unwrap_err()
+        .contains("when .defaultingType is \"System\", .defaultConstraints must be empty"));
+        let list = parse(&format!(
+            "{head}  - name: PodTopologySpread\n    args: {{defaultingType: List, defaultConstraints: [{{maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}}]}}\n"
+        ))
+        .unwrap();
+        match &list.profiles[0].spread_defaults {
+            SpreadDefaults::List(l) => assert_eq!(
+                (l.len(), l[0].max_skew, l[0].topology_key.as_str()),
+                (1, 1, "zone")
+            ),
+            other => panic!("{other:?}"),
+        }
         assert!(parse(&format!("{head}  - name: Magic\n"))
             .unwrap_err()
             .contains("plugin does not exist"));

@@ -17,7 +17,8 @@ pub mod queue;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
@@ -78,7 +79,9 @@ impl Profile {
                 "NodeAffinity" => p.filters.push(Box::new(plugins::NodeAffinity)),
                 "NodePorts" => p.filters.push(Box::new(plugins::NodePorts)),
                 "NodeResourcesFit" => p.filters.push(Box::new(plugins::NodeResourcesFit)),
-                "PodTopologySpread" => p.cluster_filters.push(Box::new(affinity::PodTopologySpread)),
+                "PodTopologySpread" => p
+                    .cluster_filters
+                    .push(Box::new(affinity::PodTopologySpread(cfg.spread_defaults.clone()))),
                 "InterPodAffinity" => p.cluster_filters.push(Box::new(affinity::InterPodAffinity)),
                 _ => {}
             }
@@ -93,7 +96,10 @@ impl Profile {
                 "NodeResourcesBalancedAllocation" => {
                     p.scores.push((Box::new(plugins::BalancedAllocation), *w))
                 }
-                "PodTopologySpread" => p.cluster_scores.push((Box::new(affinity::PodTopologySpread), *w)),
+                "PodTopologySpread" => p.cluster_scores.push((
+                    Box::new(affinity::PodTopologySpread(cfg.spread_defaults.clone())),
+                    *w,
+                )),
                 "InterPodAffinity" => p.cluster_scores.push((Box::new(affinity::InterPodAffinity), *w)),
                 "ImageLocality" => p.cluster_scores.push((Box::new(affinity::ImageLocality), *w)),
                 _ => {}
@@ -262,6 +268,60 @@ impl Scheduler {
         let factory = Factory::new(self.client.clone(), None);
         let pods = factory.get::<Pod>();
         let nodes = factory.get::<Node>();
+        // Services' and ReplicaSets' selectors, for default topology spreading (r8s serves no
+        // StatefulSets yet). Best effort: scheduling does not wait for them.
+        let services = factory.get::<Service>();
+        let weak = Arc::downgrade(&self);
+        services.add_handler(move |c| {
+            if let Some(s) = weak.upgrade() {
+                let mut cache = s.cache.lock().unwrap();
+                match c {
+                    Change::Added(svc) | Change::Updated(_, svc) => {
+                        let ns = svc.namespace().unwrap_or_default();
+                        let selector = svc
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.selector.clone())
+                            .unwrap_or_default();
+                        cache
+                            .services
+                            .insert(format!("{ns}/{}", svc.name_any()), (ns, selector));
+                    }
+                    Change::Deleted(svc) => {
+                        cache.services.remove(&format!(
+                            "{}/{}",
+                            svc.namespace().unwrap_or_default(),
+                            svc.name_any()
+                        ));
+                    }
+                }
+            }
+        });
+        let replicasets = factory.get::<ReplicaSet>();
+        let weak = Arc::downgrade(&self);
+        replicasets.add_handler(move |c| {
+            if let Some(s) = weak.upgrade() {
+                let mut cache = s.cache.lock().unwrap();
+                match c {
+                    Change::Added(rs) | Change::Updated(_, rs) => {
+                        let key = format!(
+                            "ReplicaSet/{}/{}",
+                            rs.namespace().unwrap_or_default(),
+                            rs.name_any()
+                        );
+                        let selector = rs.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
+                        cache.controllers.insert(key, selector);
+                    }
+                    Change::Deleted(rs) => {
+                        cache.controllers.remove(&format!(
+                            "ReplicaSet/{}/{}",
+                            rs.namespace().unwrap_or_default(),
+                            rs.name_any()
+                        ));
+                    }
+                }
+            }
+        });
         // Namespaces' labels, for affinity terms' namespaceSelector.
         let namespaces = factory.get::<Namespace>();
         let weak = Arc::downgrade(&self);
