@@ -77,6 +77,7 @@ pub(crate) struct Shared {
 pub struct ApiServer {
     pub local_addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
+    shared: Arc<Shared>,
 }
 
 impl ApiServer {
@@ -125,8 +126,17 @@ impl ApiServer {
             kubelet: config.kubelet,
             advertise: local_addr.to_string(),
         });
-        let task = tokio::spawn(server::serve(listener, tls, shared));
-        Ok(Self { local_addr, task })
+        let task = tokio::spawn(server::serve(listener, tls, shared.clone()));
+        Ok(Self {
+            local_addr,
+            task,
+            shared,
+        })
+    }
+
+    /// Serve another in-process component's metrics on `/metrics` too.
+    pub fn add_metrics(&self, source: impl Fn() -> String + Send + Sync + 'static) {
+        self.shared.metrics.add_source(Box::new(source));
     }
 
     /// Stop accepting connections.

@@ -46,10 +46,15 @@ pub struct AuditMetrics {
     pub levels: Family<LevelLabels, Counter>,
 }
 
+/// Another component's metrics in the text format, without `# EOF` (the scheduler's, when it
+/// runs in this process).
+pub type MetricsSource = Box<dyn Fn() -> String + Send + Sync>;
+
 pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
     pub audit: AuditMetrics,
+    extra: Mutex<Vec<MetricsSource>>,
 }
 
 impl Default for Metrics {
@@ -81,6 +86,7 @@ impl Default for Metrics {
             registry: Mutex::new(registry),
             requests,
             audit,
+            extra: Mutex::new(Vec::new()),
         }
     }
 }
@@ -121,11 +127,25 @@ impl Metrics {
             .inc();
     }
 
+    /// Serve `source`'s metrics after the API server's own.
+    pub fn add_source(&self, source: MetricsSource) {
+        self.extra.lock().unwrap().push(source);
+    }
+
     /// The text exposition format.
     pub fn render(&self) -> String {
         let mut out = String::new();
         let registry = self.registry.lock().unwrap();
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        let extra = self.extra.lock().unwrap();
+        if extra.is_empty() {
+            return out;
+        }
+        let mut out = out.strip_suffix("# EOF\n").map(str::to_string).unwrap_or(out);
+        for source in extra.iter() {
+            out.push_str(&source());
+        }
+        out.push_str("# EOF\n");
         out
     }
 }

@@ -862,6 +862,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         if let Some(path) = &args.scheduler_config {
             opts.profiles = scheduler_config(path)?.profiles;
         }
+        // The scheduler's metrics are served on the API server's /metrics.
+        let metrics = opts.metrics.clone();
+        api.add_metrics(move || metrics.render());
         components.push(tokio::spawn(r8s_scheduler::run(client, opts, stop.clone())));
     }
     if !args.disable_agent {
@@ -924,7 +927,7 @@ async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
             .map(|n| r8s_scheduler::config::ProfileConfig::default_for(n))
             .collect(),
         leader_elect: args.leader_elect,
-        identity: r8s_controllers::default_identity(),
+        ..Default::default()
     };
     if let Some(path) = &args.config {
         let cfg = scheduler_config(path)?;

@@ -164,6 +164,38 @@ fn resources_taints_and_affinity_decide_placement_and_failures_say_why() {
     // A new node that fits: the unschedulable pod is retried and lands there.
     node(&s, "bigger", "32", ", zone: c", "");
     assert_eq!(wait_bound(&s, "huge"), "bigger");
+
+    // The in-process scheduler's metrics are on the API server's /metrics.
+    let value = |metrics: &str, series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    // Four pods bound (one after being unschedulable; the binding is counted once it returns);
+    // two pods were unschedulable at least once, and each time preemption was tried.
+    let metrics = wait_for(30, "scheduler metrics", || {
+        let m = s.ok(V, &["get", "--raw", "/metrics"]);
+        (value(
+            &m,
+            "scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"default-scheduler\"}",
+        ) >= 4.0)
+            .then_some(m)
+    });
+    assert!(
+        value(
+            &metrics,
+            "scheduler_schedule_attempts_total{result=\"unschedulable\",profile=\"default-scheduler\"}"
+        ) >= 2.0,
+        "{metrics}"
+    );
+    assert!(
+        value(&metrics, "scheduler_preemption_attempts_total") >= 2.0,
+        "{metrics}"
+    );
+    assert!(metrics.contains("scheduler_scheduling_attempt_duration_seconds_bucket{"));
+    assert!(metrics.contains("apiserver_request_total{"));
+    assert!(metrics.trim_end().ends_with("# EOF") && metrics.matches("# EOF").count() == 1);
 }
 
 #[test]

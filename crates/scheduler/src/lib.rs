@@ -10,6 +10,7 @@
 pub mod affinity;
 pub mod cache;
 pub mod config;
+pub mod metrics;
 pub mod plugins;
 pub mod preemption;
 pub mod queue;
@@ -41,6 +42,8 @@ pub struct Options {
     pub profiles: Vec<config::ProfileConfig>,
     pub leader_elect: bool,
     pub identity: String,
+    /// Where the scheduler counts its attempts (kept across leadership terms).
+    pub metrics: Arc<metrics::SchedulerMetrics>,
 }
 
 impl Default for Options {
@@ -49,6 +52,7 @@ impl Default for Options {
             profiles: vec![config::ProfileConfig::default_for(DEFAULT_SCHEDULER)],
             leader_elect: true,
             identity: r8s_controllers::default_identity(),
+            metrics: Arc::new(metrics::SchedulerMetrics::default()),
         }
     }
 }
@@ -170,6 +174,7 @@ pub struct Scheduler {
     binds: Arc<tokio::sync::Semaphore>,
     /// Durations of scheduling attempts (filter + score), in microseconds, since the last report.
     attempts: Mutex<Vec<u64>>,
+    metrics: Arc<metrics::SchedulerMetrics>,
 }
 
 fn profile_name(pod: &Pod) -> &str {
@@ -201,6 +206,7 @@ impl Scheduler {
             next_start: Mutex::new(0),
             binds: Arc::new(tokio::sync::Semaphore::new(64)),
             attempts: Mutex::new(Vec::new()),
+            metrics: opts.metrics.clone(),
         })
     }
 
@@ -480,6 +486,9 @@ impl Scheduler {
     async fn schedule_one(self: &Arc<Self>, key: String, pod: Arc<Pod>) {
         let info = Arc::new(PodInfo::new(pod.clone()));
         let started = std::time::Instant::now();
+        let (active, backoff, unschedulable) = self.queue.counts();
+        self.metrics.set_pending(active, backoff, unschedulable);
+        let profile = profile_name(&pod).to_string();
         let decision = self.decide(&info);
         self.attempts
             .lock()
@@ -499,6 +508,8 @@ impl Scheduler {
                     let _permit = permit;
                     match this.bind(&pod, &node).await {
                         Ok(()) => {
+                            this.metrics
+                                .attempt("scheduled", &profile, started.elapsed().as_secs_f64());
                             this.queue.done(&key, Outcome::Scheduled);
                             this.events.emit_once(
                                 pod.object_ref(&()),
@@ -509,6 +520,8 @@ impl Scheduler {
                         }
                         Err(e) => {
                             tracing::info!(pod = %key, %node, error = %e, "binding failed");
+                            this.metrics
+                                .attempt("error", &profile, started.elapsed().as_secs_f64());
                             this.cache.lock().unwrap().forget(&key);
                             this.queue.done(&key, Outcome::Error);
                         }
@@ -516,8 +529,11 @@ impl Scheduler {
                 });
             }
             Decision::Unschedulable(mut msg) => {
+                self.metrics
+                    .attempt("unschedulable", &profile, started.elapsed().as_secs_f64());
                 // PostFilter: make room by preempting lower-priority pods, if allowed.
                 if preemption::may_preempt(&info) {
+                    self.metrics.preemption_attempts.inc();
                     let plan = {
                         let cache = self.cache.lock().unwrap();
                         match self.profiles.get(profile_name(&pod)) {
@@ -526,7 +542,10 @@ impl Scheduler {
                         }
                     };
                     match plan {
-                        Ok(plan) => self.preempt(&pod, &key, plan).await,
+                        Ok(plan) => {
+                            self.metrics.preemption_victims.observe(plan.victims.len() as f64);
+                            self.preempt(&pod, &key, plan).await
+                        }
                         Err(why) => msg = format!("{msg} {why}"),
                     }
                 }

@@ -204,6 +204,20 @@ impl SchedulingQueue {
         }
     }
 
+    /// Pods waiting: (active, backing off, unschedulable); pods being scheduled count as active.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        let s = self.state.lock().unwrap();
+        let (mut active, mut backoff, mut unschedulable) = (0, 0, 0);
+        for e in s.entries.values() {
+            match e.at {
+                Where::Active | Where::InFlight => active += 1,
+                Where::Backoff(_) => backoff += 1,
+                Where::Unschedulable(_) => unschedulable += 1,
+            }
+        }
+        (active, backoff, unschedulable)
+    }
+
     pub fn len(&self) -> usize {
         self.state.lock().unwrap().entries.len()
     }
