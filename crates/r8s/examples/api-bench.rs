@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http_body_util::BodyExt;
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::Api;
 
@@ -57,11 +57,7 @@ async fn main() {
     };
     let (mut server, client) = common::start_server(dir.path(), args, None).await;
     if !control_plane {
-        for ns in ["default", "kube-public", "kube-node-lease"] {
-            let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-            let sa = serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
-            sas.create(&PostParams::default(), &sa).await.unwrap();
-        }
+        common::create_default_service_accounts(&client).await;
     }
     let kubeconfig = dir.path().join("kubeconfig.yaml");
     println!(

@@ -72,6 +72,8 @@ async fn phase(nodes: usize, pods: usize, backlog: bool) {
         extra.push("--disable-scheduler");
     }
     let (mut server, client) = common::start_server(dir.path(), &extra, Some(&log_path)).await;
+    // The controller manager is off: the ServiceAccounts it would create come from here.
+    common::create_default_service_accounts(&client).await;
     let kubeconfig = dir.path().join("kubeconfig.yaml");
     println!(
         "scheduler-bench: r8s server pid {}, {nodes} hollow nodes, {pods} pods",

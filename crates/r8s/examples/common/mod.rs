@@ -119,3 +119,14 @@ pub fn pct(sorted: &[Duration], p: f64) -> Duration {
 pub fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
+
+/// The `default` ServiceAccounts the controller manager would create: a benchmark that runs the
+/// server without it creates them so pods pass ServiceAccount admission as in a cluster.
+pub async fn create_default_service_accounts(client: &Client) {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    for ns in ["default", "kube-public", "kube-node-lease"] {
+        let sas: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), ns);
+        let sa = serde_json::from_value(serde_json::json!({"metadata": {"name": "default"}})).unwrap();
+        sas.create(&Default::default(), &sa).await.unwrap();
+    }
+}
