@@ -66,6 +66,113 @@ pub fn decode(def: &ResourceDef, input: &Value) -> Result<Decoded, String> {
     })
 }
 
+/// (schema, property, patch strategy, merge key) as upstream's Go types tag them, for the
+/// served types.
+const PATCH_STRATEGIES: &[(&str, &str, &str, &str)] = &[
+    (
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+        "finalizers",
+        "merge",
+        "",
+    ),
+    (
+        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+        "ownerReferences",
+        "merge",
+        "uid",
+    ),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "volumes",
+        "merge,retainKeys",
+        "name",
+    ),
+    ("io.k8s.api.core.v1.PodSpec", "initContainers", "merge", "name"),
+    ("io.k8s.api.core.v1.PodSpec", "containers", "merge", "name"),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "ephemeralContainers",
+        "merge",
+        "name",
+    ),
+    ("io.k8s.api.core.v1.PodSpec", "imagePullSecrets", "merge", "name"),
+    ("io.k8s.api.core.v1.PodSpec", "hostAliases", "merge", "ip"),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "topologySpreadConstraints",
+        "merge",
+        "topologyKey",
+    ),
+    (
+        "io.k8s.api.core.v1.PodSpec",
+        "resourceClaims",
+        "merge,retainKeys",
+        "name",
+    ),
+    ("io.k8s.api.core.v1.PodSpec", "schedulingGates", "merge", "name"),
+    ("io.k8s.api.core.v1.Container", "ports", "merge", "containerPort"),
+    ("io.k8s.api.core.v1.Container", "env", "merge", "name"),
+    (
+        "io.k8s.api.core.v1.Container",
+        "volumeMounts",
+        "merge",
+        "mountPath",
+    ),
+    (
+        "io.k8s.api.core.v1.Container",
+        "volumeDevices",
+        "merge",
+        "devicePath",
+    ),
+    ("io.k8s.api.core.v1.EphemeralContainer", "env", "merge", "name"),
+    (
+        "io.k8s.api.core.v1.EphemeralContainer",
+        "volumeMounts",
+        "merge",
+        "mountPath",
+    ),
+    (
+        "io.k8s.api.core.v1.EphemeralContainer",
+        "volumeDevices",
+        "merge",
+        "devicePath",
+    ),
+    ("io.k8s.api.core.v1.PodStatus", "conditions", "merge", "type"),
+    ("io.k8s.api.core.v1.PodStatus", "podIPs", "merge", "ip"),
+    ("io.k8s.api.core.v1.PodStatus", "hostIPs", "merge", "ip"),
+    (
+        "io.k8s.api.core.v1.PodStatus",
+        "resourceClaimStatuses",
+        "merge,retainKeys",
+        "name",
+    ),
+    ("io.k8s.api.core.v1.NodeSpec", "podCIDRs", "merge", ""),
+    ("io.k8s.api.core.v1.NodeStatus", "conditions", "merge", "type"),
+    ("io.k8s.api.core.v1.NodeStatus", "addresses", "merge", "type"),
+    (
+        "io.k8s.api.core.v1.NamespaceStatus",
+        "conditions",
+        "merge",
+        "type",
+    ),
+    ("io.k8s.api.core.v1.ServiceSpec", "ports", "merge", "port"),
+    ("io.k8s.api.core.v1.ServiceStatus", "conditions", "merge", "type"),
+    ("io.k8s.api.core.v1.ServiceAccount", "secrets", "merge", "name"),
+    ("io.k8s.api.apps.v1.DeploymentSpec", "strategy", "retainKeys", ""),
+    (
+        "io.k8s.api.apps.v1.DeploymentStatus",
+        "conditions",
+        "merge",
+        "type",
+    ),
+    (
+        "io.k8s.api.apps.v1.ReplicaSetStatus",
+        "conditions",
+        "merge",
+        "type",
+    ),
+];
+
 /// The OpenAPI v3 schemas (`components.schemas`, keyed by Kubernetes' definition names such as
 /// `io.k8s.api.core.v1.Pod`) of `defs` and everything they refer to, each resource's root
 /// schema marked with its `x-kubernetes-group-version-kind`.
@@ -85,6 +192,21 @@ pub fn openapi_schemas<'a>(
         }
     }
     let mut schemas = gen.take_definitions(true);
+    // Upstream's patchStrategy/patchMergeKey struct tags, which k8s-openapi's schemas do not
+    // carry: kubectl's client-side apply computes its strategic merge patches from them.
+    for (schema, field, strategy, key) in PATCH_STRATEGIES {
+        if let Some(prop) = schemas
+            .get_mut(*schema)
+            .and_then(|s| s.get_mut("properties"))
+            .and_then(|p| p.get_mut(*field))
+            .and_then(Value::as_object_mut)
+        {
+            prop.insert("x-kubernetes-patch-strategy".into(), (*strategy).into());
+            if !key.is_empty() {
+                prop.insert("x-kubernetes-patch-merge-key".into(), (*key).into());
+            }
+        }
+    }
     for (name, def) in roots {
         if let Some(schema) = schemas.get_mut(&name).and_then(Value::as_object_mut) {
             schema.insert(
@@ -244,6 +366,24 @@ mod tests {
             d["properties"]["spec"]["allOf"][0]["$ref"],
             "#/components/schemas/io.k8s.api.apps.v1.DeploymentSpec"
         );
+        let containers = &schemas["io.k8s.api.apps.v1.DeploymentSpec"];
+        assert_eq!(
+            containers["properties"]["strategy"]["x-kubernetes-patch-strategy"],
+            "retainKeys"
+        );
+        let core: Vec<&ResourceDef> = crate::catalogue().iter().filter(|d| d.kind == "Pod").collect();
+        let core = openapi_schemas(core);
+        let containers = &core["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
+        assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
+        assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
+        // Every entry of the table names a real property.
+        let all = openapi_schemas(crate::catalogue());
+        for (schema, field, _, _) in PATCH_STRATEGIES {
+            assert!(
+                all[*schema]["properties"][*field].is_object(),
+                "{schema}.{field} is not in the schemas"
+            );
+        }
         assert!(schemas.contains_key("io.k8s.api.core.v1.PodSpec"));
         assert!(schemas.contains_key("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"));
     }

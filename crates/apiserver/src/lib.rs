@@ -15,6 +15,7 @@ mod handler;
 mod health;
 pub mod metrics;
 mod openapi;
+mod openapi_v2;
 pub mod pki;
 mod protobuf;
 pub mod rbac;

@@ -4,8 +4,8 @@
 //! each resource's operations with the query parameters kubectl looks for (`fieldValidation`,
 //! `dryRun`, `fieldManager`).
 //!
-//! `/openapi/v2` is an empty document (in the protobuf encoding clients ask for): clients then
-//! use v3.
+//! `/openapi/v2` (Swagger 2.0, JSON or protobuf) is built from the same schemas in
+//! `openapi_v2.rs`.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -125,7 +125,7 @@ fn documents() -> &'static Documents {
     })
 }
 
-pub(crate) fn route(path: &str, _headers: &HeaderMap) -> Option<Response<Body>> {
+pub(crate) fn route(path: &str, headers: &HeaderMap) -> Option<Response<Body>> {
     match path {
         "/openapi/v3" => {
             let paths: Map<String, Value> = documents()
@@ -140,18 +140,31 @@ pub(crate) fn route(path: &str, _headers: &HeaderMap) -> Option<Response<Body>> 
                 .collect();
             Some(json_response(StatusCode::OK, &json!({"paths": paths})))
         }
-        // An empty OpenAPI v2 document in the protobuf encoding clients ask for (a message with
-        // no fields is zero bytes).
-        "/openapi/v2" => Some(
-            Response::builder()
-                .status(StatusCode::OK)
-                .header(
-                    header::CONTENT_TYPE,
+        // Swagger 2.0 for every served type: protobuf (gnostic's Document) when the client asks
+        // for it, as client-go's discovery does, else JSON.
+        "/openapi/v2" => {
+            let doc = crate::openapi_v2::served();
+            let protobuf = headers
+                .get(header::ACCEPT)
+                .and_then(|a| a.to_str().ok())
+                .is_some_and(|a| a.contains("protobuf"));
+            let (content_type, body) = if protobuf {
+                (
                     "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                    doc.protobuf.clone(),
                 )
-                .body(full(Vec::<u8>::new()))
-                .expect("valid response"),
-        ),
+            } else {
+                ("application/json", doc.json.clone())
+            };
+            Some(
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header(header::CONTENT_TYPE, content_type)
+                    .header(header::ETAG, format!("\"{}\"", doc.etag))
+                    .body(full(body))
+                    .expect("valid response"),
+            )
+        }
         _ => {
             let gv = path.strip_prefix("/openapi/v3/")?;
             let (hash, doc) = documents().by_path.get(gv)?;

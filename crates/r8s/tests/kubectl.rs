@@ -77,6 +77,29 @@ fn version_health_and_discovery() {
         );
         let explain = s.ok(v, &["explain", "pods.spec.containers.image"]);
         assert!(explain.contains("image <string>"), "{explain}");
+        // ... and the OpenAPI v2 document (protobuf) when asked for it.
+        let explain = s.ok(
+            v,
+            &[
+                "explain",
+                "deployment.spec.strategy",
+                "--output=plaintext-openapiv2",
+            ],
+        );
+        assert!(
+            explain.contains("KIND:") && explain.contains("Deployment"),
+            "{explain}"
+        );
+        assert!(
+            explain.contains("rollingUpdate") && explain.contains("DeploymentStrategy"),
+            "{explain}"
+        );
+        let v2: serde_json::Value = serde_json::from_str(&s.ok(v, &["get", "--raw", "/openapi/v2"])).unwrap();
+        assert_eq!(v2["swagger"], "2.0");
+        assert_eq!(
+            v2["definitions"]["io.k8s.api.core.v1.Pod"]["x-kubernetes-group-version-kind"][0]["kind"],
+            "Pod"
+        );
         let ns = s.ok(v, &["get", "namespaces", "-o", "name"]);
         for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             assert!(ns.contains(&format!("namespace/{n}")), "{ns}");
@@ -258,6 +281,41 @@ fn apply_twice_dry_run_and_paging() {
             ],
         );
         assert_eq!(got, "3 nginx:1.26 2");
+        // A container removed from the applied manifest leaves the live object (the patch
+        // kubectl computes needs the containers' merge key from the OpenAPI documents), and
+        // a strategy switched to Recreate drops rollingUpdate ($retainKeys).
+        let two = deployment(3, "nginx:1.26").replace(
+            "        image: nginx:1.26\n",
+            "        image: nginx:1.26\n      - name: side\n        image: busybox\n",
+        );
+        s.ok_stdin(v, &["apply", "-f", "-"], &two);
+        let names = s.ok(
+            v,
+            &[
+                "get",
+                "deploy",
+                &name,
+                "-o",
+                "jsonpath={.spec.template.spec.containers[*].name}",
+            ],
+        );
+        assert_eq!(names, "web side");
+        let recreate = deployment(3, "nginx:1.26").replace(
+            "  replicas: 3\n",
+            "  replicas: 3\n  strategy:\n    type: Recreate\n",
+        );
+        s.ok_stdin(v, &["apply", "-f", "-"], &recreate);
+        let got = s.ok(
+            v,
+            &[
+                "get",
+                "deploy",
+                &name,
+                "-o",
+                "jsonpath={.spec.template.spec.containers[*].name} {.spec.strategy}",
+            ],
+        );
+        assert_eq!(got, "web {\"type\":\"Recreate\"}");
         let wide = s.ok(v, &["get", "deploy", &name, "-o", "wide"]);
         let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
         assert_eq!(

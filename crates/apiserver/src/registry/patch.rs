@@ -252,6 +252,10 @@ fn strategic_merge(doc: &mut Value, patch: &Value, field: &str) {
     }
     let _ = field;
     let target = doc.as_object_mut().expect("made an object");
+    // retainKeys: the fields not listed are cleared (a union such as a Deployment's strategy).
+    if let Some(keep) = patch_map.get("$retainKeys").and_then(Value::as_array) {
+        target.retain(|k, _| keep.iter().any(|r| r.as_str() == Some(k.as_str())));
+    }
     for (k, v) in patch_map {
         if k.starts_with("$setElementOrder/") || k == "$retainKeys" || k == "$patch" {
             continue;
@@ -356,6 +360,15 @@ mod tests {
         assert_eq!(doc["metadata"]["finalizers"], json!(["f1", "f2"]));
         assert_eq!(doc["metadata"]["labels"]["new"], "yes");
         assert!(doc.get("$setElementOrder/containers").is_none());
+    }
+
+    #[test]
+    fn retain_keys_clears_the_fields_not_listed() {
+        let mut doc =
+            json!({"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%"}}}});
+        let patch = json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}});
+        apply(PatchType::Strategic, &mut doc, &patch).unwrap();
+        assert_eq!(doc["spec"]["strategy"], json!({"type": "Recreate"}));
     }
 
     #[test]
