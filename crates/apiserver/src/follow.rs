@@ -3,13 +3,13 @@
 //! of some objects (RBAC's roles and bindings, the Node authorizer's pods) are built on it.
 
 use r8s_store::{EventKind, RangeRequest, Store};
-use serde_json::Value;
 
 /// What the follower saw.
 pub(crate) enum Change<'a> {
     /// A fresh list starts: forget everything seen before.
     Reset,
-    Put(&'a str, Value),
+    /// A key and its stored JSON (each follower parses what it needs of it).
+    Put(&'a str, &'a [u8]),
     Delete(&'a str),
     /// The end of the initial list or of a batch of watch events: a good moment to publish.
     BatchEnd,
@@ -36,10 +36,8 @@ pub(crate) async fn follow(
         kvs.extend(got.kvs);
     }
     apply(Change::Reset);
-    for kv in kvs {
-        if let Ok(obj) = serde_json::from_slice(&kv.value) {
-            apply(Change::Put(&kv.key, obj));
-        }
+    for kv in &kvs {
+        apply(Change::Put(&kv.key, &kv.value));
     }
     apply(Change::BatchEnd);
     // The store watches one prefix at a time; the watches feed one channel.
@@ -75,11 +73,7 @@ pub(crate) async fn follow(
                 Ok(events) => {
                     for ev in events {
                         match ev.kind {
-                            EventKind::Put => {
-                                if let Ok(obj) = serde_json::from_slice(&ev.kv.value) {
-                                    apply(Change::Put(&ev.kv.key, obj));
-                                }
-                            }
+                            EventKind::Put => apply(Change::Put(&ev.kv.key, &ev.kv.value)),
                             EventKind::Delete => apply(Change::Delete(&ev.kv.key)),
                         }
                     }

@@ -155,6 +155,26 @@ pub(crate) async fn list_stored(store: &dyn r8s_store::Store, prefix: &str) -> R
         .collect())
 }
 
+/// A stored object admission reads on every request (a namespace, a ServiceAccount, a
+/// PriorityClass, …), parsed once per stored version and shared: keyed by its stored bytes, so
+/// a change is a new entry, and bounded (cleared when full).
+pub(crate) fn parsed(stored: &bytes::Bytes) -> Option<std::sync::Arc<Value>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock, Mutex};
+    const MAX_ENTRIES: usize = 4096;
+    static CACHE: LazyLock<Mutex<HashMap<bytes::Bytes, Arc<Value>>>> = LazyLock::new(Default::default);
+    if let Some(v) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).get(stored) {
+        return Some(v.clone());
+    }
+    let value = Arc::new(serde_json::from_slice::<Value>(stored).ok()?);
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= MAX_ENTRIES {
+        cache.clear();
+    }
+    cache.insert(stored.clone(), value.clone());
+    Some(value)
+}
+
 #[async_trait]
 pub trait MutatingPlugin: Send + Sync {
     fn name(&self) -> &'static str;

@@ -23,13 +23,13 @@ pub struct NamespaceLifecycle {
 }
 
 impl NamespaceLifecycle {
-    async fn namespace(&self, name: &str) -> Result<Option<Value>, ApiError> {
+    async fn namespace(&self, name: &str) -> Result<Option<Arc<Value>>, ApiError> {
         let resp = self
             .store
             .get(&format!("/registry/namespaces/{name}"), 0)
             .await
             .map_err(|e| ApiError::internal(format!("reading namespace {name}: {e}")))?;
-        Ok(resp.kv.and_then(|kv| serde_json::from_slice(&kv.value).ok()))
+        Ok(resp.kv.and_then(|kv| super::parsed(&kv.value)))
     }
 }
 

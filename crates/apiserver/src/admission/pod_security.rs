@@ -279,7 +279,7 @@ pub struct PodSecurity {
 }
 
 impl PodSecurity {
-    async fn namespace(&self, name: &str) -> Result<Option<Value>, String> {
+    async fn namespace(&self, name: &str) -> Result<Option<std::sync::Arc<Value>>, String> {
         let def = r8s_api::find("", "v1", "namespaces").expect("namespaces are in the catalogue");
         let resp = self
             .store
@@ -288,7 +288,9 @@ impl PodSecurity {
             .map_err(|e| e.to_string())?;
         match resp.kv {
             None => Ok(None),
-            Some(kv) => crate::registry::decode(def, &kv).map(Some).map_err(|e| e.message),
+            Some(kv) => super::parsed(&kv.value)
+                .map(Some)
+                .ok_or_else(|| format!("stored namespace {name} is unreadable")),
         }
     }
 

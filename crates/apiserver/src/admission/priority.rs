@@ -19,16 +19,16 @@ pub struct Priority {
 }
 
 impl Priority {
-    async fn class(&self, name: &str) -> Result<Option<Value>, ApiError> {
+    async fn class(&self, name: &str) -> Result<Option<Arc<Value>>, ApiError> {
         let resp = self
             .store
             .get(&format!("{PREFIX}{name}"), 0)
             .await
             .map_err(|e| ApiError::internal(format!("reading PriorityClass {name}: {e}")))?;
-        Ok(resp.kv.and_then(|kv| serde_json::from_slice(&kv.value).ok()))
+        Ok(resp.kv.and_then(|kv| super::parsed(&kv.value)))
     }
 
-    async fn global_default(&self) -> Result<Option<Value>, ApiError> {
+    async fn global_default(&self) -> Result<Option<Arc<Value>>, ApiError> {
         let resp = self
             .store
             .range(RangeRequest {
@@ -40,7 +40,7 @@ impl Priority {
         Ok(resp
             .kvs
             .iter()
-            .filter_map(|kv| serde_json::from_slice::<Value>(&kv.value).ok())
+            .filter_map(|kv| super::parsed(&kv.value))
             .filter(|c| c["globalDefault"] == true)
             .min_by_key(|c| c["value"].as_i64().unwrap_or(0)))
     }

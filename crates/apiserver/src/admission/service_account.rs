@@ -205,17 +205,17 @@ fn references_secrets(spec: &Value) -> bool {
 }
 
 impl ServiceAccount {
-    async fn read(&self, ns: &str, name: &str) -> Result<Option<Value>, ApiError> {
+    async fn read(&self, ns: &str, name: &str) -> Result<Option<Arc<Value>>, ApiError> {
         let resp = self
             .store
             .get(&format!("/registry/serviceaccounts/{ns}/{name}"), 0)
             .await
             .map_err(|e| ApiError::internal(format!("reading service account {ns}/{name}: {e}")))?;
-        Ok(resp.kv.and_then(|kv| serde_json::from_slice(&kv.value).ok()))
+        Ok(resp.kv.and_then(|kv| super::parsed(&kv.value)))
     }
 
     /// The account, waiting a little for `default` (its controller may be about to make it).
-    async fn service_account(&self, ns: &str, name: &str) -> Result<Value, String> {
+    async fn service_account(&self, ns: &str, name: &str) -> Result<Arc<Value>, String> {
         let attempts = if name == DEFAULT_SERVICE_ACCOUNT { 10 } else { 1 };
         let interval = Duration::from_millis(100 + u64::from(uuid::Uuid::new_v4().as_bytes()[0]) % 100);
         for i in 0..attempts {

@@ -308,24 +308,34 @@ impl RequestAudit {
         let wants_object = r.level >= Level::Request;
         let object = match verb {
             "create" | "update" => {
-                let Ok(obj) = serde_json::from_slice::<Value>(body) else {
-                    return;
+                // Below level Request only the names are needed: read just the metadata.
+                let (meta, obj) = if wants_object {
+                    let Ok(obj) = serde_json::from_slice::<Value>(body) else {
+                        return;
+                    };
+                    let meta =
+                        serde_json::from_value::<BodyMeta>(obj["metadata"].clone()).unwrap_or_default();
+                    (meta, Some(obj))
+                } else {
+                    let Ok(head) = serde_json::from_slice::<BodyHead>(body) else {
+                        return;
+                    };
+                    (head.metadata.unwrap_or_default(), None)
                 };
                 let mut ev = r.event();
                 if let Some(oref) = ev.object_ref.as_mut() {
-                    let meta = &obj["metadata"];
-                    let fill = |field: &mut String, key: &str| {
+                    let fill = |field: &mut String, value: Option<String>| {
                         if field.is_empty() {
-                            *field = meta[key].as_str().unwrap_or_default().to_owned();
+                            *field = value.unwrap_or_default();
                         }
                     };
-                    fill(&mut oref.namespace, "namespace");
-                    fill(&mut oref.name, "name");
-                    fill(&mut oref.uid, "uid");
-                    fill(&mut oref.resource_version, "resourceVersion");
+                    fill(&mut oref.namespace, meta.namespace);
+                    fill(&mut oref.name, meta.name);
+                    fill(&mut oref.uid, meta.uid);
+                    fill(&mut oref.resource_version, meta.resource_version);
                 }
                 drop(ev);
-                wants_object.then(|| r.without_managed_fields(obj))
+                obj.map(|o| r.without_managed_fields(o))
             }
             // A patch is recorded as it was sent (an apply configuration may be YAML).
             "patch" if wants_object => serde_json::from_slice::<Value>(body).ok().or_else(|| {
@@ -524,6 +534,21 @@ fn remove_managed_fields(obj: &mut Value) {
             }
         }
     }
+}
+
+/// The part of a request body an event names its object by.
+#[derive(serde::Deserialize)]
+struct BodyHead {
+    metadata: Option<BodyMeta>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct BodyMeta {
+    namespace: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
 }
 
 #[cfg(test)]

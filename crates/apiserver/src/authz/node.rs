@@ -66,6 +66,28 @@ impl State {
     }
 }
 
+/// Whether a stored pod has a node, read without building the whole object.
+fn bound(json: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Pod {
+        spec: Option<Spec>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Spec {
+        #[serde(rename = "nodeName")]
+        node_name: Option<String>,
+    }
+    // Most stored pods have no node yet: a look for the field name spares them the parse.
+    const FIELD: &[u8] = b"\"nodeName\"";
+    if !json.windows(FIELD.len()).any(|w| w == FIELD) {
+        return false;
+    }
+    serde_json::from_slice::<Pod>(json)
+        .ok()
+        .and_then(|p| p.spec?.node_name)
+        .is_some_and(|n| !n.is_empty())
+}
+
 /// Everything a pod refers to by name: its service account, image pull secrets, volumes'
 /// secrets, configmaps and claims (projected ones included), and env sources.
 fn references(pod: &Value) -> Vec<Ref> {
@@ -136,7 +158,17 @@ impl NodeAuthorizer {
             let mut s = feeding.lock().unwrap_or_else(|e| e.into_inner());
             match change {
                 Change::Reset => *s = State::default(),
-                Change::Put(key, pod) => s.put(key, &pod),
+                Change::Put(key, json) => {
+                    // Most pods are seen first unbound (every create): only a bound pod is
+                    // worth parsing whole.
+                    if bound(json) {
+                        if let Ok(pod) = serde_json::from_slice::<Value>(json) {
+                            s.put(key, &pod);
+                        }
+                    } else {
+                        s.remove(key);
+                    }
+                }
                 Change::Delete(key) => s.remove(key),
                 Change::BatchEnd => {}
             }
@@ -222,6 +254,18 @@ impl Authorizer for NodeAuthorizer {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_pods_with_a_node_are_bound() {
+        assert!(bound(
+            br#"{"metadata":{"name":"a"},"spec":{"nodeName":"n1","containers":[]}}"#
+        ));
+        assert!(!bound(
+            br#"{"metadata":{"name":"a"},"spec":{"containers":[{"name":"c"}]}}"#
+        ));
+        assert!(!bound(br#"{"spec":{"nodeName":""}}"#));
+        assert!(!bound(br#"{"metadata":{}}"#));
+    }
 
     #[test]
     fn pods_on_a_node_count_their_references() {

@@ -206,8 +206,8 @@ impl Rbac {
         let mut objects = Objects::default();
         crate::follow::spawn(store, &PREFIXES, "rbac", move |change| match change {
             Change::Reset => objects = Objects::default(),
-            Change::Put(key, obj) => {
-                if let Some(map) = objects.map_for(key) {
+            Change::Put(key, json) => {
+                if let (Some(map), Ok(obj)) = (objects.map_for(key), serde_json::from_slice(json)) {
                     map.insert(key.to_owned(), obj);
                 }
             }

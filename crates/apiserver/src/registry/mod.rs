@@ -95,25 +95,56 @@ pub(crate) fn decode(def: &ResourceDef, kv: &KeyValue) -> Result<Value, ApiError
 /// The stored form: apiVersion, kind and metadata first (so [`with_resource_version`] can find
 /// the metadata without parsing), without resourceVersion.
 pub(crate) fn encode(def: &ResourceDef, obj: &Value) -> Bytes {
-    let obj = convert::to_storage(def, obj.clone());
-    let mut stored = serde_json::Map::new();
-    if let Some(o) = obj.as_object() {
-        for k in ["apiVersion", "kind", "metadata"] {
-            if let Some(v) = o.get(k) {
-                stored.insert(k.to_owned(), v.clone());
+    if convert::converts(def) {
+        return encode_in_order(&convert::to_storage(def, obj.clone()));
+    }
+    encode_in_order(obj)
+}
+
+/// Serialise in the stored order straight from the object (no copy of it: objects are large
+/// and this runs on every write).
+fn encode_in_order(obj: &Value) -> Bytes {
+    use serde::ser::{SerializeMap, Serializer};
+    let Some(o) = obj.as_object() else {
+        return Bytes::from(serde_json::to_vec(obj).expect("JSON values serialize"));
+    };
+    /// Metadata without the fields that are never stored.
+    struct StoredMeta<'a>(&'a Value);
+    impl serde::Serialize for StoredMeta<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let Some(m) = self.0.as_object() else {
+                return self.0.serialize(s);
+            };
+            let mut map = s.serialize_map(None)?;
+            for (k, v) in m {
+                if k != "resourceVersion" && k != "selfLink" {
+                    map.serialize_entry(k, v)?;
+                }
             }
+            map.end()
         }
-        for (k, v) in o {
-            if !stored.contains_key(k) {
-                stored.insert(k.clone(), v.clone());
+    }
+    let mut out = Vec::with_capacity(1024);
+    let mut ser = serde_json::Serializer::new(&mut out);
+    let mut map = ser.serialize_map(None).expect("writing to a Vec");
+    const FIRST: [&str; 3] = ["apiVersion", "kind", "metadata"];
+    for k in FIRST {
+        if let Some(v) = o.get(k) {
+            if k == "metadata" {
+                map.serialize_entry(k, &StoredMeta(v))
+                    .expect("JSON values serialize");
+            } else {
+                map.serialize_entry(k, v).expect("JSON values serialize");
             }
         }
     }
-    if let Some(m) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-        m.remove("selfLink");
+    for (k, v) in o {
+        if !FIRST.contains(&k.as_str()) {
+            map.serialize_entry(k, v).expect("JSON values serialize");
+        }
     }
-    Bytes::from(serde_json::to_vec(&Value::Object(stored)).expect("JSON values serialize"))
+    map.end().expect("JSON values serialize");
+    Bytes::from(out)
 }
 
 /// A stored object's JSON with its resourceVersion, without parsing it: the version is spliced
@@ -360,6 +391,22 @@ async fn get(
     headers: &HeaderMap,
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
+    if !wants_table(headers) && !r8s_api::features::initializers() {
+        // Nothing to look at inside the object: the stored bytes with their resourceVersion.
+        let kv = ctx
+            .shared
+            .store
+            .get(&key(def, ns, name), 0)
+            .await
+            .map_err(|e| store_error(def, name, e))?
+            .kv
+            .ok_or_else(|| not_found(def, name))?;
+        return Ok(Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(crate::handler::full(raw_item(def, &kv)?))
+            .expect("valid response"));
+    }
     let obj = read(ctx, def, ns, name).await?;
     if uninitialized(&obj) && !query.flag("includeUninitialized") {
         // Invisible until initialized, as upstream's Initializers stage had it.
@@ -1423,6 +1470,15 @@ mod tests {
         assert!(out["spec"]["template"]["metadata"]
             .get("resourceVersion")
             .is_none());
+        // resourceVersion and selfLink are never stored; the rest keeps its order.
+        let with_rv = encode(
+            def,
+            &json!({"status": {"replicas": 1}, "metadata": {"name": "w", "resourceVersion": "9", "selfLink": "/x", "uid": "u"}, "kind": "Deployment", "apiVersion": "apps/v1", "spec": {}}),
+        );
+        assert_eq!(
+            std::str::from_utf8(&with_rv).unwrap(),
+            r#"{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"w","uid":"u"},"status":{"replicas":1},"spec":{}}"#
+        );
         let empty_meta = encode(def, &json!({"apiVersion": "v1", "kind": "X", "metadata": {}}));
         let out: Value = serde_json::from_slice(&with_resource_version(&empty_meta, 7).unwrap()).unwrap();
         assert_eq!(out["metadata"], json!({"resourceVersion": "7"}));

@@ -109,6 +109,21 @@ pub fn rss_mib(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// CPU time a process has used so far (user + system), from /proc.
+pub fn cpu_time(pid: u32) -> Duration {
+    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            // The fields after the command name (which may hold spaces) in parentheses.
+            let rest = &s[s.rfind(')')? + 2..];
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    // /proc counts in USER_HZ, which Linux fixes at 100 for user space.
+    Duration::from_millis(ticks * 10)
+}
+
 pub fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;

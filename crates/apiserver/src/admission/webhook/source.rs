@@ -186,9 +186,11 @@ impl Source {
                 configs.clear();
                 dirty = true;
             }
-            Change::Put(key, obj) => {
-                configs.insert(key.strip_prefix(strip).unwrap_or(key).to_owned(), obj);
-                dirty = true;
+            Change::Put(key, json) => {
+                if let Ok(obj) = serde_json::from_slice(json) {
+                    configs.insert(key.strip_prefix(strip).unwrap_or(key).to_owned(), obj);
+                    dirty = true;
+                }
             }
             Change::Delete(key) => {
                 configs.remove(key.strip_prefix(strip).unwrap_or(key));
