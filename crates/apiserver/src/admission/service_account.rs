@@ -217,10 +217,9 @@ impl ServiceAccount {
     /// The account, waiting a little for `default` (its controller may be about to make it).
     async fn service_account(&self, ns: &str, name: &str) -> Result<Arc<Value>, String> {
         let attempts = if name == DEFAULT_SERVICE_ACCOUNT { 10 } else { 1 };
-        let interval = Duration::from_millis(100 + u64::from(uuid::Uuid::new_v4().as_bytes()[0]) % 100);
         for i in 0..attempts {
             if i > 0 {
-                tokio::time::sleep(interval).await;
+                tokio::time::sleep(Duration::from_millis(fastrand::u64(100..200))).await;
             }
             match self.read(ns, name).await {
                 Ok(Some(sa)) => return Ok(sa),

@@ -117,11 +117,10 @@ pub(crate) fn resource_version(obj: &Value) -> Option<i64> {
 /// A random suffix for `generateName`, from upstream's alphabet (no vowels, no look-alikes).
 pub(crate) fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let bytes = uuid::Uuid::new_v4().into_bytes();
-    bytes
-        .iter()
-        .take(5)
-        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+    // Not a secret (upstream draws it from math/rand too): a fast thread-local generator, no
+    // system call per name.
+    (0..5)
+        .map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char)
         .collect()
 }
 
