@@ -186,12 +186,35 @@ pub fn openapi_schemas<'a>(
     }
     let mut gen = schemars::generate::SchemaSettings::openapi3().into_generator();
     let mut roots = Vec::new();
+    let mut untyped = Vec::new();
     for def in defs {
-        if let Some(name) = with_type!(def, root(&mut gen)) {
-            roots.push((name, def));
+        match with_type!(def, root(&mut gen)) {
+            Some(name) => roots.push((name, def)),
+            None => untyped.push(def),
         }
     }
     let mut schemas = gen.take_definitions(true);
+    // A kind k8s-openapi has no type for (one upstream removed, such as
+    // InitializerConfiguration) still gets a schema, open to any field, so clients find its
+    // paths: kubectl looks a kind up there to learn that the server validates fields, and
+    // without it falls back to looking for a CRD.
+    for def in untyped {
+        let group = def
+            .group
+            .split('.')
+            .next()
+            .filter(|g| !g.is_empty())
+            .unwrap_or("core");
+        schemas.insert(
+            format!("io.k8s.api.{group}.{}.{}", def.version, def.kind),
+            serde_json::json!({
+                "description": format!("{} (served by r8s without a typed schema).", def.kind),
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "x-kubernetes-group-version-kind": [{"group": def.group, "version": def.version, "kind": def.kind}],
+            }),
+        );
+    }
     // Upstream's patchStrategy/patchMergeKey struct tags, which k8s-openapi's schemas do not
     // carry: kubectl's client-side apply computes its strategic merge patches from them.
     for (schema, field, strategy, key) in PATCH_STRATEGIES {
@@ -378,6 +401,19 @@ mod tests {
         assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
         // Every entry of the table names a real property.
         let all = openapi_schemas(crate::catalogue());
+        // Every served kind has a schema marked with its group-version-kind.
+        for def in crate::catalogue() {
+            assert!(
+                all.values().any(|s| {
+                    let gvk = &s["x-kubernetes-group-version-kind"][0];
+                    gvk["kind"] == def.kind && gvk["group"] == def.group && gvk["version"] == def.version
+                }),
+                "{}/{} {} has no schema",
+                def.group,
+                def.version,
+                def.kind
+            );
+        }
         for (schema, field, _, _) in PATCH_STRATEGIES {
             assert!(
                 all[*schema]["properties"][*field].is_object(),
