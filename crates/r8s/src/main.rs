@@ -701,8 +701,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     use r8s_apiserver::admission as adm;
     let mut admission = adm::AdmissionChain::default();
     // What admission reads on every pod create (namespaces, ServiceAccounts, LimitRanges,
-    // PriorityClasses) is read from memory, as upstream's plugins read informers. ResourceQuota
-    // and the webhooks keep their own ways (quota charges need the stored version).
+    // PriorityClasses, whether there are ResourceQuotas) is read from memory, as upstream's
+    // plugins read informers. Quota charges and the webhooks keep their own ways (a charge
+    // needs the stored version).
     let listers: Arc<dyn r8s_store::Store> =
         adm::listers::ListerStore::start(store.clone(), adm::listers::ADMISSION_PREFIXES);
     if r8s_api::features::initializers() {
@@ -756,7 +757,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         admission.push_validating(adm::webhook::ValidatingWebhook::start(store.clone()));
     }
     if on("ResourceQuota") {
-        admission.push_validating(adm::resource_quota::ResourceQuota::new(store.clone()));
+        admission.push_validating(
+            adm::resource_quota::ResourceQuota::new(store.clone()).with_lister(listers.clone()),
+        );
     }
 
     let audit = audit_options(&args)?;

@@ -21,12 +21,14 @@ use r8s_store::{
     Watch,
 };
 
-/// The prefixes admission reads on every pod create.
+/// The prefixes admission reads on every pod create (ResourceQuota only to see whether a
+/// namespace has quotas).
 pub const ADMISSION_PREFIXES: &[&str] = &[
     "/registry/namespaces/",
     "/registry/serviceaccounts/",
     "/registry/limitranges/",
     "/registry/priorityclasses/",
+    "/registry/resourcequotas/",
 ];
 
 struct Cached {

@@ -156,22 +156,46 @@ pub(crate) async fn list_stored(store: &dyn r8s_store::Store, prefix: &str) -> R
 }
 
 /// A stored object admission reads on every request (a namespace, a ServiceAccount, a
-/// PriorityClass, …), parsed once per stored version and shared: keyed by its stored bytes, so
-/// a change is a new entry, and bounded (cleared when full).
+/// PriorityClass, …), parsed once per stored version and shared, and bounded (cleared when
+/// full). Looked up first by where the bytes are: the listers hand out the same buffer for an
+/// unchanged object, and an entry holds a reference to its buffer, so no other bytes can take
+/// its place while the entry lives. Bytes read afresh from the datastore are found by their
+/// content (hashing a few hundred bytes, which the first lookup avoids).
 pub(crate) fn parsed(stored: &bytes::Bytes) -> Option<std::sync::Arc<Value>> {
     use std::collections::HashMap;
     use std::sync::{Arc, LazyLock, Mutex};
     const MAX_ENTRIES: usize = 4096;
-    static CACHE: LazyLock<Mutex<HashMap<bytes::Bytes, Arc<Value>>>> = LazyLock::new(Default::default);
-    if let Some(v) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).get(stored) {
-        return Some(v.clone());
+    #[derive(Default)]
+    struct Cache {
+        by_buffer: HashMap<(usize, usize), (bytes::Bytes, Arc<Value>)>,
+        by_content: HashMap<bytes::Bytes, Arc<Value>>,
+    }
+    static CACHE: LazyLock<Mutex<Cache>> = LazyLock::new(Default::default);
+    let buffer = (stored.as_ptr() as usize, stored.len());
+    let lock = || CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let mut cache = lock();
+        if let Some((_, v)) = cache.by_buffer.get(&buffer) {
+            return Some(v.clone());
+        }
+        if let Some(v) = cache.by_content.get(stored).cloned() {
+            if cache.by_buffer.len() >= MAX_ENTRIES {
+                cache.by_buffer.clear();
+            }
+            cache.by_buffer.insert(buffer, (stored.clone(), v.clone()));
+            return Some(v);
+        }
     }
     let value = Arc::new(serde_json::from_slice::<Value>(stored).ok()?);
-    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    if cache.len() >= MAX_ENTRIES {
-        cache.clear();
+    let mut cache = lock();
+    if cache.by_content.len() >= MAX_ENTRIES {
+        cache.by_content.clear();
     }
-    cache.insert(stored.clone(), value.clone());
+    if cache.by_buffer.len() >= MAX_ENTRIES {
+        cache.by_buffer.clear();
+    }
+    cache.by_content.insert(stored.clone(), value.clone());
+    cache.by_buffer.insert(buffer, (stored.clone(), value.clone()));
     Some(value)
 }
 
@@ -266,6 +290,22 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_objects_are_parsed_once_per_content() {
+        let a = bytes::Bytes::from(r#"{"metadata":{"name":"parsed-once-a"}}"#.as_bytes().to_vec());
+        let first = parsed(&a).unwrap();
+        assert_eq!(first["metadata"]["name"], "parsed-once-a");
+        // The same buffer, and the same content in another buffer: the same parse.
+        assert!(std::sync::Arc::ptr_eq(&first, &parsed(&a.clone()).unwrap()));
+        let copy = bytes::Bytes::from(a.to_vec());
+        assert_ne!(copy.as_ptr(), a.as_ptr());
+        assert!(std::sync::Arc::ptr_eq(&first, &parsed(&copy).unwrap()));
+        // Other content is another object, even of the same length.
+        let b = bytes::Bytes::from(r#"{"metadata":{"name":"parsed-once-b"}}"#.as_bytes().to_vec());
+        assert_eq!(parsed(&b).unwrap()["metadata"]["name"], "parsed-once-b");
+        assert!(parsed(&bytes::Bytes::from_static(b"not json")).is_none());
+    }
 
     struct AddLabel;
     #[async_trait]

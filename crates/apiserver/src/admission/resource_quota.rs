@@ -44,15 +44,25 @@ const IGNORED: &[(&str, &str)] = &[
 
 pub struct ResourceQuota {
     store: Arc<dyn Store>,
+    /// Where to see whether a namespace has quotas at all (an in-memory lister, as upstream's
+    /// plugin reads its informer); charging reads and writes `store`.
+    lister: Arc<dyn Store>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl ResourceQuota {
     pub fn new(store: Arc<dyn Store>) -> Self {
         Self {
+            lister: store.clone(),
             store,
             locks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Look quotas up in `lister` before charging them.
+    pub fn with_lister(mut self, lister: Arc<dyn Store>) -> Self {
+        self.lister = lister;
+        self
     }
 
     fn lock_for(&self, ns: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -265,6 +275,20 @@ impl ValidatingPlugin for ResourceQuota {
         }
         let ev = Evaluator::for_resource(&r.api_group, &r.resource);
         if !handles(&ev, attrs.operation) {
+            return Ok(());
+        }
+        // A namespace without quotas is the common case: nothing to charge, and no reason to
+        // queue its writes behind the namespace's lock.
+        let prefix = format!("/registry/resourcequotas/{}/", r.namespace);
+        let listed = self
+            .lister
+            .range(r8s_store::RangeRequest {
+                prefix: prefix.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("listing {prefix}: {e}")))?;
+        if listed.kvs.is_empty() {
             return Ok(());
         }
         let lock = self.lock_for(&r.namespace);

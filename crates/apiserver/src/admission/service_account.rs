@@ -53,6 +53,14 @@ fn parse_bool(s: &str) -> bool {
 
 /// The projected volume that holds the pod's token, CA and namespace.
 pub fn token_volume(name: &str) -> Value {
+    // Built once and copied (copying a JSON tree is cheaper than building it key by key).
+    static TEMPLATE: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| token_volume_named(""));
+    let mut v = TEMPLATE.clone();
+    v["name"] = Value::String(name.to_owned());
+    v
+}
+
+fn token_volume_named(name: &str) -> Value {
     json!({
         "name": name,
         "projected": {
@@ -72,8 +80,12 @@ pub fn token_volume(name: &str) -> Value {
 /// Add the token volume and its mount to every container and init container that does not
 /// already mount something at the token path (upstream `mountServiceAccountToken`).
 fn mount_token(pod: &mut Value) {
-    let existing = pod["spec"]["volumes"]
-        .as_array()
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let existing = spec
+        .get("volumes")
+        .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .find_map(|v| v["name"].as_str().filter(|n| n.starts_with(VOLUME_PREFIX)))
@@ -83,35 +95,42 @@ fn mount_token(pod: &mut Value) {
         .unwrap_or_else(|| format!("{VOLUME_PREFIX}{}", crate::registry::meta::random_suffix()));
     let mount = json!({"name": name, "readOnly": true, "mountPath": MOUNT_PATH});
     let mut needs_volume = false;
+    // Lists and fields are looked up, not indexed mutably: indexing would add `null`s for
+    // the ones a pod does not have.
     for list in ["initContainers", "containers"] {
-        let Some(cs) = pod["spec"][list].as_array_mut() else {
+        let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) else {
             continue;
         };
-        for c in cs {
-            let mounted = c["volumeMounts"]
-                .as_array()
+        for c in cs.iter_mut().filter_map(Value::as_object_mut) {
+            let mounted = c
+                .get("volumeMounts")
+                .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
                 .any(|m| m["mountPath"] == MOUNT_PATH);
             if mounted {
                 continue;
             }
-            match c["volumeMounts"].as_array_mut() {
-                Some(ms) => ms.push(mount.clone()),
-                None => c["volumeMounts"] = json!([mount.clone()]),
-            }
+            push(c, "volumeMounts", mount.clone());
             needs_volume = true;
         }
     }
     if existing.is_none() && needs_volume {
-        match pod["spec"]["volumes"].as_array_mut() {
-            Some(vs) => vs.push(token_volume(&name)),
-            None => pod["spec"]["volumes"] = json!([token_volume(&name)]),
-        }
+        push(spec, "volumes", token_volume(&name));
     }
 }
 
-/// Whether the token is mounted: the pod's choice, else the account's, else yes.
+/// Append to the list at `field`, which is made a list if it is missing or null.
+fn push(obj: &mut serde_json::Map<String, Value>, field: &str, item: Value) {
+    let list = obj.entry(field).or_insert_with(|| Value::Array(Vec::new()));
+    if !list.is_array() {
+        *list = Value::Array(Vec::new());
+    }
+    if let Value::Array(items) = list {
+        items.push(item);
+    }
+}
+
 fn should_automount(sa: &Value, pod: &Value) -> bool {
     pod["spec"]["automountServiceAccountToken"]
         .as_bool()
@@ -255,16 +274,13 @@ impl MutatingPlugin for ServiceAccount {
         if is_mirror_pod(pod) {
             return ValidatingPlugin::validate(self, attrs).await;
         }
-        if pod["spec"]["serviceAccountName"]
-            .as_str()
-            .is_none_or(str::is_empty)
-        {
-            pod["spec"]["serviceAccountName"] = json!(DEFAULT_SERVICE_ACCOUNT);
-        }
-        let sa_name = pod["spec"]["serviceAccountName"]
-            .as_str()
-            .unwrap_or(DEFAULT_SERVICE_ACCOUNT)
-            .to_owned();
+        let sa_name = match pod["spec"]["serviceAccountName"].as_str() {
+            Some(n) if !n.is_empty() => n.to_owned(),
+            _ => {
+                pod["spec"]["serviceAccountName"] = json!(DEFAULT_SERVICE_ACCOUNT);
+                DEFAULT_SERVICE_ACCOUNT.to_owned()
+            }
+        };
         let sa = match self.service_account(&ns, &sa_name).await {
             Ok(sa) => sa,
             Err(e) => return Err(Self::lookup_error(attrs, &sa_name, &e)),
@@ -284,7 +300,9 @@ impl MutatingPlugin for ServiceAccount {
         if !has_pull_secrets && !sa_pull.is_empty() {
             pod["spec"]["imagePullSecrets"] = Value::Array(sa_pull);
         }
-        ValidatingPlugin::validate(self, attrs).await
+        // What validation checks, with the account just read (validation runs again, with its
+        // own read, after the other mutating plugins).
+        check_mountable_secrets(&sa, pod).map_err(|e| attrs.forbidden(e))
     }
 }
 
@@ -337,14 +355,19 @@ impl ValidatingPlugin for ServiceAccount {
             .service_account(ns, sa_name)
             .await
             .map_err(|e| Self::lookup_error(attrs, sa_name, &e))?;
-        let enforce = sa["metadata"]["annotations"][ENFORCE_MOUNTABLE_SECRETS]
-            .as_str()
-            .is_some_and(parse_bool);
-        if enforce {
-            limit_secret_references(&sa, pod).map_err(|e| attrs.forbidden(e))?;
-        }
-        Ok(())
+        check_mountable_secrets(&sa, pod).map_err(|e| attrs.forbidden(e))
     }
+}
+
+/// An account annotated to enforce mountable secrets limits the pod to the secrets it lists.
+fn check_mountable_secrets(sa: &Value, pod: &Value) -> Result<(), String> {
+    let enforce = sa["metadata"]["annotations"][ENFORCE_MOUNTABLE_SECRETS]
+        .as_str()
+        .is_some_and(parse_bool);
+    if enforce {
+        limit_secret_references(sa, pod)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

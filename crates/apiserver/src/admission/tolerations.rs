@@ -49,20 +49,38 @@ impl MutatingPlugin for DefaultTolerationSeconds {
         let Some(pod) = attrs.object.as_deref_mut() else {
             return Ok(());
         };
-        let existing = pod["spec"]["tolerations"].as_array().cloned().unwrap_or_default();
-        let mut tolerations = existing.clone();
-        for key in [NOT_READY, UNREACHABLE] {
-            if !tolerates(&existing, key) {
-                tolerations.push(json!({
+        let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+            return Ok(());
+        };
+        let missing: Vec<&str> = {
+            let existing = spec
+                .get("tolerations")
+                .and_then(Value::as_array)
+                .map_or(&[][..], Vec::as_slice);
+            [NOT_READY, UNREACHABLE]
+                .into_iter()
+                .filter(|key| !tolerates(existing, key))
+                .collect()
+        };
+        if missing.is_empty() {
+            return Ok(());
+        }
+        // Added in place (the pod's own tolerations are neither copied nor re-encoded).
+        let list = spec
+            .entry("tolerations")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if !list.is_array() {
+            *list = Value::Array(Vec::new());
+        }
+        if let Value::Array(list) = list {
+            for key in missing {
+                list.push(json!({
                     "key": key,
                     "operator": "Exists",
                     "effect": "NoExecute",
                     "tolerationSeconds": self.seconds,
                 }));
             }
-        }
-        if tolerations.len() != existing.len() {
-            pod["spec"]["tolerations"] = json!(tolerations);
         }
         Ok(())
     }

@@ -436,15 +436,17 @@ impl MutatingPlugin for MutatingWebhook {
 
     async fn admit(&self, a: &mut Attributes<'_>) -> Result<(), ApiError> {
         let info = a.request;
+        let hooks = self.d.source.hooks().await;
+        // No webhooks (the common case): nothing to look up for the request.
+        if hooks.as_ref().is_some_and(|h| h.is_empty()) {
+            return Ok(());
+        }
         let Some(view) = RequestView::of(info, a.object.as_deref(), a.operation) else {
             return Ok(());
         };
-        let Some(hooks) = self.d.source.hooks().await else {
+        let Some(hooks) = hooks else {
             return Err(ApiError::forbidden("not yet ready to handle request"));
         };
-        if hooks.is_empty() {
-            return Ok(());
-        }
         let original = a.object.as_deref().cloned();
         let mut ns_cache = NamespaceLabels::default();
         // Webhooks with `reinvocationPolicy: IfNeeded` already called, and those to call again
@@ -560,15 +562,16 @@ impl ValidatingPlugin for ValidatingWebhook {
     }
 
     async fn validate(&self, a: &Attributes<'_>) -> Result<(), ApiError> {
+        let hooks = self.d.source.hooks().await;
+        if hooks.as_ref().is_some_and(|h| h.is_empty()) {
+            return Ok(());
+        }
         let Some(view) = RequestView::of(a.request, a.object.as_deref(), a.operation) else {
             return Ok(());
         };
-        let Some(hooks) = self.d.source.hooks().await else {
+        let Some(hooks) = hooks else {
             return Err(ApiError::forbidden("not yet ready to handle request"));
         };
-        if hooks.is_empty() {
-            return Ok(());
-        }
         let mut ns_cache = NamespaceLabels::default();
         let mut relevant = Vec::new();
         for hook in hooks.iter() {

@@ -50,7 +50,8 @@ impl LogOptions {
 
 /// The requests' end of the log: hands events to the writer without ever blocking.
 pub(crate) struct LogBackend {
-    tx: SyncSender<Box<Event>>,
+    /// Events as JSON lines, encoded by the request that wrote them.
+    tx: SyncSender<Vec<u8>>,
     /// `apiserver_audit_error_total{plugin="log"}`.
     errors: Counter,
 }
@@ -79,21 +80,21 @@ impl LogBackend {
     }
 
     /// The backend and the receiving end of its channel.
-    pub(super) fn channel(capacity: usize, errors: Counter) -> (Self, Receiver<Box<Event>>) {
+    pub(super) fn channel(capacity: usize, errors: Counter) -> (Self, Receiver<Vec<u8>>) {
         let (tx, rx) = mpsc::sync_channel(capacity.max(1));
         (Self { tx, errors }, rx)
     }
 
-    /// Queue an event for writing; `false` if it was dropped (the queue is full or the writer
-    /// is gone).
-    pub fn process(&self, event: Box<Event>) -> bool {
-        match self.tx.try_send(event) {
+    /// Queue an event (one JSON line, newline included) for writing; `false` if it was
+    /// dropped (the queue is full or the writer is gone).
+    pub fn process(&self, line: Vec<u8>, event: &Event) -> bool {
+        match self.tx.try_send(line) {
             Ok(()) => true,
-            Err(TrySendError::Full(ev)) | Err(TrySendError::Disconnected(ev)) => {
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.errors.inc();
                 tracing::warn!(
-                    audit_id = %ev.audit_id,
-                    stage = ?ev.stage,
+                    audit_id = %event.audit_id,
+                    stage = ?event.stage,
                     "audit: the log's queue is full, event dropped"
                 );
                 false
@@ -125,20 +126,11 @@ impl Output {
 
 /// The writer thread: write what is queued, flush whenever the queue runs dry, end when every
 /// sender is gone.
-fn write_events(rx: Receiver<Box<Event>>, out: &mut Output, errors: &Counter) {
-    let write = |out: &mut Output, ev: Box<Event>| {
-        let mut line = match serde_json::to_vec(&ev) {
-            Ok(l) => l,
-            Err(e) => {
-                errors.inc();
-                tracing::error!(error = %e, "audit: encoding an event");
-                return;
-            }
-        };
-        line.push(b'\n');
+fn write_events(rx: Receiver<Vec<u8>>, out: &mut Output, errors: &Counter) {
+    let write = |out: &mut Output, line: Vec<u8>| {
         if let Err(e) = out.write_line(&line) {
             errors.inc();
-            tracing::error!(error = %e, audit_id = %ev.audit_id, "audit: writing the log");
+            tracing::error!(error = %e, "audit: writing the log");
         }
     };
     while let Ok(ev) = rx.recv() {
@@ -156,6 +148,9 @@ fn write_events(rx: Receiver<Box<Event>>, out: &mut Output, errors: &Counter) {
         std::thread::sleep(GATHER);
     }
 }
+
+/// The log file's write buffer: a batch of events in a few system calls.
+const WRITE_BUFFER: usize = 64 * 1024;
 
 /// How long the writer lets events gather after writing a batch.
 const GATHER: std::time::Duration = std::time::Duration::from_millis(2);
@@ -225,7 +220,7 @@ impl RotatingFile {
             return self.rotate();
         }
         let file = OpenOptions::new().append(true).open(&self.path)?;
-        self.file = Some(BufWriter::new(file));
+        self.file = Some(BufWriter::with_capacity(WRITE_BUFFER, file));
         self.size = size;
         Ok(())
     }
@@ -257,7 +252,7 @@ impl RotatingFile {
             .truncate(true)
             .mode(mode)
             .open(&self.path)?;
-        self.file = Some(BufWriter::new(file));
+        self.file = Some(BufWriter::with_capacity(WRITE_BUFFER, file));
         self.size = 0;
         Ok(())
     }
@@ -385,9 +380,9 @@ mod tests {
     use crate::audit::event::{EventUser, ResponseStatus};
     use crate::audit::policy::{Level, Stage};
 
-    fn event(id: &str) -> Box<Event> {
+    fn event(id: &str) -> Event {
         let t = OffsetDateTime::from_unix_timestamp(1_700_000_000).unwrap();
-        Box::new(Event {
+        Event {
             kind: "Event",
             api_version: "audit.k8s.io/v1",
             level: Level::Metadata,
@@ -406,7 +401,20 @@ mod tests {
             request_received_timestamp: t,
             stage_timestamp: t,
             annotations: Default::default(),
-        })
+        }
+    }
+
+    fn line(ev: &Event) -> Vec<u8> {
+        let mut line = serde_json::to_vec(ev).unwrap();
+        line.push(b'\n');
+        line
+    }
+
+    fn audit_id(line: &[u8]) -> String {
+        serde_json::from_slice::<serde_json::Value>(line).unwrap()["auditID"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 
     #[test]
@@ -510,7 +518,12 @@ mod tests {
         let (done_tx, done_rx) = mpsc::channel();
         let started = Instant::now();
         std::thread::spawn(move || {
-            let accepted: Vec<bool> = (0..5).map(|i| backend.process(event(&i.to_string()))).collect();
+            let accepted: Vec<bool> = (0..5)
+                .map(|i| {
+                    let ev = event(&i.to_string());
+                    backend.process(line(&ev), &ev)
+                })
+                .collect();
             let _ = done_tx.send(accepted);
         });
         let accepted = done_rx
@@ -520,7 +533,7 @@ mod tests {
         assert_eq!(errors.get(), 3);
         assert!(started.elapsed() < Duration::from_secs(1));
         // What was queued is still there for the writer.
-        let queued: Vec<_> = rx.try_iter().map(|e| e.audit_id).collect();
+        let queued: Vec<_> = rx.try_iter().map(|l| audit_id(&l)).collect();
         assert_eq!(queued, ["0", "1"]);
     }
 
@@ -530,8 +543,10 @@ mod tests {
         let path = dir.path().join("audit.log");
         let errors = Counter::default();
         let backend = LogBackend::start(&LogOptions::new(&path), errors.clone()).unwrap();
-        assert!(backend.process(event("a")));
-        assert!(backend.process(event("b")));
+        for id in ["a", "b"] {
+            let ev = event(id);
+            assert!(backend.process(line(&ev), &ev));
+        }
         drop(backend);
         let deadline = Instant::now() + Duration::from_secs(10);
         let text = loop {
@@ -541,15 +556,7 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
-        let ids: Vec<String> = text
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l).unwrap()["auditID"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect();
+        let ids: Vec<String> = text.lines().map(|l| audit_id(l.as_bytes())).collect();
         assert_eq!(ids, ["a", "b"]);
         assert_eq!(errors.get(), 0);
     }

@@ -54,9 +54,12 @@ pub(crate) struct Auditor {
     backend: LogBackend,
     /// `apiserver_audit_event_total`.
     events: Counter,
-    /// `apiserver_audit_level_total{level}`.
-    metrics: AuditMetrics,
+    /// `apiserver_audit_level_total{level}`, by [`Level`] (looked up once, not per request).
+    level_counts: [Counter; 4],
 }
+
+/// Room for a typical event's JSON line (about 700 bytes at level Metadata).
+const LINE_CAPACITY: usize = 1024;
 
 /// Where a request came from and when: known before authentication.
 pub(crate) struct Origin {
@@ -104,7 +107,20 @@ impl Auditor {
             policy,
             backend,
             events: metrics.events.clone(),
-            metrics,
+            level_counts: [
+                Level::None,
+                Level::Metadata,
+                Level::Request,
+                Level::RequestResponse,
+            ]
+            .map(|l| {
+                metrics
+                    .levels
+                    .get_or_create(&LevelLabels {
+                        level: l.as_str().into(),
+                    })
+                    .clone()
+            }),
         }
     }
 
@@ -119,12 +135,7 @@ impl Auditor {
         user: Option<&UserInfo>,
     ) -> RequestAudit {
         let config = self.policy.evaluate(user, info);
-        self.metrics
-            .levels
-            .get_or_create(&LevelLabels {
-                level: config.level.as_str().into(),
-            })
-            .inc();
+        self.level_counts[config.level as usize].inc();
         if config.level == Level::None {
             return RequestAudit::disabled();
         }
@@ -179,12 +190,13 @@ impl Auditor {
             omit_managed_fields: config.omit_managed_fields,
             is_resource_request: info.is_resource_request,
             event: Mutex::new(event),
+            middle: Mutex::new(None),
         })))
     }
 
-    fn process(&self, event: Box<Event>) {
+    fn process(&self, line: Vec<u8>, event: &Event) {
         self.events.inc();
-        self.backend.process(event);
+        self.backend.process(line, event);
     }
 }
 
@@ -232,11 +244,18 @@ struct Recording {
     omit_managed_fields: bool,
     is_resource_request: bool,
     event: Mutex<Event>,
+    /// The event's fields from requestURI to objectRef as JSON, once encoded; cleared when
+    /// one of them changes (taken after `event`).
+    middle: Mutex<Option<Vec<u8>>>,
 }
 
 impl Recording {
     fn event(&self) -> std::sync::MutexGuard<'_, Event> {
         self.event.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn middle(&self) -> std::sync::MutexGuard<'_, Option<Vec<u8>>> {
+        self.middle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn without_managed_fields(&self, mut obj: Value) -> Value {
@@ -263,23 +282,40 @@ impl RequestAudit {
         if r.omit_stages.contains(&stage) {
             return;
         }
-        let event = {
-            let mut ev = r.event();
-            ev.stage = stage;
-            ev.stage_timestamp = if stage == Stage::RequestReceived {
-                ev.request_received_timestamp
-            } else {
-                OffsetDateTime::now_utc()
-            };
-            Box::new(ev.clone())
+        let mut ev = r.event();
+        ev.stage = stage;
+        ev.stage_timestamp = if stage == Stage::RequestReceived {
+            ev.request_received_timestamp
+        } else {
+            OffsetDateTime::now_utc()
         };
-        r.auditor.process(event);
+        // Encoded here, from the event as it is now, instead of handing the writer a copy;
+        // the part that rarely changes between stages is encoded once.
+        let mut middle = r.middle();
+        if middle.is_none() {
+            match ev.middle_json() {
+                Ok(m) => *middle = Some(m),
+                Err(e) => {
+                    tracing::error!(error = %e, "audit: encoding an event");
+                    return;
+                }
+            }
+        }
+        let mut line = Vec::with_capacity(LINE_CAPACITY);
+        if let Err(e) = ev.write_line(middle.as_deref().unwrap_or_default(), &mut line) {
+            tracing::error!(error = %e, "audit: encoding an event");
+            return;
+        }
+        drop(middle);
+        r.auditor.process(line, &ev);
     }
 
     /// The request acts as another user.
     pub fn impersonated(&self, user: &UserInfo) {
         if let Some(r) = &self.0 {
-            r.event().impersonated_user = Some(EventUser::from(user));
+            let mut ev = r.event();
+            ev.impersonated_user = Some(EventUser::from(user));
+            *r.middle() = None;
         }
     }
 
@@ -340,6 +376,7 @@ impl RequestAudit {
                     fill(&mut oref.uid, meta.uid);
                     fill(&mut oref.resource_version, meta.resource_version);
                 }
+                *r.middle() = None;
                 drop(ev);
                 obj.map(|o| r.without_managed_fields(o))
             }
@@ -565,7 +602,7 @@ mod tests {
     use http::{Method, StatusCode};
     use std::sync::mpsc::Receiver;
 
-    fn auditor(policy: &str, capacity: usize) -> (Arc<Auditor>, Receiver<Box<Event>>, AuditMetrics) {
+    fn auditor(policy: &str, capacity: usize) -> (Arc<Auditor>, Receiver<Vec<u8>>, AuditMetrics) {
         let metrics = AuditMetrics::default();
         let errors = metrics
             .errors
@@ -612,8 +649,13 @@ rules:
         (audit, info)
     }
 
-    fn to_json(ev: &Event) -> Value {
-        serde_json::to_value(ev).unwrap()
+    fn to_json(line: &[u8]) -> Value {
+        assert_eq!(line.last(), Some(&b'\n'), "one event a line");
+        serde_json::from_slice(line).unwrap()
+    }
+
+    fn stage(line: &[u8]) -> Stage {
+        serde_json::from_value(to_json(line)["stage"].clone()).unwrap()
     }
 
     #[tokio::test]
@@ -687,6 +729,27 @@ rules:
             json!({"authorization.k8s.io/decision": "allow", "authorization.k8s.io/reason": ""})
         );
         assert_eq!(metrics.events.get(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_later_stage_shows_what_changed_since_the_first() {
+        let (auditor, rx, _) = auditor(POLICY, 100);
+        let (audit, _) = begin(
+            &auditor,
+            Method::GET,
+            "/api/v1/namespaces/default/configmaps/c",
+            HeaderMap::new(),
+        );
+        audit.emit(Stage::RequestReceived);
+        audit.impersonated(&UserInfo {
+            name: "jane".into(),
+            ..Default::default()
+        });
+        audit.emit(Stage::ResponseComplete);
+        let events: Vec<Value> = rx.try_iter().map(|l| to_json(&l)).collect();
+        assert!(events[0].get("impersonatedUser").is_none());
+        assert_eq!(events[1]["impersonatedUser"], json!({"username": "jane"}));
+        assert_eq!(events[1]["objectRef"]["name"], "c");
     }
 
     #[tokio::test]
@@ -802,7 +865,7 @@ rules:
         })
         .await;
         assert_eq!(resp.status(), 200);
-        let stages: Vec<Stage> = rx.try_iter().map(|e| e.stage).collect();
+        let stages: Vec<Stage> = rx.try_iter().map(|l| stage(&l)).collect();
         assert_eq!(stages, [Stage::ResponseComplete]);
         let ev = metrics
             .levels
@@ -837,7 +900,7 @@ rules:
             .get_or_create(&PluginLabels { plugin: "log".into() })
             .get();
         assert_eq!((metrics.events.get(), dropped), (2, 1));
-        let stages: Vec<Stage> = rx.try_iter().map(|e| e.stage).collect();
+        let stages: Vec<Stage> = rx.try_iter().map(|l| stage(&l)).collect();
         assert_eq!(stages, [Stage::RequestReceived]);
     }
 

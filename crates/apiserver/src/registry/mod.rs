@@ -889,11 +889,18 @@ async fn create(
 ) -> Result<Response<Body>, ApiError> {
     let (mut obj, warnings) = typed(def, decode_body(def, &body)?, ns, query)?;
     apply::record_update(None, &mut obj, &ctx.field_manager(), &def.api_version());
-    let created = create_object(ctx, def, ns, obj, query.dry_run()).await?;
-    Ok(with_warnings(
-        json_response(StatusCode::CREATED, &created),
-        &warnings,
-    ))
+    let (created, stored) = create_stored(ctx, def, ns, obj, query.dry_run()).await?;
+    // The response is the stored bytes with their resourceVersion, as a get would return
+    // them (no second encoding of the object).
+    let resp = match stored {
+        Some(bytes) => Response::builder()
+            .status(StatusCode::CREATED)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(crate::handler::full(bytes))
+            .expect("valid response"),
+        None => json_response(StatusCode::CREATED, &created),
+    };
+    Ok(with_warnings(resp, &warnings))
 }
 
 /// Create a decoded object: metadata, defaults, mutating admission, name, validation,
@@ -902,9 +909,21 @@ pub(crate) async fn create_object(
     ctx: &Ctx,
     def: &ResourceDef,
     ns: &str,
-    mut obj: Value,
+    obj: Value,
     dry_run: bool,
 ) -> Result<Value, ApiError> {
+    Ok(create_stored(ctx, def, ns, obj, dry_run).await?.0)
+}
+
+/// [`create_object`], also returning the stored JSON with its resourceVersion when the
+/// object is stored as served (no dry run, no version conversion).
+async fn create_stored(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    mut obj: Value,
+    dry_run: bool,
+) -> Result<(Value, Option<Vec<u8>>), ApiError> {
     {
         let m = meta::meta_mut(&mut obj);
         m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
@@ -1010,12 +1029,13 @@ pub(crate) async fn create_object(
         if exists.kv.is_some() {
             return Err(already_exists(def, &name));
         }
-        return Ok(obj);
+        return Ok((obj, None));
     }
+    let encoded = encode(def, &obj);
     let created = ctx
         .shared
         .store
-        .create(&key(def, ns, &name), encode(def, &obj))
+        .create(&key(def, ns, &name), encoded.clone())
         .await;
     let kv = match created {
         Ok(kv) => kv,
@@ -1025,7 +1045,12 @@ pub(crate) async fn create_object(
         }
     };
     meta::set_resource_version(&mut obj, kv.mod_revision);
-    Ok(obj)
+    let stored = if convert::converts(def) {
+        None
+    } else {
+        with_resource_version(&encoded, kv.mod_revision)
+    };
+    Ok((obj, stored))
 }
 
 /// The object a request is about.

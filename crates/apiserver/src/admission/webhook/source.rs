@@ -209,6 +209,9 @@ impl Source {
     /// The current webhooks; waits (a while) for the first list after start-up, as upstream's
     /// plugins wait for their informers to sync.
     pub(crate) async fn hooks(&self) -> Option<Hooks> {
+        if let Some(h) = self.rx.borrow().as_ref() {
+            return Some(h.clone());
+        }
         let mut rx = self.rx.clone();
         let got = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(Option::is_some)).await;
         match got {
