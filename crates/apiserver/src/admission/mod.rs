@@ -160,43 +160,44 @@ pub(crate) async fn list_stored(store: &dyn r8s_store::Store, prefix: &str) -> R
 /// full). Looked up first by where the bytes are: the listers hand out the same buffer for an
 /// unchanged object, and an entry holds a reference to its buffer, so no other bytes can take
 /// its place while the entry lives. Bytes read afresh from the datastore are found by their
-/// content (hashing a few hundred bytes, which the first lookup avoids).
+/// content (hashing a few hundred bytes, which the first lookup avoids). One cache per thread:
+/// every create looks several objects up, and a shared cache's lock was contended by the
+/// runtime's workers.
 pub(crate) fn parsed(stored: &bytes::Bytes) -> Option<std::sync::Arc<Value>> {
+    use std::cell::RefCell;
     use std::collections::HashMap;
-    use std::sync::{Arc, LazyLock, Mutex};
+    use std::sync::Arc;
     const MAX_ENTRIES: usize = 4096;
     #[derive(Default)]
     struct Cache {
         by_buffer: HashMap<(usize, usize), (bytes::Bytes, Arc<Value>)>,
         by_content: HashMap<bytes::Bytes, Arc<Value>>,
     }
-    static CACHE: LazyLock<Mutex<Cache>> = LazyLock::new(Default::default);
+    thread_local! {
+        static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
+    }
     let buffer = (stored.as_ptr() as usize, stored.len());
-    let lock = || CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    {
-        let mut cache = lock();
+    CACHE.with_borrow_mut(|cache| {
         if let Some((_, v)) = cache.by_buffer.get(&buffer) {
             return Some(v.clone());
         }
-        if let Some(v) = cache.by_content.get(stored).cloned() {
-            if cache.by_buffer.len() >= MAX_ENTRIES {
-                cache.by_buffer.clear();
+        let value = match cache.by_content.get(stored) {
+            Some(v) => v.clone(),
+            None => {
+                let v = Arc::new(serde_json::from_slice::<Value>(stored).ok()?);
+                if cache.by_content.len() >= MAX_ENTRIES {
+                    cache.by_content.clear();
+                }
+                cache.by_content.insert(stored.clone(), v.clone());
+                v
             }
-            cache.by_buffer.insert(buffer, (stored.clone(), v.clone()));
-            return Some(v);
+        };
+        if cache.by_buffer.len() >= MAX_ENTRIES {
+            cache.by_buffer.clear();
         }
-    }
-    let value = Arc::new(serde_json::from_slice::<Value>(stored).ok()?);
-    let mut cache = lock();
-    if cache.by_content.len() >= MAX_ENTRIES {
-        cache.by_content.clear();
-    }
-    if cache.by_buffer.len() >= MAX_ENTRIES {
-        cache.by_buffer.clear();
-    }
-    cache.by_content.insert(stored.clone(), value.clone());
-    cache.by_buffer.insert(buffer, (stored.clone(), value.clone()));
-    Some(value)
+        cache.by_buffer.insert(buffer, (stored.clone(), value.clone()));
+        Some(value)
+    })
 }
 
 #[async_trait]
