@@ -155,6 +155,18 @@ pub(crate) async fn list_stored(store: &dyn r8s_store::Store, prefix: &str) -> R
         .collect())
 }
 
+/// Append to the list at `field` of a mutated object, which is made a list if it is missing
+/// or null (the list is neither copied nor re-encoded).
+pub(crate) fn push_to_list(obj: &mut serde_json::Map<String, Value>, field: &str, item: Value) {
+    let list = obj.entry(field).or_insert_with(|| Value::Array(Vec::new()));
+    if !list.is_array() {
+        *list = Value::Array(Vec::new());
+    }
+    if let Value::Array(items) = list {
+        items.push(item);
+    }
+}
+
 /// A stored object admission reads on every request (a namespace, a ServiceAccount, a
 /// PriorityClass, …), parsed once per stored version and shared, and bounded (cleared when
 /// full). Looked up first by where the bytes are: the listers hand out the same buffer for an

@@ -54,15 +54,15 @@ fn parse_bool(s: &str) -> bool {
 /// The projected volume that holds the pod's token, CA and namespace.
 pub fn token_volume(name: &str) -> Value {
     // Built once and copied (copying a JSON tree is cheaper than building it key by key).
-    static TEMPLATE: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| token_volume_named(""));
+    static TEMPLATE: std::sync::LazyLock<Value> = std::sync::LazyLock::new(token_volume_template);
     let mut v = TEMPLATE.clone();
     v["name"] = Value::String(name.to_owned());
     v
 }
 
-fn token_volume_named(name: &str) -> Value {
+fn token_volume_template() -> Value {
     json!({
-        "name": name,
+        "name": "",
         "projected": {
             "defaultMode": 420,
             "sources": [
@@ -111,26 +111,16 @@ fn mount_token(pod: &mut Value) {
             if mounted {
                 continue;
             }
-            push(c, "volumeMounts", mount.clone());
+            super::push_to_list(c, "volumeMounts", mount.clone());
             needs_volume = true;
         }
     }
     if existing.is_none() && needs_volume {
-        push(spec, "volumes", token_volume(&name));
+        super::push_to_list(spec, "volumes", token_volume(&name));
     }
 }
 
-/// Append to the list at `field`, which is made a list if it is missing or null.
-fn push(obj: &mut serde_json::Map<String, Value>, field: &str, item: Value) {
-    let list = obj.entry(field).or_insert_with(|| Value::Array(Vec::new()));
-    if !list.is_array() {
-        *list = Value::Array(Vec::new());
-    }
-    if let Value::Array(items) = list {
-        items.push(item);
-    }
-}
-
+/// Whether the token is mounted: the pod's choice, else the account's, else yes.
 fn should_automount(sa: &Value, pod: &Value) -> bool {
     pod["spec"]["automountServiceAccountToken"]
         .as_bool()

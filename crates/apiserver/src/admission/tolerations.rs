@@ -66,21 +66,17 @@ impl MutatingPlugin for DefaultTolerationSeconds {
             return Ok(());
         }
         // Added in place (the pod's own tolerations are neither copied nor re-encoded).
-        let list = spec
-            .entry("tolerations")
-            .or_insert_with(|| Value::Array(Vec::new()));
-        if !list.is_array() {
-            *list = Value::Array(Vec::new());
-        }
-        if let Value::Array(list) = list {
-            for key in missing {
-                list.push(json!({
+        for key in missing {
+            super::push_to_list(
+                spec,
+                "tolerations",
+                json!({
                     "key": key,
                     "operator": "Exists",
                     "effect": "NoExecute",
                     "tolerationSeconds": self.seconds,
-                }));
-            }
+                }),
+            );
         }
         Ok(())
     }

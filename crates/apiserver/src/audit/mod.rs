@@ -189,8 +189,7 @@ impl Auditor {
             omit_stages: config.omit_stages,
             omit_managed_fields: config.omit_managed_fields,
             is_resource_request: info.is_resource_request,
-            event: Mutex::new(event),
-            middle: Mutex::new(None),
+            event: Mutex::new(Recorded { event, middle: None }),
         })))
     }
 
@@ -243,19 +242,32 @@ struct Recording {
     omit_stages: Vec<Stage>,
     omit_managed_fields: bool,
     is_resource_request: bool,
-    event: Mutex<Event>,
-    /// The event's fields from requestURI to objectRef as JSON, once encoded; cleared when
-    /// one of them changes (taken after `event`).
-    middle: Mutex<Option<Vec<u8>>>,
+    event: Mutex<Recorded>,
+}
+
+/// A request's event so far (it reads as the [`Event`] itself), with the JSON of its fields
+/// from requestURI to objectRef once encoded; whoever changes one of those clears `middle`.
+struct Recorded {
+    event: Event,
+    middle: Option<Vec<u8>>,
+}
+
+impl std::ops::Deref for Recorded {
+    type Target = Event;
+    fn deref(&self) -> &Event {
+        &self.event
+    }
+}
+
+impl std::ops::DerefMut for Recorded {
+    fn deref_mut(&mut self) -> &mut Event {
+        &mut self.event
+    }
 }
 
 impl Recording {
-    fn event(&self) -> std::sync::MutexGuard<'_, Event> {
+    fn event(&self) -> std::sync::MutexGuard<'_, Recorded> {
         self.event.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn middle(&self) -> std::sync::MutexGuard<'_, Option<Vec<u8>>> {
-        self.middle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn without_managed_fields(&self, mut obj: Value) -> Value {
@@ -291,10 +303,9 @@ impl RequestAudit {
         };
         // Encoded here, from the event as it is now, instead of handing the writer a copy;
         // the part that rarely changes between stages is encoded once.
-        let mut middle = r.middle();
-        if middle.is_none() {
+        if ev.middle.is_none() {
             match ev.middle_json() {
-                Ok(m) => *middle = Some(m),
+                Ok(m) => ev.middle = Some(m),
                 Err(e) => {
                     tracing::error!(error = %e, "audit: encoding an event");
                     return;
@@ -302,11 +313,10 @@ impl RequestAudit {
             }
         }
         let mut line = Vec::with_capacity(LINE_CAPACITY);
-        if let Err(e) = ev.write_line(middle.as_deref().unwrap_or_default(), &mut line) {
+        if let Err(e) = ev.write_line(ev.middle.as_deref().unwrap_or_default(), &mut line) {
             tracing::error!(error = %e, "audit: encoding an event");
             return;
         }
-        drop(middle);
         r.auditor.process(line, &ev);
     }
 
@@ -315,7 +325,7 @@ impl RequestAudit {
         if let Some(r) = &self.0 {
             let mut ev = r.event();
             ev.impersonated_user = Some(EventUser::from(user));
-            *r.middle() = None;
+            ev.middle = None;
         }
     }
 
@@ -376,7 +386,7 @@ impl RequestAudit {
                     fill(&mut oref.uid, meta.uid);
                     fill(&mut oref.resource_version, meta.resource_version);
                 }
-                *r.middle() = None;
+                ev.middle = None;
                 drop(ev);
                 obj.map(|o| r.without_managed_fields(o))
             }
