@@ -9,7 +9,8 @@
 //! system:masters would be allowed before RBAC looks). Sizes: --pods N --gets N --roles N;
 //! `--rounds N` (default 3) alternates the open and the secure chain N times and compares the
 //! medians; `--breakdown` runs once each: open, secure without audit, secure without admission,
-//! secure.
+//! secure; `--threads` adds the CPU each request costs by thread (user/system µs), the
+//! server's and the clients'.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -261,6 +262,9 @@ async fn chain(name: &str, extra: &[&str], pods: usize, gets: usize, roles: usiz
     let creating = api.clone();
     let pid = server.id();
     let cpu_before = common::cpu_time(pid);
+    let threads = std::env::args().any(|a| a == "--threads");
+    let me = std::process::id();
+    let (t0, c0) = (common::thread_cpu(pid), common::thread_cpu(me));
     let (creates, c50, c99) = run(pods, move |i| {
         let api = creating.clone();
         async move {
@@ -272,6 +276,7 @@ async fn chain(name: &str, extra: &[&str], pods: usize, gets: usize, roles: usiz
     .await;
     let getting = api.clone();
     let cpu_created = common::cpu_time(pid);
+    let (t1, c1) = (common::thread_cpu(pid), common::thread_cpu(me));
     let (gets_s, g50, g99) = run(gets, move |i| {
         let api = getting.clone();
         async move {
@@ -280,6 +285,7 @@ async fn chain(name: &str, extra: &[&str], pods: usize, gets: usize, roles: usiz
     })
     .await;
     let cpu_got = common::cpu_time(pid);
+    let (t2, c2) = (common::thread_cpu(pid), common::thread_cpu(me));
     // The server's CPU per request: what the chain costs, whatever the neighbours do to the
     // wall clock.
     let per = |d: Duration, n: usize| d.as_secs_f64() * 1e6 / n as f64;
@@ -294,6 +300,26 @@ async fn chain(name: &str, extra: &[&str], pods: usize, gets: usize, roles: usiz
         common::ms(g50),
         common::ms(g99)
     );
+    if threads {
+        // µs per request, user/system, by thread: the server's, then this process's (the
+        // clients').
+        println!(
+            "        server per create: {}",
+            common::thread_cpu_delta(&t0, &t1, pods)
+        );
+        println!(
+            "        client per create: {}",
+            common::thread_cpu_delta(&c0, &c1, pods)
+        );
+        println!(
+            "        server per get: {}",
+            common::thread_cpu_delta(&t1, &t2, gets)
+        );
+        println!(
+            "        client per get: {}",
+            common::thread_cpu_delta(&c1, &c2, gets)
+        );
+    }
     if with_audit {
         let lines = std::fs::read_to_string(&audit_log)
             .map(|s| s.lines().count())

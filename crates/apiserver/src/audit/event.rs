@@ -1,6 +1,11 @@
 //! `audit.k8s.io/v1` `Event`, serialized with upstream's field names and order.
+//!
+//! A request's event is a [`Record`]: who asked and from where is encoded once, when the
+//! request begins (it is the same at every stage), and the rest at each stage. [`Event`], the
+//! whole event as a serializable struct, is the tests' model of what a line must be.
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 use serde::{Serialize, Serializer};
 use serde_json::Value;
@@ -9,6 +14,7 @@ use time::OffsetDateTime;
 use super::policy::{Level, Stage};
 use crate::authn::UserInfo;
 
+#[cfg(test)]
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Event {
@@ -44,22 +50,48 @@ pub struct Event {
     pub annotations: BTreeMap<String, String>,
 }
 
-/// The fields from `requestURI` to `objectRef`: the same at every stage of most requests.
+/// The fields from `requestURI` to `user`.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Middle<'a> {
+struct Who<'a> {
     #[serde(rename = "requestURI")]
     request_uri: &'a str,
     verb: &'a str,
-    user: &'a EventUser,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    impersonated_user: Option<&'a EventUser>,
+    user: UserView<'a>,
+}
+
+/// `sourceIPs` and `userAgent`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Source<'a> {
     #[serde(rename = "sourceIPs", skip_serializing_if = "<[_]>::is_empty")]
-    source_ips: &'a [String],
+    source_ips: &'a [IpAddr],
     #[serde(skip_serializing_if = "str::is_empty")]
     user_agent: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    object_ref: Option<&'a ObjectRef>,
+}
+
+/// `authentication.k8s.io/v1` `UserInfo` as an event has it.
+#[derive(Serialize)]
+struct UserView<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    username: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    uid: &'a str,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    groups: &'a [String],
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    extra: &'a BTreeMap<String, Vec<String>>,
+}
+
+impl<'a> UserView<'a> {
+    fn of(u: &'a UserInfo) -> Self {
+        Self {
+            username: &u.name,
+            uid: &u.uid,
+            groups: &u.groups,
+            extra: &u.extra,
+        }
+    }
 }
 
 /// The fields after `objectRef`.
@@ -90,40 +122,126 @@ fn members(out: &mut Vec<u8>, value: &impl Serialize) -> serde_json::Result<()> 
     Ok(())
 }
 
-impl Event {
-    /// The JSON of the fields from `requestURI` to `objectRef` (see [`Event::write_line`]).
-    pub fn middle_json(&self) -> serde_json::Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(512);
+/// One request's event: what may change between its stages, and who asked and from where,
+/// encoded when the request began.
+#[derive(Debug)]
+pub struct Record {
+    pub level: Level,
+    pub audit_id: String,
+    pub stage: Stage,
+    /// `"requestURI":…,"verb":…,"user":{…}`.
+    who: Vec<u8>,
+    /// `,"impersonatedUser":{…}`, or nothing.
+    impersonated: Vec<u8>,
+    /// `,"sourceIPs":[…],"userAgent":…`, each only when there is one.
+    from: Vec<u8>,
+    object_ref: Option<ObjectRef>,
+    /// `,"objectRef":{…}` once encoded (or nothing when there is no objectRef).
+    object_ref_json: Option<Vec<u8>>,
+    pub response_status: Option<ResponseStatus>,
+    pub request_object: Option<Value>,
+    pub response_object: Option<Value>,
+    pub request_received_timestamp: OffsetDateTime,
+    pub stage_timestamp: OffsetDateTime,
+    pub annotations: BTreeMap<String, String>,
+    /// The body of a create or update whose metadata is to name the objectRef, until it is
+    /// read (see `RequestAudit::request_body`).
+    pub unnamed_body: Option<bytes::Bytes>,
+}
+
+/// Who made a request and how, as a [`Record`] is begun with.
+pub struct Request<'a> {
+    pub request_uri: &'a str,
+    pub verb: &'a str,
+    pub user: &'a UserInfo,
+    pub source_ips: &'a [IpAddr],
+    pub user_agent: &'a str,
+}
+
+impl Record {
+    /// A request's event at stage RequestReceived.
+    pub fn new(
+        level: Level,
+        audit_id: String,
+        received: OffsetDateTime,
+        request: &Request<'_>,
+        object_ref: Option<ObjectRef>,
+    ) -> serde_json::Result<Self> {
+        let mut who = Vec::with_capacity(256);
         members(
-            &mut out,
-            &Middle {
-                request_uri: &self.request_uri,
-                verb: &self.verb,
-                user: &self.user,
-                impersonated_user: self.impersonated_user.as_ref(),
-                source_ips: &self.source_ips,
-                user_agent: &self.user_agent,
-                object_ref: self.object_ref.as_ref(),
+            &mut who,
+            &Who {
+                request_uri: request.request_uri,
+                verb: request.verb,
+                user: UserView::of(request.user),
             },
         )?;
-        Ok(out)
+        let mut from = Vec::with_capacity(96);
+        if !request.source_ips.is_empty() || !request.user_agent.is_empty() {
+            from.push(b',');
+            members(
+                &mut from,
+                &Source {
+                    source_ips: request.source_ips,
+                    user_agent: request.user_agent,
+                },
+            )?;
+        }
+        Ok(Self {
+            level,
+            audit_id,
+            stage: Stage::RequestReceived,
+            who,
+            impersonated: Vec::new(),
+            from,
+            object_ref,
+            object_ref_json: None,
+            response_status: None,
+            request_object: None,
+            response_object: None,
+            request_received_timestamp: received,
+            stage_timestamp: received,
+            annotations: BTreeMap::new(),
+            unnamed_body: None,
+        })
     }
 
-    /// Append the event as one JSON line (the same text as serializing it), with `middle`
-    /// from [`Event::middle_json`], which a request writing several stages encodes once.
-    pub fn write_line(&self, middle: &[u8], out: &mut Vec<u8>) -> serde_json::Result<()> {
-        out.extend_from_slice(br#"{"kind":"#);
-        serde_json::to_writer(&mut *out, self.kind)?;
-        out.extend_from_slice(br#","apiVersion":"#);
-        serde_json::to_writer(&mut *out, self.api_version)?;
-        out.extend_from_slice(br#","level":"#);
+    /// The request acts as `user`.
+    pub fn impersonated(&mut self, user: &UserInfo) -> serde_json::Result<()> {
+        let mut out = br#","impersonatedUser":"#.to_vec();
+        serde_json::to_writer(&mut out, &UserView::of(user))?;
+        self.impersonated = out;
+        Ok(())
+    }
+
+    /// The objectRef, to be changed (its encoding is redone at the next stage).
+    pub fn object_ref_mut(&mut self) -> Option<&mut ObjectRef> {
+        self.object_ref_json = None;
+        self.object_ref.as_mut()
+    }
+
+    /// Append the event as it is now as one JSON line: the same text as serializing the
+    /// whole [`Event`].
+    pub fn write_line(&mut self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        if self.object_ref_json.is_none() {
+            let mut json = Vec::new();
+            if let Some(r) = &self.object_ref {
+                json.extend_from_slice(br#","objectRef":"#);
+                serde_json::to_writer(&mut json, r)?;
+            }
+            self.object_ref_json = Some(json);
+        }
+        out.extend_from_slice(br#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"#);
         serde_json::to_writer(&mut *out, &self.level)?;
         out.extend_from_slice(br#","auditID":"#);
         serde_json::to_writer(&mut *out, &self.audit_id)?;
         out.extend_from_slice(br#","stage":"#);
         serde_json::to_writer(&mut *out, &self.stage)?;
         out.push(b',');
-        out.extend_from_slice(middle);
+        out.extend_from_slice(&self.who);
+        out.extend_from_slice(&self.impersonated);
+        out.extend_from_slice(&self.from);
+        out.extend_from_slice(self.object_ref_json.as_deref().unwrap_or_default());
         out.push(b',');
         members(
             out,
@@ -141,7 +259,8 @@ impl Event {
     }
 }
 
-/// `authentication.k8s.io/v1` `UserInfo`.
+/// `authentication.k8s.io/v1` `UserInfo` (the tests' model).
+#[cfg(test)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct EventUser {
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -154,6 +273,7 @@ pub struct EventUser {
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
+#[cfg(test)]
 impl From<&UserInfo> for EventUser {
     fn from(u: &UserInfo) -> Self {
         Self {
@@ -327,11 +447,46 @@ mod tests {
         );
     }
 
+    /// The record a request with `ev`'s fields begins, brought to `ev`'s stage.
+    fn record_of(ev: &Event) -> Record {
+        let user_info = |u: &EventUser| UserInfo {
+            name: u.username.clone(),
+            uid: u.uid.clone(),
+            groups: u.groups.clone(),
+            extra: u.extra.clone(),
+        };
+        let ips: Vec<IpAddr> = ev.source_ips.iter().map(|ip| ip.parse().unwrap()).collect();
+        let mut r = Record::new(
+            ev.level,
+            ev.audit_id.clone(),
+            ev.request_received_timestamp,
+            &Request {
+                request_uri: &ev.request_uri,
+                verb: &ev.verb,
+                user: &user_info(&ev.user),
+                source_ips: &ips,
+                user_agent: &ev.user_agent,
+            },
+            ev.object_ref.clone(),
+        )
+        .unwrap();
+        if let Some(u) = &ev.impersonated_user {
+            r.impersonated(&user_info(u)).unwrap();
+        }
+        r.stage = ev.stage;
+        r.stage_timestamp = ev.stage_timestamp;
+        r.response_status = ev.response_status.clone();
+        r.request_object = ev.request_object.clone();
+        r.response_object = ev.response_object.clone();
+        r.annotations = ev.annotations.clone();
+        r
+    }
+
     #[test]
-    fn a_line_written_in_parts_is_the_serialized_event() {
+    fn a_record_writes_the_serialized_event() {
         let check = |ev: &Event| {
             let mut line = Vec::new();
-            ev.write_line(&ev.middle_json().unwrap(), &mut line).unwrap();
+            record_of(ev).write_line(&mut line).unwrap();
             let mut expected = serde_json::to_vec(ev).unwrap();
             expected.push(b'\n');
             assert_eq!(
@@ -348,6 +503,7 @@ mod tests {
             groups: vec!["g".into()],
             extra: [("scopes".to_owned(), vec!["a\nb".to_owned()])].into(),
         });
+        ev.source_ips = vec!["10.0.0.1".into(), "::1".into()];
         ev.request_object = Some(serde_json::json!({"kind": "Pod", "spec": {"x": [1, 2]}}));
         ev.response_object = Some(serde_json::json!({"kind": "Pod"}));
         ev.response_status = Some(ResponseStatus::from_status(
@@ -359,12 +515,32 @@ mod tests {
         ev.impersonated_user = None;
         ev.source_ips.clear();
         ev.user_agent.clear();
+        check(&ev);
+        ev.source_ips = vec!["127.0.0.1".into()];
+        check(&ev);
+        ev.source_ips.clear();
+        ev.user_agent = "ua".into();
+        check(&ev);
         ev.object_ref = None;
         ev.response_status = None;
         ev.request_object = None;
         ev.response_object = None;
         ev.annotations.clear();
         ev.verb.clear();
+        ev.user = EventUser::default();
         check(&ev);
+    }
+
+    #[test]
+    fn a_changed_object_ref_is_encoded_again() {
+        let ev = sample();
+        let mut r = record_of(&ev);
+        let mut first = Vec::new();
+        r.write_line(&mut first).unwrap();
+        r.object_ref_mut().unwrap().name = "other".into();
+        let mut second = Vec::new();
+        r.write_line(&mut second).unwrap();
+        let name = |line: &[u8]| serde_json::from_slice::<Value>(line).unwrap()["objectRef"]["name"].clone();
+        assert_eq!((name(&first), name(&second)), ("cm".into(), "other".into()));
     }
 }

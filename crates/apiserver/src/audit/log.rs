@@ -17,7 +17,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use prometheus_client::metrics::counter::Counter;
 use time::OffsetDateTime;
 
-use super::event::Event;
+use super::policy::Stage;
 
 const MEGABYTE: u64 = 1024 * 1024;
 
@@ -87,16 +87,12 @@ impl LogBackend {
 
     /// Queue an event (one JSON line, newline included) for writing; `false` if it was
     /// dropped (the queue is full or the writer is gone).
-    pub fn process(&self, line: Vec<u8>, event: &Event) -> bool {
+    pub fn process(&self, line: Vec<u8>, audit_id: &str, stage: Stage) -> bool {
         match self.tx.try_send(line) {
             Ok(()) => true,
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.errors.inc();
-                tracing::warn!(
-                    audit_id = %event.audit_id,
-                    stage = ?event.stage,
-                    "audit: the log's queue is full, event dropped"
-                );
+                tracing::warn!(audit_id, ?stage, "audit: the log's queue is full, event dropped");
                 false
             }
         }
@@ -377,7 +373,7 @@ mod tests {
     use std::sync::atomic::{AtomicI64, Ordering};
     use std::time::{Duration, Instant};
 
-    use crate::audit::event::{EventUser, ResponseStatus};
+    use crate::audit::event::{Event, EventUser, ResponseStatus};
     use crate::audit::policy::{Level, Stage};
 
     fn event(id: &str) -> Event {
@@ -521,7 +517,7 @@ mod tests {
             let accepted: Vec<bool> = (0..5)
                 .map(|i| {
                     let ev = event(&i.to_string());
-                    backend.process(line(&ev), &ev)
+                    backend.process(line(&ev), &ev.audit_id, ev.stage)
                 })
                 .collect();
             let _ = done_tx.send(accepted);
@@ -545,7 +541,7 @@ mod tests {
         let backend = LogBackend::start(&LogOptions::new(&path), errors.clone()).unwrap();
         for id in ["a", "b"] {
             let ev = event(id);
-            assert!(backend.process(line(&ev), &ev));
+            assert!(backend.process(line(&ev), &ev.audit_id, ev.stage));
         }
         drop(backend);
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -10,7 +10,6 @@ pub mod event;
 pub mod log;
 pub mod policy;
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::panic::AssertUnwindSafe;
@@ -32,7 +31,7 @@ use crate::handler::{error_response, full, Body};
 use crate::metrics::{AuditMetrics, LevelLabels, PluginLabels};
 use crate::request_info::RequestInfo;
 use crate::status::ApiError;
-use event::{Event, EventUser, ObjectRef, ResponseStatus};
+use event::{ObjectRef, Record, ResponseStatus};
 use log::LogBackend;
 pub use log::LogOptions;
 pub use policy::{Level, Policy, Stage};
@@ -58,8 +57,9 @@ pub(crate) struct Auditor {
     level_counts: [Counter; 4],
 }
 
-/// Room for a typical event's JSON line (about 700 bytes at level Metadata).
-const LINE_CAPACITY: usize = 1024;
+/// Room for a typical event's JSON line at level Metadata (700 bytes to over 1 KB, with
+/// the authorization reason), so that writing it does not grow the buffer.
+const LINE_CAPACITY: usize = 2048;
 
 /// Where a request came from and when: known before authentication.
 pub(crate) struct Origin {
@@ -139,18 +139,19 @@ impl Auditor {
         if config.level == Level::None {
             return RequestAudit::disabled();
         }
-        let mut user_agent = headers
+        let user_agent = headers
             .get(header::USER_AGENT)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .map(|v| String::from_utf8_lossy(v.as_bytes()))
             .unwrap_or_default();
-        if user_agent.len() > MAX_USER_AGENT {
+        let user_agent = if user_agent.len() > MAX_USER_AGENT {
             let mut end = MAX_USER_AGENT;
             while !user_agent.is_char_boundary(end) {
                 end -= 1;
             }
-            user_agent.truncate(end);
-            user_agent.push_str("...TRUNCATED");
-        }
+            std::borrow::Cow::Owned(format!("{}...TRUNCATED", &user_agent[..end]))
+        } else {
+            user_agent
+        };
         let object_ref = info.is_resource_request.then(|| ObjectRef {
             resource: info.resource.clone(),
             namespace: info.namespace.clone(),
@@ -160,28 +161,26 @@ impl Auditor {
             subresource: info.subresource.clone(),
             ..Default::default()
         });
-        let event = Event {
-            kind: "Event",
-            api_version: "audit.k8s.io/v1",
-            level: config.level,
-            audit_id: origin.audit_id.clone(),
-            stage: Stage::RequestReceived,
-            request_uri: uri
-                .path_and_query()
-                .map(|pq| pq.as_str().to_owned())
-                .unwrap_or_else(|| uri.path().to_owned()),
-            verb: info.verb.clone(),
-            user: user.map(EventUser::from).unwrap_or_default(),
-            impersonated_user: None,
-            source_ips: source_ips(headers, origin.peer.ip()),
-            user_agent,
+        let unauthenticated = UserInfo::default();
+        let record = Record::new(
+            config.level,
+            origin.audit_id.clone(),
+            origin.received,
+            &event::Request {
+                request_uri: uri.path_and_query().map_or(uri.path(), |pq| pq.as_str()),
+                verb: &info.verb,
+                user: user.unwrap_or(&unauthenticated),
+                source_ips: &source_ips(headers, origin.peer.ip()),
+                user_agent: &user_agent,
+            },
             object_ref,
-            response_status: None,
-            request_object: None,
-            response_object: None,
-            request_received_timestamp: origin.received,
-            stage_timestamp: origin.received,
-            annotations: BTreeMap::new(),
+        );
+        let record = match record {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "audit: encoding an event");
+                return RequestAudit::disabled();
+            }
         };
         RequestAudit(Some(Arc::new(Recording {
             auditor: self.clone(),
@@ -189,19 +188,19 @@ impl Auditor {
             omit_stages: config.omit_stages,
             omit_managed_fields: config.omit_managed_fields,
             is_resource_request: info.is_resource_request,
-            event: Mutex::new(Recorded { event, middle: None }),
+            event: Mutex::new(record),
         })))
     }
 
-    fn process(&self, line: Vec<u8>, event: &Event) {
+    fn process(&self, line: Vec<u8>, event: &Record) {
         self.events.inc();
-        self.backend.process(line, event);
+        self.backend.process(line, &event.audit_id, event.stage);
     }
 }
 
 /// Upstream's source IPs: those of `X-Forwarded-For`, then `X-Real-Ip` unless already listed,
 /// then the connection's peer unless it is the last one already.
-fn source_ips(headers: &HeaderMap, peer: IpAddr) -> Vec<String> {
+fn source_ips(headers: &HeaderMap, peer: IpAddr) -> Vec<IpAddr> {
     let mut ips: Vec<IpAddr> = Vec::new();
     if let Some(fwd) = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
         ips.extend(fwd.split(',').filter_map(|p| p.trim().parse::<IpAddr>().ok()));
@@ -219,7 +218,7 @@ fn source_ips(headers: &HeaderMap, peer: IpAddr) -> Vec<String> {
     if ips.last() != Some(&peer) {
         ips.push(peer);
     }
-    ips.iter().map(IpAddr::to_string).collect()
+    ips
 }
 
 /// Requests whose response streams: they get a ResponseStarted event, and ResponseComplete
@@ -242,31 +241,11 @@ struct Recording {
     omit_stages: Vec<Stage>,
     omit_managed_fields: bool,
     is_resource_request: bool,
-    event: Mutex<Recorded>,
-}
-
-/// A request's event so far (it reads as the [`Event`] itself), with the JSON of its fields
-/// from requestURI to objectRef once encoded; whoever changes one of those clears `middle`.
-struct Recorded {
-    event: Event,
-    middle: Option<Vec<u8>>,
-}
-
-impl std::ops::Deref for Recorded {
-    type Target = Event;
-    fn deref(&self) -> &Event {
-        &self.event
-    }
-}
-
-impl std::ops::DerefMut for Recorded {
-    fn deref_mut(&mut self) -> &mut Event {
-        &mut self.event
-    }
+    event: Mutex<Record>,
 }
 
 impl Recording {
-    fn event(&self) -> std::sync::MutexGuard<'_, Recorded> {
+    fn event(&self) -> std::sync::MutexGuard<'_, Record> {
         self.event.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -295,25 +274,22 @@ impl RequestAudit {
             return;
         }
         let mut ev = r.event();
+        if let Some(body) = ev.unnamed_body.take() {
+            let meta = serde_json::from_slice::<BodyHead>(&body)
+                .ok()
+                .and_then(|h| h.metadata)
+                .unwrap_or_default();
+            name_object(&mut ev, meta);
+        }
         ev.stage = stage;
         ev.stage_timestamp = if stage == Stage::RequestReceived {
             ev.request_received_timestamp
         } else {
             OffsetDateTime::now_utc()
         };
-        // Encoded here, from the event as it is now, instead of handing the writer a copy;
-        // the part that rarely changes between stages is encoded once.
-        if ev.middle.is_none() {
-            match ev.middle_json() {
-                Ok(m) => ev.middle = Some(m),
-                Err(e) => {
-                    tracing::error!(error = %e, "audit: encoding an event");
-                    return;
-                }
-            }
-        }
+        // Encoded here, from the event as it is now, instead of handing the writer a copy.
         let mut line = Vec::with_capacity(LINE_CAPACITY);
-        if let Err(e) = ev.write_line(ev.middle.as_deref().unwrap_or_default(), &mut line) {
+        if let Err(e) = ev.write_line(&mut line) {
             tracing::error!(error = %e, "audit: encoding an event");
             return;
         }
@@ -323,9 +299,9 @@ impl RequestAudit {
     /// The request acts as another user.
     pub fn impersonated(&self, user: &UserInfo) {
         if let Some(r) = &self.0 {
-            let mut ev = r.event();
-            ev.impersonated_user = Some(EventUser::from(user));
-            ev.middle = None;
+            if let Err(e) = r.event().impersonated(user) {
+                tracing::error!(error = %e, "audit: encoding an event");
+            }
         }
     }
 
@@ -355,40 +331,25 @@ impl RequestAudit {
 
     /// The body of a write, as JSON (after a protobuf body was decoded): it names the object
     /// (for the objectRef of a create) and, from level Request, is the event's requestObject.
-    pub fn request_body(&self, verb: &str, body: &[u8]) {
+    pub fn request_body(&self, verb: &str, body: &Bytes) {
         let Some(r) = &self.0 else { return };
         let wants_object = r.level >= Level::Request;
         let object = match verb {
             "create" | "update" => {
-                // Below level Request only the names are needed: read just the metadata.
-                let (meta, obj) = if wants_object {
-                    let Ok(obj) = serde_json::from_slice::<Value>(body) else {
-                        return;
-                    };
-                    let meta =
-                        serde_json::from_value::<BodyMeta>(obj["metadata"].clone()).unwrap_or_default();
-                    (meta, Some(obj))
-                } else {
-                    let Ok(head) = serde_json::from_slice::<BodyHead>(body) else {
-                        return;
-                    };
-                    (head.metadata.unwrap_or_default(), None)
-                };
-                let mut ev = r.event();
-                if let Some(oref) = ev.object_ref.as_mut() {
-                    let fill = |field: &mut String, value: Option<String>| {
-                        if field.is_empty() {
-                            *field = value.unwrap_or_default();
-                        }
-                    };
-                    fill(&mut oref.namespace, meta.namespace);
-                    fill(&mut oref.name, meta.name);
-                    fill(&mut oref.uid, meta.uid);
-                    fill(&mut oref.resource_version, meta.resource_version);
+                if !wants_object {
+                    // Below level Request only the names are needed. The handler decodes the
+                    // body anyway and names the object with what it decoded
+                    // ([`RequestAudit::object_decoded`]); a handler that does not has its
+                    // body's metadata read at the next stage.
+                    r.event().unnamed_body = Some(body.clone());
+                    return;
                 }
-                ev.middle = None;
-                drop(ev);
-                obj.map(|o| r.without_managed_fields(o))
+                let Ok(obj) = serde_json::from_slice::<Value>(body) else {
+                    return;
+                };
+                let meta = serde_json::from_value::<BodyMeta>(obj["metadata"].clone()).unwrap_or_default();
+                name_object(&mut r.event(), meta);
+                Some(r.without_managed_fields(obj))
             }
             // A patch is recorded as it was sent (an apply configuration may be YAML).
             "patch" if wants_object => serde_json::from_slice::<Value>(body).ok().or_else(|| {
@@ -408,6 +369,27 @@ impl RequestAudit {
         if let Some(obj) = object {
             r.event().request_object = Some(obj);
         }
+    }
+
+    /// The body of a create or update as the handler decoded it: names the object, instead
+    /// of a second read of the body's metadata.
+    pub fn object_decoded(&self, obj: &Value) {
+        let Some(r) = &self.0 else { return };
+        let mut ev = r.event();
+        if ev.unnamed_body.take().is_none() {
+            return;
+        }
+        let meta = &obj["metadata"];
+        let s = |k: &str| meta[k].as_str().map(str::to_owned);
+        name_object(
+            &mut ev,
+            BodyMeta {
+                namespace: s("namespace"),
+                name: s("name"),
+                uid: s("uid"),
+                resource_version: s("resourceVersion"),
+            },
+        );
     }
 
     /// Take in the response: its code, the Status of an error, and the object from level
@@ -589,6 +571,21 @@ fn remove_managed_fields(obj: &mut Value) {
     }
 }
 
+/// Fill the objectRef's names that the request's path did not give from the body's metadata.
+fn name_object(ev: &mut Record, meta: BodyMeta) {
+    if let Some(oref) = ev.object_ref_mut() {
+        let fill = |field: &mut String, value: Option<String>| {
+            if field.is_empty() {
+                *field = value.unwrap_or_default();
+            }
+        };
+        fill(&mut oref.namespace, meta.namespace);
+        fill(&mut oref.name, meta.name);
+        fill(&mut oref.uid, meta.uid);
+        fill(&mut oref.resource_version, meta.resource_version);
+    }
+}
+
 /// The part of a request body an event names its object by.
 #[derive(serde::Deserialize)]
 struct BodyHead {
@@ -685,7 +682,9 @@ rules:
         audit.authorization(true, "");
         audit.request_body(
             "create",
-            br#"{"metadata":{"name":"web","managedFields":[{"manager":"x"}]},"spec":{}}"#,
+            &Bytes::from_static(
+                br#"{"metadata":{"name":"web","managedFields":[{"manager":"x"}]},"spec":{}}"#,
+            ),
         );
         let resp = json_response(
             StatusCode::CREATED,
@@ -772,7 +771,10 @@ rules:
             HeaderMap::new(),
         );
         assert_eq!(audit.level(), Level::Metadata);
-        audit.request_body("create", br#"{"metadata":{"name":"cm"},"data":{"a":"b"}}"#);
+        audit.request_body(
+            "create",
+            &Bytes::from_static(br#"{"metadata":{"name":"cm"},"data":{"a":"b"}}"#),
+        );
         audit.authorization(false, "no RBAC policy matched");
         let resp = error_response(&ApiError::forbidden("configmaps is forbidden"));
         let resp = guarded(&audit, is_long_running(&info), async { resp }).await;
@@ -917,13 +919,14 @@ rules:
     #[test]
     fn source_ips_as_upstream() {
         let peer: IpAddr = "192.168.1.5".parse().unwrap();
-        assert_eq!(source_ips(&HeaderMap::new(), peer), ["192.168.1.5"]);
+        let strings = |ips: Vec<IpAddr>| ips.iter().map(IpAddr::to_string).collect::<Vec<_>>();
+        assert_eq!(strings(source_ips(&HeaderMap::new(), peer)), ["192.168.1.5"]);
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", "1.1.1.1, bad, 192.168.1.5".parse().unwrap());
         h.insert("x-real-ip", "1.1.1.1".parse().unwrap());
-        assert_eq!(source_ips(&h, peer), ["1.1.1.1", "192.168.1.5"]);
+        assert_eq!(strings(source_ips(&h, peer)), ["1.1.1.1", "192.168.1.5"]);
         let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
-        assert_eq!(source_ips(&HeaderMap::new(), mapped), ["10.0.0.1"]);
+        assert_eq!(strings(source_ips(&HeaderMap::new(), mapped)), ["10.0.0.1"]);
     }
 
     #[test]

@@ -77,9 +77,9 @@ fn bound(json: &[u8]) -> bool {
         #[serde(rename = "nodeName")]
         node_name: Option<String>,
     }
-    // Most stored pods have no node yet: a look for the field name spares them the parse.
-    const FIELD: &[u8] = b"\"nodeName\"";
-    if !json.windows(FIELD.len()).any(|w| w == FIELD) {
+    // Most stored pods have no node yet: a look for the field name (a vectorised search)
+    // spares them the parse.
+    if memchr::memmem::find(json, b"\"nodeName\"").is_none() {
         return false;
     }
     serde_json::from_slice::<Pod>(json)

@@ -887,7 +887,9 @@ async fn create(
     query: &Query,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let (mut obj, warnings) = typed(def, decode_body(def, &body)?, ns, query)?;
+    let decoded = decode_body(def, &body)?;
+    ctx.audit.object_decoded(&decoded);
+    let (mut obj, warnings) = typed(def, decoded, ns, query)?;
     apply::record_update(None, &mut obj, &ctx.field_manager(), &def.api_version());
     let (created, stored) = create_stored(ctx, def, ns, obj, query.dry_run()).await?;
     // The response is the stored bytes with their resourceVersion, as a get would return
@@ -1223,7 +1225,9 @@ async fn update(
     query: &Query,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let (obj, warnings) = typed(def, decode_body(def, &body)?, ns, query)?;
+    let decoded = decode_body(def, &body)?;
+    ctx.audit.object_decoded(&decoded);
+    let (obj, warnings) = typed(def, decoded, ns, query)?;
     let old = read(ctx, def, ns, name).await?;
     let written = apply_update(
         ctx,

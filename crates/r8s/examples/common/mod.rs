@@ -124,6 +124,54 @@ pub fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// CPU time by thread name (threads of one name summed): (user, system), from
+/// /proc/<pid>/task. For seeing which of a server's threads a workload costs.
+pub fn thread_cpu(pid: u32) -> std::collections::BTreeMap<String, (Duration, Duration)> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let Ok(s) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (s.find('('), s.rfind(')')) else {
+            continue;
+        };
+        let name = s[open + 1..close].to_owned();
+        let f: Vec<&str> = s[close + 2..].split_whitespace().collect();
+        let tick =
+            |i: usize| Duration::from_millis(f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 10);
+        let e = out.entry(name).or_insert((Duration::ZERO, Duration::ZERO));
+        e.0 += tick(11);
+        e.1 += tick(12);
+    }
+    out
+}
+
+/// What each thread name used between two `thread_cpu` readings, per request in µs, as
+/// `name user/system` pairs (the busiest first).
+pub fn thread_cpu_delta(
+    before: &std::collections::BTreeMap<String, (Duration, Duration)>,
+    after: &std::collections::BTreeMap<String, (Duration, Duration)>,
+    requests: usize,
+) -> String {
+    let mut rows: Vec<(String, f64, f64)> = after
+        .iter()
+        .map(|(name, (u, s))| {
+            let (bu, bs) = before.get(name).copied().unwrap_or_default();
+            let per = |d: Duration| d.as_secs_f64() * 1e6 / requests as f64;
+            (name.clone(), per(u.saturating_sub(bu)), per(s.saturating_sub(bs)))
+        })
+        .filter(|(_, u, s)| u + s > 0.0)
+        .collect();
+    rows.sort_by(|a, b| (b.1 + b.2).total_cmp(&(a.1 + a.2)));
+    rows.iter()
+        .map(|(n, u, s)| format!("{n} {u:.1}/{s:.1}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub fn pct(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
