@@ -762,6 +762,32 @@ rules:
     }
 
     #[tokio::test]
+    async fn below_level_request_the_handlers_decoded_object_names_the_object_ref() {
+        let (auditor, rx, _) = auditor(POLICY, 100);
+        let (audit, info) = begin(
+            &auditor,
+            Method::POST,
+            "/api/v1/namespaces/default/configmaps",
+            HeaderMap::new(),
+        );
+        assert_eq!(audit.level(), Level::Metadata);
+        audit.request_body(
+            "create",
+            &Bytes::from_static(br#"{"metadata":{"name":"from-body"},"data":{"a":"b"}}"#),
+        );
+        // (A handler's decoded object is the body; a different name here shows which was read.)
+        audit.object_decoded(&json!({"metadata": {"name": "decoded", "uid": "u9", "namespace": "other"}}));
+        let resp = json_response(StatusCode::CREATED, &json!({"kind": "ConfigMap"}));
+        guarded(&audit, is_long_running(&info), async { resp }).await;
+        let ev = to_json(&rx.try_recv().unwrap());
+        assert_eq!(
+            ev["objectRef"],
+            json!({"resource": "configmaps", "namespace": "default", "name": "decoded", "uid": "u9", "apiVersion": "v1"}),
+            "the path's namespace stays; the rest comes from the decoded object"
+        );
+    }
+
+    #[tokio::test]
     async fn metadata_level_keeps_objects_out_and_errors_carry_their_status() {
         let (auditor, rx, _) = auditor(POLICY, 100);
         let (audit, info) = begin(
