@@ -108,8 +108,6 @@ struct Tail<'a> {
     request_received_timestamp: &'a OffsetDateTime,
     #[serde(serialize_with = "micro_time_ref")]
     stage_timestamp: &'a OffsetDateTime,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    annotations: &'a BTreeMap<String, String>,
 }
 
 /// The members of a JSON object, without its braces.
@@ -126,9 +124,10 @@ fn members(out: &mut Vec<u8>, value: &impl Serialize) -> serde_json::Result<()> 
 /// encoded when the request began.
 #[derive(Debug)]
 pub struct Record {
-    pub level: Level,
-    pub audit_id: String,
+    audit_id: String,
     pub stage: Stage,
+    /// `{"kind":"Event","apiVersion":…,"level":…,"auditID":…,"stage":`.
+    head: Vec<u8>,
     /// `"requestURI":…,"verb":…,"user":{…}`.
     who: Vec<u8>,
     /// `,"impersonatedUser":{…}`, or nothing.
@@ -143,7 +142,9 @@ pub struct Record {
     pub response_object: Option<Value>,
     pub request_received_timestamp: OffsetDateTime,
     pub stage_timestamp: OffsetDateTime,
-    pub annotations: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    /// `,"annotations":{…}` once encoded (or nothing when there are none).
+    annotations_json: Option<Vec<u8>>,
     /// The body of a create or update whose metadata is to name the objectRef, until it is
     /// read (see `RequestAudit::request_body`).
     pub unnamed_body: Option<bytes::Bytes>,
@@ -187,10 +188,16 @@ impl Record {
                 },
             )?;
         }
+        let mut head = Vec::with_capacity(128);
+        head.extend_from_slice(br#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":""#);
+        head.extend_from_slice(level.as_str().as_bytes());
+        head.extend_from_slice(br#"","auditID":"#);
+        serde_json::to_writer(&mut head, &audit_id)?;
+        head.extend_from_slice(br#","stage":"#);
         Ok(Self {
-            level,
             audit_id,
             stage: Stage::RequestReceived,
+            head,
             who,
             impersonated: Vec::new(),
             from,
@@ -202,6 +209,7 @@ impl Record {
             request_received_timestamp: received,
             stage_timestamp: received,
             annotations: BTreeMap::new(),
+            annotations_json: None,
             unnamed_body: None,
         })
     }
@@ -220,24 +228,54 @@ impl Record {
         self.object_ref.as_mut()
     }
 
+    /// The request's audit ID.
+    pub fn audit_id(&self) -> &str {
+        &self.audit_id
+    }
+
+    /// The annotations so far.
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        &self.annotations
+    }
+
+    /// Annotate the event; a key already set keeps its value, which is returned when it
+    /// differs from `value`.
+    pub fn annotate(&mut self, key: &str, value: &str) -> Option<&str> {
+        if self.annotations.contains_key(key) {
+            return self
+                .annotations
+                .get(key)
+                .map(String::as_str)
+                .filter(|v| *v != value);
+        }
+        self.annotations.insert(key.to_owned(), value.to_owned());
+        self.annotations_json = None;
+        None
+    }
+
     /// Append the event as it is now as one JSON line: the same text as serializing the
     /// whole [`Event`].
     pub fn write_line(&mut self, out: &mut Vec<u8>) -> serde_json::Result<()> {
         if self.object_ref_json.is_none() {
-            let mut json = Vec::new();
+            let mut json = Vec::with_capacity(192);
             if let Some(r) = &self.object_ref {
                 json.extend_from_slice(br#","objectRef":"#);
                 serde_json::to_writer(&mut json, r)?;
             }
             self.object_ref_json = Some(json);
         }
-        out.extend_from_slice(br#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"#);
-        serde_json::to_writer(&mut *out, &self.level)?;
-        out.extend_from_slice(br#","auditID":"#);
-        serde_json::to_writer(&mut *out, &self.audit_id)?;
-        out.extend_from_slice(br#","stage":"#);
-        serde_json::to_writer(&mut *out, &self.stage)?;
-        out.push(b',');
+        if self.annotations_json.is_none() {
+            let mut json = Vec::with_capacity(256);
+            if !self.annotations.is_empty() {
+                json.extend_from_slice(br#","annotations":"#);
+                serde_json::to_writer(&mut json, &self.annotations)?;
+            }
+            self.annotations_json = Some(json);
+        }
+        out.extend_from_slice(&self.head);
+        out.push(b'"');
+        out.extend_from_slice(self.stage.as_str().as_bytes());
+        out.extend_from_slice(b"\",");
         out.extend_from_slice(&self.who);
         out.extend_from_slice(&self.impersonated);
         out.extend_from_slice(&self.from);
@@ -251,9 +289,9 @@ impl Record {
                 response_object: self.response_object.as_ref(),
                 request_received_timestamp: &self.request_received_timestamp,
                 stage_timestamp: &self.stage_timestamp,
-                annotations: &self.annotations,
             },
         )?;
+        out.extend_from_slice(self.annotations_json.as_deref().unwrap_or_default());
         out.extend_from_slice(b"}\n");
         Ok(())
     }
@@ -478,7 +516,9 @@ mod tests {
         r.response_status = ev.response_status.clone();
         r.request_object = ev.request_object.clone();
         r.response_object = ev.response_object.clone();
-        r.annotations = ev.annotations.clone();
+        for (k, v) in &ev.annotations {
+            r.annotate(k, v);
+        }
         r
     }
 
@@ -529,6 +569,25 @@ mod tests {
         ev.verb.clear();
         ev.user = EventUser::default();
         check(&ev);
+    }
+
+    #[test]
+    fn annotations_added_after_a_stage_appear_in_the_next_and_the_first_value_stays() {
+        let mut ev = sample();
+        ev.annotations.clear();
+        let mut r = record_of(&ev);
+        let annotations = |r: &mut Record| {
+            let mut line = Vec::new();
+            r.write_line(&mut line).unwrap();
+            serde_json::from_slice::<Value>(&line).unwrap()["annotations"].clone()
+        };
+        assert_eq!(annotations(&mut r), Value::Null);
+        assert_eq!(r.annotate("a", "1"), None);
+        assert_eq!(annotations(&mut r), serde_json::json!({"a": "1"}));
+        assert_eq!(r.annotate("a", "2"), Some("1"), "the existing value is reported");
+        assert_eq!(r.annotate("a", "1"), None, "the same value again is no conflict");
+        assert_eq!(r.annotate("b", "\"q\""), None);
+        assert_eq!(annotations(&mut r), serde_json::json!({"a": "1", "b": "\"q\""}));
     }
 
     #[test]

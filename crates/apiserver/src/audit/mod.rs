@@ -194,7 +194,7 @@ impl Auditor {
 
     fn process(&self, line: Vec<u8>, event: &Record) {
         self.events.inc();
-        self.backend.process(line, &event.audit_id, event.stage);
+        self.backend.process(line, event.audit_id(), event.stage);
     }
 }
 
@@ -309,14 +309,8 @@ impl RequestAudit {
     pub fn annotate(&self, key: &str, value: &str) {
         let Some(r) = &self.0 else { return };
         let mut ev = r.event();
-        match ev.annotations.get(key) {
-            Some(v) if v != value => {
-                tracing::warn!(key, value, existing = %v, audit_id = %ev.audit_id, "audit: annotation already set");
-            }
-            Some(_) => {}
-            None => {
-                ev.annotations.insert(key.to_owned(), value.to_owned());
-            }
+        if let Some(existing) = ev.annotate(key, value).map(str::to_owned) {
+            tracing::warn!(key, value, %existing, audit_id = %ev.audit_id(), "audit: annotation already set");
         }
     }
 

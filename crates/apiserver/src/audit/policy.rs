@@ -37,6 +37,17 @@ pub enum Stage {
     Panic,
 }
 
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::RequestReceived => "RequestReceived",
+            Stage::ResponseStarted => "ResponseStarted",
+            Stage::ResponseComplete => "ResponseComplete",
+            Stage::Panic => "Panic",
+        }
+    }
+}
+
 /// `audit.k8s.io/v1` `Policy`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
