@@ -303,22 +303,14 @@ async fn chain(name: &str, extra: &[&str], pods: usize, gets: usize, roles: usiz
     if threads {
         // µs per request, user/system, by thread: the server's, then this process's (the
         // clients').
-        println!(
-            "        server per create: {}",
-            common::thread_cpu_delta(&t0, &t1, pods)
-        );
-        println!(
-            "        client per create: {}",
-            common::thread_cpu_delta(&c0, &c1, pods)
-        );
-        println!(
-            "        server per get: {}",
-            common::thread_cpu_delta(&t1, &t2, gets)
-        );
-        println!(
-            "        client per get: {}",
-            common::thread_cpu_delta(&c1, &c2, gets)
-        );
+        for (what, before, after, n) in [
+            ("server per create", &t0, &t1, pods),
+            ("client per create", &c0, &c1, pods),
+            ("server per get", &t1, &t2, gets),
+            ("client per get", &c1, &c2, gets),
+        ] {
+            println!("        {what}: {}", common::thread_cpu_delta(before, after, n));
+        }
     }
     if with_audit {
         let lines = std::fs::read_to_string(&audit_log)

@@ -755,20 +755,25 @@ rules:
         assert_eq!(events[1]["objectRef"]["name"], "c");
     }
 
-    #[tokio::test]
-    async fn below_level_request_the_handlers_decoded_object_names_the_object_ref() {
-        let (auditor, rx, _) = auditor(POLICY, 100);
+    /// A ConfigMap create that `POLICY` audits at level Metadata, its body (naming `name`)
+    /// taken in.
+    fn metadata_configmap_create(auditor: &Arc<Auditor>, name: &str) -> (RequestAudit, RequestInfo) {
         let (audit, info) = begin(
-            &auditor,
+            auditor,
             Method::POST,
             "/api/v1/namespaces/default/configmaps",
             HeaderMap::new(),
         );
         assert_eq!(audit.level(), Level::Metadata);
-        audit.request_body(
-            "create",
-            &Bytes::from_static(br#"{"metadata":{"name":"from-body"},"data":{"a":"b"}}"#),
-        );
+        let body = json!({"metadata": {"name": name}, "data": {"a": "b"}});
+        audit.request_body("create", &Bytes::from(serde_json::to_vec(&body).unwrap()));
+        (audit, info)
+    }
+
+    #[tokio::test]
+    async fn below_level_request_the_handlers_decoded_object_names_the_object_ref() {
+        let (auditor, rx, _) = auditor(POLICY, 100);
+        let (audit, info) = metadata_configmap_create(&auditor, "from-body");
         // (A handler's decoded object is the body; a different name here shows which was read.)
         audit.object_decoded(&json!({"metadata": {"name": "decoded", "uid": "u9", "namespace": "other"}}));
         let resp = json_response(StatusCode::CREATED, &json!({"kind": "ConfigMap"}));
@@ -784,17 +789,7 @@ rules:
     #[tokio::test]
     async fn metadata_level_keeps_objects_out_and_errors_carry_their_status() {
         let (auditor, rx, _) = auditor(POLICY, 100);
-        let (audit, info) = begin(
-            &auditor,
-            Method::POST,
-            "/api/v1/namespaces/default/configmaps",
-            HeaderMap::new(),
-        );
-        assert_eq!(audit.level(), Level::Metadata);
-        audit.request_body(
-            "create",
-            &Bytes::from_static(br#"{"metadata":{"name":"cm"},"data":{"a":"b"}}"#),
-        );
+        let (audit, info) = metadata_configmap_create(&auditor, "cm");
         audit.authorization(false, "no RBAC policy matched");
         let resp = error_response(&ApiError::forbidden("configmaps is forbidden"));
         let resp = guarded(&audit, is_long_running(&info), async { resp }).await;
