@@ -111,17 +111,20 @@ pub fn rss_mib(pid: u32) -> f64 {
 
 /// CPU time a process has used so far (user + system), from /proc.
 pub fn cpu_time(pid: u32) -> Duration {
-    let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| {
-            // The fields after the command name (which may hold spaces) in parentheses.
-            let rest = &s[s.rfind(')')? + 2..];
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-        })
-        .unwrap_or(0);
+        .and_then(|s| user_system(&s))
+        .map_or(Duration::ZERO, |(u, s)| u + s)
+}
+
+/// The user and system CPU time in a `/proc/.../stat` line.
+fn user_system(stat: &str) -> Option<(Duration, Duration)> {
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
     // /proc counts in USER_HZ, which Linux fixes at 100 for user space.
-    Duration::from_millis(ticks * 10)
+    let tick = |i: usize| Some(Duration::from_millis(f.get(i)?.parse::<u64>().ok()? * 10));
+    Some((tick(11)?, tick(12)?))
 }
 
 /// CPU time by thread name (threads of one name summed): (user, system), from
@@ -135,16 +138,15 @@ pub fn thread_cpu(pid: u32) -> std::collections::BTreeMap<String, (Duration, Dur
         let Ok(s) = std::fs::read_to_string(task.path().join("stat")) else {
             continue;
         };
-        let (Some(open), Some(close)) = (s.find('('), s.rfind(')')) else {
+        let (Some(open), Some(close), Some((user, system))) = (s.find('('), s.rfind(')'), user_system(&s))
+        else {
             continue;
         };
-        let name = s[open + 1..close].to_owned();
-        let f: Vec<&str> = s[close + 2..].split_whitespace().collect();
-        let tick =
-            |i: usize| Duration::from_millis(f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 10);
-        let e = out.entry(name).or_insert((Duration::ZERO, Duration::ZERO));
-        e.0 += tick(11);
-        e.1 += tick(12);
+        let e = out
+            .entry(s[open + 1..close].to_owned())
+            .or_insert((Duration::ZERO, Duration::ZERO));
+        e.0 += user;
+        e.1 += system;
     }
     out
 }
