@@ -259,6 +259,7 @@ async fn chain(name: &str, extra: &[&str], pods: usize, gets: usize, roles: usiz
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let raw_client = api.clone().into_client();
     let creating = api.clone();
     let pid = server.id();
     let cpu_before = common::cpu_time(pid);
@@ -286,6 +287,15 @@ async fn chain(name: &str, extra: &[&str], pods: usize, gets: usize, roles: usiz
     .await;
     let cpu_got = common::cpu_time(pid);
     let (t2, c2) = (common::thread_cpu(pid), common::thread_cpu(me));
+    // One pod as this chain serves it, for the clients' decoding cost (`decode_cost`).
+    let pod_json = raw_client
+        .request_text(
+            http::Request::get(format!("/api/v1/namespaces/{NS}/pods/p-000000"))
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
     // The server's CPU per request: what the chain costs, whatever the neighbours do to the
     // wall clock.
     let per = |d: Duration, n: usize| d.as_secs_f64() * 1e6 / n as f64;
@@ -325,6 +335,7 @@ async fn chain(name: &str, extra: &[&str], pods: usize, gets: usize, roles: usiz
         gets: gets_s,
         create_cpu: c_cpu,
         get_cpu: g_cpu,
+        pod_json,
     }
 }
 
@@ -335,6 +346,21 @@ struct Rates {
     /// Server CPU per request, µs.
     create_cpu: f64,
     get_cpu: f64,
+    /// A created pod as the chain's GET returns it.
+    pod_json: String,
+}
+
+/// What decoding one served pod costs a kube-rs client (the typed `Pod`, as `Api::get` does),
+/// µs: the share of each get the benchmark's own clients spend on the object's size, on the same
+/// two cores as the server.
+fn decode_cost(json: &str) -> f64 {
+    const N: usize = 50_000;
+    let started = Instant::now();
+    for _ in 0..N {
+        let pod: Pod = serde_json::from_str(std::hint::black_box(json)).unwrap();
+        std::hint::black_box(pod);
+    }
+    started.elapsed().as_secs_f64() * 1e6 / N as f64
 }
 
 /// One RBAC decision, in process: the bootstrap policy plus `roles` Roles and RoleBindings.
@@ -480,6 +506,18 @@ async fn main() {
     let (scc, sgc) = (median(&secure, |r| r.create_cpu), median(&secure, |r| r.get_cpu));
     println!(
         "medians of {rounds}: open creates {oc:.0}/s ({occ:.0} µs CPU), gets {og:.0}/s ({ogc:.0} µs); secure creates {sc:.0}/s ({scc:.0} µs), gets {sg:.0}/s ({sgc:.0} µs)"
+    );
+    // Decoding happens in the clients, which share the two cores with the server: the secure
+    // chain's bigger pods cost them more per get whatever the server does.
+    let (od, sd) = (
+        decode_cost(&open[0].pod_json),
+        decode_cost(&secure[0].pod_json),
+    );
+    println!(
+        "client decode of one served pod (serde_json into k8s-openapi Pod, one thread): open {} bytes {od:.2} µs, secure {} bytes {sd:.2} µs (+{:.2} µs per get)",
+        open[0].pod_json.len(),
+        secure[0].pod_json.len(),
+        sd - od
     );
     println!(
         "secure/open throughput: creates {:.1}%, gets {:.1}% (target ≥ 90%); open/secure server CPU per request: creates {:.1}%, gets {:.1}%",
