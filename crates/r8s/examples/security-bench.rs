@@ -509,10 +509,7 @@ async fn main() {
     );
     // Decoding happens in the clients, which share the two cores with the server: the secure
     // chain's bigger pods cost them more per get whatever the server does.
-    let (od, sd) = (
-        decode_cost(&open[0].pod_json),
-        decode_cost(&secure[0].pod_json),
-    );
+    let (od, sd) = (decode_cost(&open[0].pod_json), decode_cost(&secure[0].pod_json));
     println!(
         "client decode of one served pod (serde_json into k8s-openapi Pod, one thread): open {} bytes {od:.2} µs, secure {} bytes {sd:.2} µs (+{:.2} µs per get)",
         open[0].pod_json.len(),

@@ -275,6 +275,8 @@ fn pods_run_as_a_service_account_with_its_token_volume_and_the_root_ca_is_publis
     s.ok_stdin(V, &["-n", "sa", "create", "-f", "-"], manifest);
     let p = json(&s, &["-n", "sa", "get", "pod", "p"]);
     assert_eq!(p["spec"]["serviceAccountName"], "default");
+    // The deprecated alias reads as the name, as upstream serves it.
+    assert_eq!(p["spec"]["serviceAccount"], "default");
     let volumes = p["spec"]["volumes"].as_array().unwrap();
     assert_eq!(volumes.len(), 1, "{volumes:?}");
     let name = volumes[0]["name"].as_str().unwrap();
@@ -308,6 +310,13 @@ fn pods_run_as_a_service_account_with_its_token_volume_and_the_root_ca_is_publis
         err.contains(
             "pods \"m\" is forbidden: error looking up service account sa/x: serviceaccount \"x\" not found"
         ),
+        "{err}"
+    );
+    // Old manifests name the account with the deprecated alias only: it is that account.
+    let alias = missing.replace("serviceAccountName: x", "serviceAccount: x");
+    let err = create_fails(&s, "sa", &alias);
+    assert!(
+        err.contains("error looking up service account sa/x: serviceaccount \"x\" not found"),
         "{err}"
     );
     // An account that opts out of the token: no volume.

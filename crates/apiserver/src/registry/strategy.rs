@@ -51,6 +51,9 @@ pub(crate) fn prepare_for_create(def: &ResourceDef, obj: &mut Value) {
     }
     match def.plural {
         "pods" => {
+            if let Some(spec) = obj.get_mut("spec") {
+                service_account_alias(spec);
+            }
             obj["status"] = json!({"phase": "Pending", "qosClass": qos_class(&obj["spec"])});
         }
         "namespaces" => {
@@ -125,10 +128,34 @@ fn same_quantity(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// `spec.serviceAccount` is the deprecated alias of `spec.serviceAccountName` (upstream's v1
+/// conversion): a spec that names only the alias runs as that account, and the alias always
+/// reads as the name. Run when a pod spec is defaulted, and again once mutating admission has
+/// chosen the account (`prepare_for_create`).
+pub(crate) fn service_account_alias(spec: &mut Value) {
+    let Some(spec) = spec.as_object_mut() else {
+        return;
+    };
+    let named = |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+    if !named(spec.get("serviceAccountName")) && named(spec.get("serviceAccount")) {
+        let alias = spec["serviceAccount"].clone();
+        spec.insert("serviceAccountName".into(), alias);
+    }
+    match spec.get("serviceAccountName").cloned() {
+        Some(name @ Value::String(_)) if named(Some(&name)) => {
+            spec.insert("serviceAccount".into(), name);
+        }
+        _ => {
+            spec.remove("serviceAccount");
+        }
+    }
+}
+
 fn default_pod_spec(spec: &mut Value) {
     if !spec.is_object() {
         return;
     }
+    service_account_alias(spec);
     let set = |spec: &mut Value, k: &str, v: Value| {
         if spec.get(k).is_none_or(Value::is_null) {
             spec[k] = v;
@@ -1257,6 +1284,56 @@ mod tests {
     }
 
     #[test]
+    fn the_deprecated_service_account_alias_names_the_account_and_reads_as_the_name() {
+        // Only the alias: it names the account.
+        let mut pod = json!({"spec": {"serviceAccount": "builder", "containers": []}});
+        default(def("pods"), &mut pod);
+        assert_eq!(pod["spec"]["serviceAccountName"], "builder");
+        assert_eq!(pod["spec"]["serviceAccount"], "builder");
+        // Both, differing: the name wins and the alias follows it.
+        let mut pod = json!({"spec": {"serviceAccountName": "a", "serviceAccount": "b"}});
+        default(def("pods"), &mut pod);
+        assert_eq!(
+            (&pod["spec"]["serviceAccountName"], &pod["spec"]["serviceAccount"]),
+            (&json!("a"), &json!("a"))
+        );
+        // Neither: no alias appears; a name chosen later (by admission) gets its alias when the
+        // pod is prepared for storage.
+        let mut pod = json!({"spec": {"containers": []}});
+        default(def("pods"), &mut pod);
+        assert!(pod["spec"].get("serviceAccount").is_none());
+        pod["spec"]["serviceAccountName"] = json!("default");
+        prepare_for_create(def("pods"), &mut pod);
+        assert_eq!(pod["spec"]["serviceAccount"], "default");
+        // Templates of workloads too.
+        let mut d = json!({"spec": {"template": {"spec": {"serviceAccountName": "web", "containers": []}}}});
+        default(def("deployments"), &mut d);
+        assert_eq!(d["spec"]["template"]["spec"]["serviceAccount"], "web");
+    }
+
+    #[test]
+    fn a_pod_stored_without_the_alias_may_still_be_updated() {
+        let old =
+            json!({"spec": {"serviceAccountName": "default", "containers": [{"name": "c", "image": "a"}]}});
+        let mut new = old.clone();
+        new["spec"]["containers"][0]["image"] = json!("b");
+        default(def("pods"), &mut new);
+        assert_eq!(new["spec"]["serviceAccount"], "default");
+        let errs = validate_pod_update(&new, &{
+            let mut o = old.clone();
+            default(def("pods"), &mut o);
+            o["spec"].as_object_mut().unwrap().remove("serviceAccount");
+            o
+        });
+        assert!(errs.is_empty(), "{errs:?}");
+        // Changing the account is still refused.
+        let mut other = new.clone();
+        other["spec"]["serviceAccountName"] = json!("other");
+        service_account_alias(&mut other["spec"]);
+        assert!(!validate_pod_update(&other, &new).is_empty());
+    }
+
+    #[test]
     fn deployment_defaults_and_validation() {
         let mut d = json!({"metadata": {"name": "web"}, "spec": {
             "selector": {"matchLabels": {"app": "web"}},
@@ -1379,6 +1456,8 @@ mod event_table_tests {
 pub(crate) fn validate_pod_update(obj: &Value, old: &Value) -> Vec<FieldError> {
     let new_spec = &obj["spec"];
     let mut munged = old["spec"].clone();
+    // The alias is derived from the name (a pod stored before it was kept reads the same).
+    service_account_alias(&mut munged);
     let mut errs = Vec::new();
     for list in ["containers", "initContainers"] {
         // (`get_mut`, not indexing: indexing a Value mutably adds the key.)
