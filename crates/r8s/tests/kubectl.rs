@@ -1073,3 +1073,82 @@ fn watches_get_bookmarks_before_they_time_out() {
     assert!(bm_rv >= other.trim().parse::<i64>().unwrap(), "{bm} vs {other}");
     assert_eq!(bm["object"]["kind"], "ConfigMap");
 }
+
+/// What a client reads back carries upstream's defaults: the namespace's name label, a pod's
+/// probes, volumes and field references, a LimitRange's limits from its max, and no pod-only
+/// defaults in a workload's template.
+#[test]
+fn served_objects_carry_upstreams_defaults() {
+    let s = Server::start();
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&s.ok("1.33", &all)).unwrap()
+    };
+    for v in VERSIONS {
+        let ns = format!("defaults{}", v.replace('.', ""));
+        s.ok(v, &["create", "namespace", &ns]);
+        let got = json(&["get", "namespace", &ns]);
+        assert_eq!(
+            got["metadata"]["labels"]["kubernetes.io/metadata.name"],
+            ns.as_str()
+        );
+        // The label cannot be changed: it always reads as the name.
+        s.ok(
+            v,
+            &[
+                "label",
+                "namespace",
+                &ns,
+                "--overwrite",
+                "kubernetes.io/metadata.name=x",
+            ],
+        );
+        let got = json(&["get", "namespace", &ns]);
+        assert_eq!(
+            got["metadata"]["labels"]["kubernetes.io/metadata.name"],
+            ns.as_str()
+        );
+    }
+
+    let pod = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
+      "spec": {"containers": [{"name": "c", "image": "nginx:1.25",
+        "readinessProbe": {"httpGet": {"port": 80}},
+        "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "volumeMounts": [{"name": "conf", "mountPath": "/etc/conf"}, {"name": "scratch", "mountPath": "/tmp"}]}],
+        "volumes": [{"name": "conf", "configMap": {"name": "conf"}}, {"name": "scratch"}]}}"#;
+    s.ok_stdin("1.33", &["create", "-f", "-"], pod);
+    let got = json(&["get", "pod", "web"]);
+    let c = &got["spec"]["containers"][0];
+    assert_eq!(
+        c["readinessProbe"],
+        serde_json::json!({"httpGet": {"port": 80, "path": "/", "scheme": "HTTP"},
+            "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3})
+    );
+    assert_eq!(c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"], "v1");
+    assert_eq!(got["spec"]["volumes"][0]["configMap"]["defaultMode"], 420);
+    assert_eq!(
+        got["spec"]["volumes"][1],
+        serde_json::json!({"name": "scratch", "emptyDir": {}})
+    );
+    assert_eq!(got["spec"]["enableServiceLinks"], true);
+
+    s.ok("1.33", &["create", "deployment", "d", "--image=nginx:1.25"]);
+    let got = json(&["get", "deployment", "d"]);
+    let template = &got["spec"]["template"]["spec"];
+    assert_eq!(template["schedulerName"], "default-scheduler");
+    assert!(
+        template.get("enableServiceLinks").is_none(),
+        "pod-only defaults stay out of templates: {template}"
+    );
+
+    let lr = "apiVersion: v1\nkind: LimitRange\nmetadata:\n  name: bounds\n  namespace: default\nspec:\n  limits:\n  - type: Container\n    max: {cpu: 800m}\n    min: {cpu: 200m, memory: 64Mi}\n";
+    s.ok_stdin("1.33", &["create", "-f", "-"], lr);
+    let got = json(&["get", "limitrange", "bounds"]);
+    let item = &got["spec"]["limits"][0];
+    assert_eq!(item["default"], serde_json::json!({"cpu": "800m"}));
+    assert_eq!(
+        item["defaultRequest"],
+        serde_json::json!({"cpu": "800m", "memory": "64Mi"})
+    );
+}

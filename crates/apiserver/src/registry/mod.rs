@@ -12,6 +12,7 @@ pub(crate) mod convert;
 pub mod kubelet;
 pub(crate) mod meta;
 mod patch;
+pub(crate) mod pod_defaults;
 mod reviews;
 mod services;
 pub(crate) mod strategy;

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 
 use r8s_api::validation::{dns1123_label, dns1123_subdomain, label_value, qualified_name, FieldError};
 use r8s_api::ResourceDef;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::meta::{self, human_age, str_field};
+use super::pod_defaults;
 
 /// How a resource's names are validated.
 fn name_is_label(def: &ResourceDef) -> bool {
@@ -52,11 +53,12 @@ pub(crate) fn prepare_for_create(def: &ResourceDef, obj: &mut Value) {
     match def.plural {
         "pods" => {
             if let Some(spec) = obj.get_mut("spec") {
-                service_account_alias(spec);
+                pod_defaults::service_account_alias(spec);
             }
             obj["status"] = json!({"phase": "Pending", "qosClass": qos_class(&obj["spec"])});
         }
         "namespaces" => {
+            namespace_name_label(obj);
             obj["status"] = json!({"phase": "Active"});
         }
         _ => {}
@@ -128,108 +130,52 @@ fn same_quantity(a: &Value, b: &Value) -> bool {
     }
 }
 
-/// `spec.serviceAccount` is the deprecated alias of `spec.serviceAccountName` (upstream's v1
-/// conversion): a spec that names only the alias runs as that account, and the alias always
-/// reads as the name. Run when a pod spec is defaulted, and again once mutating admission has
-/// chosen the account (`prepare_for_create`).
-pub(crate) fn service_account_alias(spec: &mut Value) {
-    let Some(spec) = spec.as_object_mut() else {
-        return;
-    };
-    let named = |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| !s.is_empty());
-    if !named(spec.get("serviceAccountName")) && named(spec.get("serviceAccount")) {
-        let alias = spec["serviceAccount"].clone();
-        spec.insert("serviceAccountName".into(), alias);
-    }
-    match spec.get("serviceAccountName").cloned() {
-        Some(name @ Value::String(_)) if named(Some(&name)) => {
-            spec.insert("serviceAccount".into(), name);
-        }
-        _ => {
-            spec.remove("serviceAccount");
-        }
-    }
-}
-
-fn default_pod_spec(spec: &mut Value) {
-    if !spec.is_object() {
+/// Every namespace carries its name as the label `kubernetes.io/metadata.name` (upstream's
+/// defaulting and namespace strategy), whatever the client sent, so that selectors of
+/// namespaces (webhooks', network policies') can name one. Run when defaulting and again once a
+/// generated name is known (`prepare_for_create`).
+fn namespace_name_label(obj: &mut Value) {
+    let name = meta::name(obj).to_owned();
+    if name.is_empty() {
         return;
     }
-    service_account_alias(spec);
-    let set = |spec: &mut Value, k: &str, v: Value| {
-        if spec.get(k).is_none_or(Value::is_null) {
-            spec[k] = v;
-        }
-    };
-    set(spec, "restartPolicy", json!("Always"));
-    set(spec, "terminationGracePeriodSeconds", json!(30));
-    set(spec, "dnsPolicy", json!("ClusterFirst"));
-    set(spec, "securityContext", json!({}));
-    set(spec, "schedulerName", json!("default-scheduler"));
-    set(spec, "enableServiceLinks", json!(true));
-    for list in ["containers", "initContainers"] {
-        if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
-            for c in cs {
-                default_container(c);
-            }
-        }
+    let m = meta::meta_mut(obj);
+    if !m.get("labels").is_some_and(Value::is_object) {
+        m.insert("labels".into(), json!({}));
     }
+    m["labels"]["kubernetes.io/metadata.name"] = json!(name);
 }
 
-fn default_container(c: &mut Value) {
-    if !c.is_object() {
-        return;
-    }
-    if c.get("imagePullPolicy").is_none_or(Value::is_null) {
-        let image = c["image"].as_str().unwrap_or("");
-        // The tag is after the last ':' that follows the last '/'; a digest pins the image.
-        let last = image.rsplit('/').next().unwrap_or(image);
-        let tag = if image.contains('@') {
-            Some("digest")
-        } else {
-            last.split_once(':').map(|(_, t)| t)
-        };
-        let policy = match tag {
-            None | Some("latest") => "Always",
-            Some(_) => "IfNotPresent",
-        };
-        c["imagePullPolicy"] = json!(policy);
-    }
-    if c.get("terminationMessagePath").is_none_or(Value::is_null) {
-        c["terminationMessagePath"] = json!("/dev/termination-log");
-    }
-    if c.get("terminationMessagePolicy").is_none_or(Value::is_null) {
-        c["terminationMessagePolicy"] = json!("File");
-    }
-    if c.get("resources").is_none_or(Value::is_null) {
-        c["resources"] = json!({});
-    }
-    if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
-        for p in ports {
-            if p.get("protocol").is_none_or(Value::is_null) {
-                p["protocol"] = json!("TCP");
-            }
-        }
-    }
-}
-
-/// A pod's containers request what they limit unless they say otherwise (upstream
-/// `SetDefaults_Pod`; pods only, not the templates of workloads).
-fn default_requests_from_limits(spec: &mut Value) {
-    for list in ["containers", "initContainers"] {
-        let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+/// A LimitRange's Container items: the default limit is the max where none is given, and
+/// the default request the default limit, else the min (upstream `SetDefaults_LimitRangeItem`).
+fn limit_range_defaults(obj: &mut Value) {
+    let items = obj
+        .get_mut("spec")
+        .and_then(|s| s.get_mut("limits"))
+        .and_then(Value::as_array_mut);
+    for item in items.into_iter().flatten() {
+        if item["type"] != "Container" {
             continue;
-        };
-        for c in cs {
-            let Some(limits) = c["resources"]["limits"].as_object().cloned() else {
-                continue;
+        }
+        let fill = |item: &mut Value, into: &str, from: &str| {
+            let Some(from) = item[from].as_object().cloned() else {
+                return;
             };
-            if !c["resources"]["requests"].is_object() {
-                c["resources"]["requests"] = json!({});
+            if !item[into].is_object() {
+                item[into] = json!({});
             }
-            let requests = c["resources"]["requests"].as_object_mut().unwrap();
-            for (k, v) in limits {
-                requests.entry(k).or_insert(v);
+            let into = item[into].as_object_mut().expect("made an object above");
+            for (k, v) in from {
+                into.entry(k).or_insert(v);
+            }
+        };
+        fill(item, "default", "max");
+        fill(item, "defaultRequest", "default");
+        fill(item, "defaultRequest", "min");
+        // Empty maps are not written, as Go leaves them out.
+        for key in ["default", "defaultRequest"] {
+            if item[key].as_object().is_some_and(Map::is_empty) {
+                item.as_object_mut().expect("indexed above").remove(key);
             }
         }
     }
@@ -238,10 +184,7 @@ fn default_requests_from_limits(spec: &mut Value) {
 /// Upstream's defaulting (`SetDefaults_*`) for the resources that have defaults.
 pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
     match def.plural {
-        "pods" => {
-            default_pod_spec(&mut obj["spec"]);
-            default_requests_from_limits(&mut obj["spec"]);
-        }
+        "pods" => pod_defaults::pod(&mut obj["spec"]),
         "deployments" | "replicasets" => {
             let spec = &mut obj["spec"];
             if !spec.is_object() {
@@ -273,10 +216,32 @@ pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
                     spec["progressDeadlineSeconds"] = json!(600);
                 }
             }
-            default_pod_spec(&mut spec["template"]["spec"]);
+            pod_defaults::pod_spec(&mut spec["template"]["spec"]);
         }
-        "namespaces" if obj["spec"]["finalizers"].is_null() => {
-            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+        "namespaces" => {
+            if obj["spec"]["finalizers"].is_null() {
+                obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            }
+            namespace_name_label(obj);
+        }
+        "limitranges" => limit_range_defaults(obj),
+        "endpoints" => {
+            // (`get_mut`, not indexing: indexing a Value mutably adds the key.)
+            let subsets = obj.get_mut("subsets").and_then(Value::as_array_mut);
+            for subset in subsets.into_iter().flatten() {
+                let ports = subset.get_mut("ports").and_then(Value::as_array_mut);
+                for p in ports.into_iter().flatten().filter(|p| p.is_object()) {
+                    if p.get("protocol").is_none_or(Value::is_null) {
+                        p["protocol"] = json!("TCP");
+                    }
+                }
+            }
+        }
+        "nodes" => {
+            let status = &obj["status"];
+            if status.get("allocatable").is_none_or(Value::is_null) && status["capacity"].is_object() {
+                obj["status"]["allocatable"] = obj["status"]["capacity"].clone();
+            }
         }
         "priorityclasses" if obj.get("preemptionPolicy").is_none_or(Value::is_null) => {
             obj["preemptionPolicy"] = json!("PreemptLowerPriority");
@@ -311,6 +276,26 @@ pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
             }
             if spec.get("sessionAffinity").is_none_or(Value::is_null) {
                 spec["sessionAffinity"] = json!("None");
+            }
+            // Client affinity lasts three hours unless the service says otherwise; without
+            // affinity there is nothing to configure.
+            match spec["sessionAffinity"].as_str() {
+                Some("None") => {
+                    if let Some(s) = spec.as_object_mut() {
+                        s.remove("sessionAffinityConfig");
+                    }
+                }
+                Some("ClientIP") if spec["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"].is_null() => {
+                    spec["sessionAffinityConfig"] = json!({"clientIP": {"timeoutSeconds": 10800}});
+                }
+                _ => {}
+            }
+            if spec["type"] == "LoadBalancer"
+                && spec
+                    .get("allocateLoadBalancerNodePorts")
+                    .is_none_or(Value::is_null)
+            {
+                spec["allocateLoadBalancerNodePorts"] = json!(true);
             }
             if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
                 for p in ports {
@@ -1312,6 +1297,88 @@ mod tests {
     }
 
     #[test]
+    fn namespaces_are_labelled_with_their_name_whatever_the_client_sent() {
+        let mut ns = json!({"metadata": {"name": "team", "labels": {"kubernetes.io/metadata.name": "other", "a": "b"}}});
+        default(def("namespaces"), &mut ns);
+        assert_eq!(
+            ns["metadata"]["labels"],
+            json!({"kubernetes.io/metadata.name": "team", "a": "b"})
+        );
+        // A generated name is labelled once it is known.
+        let mut ns = json!({"metadata": {"generateName": "team-"}});
+        default(def("namespaces"), &mut ns);
+        assert!(ns["metadata"]["labels"].is_null());
+        ns["metadata"]["name"] = json!("team-x1y2z");
+        prepare_for_create(def("namespaces"), &mut ns);
+        assert_eq!(
+            ns["metadata"]["labels"],
+            json!({"kubernetes.io/metadata.name": "team-x1y2z"})
+        );
+    }
+
+    #[test]
+    fn limit_range_container_items_default_from_max_and_min() {
+        let mut lr = json!({"spec": {"limits": [
+            {"type": "Container", "max": {"cpu": "800m", "memory": "1Gi"}, "min": {"cpu": "200m", "ephemeral-storage": "1Gi"},
+             "default": {"memory": "512Mi"}},
+            {"type": "Container", "min": {"cpu": "100m"}},
+            {"type": "Container"},
+            {"type": "Pod", "max": {"cpu": "2"}},
+        ]}});
+        default(def("limitranges"), &mut lr);
+        let items = &lr["spec"]["limits"];
+        // The limit given stays; the max fills the rest; requests follow the limits, then the min.
+        assert_eq!(items[0]["default"], json!({"memory": "512Mi", "cpu": "800m"}));
+        assert_eq!(
+            items[0]["defaultRequest"],
+            json!({"memory": "512Mi", "cpu": "800m", "ephemeral-storage": "1Gi"})
+        );
+        assert!(items[1].get("default").is_none(), "no max, no default limit");
+        assert_eq!(items[1]["defaultRequest"], json!({"cpu": "100m"}));
+        assert_eq!(items[2], json!({"type": "Container"}), "nothing to default from");
+        assert_eq!(
+            items[3],
+            json!({"type": "Pod", "max": {"cpu": "2"}}),
+            "only Container items"
+        );
+        // No spec: nothing is added.
+        let mut empty = json!({"metadata": {"name": "x"}});
+        default(def("limitranges"), &mut empty);
+        assert_eq!(empty, json!({"metadata": {"name": "x"}}));
+    }
+
+    #[test]
+    fn services_endpoints_and_nodes_get_upstreams_defaults() {
+        let mut svc =
+            json!({"spec": {"type": "LoadBalancer", "sessionAffinity": "ClientIP", "ports": [{"port": 80}]}});
+        default(def("services"), &mut svc);
+        assert_eq!(
+            svc["spec"]["sessionAffinityConfig"],
+            json!({"clientIP": {"timeoutSeconds": 10800}})
+        );
+        assert_eq!(svc["spec"]["allocateLoadBalancerNodePorts"], true);
+        let mut svc = json!({"spec": {"sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 5}}}});
+        default(def("services"), &mut svc);
+        assert!(
+            svc["spec"].get("sessionAffinityConfig").is_none(),
+            "no affinity, no config"
+        );
+        assert!(svc["spec"].get("allocateLoadBalancerNodePorts").is_none());
+
+        let mut ep = json!({"subsets": [{"ports": [{"port": 80}, {"port": 53, "protocol": "UDP"}]}]});
+        default(def("endpoints"), &mut ep);
+        assert_eq!(ep["subsets"][0]["ports"][0]["protocol"], "TCP");
+        assert_eq!(ep["subsets"][0]["ports"][1]["protocol"], "UDP");
+        let mut bare = json!({"metadata": {"name": "e"}});
+        default(def("endpoints"), &mut bare);
+        assert_eq!(bare, json!({"metadata": {"name": "e"}}));
+
+        let mut node = json!({"status": {"capacity": {"cpu": "2"}}});
+        default(def("nodes"), &mut node);
+        assert_eq!(node["status"]["allocatable"], json!({"cpu": "2"}));
+    }
+
+    #[test]
     fn a_pod_stored_without_the_alias_may_still_be_updated() {
         let old =
             json!({"spec": {"serviceAccountName": "default", "containers": [{"name": "c", "image": "a"}]}});
@@ -1329,7 +1396,7 @@ mod tests {
         // Changing the account is still refused.
         let mut other = new.clone();
         other["spec"]["serviceAccountName"] = json!("other");
-        service_account_alias(&mut other["spec"]);
+        pod_defaults::service_account_alias(&mut other["spec"]);
         assert!(!validate_pod_update(&other, &new).is_empty());
     }
 
@@ -1457,7 +1524,7 @@ pub(crate) fn validate_pod_update(obj: &Value, old: &Value) -> Vec<FieldError> {
     let new_spec = &obj["spec"];
     let mut munged = old["spec"].clone();
     // The alias is derived from the name (a pod stored before it was kept reads the same).
-    service_account_alias(&mut munged);
+    pod_defaults::service_account_alias(&mut munged);
     let mut errs = Vec::new();
     for list in ["containers", "initContainers"] {
         // (`get_mut`, not indexing: indexing a Value mutably adds the key.)
