@@ -32,6 +32,14 @@ impl FieldError {
         }
     }
 
+    pub fn forbidden(field: impl Into<String>, detail: impl fmt::Display) -> Self {
+        Self {
+            reason: "FieldValueForbidden",
+            field: field.into(),
+            message: format!("Forbidden: {detail}"),
+        }
+    }
+
     pub fn required(field: impl Into<String>, detail: &str) -> Self {
         let field = field.into();
         Self {
@@ -67,6 +75,49 @@ impl fmt::Display for FieldError {
 
 fn quote(s: &str) -> String {
     serde_like_quote(s)
+}
+
+/// Go's `%#v` of a `metav1.LabelSelector` (JSON), as upstream prints one in an error such as
+/// `spec.selector: Invalid value: v1.LabelSelector{...}: field is immutable`.
+pub fn go_label_selector(sel: &serde_json::Value) -> String {
+    let strings = |v: &serde_json::Value| match v.as_array() {
+        Some(a) => {
+            let items: Vec<String> = a.iter().map(|s| quote(s.as_str().unwrap_or(""))).collect();
+            format!("[]string{{{}}}", items.join(", "))
+        }
+        None => "[]string(nil)".to_owned(),
+    };
+    let labels = match sel["matchLabels"].as_object() {
+        Some(m) => {
+            // fmt prints a map's keys sorted.
+            let mut kv: Vec<(&String, &serde_json::Value)> = m.iter().collect();
+            kv.sort_by(|a, b| a.0.cmp(b.0));
+            let items: Vec<String> = kv
+                .iter()
+                .map(|(k, v)| format!("{}:{}", quote(k), quote(v.as_str().unwrap_or(""))))
+                .collect();
+            format!("map[string]string{{{}}}", items.join(", "))
+        }
+        None => "map[string]string(nil)".to_owned(),
+    };
+    let expressions = match sel["matchExpressions"].as_array() {
+        Some(a) => {
+            let items: Vec<String> = a
+                .iter()
+                .map(|r| {
+                    format!(
+                        "v1.LabelSelectorRequirement{{Key:{}, Operator:{}, Values:{}}}",
+                        quote(r["key"].as_str().unwrap_or("")),
+                        quote(r["operator"].as_str().unwrap_or("")),
+                        strings(&r["values"])
+                    )
+                })
+                .collect();
+            format!("[]v1.LabelSelectorRequirement{{{}}}", items.join(", "))
+        }
+        None => "[]v1.LabelSelectorRequirement(nil)".to_owned(),
+    };
+    format!("v1.LabelSelector{{MatchLabels:{labels}, MatchExpressions:{expressions}}}")
 }
 
 /// Go's %q for the plain strings names are made of.
@@ -176,6 +227,22 @@ pub fn label_value(value: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_selectors_print_as_gos_sharp_v() {
+        let sel = serde_json::json!({"matchLabels": {"tier": "web", "app": "nginx"}});
+        assert_eq!(
+            go_label_selector(&sel),
+            r#"v1.LabelSelector{MatchLabels:map[string]string{"app":"nginx", "tier":"web"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}"#
+        );
+        let sel = serde_json::json!({"matchExpressions": [
+            {"key": "app", "operator": "In", "values": ["a", "b"]},
+            {"key": "x", "operator": "Exists"}]});
+        assert_eq!(
+            go_label_selector(&sel),
+            r#"v1.LabelSelector{MatchLabels:map[string]string(nil), MatchExpressions:[]v1.LabelSelectorRequirement{v1.LabelSelectorRequirement{Key:"app", Operator:"In", Values:[]string{"a", "b"}}, v1.LabelSelectorRequirement{Key:"x", Operator:"Exists", Values:[]string(nil)}}}"#
+        );
+    }
 
     #[test]
     fn names() {

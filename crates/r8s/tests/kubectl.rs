@@ -1152,3 +1152,64 @@ fn served_objects_carry_upstreams_defaults() {
         serde_json::json!({"cpu": "800m", "memory": "64Mi"})
     );
 }
+
+/// Fields upstream will not let change are refused with its words, and the object is kept as
+/// it was.
+#[test]
+fn immutable_fields_are_refused() {
+    let s = Server::start();
+    for v in VERSIONS {
+        let cm = format!("frozen{}", v.replace('.', ""));
+        s.ok_stdin(
+            v,
+            &["create", "-f", "-"],
+            &configmap("default", &cm, "immutable: true\n"),
+        );
+        let err = s.fails(
+            v,
+            &["patch", "configmap", &cm, "-p", r#"{"data":{"key":"changed"}}"#],
+        );
+        assert!(
+            err.contains(&format!(
+                "The ConfigMap \"{cm}\" is invalid: data: Forbidden: field is immutable when `immutable` is set"
+            )),
+            "{err}"
+        );
+        assert_eq!(
+            s.ok(v, &["get", "configmap", &cm, "-o", "jsonpath={.data.key}"]),
+            "value"
+        );
+        // Labels may still change.
+        s.ok(v, &["label", "configmap", &cm, "tier=x"]);
+
+        let d = format!("sel{}", v.replace('.', ""));
+        s.ok(v, &["create", "deployment", &d, "--image=nginx:1.25"]);
+        let err = s.fails(
+            v,
+            &[
+                "patch",
+                "deployment",
+                &d,
+                "-p",
+                r#"{"spec":{"selector":{"matchLabels":{"app":"other"}},"template":{"metadata":{"labels":{"app":"other"}}}}}"#,
+            ],
+        );
+        assert!(
+            err.contains(&format!("The Deployment \"{d}\" is invalid: spec.selector: Invalid value: v1.LabelSelector{{MatchLabels:map[string]string{{\"app\":\"other\"}}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}}: field is immutable")),
+            "{err}"
+        );
+        assert_eq!(
+            s.ok(
+                v,
+                &[
+                    "get",
+                    "deployment",
+                    &d,
+                    "-o",
+                    "jsonpath={.spec.selector.matchLabels.app}"
+                ]
+            ),
+            d
+        );
+    }
+}

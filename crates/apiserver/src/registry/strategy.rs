@@ -640,12 +640,84 @@ fn validate_binding(errs: &mut Vec<FieldError>, obj: &Value, cluster: bool) {
 /// Checks that need the stored object (upstream's `ValidateUpdate`).
 pub(crate) fn validate_update(def: &ResourceDef, obj: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    if matches!(def.plural, "rolebindings" | "clusterrolebindings") && obj["roleRef"] != old["roleRef"] {
-        errs.push(FieldError::invalid(
-            "roleRef",
-            &obj["roleRef"].to_string(),
-            "cannot change roleRef",
-        ));
+    /// Go's `%#v` of a string value.
+    fn go_string(v: &Value) -> String {
+        serde_json::to_string(v.as_str().unwrap_or("")).unwrap_or_default()
+    }
+    const IMMUTABLE_SET: &str = "field is immutable when `immutable` is set";
+    match (def.group, def.plural) {
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings")
+            if obj["roleRef"] != old["roleRef"] =>
+        {
+            let r = &obj["roleRef"];
+            errs.push(FieldError::invalid_raw(
+                "roleRef",
+                &format!(
+                    "rbac.RoleRef{{APIGroup:{}, Kind:{}, Name:{}}}",
+                    go_string(&r["apiGroup"]),
+                    go_string(&r["kind"]),
+                    go_string(&r["name"])
+                ),
+                "cannot change roleRef",
+            ));
+        }
+        ("", "configmaps" | "secrets") => {
+            if def.plural == "secrets" && obj["type"] != old["type"] {
+                errs.push(FieldError::invalid_raw(
+                    "type",
+                    &go_string(&obj["type"]),
+                    "field is immutable",
+                ));
+            }
+            // Absent and empty are the same map.
+            let map = |v: &Value| v.as_object().filter(|m| !m.is_empty()).cloned();
+            if old["immutable"] == true {
+                if obj["immutable"] != true {
+                    errs.push(FieldError::forbidden("immutable", IMMUTABLE_SET));
+                }
+                if map(&obj["data"]) != map(&old["data"]) {
+                    errs.push(FieldError::forbidden("data", IMMUTABLE_SET));
+                }
+                if def.plural == "configmaps" && map(&obj["binaryData"]) != map(&old["binaryData"]) {
+                    errs.push(FieldError::forbidden("binaryData", IMMUTABLE_SET));
+                }
+            }
+        }
+        ("apps", "deployments" | "replicasets") => {
+            // Which pods a workload owns cannot change under it (apps/v1).
+            let selector = |v: &Value| {
+                let mut sel = v["spec"]["selector"].clone();
+                if let Some(m) = sel.as_object_mut() {
+                    // Nil and empty are equal here, as upstream's semantic equality has them.
+                    m.retain(|_, v| {
+                        !(v.is_null()
+                            || v.as_object().is_some_and(Map::is_empty)
+                            || v.as_array().is_some_and(Vec::is_empty))
+                    });
+                }
+                sel
+            };
+            if selector(obj) != selector(old) {
+                errs.push(FieldError::invalid_raw(
+                    "spec.selector",
+                    &r8s_api::validation::go_label_selector(&obj["spec"]["selector"]),
+                    "field is immutable",
+                ));
+            }
+        }
+        ("scheduling.k8s.io", "priorityclasses") => {
+            if obj["value"] != old["value"] {
+                errs.push(FieldError::forbidden("value", "may not be changed in an update."));
+            }
+            if obj["preemptionPolicy"] != old["preemptionPolicy"] {
+                errs.push(FieldError::invalid_raw(
+                    "preemptionPolicy",
+                    &go_string(&obj["preemptionPolicy"]),
+                    "field is immutable",
+                ));
+            }
+        }
+        _ => {}
     }
     errs
 }
@@ -1376,6 +1448,84 @@ mod tests {
         let mut node = json!({"status": {"capacity": {"cpu": "2"}}});
         default(def("nodes"), &mut node);
         assert_eq!(node["status"]["allocatable"], json!({"cpu": "2"}));
+    }
+
+    #[test]
+    fn immutable_fields_are_refused_in_upstreams_words() {
+        let text = |d: &str, new: Value, old: Value| -> Vec<String> {
+            validate_update(def(d), &new, &old)
+                .iter()
+                .map(|e| e.to_string())
+                .collect()
+        };
+        // ConfigMaps and Secrets marked immutable keep their data and the mark.
+        let cm = json!({"immutable": true, "data": {"a": "1"}});
+        assert_eq!(
+            text("configmaps", json!({"data": {"a": "2"}}), cm.clone()),
+            [
+                "immutable: Forbidden: field is immutable when `immutable` is set",
+                "data: Forbidden: field is immutable when `immutable` is set"
+            ]
+        );
+        let relabelled = json!({"metadata": {"labels": {"x": "y"}}, "immutable": true, "data": {"a": "1"}});
+        assert!(text("configmaps", relabelled, cm).is_empty());
+        assert!(text(
+            "configmaps",
+            json!({"data": {"a": "2"}}),
+            json!({"data": {"a": "1"}})
+        )
+        .is_empty());
+        assert!(
+            text(
+                "configmaps",
+                json!({"data": {}, "immutable": true}),
+                json!({"immutable": true})
+            )
+            .is_empty(),
+            "absent and empty data are the same"
+        );
+        assert_eq!(
+            text(
+                "secrets",
+                json!({"type": "kubernetes.io/tls"}),
+                json!({"type": "Opaque"})
+            ),
+            ["type: Invalid value: \"kubernetes.io/tls\": field is immutable"]
+        );
+        // A workload's selector.
+        let d = |app: &str| json!({"spec": {"selector": {"matchLabels": {"app": app}}}});
+        assert_eq!(
+            text("deployments", d("web2"), d("web")),
+            [
+                r#"spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"app":"web2"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable"#
+            ]
+        );
+        assert_eq!(text("replicasets", d("b"), d("a")).len(), 1);
+        let with_empty =
+            json!({"spec": {"selector": {"matchLabels": {"app": "web"}, "matchExpressions": []}}});
+        assert!(
+            text("deployments", with_empty, d("web")).is_empty(),
+            "nil and empty are equal"
+        );
+        // PriorityClasses and RoleBindings.
+        assert_eq!(
+            text(
+                "priorityclasses",
+                json!({"value": 2, "preemptionPolicy": "Never"}),
+                json!({"value": 1, "preemptionPolicy": "PreemptLowerPriority"})
+            ),
+            [
+                "value: Forbidden: may not be changed in an update.",
+                "preemptionPolicy: Invalid value: \"Never\": field is immutable"
+            ]
+        );
+        let rb = |name: &str| json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}});
+        assert_eq!(
+            text("rolebindings", rb("edit"), rb("view")),
+            [
+                r#"roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"edit"}: cannot change roleRef"#
+            ]
+        );
     }
 
     #[test]
