@@ -136,6 +136,14 @@ impl Quantity {
         self.nanos.div_euclid(1_000_000) + i128::from(self.nanos.rem_euclid(1_000_000) != 0)
     }
 
+    /// Rounded up to a thousandth of the unit, in the same format (upstream `RoundUp(-3)`).
+    pub fn round_up_milli(&self) -> Quantity {
+        Quantity {
+            nanos: self.milli_value() * 1_000_000,
+            format: self.format,
+        }
+    }
+
     /// Whole units, rounded up (upstream `Value`).
     pub fn value(&self) -> i128 {
         self.nanos.div_euclid(NANO) + i128::from(self.nanos.rem_euclid(NANO) != 0)

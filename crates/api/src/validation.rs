@@ -32,6 +32,22 @@ impl FieldError {
         }
     }
 
+    pub fn duplicate(field: impl Into<String>, value: &str) -> Self {
+        Self {
+            reason: "FieldValueDuplicate",
+            field: field.into(),
+            message: format!("Duplicate value: {}", quote(value)),
+        }
+    }
+
+    pub fn not_found(field: impl Into<String>, value: &str) -> Self {
+        Self {
+            reason: "FieldValueNotFound",
+            field: field.into(),
+            message: format!("Not found: {}", quote(value)),
+        }
+    }
+
     pub fn forbidden(field: impl Into<String>, detail: impl fmt::Display) -> Self {
         Self {
             reason: "FieldValueForbidden",

@@ -1213,3 +1213,70 @@ fn immutable_fields_are_refused() {
         );
     }
 }
+
+/// A pod spec with mistakes is refused with every mistake named, as upstream words them; a
+/// malformed quantity fails decoding; quantities are stored canonical. Nothing is stored for
+/// a refused pod.
+#[test]
+fn pod_specs_are_validated_and_quantities_canonical() {
+    let s = Server::start();
+    let pod = |name: &str, container: &str, volumes: &str| {
+        format!(
+            r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "{name}", "namespace": "default"}},
+              "spec": {{"containers": [{{"name": "c", "image": "nginx:1.25", {container}}}], "volumes": [{volumes}]}}}}"#
+        )
+    };
+    for v in VERSIONS {
+        let bad = pod(
+            "bad",
+            r#""volumeMounts": [{"name": "nope", "mountPath": "/x"}],
+               "ports": [{"containerPort": 70000}],
+               "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}"#,
+            r#"{"name": "v"}, {"name": "v", "emptyDir": {}}"#,
+        );
+        let err = String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], &bad)).unwrap();
+        for want in [
+            "The Pod \"bad\" is invalid: ",
+            "spec.volumes[1].name: Duplicate value: \"v\"",
+            "spec.containers[0].ports[0].containerPort: Invalid value: 70000: must be between 1 and 65535, inclusive",
+            "spec.containers[0].volumeMounts[0].name: Not found: \"nope\"",
+            "spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1",
+        ] {
+            assert!(err.contains(want), "{want}\n{err}");
+        }
+        let malformed = pod("malformed", r#""resources": {"requests": {"cpu": "lots"}}"#, "");
+        let err = String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], &malformed)).unwrap();
+        assert!(
+            err.contains("Error from server (BadRequest)")
+                && err.contains("Pod in version \"v1\" cannot be handled as a Pod: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"),
+            "{err}"
+        );
+        for name in ["bad", "malformed"] {
+            assert!(
+                !s.kubectl(v, &["get", "pod", name]).status.success(),
+                "{name} was stored"
+            );
+        }
+    }
+    let good = pod(
+        "good",
+        r#""resources": {"requests": {"cpu": "0.25", "memory": "1.5Gi"}, "limits": {"cpu": 1, "memory": "2048Mi"}}"#,
+        "",
+    );
+    s.ok_stdin("1.33", &["create", "-f", "-"], &good);
+    let got: serde_json::Value = serde_json::from_str(&s.ok(
+        "1.33",
+        &[
+            "get",
+            "pod",
+            "good",
+            "-o",
+            "jsonpath={.spec.containers[0].resources}",
+        ],
+    ))
+    .unwrap();
+    assert_eq!(
+        got,
+        serde_json::json!({"requests": {"cpu": "250m", "memory": "1536Mi"}, "limits": {"cpu": "1", "memory": "2Gi"}})
+    );
+}

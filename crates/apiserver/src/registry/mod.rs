@@ -13,6 +13,8 @@ pub mod kubelet;
 pub(crate) mod meta;
 mod patch;
 pub(crate) mod pod_defaults;
+mod pod_validation;
+mod quantities;
 mod reviews;
 mod services;
 pub(crate) mod strategy;
@@ -783,6 +785,7 @@ pub(crate) fn typed(
         None
     };
     let mut decoded = r8s_api::typed::decode(def, &obj).map_err(cannot)?;
+    quantities::canonicalize(def, &mut decoded.object).map_err(|e| cannot(e.to_owned()))?;
     // An empty pending list means initialized: the field goes (upstream).
     let pending =
         |i: &Value| i["pending"].as_array().is_some_and(|p| !p.is_empty()) || !i["result"].is_null();

@@ -9,7 +9,7 @@ use r8s_api::ResourceDef;
 use serde_json::{json, Map, Value};
 
 use super::meta::{self, human_age, str_field};
-use super::pod_defaults;
+use super::{pod_defaults, pod_validation};
 
 /// How a resource's names are validated.
 fn name_is_label(def: &ResourceDef) -> bool {
@@ -375,62 +375,11 @@ pub(crate) fn validate_meta(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     errs
 }
 
-fn validate_pod_spec(errs: &mut Vec<FieldError>, path: &str, spec: &Value) {
-    let containers = spec["containers"].as_array();
-    match containers {
-        None => errs.push(FieldError::required(format!("{path}.containers"), "")),
-        Some(cs) if cs.is_empty() => errs.push(FieldError::required(format!("{path}.containers"), "")),
-        Some(cs) => {
-            let mut seen = Vec::new();
-            for (i, c) in cs.iter().enumerate() {
-                let cname = c["name"].as_str().unwrap_or("");
-                let field = format!("{path}.containers[{i}]");
-                if cname.is_empty() {
-                    errs.push(FieldError::required(format!("{field}.name"), ""));
-                } else {
-                    for p in dns1123_label(cname) {
-                        errs.push(FieldError::invalid(format!("{field}.name"), cname, p));
-                    }
-                    if seen.contains(&cname) {
-                        errs.push(FieldError {
-                            reason: "FieldValueDuplicate",
-                            field: format!("{field}.name"),
-                            message: format!("Duplicate value: \"{cname}\""),
-                        });
-                    }
-                    seen.push(cname);
-                }
-                if c["image"].as_str().unwrap_or("").trim().is_empty() {
-                    errs.push(FieldError::required(format!("{field}.image"), ""));
-                }
-                if let Some(p) = c["imagePullPolicy"].as_str() {
-                    if !["Always", "IfNotPresent", "Never"].contains(&p) {
-                        errs.push(FieldError::not_supported(
-                            format!("{field}.imagePullPolicy"),
-                            p,
-                            &["Always", "IfNotPresent", "Never"],
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    if let Some(p) = spec["restartPolicy"].as_str() {
-        if !["Always", "OnFailure", "Never"].contains(&p) {
-            errs.push(FieldError::not_supported(
-                format!("{path}.restartPolicy"),
-                p,
-                &["Always", "OnFailure", "Never"],
-            ));
-        }
-    }
-}
-
 /// Resource-specific validation (upstream's `Validate*`).
 pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     let mut errs = validate_meta(def, obj);
     match def.plural {
-        "pods" => validate_pod_spec(&mut errs, "spec", &obj["spec"]),
+        "pods" => pod_validation::pod_spec(&mut errs, "spec", &obj["spec"]),
         "deployments" | "replicasets" => {
             let spec = &obj["spec"];
             let selector = &spec["selector"];
@@ -462,7 +411,7 @@ pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
                     ));
                 }
             }
-            validate_pod_spec(&mut errs, "spec.template.spec", &spec["template"]["spec"]);
+            pod_validation::pod_spec(&mut errs, "spec.template.spec", &spec["template"]["spec"]);
         }
         "priorityclasses" => {
             if obj.get("value").is_none_or(Value::is_null) {
