@@ -40,6 +40,15 @@ impl FieldError {
         }
     }
 
+    /// A duplicate shown as it is (Go's `%#v` of a struct, say).
+    pub fn duplicate_raw(field: impl Into<String>, value: &str) -> Self {
+        Self {
+            reason: "FieldValueDuplicate",
+            field: field.into(),
+            message: format!("Duplicate value: {value}"),
+        }
+    }
+
     pub fn not_found(field: impl Into<String>, value: &str) -> Self {
         Self {
             reason: "FieldValueNotFound",

@@ -806,6 +806,17 @@ fn services_get_cluster_ips_and_node_ports() {
         s.ok(v, &["delete", "svc", &web]);
         s.ok_stdin(v, &["create", "-f", "-"], &taken);
         s.ok(v, &["delete", "svc", "taken", &np]);
+        // A spec with mistakes is refused whole, before any address is taken.
+        let bad = "apiVersion: v1\nkind: Service\nmetadata:\n  name: bad\n  namespace: default\nspec:\n  type: Ingress\n  ports:\n  - port: 0\n";
+        let err = String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], bad)).unwrap();
+        for want in [
+            "The Service \"bad\" is invalid: ",
+            "spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive",
+            "spec.type: Unsupported value: \"Ingress\": supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\"",
+        ] {
+            assert!(err.contains(want), "{want}\n{err}");
+        }
+        assert!(!s.kubectl(v, &["get", "svc", "bad"]).status.success());
     }
 }
 

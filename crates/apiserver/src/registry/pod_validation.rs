@@ -264,7 +264,7 @@ fn ports(errs: &mut Vec<FieldError>, at: &str, c: &Value) {
 }
 
 /// Why `name` is not an IANA service name (upstream `IsValidPortName`).
-fn port_name(name: &str) -> Vec<&'static str> {
+pub(super) fn port_name(name: &str) -> Vec<&'static str> {
     let mut msgs = Vec::new();
     if name.len() > 15 {
         msgs.push("must be no more than 15 characters");

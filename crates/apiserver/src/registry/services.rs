@@ -2,12 +2,139 @@
 //! storage): cluster IPs and node ports allocated on create, kept on update, released on
 //! delete.
 
+use std::collections::HashSet;
+
+use r8s_api::validation::{dns1123_label, dns1123_subdomain, FieldError};
 use serde_json::{json, Value};
 
 use super::allocator::{self, AllocError, Pool};
 use super::meta;
 use crate::handler::Ctx;
 use crate::status::ApiError;
+
+const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
+
+/// A Service's spec as upstream's `ValidateService` words its errors (ports, type, session
+/// affinity, external name, selector), checked after defaulting and before any address is
+/// allocated.
+pub(super) fn validate(errs: &mut Vec<FieldError>, obj: &Value) {
+    let spec = &obj["spec"];
+    let kind = spec["type"].as_str().unwrap_or("");
+    let headless = spec["clusterIP"] == "None";
+    let ports: &[Value] = spec["ports"].as_array().map_or(&[], Vec::as_slice);
+    if ports.is_empty() && !headless && kind != "ExternalName" {
+        errs.push(FieldError::required("spec.ports", ""));
+    }
+    if kind == "ExternalName" {
+        let cname = spec["externalName"].as_str().unwrap_or("");
+        let cname = cname.strip_suffix('.').unwrap_or(cname);
+        if cname.is_empty() {
+            errs.push(FieldError::required("spec.externalName", ""));
+        } else {
+            for m in dns1123_subdomain(cname) {
+                errs.push(FieldError::invalid("spec.externalName", cname, m));
+            }
+        }
+    }
+    let mut names = HashSet::new();
+    for (i, p) in ports.iter().enumerate() {
+        let at = format!("spec.ports[{i}]");
+        let name = p["name"].as_str().unwrap_or("");
+        if name.is_empty() {
+            if ports.len() > 1 {
+                errs.push(FieldError::required(format!("{at}.name"), ""));
+            }
+        } else {
+            for m in dns1123_label(name) {
+                errs.push(FieldError::invalid(format!("{at}.name"), name, m));
+            }
+            if !names.insert(name) {
+                errs.push(FieldError::duplicate(format!("{at}.name"), name));
+            }
+        }
+        let port = p["port"].as_i64().unwrap_or(0);
+        if !(1..=65535).contains(&port) {
+            errs.push(FieldError::invalid_raw(
+                format!("{at}.port"),
+                &port.to_string(),
+                PORT_RANGE,
+            ));
+        }
+        let protocol = p["protocol"].as_str().unwrap_or("");
+        if protocol.is_empty() {
+            errs.push(FieldError::required(format!("{at}.protocol"), ""));
+        } else if !["SCTP", "TCP", "UDP"].contains(&protocol) {
+            errs.push(FieldError::not_supported(
+                format!("{at}.protocol"),
+                protocol,
+                &["SCTP", "TCP", "UDP"],
+            ));
+        }
+        match &p["targetPort"] {
+            Value::Number(n) => {
+                let n = n.as_i64().unwrap_or(0);
+                if !(1..=65535).contains(&n) {
+                    errs.push(FieldError::invalid_raw(
+                        format!("{at}.targetPort"),
+                        &n.to_string(),
+                        PORT_RANGE,
+                    ));
+                }
+            }
+            Value::String(s) => {
+                for m in super::pod_validation::port_name(s) {
+                    errs.push(FieldError::invalid(format!("{at}.targetPort"), s, m));
+                }
+            }
+            _ => {}
+        }
+    }
+    if !spec["selector"].is_null() {
+        super::strategy::validate_string_map(errs, "spec.selector", &spec["selector"], true);
+    }
+    match spec["sessionAffinity"].as_str().unwrap_or("") {
+        "" => errs.push(FieldError::required("spec.sessionAffinity", "")),
+        "ClientIP" | "None" => {}
+        other => errs.push(FieldError::not_supported(
+            "spec.sessionAffinity",
+            other,
+            &["ClientIP", "None"],
+        )),
+    }
+    const TYPES: [&str; 4] = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"];
+    if kind.is_empty() {
+        errs.push(FieldError::required("spec.type", ""));
+    } else if !TYPES.contains(&kind) {
+        errs.push(FieldError::not_supported("spec.type", kind, &TYPES));
+    }
+    if kind == "ClusterIP" {
+        for (i, p) in ports.iter().enumerate() {
+            if p["nodePort"].as_i64().unwrap_or(0) != 0 {
+                errs.push(FieldError::forbidden(
+                    format!("spec.ports[{i}].nodePort"),
+                    "may not be used when `type` is 'ClusterIP'",
+                ));
+            }
+        }
+    }
+    // One port and protocol once (printed as Go prints the key upstream compares).
+    let mut seen = HashSet::new();
+    for (i, p) in ports.iter().enumerate() {
+        let key = (
+            p["protocol"].as_str().unwrap_or(""),
+            p["port"].as_i64().unwrap_or(0),
+        );
+        if !seen.insert(key) {
+            errs.push(FieldError::duplicate_raw(
+                format!("spec.ports[{i}]"),
+                &format!(
+                    "core.ServicePort{{Name:\"\", Protocol:\"{}\", AppProtocol:(*string)(nil), Port:{}, TargetPort:intstr.IntOrString{{Type:0, IntVal:0, StrVal:\"\"}}, NodePort:0}}",
+                    key.0, key.1
+                ),
+            ));
+        }
+    }
+}
 
 fn needs_cluster_ip(obj: &Value) -> bool {
     obj["spec"]["type"].as_str() != Some("ExternalName")
@@ -145,4 +272,68 @@ pub(crate) fn keep_allocations(obj: &mut Value, old: &Value) -> Result<(), ApiEr
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(spec: Value) -> Vec<String> {
+        let mut errs = Vec::new();
+        validate(&mut errs, &json!({"spec": spec}));
+        errs.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_defaulted_service_is_valid() {
+        let ok = json!({"type": "ClusterIP", "sessionAffinity": "None", "selector": {"app": "web"},
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": "http"},
+                      {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}]});
+        assert_eq!(errors(ok), Vec::<String>::new());
+        let headless = json!({"type": "ClusterIP", "clusterIP": "None", "sessionAffinity": "None"});
+        assert_eq!(errors(headless), Vec::<String>::new());
+        let external =
+            json!({"type": "ExternalName", "externalName": "db.example.com.", "sessionAffinity": "None"});
+        assert_eq!(errors(external), Vec::<String>::new());
+    }
+
+    #[test]
+    fn service_mistakes_are_named_in_upstreams_words() {
+        let bad = json!({"type": "Ingress", "sessionAffinity": "Sticky", "selector": {"app": "bad value!"},
+            "ports": [{"port": 0, "protocol": "HTTP", "targetPort": 70000},
+                      {"name": "a", "port": 80, "protocol": "TCP", "targetPort": "Bad_Name"},
+                      {"name": "a", "port": 80, "protocol": "TCP", "targetPort": 80}]});
+        let errs = errors(bad);
+        for want in [
+            "spec.ports[0].name: Required value",
+            "spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive",
+            "spec.ports[0].protocol: Unsupported value: \"HTTP\": supported values: \"SCTP\", \"TCP\", \"UDP\"",
+            "spec.ports[0].targetPort: Invalid value: 70000: must be between 1 and 65535, inclusive",
+            "spec.ports[1].targetPort: Invalid value: \"Bad_Name\": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
+            "spec.ports[2].name: Duplicate value: \"a\"",
+            "spec.sessionAffinity: Unsupported value: \"Sticky\": supported values: \"ClientIP\", \"None\"",
+            "spec.type: Unsupported value: \"Ingress\": supported values: \"ClusterIP\", \"ExternalName\", \"LoadBalancer\", \"NodePort\"",
+            "spec.ports[2]: Duplicate value: core.ServicePort{Name:\"\", Protocol:\"TCP\", AppProtocol:(*string)(nil), Port:80, TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}, NodePort:0}",
+        ] {
+            assert!(errs.iter().any(|e| e == want), "{want} not in {errs:#?}");
+        }
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.selector: Invalid value: \"bad value!\"")),
+            "{errs:#?}"
+        );
+        assert_eq!(
+            errors(json!({"type": "ClusterIP", "sessionAffinity": "None"})),
+            ["spec.ports: Required value"]
+        );
+        assert_eq!(
+            errors(json!({"type": "ExternalName", "sessionAffinity": "None"})),
+            ["spec.externalName: Required value"]
+        );
+        assert_eq!(
+            errors(json!({"type": "ClusterIP", "sessionAffinity": "None",
+                "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30080}]})),
+            ["spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'"]
+        );
+    }
 }

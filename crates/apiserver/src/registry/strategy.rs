@@ -312,7 +312,12 @@ pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
     }
 }
 
-fn validate_string_map(errs: &mut Vec<FieldError>, field: &str, v: &Value, values_are_labels: bool) {
+pub(super) fn validate_string_map(
+    errs: &mut Vec<FieldError>,
+    field: &str,
+    v: &Value,
+    values_are_labels: bool,
+) {
     let Some(m) = v.as_object() else {
         if !v.is_null() {
             errs.push(FieldError::invalid(
@@ -469,6 +474,7 @@ pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         "rolebindings" | "clusterrolebindings" => {
             validate_binding(&mut errs, obj, def.plural == "clusterrolebindings")
         }
+        "services" => super::services::validate(&mut errs, obj),
         "configmaps" | "secrets" => {
             for field in ["data", "binaryData", "stringData"] {
                 if let Some(m) = obj[field].as_object() {
