@@ -8,6 +8,7 @@ pub mod quantity;
 pub mod quota;
 pub mod selector;
 pub mod typed;
+pub mod upgrade;
 pub mod validation;
 
 pub use catalogue::{catalogue, find, group_versions, ResourceDef, Subresource};

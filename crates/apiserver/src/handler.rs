@@ -263,6 +263,14 @@ async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiEr
     if let Some(resp) = discovery::route(&ctx, &path, req.headers()) {
         return resp;
     }
+    if ctx.info.is_resource_request
+        && ctx.info.api_group.is_empty()
+        && ctx.info.resource == "pods"
+        && matches!(ctx.info.subresource.as_str(), "exec" | "attach" | "portforward")
+    {
+        // Streams: the connection is upgraded and joined to the kubelet's, not read here.
+        return crate::registry::kubelet::stream(&ctx, req).await;
+    }
     if ctx.info.is_resource_request {
         let (parts, body) = req.into_parts();
         // Read the body now: handlers work on whole objects.

@@ -95,7 +95,10 @@ pub(crate) async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>,
                 }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
+            if let Err(e) = builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                .await
+            {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });

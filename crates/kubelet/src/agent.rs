@@ -713,7 +713,7 @@ impl Agent {
         }
     }
 
-    async fn sandboxes_of(&self, uid: &str) -> Result<Vec<cri::PodSandbox>, Error> {
+    pub(crate) async fn sandboxes_of(&self, uid: &str) -> Result<Vec<cri::PodSandbox>, Error> {
         let mut rt = self.cri.runtime.clone();
         let filter = cri::PodSandboxFilter {
             label_selector: [(spec::POD_UID.to_string(), uid.to_string())].into(),

@@ -192,8 +192,9 @@ pub async fn serve(
                 let caller = cert_caller.clone();
                 async move { Ok::<_, Infallible>(handle(agent, caller, peer, req).await) }
             });
-            let conn =
-                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
             tokio::select! {
                 _ = conn => {}
                 _ = stop.cancelled() => {}
@@ -293,7 +294,22 @@ async fn handle(
         }
     }
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match (req.method(), parts.as_slice()) {
+    let method = req.method().clone();
+    if matches!(method, Method::GET | Method::POST) {
+        match parts.as_slice() {
+            ["exec", ns, pod, container] => {
+                return stream(&agent, req, Streaming::Exec, ns, pod, container).await
+            }
+            ["attach", ns, pod, container] => {
+                return stream(&agent, req, Streaming::Attach, ns, pod, container).await
+            }
+            ["portForward", ns, pod] => {
+                return stream(&agent, req, Streaming::PortForward, ns, pod, "").await
+            }
+            _ => {}
+        }
+    }
+    match (&method, parts.as_slice()) {
         (&Method::GET, ["healthz"]) => text(StatusCode::OK, "ok"),
         (&Method::GET, ["metrics"]) => {
             agent.refresh_running_gauges().await;
@@ -328,6 +344,145 @@ async fn handle(
             }
         }
         _ => text(StatusCode::NOT_FOUND, "404 page not found"),
+    }
+}
+
+/// What a streaming request asks the runtime for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Streaming {
+    Exec,
+    Attach,
+    PortForward,
+}
+
+/// `/exec`, `/attach` and `/portForward`: ask the runtime (CRI `Exec`, `Attach`,
+/// `PortForward`) for a streaming URL, and pass the upgrade request on to it (containerd's
+/// streaming server on loopback speaks SPDY and WebSocket), as upstream's kubelet proxies to
+/// its runtime's streaming server.
+async fn stream(
+    agent: &Agent,
+    req: Request<Incoming>,
+    kind: Streaming,
+    ns: &str,
+    pod_name: &str,
+    container: &str,
+) -> Response<Body> {
+    let pod = agent
+        .pods
+        .lock()
+        .unwrap()
+        .get(&format!("{ns}/{pod_name}"))
+        .cloned();
+    let Some(pod) = pod else {
+        return text(StatusCode::NOT_FOUND, format!("pod {pod_name:?} does not exist"));
+    };
+    let uid = pod.uid().unwrap_or_default();
+    let query: Vec<(String, String)> = form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+        .into_owned()
+        .collect();
+    let flag = |k: &str| {
+        query
+            .iter()
+            .any(|(n, v)| n == k && matches!(v.as_str(), "1" | "true" | "True"))
+    };
+    let mut rt = agent.cri.runtime.clone();
+    let url = if kind == Streaming::PortForward {
+        let sandbox = match agent.sandboxes_of(&uid).await {
+            Ok(list) => list
+                .into_iter()
+                .find(|s| s.state == cri::PodSandboxState::SandboxReady as i32),
+            Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        };
+        let Some(sandbox) = sandbox else {
+            return text(StatusCode::NOT_FOUND, format!("pod {pod_name:?} is not running"));
+        };
+        let port = query
+            .iter()
+            .filter(|(k, _)| k == "port")
+            .filter_map(|(_, v)| v.parse::<i32>().ok())
+            .collect();
+        rt.port_forward(cri::PortForwardRequest {
+            pod_sandbox_id: sandbox.id,
+            port,
+        })
+        .await
+        .map(|r| r.into_inner().url)
+    } else {
+        let running = match agent.instances(&uid, container).await {
+            Ok(list) => list
+                .into_iter()
+                .find(|c| c.state == cri::ContainerState::ContainerRunning as i32),
+            Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        };
+        let Some(running) = running else {
+            return text(
+                StatusCode::NOT_FOUND,
+                format!("container not found ({container:?})"),
+            );
+        };
+        if kind == Streaming::Exec {
+            let cmd: Vec<String> = query
+                .iter()
+                .filter(|(k, _)| k == "command")
+                .map(|(_, v)| v.clone())
+                .collect();
+            if cmd.is_empty() {
+                return text(StatusCode::BAD_REQUEST, "you must specify at least 1 command");
+            }
+            rt.exec(cri::ExecRequest {
+                container_id: running.id,
+                cmd,
+                tty: flag("tty"),
+                stdin: flag("stdin"),
+                stdout: flag("stdout"),
+                stderr: flag("stderr"),
+            })
+            .await
+            .map(|r| r.into_inner().url)
+        } else {
+            rt.attach(cri::AttachRequest {
+                container_id: running.id,
+                stdin: flag("stdin"),
+                tty: flag("tty"),
+                stdout: flag("stdout"),
+                stderr: flag("stderr"),
+            })
+            .await
+            .map(|r| r.into_inner().url)
+        }
+    };
+    let url = match url {
+        Ok(u) => u,
+        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.message().to_string()),
+    };
+    // The runtime's streaming server: plain HTTP on loopback.
+    let Some((host, path)) = url.strip_prefix("http://").and_then(|rest| {
+        rest.find('/')
+            .map(|i| (rest[..i].to_string(), rest[i..].to_string()))
+    }) else {
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("unsupported streaming URL {url:?}"),
+        );
+    };
+    let backend = match tokio::net::TcpStream::connect(&host).await {
+        Ok(t) => t,
+        Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("dial {host}: {e}")),
+    };
+    match r8s_api::upgrade::proxy(req, backend, &host, &path).await {
+        Ok(r8s_api::upgrade::Proxied::Switched(resp)) => resp.map(|()| Full::new(Bytes::new()).boxed()),
+        Ok(r8s_api::upgrade::Proxied::Refused {
+            status,
+            content_type,
+            body,
+        }) => {
+            let mut resp = Response::builder().status(status);
+            if let Some(ct) = content_type {
+                resp = resp.header(http::header::CONTENT_TYPE, ct);
+            }
+            resp.body(Full::new(body).boxed()).expect("valid response")
+        }
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 

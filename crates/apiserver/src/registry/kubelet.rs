@@ -31,6 +31,7 @@ use crate::handler::{Body, Ctx};
 use crate::status::ApiError;
 
 /// How the API server reaches kubelets.
+#[derive(Clone)]
 pub struct KubeletClient {
     tls: Arc<rustls::ClientConfig>,
 }
@@ -292,16 +293,9 @@ async fn from_kubelet(
     object: &str,
     content_type: &str,
 ) -> Result<Response<Body>, ApiError> {
-    let nodes = r8s_api::find("", "v1", "nodes").expect("nodes are served");
-    let node = read(ctx, nodes, "", node_name).await?;
-    let (host, port) = kubelet_endpoint(&node)
-        .ok_or_else(|| ApiError::internal(format!("node {node_name:?} has no address")))?;
-    let kubelet =
-        ctx.shared.kubelet.as_ref().ok_or_else(|| {
-            ApiError::service_unavailable("this API server has no kubelet client credentials")
-        })?;
+    let (host, port, kubelet) = kubelet_of(ctx, node_name).await?;
     let url = format!("https://{host}:{port}{path}");
-    let resp = tokio::time::timeout(Duration::from_secs(30), connect(kubelet, &host, port, path))
+    let resp = tokio::time::timeout(Duration::from_secs(30), connect(&kubelet, &host, port, path))
         .await
         .map_err(|_| ApiError::internal(format!("Get {url:?}: context deadline exceeded")))?
         .map_err(|e| ApiError::internal(format!("Get {url:?}: {e}")))?;
@@ -350,12 +344,81 @@ fn enc(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-async fn connect(
+/// `pods/<name>/exec`, `attach` and `portforward` (GET or POST, asking to upgrade the
+/// connection): passed on to the kubelet of the pod's node (`/exec/<ns>/<pod>/<container>`,
+/// `/attach/...`, `/portForward/<ns>/<pod>`, the query as the client sent it), and the two
+/// connections joined once the kubelet has switched protocols.
+pub(crate) async fn stream(
+    ctx: &Ctx,
+    req: http::Request<hyper::body::Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let (ns, name, sub) = (&ctx.info.namespace, &ctx.info.name, ctx.info.subresource.as_str());
+    if !matches!(*req.method(), http::Method::GET | http::Method::POST) {
+        return Err(ApiError::method_not_allowed(
+            req.method().as_str(),
+            &format!("pods/{sub}"),
+        ));
+    }
+    let pods = r8s_api::find("", "v1", "pods").expect("pods are served");
+    let pod = read(ctx, pods, ns, name).await?;
+    let raw_query = req.uri().query().unwrap_or("").to_owned();
+    let path = if sub == "portforward" {
+        format!("/portForward/{}/{}", enc(ns), enc(name))
+    } else {
+        let container = container_of(&pod, name, Query::parse(Some(&raw_query)).get("container"))?;
+        format!("/{sub}/{}/{}/{}", enc(ns), enc(name), enc(&container))
+    };
+    let path = if raw_query.is_empty() {
+        path
+    } else {
+        format!("{path}?{raw_query}")
+    };
+    let node_name = pod["spec"]["nodeName"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| ApiError::bad_request(format!("pod {name} does not have a host assigned")))?;
+    let (host, port, kubelet) = kubelet_of(ctx, node_name).await?;
+    let url = format!("https://{host}:{port}{path}");
+    let backend = tokio::time::timeout(Duration::from_secs(30), dial(&kubelet, &host, port))
+        .await
+        .map_err(|_| {
+            ApiError::internal(format!(
+                "error dialing backend: {url:?}: context deadline exceeded"
+            ))
+        })?
+        .map_err(|e| ApiError::internal(format!("error dialing backend: {e}")))?;
+    match r8s_api::upgrade::proxy(req, backend, &format!("{host}:{port}"), &path).await {
+        Ok(r8s_api::upgrade::Proxied::Switched(resp)) => {
+            Ok(resp.map(|()| crate::handler::full(Bytes::new())))
+        }
+        Ok(r8s_api::upgrade::Proxied::Refused { status, body, .. }) => {
+            let code = status.as_u16();
+            let msg = String::from_utf8_lossy(&body).trim().to_string();
+            Err(ApiError::new(code, reason_of(code), msg))
+        }
+        Err(e) => Err(ApiError::internal(format!("error dialing backend: {e}"))),
+    }
+}
+
+/// The node's kubelet: address, port, and the client this API server reaches it with.
+async fn kubelet_of(ctx: &Ctx, node_name: &str) -> Result<(String, u16, KubeletClient), ApiError> {
+    let nodes = r8s_api::find("", "v1", "nodes").expect("nodes are served");
+    let node = read(ctx, nodes, "", node_name).await?;
+    let (host, port) = kubelet_endpoint(&node)
+        .ok_or_else(|| ApiError::internal(format!("node {node_name:?} has no address")))?;
+    let kubelet =
+        ctx.shared.kubelet.clone().ok_or_else(|| {
+            ApiError::service_unavailable("this API server has no kubelet client credentials")
+        })?;
+    Ok((host, port, kubelet))
+}
+
+/// A TLS connection to a kubelet, authenticated with this API server's client certificate.
+async fn dial(
     kubelet: &KubeletClient,
     host: &str,
     port: u16,
-    path: &str,
-) -> Result<Response<hyper::body::Incoming>, String> {
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
     let tcp = tokio::net::TcpStream::connect((host, port)).await.map_err(|e| {
         let why = match e.kind() {
             std::io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
@@ -365,10 +428,19 @@ async fn connect(
     })?;
     let _ = tcp.set_nodelay(true);
     let server_name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
-    let stream = tokio_rustls::TlsConnector::from(kubelet.tls.clone())
+    tokio_rustls::TlsConnector::from(kubelet.tls.clone())
         .connect(server_name, tcp)
         .await
-        .map_err(|e| format!("tls: {e}"))?;
+        .map_err(|e| format!("tls: {e}"))
+}
+
+async fn connect(
+    kubelet: &KubeletClient,
+    host: &str,
+    port: u16,
+    path: &str,
+) -> Result<Response<hyper::body::Incoming>, String> {
+    let stream = dial(kubelet, host, port).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;

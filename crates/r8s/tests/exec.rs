@@ -1,0 +1,114 @@
+//! `kubectl exec`, `attach` and `port-forward` end to end: the real kubectl (1.27 speaks
+//! SPDY; 1.33 tries WebSocket first) asks the API server's pods/exec, pods/attach and
+//! pods/portforward to upgrade the connection; the API server passes it on to the node's
+//! kubelet API, which asks containerd (CRI `Exec`, `Attach`, `PortForward`) for a streaming
+//! URL and passes it on again; the bytes then flow between kubectl and the container.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use support::cluster::*;
+
+const PODS: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: shell}
+  spec:
+    containers:
+    - {name: c, image: busybox, command: [sh, -c, 'echo started; sleep 3600']}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: web}
+  spec:
+    containers:
+    - {name: web, image: nginx, ports: [{containerPort: 80}]}
+"#;
+
+#[test]
+fn kubectl_exec_attach_and_port_forward_reach_running_containers() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("exec-node", "10.189.0.0/16", "r8se");
+    let s = &c.s;
+    s.wait_for_default_service_account("default");
+    s.ok_stdin(V, &["create", "-f", "-"], PODS);
+    for name in ["shell", "web"] {
+        wait_for(90, &format!("{name} Running"), || {
+            (pod_json(s, name)?["status"]["phase"] == "Running").then_some(())
+        });
+    }
+    for v in ["1.27", "1.33"] {
+        // A command's output, its standard input, and its exit code as kubectl's.
+        let out = s.ok(
+            v,
+            &["exec", "shell", "--", "sh", "-c", "echo hello from $(hostname)"],
+        );
+        assert_eq!(out.trim(), "hello from shell", "kubectl {v}");
+        let out = s.ok_stdin(
+            v,
+            &["exec", "-i", "shell", "--", "tr", "a-z", "A-Z"],
+            "piped text\n",
+        );
+        assert_eq!(out, "PIPED TEXT\n", "kubectl {v}");
+        let failed = s.kubectl(v, &["exec", "shell", "--", "sh", "-c", "echo oops >&2; exit 3"]);
+        assert_eq!(failed.status.code(), Some(3), "kubectl {v}");
+        assert!(
+            String::from_utf8_lossy(&failed.stderr).contains("oops"),
+            "kubectl {v}"
+        );
+        // Errors in upstream's words.
+        let err = s.fails(v, &["exec", "shell", "-c", "nope", "--", "true"]);
+        assert!(err.contains("container nope is not valid for pod shell"), "{err}");
+        let err = s.fails(v, &["exec", "missing", "--", "true"]);
+        assert!(err.contains("pods \"missing\" not found"), "{err}");
+    }
+    // attach: what the container writes from now on (its first line is in the logs only).
+    let mut attach = s
+        .command(V, &["attach", "web", "-c", "web"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // port-forward: a local port on loopback to the pod's port 80 (kubectl 1.33 first tries
+    // SPDY tunnelled in a WebSocket, which the runtime's streaming server does not speak, and
+    // falls back to SPDY as it does with an API server before 1.31).
+    let mut forward = s
+        .command(V, &["port-forward", "pod/web", ":80"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(forward.stdout.take().unwrap());
+    let mut first = String::new();
+    lines.read_line(&mut first).unwrap();
+    // Keep reading (kubectl writes a line for each connection; a closed pipe would end it).
+    std::thread::spawn(move || for _ in lines.lines() {});
+    // "Forwarding from 127.0.0.1:PORT -> 80"
+    let port: u16 = first
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no local port in {first:?}"));
+    let body = wait_for(30, "nginx through port-forward", || {
+        let out = Command::new("curl")
+            .args(["-s", "--max-time", "5", &format!("http://127.0.0.1:{port}/")])
+            .output()
+            .ok()?;
+        let body = String::from_utf8_lossy(&out.stdout).to_string();
+        body.contains("Welcome to nginx!").then_some(body)
+    });
+    assert!(body.contains("</html>"), "{body}");
+    let _ = forward.kill();
+    let _ = forward.wait();
+    // nginx logs each request to its standard output: the attached kubectl sees it.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let _ = attach.kill();
+    let out = attach.wait_with_output().unwrap();
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(seen.contains("\"GET / HTTP/1.1\" 200"), "attach saw: {seen:?}");
+}
