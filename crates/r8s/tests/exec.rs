@@ -66,13 +66,34 @@ fn kubectl_exec_attach_and_port_forward_reach_running_containers() {
         let err = s.fails(v, &["exec", "missing", "--", "true"]);
         assert!(err.contains("pods \"missing\" not found"), "{err}");
     }
-    // attach: what the container writes from now on (its first line is in the logs only).
+    // kubectl cp: tar through exec, both ways.
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("notes.txt");
+    std::fs::write(&local, "copied in\n").unwrap();
+    s.ok(V, &["cp", local.to_str().unwrap(), "shell:/tmp/notes.txt"]);
+    assert_eq!(
+        s.ok(V, &["exec", "shell", "--", "cat", "/tmp/notes.txt"]),
+        "copied in\n"
+    );
+    let back = dir.path().join("back.txt");
+    s.ok(V, &["cp", "shell:/tmp/notes.txt", back.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "copied in\n");
+    // attach: what the container writes from now on (its first lines are in the logs only).
     let mut attach = s
         .command(V, &["attach", "web", "-c", "web"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let attach_out = BufReader::new(attach.stdout.take().unwrap());
+    let into = seen.clone();
+    std::thread::spawn(move || {
+        for line in attach_out.lines().map_while(Result::ok) {
+            into.lock().unwrap().push_str(&line);
+            into.lock().unwrap().push('\n');
+        }
+    });
     // port-forward: a local port on loopback to the pod's port 80 (kubectl 1.33 first tries
     // SPDY tunnelled in a WebSocket, which the runtime's streaming server does not speak, and
     // falls back to SPDY as it does with an API server before 1.31).
@@ -94,21 +115,28 @@ fn kubectl_exec_attach_and_port_forward_reach_running_containers() {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no local port in {first:?}"));
-    let body = wait_for(30, "nginx through port-forward", || {
+    let get = || {
         let out = Command::new("curl")
             .args(["-s", "--max-time", "5", &format!("http://127.0.0.1:{port}/")])
             .output()
             .ok()?;
-        let body = String::from_utf8_lossy(&out.stdout).to_string();
-        body.contains("Welcome to nginx!").then_some(body)
+        Some(String::from_utf8_lossy(&out.stdout).to_string())
+    };
+    let body = wait_for(30, "nginx through port-forward", || {
+        get().filter(|b| b.contains("Welcome to nginx!"))
     });
     assert!(body.contains("</html>"), "{body}");
-    let _ = forward.kill();
-    let _ = forward.wait();
-    // nginx logs each request to its standard output: the attached kubectl sees it.
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let _ = attach.kill();
-    let out = attach.wait_with_output().unwrap();
-    let seen = String::from_utf8_lossy(&out.stdout);
-    assert!(seen.contains("\"GET / HTTP/1.1\" 200"), "attach saw: {seen:?}");
+    // nginx logs each request to its standard output: the attached kubectl sees one (once it
+    // is attached; requests go on until it does).
+    wait_for(30, "a request seen through attach", || {
+        get();
+        seen.lock()
+            .unwrap()
+            .contains("\"GET / HTTP/1.1\" 200")
+            .then_some(())
+    });
+    for mut child in [forward, attach] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
