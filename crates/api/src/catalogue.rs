@@ -103,6 +103,24 @@ const PROXY: Subresource = Subresource {
     group_version: None,
     verbs: &["get"],
 };
+const EXEC: Subresource = Subresource {
+    name: "exec",
+    kind: "PodExecOptions",
+    group_version: None,
+    verbs: &["create", "get"],
+};
+const ATTACH: Subresource = Subresource {
+    name: "attach",
+    kind: "PodAttachOptions",
+    group_version: None,
+    verbs: &["create", "get"],
+};
+const PORTFORWARD: Subresource = Subresource {
+    name: "portforward",
+    kind: "PodPortForwardOptions",
+    group_version: None,
+    verbs: &["create", "get"],
+};
 const RESIZE: Subresource = Subresource {
     name: "resize",
     kind: "Pod",
@@ -150,7 +168,7 @@ static CATALOGUE: &[ResourceDef] = &[
     res!("", "v1", "Namespace", "namespaces", "namespace", false,
          short: ["ns"], cat: [], verbs: NAMESPACE_VERBS, sub: [STATUS, FINALIZE]),
     res!("", "v1", "Pod", "pods", "pod", true,
-         short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, BINDING, LOG, RESIZE]),
+         short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, ATTACH, BINDING, EXEC, LOG, PORTFORWARD, RESIZE]),
     res!("", "v1", "Node", "nodes", "node", false,
          short: ["no"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS, PROXY]),
     res!("", "v1", "Service", "services", "service", true,
