@@ -121,6 +121,12 @@ const PORTFORWARD: Subresource = Subresource {
     group_version: None,
     verbs: &["create", "get"],
 };
+const POD_PROXY: Subresource = Subresource {
+    name: "proxy",
+    kind: "PodProxyOptions",
+    group_version: None,
+    verbs: &["create", "delete", "get", "patch", "update"],
+};
 const RESIZE: Subresource = Subresource {
     name: "resize",
     kind: "Pod",
@@ -168,7 +174,7 @@ static CATALOGUE: &[ResourceDef] = &[
     res!("", "v1", "Namespace", "namespaces", "namespace", false,
          short: ["ns"], cat: [], verbs: NAMESPACE_VERBS, sub: [STATUS, FINALIZE]),
     res!("", "v1", "Pod", "pods", "pod", true,
-         short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, ATTACH, BINDING, EXEC, LOG, PORTFORWARD, RESIZE]),
+         short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, ATTACH, BINDING, EXEC, LOG, PORTFORWARD, POD_PROXY, RESIZE]),
     res!("", "v1", "Node", "nodes", "node", false,
          short: ["no"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS, PROXY]),
     res!("", "v1", "Service", "services", "service", true,

@@ -66,6 +66,27 @@ fn kubectl_exec_attach_and_port_forward_reach_running_containers() {
         let err = s.fails(v, &["exec", "missing", "--", "true"]);
         assert!(err.contains("pods \"missing\" not found"), "{err}");
     }
+    // kubectl run -i --rm: the new pod's standard input through attach, then the pod is gone.
+    let out = s.ok_stdin(
+        V,
+        &[
+            "run",
+            "-i",
+            "--rm",
+            "--restart=Never",
+            "once",
+            "--image=busybox",
+            "--",
+            "sh",
+            "-c",
+            "read x; echo got $x",
+        ],
+        "hello\n",
+    );
+    assert!(out.contains("got hello"), "{out}");
+    wait_for(60, "the --rm pod deleted", || {
+        (!s.kubectl(V, &["get", "pod", "once"]).status.success()).then_some(())
+    });
     // kubectl cp: tar through exec, both ways.
     let dir = tempfile::tempdir().unwrap();
     let local = dir.path().join("notes.txt");
@@ -126,6 +147,28 @@ fn kubectl_exec_attach_and_port_forward_reach_running_containers() {
         get().filter(|b| b.contains("Welcome to nginx!"))
     });
     assert!(body.contains("</html>"), "{body}");
+    // pods/proxy: the API server passes the request on to the pod's IP (port named, or the
+    // first container port).
+    for id in ["web:80", "web"] {
+        let page = s.ok(
+            V,
+            &[
+                "get",
+                "--raw",
+                &format!("/api/v1/namespaces/default/pods/{id}/proxy/"),
+            ],
+        );
+        assert!(page.contains("Welcome to nginx!"), "{id}: {page}");
+    }
+    let err = s.fails(
+        V,
+        &[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/pods/web:80/proxy/missing.html",
+        ],
+    );
+    assert!(err.contains("NotFound") || err.contains("404"), "{err}");
     // nginx logs each request to its standard output: the attached kubectl sees one (once it
     // is attached; requests go on until it does).
     wait_for(30, "a request seen through attach", || {

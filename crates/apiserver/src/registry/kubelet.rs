@@ -400,6 +400,132 @@ pub(crate) async fn stream(
     }
 }
 
+/// Upstream's `SplitSchemeNamePort`: `name`, `name:port` or `scheme:name:port` (scheme http
+/// or https); `None` when it is none of these.
+fn split_scheme_name_port(id: &str) -> Option<(&str, &str, &str)> {
+    let parts: Vec<&str> = id.split(':').collect();
+    let (scheme, name, port) = match parts.as_slice() {
+        [name] => ("", *name, ""),
+        [name, port] => ("", *name, *port),
+        [scheme, name, port] => (*scheme, *name, *port),
+        _ => return None,
+    };
+    (!name.is_empty() && matches!(scheme, "" | "http" | "https")).then_some((scheme, name, port))
+}
+
+/// Any method on `pods/<name>[:port]/proxy/<path>`: the request passed on over HTTP to the
+/// pod's IP and port (the first container port when none is named), and the answer streamed
+/// back (upstream's pod `ResourceLocation` and proxy handler, without rewriting links in
+/// HTML).
+pub(crate) async fn pod_proxy(
+    ctx: &Ctx,
+    ns: &str,
+    id: &str,
+    method: &http::Method,
+    headers: &http::HeaderMap,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let (scheme, name, port) = split_scheme_name_port(id)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid pod request {id:?}")))?;
+    if scheme == "https" {
+        return Err(ApiError::bad_request(format!(
+            "invalid pod request {id:?}: r8s proxies to pods over http only"
+        )));
+    }
+    let pods = r8s_api::find("", "v1", "pods").expect("pods are served");
+    let pod = read(ctx, pods, ns, name).await?;
+    let first_port = || {
+        pod["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|c| c["ports"][0]["containerPort"].as_i64().map(|p| p.to_string()))
+    };
+    let port = if port.is_empty() {
+        first_port().unwrap_or_else(|| "80".into())
+    } else {
+        port.to_owned()
+    };
+    let ip: std::net::IpAddr = pod["status"]["podIP"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| ApiError::bad_request("address not allowed"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid pod request {id:?}")))?;
+    // The path after `.../proxy`, and the query as the client sent it.
+    let parts = &ctx.info.parts;
+    let after = parts
+        .iter()
+        .position(|p| p == "proxy")
+        .map_or(&[][..], |i| &parts[i + 1..]);
+    let mut path = format!("/{}", after.join("/"));
+    if ctx.info.path.ends_with('/') && !path.ends_with('/') {
+        path.push('/');
+    }
+    if let Some(q) = ctx.query.as_deref().filter(|q| !q.is_empty()) {
+        path = format!("{path}?{q}");
+    }
+    let host = std::net::SocketAddr::new(ip, port).to_string();
+    let tcp = tokio::time::timeout(Duration::from_secs(30), tokio::net::TcpStream::connect(&host))
+        .await
+        .map_err(|_| {
+            ApiError::service_unavailable(format!(
+                "error trying to reach service: dial tcp {host}: i/o timeout"
+            ))
+        })?
+        .map_err(|e| {
+            ApiError::service_unavailable(format!("error trying to reach service: dial tcp {host}: {e}"))
+        })?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| ApiError::service_unavailable(format!("error trying to reach service: {e}")))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut req = http::Request::builder()
+        .method(method.clone())
+        .uri(&path)
+        .header(http::header::HOST, &host);
+    for (k, v) in headers {
+        if k != http::header::HOST
+            && k != http::header::AUTHORIZATION
+            && !k.as_str().starts_with("impersonate-")
+        {
+            req = req.header(k, v);
+        }
+    }
+    let req = req
+        .body(http_body_util::Full::new(body))
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let resp = sender
+        .send_request(req)
+        .await
+        .map_err(|e| ApiError::service_unavailable(format!("error trying to reach service: {e}")))?;
+    let (parts, incoming) = resp.into_parts();
+    let frames = http_body_util::BodyStream::new(incoming)
+        .take_while(|f| std::future::ready(f.is_ok()))
+        .filter_map(|f| {
+            std::future::ready(
+                f.ok()
+                    .and_then(|f| f.into_data().ok())
+                    .map(|d| Ok::<_, std::convert::Infallible>(Frame::data(d))),
+            )
+        });
+    let mut out = Response::builder().status(parts.status);
+    for (k, v) in &parts.headers {
+        if k != http::header::CONTENT_LENGTH
+            && k != http::header::TRANSFER_ENCODING
+            && k != http::header::CONNECTION
+        {
+            out = out.header(k, v);
+        }
+    }
+    Ok(out
+        .body(BodyExt::boxed(StreamBody::new(frames)))
+        .expect("valid response"))
+}
+
 /// The node's kubelet: address, port, and the client this API server reaches it with.
 async fn kubelet_of(ctx: &Ctx, node_name: &str) -> Result<(String, u16, KubeletClient), ApiError> {
     let nodes = r8s_api::find("", "v1", "nodes").expect("nodes are served");
@@ -464,6 +590,19 @@ mod tests {
 
     fn pod(spec: Value) -> Value {
         json!({"metadata": {"name": "p"}, "spec": spec})
+    }
+
+    #[test]
+    fn proxy_names_split_as_upstream() {
+        assert_eq!(split_scheme_name_port("web"), Some(("", "web", "")));
+        assert_eq!(split_scheme_name_port("web:8080"), Some(("", "web", "8080")));
+        assert_eq!(
+            split_scheme_name_port("https:web:443"),
+            Some(("https", "web", "443"))
+        );
+        assert_eq!(split_scheme_name_port("ftp:web:21"), None);
+        assert_eq!(split_scheme_name_port("a:b:c:d"), None);
+        assert_eq!(split_scheme_name_port(":80"), None);
     }
 
     #[test]

@@ -220,6 +220,9 @@ pub(crate) async fn handle(
             let rest = ctx.info.parts.get(3..).map(|p| p.join("/")).unwrap_or_default();
             return super::kubelet::node_proxy(ctx, name, &rest, ctx.query.as_deref()).await;
         }
+        "proxy" if def.plural == "pods" => {
+            return super::kubelet::pod_proxy(ctx, ns, name, method, headers, body).await
+        }
         "log" if *method == Method::GET && def.plural == "pods" => {
             return super::kubelet::pod_log(ctx, ns, name, query).await
         }
