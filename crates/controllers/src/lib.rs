@@ -13,6 +13,7 @@ pub mod claim;
 pub mod clusterrole_aggregation;
 pub mod credentials;
 pub mod deployment;
+pub mod endpoints;
 pub mod events;
 pub mod expectations;
 pub mod gc;
@@ -140,6 +141,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "certificate-controller",
         "resourcequota-controller",
         "root-ca-cert-publisher",
+        "endpoint-controller",
     ] {
         let c = loop {
             match credentials::client_for(&client, &opts.credentials, name, &stop).await {
@@ -178,6 +180,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         opts.node_monitor_grace_period,
     );
     let quota = resourcequota::ResourceQuotaController::new(&views["resourcequota-controller"]);
+    let endpoints = endpoints::EndpointsController::new(&views["endpoint-controller"]);
     let root_ca = match &opts.root_ca_pem {
         Some(pem) => Some(root_ca_cert_publisher::RootCaCertPublisher::new(
             &views["root-ca-cert-publisher"],
@@ -203,6 +206,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         ),
     ];
     tasks.push(tokio::spawn(quota.run(opts.workers, stop.clone())));
+    tasks.push(tokio::spawn(endpoints.run(opts.workers, stop.clone())));
     if let Some(root_ca) = root_ca {
         tasks.push(tokio::spawn(root_ca.run(1, stop.clone())));
     }

@@ -66,6 +66,42 @@ fn kubectl_exec_attach_and_port_forward_reach_running_containers() {
         let err = s.fails(v, &["exec", "missing", "--", "true"]);
         assert!(err.contains("pods \"missing\" not found"), "{err}");
     }
+    // A Service for the nginx pod gets Endpoints: the pod's IP and the target port; they go
+    // with the Service.
+    s.ok(V, &["label", "pod", "web", "app=web"]);
+    s.ok(
+        V,
+        &[
+            "expose",
+            "pod",
+            "web",
+            "--name",
+            "web",
+            "--port",
+            "8080",
+            "--target-port",
+            "80",
+        ],
+    );
+    let ip = pod_json(s, "web").unwrap()["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let got = wait_for(30, "the web service's endpoints", || {
+        let out = s.kubectl(V, &["get", "endpoints", "web", "-o", "json"]);
+        let ep: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        ep["subsets"][0]["addresses"][0]["ip"].is_string().then_some(ep)
+    });
+    assert_eq!(got["subsets"][0]["addresses"][0]["ip"], ip.as_str());
+    assert_eq!(got["subsets"][0]["addresses"][0]["targetRef"]["name"], "web");
+    assert_eq!(got["subsets"][0]["ports"][0]["port"], 80);
+    // (kubectl 1.27 describes a Service's Endpoints; later ones read EndpointSlices.)
+    let described = s.ok("1.27", &["describe", "service", "web"]);
+    assert!(described.contains(&format!("{ip}:80")), "{described}");
+    s.ok(V, &["delete", "service", "web"]);
+    wait_for(30, "the endpoints to go with the service", || {
+        (!s.kubectl(V, &["get", "endpoints", "web"]).status.success()).then_some(())
+    });
     // kubectl run -i --rm: the new pod's standard input through attach, then the pod is gone.
     let out = s.ok_stdin(
         V,

@@ -1,0 +1,362 @@
+//! The endpoints controller (upstream `endpoint-controller`): every Service with a selector
+//! has an Endpoints object of its name listing the pods it selects, the Ready ones in
+//! `addresses` and the others in `notReadyAddresses` (all in `addresses` with
+//! `publishNotReadyAddresses`), each with the Service's ports resolved against the pod (a
+//! named `targetPort` is looked up among the pod's container ports; a pod without it is left
+//! out of that port). Pods without an IP, being deleted or finished are not endpoints.
+//! Services without a selector (and ExternalName ones) keep whatever Endpoints others write;
+//! the Endpoints of a deleted Service go.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{
+    EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::Api;
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::informer::{key_of, lookup, split_key, Change, Factory, Informer};
+use crate::queue::{run_workers, SyncResult, WorkQueue};
+
+/// The label upstream puts on the Endpoints of a headless Service.
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+
+pub struct EndpointsController {
+    client: Client,
+    services: Arc<Informer<Service>>,
+    pods: Arc<Informer<Pod>>,
+    endpoints: Arc<Informer<Endpoints>>,
+    service_store: Store<Service>,
+    pod_store: Store<Pod>,
+    endpoints_store: Store<Endpoints>,
+    queue: Arc<WorkQueue>,
+}
+
+/// Whether `svc` selects `pod` (same namespace, every selector label matching).
+fn selects(svc: &Service, pod: &Pod) -> bool {
+    let Some(selector) = svc.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
+        return false;
+    };
+    let labels = pod.metadata.labels.as_ref();
+    svc.namespace() == pod.namespace()
+        && selector
+            .iter()
+            .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+}
+
+impl EndpointsController {
+    pub fn new(factory: &Factory) -> Arc<Self> {
+        let services = factory.get::<Service>();
+        let pods = factory.get::<Pod>();
+        let endpoints = factory.get::<Endpoints>();
+        let this = Arc::new(Self {
+            client: factory.client(),
+            service_store: services.store(),
+            pod_store: pods.store(),
+            endpoints_store: endpoints.store(),
+            services,
+            pods,
+            endpoints,
+            queue: WorkQueue::new("endpoint"),
+        });
+        let q = this.queue.clone();
+        this.services.add_handler(move |c| match c {
+            Change::Added(s) | Change::Updated(_, s) | Change::Deleted(s) => q.add(key_of(s.as_ref())),
+        });
+        // A pod change concerns the services that select it, before or after.
+        let (q, services) = (this.queue.clone(), this.service_store.clone());
+        this.pods.add_handler(move |c| {
+            let (old, new) = match c {
+                Change::Added(p) | Change::Deleted(p) => (None, p),
+                Change::Updated(o, p) => (Some(o), p),
+            };
+            for svc in services.state() {
+                if selects(&svc, new) || old.is_some_and(|o| selects(&svc, o)) {
+                    q.add(key_of(svc.as_ref()));
+                }
+            }
+        });
+        // Someone else's change to an Endpoints we keep: put it back.
+        let q = this.queue.clone();
+        this.endpoints.add_handler(move |c| match c {
+            Change::Updated(_, e) | Change::Deleted(e) => q.add(key_of(e.as_ref())),
+            Change::Added(_) => {}
+        });
+        this
+    }
+
+    pub async fn run(self: Arc<Self>, workers: usize, stop: CancellationToken) {
+        let synced = vec![
+            self.services.clone().synced(),
+            self.pods.clone().synced(),
+            self.endpoints.clone().synced(),
+        ];
+        if !crate::wait_all(synced, &stop).await {
+            return;
+        }
+        let this = self.clone();
+        run_workers(self.queue.clone(), workers, stop, move |key| {
+            let this = this.clone();
+            async move { this.sync(&key).await }
+        })
+        .await;
+    }
+
+    async fn sync(&self, key: &str) -> SyncResult {
+        let (ns, name) = split_key(key);
+        let api: Api<Endpoints> = Api::namespaced(self.client.clone(), ns);
+        let current = lookup(&self.endpoints_store, key);
+        let Some(svc) = lookup(&self.service_store, key) else {
+            if current.is_some() {
+                match api.delete(name, &Default::default()).await {
+                    Ok(_) => {}
+                    Err(e) if crate::not_found(&e) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            return Ok(None);
+        };
+        let spec = svc.spec.clone().unwrap_or_default();
+        if spec.selector.is_none() || spec.type_.as_deref() == Some("ExternalName") {
+            return Ok(None);
+        }
+        let pods: Vec<Arc<Pod>> = self
+            .pod_store
+            .state()
+            .into_iter()
+            .filter(|p| selects(&svc, p))
+            .collect();
+        let want = endpoints_for(&svc, &pods);
+        match current {
+            Some(cur) if cur.subsets == want.subsets && cur.metadata.labels == want.metadata.labels => {
+                Ok(None)
+            }
+            Some(cur) => {
+                let mut next = (*cur).clone();
+                next.subsets = want.subsets;
+                next.metadata.labels = want.metadata.labels;
+                match api.replace(name, &crate::post_params(), &next).await {
+                    Ok(_) => Ok(None),
+                    Err(e) if crate::not_found(&e) => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            None => match api.create(&crate::post_params(), &want).await {
+                Ok(_) => Ok(None),
+                // Made meanwhile, or the namespace is going: the caches will tell.
+                Err(kube::Error::Api(s)) if s.code == 409 || s.code == 403 || s.code == 404 => Ok(None),
+                Err(e) => Err(e.into()),
+            },
+        }
+    }
+}
+
+/// Whether a pod is Ready (its condition).
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The port a Service port reaches on `pod`: a number as it is, a name looked up among the
+/// pod's container ports (`None` when the pod has no such port).
+fn target_port(port: &k8s_openapi::api::core::v1::ServicePort, pod: &Pod) -> Option<i32> {
+    match &port.target_port {
+        None => Some(port.port),
+        Some(IntOrString::Int(n)) => Some(*n),
+        Some(IntOrString::String(name)) => pod
+            .spec
+            .as_ref()?
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter().flatten())
+            .find(|p| p.name.as_deref() == Some(name.as_str()))
+            .map(|p| p.container_port),
+    }
+}
+
+/// A Service port as it reaches one pod: name, port, protocol.
+type ResolvedPort = (String, i32, String);
+
+/// The Endpoints `svc` should have for the pods it selects.
+pub fn endpoints_for(svc: &Service, pods: &[Arc<Pod>]) -> Endpoints {
+    let spec = svc.spec.clone().unwrap_or_default();
+    let publish_not_ready = spec.publish_not_ready_addresses == Some(true);
+    // Pods with the same resolved ports share a subset.
+    let mut subsets: BTreeMap<Vec<ResolvedPort>, (Vec<EndpointAddress>, Vec<EndpointAddress>)> =
+        BTreeMap::new();
+    for pod in pods {
+        let status = pod.status.clone().unwrap_or_default();
+        let Some(ip) = status.pod_ip.filter(|ip| !ip.is_empty()) else {
+            continue;
+        };
+        let finished = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+        if pod.metadata.deletion_timestamp.is_some() || finished {
+            continue;
+        }
+        let ports: Vec<ResolvedPort> = spec
+            .ports
+            .iter()
+            .flatten()
+            .filter_map(|p| {
+                let target = target_port(p, pod)?;
+                let name = p.name.clone().unwrap_or_default();
+                let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
+                Some((name, target, protocol))
+            })
+            .collect();
+        let address = EndpointAddress {
+            ip,
+            node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            target_ref: Some(ObjectReference {
+                kind: Some("Pod".into()),
+                namespace: pod.namespace(),
+                name: Some(pod.name_any()),
+                uid: pod.uid(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let entry = subsets.entry(ports).or_default();
+        if publish_not_ready || ready(pod) {
+            entry.0.push(address);
+        } else {
+            entry.1.push(address);
+        }
+    }
+    let subsets: Vec<EndpointSubset> = subsets
+        .into_iter()
+        .map(|(ports, (mut ready, mut not_ready))| {
+            ready.sort_by(|a, b| a.ip.cmp(&b.ip));
+            not_ready.sort_by(|a, b| a.ip.cmp(&b.ip));
+            EndpointSubset {
+                addresses: Some(ready).filter(|a| !a.is_empty()),
+                not_ready_addresses: Some(not_ready).filter(|a| !a.is_empty()),
+                ports: Some(
+                    ports
+                        .into_iter()
+                        .map(|(name, port, protocol)| EndpointPort {
+                            name: Some(name).filter(|n| !n.is_empty()),
+                            port,
+                            protocol: Some(protocol),
+                            ..Default::default()
+                        })
+                        .collect(),
+                )
+                .filter(|p: &Vec<EndpointPort>| !p.is_empty()),
+            }
+        })
+        .collect();
+    let mut labels = svc.metadata.labels.clone().unwrap_or_default();
+    if spec.cluster_ip.as_deref() == Some("None") {
+        labels.insert(HEADLESS_LABEL.into(), String::new());
+    }
+    Endpoints {
+        metadata: ObjectMeta {
+            name: Some(svc.name_any()),
+            namespace: svc.namespace(),
+            labels: Some(labels).filter(|l| !l.is_empty()),
+            ..Default::default()
+        },
+        subsets: Some(subsets).filter(|s| !s.is_empty()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, ip: &str, ready: bool, labels: serde_json::Value) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": labels},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "ports": [{"name": "http", "containerPort": 8080}]}]},
+                "status": {"podIP": ip, "phase": "Running",
+                           "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn service(spec: serde_json::Value) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"}},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn ready_and_not_ready_pods_with_ports_resolved() {
+        let svc = service(serde_json::json!({"selector": {"app": "web"}, "ports": [
+            {"name": "web", "port": 80, "targetPort": "http", "protocol": "TCP"},
+            {"name": "metrics", "port": 9090, "targetPort": 9090, "protocol": "TCP"}]}));
+        let pods = vec![
+            pod("b", "10.0.0.2", true, serde_json::json!({"app": "web"})),
+            pod("a", "10.0.0.1", true, serde_json::json!({"app": "web"})),
+            pod("c", "10.0.0.3", false, serde_json::json!({"app": "web"})),
+            pod("no-ip", "", true, serde_json::json!({"app": "web"})),
+        ];
+        let ep = serde_json::to_value(endpoints_for(&svc, &pods)).unwrap();
+        assert_eq!(ep["metadata"]["labels"], serde_json::json!({"app": "web"}));
+        assert_eq!(
+            ep["subsets"],
+            serde_json::json!([{
+                "addresses": [
+                    {"ip": "10.0.0.1", "nodeName": "n1", "targetRef": {"kind": "Pod", "namespace": "default", "name": "a", "uid": "uid-a"}},
+                    {"ip": "10.0.0.2", "nodeName": "n1", "targetRef": {"kind": "Pod", "namespace": "default", "name": "b", "uid": "uid-b"}},
+                ],
+                "notReadyAddresses": [
+                    {"ip": "10.0.0.3", "nodeName": "n1", "targetRef": {"kind": "Pod", "namespace": "default", "name": "c", "uid": "uid-c"}},
+                ],
+                "ports": [{"name": "web", "port": 8080, "protocol": "TCP"}, {"name": "metrics", "port": 9090, "protocol": "TCP"}],
+            }])
+        );
+    }
+
+    #[test]
+    fn selection_headless_labels_publishing_and_finished_pods() {
+        let svc = service(
+            serde_json::json!({"selector": {"app": "web"}, "clusterIP": "None",
+            "publishNotReadyAddresses": true, "ports": [{"port": 80, "targetPort": 80, "protocol": "TCP"}]}),
+        );
+        let mut done = (*pod("done", "10.0.0.9", false, serde_json::json!({"app": "web"}))).clone();
+        done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+        let other = pod("other", "10.0.0.8", true, serde_json::json!({"app": "db"}));
+        assert!(!selects(&svc, &other));
+        let pods = vec![
+            pod("slow", "10.0.0.5", false, serde_json::json!({"app": "web"})),
+            Arc::new(done),
+        ];
+        let ep = endpoints_for(&svc, &pods);
+        assert_eq!(
+            ep.metadata
+                .labels
+                .unwrap()
+                .get(HEADLESS_LABEL)
+                .map(String::as_str),
+            Some("")
+        );
+        let subsets = ep.subsets.unwrap();
+        assert_eq!(subsets.len(), 1);
+        let ips: Vec<&str> = subsets[0]
+            .addresses
+            .iter()
+            .flatten()
+            .map(|a| a.ip.as_str())
+            .collect();
+        assert_eq!(
+            ips,
+            ["10.0.0.5"],
+            "published though not ready; the finished pod left out"
+        );
+        // No pods: no subsets at all.
+        assert!(endpoints_for(&svc, &[]).subsets.is_none());
+    }
+}
