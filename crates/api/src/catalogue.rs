@@ -199,6 +199,8 @@ static CATALOGUE: &[ResourceDef] = &[
          short: ["rs"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, SCALE]),
     res!("events.k8s.io", "v1", "Event", "events", "event", true,
          short: ["ev"], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", "endpointslice", true,
+         short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("coordination.k8s.io", "v1", "Lease", "leases", "lease", true,
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", false,

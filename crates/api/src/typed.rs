@@ -20,7 +20,7 @@ pub struct Decoded {
 /// without one.
 macro_rules! with_type {
     ($def:expr, $f:ident ( $($arg:expr),* )) => {{
-        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, certificates, coordination, core, events, rbac, scheduling};
+        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, certificates, coordination, core, discovery, events, rbac, scheduling};
         match ($def.group, $def.version, $def.kind) {
             ("", "v1", "Namespace") => Some($f::<core::v1::Namespace>($($arg),*)),
             ("", "v1", "Pod") => Some($f::<core::v1::Pod>($($arg),*)),
@@ -36,6 +36,7 @@ macro_rules! with_type {
             ("apps", "v1", "Deployment") => Some($f::<apps::v1::Deployment>($($arg),*)),
             ("apps", "v1", "ReplicaSet") => Some($f::<apps::v1::ReplicaSet>($($arg),*)),
             ("events.k8s.io", "v1", "Event") => Some($f::<events::v1::Event>($($arg),*)),
+            ("discovery.k8s.io", "v1", "EndpointSlice") => Some($f::<discovery::v1::EndpointSlice>($($arg),*)),
             ("coordination.k8s.io", "v1", "Lease") => Some($f::<coordination::v1::Lease>($($arg),*)),
             ("scheduling.k8s.io", "v1", "PriorityClass") => Some($f::<scheduling::v1::PriorityClass>($($arg),*)),
             ("rbac.authorization.k8s.io", "v1", "ClusterRole") => Some($f::<rbac::v1::ClusterRole>($($arg),*)),

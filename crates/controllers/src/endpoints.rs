@@ -38,7 +38,7 @@ pub struct EndpointsController {
 }
 
 /// Whether `svc` selects `pod` (same namespace, every selector label matching).
-fn selects(svc: &Service, pod: &Pod) -> bool {
+pub(crate) fn selects(svc: &Service, pod: &Pod) -> bool {
     let Some(selector) = svc.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
         return false;
     };
@@ -157,7 +157,7 @@ impl EndpointsController {
 }
 
 /// Whether a pod is Ready (its condition).
-fn ready(pod: &Pod) -> bool {
+pub(crate) fn ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -166,7 +166,7 @@ fn ready(pod: &Pod) -> bool {
 
 /// The port a Service port reaches on `pod`: a number as it is, a name looked up among the
 /// pod's container ports (`None` when the pod has no such port).
-fn target_port(port: &k8s_openapi::api::core::v1::ServicePort, pod: &Pod) -> Option<i32> {
+pub(crate) fn target_port(port: &k8s_openapi::api::core::v1::ServicePort, pod: &Pod) -> Option<i32> {
     match &port.target_port {
         None => Some(port.port),
         Some(IntOrString::Int(n)) => Some(*n),

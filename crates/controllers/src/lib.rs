@@ -14,6 +14,7 @@ pub mod clusterrole_aggregation;
 pub mod credentials;
 pub mod deployment;
 pub mod endpoints;
+pub mod endpointslice;
 pub mod events;
 pub mod expectations;
 pub mod gc;
@@ -142,6 +143,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "resourcequota-controller",
         "root-ca-cert-publisher",
         "endpoint-controller",
+        "endpointslice-controller",
     ] {
         let c = loop {
             match credentials::client_for(&client, &opts.credentials, name, &stop).await {
@@ -181,6 +183,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     );
     let quota = resourcequota::ResourceQuotaController::new(&views["resourcequota-controller"]);
     let endpoints = endpoints::EndpointsController::new(&views["endpoint-controller"]);
+    let slices = endpointslice::EndpointSliceController::new(&views["endpointslice-controller"]);
     let root_ca = match &opts.root_ca_pem {
         Some(pem) => Some(root_ca_cert_publisher::RootCaCertPublisher::new(
             &views["root-ca-cert-publisher"],
@@ -207,6 +210,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     ];
     tasks.push(tokio::spawn(quota.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(endpoints.run(opts.workers, stop.clone())));
+    tasks.push(tokio::spawn(slices.run(opts.workers, stop.clone())));
     if let Some(root_ca) = root_ca {
         tasks.push(tokio::spawn(root_ca.run(1, stop.clone())));
     }

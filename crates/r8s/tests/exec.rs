@@ -95,12 +95,57 @@ fn kubectl_exec_attach_and_port_forward_reach_running_containers() {
     assert_eq!(got["subsets"][0]["addresses"][0]["ip"], ip.as_str());
     assert_eq!(got["subsets"][0]["addresses"][0]["targetRef"]["name"], "web");
     assert_eq!(got["subsets"][0]["ports"][0]["port"], 80);
-    // (kubectl 1.27 describes a Service's Endpoints; later ones read EndpointSlices.)
-    let described = s.ok("1.27", &["describe", "service", "web"]);
-    assert!(described.contains(&format!("{ip}:80")), "{described}");
+    // Its EndpointSlice (discovery.k8s.io/v1) says the same; kubectl 1.27 describes a
+    // Service from its Endpoints, 1.33 from its slices.
+    let slices = wait_for(30, "the web service's endpoint slice", || {
+        let out = s.kubectl(
+            V,
+            &[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=web",
+                "-o",
+                "json",
+            ],
+        );
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        list["items"][0]["endpoints"][0]["addresses"][0]
+            .is_string()
+            .then_some(list)
+    });
+    let slice = &slices["items"][0];
+    assert_eq!(slice["endpoints"][0]["addresses"][0], ip.as_str());
+    assert_eq!(slice["endpoints"][0]["conditions"]["ready"], true);
+    assert_eq!(slice["ports"][0]["port"], 80);
+    assert_eq!(slice["metadata"]["ownerReferences"][0]["kind"], "Service");
+    let table = s.ok(
+        V,
+        &["get", "endpointslices", "-l", "kubernetes.io/service-name=web"],
+    );
+    assert!(table.contains("IPv4") && table.contains(&ip), "{table}");
+    for v in ["1.27", "1.33"] {
+        let described = s.ok(v, &["describe", "service", "web"]);
+        assert!(
+            described.contains(&format!("{ip}:80")),
+            "kubectl {v}: {described}"
+        );
+    }
     s.ok(V, &["delete", "service", "web"]);
-    wait_for(30, "the endpoints to go with the service", || {
-        (!s.kubectl(V, &["get", "endpoints", "web"]).status.success()).then_some(())
+    wait_for(30, "the endpoints and slices to go with the service", || {
+        let slices = s.ok(
+            V,
+            &[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=web",
+                "-o",
+                "name",
+            ],
+        );
+        (!s.kubectl(V, &["get", "endpoints", "web"]).status.success() && slices.trim().is_empty())
+            .then_some(())
     });
     // kubectl run -i --rm: the new pod's standard input through attach, then the pod is gone.
     let out = s.ok_stdin(

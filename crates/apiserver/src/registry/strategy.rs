@@ -677,6 +677,15 @@ pub(crate) fn validate_update(def: &ResourceDef, obj: &Value, old: &Value) -> Ve
     errs
 }
 
+/// Up to three entries and how many more (upstream's endpoints printers), `<none>` for none.
+fn first_three(all: &[String]) -> String {
+    match all.len() {
+        0 => "<none>".to_owned(),
+        1..=3 => all.join(","),
+        n => format!("{} + {} more...", all[..3].join(","), n - 3),
+    }
+}
+
 fn format_labels(m: &BTreeMap<String, String>) -> String {
     let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}:{v}")).collect();
     format!("map[{}]", parts.join(" "))
@@ -865,6 +874,18 @@ pub(crate) fn columns(def: &ResourceDef) -> Vec<Column> {
             col("Global-Default", "boolean", "globalDefault specifies whether this PriorityClass should be considered as the default priority for pods that do not have any priority class."),
             AGE,
             col("PreemptionPolicy", "string", "PreemptionPolicy is the Policy for preempting pods with lower priority."),
+        ],
+        "endpoints" => vec![
+            NAME,
+            col("Endpoints", "string", "Endpoints of the resource"),
+            AGE,
+        ],
+        "endpointslices" => vec![
+            NAME,
+            col("AddressType", "string", "The IP protocol for this slice"),
+            col("Ports", "string", "The ports for this slice"),
+            col("Endpoints", "string", "The endpoints for this slice"),
+            AGE,
         ],
         "services" => vec![
             NAME,
@@ -1213,6 +1234,57 @@ pub(crate) fn cells(def: &ResourceDef, obj: &Value) -> Vec<Value> {
             json!(obj["secrets"].as_array().map(Vec::len).unwrap_or(0)),
             age,
         ],
+        "endpoints" => {
+            // ip:port for every address and port, the first three shown (upstream's printer).
+            let mut all = Vec::new();
+            for subset in obj["subsets"].as_array().into_iter().flatten() {
+                let ips: Vec<&str> = subset["addresses"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|a| a["ip"].as_str().unwrap_or(""))
+                    .collect();
+                match subset["ports"].as_array().filter(|p| !p.is_empty()) {
+                    None => all.extend(ips.iter().map(|ip| ip.to_string())),
+                    Some(ports) => {
+                        for p in ports {
+                            all.extend(ips.iter().map(|ip| format!("{ip}:{}", p["port"])));
+                        }
+                    }
+                }
+            }
+            vec![name, json!(first_three(&all)), age]
+        }
+        "endpointslices" => {
+            let ports: Vec<String> = obj["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| p["port"].as_i64().map_or("<unset>".to_owned(), |n| n.to_string()))
+                .collect();
+            let addresses: Vec<String> = obj["endpoints"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|e| e["addresses"].as_array().into_iter().flatten())
+                .filter_map(|a| a.as_str().map(String::from))
+                .collect();
+            vec![
+                name,
+                json!(obj["addressType"].as_str().unwrap_or("")),
+                json!(if ports.is_empty() {
+                    "<unset>".to_owned()
+                } else {
+                    ports.join(",")
+                }),
+                json!(if addresses.is_empty() {
+                    "<unset>".to_owned()
+                } else {
+                    first_three(&addresses)
+                }),
+                age,
+            ]
+        }
         "services" => {
             let ports: Vec<String> = spec["ports"]
                 .as_array()
