@@ -55,7 +55,7 @@ pub(crate) async fn ensure_priority_classes(store: &dyn Store) -> Result<(), Sto
 }
 
 /// The `kubernetes` Service in `default`, on the first address of the service range, as
-/// upstream's bootstrap controller makes it. (Its endpoints come with the node's address.)
+/// upstream's bootstrap controller makes it. (Its endpoints: [`ensure_kubernetes_endpoints`].)
 pub(crate) async fn ensure_kubernetes_service(
     store: &dyn Store,
     cidr: registry::allocator::ServiceCidr,
@@ -97,6 +97,94 @@ pub(crate) async fn ensure_kubernetes_service(
         registry::encode(def, &obj),
     )
     .await
+}
+
+/// The `kubernetes` Service's Endpoints and EndpointSlice: this API server's address and port,
+/// written at start (put right if they say otherwise), as upstream's endpoint reconciler
+/// keeps them. Services without a selector are left to whoever writes their endpoints, so
+/// the controllers do not touch these.
+pub(crate) async fn ensure_kubernetes_endpoints(
+    store: &dyn Store,
+    ip: std::net::IpAddr,
+    port: u16,
+) -> Result<(), StoreError> {
+    let ip = ip.to_string();
+    let address_type = if ip.contains(':') { "IPv6" } else { "IPv4" };
+    let endpoints = r8s_api::find("", "v1", "endpoints").expect("in the catalogue");
+    let subsets = json!([{
+        "addresses": [{"ip": ip}],
+        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+    }]);
+    let labels = json!({"endpointslice.kubernetes.io/skip-mirror": "true"});
+    upsert(
+        store,
+        endpoints,
+        "kubernetes",
+        json!({"kind": "Endpoints", "apiVersion": "v1"}),
+        labels,
+        |o| {
+            o["subsets"] = subsets.clone();
+        },
+    )
+    .await?;
+    let slices = r8s_api::find("discovery.k8s.io", "v1", "endpointslices").expect("in the catalogue");
+    let labels = json!({"kubernetes.io/service-name": "kubernetes"});
+    upsert(
+        store,
+        slices,
+        "kubernetes",
+        json!({"kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1"}),
+        labels,
+        |o| {
+            o["addressType"] = json!(address_type);
+            o["endpoints"] = json!([{"addresses": [ip], "conditions": {"ready": true}}]);
+            o["ports"] = json!([{"name": "https", "port": port, "protocol": "TCP"}]);
+        },
+    )
+    .await
+}
+
+/// Create `default/<name>` of `def` from `head`, or update it, so that `fill` and `labels`
+/// hold; nothing is written when they already do.
+async fn upsert(
+    store: &dyn Store,
+    def: &r8s_api::ResourceDef,
+    name: &str,
+    head: Value,
+    labels: Value,
+    fill: impl Fn(&mut Value),
+) -> Result<(), StoreError> {
+    let key = registry::key(def, "default", name);
+    let current = store.get(&key, 0).await?.kv;
+    let (mut obj, rev) = match &current {
+        Some(kv) => match serde_json::from_slice::<Value>(&kv.value) {
+            Ok(v) => (v, Some(kv.mod_revision)),
+            Err(_) => (head.clone(), Some(kv.mod_revision)),
+        },
+        None => (head.clone(), None),
+    };
+    let before = obj.clone();
+    if rev.is_none() {
+        obj["metadata"] = json!({
+            "name": name,
+            "namespace": "default",
+            "uid": uuid::Uuid::new_v4().to_string(),
+            "creationTimestamp": registry::meta::now_rfc3339(),
+        });
+    }
+    obj["metadata"]["labels"] = labels;
+    fill(&mut obj);
+    if rev.is_some() && obj == before {
+        return Ok(());
+    }
+    if let Some(m) = obj["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    let value = registry::encode(def, &obj);
+    match rev {
+        Some(rev) => store.update(&key, value, rev).await.map(|_| ()),
+        None => create_if_absent(store, &key, value).await,
+    }
 }
 
 async fn create_if_absent(store: &dyn Store, key: &str, value: bytes::Bytes) -> Result<(), StoreError> {
@@ -198,4 +286,55 @@ pub(crate) async fn ensure_rbac_policy(store: &dyn Store) -> Result<(), StoreErr
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod endpoint_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_kubernetes_endpoints_follow_the_server_and_are_not_rewritten_needlessly() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            r8s_store::embedded::EmbeddedStore::open(r8s_store::embedded::EmbeddedOptions::new(dir.path()))
+                .unwrap();
+        let ip: std::net::IpAddr = "192.0.2.10".parse().unwrap();
+        let key = |plural: &str| {
+            let def = r8s_api::catalogue().iter().find(|d| d.plural == plural).unwrap();
+            registry::key(def, "default", "kubernetes")
+        };
+        let (ep_key, slice_key) = (key("endpoints"), key("endpointslices"));
+        let read = |key: &String| {
+            let (store, key) = (&store, key.clone());
+            async move {
+                let key = key.as_str();
+                let kv = store.get(key, 0).await.unwrap().kv.unwrap();
+                (
+                    serde_json::from_slice::<Value>(&kv.value).unwrap(),
+                    kv.mod_revision,
+                )
+            }
+        };
+        ensure_kubernetes_endpoints(&store, ip, 6443).await.unwrap();
+        let (ep, rev) = read(&ep_key).await;
+        assert_eq!(
+            ep["subsets"],
+            json!([{"addresses": [{"ip": "192.0.2.10"}], "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}])
+        );
+        let (slice, _) = read(&slice_key).await;
+        assert_eq!(slice["endpoints"][0]["addresses"], json!(["192.0.2.10"]));
+        assert_eq!(
+            slice["metadata"]["labels"]["kubernetes.io/service-name"],
+            "kubernetes"
+        );
+        // Same again: nothing written.
+        ensure_kubernetes_endpoints(&store, ip, 6443).await.unwrap();
+        assert_eq!(read(&ep_key).await.1, rev);
+        // Another port: put right, the object's identity kept.
+        ensure_kubernetes_endpoints(&store, ip, 7443).await.unwrap();
+        let (moved, rev2) = read(&ep_key).await;
+        assert!(rev2 > rev);
+        assert_eq!(moved["subsets"][0]["ports"][0]["port"], 7443);
+        assert_eq!(moved["metadata"]["uid"], ep["metadata"]["uid"]);
+    }
 }

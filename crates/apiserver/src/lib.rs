@@ -25,7 +25,7 @@ mod server;
 pub mod status;
 mod watch_cache;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use r8s_store::Store;
@@ -55,6 +55,9 @@ pub struct ApiServerConfig {
     pub audit: Option<audit::AuditOptions>,
     /// How to reach kubelets for `pods/log` (absent: those requests fail with 503).
     pub kubelet: Option<KubeletClient>,
+    /// The address other machines and pods reach this server at, which the `kubernetes`
+    /// Service's endpoints name (absent: the bind address, unless that is unspecified).
+    pub advertise_address: Option<IpAddr>,
 }
 
 /// State shared by every request.
@@ -102,6 +105,14 @@ impl ApiServer {
         bootstrap::ensure_kubernetes_service(config.store.as_ref(), config.service_cidr, local_addr.port())
             .await
             .map_err(|e| std::io::Error::other(format!("creating the kubernetes service: {e}")))?;
+        let advertise = config
+            .advertise_address
+            .or(Some(config.serving.bind_address).filter(|a| !a.is_unspecified()));
+        if let Some(ip) = advertise {
+            bootstrap::ensure_kubernetes_endpoints(config.store.as_ref(), ip, local_addr.port())
+                .await
+                .map_err(|e| std::io::Error::other(format!("writing the kubernetes endpoints: {e}")))?;
+        }
         let tls = server::tls_config(&config.serving).map_err(std::io::Error::other)?;
         let metrics = metrics::Metrics::default();
         let audit = match config.audit {

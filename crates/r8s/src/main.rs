@@ -788,6 +788,18 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         service_account_tokens: Some(sa_tokens),
         audit,
         kubelet: Some(kubelet),
+        advertise_address: if args.bind_address.is_unspecified() {
+            // Every interface: the node's address (the agent's --node-ip, else the default
+            // route's interface).
+            args.agent
+                .node_ip
+                .clone()
+                .unwrap_or_else(r8s_kubelet::agent::default_ip)
+                .parse()
+                .ok()
+        } else {
+            Some(args.bind_address)
+        },
     })
     .await
     .with_context(|| format!("serving on {}:{}", args.bind_address, args.https_listen_port))?;

@@ -757,6 +757,44 @@ fn services_get_cluster_ips_and_node_ports() {
         ),
         "10.96.0.1"
     );
+    // Its endpoints are this API server's address and port, in both APIs.
+    let port = s.ok(
+        "1.33",
+        &[
+            "config",
+            "view",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.server}",
+        ],
+    );
+    let port = port.rsplit(':').next().unwrap().to_string();
+    assert_eq!(
+        s.ok(
+            "1.33",
+            &[
+                "get",
+                "endpoints",
+                "kubernetes",
+                "-o",
+                "jsonpath={.subsets[0].addresses[0].ip}:{.subsets[0].ports[0].port}"
+            ]
+        ),
+        format!("127.0.0.1:{port}")
+    );
+    assert_eq!(
+        s.ok(
+            "1.33",
+            &[
+                "get",
+                "endpointslice",
+                "kubernetes",
+                "-o",
+                "jsonpath={.endpoints[0].addresses[0]}:{.ports[0].port}"
+            ]
+        ),
+        format!("127.0.0.1:{port}")
+    );
     for v in VERSIONS {
         let web = format!("web{}", v.replace('.', ""));
         let np = format!("np{}", v.replace('.', ""));
