@@ -417,6 +417,7 @@ pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
                 }
             }
             pod_validation::pod_spec(&mut errs, "spec.template.spec", &spec["template"]["spec"]);
+            workload(&mut errs, def.plural == "deployments", spec);
         }
         "priorityclasses" => {
             if obj.get("value").is_none_or(Value::is_null) {
@@ -675,6 +676,105 @@ pub(crate) fn validate_update(def: &ResourceDef, obj: &Value, old: &Value) -> Ve
         _ => {}
     }
     errs
+}
+
+/// What apps/v1 asks of a Deployment's or ReplicaSet's spec beyond its selector and pod
+/// template (upstream's `ValidateDeploymentSpec` and `ValidatePodTemplateSpecForReplicaSet`):
+/// pods that restart always and have no deadline, and a rolling update that can make progress.
+fn workload(errs: &mut Vec<FieldError>, deployment: bool, spec: &Value) {
+    let template = &spec["template"]["spec"];
+    if let Some(p) = template["restartPolicy"].as_str().filter(|p| *p != "Always") {
+        errs.push(FieldError::not_supported(
+            "spec.template.spec.restartPolicy",
+            p,
+            &["Always"],
+        ));
+    }
+    if !template["activeDeadlineSeconds"].is_null() {
+        errs.push(FieldError::forbidden(
+            "spec.template.spec.activeDeadlineSeconds",
+            "activeDeadlineSeconds in ReplicaSet is not Supported",
+        ));
+    }
+    for key in ["minReadySeconds", "revisionHistoryLimit"] {
+        if let Some(n) = spec[key].as_i64().filter(|n| *n < 0) {
+            errs.push(FieldError::invalid_raw(
+                format!("spec.{key}"),
+                &n.to_string(),
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    if !deployment {
+        return;
+    }
+    let min_ready = spec["minReadySeconds"].as_i64().unwrap_or(0);
+    if let Some(p) = spec["progressDeadlineSeconds"]
+        .as_i64()
+        .filter(|p| *p <= min_ready)
+    {
+        errs.push(FieldError::invalid_raw(
+            "spec.progressDeadlineSeconds",
+            &p.to_string(),
+            "must be greater than minReadySeconds",
+        ));
+    }
+    let strategy = &spec["strategy"];
+    if strategy["type"] == "Recreate" && !strategy["rollingUpdate"].is_null() {
+        errs.push(FieldError::forbidden(
+            "spec.strategy.rollingUpdate",
+            "may not be specified when strategy `type` is 'Recreate'",
+        ));
+    }
+    let ru = &strategy["rollingUpdate"];
+    if strategy["type"] != "RollingUpdate" || ru.is_null() {
+        return;
+    }
+    // An int or a percentage; printed as Go prints the IntOrString it was decoded into.
+    let go = |v: &Value| match v {
+        Value::String(s) => format!("intstr.IntOrString{{Type:1, IntVal:0, StrVal:{s:?}}}"),
+        v => format!(
+            "intstr.IntOrString{{Type:0, IntVal:{}, StrVal:\"\"}}",
+            v.as_i64().unwrap_or(0)
+        ),
+    };
+    let mut values = [0i64; 2];
+    for (i, key) in ["maxUnavailable", "maxSurge"].into_iter().enumerate() {
+        let v = &ru[key];
+        let field = format!("spec.strategy.rollingUpdate.{key}");
+        match v {
+            Value::String(s) => match s.strip_suffix('%').and_then(|n| n.parse::<i64>().ok()) {
+                Some(n) => values[i] = n,
+                None => errs.push(FieldError::invalid(
+                    field,
+                    s,
+                    "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
+                )),
+            },
+            Value::Number(n) => {
+                let n = n.as_i64().unwrap_or(0);
+                if n < 0 {
+                    errs.push(FieldError::invalid_raw(field, &n.to_string(), "must be greater than or equal to 0"));
+                }
+                values[i] = n;
+            }
+            _ => values[i] = 1,
+        }
+    }
+    if values == [0, 0] {
+        errs.push(FieldError::invalid_raw(
+            "spec.strategy.rollingUpdate.maxUnavailable",
+            &go(&ru["maxUnavailable"]),
+            "may not be 0 when `maxSurge` is 0",
+        ));
+    }
+    if ru["maxUnavailable"].as_str().is_some_and(|s| s.ends_with('%')) && values[0] > 100 {
+        errs.push(FieldError::invalid_raw(
+            "spec.strategy.rollingUpdate.maxUnavailable",
+            &go(&ru["maxUnavailable"]),
+            "must not be greater than 100%",
+        ));
+    }
 }
 
 /// Up to three entries and how many more (upstream's endpoints printers), `<none>` for none.
@@ -1552,6 +1652,58 @@ mod tests {
             [
                 r#"roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"edit"}: cannot change roleRef"#
             ]
+        );
+    }
+
+    #[test]
+    fn workloads_must_restart_always_and_be_able_to_roll() {
+        let d = |extra: Value| {
+            let mut d = json!({"metadata": {"name": "web"}, "spec": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}});
+            merge(&mut d, &extra);
+            default(def("deployments"), &mut d);
+            validate(def("deployments"), &d)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        fn merge(a: &mut Value, b: &Value) {
+            match (a, b) {
+                (Value::Object(a), Value::Object(b)) => {
+                    for (k, v) in b {
+                        merge(a.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+                (a, b) => *a = b.clone(),
+            }
+        }
+        assert_eq!(d(json!({})), Vec::<String>::new());
+        assert_eq!(
+            d(json!({"spec": {"template": {"spec": {"restartPolicy": "Never", "activeDeadlineSeconds": 5}}}})),
+            [
+                "spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"",
+                "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported",
+            ]
+        );
+        assert_eq!(
+            d(json!({"spec": {"strategy": {"rollingUpdate": {"maxUnavailable": 0, "maxSurge": "0%"}}}})),
+            ["spec.strategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}: may not be 0 when `maxSurge` is 0"]
+        );
+        assert_eq!(
+            d(json!({"spec": {"strategy": {"rollingUpdate": {"maxUnavailable": "150%", "maxSurge": "half"}}}})),
+            [
+                "spec.strategy.rollingUpdate.maxSurge: Invalid value: \"half\": a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
+                "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"150%\"}: must not be greater than 100%",
+            ]
+        );
+        assert_eq!(
+            d(json!({"spec": {"strategy": {"type": "Recreate", "rollingUpdate": {"maxSurge": 1}}}})),
+            ["spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'"]
+        );
+        assert_eq!(
+            d(json!({"spec": {"minReadySeconds": 30, "progressDeadlineSeconds": 20}})),
+            ["spec.progressDeadlineSeconds: Invalid value: 20: must be greater than minReadySeconds"]
         );
     }
 
