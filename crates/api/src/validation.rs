@@ -57,6 +57,15 @@ impl FieldError {
         }
     }
 
+    /// Longer than `max` bytes (the value is not repeated, as upstream leaves it out).
+    pub fn too_long(field: impl Into<String>, max: usize) -> Self {
+        Self {
+            reason: "FieldValueTooLong",
+            field: field.into(),
+            message: format!("Too long: may not be more than {max} bytes"),
+        }
+    }
+
     pub fn forbidden(field: impl Into<String>, detail: impl fmt::Display) -> Self {
         Self {
             reason: "FieldValueForbidden",

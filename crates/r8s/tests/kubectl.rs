@@ -1202,6 +1202,24 @@ fn served_objects_carry_upstreams_defaults() {
     );
 }
 
+/// Objects over upstream's size limits are refused in its words.
+#[test]
+fn oversized_data_is_refused() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.txt");
+    std::fs::write(&file, "x".repeat(1024 * 1024 + 1)).unwrap();
+    let from = format!("--from-file={}", file.display());
+    for v in VERSIONS {
+        let err = s.fails(v, &["create", "configmap", "big", &from]);
+        assert!(
+            err.contains("ConfigMap \"big\" is invalid: []: Too long: may not be more than 1048576 bytes"),
+            "{err}"
+        );
+        assert!(!s.kubectl(v, &["get", "configmap", "big"]).status.success());
+    }
+}
+
 /// Fields upstream will not let change are refused with its words, and the object is kept as
 /// it was.
 #[test]

@@ -377,7 +377,27 @@ pub(crate) fn validate_meta(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         &obj["metadata"]["annotations"],
         false,
     );
+    if total_size(&obj["metadata"]["annotations"]) > MAX_ANNOTATIONS_BYTES {
+        errs.push(FieldError::too_long(
+            "metadata.annotations",
+            MAX_ANNOTATIONS_BYTES,
+        ));
+    }
     errs
+}
+
+/// Upstream's limit on all of an object's annotations together (keys and values).
+const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+/// Upstream's limit on a ConfigMap's or Secret's data (`MaxSecretSize`).
+const MAX_DATA_BYTES: usize = 1024 * 1024;
+
+/// The bytes of a string map's keys and values.
+fn total_size(map: &Value) -> usize {
+    map.as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum()
 }
 
 /// Resource-specific validation (upstream's `Validate*`).
@@ -477,6 +497,28 @@ pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         }
         "services" => super::services::validate(&mut errs, obj),
         "configmaps" | "secrets" => {
+            if def.plural == "configmaps" {
+                // binaryData counts decoded, as Go holds it.
+                let binary: usize = obj["binaryData"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| k.len() + v.as_str().map_or(0, |b| b.len() / 4 * 3))
+                    .sum();
+                if total_size(&obj["data"]) + binary > MAX_DATA_BYTES {
+                    errs.push(FieldError::too_long("[]", MAX_DATA_BYTES));
+                }
+            } else {
+                let decoded: usize = obj["data"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| k.len() + v.as_str().map_or(0, |b| b.len() / 4 * 3))
+                    .sum();
+                if decoded > MAX_DATA_BYTES {
+                    errs.push(FieldError::too_long("data", MAX_DATA_BYTES));
+                }
+            }
             for field in ["data", "binaryData", "stringData"] {
                 if let Some(m) = obj[field].as_object() {
                     for k in m.keys() {
@@ -1704,6 +1746,46 @@ mod tests {
         assert_eq!(
             d(json!({"spec": {"minReadySeconds": 30, "progressDeadlineSeconds": 20}})),
             ["spec.progressDeadlineSeconds: Invalid value: 20: must be greater than minReadySeconds"]
+        );
+    }
+
+    #[test]
+    fn data_and_annotations_have_upstreams_size_limits() {
+        let big = "x".repeat(MAX_DATA_BYTES);
+        let errs = |d: &str, obj: Value| {
+            validate(def(d), &obj)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            errs(
+                "configmaps",
+                json!({"metadata": {"name": "c"}, "data": {"k": big}})
+            ),
+            ["[]: Too long: may not be more than 1048576 bytes"]
+        );
+        assert!(errs(
+            "configmaps",
+            json!({"metadata": {"name": "c"}, "data": {"k": "x".repeat(1000)}})
+        )
+        .is_empty());
+        // A Secret's data counts decoded (base64 is 4 bytes for every 3).
+        let encoded = "eHh4".repeat(MAX_DATA_BYTES / 3 + 1);
+        assert_eq!(
+            errs(
+                "secrets",
+                json!({"metadata": {"name": "s"}, "data": {"k": encoded}})
+            ),
+            ["data: Too long: may not be more than 1048576 bytes"]
+        );
+        let notes = "n".repeat(MAX_ANNOTATIONS_BYTES);
+        assert_eq!(
+            errs(
+                "configmaps",
+                json!({"metadata": {"name": "c", "annotations": {"a": notes}}})
+            ),
+            ["metadata.annotations: Too long: may not be more than 262144 bytes"]
         );
     }
 
