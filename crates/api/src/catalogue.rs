@@ -127,6 +127,12 @@ const POD_PROXY: Subresource = Subresource {
     group_version: None,
     verbs: &["create", "delete", "get", "patch", "update"],
 };
+const SERVICE_PROXY: Subresource = Subresource {
+    name: "proxy",
+    kind: "ServiceProxyOptions",
+    group_version: None,
+    verbs: &["create", "delete", "get", "patch", "update"],
+};
 const RESIZE: Subresource = Subresource {
     name: "resize",
     kind: "Pod",
@@ -178,7 +184,7 @@ static CATALOGUE: &[ResourceDef] = &[
     res!("", "v1", "Node", "nodes", "node", false,
          short: ["no"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS, PROXY]),
     res!("", "v1", "Service", "services", "service", true,
-         short: ["svc"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS]),
+         short: ["svc"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, SERVICE_PROXY]),
     res!("", "v1", "Endpoints", "endpoints", "endpoints", true,
          short: ["ep"], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("", "v1", "ConfigMap", "configmaps", "configmap", true,

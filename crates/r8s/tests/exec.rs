@@ -131,6 +131,28 @@ fn kubectl_exec_attach_and_port_forward_reach_running_containers() {
             "kubectl {v}: {described}"
         );
     }
+    // services/proxy: through one of the Service's endpoints (by port number or name).
+    let page = s.ok(
+        V,
+        &[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/services/web:8080/proxy/",
+        ],
+    );
+    assert!(page.contains("Welcome to nginx!"), "{page}");
+    let err = s.fails(
+        V,
+        &[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/services/web:9999/proxy/",
+        ],
+    );
+    assert!(
+        err.contains("no service port 9999 found for service \"web\""),
+        "{err}"
+    );
     s.ok(V, &["delete", "service", "web"]);
     wait_for(30, "the endpoints and slices to go with the service", || {
         let slices = s.ok(

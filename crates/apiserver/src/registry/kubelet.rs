@@ -453,6 +453,86 @@ pub(crate) async fn pod_proxy(
     let port: u16 = port
         .parse()
         .map_err(|_| ApiError::bad_request(format!("invalid pod request {id:?}")))?;
+    proxy_http(ctx, std::net::SocketAddr::new(ip, port), method, headers, body).await
+}
+
+/// Any method on `services/<name>[:port]/proxy/<path>`: passed on to one of the Service's
+/// ready endpoints for that port, picked at random (upstream's service `ResourceLocation`).
+pub(crate) async fn service_proxy(
+    ctx: &Ctx,
+    ns: &str,
+    id: &str,
+    method: &http::Method,
+    headers: &http::HeaderMap,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let (scheme, name, port) = split_scheme_name_port(id)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid service request {id:?}")))?;
+    if scheme == "https" {
+        return Err(ApiError::bad_request(format!(
+            "invalid service request {id:?}: r8s proxies to services over http only"
+        )));
+    }
+    let services = r8s_api::find("", "v1", "services").expect("services are served");
+    let svc = read(ctx, services, ns, name).await?;
+    // A port number names the Service port it is; the endpoints know ports by name.
+    let mut port_name = port.to_owned();
+    if let Ok(number) = port.parse::<i64>() {
+        let found = svc["spec"]["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["port"].as_i64() == Some(number));
+        match found {
+            Some(p) => port_name = p["name"].as_str().unwrap_or("").to_owned(),
+            None => {
+                return Err(ApiError::service_unavailable(format!(
+                    "no service port {number} found for service {name:?}"
+                )))
+            }
+        }
+    }
+    let endpoints = r8s_api::find("", "v1", "endpoints").expect("endpoints are served");
+    let none = || ApiError::service_unavailable(format!("no endpoints available for service {name:?}"));
+    let ep = read(ctx, endpoints, ns, name).await.map_err(|_| none())?;
+    let mut candidates = Vec::new();
+    for subset in ep["subsets"].as_array().into_iter().flatten() {
+        let Some(p) = subset["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"].as_str().unwrap_or("") == port_name)
+        else {
+            continue;
+        };
+        let Some(port) = p["port"].as_u64().and_then(|p| u16::try_from(p).ok()) else {
+            continue;
+        };
+        for a in subset["addresses"].as_array().into_iter().flatten() {
+            if let Some(ip) = a["ip"]
+                .as_str()
+                .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
+            {
+                candidates.push(std::net::SocketAddr::new(ip, port));
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return Err(none());
+    }
+    let target = candidates[fastrand::usize(..candidates.len())];
+    proxy_http(ctx, target, method, headers, body).await
+}
+
+/// Pass a request on over HTTP to `target` (the path after `.../proxy`), and stream the
+/// answer back.
+async fn proxy_http(
+    ctx: &Ctx,
+    target: std::net::SocketAddr,
+    method: &http::Method,
+    headers: &http::HeaderMap,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
     // The path after `.../proxy`, and the query as the client sent it.
     let parts = &ctx.info.parts;
     let after = parts
@@ -466,7 +546,7 @@ pub(crate) async fn pod_proxy(
     if let Some(q) = ctx.query.as_deref().filter(|q| !q.is_empty()) {
         path = format!("{path}?{q}");
     }
-    let host = std::net::SocketAddr::new(ip, port).to_string();
+    let host = target.to_string();
     let tcp = tokio::time::timeout(Duration::from_secs(30), tokio::net::TcpStream::connect(&host))
         .await
         .map_err(|_| {

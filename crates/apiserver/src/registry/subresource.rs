@@ -223,6 +223,9 @@ pub(crate) async fn handle(
         "proxy" if def.plural == "pods" => {
             return super::kubelet::pod_proxy(ctx, ns, name, method, headers, body).await
         }
+        "proxy" if def.plural == "services" => {
+            return super::kubelet::service_proxy(ctx, ns, name, method, headers, body).await
+        }
         "log" if *method == Method::GET && def.plural == "pods" => {
             return super::kubelet::pod_log(ctx, ns, name, query).await
         }
