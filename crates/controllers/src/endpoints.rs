@@ -64,23 +64,7 @@ impl EndpointsController {
             endpoints,
             queue: WorkQueue::new("endpoint"),
         });
-        let q = this.queue.clone();
-        this.services.add_handler(move |c| match c {
-            Change::Added(s) | Change::Updated(_, s) | Change::Deleted(s) => q.add(key_of(s.as_ref())),
-        });
-        // A pod change concerns the services that select it, before or after.
-        let (q, services) = (this.queue.clone(), this.service_store.clone());
-        this.pods.add_handler(move |c| {
-            let (old, new) = match c {
-                Change::Added(p) | Change::Deleted(p) => (None, p),
-                Change::Updated(o, p) => (Some(o), p),
-            };
-            for svc in services.state() {
-                if selects(&svc, new) || old.is_some_and(|o| selects(&svc, o)) {
-                    q.add(key_of(svc.as_ref()));
-                }
-            }
-        });
+        follow_services(&this.services, &this.pods, &this.queue);
         // Someone else's change to an Endpoints we keep: put it back.
         let q = this.queue.clone();
         this.endpoints.add_handler(move |c| match c {
@@ -125,13 +109,7 @@ impl EndpointsController {
         if spec.selector.is_none() || spec.type_.as_deref() == Some("ExternalName") {
             return Ok(None);
         }
-        let pods: Vec<Arc<Pod>> = self
-            .pod_store
-            .state()
-            .into_iter()
-            .filter(|p| selects(&svc, p))
-            .collect();
-        let want = endpoints_for(&svc, &pods);
+        let want = endpoints_for(&svc, &selected_pods(&svc, &self.pod_store));
         match current {
             Some(cur) if cur.subsets == want.subsets && cur.metadata.labels == want.metadata.labels => {
                 Ok(None)
@@ -154,6 +132,32 @@ impl EndpointsController {
             },
         }
     }
+}
+
+/// Queue a Service's key when it changes, or when a pod it selects (before or after the
+/// change) does: what both endpoint controllers follow.
+pub(crate) fn follow_services(services: &Informer<Service>, pods: &Informer<Pod>, queue: &Arc<WorkQueue>) {
+    let q = queue.clone();
+    services.add_handler(move |c| match c {
+        Change::Added(s) | Change::Updated(_, s) | Change::Deleted(s) => q.add(key_of(s.as_ref())),
+    });
+    let (q, store) = (queue.clone(), services.store());
+    pods.add_handler(move |c| {
+        let (old, new) = match c {
+            Change::Added(p) | Change::Deleted(p) => (None, p),
+            Change::Updated(o, p) => (Some(o), p),
+        };
+        for svc in store.state() {
+            if selects(&svc, new) || old.is_some_and(|o| selects(&svc, o)) {
+                q.add(key_of(svc.as_ref()));
+            }
+        }
+    });
+}
+
+/// The pods `svc` selects, from the pod cache.
+pub(crate) fn selected_pods(svc: &Service, pods: &Store<Pod>) -> Vec<Arc<Pod>> {
+    pods.state().into_iter().filter(|p| selects(svc, p)).collect()
 }
 
 /// Whether a pod is Ready (its condition).

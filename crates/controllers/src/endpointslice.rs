@@ -16,8 +16,8 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::endpoints::{ready, selects, target_port, HEADLESS_LABEL};
-use crate::informer::{key_of, lookup, split_key, Change, Factory, Informer};
+use crate::endpoints::{follow_services, ready, selected_pods, target_port, HEADLESS_LABEL};
+use crate::informer::{lookup, split_key, Change, Factory, Informer};
 use crate::queue::{run_workers, SyncResult, WorkQueue};
 
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -62,22 +62,7 @@ impl EndpointSliceController {
             slices,
             queue: WorkQueue::new("endpoint_slice"),
         });
-        let q = this.queue.clone();
-        this.services.add_handler(move |c| match c {
-            Change::Added(s) | Change::Updated(_, s) | Change::Deleted(s) => q.add(key_of(s.as_ref())),
-        });
-        let (q, services) = (this.queue.clone(), this.service_store.clone());
-        this.pods.add_handler(move |c| {
-            let (old, new) = match c {
-                Change::Added(p) | Change::Deleted(p) => (None, p),
-                Change::Updated(o, p) => (Some(o), p),
-            };
-            for svc in services.state() {
-                if selects(&svc, new) || old.is_some_and(|o| selects(&svc, o)) {
-                    q.add(key_of(svc.as_ref()));
-                }
-            }
-        });
+        follow_services(&this.services, &this.pods, &this.queue);
         let q = this.queue.clone();
         this.slices.add_handler(move |c| match c {
             Change::Updated(_, s) | Change::Deleted(s) => {
@@ -122,15 +107,7 @@ impl EndpointSliceController {
             spec.is_some_and(|s| s.selector.is_some() && s.type_.as_deref() != Some("ExternalName"))
         });
         let want = match &svc {
-            Some(svc) => {
-                let pods: Vec<Arc<Pod>> = self
-                    .pod_store
-                    .state()
-                    .into_iter()
-                    .filter(|p| selects(svc, p))
-                    .collect();
-                slices_for(svc, &pods)
-            }
+            Some(svc) => slices_for(svc, &selected_pods(svc, &self.pod_store)),
             None => Vec::new(),
         };
         let same = |a: &EndpointSlice, b: &EndpointSlice| {

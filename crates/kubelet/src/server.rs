@@ -347,6 +347,16 @@ async fn handle(
     }
 }
 
+/// The pod `ns/name` this kubelet runs.
+fn pod_of(agent: &Agent, ns: &str, name: &str) -> Option<Arc<Pod>> {
+    agent.pods.lock().unwrap().get(&format!("{ns}/{name}")).cloned()
+}
+
+/// Upstream's 404 for a pod this kubelet does not run.
+fn no_such_pod(name: &str) -> Response<Body> {
+    text(StatusCode::NOT_FOUND, format!("pod {name:?} does not exist"))
+}
+
 /// What a streaming request asks the runtime for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Streaming {
@@ -367,14 +377,8 @@ async fn stream(
     pod_name: &str,
     container: &str,
 ) -> Response<Body> {
-    let pod = agent
-        .pods
-        .lock()
-        .unwrap()
-        .get(&format!("{ns}/{pod_name}"))
-        .cloned();
-    let Some(pod) = pod else {
-        return text(StatusCode::NOT_FOUND, format!("pod {pod_name:?} does not exist"));
+    let Some(pod) = pod_of(agent, ns, pod_name) else {
+        return no_such_pod(pod_name);
     };
     let uid = pod.uid().unwrap_or_default();
     let query: Vec<(String, String)> = form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
@@ -522,14 +526,8 @@ async fn container_logs(
     container: &str,
     o: LogOptions,
 ) -> Response<Body> {
-    let pod = agent
-        .pods
-        .lock()
-        .unwrap()
-        .get(&format!("{ns}/{pod_name}"))
-        .cloned();
-    let Some(pod) = pod else {
-        return text(StatusCode::NOT_FOUND, format!("pod {pod_name:?} does not exist"));
+    let Some(pod) = pod_of(&agent, ns, pod_name) else {
+        return no_such_pod(pod_name);
     };
     let exists = pod.spec.as_ref().is_some_and(|s| {
         s.containers

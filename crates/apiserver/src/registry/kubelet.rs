@@ -413,6 +413,19 @@ fn split_scheme_name_port(id: &str) -> Option<(&str, &str, &str)> {
     (!name.is_empty() && matches!(scheme, "" | "http" | "https")).then_some((scheme, name, port))
 }
 
+/// The name and port of a proxy request's `[scheme:]name[:port]`; `what` names the resource
+/// in the errors. Only http is proxied.
+fn proxied<'a>(id: &'a str, what: &str) -> Result<(&'a str, &'a str), ApiError> {
+    let (scheme, name, port) = split_scheme_name_port(id)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid {what} request {id:?}")))?;
+    if scheme == "https" {
+        return Err(ApiError::bad_request(format!(
+            "invalid {what} request {id:?}: r8s proxies to {what}s over http only"
+        )));
+    }
+    Ok((name, port))
+}
+
 /// Any method on `pods/<name>[:port]/proxy/<path>`: the request passed on over HTTP to the
 /// pod's IP and port (the first container port when none is named), and the answer streamed
 /// back (upstream's pod `ResourceLocation` and proxy handler, without rewriting links in
@@ -425,13 +438,7 @@ pub(crate) async fn pod_proxy(
     headers: &http::HeaderMap,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let (scheme, name, port) = split_scheme_name_port(id)
-        .ok_or_else(|| ApiError::bad_request(format!("invalid pod request {id:?}")))?;
-    if scheme == "https" {
-        return Err(ApiError::bad_request(format!(
-            "invalid pod request {id:?}: r8s proxies to pods over http only"
-        )));
-    }
+    let (name, port) = proxied(id, "pod")?;
     let pods = r8s_api::find("", "v1", "pods").expect("pods are served");
     let pod = read(ctx, pods, ns, name).await?;
     let first_port = || {
@@ -466,13 +473,7 @@ pub(crate) async fn service_proxy(
     headers: &http::HeaderMap,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let (scheme, name, port) = split_scheme_name_port(id)
-        .ok_or_else(|| ApiError::bad_request(format!("invalid service request {id:?}")))?;
-    if scheme == "https" {
-        return Err(ApiError::bad_request(format!(
-            "invalid service request {id:?}: r8s proxies to services over http only"
-        )));
-    }
+    let (name, port) = proxied(id, "service")?;
     let services = r8s_api::find("", "v1", "services").expect("services are served");
     let svc = read(ctx, services, ns, name).await?;
     // A port number names the Service port it is; the endpoints know ports by name.

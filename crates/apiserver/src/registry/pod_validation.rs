@@ -46,6 +46,23 @@ const VOLUME_SOURCES: &[(&str, &str)] = &[
 
 const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
 
+/// `field` must be a DNS label (RFC 1123), and required.
+pub(super) fn label_name(errs: &mut Vec<FieldError>, field: &str, name: &str) {
+    if name.is_empty() {
+        errs.push(FieldError::required(field, ""));
+    }
+    for p in dns1123_label(name).into_iter().filter(|_| !name.is_empty()) {
+        errs.push(FieldError::invalid(field, name, p));
+    }
+}
+
+/// `field`, a port number, must be between 1 and 65535.
+pub(super) fn port_number(errs: &mut Vec<FieldError>, field: &str, port: i64) {
+    if !(1..=65535).contains(&port) {
+        errs.push(FieldError::invalid_raw(field, &port.to_string(), PORT_RANGE));
+    }
+}
+
 fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
@@ -147,13 +164,7 @@ fn volumes<'a>(errs: &mut Vec<FieldError>, path: &str, spec: &'a Value) -> HashS
             errs.push(FieldError::required(at.clone(), "must specify a volume type"));
         }
         let name = str_of(v, "name");
-        if name.is_empty() {
-            errs.push(FieldError::required(format!("{at}.name"), ""));
-        } else {
-            for p in dns1123_label(name) {
-                errs.push(FieldError::invalid(format!("{at}.name"), name, p));
-            }
-        }
+        label_name(errs, &format!("{at}.name"), name);
         if !names.insert(name) {
             errs.push(FieldError::duplicate(format!("{at}.name"), name));
         }
@@ -171,15 +182,9 @@ fn container(
     regular: bool,
 ) {
     let name = str_of(c, "name");
-    if name.is_empty() {
-        errs.push(FieldError::required(format!("{at}.name"), ""));
-    } else {
-        for p in dns1123_label(name) {
-            errs.push(FieldError::invalid(format!("{at}.name"), name, p));
-        }
-        if !names.insert(name.to_owned()) {
-            errs.push(FieldError::duplicate(format!("{at}.name"), name));
-        }
+    label_name(errs, &format!("{at}.name"), name);
+    if !name.is_empty() && !names.insert(name.to_owned()) {
+        errs.push(FieldError::duplicate(format!("{at}.name"), name));
     }
     if str_of(c, "image").trim().is_empty() {
         errs.push(FieldError::required(format!("{at}.image"), ""));
@@ -235,31 +240,26 @@ fn ports(errs: &mut Vec<FieldError>, at: &str, c: &Value) {
         }
         match p.get("containerPort").and_then(Value::as_i64).unwrap_or(0) {
             0 => errs.push(FieldError::required(format!("{at}.containerPort"), "")),
-            n if !(1..=65535).contains(&n) => errs.push(FieldError::invalid_raw(
-                format!("{at}.containerPort"),
-                &n.to_string(),
-                PORT_RANGE,
-            )),
-            _ => {}
+            n => port_number(errs, &format!("{at}.containerPort"), n),
         }
         let host = p.get("hostPort").and_then(Value::as_i64).unwrap_or(0);
-        if host != 0 && !(1..=65535).contains(&host) {
-            errs.push(FieldError::invalid_raw(
-                format!("{at}.hostPort"),
-                &host.to_string(),
-                PORT_RANGE,
-            ));
+        if host != 0 {
+            port_number(errs, &format!("{at}.hostPort"), host);
         }
-        let protocol = str_of(p, "protocol");
-        if protocol.is_empty() {
-            errs.push(FieldError::required(format!("{at}.protocol"), ""));
-        } else if !["SCTP", "TCP", "UDP"].contains(&protocol) {
-            errs.push(FieldError::not_supported(
-                format!("{at}.protocol"),
-                protocol,
-                &["SCTP", "TCP", "UDP"],
-            ));
-        }
+        protocol(errs, &format!("{at}.protocol"), str_of(p, "protocol"));
+    }
+}
+
+/// `field`, a port's protocol, must be given and one of upstream's.
+pub(super) fn protocol(errs: &mut Vec<FieldError>, field: &str, protocol: &str) {
+    if protocol.is_empty() {
+        errs.push(FieldError::required(field, ""));
+    } else if !["SCTP", "TCP", "UDP"].contains(&protocol) {
+        errs.push(FieldError::not_supported(
+            field,
+            protocol,
+            &["SCTP", "TCP", "UDP"],
+        ));
     }
 }
 

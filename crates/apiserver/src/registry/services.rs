@@ -4,15 +4,14 @@
 
 use std::collections::HashSet;
 
-use r8s_api::validation::{dns1123_label, dns1123_subdomain, FieldError};
+use r8s_api::validation::{dns1123_subdomain, FieldError};
 use serde_json::{json, Value};
 
 use super::allocator::{self, AllocError, Pool};
 use super::meta;
+use super::pod_validation;
 use crate::handler::Ctx;
 use crate::status::ApiError;
-
-const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
 
 /// A Service's spec as upstream's `ValidateService` words its errors (ports, type, session
 /// affinity, external name, selector), checked after defaulting and before any address is
@@ -40,49 +39,24 @@ pub(super) fn validate(errs: &mut Vec<FieldError>, obj: &Value) {
     for (i, p) in ports.iter().enumerate() {
         let at = format!("spec.ports[{i}]");
         let name = p["name"].as_str().unwrap_or("");
-        if name.is_empty() {
-            if ports.len() > 1 {
-                errs.push(FieldError::required(format!("{at}.name"), ""));
-            }
-        } else {
-            for m in dns1123_label(name) {
-                errs.push(FieldError::invalid(format!("{at}.name"), name, m));
-            }
-            if !names.insert(name) {
-                errs.push(FieldError::duplicate(format!("{at}.name"), name));
-            }
+        if !name.is_empty() || ports.len() > 1 {
+            pod_validation::label_name(errs, &format!("{at}.name"), name);
         }
-        let port = p["port"].as_i64().unwrap_or(0);
-        if !(1..=65535).contains(&port) {
-            errs.push(FieldError::invalid_raw(
-                format!("{at}.port"),
-                &port.to_string(),
-                PORT_RANGE,
-            ));
+        if !name.is_empty() && !names.insert(name) {
+            errs.push(FieldError::duplicate(format!("{at}.name"), name));
         }
-        let protocol = p["protocol"].as_str().unwrap_or("");
-        if protocol.is_empty() {
-            errs.push(FieldError::required(format!("{at}.protocol"), ""));
-        } else if !["SCTP", "TCP", "UDP"].contains(&protocol) {
-            errs.push(FieldError::not_supported(
-                format!("{at}.protocol"),
-                protocol,
-                &["SCTP", "TCP", "UDP"],
-            ));
-        }
+        pod_validation::port_number(errs, &format!("{at}.port"), p["port"].as_i64().unwrap_or(0));
+        pod_validation::protocol(
+            errs,
+            &format!("{at}.protocol"),
+            p["protocol"].as_str().unwrap_or(""),
+        );
         match &p["targetPort"] {
             Value::Number(n) => {
-                let n = n.as_i64().unwrap_or(0);
-                if !(1..=65535).contains(&n) {
-                    errs.push(FieldError::invalid_raw(
-                        format!("{at}.targetPort"),
-                        &n.to_string(),
-                        PORT_RANGE,
-                    ));
-                }
+                pod_validation::port_number(errs, &format!("{at}.targetPort"), n.as_i64().unwrap_or(0))
             }
             Value::String(s) => {
-                for m in super::pod_validation::port_name(s) {
+                for m in pod_validation::port_name(s) {
                     errs.push(FieldError::invalid(format!("{at}.targetPort"), s, m));
                 }
             }
