@@ -1,12 +1,28 @@
-//! The API's resource catalogue: what the API server serves, how each resource is named and
-//! scoped, which verbs and subresources it has. Discovery, routing and (later) the per-resource
-//! strategies all read it; adding a resource starts with an entry here.
+//! The API's resource catalogue and the rules several components apply to typed objects.
+//!
+//! The catalogue (`catalogue`): what the API server serves, how each resource is named and
+//! scoped, which verbs and subresources it has; discovery, routing and the registry read it.
+//! Quantities (`quantity`), names and labels (`validation`), the one selector model
+//! (`selector`), typed decoding and OpenAPI schemas (`typed`), quota accounting (`quota`).
+//!
+//! The rules several components apply to typed objects, with no I/O (the role of upstream's
+//! `k8s.io/component-helpers`): tolerations and taints (`taints`), node selectors and affinity
+//! (`node_affinity`), pod requests and limits (`resources`), QoS classes (`qos`), pod
+//! readiness (`pod`), owner references (`owner`) and the general predicates the scheduler and the
+//! kubelet both check (`predicates`).
 
 pub mod catalogue;
 pub mod features;
+pub mod node_affinity;
+pub mod owner;
+pub mod pod;
+pub mod predicates;
+pub mod qos;
 pub mod quantity;
 pub mod quota;
+pub mod resources;
 pub mod selector;
+pub mod taints;
 pub mod typed;
 pub mod upgrade;
 pub mod validation;

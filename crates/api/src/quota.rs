@@ -14,8 +14,7 @@ use serde_json::{json, Value};
 
 use crate::quantity::Quantity;
 
-/// Resource name → quantity, ordered by name.
-pub type ResourceList = BTreeMap<String, Quantity>;
+pub use crate::resources::{add, ResourceList};
 
 /// A `ResourceList` from its JSON form; values that are not quantities are left out.
 pub fn parse_list(v: &Value) -> ResourceList {
@@ -40,19 +39,6 @@ pub fn to_json(list: &ResourceList) -> Value {
             .map(|(k, q)| (k.clone(), json!(q.to_string())))
             .collect(),
     )
-}
-
-/// `a + b`, key by key (upstream `quota.Add`).
-pub fn add(a: &ResourceList, b: &ResourceList) -> ResourceList {
-    let mut out = a.clone();
-    for (k, v) in b {
-        let sum = match out.get(k) {
-            Some(q) => q.add(v),
-            None => *v,
-        };
-        out.insert(k.clone(), sum);
-    }
-    out
 }
 
 /// `a - b`, never below zero; keys only in `b` are zero (upstream
@@ -548,44 +534,26 @@ fn pod_compute_usage(requests: &ResourceList, limits: &ResourceList) -> Resource
     out
 }
 
-fn max_into(list: &mut ResourceList, other: &ResourceList) {
-    for (k, v) in other {
-        match list.get(k) {
-            Some(q) if q >= v => {}
-            _ => {
-                list.insert(k.clone(), *v);
-            }
-        }
-    }
-}
-
 fn is_sidecar(c: &Value) -> bool {
     c["restartPolicy"] == "Always"
 }
 
-/// The pod's effective `requests` or `limits` (`field`), without overhead (upstream
-/// `PodRequests`/`PodLimits`): the sum of its containers and sidecars, or the largest init
-/// container (plus the sidecars started before it) if that is more.
+/// The pod's effective `requests` or `limits` (`field`), without overhead: upstream's
+/// `PodRequests`/`PodLimits` through [`crate::resources::effective`], the one rule every
+/// component counts a pod with, on the pod as the API server stores it.
 pub fn pod_effective(spec: &Value, field: &str) -> ResourceList {
-    let mut total = ResourceList::new();
-    for c in spec["containers"].as_array().into_iter().flatten() {
-        total = add(&total, &parse_list(&c["resources"][field]));
-    }
-    let mut sidecars = ResourceList::new();
-    let mut init_max = ResourceList::new();
-    for c in spec["initContainers"].as_array().into_iter().flatten() {
-        let own = parse_list(&c["resources"][field]);
-        let during = if is_sidecar(c) {
-            total = add(&total, &own);
-            sidecars = add(&sidecars, &own);
-            sidecars.clone()
-        } else {
-            add(&own, &sidecars)
-        };
-        max_into(&mut init_max, &during);
-    }
-    max_into(&mut total, &init_max);
-    total
+    crate::resources::effective(
+        spec["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| parse_list(&c["resources"][field])),
+        spec["initContainers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| (parse_list(&c["resources"][field]), is_sidecar(c))),
+    )
 }
 
 fn pod_requests(spec: &Value) -> ResourceList {

@@ -1,5 +1,9 @@
-//! Label selectors (`=`, `==`, `!=`, `in`, `notin`, exists, `!`exists) and field selectors
-//! (`=`, `==`, `!=`), parsed from the query string forms kubectl sends.
+//! The one selector model of r8s: label selectors (`=`, `==`, `!=`, `in`, `notin`, exists,
+//! `!`exists) and field selectors (`=`, `==`, `!=`), parsed from the query string forms kubectl
+//! sends, or built from a `metav1.LabelSelector` (typed or as JSON) as upstream's
+//! `LabelSelectorAsSelector` builds it: a missing selector matches nothing, an empty one
+//! everything. The API server's list filters, the admission webhooks' selectors, the
+//! controllers' and the scheduler's label matching all use this type.
 
 use std::collections::BTreeMap;
 
@@ -26,17 +30,50 @@ impl Requirement {
     }
 }
 
-/// A parsed selector: every requirement must hold. The empty selector matches everything.
+/// A parsed selector: every requirement must hold. The empty selector matches everything;
+/// [`Selector::nothing`] (upstream's `labels.Nothing()`, what a missing `metav1.LabelSelector`
+/// becomes) matches no object at all.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Selector(pub Vec<Requirement>);
+pub struct Selector(pub Vec<Requirement>, Nothing);
+
+/// Whether a selector is `labels.Nothing()`; private so that only [`Selector::nothing`] makes one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nothing(bool);
 
 impl Selector {
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.0.iter().all(|r| r.matches(labels))
+    /// A selector with these requirements (none: everything matches).
+    pub fn new(requirements: Vec<Requirement>) -> Self {
+        Selector(requirements, Nothing(false))
     }
 
+    /// The selector that matches nothing.
+    pub fn nothing() -> Self {
+        Selector(Vec::new(), Nothing(true))
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        !self.1 .0 && self.0.iter().all(|r| r.matches(labels))
+    }
+
+    /// `matches` for an object's optional labels (none are the same as empty).
+    pub fn matches_labels(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.matches(labels.unwrap_or(&EMPTY))
+    }
+
+    /// No requirement: matches everything (the empty selector; not [`Selector::nothing`]).
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0.is_empty() && !self.1 .0
+    }
+
+    /// Matches every object (upstream's `Selector.Empty()`).
+    pub fn selects_all(&self) -> bool {
+        self.is_empty()
+    }
+
+    /// Matches no object.
+    pub fn selects_nothing(&self) -> bool {
+        self.1 .0
     }
 }
 
@@ -64,7 +101,7 @@ fn split_top(s: &str) -> Vec<&str> {
 pub fn parse_label_selector(s: &str) -> Result<Selector, String> {
     let mut reqs = Vec::new();
     if s.trim().is_empty() {
-        return Ok(Selector(reqs));
+        return Ok(Selector::new(reqs));
     }
     for part in split_top(s) {
         let part = part.trim();
@@ -114,14 +151,14 @@ pub fn parse_label_selector(s: &str) -> Result<Selector, String> {
         }
         reqs.push(req);
     }
-    Ok(Selector(reqs))
+    Ok(Selector::new(reqs))
 }
 
 /// Parse a field selector such as `metadata.name=x,status.phase!=Running`.
 pub fn parse_field_selector(s: &str) -> Result<Selector, String> {
     let mut reqs = Vec::new();
     if s.trim().is_empty() {
-        return Ok(Selector(reqs));
+        return Ok(Selector::new(reqs));
     }
     for part in s.split(',') {
         let part = part.trim();
@@ -136,7 +173,7 @@ pub fn parse_field_selector(s: &str) -> Result<Selector, String> {
         };
         reqs.push(req);
     }
-    Ok(Selector(reqs))
+    Ok(Selector::new(reqs))
 }
 
 /// A `metav1.LabelSelector` (`matchLabels` and `matchExpressions`, as JSON) as a selector, as
@@ -165,21 +202,48 @@ pub fn from_label_selector(v: &serde_json::Value) -> Result<Selector, String> {
             .filter_map(|v| v.as_str().map(str::to_owned))
             .collect();
         let op = e["operator"].as_str().unwrap_or("");
-        reqs.push(match op {
-            "In" | "NotIn" if values.is_empty() => {
-                return Err("for 'in', 'notin' operators, values set can't be empty".to_owned())
-            }
-            "In" => Requirement::In(key, values),
-            "NotIn" => Requirement::NotIn(key, values),
-            "Exists" | "DoesNotExist" if !values.is_empty() => {
-                return Err("values set must be empty for exists and does not exist".to_owned())
-            }
-            "Exists" => Requirement::Exists(key),
-            "DoesNotExist" => Requirement::NotExists(key),
-            other => return Err(format!("{other:?} is not a valid label selector operator")),
-        });
+        reqs.push(requirement(key, op, values)?);
     }
-    Ok(Selector(reqs))
+    Ok(Selector::new(reqs))
+}
+
+/// A typed `metav1.LabelSelector` as a selector (upstream's `LabelSelectorAsSelector`): `None`
+/// matches nothing, an empty selector everything; an invalid operator or value set is an error.
+pub fn label_selector_as_selector(
+    sel: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+) -> Result<Selector, String> {
+    let Some(sel) = sel else {
+        return Ok(Selector::nothing());
+    };
+    let mut reqs = Vec::new();
+    for (k, v) in sel.match_labels.iter().flatten() {
+        reqs.push(Requirement::Equals(k.clone(), v.clone()));
+    }
+    for e in sel.match_expressions.iter().flatten() {
+        reqs.push(requirement(
+            e.key.clone(),
+            &e.operator,
+            e.values.clone().unwrap_or_default(),
+        )?);
+    }
+    Ok(Selector::new(reqs))
+}
+
+/// One `matchExpressions` entry as a requirement.
+fn requirement(key: String, op: &str, values: Vec<String>) -> Result<Requirement, String> {
+    Ok(match op {
+        "In" | "NotIn" if values.is_empty() => {
+            return Err("for 'in', 'notin' operators, values set can't be empty".to_owned())
+        }
+        "In" => Requirement::In(key, values),
+        "NotIn" => Requirement::NotIn(key, values),
+        "Exists" | "DoesNotExist" if !values.is_empty() => {
+            return Err("values set must be empty for exists and does not exist".to_owned())
+        }
+        "Exists" => Requirement::Exists(key),
+        "DoesNotExist" => Requirement::NotExists(key),
+        other => return Err(format!("{other:?} is not a valid label selector operator")),
+    })
 }
 
 #[cfg(test)]
@@ -251,5 +315,37 @@ mod tests {
             from_label_selector(&json!({"matchExpressions": [{"key": "a", "operator": "Near"}]})).is_err()
         );
         assert!(from_label_selector(&json!({"matchExpressions": [{"key": "a", "operator": "In"}]})).is_err());
+    }
+
+    #[test]
+    fn typed_label_selectors_missing_matches_nothing_empty_everything() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+        let l = labels(&[("app", "web"), ("tier", "front")]);
+        let nothing = label_selector_as_selector(None).unwrap();
+        assert!(nothing.selects_nothing() && !nothing.selects_all());
+        assert!(!nothing.matches(&l) && !nothing.matches_labels(None));
+        let all = label_selector_as_selector(Some(&LabelSelector::default())).unwrap();
+        assert!(all.selects_all() && all.matches_labels(None) && all.matches(&l));
+        let sel = LabelSelector {
+            match_labels: Some([("app".to_string(), "web".to_string())].into()),
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: "In".into(),
+                values: Some(vec!["front".into()]),
+            }]),
+        };
+        let s = label_selector_as_selector(Some(&sel)).unwrap();
+        assert!(s.matches(&l));
+        assert!(!s.matches(&labels(&[("app", "web")])));
+        assert!(!s.matches_labels(None));
+        let bad = LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: "In".into(),
+                values: None,
+            }]),
+            ..Default::default()
+        };
+        assert!(label_selector_as_selector(Some(&bad)).is_err());
     }
 }

@@ -16,9 +16,10 @@ use kube::{Client, ResourceExt};
 use rcgen::{CertificateSigningRequestParams, DnType, DnValue, ExtendedKeyUsagePurpose, Issuer, KeyPair};
 use tokio_util::sync::CancellationToken;
 
-use crate::informer::{lookup, Change, Factory, Informer};
-use crate::queue::{run_workers, SyncResult, WorkQueue};
 use crate::Error;
+use crate::SyncResult;
+use r8s_client::informer::{lookup, Change, Factory, Informer};
+use r8s_client::queue::{run_controller, WorkQueue};
 
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
@@ -112,15 +113,17 @@ impl CertificateController {
     }
 
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        let informer = self.informer.clone();
-        if !crate::wait_all(vec![Box::pin(async move { informer.wait_synced().await })], &stop).await {
-            return;
-        }
         let this = self.clone();
-        run_workers(self.queue.clone(), 1, stop, move |key| {
-            let this = this.clone();
-            async move { this.sync(&key).await }
-        })
+        run_controller(
+            self.queue.clone(),
+            vec![self.informer.clone().synced()],
+            1,
+            stop,
+            move |key| {
+                let this = this.clone();
+                async move { this.sync(&key).await }
+            },
+        )
         .await;
     }
 

@@ -9,17 +9,17 @@ use kube::api::{Api, Patch};
 use kube::ResourceExt;
 use serde_json::json;
 
-use crate::informer::Object;
-use crate::replicaset::{controller_of, controller_ref};
-use crate::selector::Matcher;
 use crate::Error;
+use r8s_api::owner::{controller_of, controller_ref_to};
+use r8s_api::selector::Selector;
+use r8s_client::informer::Object;
 
 /// The candidates `owner` owns after adoption and release.
 pub async fn claim<O: Object, C: Object>(
     owner: &O,
     owner_api: &Api<O>,
     api: &Api<C>,
-    matcher: &Matcher,
+    matcher: &Selector,
     candidates: impl IntoIterator<Item = Arc<C>>,
 ) -> Result<Vec<Arc<C>>, Error> {
     let uid = owner.meta().uid.clone().unwrap_or_default();
@@ -27,7 +27,7 @@ pub async fn claim<O: Object, C: Object>(
     let mut owned = Vec::new();
     let mut can_adopt: Option<bool> = None;
     for child in candidates {
-        let matches = matcher.matches(child.meta().labels.as_ref());
+        let matches = matcher.matches_labels(child.meta().labels.as_ref());
         match controller_of(child.meta()) {
             Some(r) if r.uid == uid => {
                 if matches || deleting {
@@ -42,7 +42,7 @@ pub async fn claim<O: Object, C: Object>(
                     .await
                 {
                     Ok(_) => {}
-                    Err(e) if crate::not_found(&e) => {}
+                    Err(e) if r8s_client::is_not_found(&e) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -61,7 +61,7 @@ pub async fn claim<O: Object, C: Object>(
                 if can_adopt != Some(true) {
                     continue;
                 }
-                let patch = json!({"metadata": {"ownerReferences": [controller_ref(owner)], "uid": child.meta().uid}});
+                let patch = json!({"metadata": {"ownerReferences": [controller_ref_to(&O::api_version(&()), &O::kind(&()), owner.meta())], "uid": child.meta().uid}});
                 match api
                     .patch(
                         &child.name_any(),
@@ -71,7 +71,7 @@ pub async fn claim<O: Object, C: Object>(
                     .await
                 {
                     Ok(adopted) => owned.push(Arc::new(adopted)),
-                    Err(e) if crate::not_found(&e) => {}
+                    Err(e) if r8s_client::is_not_found(&e) => {}
                     Err(e) => return Err(e.into()),
                 }
             }

@@ -10,9 +10,9 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::informer::{lookup, Change, Factory, Informer};
-use crate::queue::{run_workers, SyncResult, WorkQueue};
-use crate::selector::Matcher;
+use crate::SyncResult;
+use r8s_client::informer::{lookup, Change, Factory, Informer};
+use r8s_client::queue::{run_controller, WorkQueue};
 
 pub struct AggregationController {
     client: Client,
@@ -48,15 +48,17 @@ impl AggregationController {
     }
 
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        let informer = self.informer.clone();
-        if !crate::wait_all(vec![Box::pin(async move { informer.wait_synced().await })], &stop).await {
-            return;
-        }
         let this = self.clone();
-        run_workers(self.queue.clone(), 1, stop, move |key| {
-            let this = this.clone();
-            async move { this.sync(&key).await }
-        })
+        run_controller(
+            self.queue.clone(),
+            vec![self.informer.clone().synced()],
+            1,
+            stop,
+            move |key| {
+                let this = this.clone();
+                async move { this.sync(&key).await }
+            },
+        )
         .await;
     }
 
@@ -95,12 +97,16 @@ fn aggregate(
 ) -> Result<Vec<PolicyRule>, crate::Error> {
     let matchers = selectors
         .iter()
-        .map(|s| Matcher::new(Some(s)))
+        .map(|s| crate::selector(Some(s)))
         .collect::<Result<Vec<_>, _>>()?;
     let mut selected: Vec<&Arc<ClusterRole>> = roles
         .iter()
         .filter(|r| r.name_any() != name)
-        .filter(|r| matchers.iter().any(|m| m.matches(r.metadata.labels.as_ref())))
+        .filter(|r| {
+            matchers
+                .iter()
+                .any(|m| m.matches_labels(r.metadata.labels.as_ref()))
+        })
         .collect();
     selected.sort_by_key(|r| r.name_any());
     let mut out: Vec<PolicyRule> = Vec::new();

@@ -22,12 +22,13 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::Events;
-use crate::informer::{key_of, lookup, Change, Factory, Informer};
-use crate::queue::{run_workers, SyncResult, WorkQueue};
-use crate::replicaset::{controller_of, controller_ref};
-use crate::selector::Matcher;
 use crate::Error;
+use crate::SyncResult;
+use r8s_api::owner::{controller_of, controller_ref};
+use r8s_api::selector::{label_selector_as_selector, Selector};
+use r8s_client::events::Events;
+use r8s_client::informer::{key_of, lookup, Change, Factory, Informer};
+use r8s_client::queue::{run_controller, WorkQueue};
 
 pub const REVISION: &str = "deployment.kubernetes.io/revision";
 pub const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
@@ -520,7 +521,7 @@ impl DeploymentController {
                 continue;
             }
             let sel = d.spec.as_ref().map(|s| &s.selector);
-            if Matcher::new(sel).is_ok_and(|m| m.matches(rs.metadata.labels.as_ref())) {
+            if label_selector_as_selector(sel).is_ok_and(|m| m.matches_labels(rs.metadata.labels.as_ref())) {
                 self.queue.add(key_of(&*d));
             }
         }
@@ -532,23 +533,21 @@ impl DeploymentController {
             self.rs_informer.clone(),
             self.pod_informer.clone(),
         );
-        if !crate::wait_all(
+        let this = self.clone();
+        run_controller(
+            self.queue.clone(),
             vec![
                 Box::pin(async move { a.wait_synced().await }),
                 Box::pin(async move { b.wait_synced().await }),
                 Box::pin(async move { c.wait_synced().await }),
             ],
-            &stop,
+            workers,
+            stop,
+            move |key| {
+                let this = this.clone();
+                async move { this.sync(&key).await }
+            },
         )
-        .await
-        {
-            return;
-        }
-        let this = self.clone();
-        run_workers(self.queue.clone(), workers, stop, move |key| {
-            let this = this.clone();
-            async move { this.sync(&key).await }
-        })
         .await;
     }
 
@@ -566,7 +565,7 @@ impl DeploymentController {
         };
         let mut d = (*d).clone();
         let selector = d.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
-        let matcher = Matcher::new(Some(&selector))?;
+        let matcher = crate::selector(Some(&selector))?;
         if matcher.selects_all() {
             self.events.warning(
                 &d,
@@ -603,7 +602,7 @@ impl DeploymentController {
 
     /// The ReplicaSets this Deployment owns after adopting matching orphans and releasing
     /// owned ones that stopped matching.
-    async fn claim_replicasets(&self, d: &Deployment, matcher: &Matcher) -> Result<Vec<ReplicaSet>, Error> {
+    async fn claim_replicasets(&self, d: &Deployment, matcher: &Selector) -> Result<Vec<ReplicaSet>, Error> {
         let candidates = self
             .rs_store
             .state()
@@ -1181,7 +1180,7 @@ impl DeploymentController {
             }
             match api.delete(&rs.name_any(), &DeleteParams::default()).await {
                 Ok(_) => {}
-                Err(e) if crate::not_found(&e) => {}
+                Err(e) if r8s_client::is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

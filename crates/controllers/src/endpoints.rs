@@ -20,8 +20,9 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::informer::{key_of, lookup, split_key, Change, Factory, Informer};
-use crate::queue::{run_workers, SyncResult, WorkQueue};
+use crate::SyncResult;
+use r8s_client::informer::{key_of, lookup, split_key, Change, Factory, Informer};
+use r8s_client::queue::{run_controller, WorkQueue};
 
 /// The label upstream puts on the Endpoints of a headless Service.
 pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
@@ -80,11 +81,8 @@ impl EndpointsController {
             self.pods.clone().synced(),
             self.endpoints.clone().synced(),
         ];
-        if !crate::wait_all(synced, &stop).await {
-            return;
-        }
         let this = self.clone();
-        run_workers(self.queue.clone(), workers, stop, move |key| {
+        run_controller(self.queue.clone(), synced, workers, stop, move |key| {
             let this = this.clone();
             async move { this.sync(&key).await }
         })
@@ -99,7 +97,7 @@ impl EndpointsController {
             if current.is_some() {
                 match api.delete(name, &Default::default()).await {
                     Ok(_) => {}
-                    Err(e) if crate::not_found(&e) => {}
+                    Err(e) if r8s_client::is_not_found(&e) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -120,7 +118,7 @@ impl EndpointsController {
                 next.metadata.labels = want.metadata.labels;
                 match api.replace(name, &crate::post_params(), &next).await {
                     Ok(_) => Ok(None),
-                    Err(e) if crate::not_found(&e) => Ok(None),
+                    Err(e) if r8s_client::is_not_found(&e) => Ok(None),
                     Err(e) => Err(e.into()),
                 }
             }

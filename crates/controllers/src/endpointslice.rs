@@ -17,8 +17,9 @@ use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::endpoints::{follow_services, ready, selected_pods, target_port, HEADLESS_LABEL};
-use crate::informer::{lookup, split_key, Change, Factory, Informer};
-use crate::queue::{run_workers, SyncResult, WorkQueue};
+use crate::SyncResult;
+use r8s_client::informer::{lookup, split_key, Change, Factory, Informer};
+use r8s_client::queue::{run_controller, WorkQueue};
 
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
@@ -81,11 +82,8 @@ impl EndpointSliceController {
             self.pods.clone().synced(),
             self.slices.clone().synced(),
         ];
-        if !crate::wait_all(synced, &stop).await {
-            return;
-        }
         let this = self.clone();
-        run_workers(self.queue.clone(), workers, stop, move |key| {
+        run_controller(self.queue.clone(), synced, workers, stop, move |key| {
             let this = this.clone();
             async move { this.sync(&key).await }
         })
@@ -128,7 +126,7 @@ impl EndpointSliceController {
                     next.metadata.owner_references = slice.metadata.owner_references.clone();
                     match api.replace(&cur.name_any(), &crate::post_params(), &next).await {
                         Ok(_) => {}
-                        Err(e) if crate::not_found(&e) => {}
+                        Err(e) if r8s_client::is_not_found(&e) => {}
                         Err(e) => return Err(e.into()),
                     }
                 }
@@ -143,7 +141,7 @@ impl EndpointSliceController {
         for surplus in existing.iter().skip(want.len()) {
             match api.delete(&surplus.name_any(), &Default::default()).await {
                 Ok(_) => {}
-                Err(e) if crate::not_found(&e) => {}
+                Err(e) if r8s_client::is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

@@ -25,8 +25,9 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::{run_workers, SyncResult, WorkQueue};
 use crate::Error;
+use crate::SyncResult;
+use r8s_client::queue::{run_workers, WorkQueue};
 
 pub const FOREGROUND: &str = "foregroundDeletion";
 pub const ORPHAN: &str = "orphan";
@@ -376,7 +377,7 @@ impl GarbageCollector {
                 .await
             {
                 Ok(_) => return Ok(None),
-                Err(e) if crate::not_found(&e) => return Ok(None),
+                Err(e) if r8s_client::is_not_found(&e) => return Ok(None),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -407,7 +408,7 @@ impl GarbageCollector {
         };
         match api.delete(&node.name, &dp).await {
             Ok(_) => Ok(None),
-            Err(e) if crate::not_found(&e) => Ok(None),
+            Err(e) if r8s_client::is_not_found(&e) => Ok(None),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -485,7 +486,7 @@ impl GarbageCollector {
                 .await
             {
                 Ok(_) => {}
-                Err(e) if crate::not_found(&e) => {}
+                Err(e) if r8s_client::is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }
@@ -517,7 +518,7 @@ impl GarbageCollector {
             .await
         {
             Ok(_) => Ok(None),
-            Err(e) if crate::not_found(&e) => Ok(None),
+            Err(e) if r8s_client::is_not_found(&e) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }

@@ -2,11 +2,13 @@
 //! talks to the API server only through a kube-rs client, so the manager runs inside `r8s server`
 //! or alone as `r8s controller-manager`, against r8s or any conformant cluster.
 //!
-//! Machinery: shared informers (`informer`), a rate-limited work queue (`queue`), expectations
-//! (`expectations`), events (`events`) and leader election on a Lease (`leader`). Controllers:
-//! `replicaset`, `deployment`, `gc` (garbage collector), `namespace`, `serviceaccount`,
-//! `nodeipam`, `nodelifecycle`, `clusterrole_aggregation`, `resourcequota`,
-//! `root_ca_cert_publisher`.
+//! The machinery — shared informers, the work queue and controller runner, expectations,
+//! events, leader election, the discovery cache — is `r8s-client`'s; the rules on typed objects
+//! (selectors, owner references, pod readiness, tolerations) are `r8s-api`'s. Controllers, one
+//! module each: `replicaset`, `deployment`, `gc` (garbage collector), `namespace`,
+//! `serviceaccount`, `nodeipam`, `nodelifecycle`, `clusterrole_aggregation`, `resourcequota`,
+//! `root_ca_cert_publisher`, `certificates`, `endpoints`, `endpointslice`; `claim` is the
+//! adoption and release of owned objects the ReplicaSet and Deployment controllers share.
 
 pub mod certificates;
 pub mod claim;
@@ -15,19 +17,13 @@ pub mod credentials;
 pub mod deployment;
 pub mod endpoints;
 pub mod endpointslice;
-pub mod events;
-pub mod expectations;
 pub mod gc;
-pub mod informer;
-pub mod leader;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
-pub mod queue;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod root_ca_cert_publisher;
-pub mod selector;
 pub mod serviceaccount;
 
 use std::time::Duration;
@@ -57,9 +53,21 @@ impl Error {
     }
 }
 
-/// Whether a kube error is the API's 404.
-pub(crate) fn not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
+impl r8s_client::queue::SyncError for Error {
+    fn is_conflict(&self) -> bool {
+        Error::is_conflict(self)
+    }
+}
+
+/// What a controller's sync returns (see [`r8s_client::queue::run_controller`]).
+pub type SyncResult = r8s_client::queue::SyncResult<Error>;
+
+/// A selector that is not valid as an error of the sync that read it.
+pub(crate) fn selector(
+    sel: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+) -> Result<r8s_api::selector::Selector, Error> {
+    r8s_api::selector::label_selector_as_selector(sel)
+        .map_err(|e| Error::Other(format!("invalid label selector: {e}")))
 }
 
 #[derive(Clone, Debug)]
@@ -90,7 +98,7 @@ impl Default for Options {
             node_cidr_mask_size: 24,
             node_monitor_grace_period: Duration::from_secs(40),
             leader_elect: true,
-            identity: default_identity(),
+            identity: r8s_client::default_identity(),
             credentials: credentials::Credentials::Shared,
             signing_ca: None,
             root_ca_pem: None,
@@ -98,22 +106,12 @@ impl Default for Options {
     }
 }
 
-/// Host name plus a random suffix, as upstream's `hostname_<uuid>`.
-pub fn default_identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "r8s".into());
-    let suffix = std::fs::read_to_string("/proc/sys/kernel/random/uuid")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| std::process::id().to_string());
-    format!("{host}_{suffix}")
-}
-
 /// Run the controller manager until `stop` is cancelled: with leader election on the
 /// `kube-system/kube-controller-manager` Lease unless disabled.
 pub async fn run(client: Client, opts: Options, stop: CancellationToken) {
     if opts.leader_elect {
-        let election = leader::LeaderElection::new("kube-controller-manager", opts.identity.clone());
+        let election =
+            r8s_client::leader::LeaderElection::new("kube-controller-manager", opts.identity.clone());
         election
             .run(client.clone(), stop, move |leading| {
                 run_controllers(client.clone(), opts.clone(), leading)
@@ -126,8 +124,8 @@ pub async fn run(client: Client, opts: Options, stop: CancellationToken) {
 
 /// Start every controller and run them until `stop` is cancelled.
 pub async fn run_controllers(client: Client, opts: Options, stop: CancellationToken) {
-    let factory = informer::Factory::new(client.clone(), Some(Duration::from_secs(600)));
-    let events = events::Events::new(client.clone(), "r8s-controller-manager");
+    let factory = r8s_client::informer::Factory::new(client.clone(), Some(Duration::from_secs(600)));
+    let events = r8s_client::events::Events::new(client.clone(), "r8s-controller-manager");
     // Each controller's view of the factory, writing as upstream's ServiceAccount of that
     // controller when service-account credentials are on.
     let mut views = std::collections::HashMap::new();
@@ -220,17 +218,6 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     stop.cancelled().await;
     for t in tasks.into_iter().chain(informers) {
         t.abort();
-    }
-}
-
-/// Wait until every informer in `synced` has listed once, or `stop`.
-pub(crate) async fn wait_all(
-    synced: Vec<futures::future::BoxFuture<'static, ()>>,
-    stop: &CancellationToken,
-) -> bool {
-    tokio::select! {
-        _ = futures::future::join_all(synced) => true,
-        _ = stop.cancelled() => false,
     }
 }
 

@@ -9,14 +9,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
-use kube::discovery::{verbs, ApiResource, Discovery, Scope};
+use kube::discovery::{verbs, ApiResource, Scope};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
-use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::informer::{lookup, Change, Factory, Informer};
-use crate::queue::{run_workers, SyncResult, WorkQueue};
+use crate::SyncResult;
+use r8s_client::informer::{lookup, Change, Factory, Informer};
+use r8s_client::queue::{run_controller, WorkQueue};
 
 pub const FINALIZER: &str = "kubernetes";
 
@@ -25,7 +25,7 @@ pub struct NamespaceController {
     informer: Arc<Informer<Namespace>>,
     store: Store<Namespace>,
     queue: Arc<WorkQueue>,
-    resources: Mutex<Option<(tokio::time::Instant, Arc<Vec<ApiResource>>)>>,
+    discovery: Arc<r8s_client::discovery::DiscoveryCache>,
 }
 
 impl NamespaceController {
@@ -36,7 +36,7 @@ impl NamespaceController {
             store: informer.store(),
             informer,
             queue: WorkQueue::new("namespace"),
-            resources: Mutex::new(None),
+            discovery: factory.discovery(),
         });
         let q = this.queue.clone();
         this.informer.add_handler(move |c| match c {
@@ -49,42 +49,31 @@ impl NamespaceController {
     }
 
     pub async fn run(self: Arc<Self>, workers: usize, stop: CancellationToken) {
-        let i = self.informer.clone();
-        if !crate::wait_all(vec![Box::pin(async move { i.wait_synced().await })], &stop).await {
-            return;
-        }
         let this = self.clone();
-        run_workers(self.queue.clone(), workers, stop, move |key| {
-            let this = this.clone();
-            async move { this.sync(&key).await }
-        })
+        run_controller(
+            self.queue.clone(),
+            vec![self.informer.clone().synced()],
+            workers,
+            stop,
+            move |key| {
+                let this = this.clone();
+                async move { this.sync(&key).await }
+            },
+        )
         .await;
     }
 
-    /// Namespaced resources that can be listed and deleted as a collection, from discovery
-    /// (cached for 30 s).
-    async fn deletable_resources(&self) -> Result<Arc<Vec<ApiResource>>, crate::Error> {
-        let mut cached = self.resources.lock().await;
-        if let Some((at, list)) = cached.as_ref() {
-            if at.elapsed() < Duration::from_secs(30) {
-                return Ok(list.clone());
-            }
-        }
-        let discovery = Discovery::new(self.client.clone()).run().await?;
-        let mut list = Vec::new();
-        for group in discovery.groups() {
-            for (ar, caps) in group.recommended_resources() {
-                if caps.scope == Scope::Namespaced
+    /// Namespaced resources that can be listed and deleted as a collection, from the shared
+    /// discovery cache.
+    async fn deletable_resources(&self) -> Result<Vec<ApiResource>, crate::Error> {
+        Ok(self
+            .discovery
+            .select(|_, caps| {
+                caps.scope == Scope::Namespaced
                     && caps.supports_operation(verbs::DELETE_COLLECTION)
                     && caps.supports_operation(verbs::LIST)
-                {
-                    list.push(ar);
-                }
-            }
-        }
-        let list = Arc::new(list);
-        *cached = Some((tokio::time::Instant::now(), list.clone()));
-        Ok(list)
+            })
+            .await?)
     }
 
     async fn sync(&self, name: &str) -> SyncResult {
@@ -107,7 +96,7 @@ impl NamespaceController {
                 .await
             {
                 Ok(_) => {}
-                Err(e) if crate::not_found(&e) => continue,
+                Err(e) if r8s_client::is_not_found(&e) => continue,
                 Err(e) => return Err(e.into()),
             }
             remaining += api.list(&ListParams::default()).await.map(|l| l.items.len())?;
@@ -127,7 +116,7 @@ impl NamespaceController {
             .await
         {
             Ok(_) => Ok(None),
-            Err(e) if crate::not_found(&e) => Ok(None),
+            Err(e) if r8s_client::is_not_found(&e) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }

@@ -13,8 +13,9 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::informer::{lookup, Change, Factory, Informer};
-use crate::queue::{run_workers, SyncResult, WorkQueue};
+use crate::SyncResult;
+use r8s_client::informer::{lookup, Change, Factory, Informer};
+use r8s_client::queue::{run_controller, WorkQueue};
 
 /// An IPv4 CIDR split into equal subnets.
 #[derive(Clone, Debug, PartialEq)]
@@ -126,16 +127,18 @@ impl NodeIpamController {
     }
 
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        let i = self.informer.clone();
-        if !crate::wait_all(vec![Box::pin(async move { i.wait_synced().await })], &stop).await {
-            return;
-        }
         let this = self.clone();
         // One worker: allocation must not race with itself.
-        run_workers(self.queue.clone(), 1, stop, move |key| {
-            let this = this.clone();
-            async move { this.sync(&key).await }
-        })
+        run_controller(
+            self.queue.clone(),
+            vec![self.informer.clone().synced()],
+            1,
+            stop,
+            move |key| {
+                let this = this.clone();
+                async move { this.sync(&key).await }
+            },
+        )
         .await;
     }
 
@@ -168,7 +171,7 @@ impl NodeIpamController {
             }
             Err(e) => {
                 self.used.lock().unwrap().remove(&index);
-                if crate::not_found(&e) {
+                if r8s_client::is_not_found(&e) {
                     Ok(None)
                 } else {
                     Err(e.into())

@@ -18,8 +18,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::Events;
-use crate::informer::{lookup, Factory, Informer};
+use r8s_client::events::Events;
+use r8s_client::informer::{lookup, Factory, Informer};
 
 pub const MONITOR_PERIOD: Duration = Duration::from_secs(5);
 pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
@@ -36,22 +36,7 @@ pub struct NodeLifecycleController {
     grace: Duration,
 }
 
-/// Does `t` tolerate `taint` (upstream `ToleratesTaint`)?
-pub fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if t.effect
-        .as_deref()
-        .is_some_and(|e| !e.is_empty() && e != taint.effect)
-    {
-        return false;
-    }
-    match t.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => t.key.as_deref().unwrap_or("").is_empty() || t.key.as_deref() == Some(taint.key.as_str()),
-        _ => {
-            t.key.as_deref() == Some(taint.key.as_str())
-                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-    }
-}
+pub use r8s_api::taints::tolerates;
 
 /// When a pod on a node with these NoExecute taints must go: `Some(None)` now, `Some(Some(s))`
 /// after `s` seconds from the taint, `None` never (tolerated forever or no such taint).
@@ -110,17 +95,12 @@ impl NodeLifecycleController {
     }
 
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
-        let (a, b, c) = (self.nodes.clone(), self.leases.clone(), self.pods.clone());
-        if !crate::wait_all(
-            vec![
-                Box::pin(async move { a.wait_synced().await }),
-                Box::pin(async move { b.wait_synced().await }),
-                Box::pin(async move { c.wait_synced().await }),
-            ],
-            &stop,
-        )
-        .await
-        {
+        let synced = vec![
+            self.nodes.clone().synced(),
+            self.leases.clone().synced(),
+            self.pods.clone().synced(),
+        ];
+        if !r8s_client::queue::wait_for_sync(synced, &stop).await {
             return;
         }
         // Give kubelets one grace period after a (re)start before judging them.
@@ -185,7 +165,7 @@ impl NodeLifecycleController {
                         );
                         ready_status = Some("Unknown".into());
                     }
-                    Err(e) if crate::not_found(&e) => continue,
+                    Err(e) if r8s_client::is_not_found(&e) => continue,
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -238,7 +218,7 @@ impl NodeLifecycleController {
             .await
         {
             Ok(_) => Ok(()),
-            Err(e) if crate::not_found(&e) => Ok(()),
+            Err(e) if r8s_client::is_not_found(&e) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()), // next pass
             Err(e) => Err(e.into()),
         }
@@ -288,7 +268,7 @@ impl NodeLifecycleController {
             );
             match api.delete(&pod.name_any(), &DeleteParams::default()).await {
                 Ok(_) => {}
-                Err(e) if crate::not_found(&e) => {}
+                Err(e) if r8s_client::is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

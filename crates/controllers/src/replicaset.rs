@@ -14,18 +14,19 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DeleteParams};
 use kube::runtime::reflector::Store;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::events::Events;
-use crate::expectations::Expectations;
-use crate::informer::{key_of, lookup, Change, Factory, Informer};
-use crate::queue::{run_workers, SyncResult, WorkQueue};
-use crate::selector::Matcher;
 use crate::Error;
+use crate::SyncResult;
+use r8s_api::selector::{label_selector_as_selector, Selector};
+use r8s_client::events::Events;
+use r8s_client::expectations::Expectations;
+use r8s_client::informer::{key_of, lookup, Change, Factory, Informer};
+use r8s_client::queue::{run_controller, WorkQueue};
 
 /// Upstream's `BurstReplicas`: at most this many creates or deletes per sync.
 pub const BURST_REPLICAS: usize = 500;
@@ -41,26 +42,6 @@ pub struct ReplicaSetController {
     events: Events,
 }
 
-/// The controller ownerReference of an object, if any.
-pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references
-        .as_ref()?
-        .iter()
-        .find(|r| r.controller == Some(true))
-}
-
-/// A controller ownerReference to `owner`, blocking its foreground deletion.
-pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
-    OwnerReference {
-        api_version: K::api_version(&()).to_string(),
-        kind: K::kind(&()).to_string(),
-        name: owner.meta().name.clone().unwrap_or_default(),
-        uid: owner.meta().uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
-
 /// The key of the ReplicaSet in the store that `meta`'s controller reference names, if it is
 /// really that object (same uid).
 fn owner_key(store: &Store<ReplicaSet>, meta: &ObjectMeta) -> Option<String> {
@@ -73,37 +54,10 @@ fn owner_key(store: &Store<ReplicaSet>, meta: &ObjectMeta) -> Option<String> {
     (rs.metadata.uid.as_deref() == Some(r.uid.as_str())).then_some(key)
 }
 
-pub fn is_pod_active(p: &Pod) -> bool {
-    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-    p.metadata.deletion_timestamp.is_none() && phase != Some("Succeeded") && phase != Some("Failed")
-}
-
-/// The pod's Ready condition: (is true, last transition time).
-pub fn pod_ready(p: &Pod) -> (bool, Option<jiff::Timestamp>) {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| (c.status == "True", c.last_transition_time.as_ref().map(|t| t.0)))
-        .unwrap_or((false, None))
-}
-
-/// Ready for at least `min_ready` seconds (upstream `IsPodAvailable`).
-pub fn pod_available(p: &Pod, min_ready: i32, now: jiff::Timestamp) -> bool {
-    let (ready, since) = pod_ready(p);
-    if !ready {
-        return false;
-    }
-    if min_ready <= 0 {
-        return true;
-    }
-    match since {
-        Some(t) => t
-            .checked_add(jiff::SignedDuration::from_secs(min_ready as i64))
-            .is_ok_and(|t| t <= now),
-        None => false,
-    }
-}
+pub use r8s_api::owner::{controller_of, controller_ref};
+pub use r8s_api::pod::{
+    is_active as is_pod_active, is_available as pod_available, ready_condition as pod_ready,
+};
 
 fn error_message(e: &Error) -> String {
     match e {
@@ -204,14 +158,16 @@ impl ReplicaSetController {
                 continue;
             }
             let sel = rs.spec.as_ref().map(|s| &s.selector);
-            if Matcher::new(sel).is_ok_and(|m| m.matches(pod.metadata.labels.as_ref())) {
+            if label_selector_as_selector(sel).is_ok_and(|m| m.matches_labels(pod.metadata.labels.as_ref())) {
                 self.queue.add(key_of(&*rs));
             }
         }
     }
 
     pub async fn run(self: Arc<Self>, workers: usize, stop: CancellationToken) {
-        if !crate::wait_all(
+        let this = self.clone();
+        run_controller(
+            self.queue.clone(),
             vec![
                 Box::pin({
                     let i = self.rs_informer.clone();
@@ -222,17 +178,13 @@ impl ReplicaSetController {
                     async move { i.wait_synced().await }
                 }),
             ],
-            &stop,
+            workers,
+            stop,
+            move |key| {
+                let this = this.clone();
+                async move { this.sync(&key).await }
+            },
         )
-        .await
-        {
-            return;
-        }
-        let this = self.clone();
-        run_workers(self.queue.clone(), workers, stop, move |key| {
-            let this = this.clone();
-            async move { this.sync(&key).await }
-        })
         .await;
     }
 
@@ -242,7 +194,7 @@ impl ReplicaSetController {
             return Ok(None);
         };
         let spec = rs.spec.clone().unwrap_or_default();
-        let matcher = Matcher::new(Some(&spec.selector))?;
+        let matcher = crate::selector(Some(&spec.selector))?;
         let ns = rs.namespace().unwrap_or_default();
         let needs_sync = self.expectations.satisfied(key);
         let candidates: Vec<Arc<Pod>> = self
@@ -276,7 +228,7 @@ impl ReplicaSetController {
     async fn claim_pods(
         &self,
         rs: &ReplicaSet,
-        matcher: &Matcher,
+        matcher: &Selector,
         pods: Vec<Arc<Pod>>,
     ) -> Result<Vec<Arc<Pod>>, Error> {
         let ns = rs.namespace().unwrap_or_default();
@@ -372,7 +324,7 @@ impl ReplicaSetController {
                             .normal(rs, "SuccessfulDelete", format!("Deleted pod: {name}"));
                         deleted.push(name);
                     }
-                    Err(e) if crate::not_found(&e) => {}
+                    Err(e) if r8s_client::is_not_found(&e) => {}
                     Err(e) => {
                         let e = Error::from(e);
                         self.events.warning(
@@ -405,7 +357,7 @@ impl ReplicaSetController {
             .await
         {
             Ok(_) => Ok(()),
-            Err(e) if crate::not_found(&e) => Ok(()),
+            Err(e) if r8s_client::is_not_found(&e) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 // The cache is behind: write the status onto the current object once.
                 let Some(mut fresh) = api.get_opt(&rs.name_any()).await? else {

@@ -18,17 +18,17 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota, ResourceQuotaStatus, Secret, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use kube::api::{Api, DynamicObject};
-use kube::discovery::{verbs, ApiResource, Discovery, Scope};
+use kube::discovery::{verbs, ApiResource, Scope};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use r8s_api::quota::{self, Evaluator, ResourceList};
 use serde_json::{json, Value};
-use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::informer::{key_of, lookup, Change, Factory, Informer};
-use crate::queue::{run_workers, SyncResult, WorkQueue};
+use crate::SyncResult;
+use r8s_client::informer::{key_of, lookup, Change, Factory, Informer};
+use r8s_client::queue::{run_workers, WorkQueue};
 
 /// How often every quota is recounted.
 pub const RESYNC: Duration = Duration::from_secs(300);
@@ -42,7 +42,7 @@ pub struct ResourceQuotaController {
     configmaps: Arc<Informer<ConfigMap>>,
     secrets: Arc<Informer<Secret>>,
     queue: Arc<WorkQueue>,
-    resources: Mutex<Option<(tokio::time::Instant, Arc<Vec<ApiResource>>)>>,
+    discovery: Arc<r8s_client::discovery::DiscoveryCache>,
     /// Watches of the other kinds quotas count, by (group, resource).
     dynamic: std::sync::Mutex<HashMap<(String, String), Store<DynamicObject>>>,
     stop: CancellationToken,
@@ -99,7 +99,7 @@ impl ResourceQuotaController {
             configmaps: factory.get::<ConfigMap>(),
             secrets: factory.get::<Secret>(),
             queue: WorkQueue::new("resourcequota"),
-            resources: Mutex::new(None),
+            discovery: factory.discovery(),
             dynamic: std::sync::Mutex::new(HashMap::new()),
             stop: CancellationToken::new(),
         });
@@ -195,7 +195,7 @@ impl ResourceQuotaController {
             outer.cancelled().await;
             inner.cancel();
         });
-        if !crate::wait_all(informers.into(), &stop).await {
+        if !r8s_client::queue::wait_for_sync(informers.into(), &stop).await {
             return;
         }
         // Every quota, now and every RESYNC.
@@ -268,36 +268,22 @@ impl ResourceQuotaController {
         store
     }
 
-    /// Namespaced resources that can be listed and watched, from discovery (cached for a
-    /// minute).
-    async fn watchable(&self) -> Result<Arc<Vec<ApiResource>>, crate::Error> {
-        let mut cached = self.resources.lock().await;
-        if let Some((at, list)) = cached.as_ref() {
-            if at.elapsed() < Duration::from_secs(60) {
-                return Ok(list.clone());
-            }
-        }
-        let discovery = Discovery::new(self.client.clone()).run().await?;
-        let mut list = Vec::new();
-        for group in discovery.groups() {
-            for (ar, caps) in group.recommended_resources() {
-                if caps.scope == Scope::Namespaced
+    /// Namespaced resources that can be listed and watched, from the shared discovery cache.
+    async fn watchable(&self) -> Result<Vec<ApiResource>, crate::Error> {
+        Ok(self
+            .discovery
+            .select(|_, caps| {
+                caps.scope == Scope::Namespaced
                     && caps.supports_operation(verbs::LIST)
                     && caps.supports_operation(verbs::WATCH)
-                {
-                    list.push(ar);
-                }
-            }
-        }
-        let list = Arc::new(list);
-        *cached = Some((tokio::time::Instant::now(), list.clone()));
-        Ok(list)
+            })
+            .await?)
     }
 
     /// The objects of the namespace `ev` measures; `None` if the API server does not serve
     /// them (then the quota cannot count them, as upstream's quota monitor cannot).
     async fn items(self: &Arc<Self>, ns: &str, ev: &Evaluator) -> Result<Option<Vec<Value>>, crate::Error> {
-        fn of<K: crate::informer::Object + serde::Serialize>(
+        fn of<K: r8s_client::informer::Object + serde::Serialize>(
             store: Store<K>,
             ns: &str,
             full: bool,
@@ -400,7 +386,7 @@ impl ResourceQuotaController {
                 .await
             {
                 Ok(_) => {}
-                Err(e) if crate::not_found(&e) => {}
+                Err(e) if r8s_client::is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
         }

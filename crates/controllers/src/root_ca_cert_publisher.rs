@@ -13,8 +13,9 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::informer::{lookup, Change, Factory, Informer};
-use crate::queue::{run_workers, SyncResult, WorkQueue};
+use crate::SyncResult;
+use r8s_client::informer::{lookup, Change, Factory, Informer};
+use r8s_client::queue::{run_controller, WorkQueue};
 
 pub const CONFIGMAP: &str = "kube-root-ca.crt";
 pub const KEY: &str = "ca.crt";
@@ -75,22 +76,20 @@ impl RootCaCertPublisher {
 
     pub async fn run(self: Arc<Self>, workers: usize, stop: CancellationToken) {
         let (a, b) = (self.ns_informer.clone(), self.cm_informer.clone());
-        if !crate::wait_all(
+        let this = self.clone();
+        run_controller(
+            self.queue.clone(),
             vec![
                 Box::pin(async move { a.wait_synced().await }),
                 Box::pin(async move { b.wait_synced().await }),
             ],
-            &stop,
+            workers,
+            stop,
+            move |key| {
+                let this = this.clone();
+                async move { this.sync(&key).await }
+            },
         )
-        .await
-        {
-            return;
-        }
-        let this = self.clone();
-        run_workers(self.queue.clone(), workers, stop, move |key| {
-            let this = this.clone();
-            async move { this.sync(&key).await }
-        })
         .await;
     }
 
@@ -141,7 +140,7 @@ impl RootCaCertPublisher {
             .insert(DESCRIPTION_ANNOTATION.into(), DESCRIPTION.into());
         match api.replace(CONFIGMAP, &crate::post_params(), &cm).await {
             Ok(_) => Ok(None),
-            Err(e) if crate::not_found(&e) => Ok(None),
+            Err(e) if r8s_client::is_not_found(&e) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }

@@ -10,8 +10,9 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::informer::{lookup, Change, Factory, Informer};
-use crate::queue::{run_workers, SyncResult, WorkQueue};
+use crate::SyncResult;
+use r8s_client::informer::{lookup, Change, Factory, Informer};
+use r8s_client::queue::{run_controller, WorkQueue};
 
 pub const DEFAULT: &str = "default";
 
@@ -54,22 +55,20 @@ impl ServiceAccountController {
 
     pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let (a, b) = (self.ns_informer.clone(), self.sa_informer.clone());
-        if !crate::wait_all(
+        let this = self.clone();
+        run_controller(
+            self.queue.clone(),
             vec![
                 Box::pin(async move { a.wait_synced().await }),
                 Box::pin(async move { b.wait_synced().await }),
             ],
-            &stop,
+            1,
+            stop,
+            move |key| {
+                let this = this.clone();
+                async move { this.sync(&key).await }
+            },
         )
-        .await
-        {
-            return;
-        }
-        let this = self.clone();
-        run_workers(self.queue.clone(), 1, stop, move |key| {
-            let this = this.clone();
-            async move { this.sync(&key).await }
-        })
         .await;
     }
 

@@ -3,13 +3,16 @@
 //! the pods it has already admitted, node selector and affinity, node name, host ports — and
 //! that no NoExecute taint is untolerated. A pod that fails is rejected: phase Failed with the
 //! first failure's reason (`OutOfcpu`, `OutOfmemory`, `OutOfpods`, a predicate's name) and
-//! message "Pod was rejected: …". The filters are the scheduler's own plugins.
+//! message "Pod was rejected: …". The checks are the general predicates of `r8s_api::predicates`,
+//! the same the scheduler's filter plugins wrap.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use r8s_scheduler::cache::{NodeInfo, PodInfo};
-use r8s_scheduler::plugins::{Filter, NodeAffinity, NodeName, NodePorts};
+use r8s_api::predicates::{
+    host_ports_fit, insufficient_resources, node_affinity_fits, node_name_fits, pod_usage,
+    untolerated_no_execute, NodeUsage, HOST_PORTS_TAKEN, NODE_AFFINITY_MISMATCH, NODE_NAME_MISMATCH,
+};
 
 /// Why a pod was not admitted: the status reason and the message after "Pod was rejected: ".
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,67 +23,42 @@ pub struct Rejection {
 
 /// Admit `pod` onto `node`, which already runs `others` (the admitted, not yet finished pods).
 pub fn admit(pod: &Pod, node: &Node, others: &[Arc<Pod>]) -> Result<(), Rejection> {
-    let mut info = NodeInfo::for_node(Arc::new(node.clone()));
-    for o in others {
-        info = info.with_pod(o.clone());
-    }
-    let p = PodInfo::new(Arc::new(pod.clone()));
+    let usage = NodeUsage::of(node, others.iter().filter_map(|o| o.spec.as_ref()));
+    let spec = pod.spec.as_ref();
+    let (want, ports) = spec.map(pod_usage).unwrap_or_default();
     // Resources first, in upstream's order: pods, cpu, memory, ephemeral-storage.
-    let (alloc, used, want) = (&info.allocatable, &info.requested, &p.requests);
-    let checks = [
-        ("pods", 1, used.pods, alloc.pods),
-        ("cpu", want.milli_cpu, used.milli_cpu, alloc.milli_cpu),
-        ("memory", want.memory, used.memory, alloc.memory),
+    if let Some(short) = insufficient_resources(&want, &usage).into_iter().next() {
+        let name = short.resource;
+        return Err(Rejection {
+            reason: format!("OutOf{name}"),
+            message: format!(
+                "Node didn't have enough resource: {name}, requested: {}, used: {}, capacity: {}",
+                short.requested, short.used, short.capacity
+            ),
+        });
+    }
+    let node_name = node.metadata.name.as_deref().unwrap_or("");
+    // The predicates in upstream's order, each failure in the scheduler plugin's words.
+    let checks: [(&str, bool, &str); 3] = [
         (
-            "ephemeral-storage",
-            want.ephemeral,
-            used.ephemeral,
-            alloc.ephemeral,
+            "NodeAffinity",
+            node_affinity_fits(spec, node),
+            NODE_AFFINITY_MISMATCH,
+        ),
+        ("NodeName", node_name_fits(spec, node_name), NODE_NAME_MISMATCH),
+        (
+            "NodePorts",
+            host_ports_fit(&ports, &usage.used_ports),
+            HOST_PORTS_TAKEN,
         ),
     ];
-    for (name, requested, used, capacity) in checks {
-        let short = if name == "pods" {
-            used + 1 > capacity
-        } else {
-            requested > 0 && requested > capacity - used
-        };
-        if short {
-            return Err(Rejection {
-                reason: format!("OutOf{name}"),
-                message: format!(
-                    "Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
-                ),
-            });
-        }
-    }
-    let filters: [&dyn Filter; 3] = [&NodeAffinity, &NodeName, &NodePorts];
-    for f in filters {
-        if let Err(reasons) = f.filter(&p, &info) {
-            let desc = reasons.into_iter().next().unwrap_or_default();
-            return Err(Rejection {
-                reason: f.name().to_string(),
-                message: format!("Predicate {} failed: {desc}", f.name()),
-            });
-        }
-    }
-    let tolerations = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_deref())
-        .unwrap_or(&[]);
-    let untolerated = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or(&[])
-        .iter()
-        .filter(|t| t.effect == "NoExecute")
-        .any(|t| {
-            !tolerations
-                .iter()
-                .any(|tol| r8s_controllers::nodelifecycle::tolerates(tol, t))
+    if let Some((name, _, desc)) = checks.into_iter().find(|(_, ok, _)| !ok) {
+        return Err(Rejection {
+            reason: name.to_string(),
+            message: format!("Predicate {name} failed: {desc}"),
         });
-    if untolerated {
+    }
+    if untolerated_no_execute(spec, node).is_some() {
         return Err(Rejection {
             reason: "TaintToleration".into(),
             message: "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"
@@ -152,6 +130,25 @@ mod tests {
                 "OutOfpods",
                 "Node didn't have enough resource: pods, requested: 1, used: 3, capacity: 3"
             )
+        );
+    }
+
+    #[test]
+    fn sidecars_count_beside_the_app_containers() {
+        // 1200m sidecar + 900m app container: 2100m of the node's 2 cpu, as the scheduler and
+        // quota count it (not the larger of the two).
+        let sidecar = pod(
+            "side",
+            json!({
+                "initContainers": [{"name": "proxy", "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "1200m"}}}],
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": "900m"}}}]
+            }),
+        );
+        let err = admit(&sidecar, &node(), &[]).unwrap_err();
+        assert_eq!(
+            err.message,
+            "Node didn't have enough resource: cpu, requested: 2100, used: 0, capacity: 2000"
         );
     }
 

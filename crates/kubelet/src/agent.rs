@@ -32,7 +32,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Owne
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use r8s_controllers::queue::{run_workers, WorkQueue};
+use r8s_api::resources::{pod_requests, Resources};
+use r8s_client::queue::{run_workers, WorkQueue};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -410,12 +411,7 @@ impl Agent {
         let a = agent.clone();
         let workers = tokio::spawn(run_workers(agent.queue.clone(), 4, stop.clone(), move |key| {
             let a = a.clone();
-            async move {
-                a.sync(&key)
-                    .await
-                    .map(|_| None)
-                    .map_err(|e| r8s_controllers::Error::Other(e.to_string()))
-            }
+            async move { a.sync(&key).await.map(|_| None).map_err(|e| e.to_string()) }
         }));
         stop.cancelled().await;
         for t in tasks {
@@ -1851,7 +1847,8 @@ impl Agent {
                 let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
                 phase != "Succeeded" && phase != "Failed"
             })
-            .map(|p| r8s_scheduler::cache::PodInfo::new(p.clone()).requests.milli_cpu)
+            .filter_map(|p| p.spec.as_ref())
+            .map(|spec| Resources::from_list(&pod_requests(spec)).milli_cpu)
             .sum();
         let cpus = self.node_ctx.lock().unwrap().allocatable_cpu_milli as i64;
         if let Err(e) = self.cgroups.ensure_qos(cpus, burstable) {

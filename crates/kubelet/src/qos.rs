@@ -4,24 +4,9 @@
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
-use r8s_api::quantity::{parse_milli, parse_value};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QosClass {
-    Guaranteed,
-    Burstable,
-    BestEffort,
-}
-
-impl QosClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QosClass::Guaranteed => "Guaranteed",
-            QosClass::Burstable => "Burstable",
-            QosClass::BestEffort => "BestEffort",
-        }
-    }
-}
+use r8s_api::qos::{all_containers, amount};
+pub use r8s_api::qos::{compute_qos, pod_qos, QosClass};
 
 /// The cgroup v1 cpu.shares floor and the shares of one cpu (upstream `MinShares`, `SharesPerCPU`).
 pub const MIN_SHARES: i64 = 2;
@@ -33,69 +18,6 @@ const MIN_QUOTA: i64 = 1_000;
 
 const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
 const BEST_EFFORT_OOM_SCORE_ADJ: i64 = 1000;
-
-/// Both init and app containers (a pod's class looks at all of them).
-fn all_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
-    pod.spec
-        .iter()
-        .flat_map(|s| s.init_containers.iter().flatten().chain(s.containers.iter()))
-}
-
-/// A container's request or limit of `name` (cpu in millicores, anything else in units); None
-/// when absent or zero.
-fn amount(c: &Container, limits: bool, name: &str) -> Option<i64> {
-    let r = c.resources.as_ref()?;
-    let map = if limits {
-        r.limits.as_ref()
-    } else {
-        r.requests.as_ref()
-    }?;
-    let q = &map.get(name)?.0;
-    let v = if name == "cpu" {
-        parse_milli(q).ok()?
-    } else {
-        parse_value(q).ok()?
-    };
-    (v != 0).then(|| v.clamp(0, i64::MAX as i128) as i64)
-}
-
-/// The class the API server recorded, or computed as upstream's `ComputePodQOS`: BestEffort
-/// when no container asks for or limits cpu or memory; Guaranteed when every container limits
-/// both and the summed requests equal the summed limits; Burstable otherwise.
-pub fn pod_qos(pod: &Pod) -> QosClass {
-    match pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) {
-        Some("Guaranteed") => return QosClass::Guaranteed,
-        Some("Burstable") => return QosClass::Burstable,
-        Some("BestEffort") => return QosClass::BestEffort,
-        _ => {}
-    }
-    compute_qos(pod)
-}
-
-pub fn compute_qos(pod: &Pod) -> QosClass {
-    let mut any = false;
-    let mut guaranteed = true;
-    let (mut req, mut lim) = ([0i64; 2], [0i64; 2]);
-    for c in all_containers(pod) {
-        for (i, name) in ["cpu", "memory"].into_iter().enumerate() {
-            let r = amount(c, false, name);
-            let l = amount(c, true, name);
-            any |= r.is_some() || l.is_some();
-            req[i] += r.unwrap_or(0);
-            match l {
-                Some(l) => lim[i] += l,
-                None => guaranteed = false,
-            }
-        }
-    }
-    if !any {
-        QosClass::BestEffort
-    } else if guaranteed && req == lim {
-        QosClass::Guaranteed
-    } else {
-        QosClass::Burstable
-    }
-}
 
 /// The pod's cgroup, relative to the hierarchies' roots: Guaranteed pods directly under the
 /// pods' root, the others under `burstable` or `besteffort` (upstream's cgroupfs names).
@@ -132,36 +54,22 @@ pub struct PodResources {
     pub memory_limit: Option<i64>,
 }
 
-/// The pod's summed requests and limits: the app containers' sum or the largest init
-/// container, whichever is more, plus overhead (upstream `PodRequests`/`PodLimits`).
+/// The pod's cpu (millicores) or memory (bytes) requests or limits, as every component counts
+/// them (upstream `PodRequests`/`PodLimits`: containers and sidecars, the largest init step,
+/// overhead).
 fn pod_total(pod: &Pod, limits: bool, name: &str) -> i64 {
     let Some(spec) = &pod.spec else { return 0 };
-    let sum: i64 = spec
-        .containers
-        .iter()
-        .map(|c| amount(c, limits, name).unwrap_or(0))
-        .sum();
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(|c| amount(c, limits, name).unwrap_or(0))
-        .max()
-        .unwrap_or(0);
-    let overhead = spec
-        .overhead
-        .as_ref()
-        .and_then(|o| o.get(name))
-        .and_then(|q| {
-            if name == "cpu" {
-                parse_milli(&q.0).ok()
-            } else {
-                parse_value(&q.0).ok()
-            }
-        })
-        .map(|v| v as i64)
-        .unwrap_or(0);
-    sum.max(init) + overhead
+    let list = if limits {
+        r8s_api::resources::pod_limits(spec)
+    } else {
+        r8s_api::resources::pod_requests(spec)
+    };
+    let r = r8s_api::resources::Resources::from_list(&list);
+    if name == "cpu" {
+        r.milli_cpu
+    } else {
+        r.memory
+    }
 }
 
 /// The pod cgroup's limits (upstream `ResourceConfigForPod` with CPU limits enforced).

@@ -225,7 +225,7 @@ impl ControllerArgs {
             node_cidr_mask_size: self.node_cidr_mask_size,
             node_monitor_grace_period: self.node_monitor_grace_period,
             leader_elect,
-            identity: r8s_controllers::default_identity(),
+            identity: r8s_client::default_identity(),
             root_ca_pem,
         })
     }

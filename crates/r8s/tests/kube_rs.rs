@@ -417,14 +417,14 @@ async fn informers_cache_objects_without_managed_fields() {
         "the server records managedFields"
     );
 
-    let factory = r8s_controllers::informer::Factory::new(client.clone(), None);
+    let factory = r8s_client::informer::Factory::new(client.clone(), None);
     let informer = factory.get::<ConfigMap>();
     let stop = tokio_util::sync::CancellationToken::new();
     let _tasks = factory.start(&stop);
     tokio::time::timeout(Duration::from_secs(10), informer.wait_synced())
         .await
         .expect("informer synced");
-    let cached = r8s_controllers::informer::lookup(&informer.store(), "default/cached").expect("cached");
+    let cached = r8s_client::informer::lookup(&informer.store(), "default/cached").expect("cached");
     assert_eq!(cached.metadata.managed_fields, None);
     assert_eq!(cached.data.as_ref().unwrap()["key"], "1");
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{PodAffinityTerm, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use r8s_controllers::selector::Matcher;
+use r8s_api::selector::{label_selector_as_selector, Selector};
 
 use crate::cache::{Cache, NodeInfo, PodInfo};
 use crate::plugins::{self, Filter, Reasons};
@@ -149,7 +149,8 @@ fn spreads(pod: &PodInfo, cache: &Cache, hard: bool, defaults: &SpreadDefaults) 
     constraints
         .into_iter()
         .map(|c| {
-            let matcher = Matcher::new(c.label_selector.as_ref()).unwrap_or(Matcher::Nothing);
+            let matcher =
+                label_selector_as_selector(c.label_selector.as_ref()).unwrap_or_else(|_| Selector::nothing());
             let mut counts: HashMap<String, i64> = HashMap::new();
             for node in cache.nodes.values() {
                 // nodeAffinityPolicy Honor (the default): only nodes the pod may go to count.
@@ -163,7 +164,7 @@ fn spreads(pod: &PodInfo, cache: &Cache, hard: bool, defaults: &SpreadDefaults) 
                     .pods
                     .values()
                     .filter(|p| active(p) && pod_ns(p) == pod_ns(pod))
-                    .filter(|p| matcher.matches(p.pod.metadata.labels.as_ref()))
+                    .filter(|p| matcher.matches_labels(p.pod.metadata.labels.as_ref()))
                     .count() as i64;
                 *counts.entry(value.to_string()).or_default() += n;
             }
@@ -175,7 +176,7 @@ fn spreads(pod: &PodInfo, cache: &Cache, hard: bool, defaults: &SpreadDefaults) 
                 key: c.topology_key,
                 max_skew: c.max_skew as i64,
                 hard,
-                self_match: matcher.matches(pod.pod.metadata.labels.as_ref()) as i64,
+                self_match: matcher.matches_labels(pod.pod.metadata.labels.as_ref()) as i64,
                 counts,
                 min,
             }
@@ -251,14 +252,14 @@ fn term_matches(term: &PodAffinityTerm, owner: &PodInfo, other: &PodInfo, cache:
         None => namespaces.iter().any(|n| n == ns),
         Some(sel) => {
             namespaces.iter().any(|n| n == ns)
-                || Matcher::new(Some(sel))
-                    .map(|m| m.matches(cache.namespace_labels.get(ns)))
+                || label_selector_as_selector(Some(sel))
+                    .map(|m| m.matches_labels(cache.namespace_labels.get(ns)))
                     .unwrap_or(false)
         }
     };
     ns_ok
-        && Matcher::new(term.label_selector.as_ref())
-            .map(|m| m.matches(other.pod.metadata.labels.as_ref()))
+        && label_selector_as_selector(term.label_selector.as_ref())
+            .map(|m| m.matches_labels(other.pod.metadata.labels.as_ref()))
             .unwrap_or(false)
 }
 

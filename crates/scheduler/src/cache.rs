@@ -3,60 +3,28 @@
 //! just bound are *assumed* into it at once, so the next decision counts them even before the
 //! watch shows them bound.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-/// Resource amounts: cpu in millicores, memory and ephemeral storage in bytes, pods.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Resources {
-    pub milli_cpu: i64,
-    pub memory: i64,
-    pub ephemeral: i64,
-    pub pods: i64,
-}
-
-impl Resources {
-    fn add(&mut self, o: &Resources) {
-        self.milli_cpu += o.milli_cpu;
-        self.memory += o.memory;
-        self.ephemeral += o.ephemeral;
-        self.pods += o.pods;
-    }
-    fn sub(&mut self, o: &Resources) {
-        self.milli_cpu -= o.milli_cpu;
-        self.memory -= o.memory;
-        self.ephemeral -= o.ephemeral;
-        self.pods -= o.pods;
-    }
-    fn max(&mut self, o: &Resources) {
-        self.milli_cpu = self.milli_cpu.max(o.milli_cpu);
-        self.memory = self.memory.max(o.memory);
-        self.ephemeral = self.ephemeral.max(o.ephemeral);
-    }
-}
+pub use r8s_api::resources::{HostPort, Resources};
 
 /// Upstream's defaults for scoring containers that request nothing (`DefaultMilliCPURequest`,
 /// `DefaultMemoryRequest`), so empty requests do not all pile onto one node.
 pub const DEFAULT_MILLI_CPU: i64 = 100;
 pub const DEFAULT_MEMORY: i64 = 200 * 1024 * 1024;
 
-fn quantity(
-    map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
-    name: &str,
-    milli: bool,
-) -> i64 {
-    map.and_then(|m| m.get(name))
-        .and_then(|q| {
-            if milli {
-                r8s_api::quantity::parse_milli(&q.0).ok()
-            } else {
-                r8s_api::quantity::parse_value(&q.0).ok()
-            }
-        })
-        .map(|v| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64)
-        .unwrap_or(0)
+/// The defaults as a resource list, for [`r8s_api::resources::pod_requests_non_missing`].
+fn non_missing_defaults() -> &'static r8s_api::resources::ResourceList {
+    use r8s_api::quantity::Quantity;
+    static DEFAULTS: std::sync::OnceLock<r8s_api::resources::ResourceList> = std::sync::OnceLock::new();
+    DEFAULTS.get_or_init(|| {
+        r8s_api::resources::ResourceList::from([
+            ("cpu".to_string(), Quantity::from_milli(DEFAULT_MILLI_CPU as i128)),
+            ("memory".to_string(), Quantity::from_units(DEFAULT_MEMORY)),
+        ])
+    })
 }
 
 /// A pod as the scheduler needs it, computed once.
@@ -64,13 +32,13 @@ fn quantity(
 pub struct PodInfo {
     pub pod: Arc<Pod>,
     pub key: String,
-    /// What the pod asks for: the larger of its containers' sum and any init container, plus
-    /// overhead (upstream `computePodResourceRequest`).
+    /// What the pod asks for (upstream `PodRequests`: containers and sidecars, the largest init
+    /// step, overhead), one pod slot included.
     pub requests: Resources,
     /// The same with upstream's defaults for unset cpu and memory, for scoring.
     pub non_zero: Resources,
-    /// (protocol, hostIP, hostPort) of each host port.
-    pub host_ports: Vec<(String, String, i32)>,
+    /// The host ports the pod holds.
+    pub host_ports: Vec<HostPort>,
 }
 
 impl PodInfo {
@@ -80,59 +48,13 @@ impl PodInfo {
             pod.metadata.namespace.as_deref().unwrap_or(""),
             pod.metadata.name.as_deref().unwrap_or("")
         );
-        let mut requests = Resources::default();
-        let mut non_zero = Resources::default();
-        let mut host_ports = Vec::new();
+        let (mut requests, mut non_zero, mut host_ports) = Default::default();
         if let Some(spec) = &pod.spec {
-            for c in &spec.containers {
-                let r = c.resources.as_ref().and_then(|r| r.requests.as_ref());
-                let cpu = quantity(r, "cpu", true);
-                let mem = quantity(r, "memory", false);
-                requests.add(&Resources {
-                    milli_cpu: cpu,
-                    memory: mem,
-                    ephemeral: quantity(r, "ephemeral-storage", false),
-                    pods: 0,
-                });
-                non_zero.add(&Resources {
-                    milli_cpu: if r.is_some_and(|r| r.contains_key("cpu")) {
-                        cpu
-                    } else {
-                        DEFAULT_MILLI_CPU
-                    },
-                    memory: if r.is_some_and(|r| r.contains_key("memory")) {
-                        mem
-                    } else {
-                        DEFAULT_MEMORY
-                    },
-                    ..Default::default()
-                });
-                for p in c.ports.iter().flatten() {
-                    if let Some(hp) = p.host_port.filter(|p| *p > 0) {
-                        host_ports.push((
-                            p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                            p.host_ip.clone().unwrap_or_else(|| "0.0.0.0".into()),
-                            hp,
-                        ));
-                    }
-                }
-            }
-            for c in spec.init_containers.iter().flatten() {
-                let r = c.resources.as_ref().and_then(|r| r.requests.as_ref());
-                requests.max(&Resources {
-                    milli_cpu: quantity(r, "cpu", true),
-                    memory: quantity(r, "memory", false),
-                    ephemeral: quantity(r, "ephemeral-storage", false),
-                    pods: 0,
-                });
-            }
-            if let Some(o) = &spec.overhead {
-                requests.add(&Resources {
-                    milli_cpu: quantity(Some(o), "cpu", true),
-                    memory: quantity(Some(o), "memory", false),
-                    ..Default::default()
-                });
-            }
+            (requests, host_ports) = r8s_api::predicates::pod_usage(spec);
+            non_zero = Resources::from_list(&r8s_api::resources::pod_requests_non_missing(
+                spec,
+                non_missing_defaults(),
+            ));
         }
         requests.pods = 1;
         non_zero.pods = 1;
@@ -158,7 +80,7 @@ pub struct NodeInfo {
     pub requested: Resources,
     pub non_zero_requested: Resources,
     pub pods: HashMap<String, Arc<PodInfo>>,
-    pub used_ports: Vec<(String, String, i32)>,
+    pub used_ports: Vec<HostPort>,
 }
 
 impl NodeInfo {
@@ -177,14 +99,7 @@ impl NodeInfo {
     }
 
     fn set_node(&mut self, node: Arc<Node>) {
-        let status = node.status.as_ref();
-        let alloc = status.and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()));
-        self.allocatable = Resources {
-            milli_cpu: quantity(alloc, "cpu", true),
-            memory: quantity(alloc, "memory", false),
-            ephemeral: quantity(alloc, "ephemeral-storage", false),
-            pods: quantity(alloc, "pods", false),
-        };
+        self.allocatable = r8s_api::predicates::allocatable(&node);
         self.node = node;
     }
 
@@ -204,6 +119,15 @@ impl NodeInfo {
                     self.used_ports.remove(i);
                 }
             }
+        }
+    }
+
+    /// What the node offers and holds, as the general predicates read it.
+    pub fn usage(&self) -> r8s_api::predicates::NodeUsage {
+        r8s_api::predicates::NodeUsage {
+            allocatable: self.allocatable,
+            requested: self.requested,
+            used_ports: self.used_ports.clone(),
         }
     }
 
@@ -407,10 +331,49 @@ mod tests {
         assert_eq!(p.requests.milli_cpu, 2000);
         assert_eq!(p.requests.memory, 64 << 20);
         assert_eq!(p.requests.pods, 1);
-        assert_eq!(p.host_ports, [("TCP".to_string(), "0.0.0.0".to_string(), 8080)]);
+        assert_eq!(
+            p.host_ports,
+            [HostPort {
+                protocol: "TCP".into(),
+                ip: "0.0.0.0".into(),
+                port: 8080
+            }]
+        );
+        // Scoring fills unset cpu and memory with upstream's defaults in every container, init
+        // containers included: the app container's default 100m is less than the init's 2 cpu.
         let empty = PodInfo::new(pod("b", None, None));
-        assert_eq!(empty.non_zero.milli_cpu, DEFAULT_MILLI_CPU);
+        assert_eq!(empty.non_zero.milli_cpu, 2000);
         assert_eq!(empty.non_zero.memory, DEFAULT_MEMORY);
+        let bare: Arc<Pod> = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}
+        }))
+        .map(Arc::new)
+        .unwrap();
+        let bare = PodInfo::new(bare);
+        assert_eq!(
+            (bare.non_zero.milli_cpu, bare.non_zero.memory),
+            (DEFAULT_MILLI_CPU, DEFAULT_MEMORY)
+        );
+        assert_eq!(bare.requests.milli_cpu, 0);
+    }
+
+    #[test]
+    fn sidecars_are_counted_as_quota_and_the_kubelet_count_them() {
+        // A sidecar (restartable init container) runs beside the app container: 300m + 200m,
+        // as upstream's PodRequests; the same pod through quota's accounting gives the same.
+        let json = serde_json::json!({
+            "metadata": {"name": "s", "namespace": "default"},
+            "spec": {
+                "initContainers": [{"name": "proxy", "image": "i", "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "300m"}}}],
+                "containers": [{"name": "app", "image": "i", "resources": {"requests": {"cpu": "200m"}}}]
+            }
+        });
+        let p = PodInfo::new(Arc::new(serde_json::from_value(json.clone()).unwrap()));
+        assert_eq!(p.requests.milli_cpu, 500);
+        let quota = r8s_api::quota::pod_effective(&json["spec"], "requests");
+        assert_eq!(quota["cpu"].milli_value(), 500);
     }
 
     #[test]

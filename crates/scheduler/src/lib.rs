@@ -24,8 +24,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Client, Resource, ResourceExt};
-use r8s_controllers::events::Events;
-use r8s_controllers::informer::{Change, Factory};
+use r8s_client::events::Events;
+use r8s_client::informer::{Change, Factory};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -51,7 +51,7 @@ impl Default for Options {
         Self {
             profiles: vec![config::ProfileConfig::default_for(DEFAULT_SCHEDULER)],
             leader_elect: true,
-            identity: r8s_controllers::default_identity(),
+            identity: r8s_client::default_identity(),
             metrics: Arc::new(metrics::SchedulerMetrics::default()),
         }
     }
@@ -129,7 +129,7 @@ pub async fn run(client: Client, opts: Options, stop: CancellationToken) {
                 .map(|p| p.scheduler_name.clone())
                 .unwrap_or_else(|| "kube-scheduler".into())
         };
-        let election = r8s_controllers::leader::LeaderElection::new(&lease, opts.identity.clone());
+        let election = r8s_client::leader::LeaderElection::new(&lease, opts.identity.clone());
         election
             .run(client.clone(), stop, move |leading| {
                 let s = Scheduler::new(client.clone(), opts.clone());

@@ -2,7 +2,8 @@
 //! `Filter` or `Score` trait. Failure reasons are upstream's words, because they end up in the
 //! FailedScheduling message users read.
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint};
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, Taint};
+use r8s_api::{node_affinity, predicates, taints};
 
 use crate::cache::{NodeInfo, PodInfo};
 
@@ -47,10 +48,7 @@ impl Filter for NodeUnschedulable {
             effect: "NoSchedule".into(),
             ..Default::default()
         };
-        let tolerated = tolerations(pod)
-            .iter()
-            .any(|t| r8s_controllers::nodelifecycle::tolerates(t, &taint));
-        if tolerated {
+        if taints::tolerated(tolerations(pod), &taint) {
             Ok(())
         } else {
             Err(vec!["node(s) were unschedulable".into()])
@@ -64,11 +62,10 @@ impl Filter for NodeName {
         "NodeName"
     }
     fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
-        match pod.pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-            Some(n) if !n.is_empty() && n != node.name => {
-                Err(vec!["node(s) didn't match the requested node name".into()])
-            }
-            _ => Ok(()),
+        if predicates::node_name_fits(pod.pod.spec.as_ref(), &node.name) {
+            Ok(())
+        } else {
+            Err(vec![predicates::NODE_NAME_MISMATCH.into()])
         }
     }
 }
@@ -82,15 +79,7 @@ fn tolerations(pod: &PodInfo) -> &[k8s_openapi::api::core::v1::Toleration] {
 }
 
 fn taints(node: &NodeInfo) -> &[Taint] {
-    node.node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or(&[])
-}
-
-fn node_labels(node: &NodeInfo) -> Option<&std::collections::BTreeMap<String, String>> {
-    node.node.metadata.labels.as_ref()
+    predicates::taints(&node.node)
 }
 
 pub struct TaintToleration;
@@ -99,23 +88,14 @@ impl Filter for TaintToleration {
         "TaintToleration"
     }
     fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
-        let tols = tolerations(pod);
-        for taint in taints(node) {
-            if taint.effect != "NoSchedule" && taint.effect != "NoExecute" {
-                continue;
-            }
-            if !tols
-                .iter()
-                .any(|t| r8s_controllers::nodelifecycle::tolerates(t, taint))
-            {
-                return Err(vec![format!(
-                    "node(s) had untolerated taint {{{}: {}}}",
-                    taint.key,
-                    taint.value.as_deref().unwrap_or("")
-                )]);
-            }
+        match taints::find_untolerated(taints(node), tolerations(pod), taints::schedule_blocking) {
+            Some(taint) => Err(vec![format!(
+                "node(s) had untolerated taint {{{}: {}}}",
+                taint.key,
+                taint.value.as_deref().unwrap_or("")
+            )]),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 impl Score for TaintToleration {
@@ -135,11 +115,7 @@ impl Score for TaintToleration {
         taints(node)
             .iter()
             .filter(|t| t.effect == "PreferNoSchedule")
-            .filter(|t| {
-                !tols
-                    .iter()
-                    .any(|tol| r8s_controllers::nodelifecycle::tolerates(tol, t))
-            })
+            .filter(|t| !tols.iter().any(|tol| taints::tolerates(tol, t)))
             .count() as i64
     }
     fn normalize(&self, scores: &mut [i64]) {
@@ -162,46 +138,9 @@ pub fn normalize(scores: &mut [i64], reverse: bool) {
     }
 }
 
-fn match_requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values: &[String] = r.values.as_deref().unwrap_or(&[]);
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (
-                value.and_then(|v| v.parse::<i64>().ok()),
-                values.first().and_then(|b| b.parse::<i64>().ok()),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
-}
-
-/// A node selector term: all its expressions on labels and fields match (an empty term matches
-/// nothing, as upstream).
+/// A node selector term matched against a node (see [`r8s_api::node_affinity::match_term`]).
 pub fn match_term(term: &NodeSelectorTerm, node: &NodeInfo) -> bool {
-    let labels = node_labels(node);
-    let exprs: &[NodeSelectorRequirement] = term.match_expressions.as_deref().unwrap_or(&[]);
-    let fields: &[NodeSelectorRequirement] = term.match_fields.as_deref().unwrap_or(&[]);
-    if exprs.is_empty() && fields.is_empty() {
-        return false;
-    }
-    exprs
-        .iter()
-        .all(|r| match_requirement(r, labels.and_then(|l| l.get(&r.key)).map(String::as_str)))
-        && fields.iter().all(|r| {
-            let v = (r.key == "metadata.name").then_some(node.name.as_str());
-            match_requirement(r, v)
-        })
+    node_affinity::match_term(term, &node.name, node.node.metadata.labels.as_ref())
 }
 
 pub struct NodeAffinity;
@@ -210,20 +149,10 @@ impl Filter for NodeAffinity {
         "NodeAffinity"
     }
     fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
-        let spec = pod.pod.spec.as_ref();
-        let labels = node_labels(node);
-        let selector_ok = spec
-            .and_then(|s| s.node_selector.as_ref())
-            .is_none_or(|sel| sel.iter().all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v)));
-        let required = spec
-            .and_then(|s| s.affinity.as_ref())
-            .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref());
-        let affinity_ok = required.is_none_or(|r| r.node_selector_terms.iter().any(|t| match_term(t, node)));
-        if selector_ok && affinity_ok {
+        if predicates::node_affinity_fits(pod.pod.spec.as_ref(), &node.node) {
             Ok(())
         } else {
-            Err(vec!["node(s) didn't match Pod's node affinity/selector".into()])
+            Err(vec![predicates::NODE_AFFINITY_MISMATCH.into()])
         }
     }
 }
@@ -233,20 +162,7 @@ impl Score for NodeAffinity {
     }
     /// The summed weights of the preferred terms the node matches.
     fn score(&self, pod: &PodInfo, node: &NodeInfo) -> i64 {
-        pod.pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.affinity.as_ref())
-            .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref())
-            .map(|terms| {
-                terms
-                    .iter()
-                    .filter(|t| t.weight != 0 && match_term(&t.preference, node))
-                    .map(|t| t.weight as i64)
-                    .sum()
-            })
-            .unwrap_or(0)
+        node_affinity::preferred_weight(pod.pod.spec.as_ref(), &node.node)
     }
     fn normalize(&self, scores: &mut [i64]) {
         normalize(scores, false)
@@ -259,15 +175,8 @@ impl Filter for NodePorts {
         "NodePorts"
     }
     fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
-        let conflict = pod.host_ports.iter().any(|(proto, ip, port)| {
-            node.used_ports.iter().any(|(p2, ip2, port2)| {
-                port == port2 && proto == p2 && (ip == ip2 || ip == "0.0.0.0" || ip2 == "0.0.0.0")
-            })
-        });
-        if conflict {
-            Err(vec![
-                "node(s) didn't have free ports for the requested pod ports".into()
-            ])
+        if !predicates::host_ports_fit(&pod.host_ports, &node.used_ports) {
+            Err(vec![predicates::HOST_PORTS_TAKEN.into()])
         } else {
             Ok(())
         }
@@ -280,20 +189,13 @@ impl Filter for NodeResourcesFit {
         "NodeResourcesFit"
     }
     fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
-        let (a, r, want) = (&node.allocatable, &node.requested, &pod.requests);
-        let mut reasons = Vec::new();
-        if r.pods + 1 > a.pods {
-            reasons.push("Too many pods".to_string());
-        }
-        if want.milli_cpu > 0 && want.milli_cpu > a.milli_cpu - r.milli_cpu {
-            reasons.push("Insufficient cpu".into());
-        }
-        if want.memory > 0 && want.memory > a.memory - r.memory {
-            reasons.push("Insufficient memory".into());
-        }
-        if want.ephemeral > 0 && want.ephemeral > a.ephemeral - r.ephemeral {
-            reasons.push("Insufficient ephemeral-storage".into());
-        }
+        let reasons: Reasons = predicates::insufficient_resources(&pod.requests, &node.usage())
+            .into_iter()
+            .map(|i| match i.resource {
+                "pods" => "Too many pods".to_string(),
+                r => format!("Insufficient {r}"),
+            })
+            .collect();
         if reasons.is_empty() {
             Ok(())
         } else {

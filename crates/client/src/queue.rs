@@ -10,6 +10,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -140,15 +141,32 @@ impl WorkQueue {
     }
 }
 
-/// What a sync asks of the queue when it succeeds.
-pub type SyncResult = Result<Option<Duration>, crate::Error>;
+/// An error a sync returns: shown in the log, and a conflict (the cache is behind a write) is
+/// retried at once instead of backing off.
+pub trait SyncError: std::fmt::Display {
+    fn is_conflict(&self) -> bool {
+        false
+    }
+}
+
+impl SyncError for kube::Error {
+    fn is_conflict(&self) -> bool {
+        crate::is_conflict(self)
+    }
+}
+
+impl SyncError for String {}
+
+/// What a sync asks of the queue when it succeeds: `Some(d)` runs the key again after `d`.
+pub type SyncResult<E> = Result<Option<Duration>, E>;
 
 /// Run `workers` workers taking keys from `queue` and calling `sync` on each, until `stop`.
 /// A failed sync is retried with back-off; `Ok(Some(d))` runs the key again after `d`.
-pub async fn run_workers<F, Fut>(queue: Arc<WorkQueue>, workers: usize, stop: CancellationToken, sync: F)
+pub async fn run_workers<F, Fut, E>(queue: Arc<WorkQueue>, workers: usize, stop: CancellationToken, sync: F)
 where
     F: Fn(String) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = SyncResult> + Send,
+    Fut: Future<Output = SyncResult<E>> + Send,
+    E: SyncError + Send,
 {
     let sync = Arc::new(sync);
     let mut tasks = Vec::new();
@@ -185,6 +203,36 @@ where
     for t in tasks {
         t.abort();
     }
+}
+
+/// Wait until every future in `synced` (informers' [`crate::informer::Informer::synced`]) has
+/// finished, or `stop`; false when stopped first.
+pub async fn wait_for_sync(synced: Vec<BoxFuture<'static, ()>>, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = futures::future::join_all(synced) => true,
+        _ = stop.cancelled() => false,
+    }
+}
+
+/// The skeleton every controller runs (client-go's `WaitForCacheSync` then `N x wait.Until(
+/// worker)`): wait for the informers in `synced` to list once, then run `workers` workers over
+/// `queue` calling `sync`, until `stop`. Returns at once if stopped before the caches synced.
+pub async fn run_controller<F, Fut, E>(
+    queue: Arc<WorkQueue>,
+    synced: Vec<BoxFuture<'static, ()>>,
+    workers: usize,
+    stop: CancellationToken,
+    sync: F,
+) where
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = SyncResult<E>> + Send,
+    E: SyncError + Send,
+{
+    if !wait_for_sync(synced, &stop).await {
+        return;
+    }
+    tracing::debug!(controller = queue.name(), "caches synced");
+    run_workers(queue, workers, stop, sync).await;
 }
 
 #[cfg(test)]
@@ -248,5 +296,79 @@ mod tests {
         tokio::task::yield_now().await;
         q.shut_down();
         assert_eq!(waiter.await.unwrap(), None);
+    }
+
+    #[derive(Debug)]
+    struct TestError(bool);
+    impl std::fmt::Display for TestError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "conflict: {}", self.0)
+        }
+    }
+    impl SyncError for TestError {
+        fn is_conflict(&self) -> bool {
+            self.0
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn runner_waits_for_sync_and_retries_failures_with_the_callers_error_type() {
+        let q = WorkQueue::new("t");
+        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel::<()>();
+        let calls = Arc::new(Mutex::new(Vec::<String>::new()));
+        let stop = CancellationToken::new();
+        let c = calls.clone();
+        let runner = tokio::spawn(run_controller(
+            q.clone(),
+            vec![Box::pin(async move {
+                let _ = synced_rx.await;
+            })],
+            2,
+            stop.clone(),
+            move |key| {
+                let c = c.clone();
+                async move {
+                    let n = {
+                        let mut c = c.lock().unwrap();
+                        c.push(key.clone());
+                        c.len()
+                    };
+                    // First a conflict, then a failure, then success.
+                    match n {
+                        1 => Err(TestError(true)),
+                        2 => Err(TestError(false)),
+                        _ => Ok(None),
+                    }
+                }
+            },
+        ));
+        q.add("a");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            calls.lock().unwrap().is_empty(),
+            "no sync before the caches synced"
+        );
+        synced_tx.send(()).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(*calls.lock().unwrap(), vec!["a", "a", "a"]);
+        // The conflict did not count as a failure; the real failure was forgotten on success.
+        assert_eq!(q.failures("a"), 0);
+        stop.cancel();
+        runner.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn runner_returns_when_stopped_before_sync() {
+        let q = WorkQueue::new("t");
+        let stop = CancellationToken::new();
+        stop.cancel();
+        run_controller(
+            q,
+            vec![Box::pin(futures::future::pending::<()>())],
+            1,
+            stop,
+            |_key| async { Ok::<_, TestError>(None) },
+        )
+        .await;
     }
 }

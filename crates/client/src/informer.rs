@@ -87,7 +87,7 @@ impl<K: Object> Informer<K> {
         let _ = rx.wait_for(|s| *s).await;
     }
 
-    /// `wait_synced` as an owned future, for [`crate::wait_all`].
+    /// `wait_synced` as an owned future, for [`crate::queue::run_controller`].
     pub fn synced(self: Arc<Self>) -> futures::future::BoxFuture<'static, ()> {
         Box::pin(async move { self.wait_synced().await })
     }
@@ -200,11 +200,18 @@ pub struct Factory {
     resync: Option<Duration>,
     informers: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
     runners: Arc<Mutex<Vec<Runner>>>,
+    discovery: Arc<crate::discovery::DiscoveryCache>,
 }
+
+/// How long the factory's discovery cache keeps what the server serves (client-go's memory
+/// cache is invalidated by its users; the controllers that read it tolerate this much delay in
+/// seeing a new resource).
+pub const DISCOVERY_TTL: Duration = Duration::from_secs(30);
 
 impl Factory {
     pub fn new(client: Client, resync: Option<Duration>) -> Self {
         Self {
+            discovery: crate::discovery::DiscoveryCache::new(client.clone(), DISCOVERY_TTL),
             root: client.clone(),
             client,
             resync,
@@ -221,11 +228,17 @@ impl Factory {
             resync: self.resync,
             informers: self.informers.clone(),
             runners: self.runners.clone(),
+            discovery: self.discovery.clone(),
         }
     }
 
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// The discovery cache every controller of this factory shares.
+    pub fn discovery(&self) -> Arc<crate::discovery::DiscoveryCache> {
+        self.discovery.clone()
     }
 
     /// The informer for `K` over all namespaces, created on first use.

@@ -98,7 +98,7 @@ impl LeaderElection {
                 },
                 spec: Some(self.spec(now.clone(), now, 0)),
             };
-            return match api.create(&crate::post_params(), &lease).await {
+            return match api.create(&kube::api::PostParams::default(), &lease).await {
                 Ok(_) => Ok(true),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(e),
@@ -133,7 +133,10 @@ impl LeaderElection {
             (now.clone(), spec.lease_transitions.unwrap_or(0) + 1)
         };
         lease.spec = Some(self.spec(acquired, now, transitions));
-        match api.replace(&self.name, &crate::post_params(), &lease).await {
+        match api
+            .replace(&self.name, &kube::api::PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),
@@ -162,6 +165,8 @@ impl LeaderElection {
         }
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
-        let _ = api.replace(&self.name, &crate::post_params(), &lease).await;
+        let _ = api
+            .replace(&self.name, &kube::api::PostParams::default(), &lease)
+            .await;
     }
 }
