@@ -4,6 +4,7 @@
 
 pub mod catalogue;
 pub mod features;
+pub mod patch_strategy;
 pub mod quantity;
 pub mod quota;
 pub mod selector;
