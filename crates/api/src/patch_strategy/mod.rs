@@ -153,6 +153,11 @@ pub fn key_default(item_type: &str, key: &str) -> Option<&'static str> {
         .map(|i| KEY_DEFAULTS[i].2)
 }
 
+/// Every (list item definition, key field, default as JSON) of optional list-map keys.
+pub fn key_defaults() -> &'static [(&'static str, &'static str, &'static str)] {
+    KEY_DEFAULTS
+}
+
 /// Where a walk over an object stands: the type of the value at hand, as far as it is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Node {
