@@ -3,7 +3,9 @@
 //! The catalogue (`catalogue`): what the API server serves, how each resource is named and
 //! scoped, which verbs and subresources it has; discovery, routing and the registry read it.
 //! Quantities (`quantity`), names and labels (`validation`), the one selector model
-//! (`selector`), typed decoding and OpenAPI schemas (`typed`), quota accounting (`quota`).
+//! (`selector`), typed decoding and OpenAPI schemas (`typed`), quota accounting (`quota`), the
+//! patch-strategy table generated from upstream's OpenAPI (`patch_strategy`: merge keys and list
+//! types by type path, shared by strategic merge patch, server-side apply and OpenAPI).
 //!
 //! The rules several components apply to typed objects, with no I/O (the role of upstream's
 //! `k8s.io/component-helpers`): tolerations and taints (`taints`), node selectors and affinity
@@ -15,6 +17,7 @@ pub mod catalogue;
 pub mod features;
 pub mod node_affinity;
 pub mod owner;
+pub mod patch_strategy;
 pub mod pod;
 pub mod predicates;
 pub mod qos;

@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::ResourceDef;
+use crate::{patch_strategy, ResourceDef};
 
 /// A decoded object and the unknown fields dropped from it (JSON paths such as
 /// `spec.containers[0].foo`).
@@ -67,113 +67,6 @@ pub fn decode(def: &ResourceDef, input: &Value) -> Result<Decoded, String> {
     })
 }
 
-/// (schema, property, patch strategy, merge key) as upstream's Go types tag them, for the
-/// served types.
-const PATCH_STRATEGIES: &[(&str, &str, &str, &str)] = &[
-    (
-        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
-        "finalizers",
-        "merge",
-        "",
-    ),
-    (
-        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
-        "ownerReferences",
-        "merge",
-        "uid",
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "volumes",
-        "merge,retainKeys",
-        "name",
-    ),
-    ("io.k8s.api.core.v1.PodSpec", "initContainers", "merge", "name"),
-    ("io.k8s.api.core.v1.PodSpec", "containers", "merge", "name"),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "ephemeralContainers",
-        "merge",
-        "name",
-    ),
-    ("io.k8s.api.core.v1.PodSpec", "imagePullSecrets", "merge", "name"),
-    ("io.k8s.api.core.v1.PodSpec", "hostAliases", "merge", "ip"),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "topologySpreadConstraints",
-        "merge",
-        "topologyKey",
-    ),
-    (
-        "io.k8s.api.core.v1.PodSpec",
-        "resourceClaims",
-        "merge,retainKeys",
-        "name",
-    ),
-    ("io.k8s.api.core.v1.PodSpec", "schedulingGates", "merge", "name"),
-    ("io.k8s.api.core.v1.Container", "ports", "merge", "containerPort"),
-    ("io.k8s.api.core.v1.Container", "env", "merge", "name"),
-    (
-        "io.k8s.api.core.v1.Container",
-        "volumeMounts",
-        "merge",
-        "mountPath",
-    ),
-    (
-        "io.k8s.api.core.v1.Container",
-        "volumeDevices",
-        "merge",
-        "devicePath",
-    ),
-    ("io.k8s.api.core.v1.EphemeralContainer", "env", "merge", "name"),
-    (
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "volumeMounts",
-        "merge",
-        "mountPath",
-    ),
-    (
-        "io.k8s.api.core.v1.EphemeralContainer",
-        "volumeDevices",
-        "merge",
-        "devicePath",
-    ),
-    ("io.k8s.api.core.v1.PodStatus", "conditions", "merge", "type"),
-    ("io.k8s.api.core.v1.PodStatus", "podIPs", "merge", "ip"),
-    ("io.k8s.api.core.v1.PodStatus", "hostIPs", "merge", "ip"),
-    (
-        "io.k8s.api.core.v1.PodStatus",
-        "resourceClaimStatuses",
-        "merge,retainKeys",
-        "name",
-    ),
-    ("io.k8s.api.core.v1.NodeSpec", "podCIDRs", "merge", ""),
-    ("io.k8s.api.core.v1.NodeStatus", "conditions", "merge", "type"),
-    ("io.k8s.api.core.v1.NodeStatus", "addresses", "merge", "type"),
-    (
-        "io.k8s.api.core.v1.NamespaceStatus",
-        "conditions",
-        "merge",
-        "type",
-    ),
-    ("io.k8s.api.core.v1.ServiceSpec", "ports", "merge", "port"),
-    ("io.k8s.api.core.v1.ServiceStatus", "conditions", "merge", "type"),
-    ("io.k8s.api.core.v1.ServiceAccount", "secrets", "merge", "name"),
-    ("io.k8s.api.apps.v1.DeploymentSpec", "strategy", "retainKeys", ""),
-    (
-        "io.k8s.api.apps.v1.DeploymentStatus",
-        "conditions",
-        "merge",
-        "type",
-    ),
-    (
-        "io.k8s.api.apps.v1.ReplicaSetStatus",
-        "conditions",
-        "merge",
-        "type",
-    ),
-];
-
 /// The OpenAPI v3 schemas (`components.schemas`, keyed by Kubernetes' definition names such as
 /// `io.k8s.api.core.v1.Pod`) of `defs` and everything they refer to, each resource's root
 /// schema marked with its `x-kubernetes-group-version-kind`.
@@ -216,20 +109,11 @@ pub fn openapi_schemas<'a>(
             }),
         );
     }
-    // Upstream's patchStrategy/patchMergeKey struct tags, which k8s-openapi's schemas do not
-    // carry: kubectl's client-side apply computes its strategic merge patches from them.
-    for (schema, field, strategy, key) in PATCH_STRATEGIES {
-        if let Some(prop) = schemas
-            .get_mut(*schema)
-            .and_then(|s| s.get_mut("properties"))
-            .and_then(|p| p.get_mut(*field))
-            .and_then(Value::as_object_mut)
-        {
-            prop.insert("x-kubernetes-patch-strategy".into(), (*strategy).into());
-            if !key.is_empty() {
-                prop.insert("x-kubernetes-patch-merge-key".into(), (*key).into());
-            }
-        }
+    // Upstream's patch and list extensions, which k8s-openapi's schemas do not carry, from the
+    // generated patch-strategy table: kubectl's client-side apply computes its strategic merge
+    // patches from them, and clients read list types and map keys for server-side apply.
+    for (name, schema) in schemas.iter_mut() {
+        add_patch_extensions(name, schema);
     }
     for (name, def) in roots {
         if let Some(schema) = schemas.get_mut(&name).and_then(Value::as_object_mut) {
@@ -240,6 +124,43 @@ pub fn openapi_schemas<'a>(
         }
     }
     schemas
+}
+
+/// Add to the schema of the definition `name` the `x-kubernetes-*` patch, list and map
+/// extensions upstream's OpenAPI gives it and its properties.
+fn add_patch_extensions(name: &str, schema: &mut Value) {
+    let Some(schema) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(map_type) = patch_strategy::map_type(name) {
+        schema.insert("x-kubernetes-map-type".into(), map_type.into());
+    }
+    let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for f in patch_strategy::fields_of(name) {
+        let Some(prop) = props.get_mut(f.name).and_then(Value::as_object_mut) else {
+            continue;
+        };
+        let mut set = |key: &str, value: Value| {
+            prop.insert(key.into(), value);
+        };
+        if !f.list_map_keys.is_empty() {
+            set("x-kubernetes-list-map-keys", f.list_map_keys.into());
+        }
+        if !f.list_type.is_empty() {
+            set("x-kubernetes-list-type", f.list_type.into());
+        }
+        if !f.map_type.is_empty() {
+            set("x-kubernetes-map-type", f.map_type.into());
+        }
+        if !f.patch_merge_key.is_empty() {
+            set("x-kubernetes-patch-merge-key", f.patch_merge_key.into());
+        }
+        if !f.patch_strategy.is_empty() {
+            set("x-kubernetes-patch-strategy", f.patch_strategy.into());
+        }
+    }
 }
 
 fn roundtrip<T: DeserializeOwned + Serialize>(input: &Value) -> Result<Decoded, String> {
@@ -415,12 +336,39 @@ mod tests {
                 def.kind
             );
         }
-        for (schema, field, _, _) in PATCH_STRATEGIES {
-            assert!(
-                all[*schema]["properties"][*field].is_object(),
-                "{schema}.{field} is not in the schemas"
-            );
+        for (name, schema) in &all {
+            for f in crate::patch_strategy::fields_of(name) {
+                assert!(
+                    schema["properties"][f.name].is_object(),
+                    "{name}.{} is not in the schemas",
+                    f.name
+                );
+            }
         }
+        let pod_spec = &all["io.k8s.api.core.v1.PodSpec"]["properties"];
+        let tsc = &pod_spec["topologySpreadConstraints"];
+        assert_eq!(tsc["x-kubernetes-patch-merge-key"], "topologyKey");
+        assert_eq!(tsc["x-kubernetes-list-type"], "map");
+        assert_eq!(
+            tsc["x-kubernetes-list-map-keys"],
+            json!(["topologyKey", "whenUnsatisfiable"])
+        );
+        assert_eq!(pod_spec["tolerations"]["x-kubernetes-list-type"], "atomic");
+        assert!(pod_spec["tolerations"]
+            .get("x-kubernetes-patch-strategy")
+            .is_none());
+        assert_eq!(pod_spec["nodeSelector"]["x-kubernetes-map-type"], "atomic");
+        assert_eq!(
+            all["io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector"]["x-kubernetes-map-type"],
+            "atomic"
+        );
+        let finalizers = &all["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]["properties"]["finalizers"];
+        assert_eq!(finalizers["x-kubernetes-patch-strategy"], "merge");
+        assert_eq!(finalizers["x-kubernetes-list-type"], "set");
+        assert_eq!(
+            all["io.k8s.api.core.v1.ServiceSpec"]["properties"]["ports"]["x-kubernetes-list-map-keys"],
+            json!(["port", "protocol"])
+        );
         assert!(schemas.contains_key("io.k8s.api.core.v1.PodSpec"));
         assert!(schemas.contains_key("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"));
     }

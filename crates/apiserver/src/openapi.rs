@@ -198,6 +198,10 @@ mod tests {
             .iter()
             .any(|p| p["name"] == "fieldValidation"));
         assert!(apps["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"].is_object());
+        let tsc = &apps["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"]["properties"]
+            ["topologySpreadConstraints"];
+        assert_eq!(tsc["x-kubernetes-patch-merge-key"], "topologyKey");
+        assert_eq!(tsc["x-kubernetes-list-type"], "map");
         let core: Value = serde_json::from_slice(&docs.by_path["api/v1"].1).unwrap();
         assert!(core["paths"]["/api/v1/nodes/{name}"]["get"].is_object());
     }

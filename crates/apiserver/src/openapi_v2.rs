@@ -678,6 +678,14 @@ mod tests {
         let spec = &pod["properties"]["spec"];
         assert_eq!(spec["$ref"], "#/definitions/io.k8s.api.core.v1.PodSpec");
         assert!(spec.get("allOf").is_none());
+        // Upstream's patch and list extensions, as kubectl reads them.
+        let ports = &doc["definitions"]["io.k8s.api.core.v1.Container"]["properties"]["ports"];
+        assert_eq!(ports["x-kubernetes-patch-strategy"], "merge");
+        assert_eq!(ports["x-kubernetes-patch-merge-key"], "containerPort");
+        assert_eq!(
+            ports["x-kubernetes-list-map-keys"],
+            json!(["containerPort", "protocol"])
+        );
         assert!(doc["definitions"]["io.k8s.api.apps.v1.Deployment"].is_object());
         let text = doc.to_string();
         assert!(!text.contains(V3_REF), "a v3 reference is left");

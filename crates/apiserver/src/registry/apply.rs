@@ -10,8 +10,11 @@
 //!   are removed if no one else owns them.
 
 use std::collections::BTreeSet;
+use std::ops::Bound;
 
 use serde_json::{json, Map, Value};
+
+use r8s_api::patch_strategy::{self, ListKind, Node};
 
 use crate::status::ApiError;
 
@@ -48,54 +51,79 @@ fn ignored(path: &[Seg]) -> bool {
     }
 }
 
-fn merge_key(field: &str, sample: &Value) -> Option<&'static str> {
-    Some(match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes" | "imagePullSecrets" => {
-            "name"
-        }
-        "volumeMounts" => "mountPath",
-        "ports" if sample.get("containerPort").is_some() => "containerPort",
-        "ports" => "port",
-        "conditions" | "addresses" => "type",
-        "ownerReferences" => "uid",
-        _ => return None,
-    })
-}
-
-/// The leaf paths `v` sets.
-pub(crate) fn field_set(v: &Value) -> BTreeSet<Path> {
+/// The leaf paths `v`, an object of the type `root` says, sets.
+pub(crate) fn field_set(v: &Value, root: Node) -> BTreeSet<Path> {
     let mut out = BTreeSet::new();
-    walk(v, None, &mut Vec::new(), &mut out);
+    walk(v, root, &mut Vec::new(), &mut out);
     out.retain(|p| !p.is_empty() && !ignored(p));
     out
 }
 
-fn walk(v: &Value, field: Option<&str>, prefix: &mut Path, out: &mut BTreeSet<Path>) {
+/// The path segment of a keyed list item: its key fields (or their defaults, when upstream's
+/// schema has one) as a JSON object with sorted keys, as structured-merge-diff writes it.
+/// `None` when the item is no object or has none of the keys.
+fn item_key(item: &Value, keys: &[&str], item_type: Option<&str>) -> Option<String> {
+    let obj = item.as_object()?;
+    let mut sorted = keys.to_vec();
+    sorted.sort_unstable();
+    let mut key = Map::new();
+    for k in sorted {
+        let value = match obj.get(k) {
+            Some(v) => v.clone(),
+            None => match item_type.and_then(|t| patch_strategy::key_default(t, k)) {
+                Some(d) => serde_json::from_str(d).ok()?,
+                // Upstream refuses such an item; it is kept by the keys it has.
+                None => continue,
+            },
+        };
+        key.insert(k.to_owned(), value);
+    }
+    (!key.is_empty()).then(|| Value::Object(key).to_string())
+}
+
+fn walk(v: &Value, node: Node, prefix: &mut Path, out: &mut BTreeSet<Path>) {
+    // An atomic object (a label selector, say) is one value.
+    let granular = prefix.is_empty() || !node.is_atomic_map();
     match v {
-        Value::Object(m) if !m.is_empty() => {
+        Value::Object(m) if granular && !m.is_empty() => {
             for (k, child) in m {
                 prefix.push(Seg::Field(k.clone()));
                 if !ignored(prefix) {
-                    walk(child, Some(k), prefix, out);
+                    walk(child, node.member(k), prefix, out);
                 }
                 prefix.pop();
             }
         }
-        Value::Array(items) if field == Some("finalizers") => {
-            for item in items {
-                let mut p = prefix.clone();
-                p.push(Seg::Value(item.to_string()));
-                out.insert(p);
-            }
-        }
-        Value::Array(items) if !items.is_empty() && field.and_then(|f| merge_key(f, &items[0])).is_some() => {
-            let key = field.and_then(|f| merge_key(f, &items[0])).expect("checked");
-            for item in items {
-                prefix.push(Seg::Key(json!({ key: item[key] }).to_string()));
-                // The item itself, then its fields.
-                out.insert(prefix.clone());
-                walk(item, None, prefix, out);
-                prefix.pop();
+        Value::Array(items) if !items.is_empty() => {
+            let kind = node.list().map(|f| f.ssa_list()).unwrap_or(ListKind::Atomic);
+            let item_node = node.item();
+            match kind {
+                ListKind::Set => {
+                    for item in items {
+                        let mut p = prefix.clone();
+                        p.push(Seg::Value(item.to_string()));
+                        out.insert(p);
+                    }
+                }
+                ListKind::Map(keys) => {
+                    let segs: Option<Vec<String>> =
+                        items.iter().map(|i| item_key(i, keys, item_node.def())).collect();
+                    let Some(segs) = segs else {
+                        // Items without keys: the list is one value.
+                        out.insert(prefix.clone());
+                        return;
+                    };
+                    for (item, seg) in items.iter().zip(segs) {
+                        prefix.push(Seg::Key(seg));
+                        // The item itself, then its fields.
+                        out.insert(prefix.clone());
+                        walk(item, item_node, prefix, out);
+                        prefix.pop();
+                    }
+                }
+                ListKind::Atomic => {
+                    out.insert(prefix.clone());
+                }
             }
         }
         _ => {
@@ -110,8 +138,15 @@ fn key_of(seg: &str) -> Option<Map<String, Value>> {
         .and_then(|v| v.as_object().cloned())
 }
 
+/// `item` has the key: each key field, or, where the item leaves one out, its default (a
+/// container port without a protocol is the key's `"protocol":"TCP"`).
 fn matches_key(item: &Value, key: &Map<String, Value>) -> bool {
-    key.iter().all(|(k, v)| item.get(k) == Some(v))
+    key.iter().all(|(k, v)| match item.get(k) {
+        Some(have) => have == v,
+        None => patch_strategy::key_defaults().iter().any(|(_, field, default)| {
+            field == k && serde_json::from_str::<Value>(default).ok().as_ref() == Some(v)
+        }),
+    })
 }
 
 /// The value at `path`, if present.
@@ -133,8 +168,10 @@ pub(crate) fn get<'a>(v: &'a Value, path: &[Seg]) -> Option<&'a Value> {
     Some(cur)
 }
 
-/// Set `path` in `target` to what it is in `source`, creating what lies between.
-fn set_from(target: &mut Value, source: &Value, path: &[Seg]) {
+/// Set `path` in `target` to what it is in `source`, creating what lies between. A keyed list
+/// item's own path sets only its keys, unless `whole` (an atomic item, whose path is its
+/// only one).
+fn set_from(target: &mut Value, source: &Value, path: &[Seg], whole: bool) {
     let Some(value) = get(source, path) else { return };
     let mut cur = target;
     for (i, seg) in path.iter().enumerate() {
@@ -165,6 +202,9 @@ fn set_from(target: &mut Value, source: &Value, path: &[Seg]) {
                     }
                 };
                 if last {
+                    if whole {
+                        items[pos] = value.clone();
+                    }
                     return;
                 }
                 cur = &mut items[pos];
@@ -322,10 +362,17 @@ pub(crate) fn write_entries(obj: &mut Value, entries: &[Entry]) {
     }
 }
 
-/// Record a non-apply write by `manager`: the fields it changed become its own.
-pub(crate) fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, api_version: &str) {
+/// Record a non-apply write by `manager` of an object of the type `root` says: the fields it
+/// changed become its own.
+pub(crate) fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    api_version: &str,
+    root: Node,
+) {
     let mut entries = old.map(read_entries).unwrap_or_default();
-    let changed: BTreeSet<Path> = field_set(new)
+    let changed: BTreeSet<Path> = field_set(new, root)
         .into_iter()
         .filter(|p| old.map(|o| get(o, p) != get(new, p)).unwrap_or(true))
         .collect();
@@ -358,20 +405,32 @@ pub(crate) fn record_update(old: Option<&Value>, new: &mut Value, manager: &str,
     write_entries(new, &entries);
 }
 
-/// Apply `applied` by `manager` over `live`: the merged object, or the conflicts.
+/// Apply `applied` by `manager` over `live`, objects of the type `root` says: the merged
+/// object, or the conflicts.
 pub(crate) fn apply(
     live: &Value,
     applied: &Value,
     manager: &str,
     api_version: &str,
     force: bool,
+    root: Node,
 ) -> Result<Value, ApiError> {
-    let wanted = field_set(applied);
+    let wanted = field_set(applied, root);
     let mut entries = read_entries(live);
     let is_me = |e: &Entry| e.manager == manager && e.operation == "Apply";
     let mut conflicts: Vec<(String, String, String)> = Vec::new();
-    // A keyed list item's own path stands for its existence, not its whole value.
-    let differs = |p: &Path| !matches!(p.last(), Some(Seg::Key(_))) && get(live, p) != get(applied, p);
+    // A keyed list item's own path stands for its existence, not its whole value, unless the
+    // item is atomic (its path has no fields below it).
+    let atomic_item = |p: &Path| {
+        matches!(p.last(), Some(Seg::Key(_)))
+            && !wanted
+                .range::<Path, _>((Bound::Excluded(p), Bound::Unbounded))
+                .next()
+                .is_some_and(|q| q.starts_with(p))
+    };
+    let differs = |p: &Path| {
+        (!matches!(p.last(), Some(Seg::Key(_))) || atomic_item(p)) && get(live, p) != get(applied, p)
+    };
     for e in entries.iter().filter(|e| !is_me(e)) {
         for p in e.fields.intersection(&wanted) {
             if differs(p) {
@@ -394,7 +453,7 @@ pub(crate) fn apply(
         .unwrap_or_default();
     let mut merged = live.clone();
     for p in &wanted {
-        set_from(&mut merged, applied, p);
+        set_from(&mut merged, applied, p, atomic_item(p));
     }
     // What this manager applied before and no longer does goes, unless someone else owns it.
     for p in previous.difference(&wanted) {
@@ -470,6 +529,10 @@ fn conflict_error(conflicts: &[(String, String, String)]) -> ApiError {
 mod tests {
     use super::*;
 
+    fn deploy() -> Node {
+        Node::root("apps", "v1", "Deployment")
+    }
+
     fn deployment(replicas: i64, image: &str) -> Value {
         json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
@@ -480,7 +543,7 @@ mod tests {
 
     #[test]
     fn field_sets_key_lists_and_round_trip_through_managed_fields() {
-        let set = field_set(&deployment(2, "nginx"));
+        let set = field_set(&deployment(2, "nginx"), deploy());
         let shown: Vec<String> = set.iter().map(|p| display(p)).collect();
         assert!(shown.contains(&".spec.replicas".to_owned()));
         assert!(shown.contains(&".spec.template.spec.containers[name=\"web\"].image".to_owned()));
@@ -505,21 +568,84 @@ mod tests {
     }
 
     #[test]
+    fn field_sets_follow_the_type_path() {
+        let d = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "finalizers": ["f"]},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"spec": {
+                "containers": [{"name": "web", "image": "nginx", "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}]}],
+                "tolerations": [{"key": "a", "operator": "Exists"}],
+                "topologySpreadConstraints": [{"topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule", "maxSkew": 1}]
+            }}}
+        });
+        let mut obj = d.clone();
+        let set = field_set(&d, deploy());
+        write_entries(
+            &mut obj,
+            &[Entry {
+                manager: "m".into(),
+                operation: "Apply".into(),
+                api_version: "apps/v1".into(),
+                time: "t".into(),
+                fields: set.clone(),
+            }],
+        );
+        let trie = &obj["metadata"]["managedFields"][0]["fieldsV1"];
+        // Label selectors are atomic: one leaf.
+        assert_eq!(trie["f:spec"]["f:selector"], json!({}));
+        let pod = &trie["f:spec"]["f:template"]["f:spec"];
+        let ports = &pod["f:containers"]["k:{\"name\":\"web\"}"]["f:ports"];
+        // Keys in sorted order, an omitted protocol as its default.
+        assert!(
+            ports["k:{\"containerPort\":80,\"protocol\":\"TCP\"}"]["."].is_object(),
+            "{ports}"
+        );
+        assert!(ports["k:{\"containerPort\":53,\"protocol\":\"UDP\"}"]["f:protocol"].is_object());
+        assert_eq!(pod["f:tolerations"], json!({}));
+        assert!(pod["f:topologySpreadConstraints"]
+            ["k:{\"topologyKey\":\"zone\",\"whenUnsatisfiable\":\"DoNotSchedule\"}"]["f:maxSkew"]
+            .is_object());
+        assert!(trie["f:metadata"]["f:finalizers"]["v:\"f\""].is_object());
+        assert_eq!(read_entries(&obj)[0].fields, set);
+        // The item is found by its key, the default standing in for what it leaves out.
+        let path = set
+            .iter()
+            .find(|p| display(p).ends_with("ports[containerPort=80,protocol=\"TCP\"]"))
+            .unwrap();
+        assert_eq!(get(&d, path).unwrap()["containerPort"], 80);
+    }
+
+    #[test]
     fn apply_conflicts_forces_and_removes_what_is_no_longer_applied() {
-        let live = apply(&json!({}), &deployment(2, "nginx"), "alice", "apps/v1", false).unwrap();
+        let live = apply(
+            &json!({}),
+            &deployment(2, "nginx"),
+            "alice",
+            "apps/v1",
+            false,
+            deploy(),
+        )
+        .unwrap();
         // Same manager, changed values: no conflict.
-        let live = apply(&live, &deployment(3, "nginx"), "alice", "apps/v1", false).unwrap();
+        let live = apply(
+            &live,
+            &deployment(3, "nginx"),
+            "alice",
+            "apps/v1",
+            false,
+            deploy(),
+        )
+        .unwrap();
         assert_eq!(live["spec"]["replicas"], 3);
         // Another manager changing a field alice owns: conflict, in upstream's words.
         let bobs = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {"replicas": 5}});
-        let err = apply(&live, &bobs, "bob", "apps/v1", false).unwrap_err();
+        let err = apply(&live, &bobs, "bob", "apps/v1", false, deploy()).unwrap_err();
         assert_eq!(err.code, 409);
         assert_eq!(
             err.message,
             "Apply failed with 1 conflict: conflict with \"alice\" using apps/v1: .spec.replicas"
         );
         // Forced: bob takes replicas over; alice keeps the rest.
-        let live = apply(&live, &bobs, "bob", "apps/v1", true).unwrap();
+        let live = apply(&live, &bobs, "bob", "apps/v1", true, deploy()).unwrap();
         assert_eq!(live["spec"]["replicas"], 5);
         let entries = read_entries(&live);
         let alice = entries.iter().find(|e| e.manager == "alice").unwrap();
@@ -531,7 +657,7 @@ mod tests {
             .unwrap()
             .remove("labels");
         without_label["spec"].as_object_mut().unwrap().remove("replicas");
-        let live = apply(&live, &without_label, "alice", "apps/v1", false).unwrap();
+        let live = apply(&live, &without_label, "alice", "apps/v1", false, deploy()).unwrap();
         assert!(live["metadata"]["labels"].get("app").is_none(), "{live}");
         assert_eq!(
             live["spec"]["template"]["spec"]["containers"][0]["image"],
@@ -544,18 +670,42 @@ mod tests {
     fn applying_to_nothing_records_the_applier() {
         let cm =
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
-        let created = apply(&json!({}), &cm, "m", "v1", false).unwrap();
+        let created = apply(
+            &json!({}),
+            &cm,
+            "m",
+            "v1",
+            false,
+            Node::root("", "v1", "ConfigMap"),
+        )
+        .unwrap();
         assert_eq!(read_entries(&created)[0].manager, "m");
         assert_eq!(created["data"]["a"], "1");
     }
 
     #[test]
     fn updates_take_the_fields_they_change() {
-        let live = apply(&json!({}), &deployment(2, "nginx"), "alice", "apps/v1", false).unwrap();
+        let live = apply(
+            &json!({}),
+            &deployment(2, "nginx"),
+            "alice",
+            "apps/v1",
+            false,
+            deploy(),
+        )
+        .unwrap();
         let mut scaled = live.clone();
         scaled["spec"]["replicas"] = json!(7);
-        record_update(Some(&live), &mut scaled, "kubectl-scale", "apps/v1");
-        let err = apply(&scaled, &deployment(2, "nginx"), "alice", "apps/v1", false).unwrap_err();
+        record_update(Some(&live), &mut scaled, "kubectl-scale", "apps/v1", deploy());
+        let err = apply(
+            &scaled,
+            &deployment(2, "nginx"),
+            "alice",
+            "apps/v1",
+            false,
+            deploy(),
+        )
+        .unwrap_err();
         assert!(
             err.message.contains("conflict with \"kubectl-scale\""),
             "{}",

@@ -9,6 +9,8 @@
 pub(crate) mod allocator;
 mod apply;
 pub(crate) mod convert;
+#[cfg(test)]
+mod keyed_lists_tests;
 pub mod kubelet;
 pub(crate) mod meta;
 mod patch;
@@ -894,7 +896,13 @@ async fn create(
     let decoded = decode_body(def, &body)?;
     ctx.audit.object_decoded(&decoded);
     let (mut obj, warnings) = typed(def, decoded, ns, query)?;
-    apply::record_update(None, &mut obj, &ctx.field_manager(), &def.api_version());
+    apply::record_update(
+        None,
+        &mut obj,
+        &ctx.field_manager(),
+        &def.api_version(),
+        patch::root_node(def, subresource::View::Main),
+    );
     let (created, stored) = create_stored(ctx, def, ns, obj, query.dry_run()).await?;
     // The response is the stored bytes with their resourceVersion, as a get would return
     // them (no second encoding of the object).
@@ -1130,7 +1138,13 @@ pub(crate) async fn apply_update(
         m.remove("resourceVersion");
     }
     if view != subresource::View::Apply {
-        apply::record_update(Some(old), &mut obj, &ctx.field_manager(), &def.api_version());
+        apply::record_update(
+            Some(old),
+            &mut obj,
+            &ctx.field_manager(),
+            &def.api_version(),
+            patch::root_node(def, subresource::View::Main),
+        );
     }
     let options = operation_options(ctx, "UpdateOptions", dry_run);
     ctx.shared

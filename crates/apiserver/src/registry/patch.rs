@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use http::{header, HeaderMap, Response, StatusCode};
+use r8s_api::patch_strategy::Node;
 use r8s_api::ResourceDef;
 use serde_json::{json, Map, Value};
 
@@ -15,7 +16,7 @@ use crate::handler::{json_response, Body, Ctx};
 use crate::status::ApiError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PatchType {
+pub(super) enum PatchType {
     Json,
     Merge,
     Strategic,
@@ -65,7 +66,7 @@ pub(crate) async fn serve(
         let old = read(ctx, def, ns, name).await?;
         // Patch what the client sees (the object, or its status or scale), then write it back.
         let mut patched = View::project(view, def, &old);
-        apply(kind, &mut patched, &patch)?;
+        apply(kind, &mut patched, &patch, root_node(def, view))?;
         // The patched object is decoded as its type like any other write (the scale view is
         // not the resource's type).
         let (patched, warnings) = if view == View::Scale {
@@ -82,6 +83,16 @@ pub(crate) async fn serve(
             Err(e) if e.code == 409 && e.reason == "Conflict" && !pinned && attempts < 5 => continue,
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// The type of what a patch of `view` of `def` patches: the resource's kind, or autoscaling/v1
+/// Scale for the scale subresource.
+pub(crate) fn root_node(def: &ResourceDef, view: View) -> Node {
+    if view == View::Scale {
+        Node::root("autoscaling", "v1", "Scale")
+    } else {
+        Node::root(def.group, def.version, def.kind)
     }
 }
 
@@ -132,7 +143,14 @@ async fn server_side_apply(
             Err(e) => return Err(e),
         };
         let Some(live) = live else {
-            let mut obj = apply::apply(&json!({}), &applied, &manager, &def.api_version(), force)?;
+            let mut obj = apply::apply(
+                &json!({}),
+                &applied,
+                &manager,
+                &def.api_version(),
+                force,
+                root_node(def, View::Apply),
+            )?;
             for k in ["apiVersion", "kind"] {
                 obj[k] = applied[k].clone();
             }
@@ -150,7 +168,14 @@ async fn server_side_apply(
                 &warnings,
             ));
         };
-        let mut merged = apply::apply(&live, &applied, &manager, &def.api_version(), force)?;
+        let mut merged = apply::apply(
+            &live,
+            &applied,
+            &manager,
+            &def.api_version(),
+            force,
+            root_node(def, View::Apply),
+        )?;
         if let Some(rv) = applied["metadata"]["resourceVersion"].as_str() {
             meta::meta_mut(&mut merged).insert("resourceVersion".into(), json!(rv));
         }
@@ -178,7 +203,9 @@ async fn server_side_apply(
     Err(ApiError::new(409, "Conflict", format!("Operation cannot be fulfilled on {} \"{name}\": the object kept changing while it was applied; try again", def.group_resource())))
 }
 
-fn apply(kind: PatchType, doc: &mut Value, patch: &Value) -> Result<(), ApiError> {
+/// Apply a patch of `kind` to `doc`, an object of the type `root` says (strategic merge patch
+/// merges by it).
+pub(super) fn apply(kind: PatchType, doc: &mut Value, patch: &Value, root: Node) -> Result<(), ApiError> {
     match kind {
         PatchType::Json => {
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
@@ -201,56 +228,30 @@ fn apply(kind: PatchType, doc: &mut Value, patch: &Value) -> Result<(), ApiError
                     "a strategic merge patch must be a JSON object",
                 ));
             }
-            strategic_merge(doc, patch, "");
+            strategic_merge(doc, patch, root);
             Ok(())
         }
     }
 }
 
-/// The merge key of a list field whose elements are merged by key (upstream's
-/// `patchMergeKey` tags on the core types).
-fn merge_key(field: &str, sample: &Value) -> Option<&'static str> {
-    Some(match field {
-        "containers"
-        | "initContainers"
-        | "ephemeralContainers"
-        | "env"
-        | "volumes"
-        | "imagePullSecrets"
-        | "containerStatuses"
-        | "initContainerStatuses" => "name",
-        "volumeMounts" => "mountPath",
-        "volumeDevices" => "devicePath",
-        "conditions" => "type",
-        "ownerReferences" => "uid",
-        "hostAliases" => "ip",
-        "addresses" => "type",
-        "ports" if sample.get("containerPort").is_some() => "containerPort",
-        "ports" => "port",
-        _ => return None,
-    })
-}
-
-/// Primitive lists that merge as sets rather than being replaced.
-fn merges_primitives(field: &str) -> bool {
-    matches!(field, "finalizers")
-}
-
-fn strategic_merge(doc: &mut Value, patch: &Value, field: &str) {
+/// Strategic merge of `patch` into `doc`, an object (or part of one) of the type `node` says:
+/// lists merge as upstream's OpenAPI tags their property (`x-kubernetes-patch-strategy` and
+/// `x-kubernetes-patch-merge-key`, looked up by type path); lists of unknown type are
+/// replaced, as upstream does for objects without a schema.
+fn strategic_merge(doc: &mut Value, patch: &Value, node: Node) {
     let Some(patch_map) = patch.as_object() else {
         *doc = patch.clone();
         return;
     };
     if patch_map.get("$patch").and_then(Value::as_str) == Some("replace") {
-        let mut p = patch_map.clone();
-        p.remove("$patch");
-        *doc = Value::Object(p);
+        let mut value = patch.clone();
+        strip_directives(&mut value);
+        *doc = value;
         return;
     }
     if !doc.is_object() {
         *doc = Value::Object(Map::new());
     }
-    let _ = field;
     let target = doc.as_object_mut().expect("made an object");
     // retainKeys: the fields not listed are cleared (a union such as a Deployment's strategy).
     if let Some(keep) = patch_map.get("$retainKeys").and_then(Value::as_array) {
@@ -270,24 +271,11 @@ fn strategic_merge(doc: &mut Value, patch: &Value, field: &str) {
             target.remove(k);
             continue;
         }
+        let child = node.member(k);
         match (target.get_mut(k), v) {
-            (Some(existing @ Value::Object(_)), Value::Object(_)) => strategic_merge(existing, v, k),
+            (Some(existing @ Value::Object(_)), Value::Object(_)) => strategic_merge(existing, v, child),
             (Some(Value::Array(existing)), Value::Array(patch_items)) => {
-                let key = patch_items
-                    .first()
-                    .and_then(|s| merge_key(k, s))
-                    .or_else(|| existing.first().and_then(|s| merge_key(k, s)));
-                if let Some(key) = key.filter(|_| patch_items.iter().all(Value::is_object)) {
-                    merge_list_by_key(existing, patch_items, key);
-                } else if merges_primitives(k) {
-                    for item in patch_items {
-                        if !existing.contains(item) {
-                            existing.push(item.clone());
-                        }
-                    }
-                } else {
-                    *existing = patch_items.clone();
-                }
+                merge_list(existing, patch_items, child)
             }
             _ => {
                 let mut value = v.clone();
@@ -298,18 +286,58 @@ fn strategic_merge(doc: &mut Value, patch: &Value, field: &str) {
     }
 }
 
-fn merge_list_by_key(existing: &mut Vec<Value>, patch_items: &[Value], key: &str) {
-    for item in patch_items {
-        let id = &item[key];
+/// A `{"$patch": "replace"}` item: the list becomes the patch's other items.
+fn is_replace_marker(item: &Value) -> bool {
+    item.as_object()
+        .is_some_and(|m| m.len() == 1 && m.get("$patch").and_then(Value::as_str) == Some("replace"))
+}
+
+fn merge_list(existing: &mut Vec<Value>, patch_items: &[Value], node: Node) {
+    let info = node.list();
+    if patch_items.iter().any(is_replace_marker) {
+        let mut value = Value::Array(patch_items.to_vec());
+        strip_directives(&mut value);
+        *existing = match value {
+            Value::Array(items) => items,
+            _ => unreachable!("stripping keeps an array an array"),
+        };
+        return;
+    }
+    match info {
+        Some(f) if f.smp_merge_key().is_some() && patch_items.iter().all(Value::is_object) => {
+            let key = f.smp_merge_key().expect("checked");
+            merge_list_by_key(existing, patch_items, key, node.item());
+        }
+        // `merge` without a key: a set of values (finalizers).
+        Some(f) if f.smp_merges() && !patch_items.iter().any(Value::is_object) => {
+            for item in patch_items {
+                if !existing.contains(item) {
+                    existing.push(item.clone());
+                }
+            }
+        }
+        _ => {
+            let mut value = Value::Array(patch_items.to_vec());
+            strip_directives(&mut value);
+            if let Value::Array(items) = value {
+                *existing = items;
+            }
+        }
+    }
+}
+
+fn merge_list_by_key(existing: &mut Vec<Value>, patch_items: &[Value], key: &str, item: Node) {
+    for patch_item in patch_items {
+        let id = &patch_item[key];
         let pos = existing.iter().position(|e| &e[key] == id);
-        match (item.get("$patch").and_then(Value::as_str), pos) {
+        match (patch_item.get("$patch").and_then(Value::as_str), pos) {
             (Some("delete"), Some(i)) => {
                 existing.remove(i);
             }
             (Some("delete"), None) => {}
-            (_, Some(i)) => strategic_merge(&mut existing[i], item, ""),
+            (_, Some(i)) => strategic_merge(&mut existing[i], patch_item, item),
             (_, None) => {
-                let mut value = item.clone();
+                let mut value = patch_item.clone();
                 strip_directives(&mut value);
                 existing.push(value);
             }
@@ -317,7 +345,8 @@ fn merge_list_by_key(existing: &mut Vec<Value>, patch_items: &[Value], key: &str
     }
 }
 
-/// Directives never end up in the stored object.
+/// Directives never end up in the stored object (nor items a patch deletes from a list it
+/// sets).
 fn strip_directives(v: &mut Value) {
     match v {
         Value::Object(m) => {
@@ -326,7 +355,15 @@ fn strip_directives(v: &mut Value) {
                 strip_directives(child);
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(strip_directives),
+        Value::Array(items) => {
+            items.retain(|i| {
+                !matches!(
+                    i.get("$patch").and_then(Value::as_str),
+                    Some("delete") | Some("replace")
+                )
+            });
+            items.iter_mut().for_each(strip_directives)
+        }
         _ => {}
     }
 }
@@ -335,6 +372,14 @@ fn strip_directives(v: &mut Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn pod() -> Node {
+        Node::root("", "v1", "Pod")
+    }
+
+    fn deployment() -> Node {
+        Node::root("apps", "v1", "Deployment")
+    }
 
     #[test]
     fn strategic_merge_merges_containers_by_name() {
@@ -351,7 +396,7 @@ mod tests {
             ]},
             "metadata": {"finalizers": ["f2"], "labels": {"new": "yes"}}
         });
-        apply(PatchType::Strategic, &mut doc, &patch).unwrap();
+        apply(PatchType::Strategic, &mut doc, &patch, pod()).unwrap();
         let cs = doc["spec"]["containers"].as_array().unwrap();
         assert_eq!(cs.len(), 2);
         assert_eq!(cs[0]["image"], "a:2");
@@ -363,11 +408,106 @@ mod tests {
     }
 
     #[test]
+    fn topology_spread_constraints_merge_by_topology_key() {
+        let constraint = |key: &str, skew: i64| json!({"topologyKey": key, "maxSkew": skew, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}});
+        let mut doc = json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": {"spec": {
+            "containers": [{"name": "web", "image": "nginx"}],
+            "topologySpreadConstraints": [constraint("zone", 1), constraint("hostname", 1)]
+        }}}});
+        let patch = json!({"spec":{"template":{"spec":{"topologySpreadConstraints":[{"topologyKey":"zone","maxSkew":2,"whenUnsatisfiable":"DoNotSchedule","labelSelector":{}}]}}}});
+        apply(PatchType::Strategic, &mut doc, &patch, deployment()).unwrap();
+        let tsc = doc["spec"]["template"]["spec"]["topologySpreadConstraints"]
+            .as_array()
+            .unwrap();
+        assert_eq!(tsc.len(), 2, "{doc}");
+        assert_eq!(tsc[0]["topologyKey"], "zone");
+        assert_eq!(tsc[0]["maxSkew"], 2);
+        assert_eq!(tsc[1], constraint("hostname", 1));
+    }
+
+    #[test]
+    fn lists_merge_by_their_type_path_not_their_name() {
+        // Container ports merge by containerPort, service ports by port, and lists tagged
+        // atomic (tolerations, endpoints' ports) are replaced.
+        let mut p = json!({"spec": {
+            "containers": [{"name": "web", "ports": [{"containerPort": 80, "name": "http"}, {"containerPort": 443}]}],
+            "tolerations": [{"key": "a", "operator": "Exists"}, {"key": "b", "operator": "Exists"}],
+            "hostAliases": [{"ip": "10.0.0.1", "hostnames": ["a"]}, {"ip": "10.0.0.2", "hostnames": ["b"]}]
+        }});
+        let patch = json!({"spec": {
+            "containers": [{"name": "web", "ports": [{"containerPort": 80, "name": "web"}]}],
+            "tolerations": [{"key": "c", "operator": "Exists"}],
+            "hostAliases": [{"ip": "10.0.0.2", "hostnames": ["c"]}]
+        }});
+        apply(PatchType::Strategic, &mut p, &patch, pod()).unwrap();
+        let ports = &p["spec"]["containers"][0]["ports"];
+        assert_eq!(
+            ports,
+            &json!([{"containerPort": 80, "name": "web"}, {"containerPort": 443}])
+        );
+        assert_eq!(
+            p["spec"]["tolerations"],
+            json!([{"key": "c", "operator": "Exists"}])
+        );
+        assert_eq!(p["spec"]["hostAliases"][1]["hostnames"], json!(["c"]));
+        assert_eq!(p["spec"]["hostAliases"].as_array().unwrap().len(), 2);
+
+        let mut svc = json!({"spec": {"ports": [{"port": 80, "targetPort": 8080}, {"port": 443}]}});
+        let patch = json!({"spec": {"ports": [{"port": 80, "targetPort": 9090}]}});
+        apply(
+            PatchType::Strategic,
+            &mut svc,
+            &patch,
+            Node::root("", "v1", "Service"),
+        )
+        .unwrap();
+        assert_eq!(
+            svc["spec"]["ports"],
+            json!([{"port": 80, "targetPort": 9090}, {"port": 443}])
+        );
+
+        let mut ep = json!({"subsets": [{"ports": [{"port": 80}, {"port": 443}]}]});
+        let patch = json!({"subsets": [{"ports": [{"port": 80, "name": "x"}]}]});
+        apply(
+            PatchType::Strategic,
+            &mut ep,
+            &patch,
+            Node::root("", "v1", "Endpoints"),
+        )
+        .unwrap();
+        assert_eq!(ep["subsets"], json!([{"ports": [{"port": 80, "name": "x"}]}]));
+    }
+
+    #[test]
+    fn objects_of_unknown_type_replace_lists_but_metadata_is_still_typed() {
+        let mut doc = json!({"metadata": {"finalizers": ["a"]}, "spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
+        let patch =
+            json!({"metadata": {"finalizers": ["b"]}, "spec": {"containers": [{"name": "a", "image": "x"}]}});
+        apply(
+            PatchType::Strategic,
+            &mut doc,
+            &patch,
+            Node::root("example.com", "v1", "Widget"),
+        )
+        .unwrap();
+        assert_eq!(doc["spec"]["containers"], json!([{"name": "a", "image": "x"}]));
+        assert_eq!(doc["metadata"]["finalizers"], json!(["a", "b"]));
+    }
+
+    #[test]
+    fn a_replace_directive_in_a_merged_list_replaces_it() {
+        let mut doc = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
+        let patch = json!({"spec": {"containers": [{"$patch": "replace"}, {"name": "c"}]}});
+        apply(PatchType::Strategic, &mut doc, &patch, pod()).unwrap();
+        assert_eq!(doc["spec"]["containers"], json!([{"name": "c"}]));
+    }
+
+    #[test]
     fn retain_keys_clears_the_fields_not_listed() {
         let mut doc =
             json!({"spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%"}}}});
         let patch = json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}});
-        apply(PatchType::Strategic, &mut doc, &patch).unwrap();
+        apply(PatchType::Strategic, &mut doc, &patch, deployment()).unwrap();
         assert_eq!(doc["spec"]["strategy"], json!({"type": "Recreate"}));
     }
 
@@ -378,6 +518,7 @@ mod tests {
             PatchType::Merge,
             &mut doc,
             &json!({"metadata": {"labels": {"a": null, "c": "3"}}}),
+            pod(),
         )
         .unwrap();
         assert_eq!(doc["metadata"]["labels"], json!({"b": "2", "c": "3"}));
@@ -385,6 +526,7 @@ mod tests {
             PatchType::Json,
             &mut doc,
             &json!([{"op": "replace", "path": "/metadata/labels/b", "value": "9"}]),
+            pod(),
         )
         .unwrap();
         assert_eq!(doc["metadata"]["labels"]["b"], "9");
@@ -392,6 +534,7 @@ mod tests {
             PatchType::Json,
             &mut doc,
             &json!([{"op": "remove", "path": "/nope"}]),
+            pod(),
         )
         .unwrap_err();
         assert_eq!(err.code, 422);
