@@ -2,7 +2,7 @@
 //!
 //! The catalogue (`catalogue`): what the API server serves, how each resource is named and
 //! scoped, which verbs and subresources it has; discovery, routing and the registry read it.
-//! Quantities (`quantity`), names and labels (`validation`), the one selector model
+//! Quantities (`quantity`), Go durations (`duration`), names and labels (`validation`), the one selector model
 //! (`selector`), typed decoding and OpenAPI schemas (`typed`), quota accounting (`quota`), the
 //! patch-strategy table generated from upstream's OpenAPI (`patch_strategy`: merge keys and list
 //! types by type path, shared by strategic merge patch, server-side apply and OpenAPI).
@@ -14,6 +14,7 @@
 //! kubelet both check (`predicates`).
 
 pub mod catalogue;
+pub mod duration;
 pub mod features;
 pub mod node_affinity;
 pub mod owner;

@@ -245,21 +245,21 @@ pub fn sign_client(ca: &SigningCa, csr_pem: &str, duration: Duration) -> Result<
         rcgen::KeyUsagePurpose::KeyEncipherment,
     ];
     csr.params.is_ca = rcgen::IsCa::ExplicitNoCa;
-    csr.params.serial_number = Some(rcgen::SerialNumber::from_slice(&uuid_bytes()));
+    csr.params.serial_number = Some(rcgen::SerialNumber::from_slice(&serial()?));
     let cert = csr.signed_by(&issuer).map_err(|e| format!("signing: {e}"))?;
     Ok(cert.pem())
 }
 
-fn uuid_bytes() -> Vec<u8> {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_default();
-    let hex: String = raw.trim().chars().filter(|c| c.is_ascii_hexdigit()).collect();
-    let mut out: Vec<u8> = (0..hex.len() / 2)
-        .filter_map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok())
-        .collect();
-    if let Some(first) = out.first_mut() {
-        *first &= 0x7f; // a positive serial
-    }
-    out
+/// A random positive 128-bit serial number from the operating system's random source, as
+/// upstream's signer draws one (RFC 5280 allows up to 20 octets).
+fn serial() -> Result<[u8; 16], String> {
+    use ring::rand::SecureRandom;
+    let mut out = [0u8; 16];
+    ring::rand::SystemRandom::new()
+        .fill(&mut out)
+        .map_err(|_| "the operating system's random source is unavailable".to_string())?;
+    out[0] &= 0x7f;
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -19,7 +19,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use r8s_client::queue::WorkQueue;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use bytes::Bytes;
+use http_body_util::Empty;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Notify};
 
 use crate::cri::Cri;
@@ -285,52 +287,56 @@ pub async fn exec(cri: &Cri, cmd: &[String], t: &Target, timeout: Duration) -> R
     }
 }
 
-/// The request line and headers of an HTTP/1.1 GET as the kubelet's prober sends it.
-pub fn http_request(h: &HttpGet, authority: &str) -> String {
+/// The GET the kubelet's prober sends for `h` to `authority`: upstream's default headers
+/// (`Host`, `User-Agent: kube-probe/1.33`, `Accept: */*`) unless the probe gives its own, then
+/// the probe's headers, and `Connection: close` (one request per connection, as upstream's
+/// prober disables keep-alive).
+pub fn http_request(h: &HttpGet, authority: &str) -> Result<http::Request<Empty<Bytes>>, String> {
     let path = if h.path.starts_with('/') {
         h.path.clone()
     } else {
         format!("/{}", h.path)
     };
     let has = |name: &str| h.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
-    let mut req = format!("GET {path} HTTP/1.1\r\n");
+    let mut req = http::Request::get(path);
     if !has("host") {
-        req.push_str(&format!("Host: {authority}\r\n"));
+        req = req.header(http::header::HOST, authority);
     }
     if !has("user-agent") {
-        req.push_str("User-Agent: kube-probe/1.33\r\n");
+        req = req.header(http::header::USER_AGENT, "kube-probe/1.33");
     }
     if !has("accept") {
-        req.push_str("Accept: */*\r\n");
+        req = req.header(http::header::ACCEPT, "*/*");
     }
     for (n, v) in &h.headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
+        req = req.header(n.as_str(), v.as_str());
     }
-    req.push_str("Connection: close\r\n\r\n");
-    req
+    req.header(http::header::CONNECTION, "close")
+        .body(Empty::new())
+        .map_err(|e| e.to_string())
 }
 
-/// The status code of an HTTP/1.x response's status line.
-pub fn status_code(head: &[u8]) -> Option<u16> {
-    let line = head.split(|b| *b == b'\n').next()?;
-    let line = std::str::from_utf8(line).ok()?;
-    let mut words = line.split_whitespace();
-    words.next().filter(|v| v.starts_with("HTTP/"))?;
-    words.next()?.parse().ok()
-}
-
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, req: &str) -> Result<u16, String> {
-    s.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 16 * 1024 {
-        let n = s.read(&mut buf).await.map_err(|e| e.to_string())?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    status_code(&head).ok_or_else(|| "malformed HTTP response".to_string())
+/// Send `req` over `s` with hyper's HTTP/1.1 client (header names in Go's canonical case, as
+/// upstream's prober writes them) and give the response's status code.
+async fn exchange<S>(s: S, req: http::Request<Empty<Bytes>>) -> Result<u16, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .title_case_headers(true)
+        .handshake(hyper_util::rt::TokioIo::new(s))
+        .await
+        .map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let result = sender
+        .send_request(req)
+        .await
+        .map(|resp| resp.status().as_u16())
+        .map_err(|e| e.to_string());
+    driver.abort();
+    result
 }
 
 fn tls_connector() -> tokio_rustls::TlsConnector {
@@ -365,7 +371,7 @@ async fn http_status(h: &HttpGet, t: &Target, timeout: Duration) -> Result<u16, 
         format!("/{}", h.path)
     };
     let url = format!("{}://{addr}{path}", h.scheme);
-    let req = http_request(h, &addr);
+    let req = http_request(h, &addr)?;
     let work = async {
         let tcp = tokio::net::TcpStream::connect(&addr)
             .await
@@ -376,9 +382,9 @@ async fn http_status(h: &HttpGet, t: &Target, timeout: Duration) -> Result<u16, 
                 .connect(name, tcp)
                 .await
                 .map_err(|e| e.to_string())?;
-            exchange(tls, &req).await
+            exchange(tls, req).await
         } else {
-            exchange(tcp, &req).await
+            exchange(tcp, req).await
         }
     };
     match tokio::time::timeout(timeout, work).await {
@@ -807,6 +813,7 @@ async fn work(me: Arc<Shared>, ctx: WorkerContext) {
 mod tests {
     use super::*;
     use serde_json::json;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn results_change_only_after_threshold_runs() {
@@ -874,9 +881,6 @@ mod tests {
                 Err(format!("HTTP probe failed with statuscode: {bad}"))
             );
         }
-        assert_eq!(status_code(b"HTTP/1.1 404 Not Found\r\nServer: x\r\n"), Some(404));
-        assert_eq!(status_code(b"HTTP/1.0 200 OK\r\n"), Some(200));
-        assert_eq!(status_code(b"SSH-2.0-OpenSSH\r\n"), None);
     }
 
     #[test]
@@ -888,11 +892,13 @@ mod tests {
             panic!()
         };
         assert_eq!(h.scheme, "http");
-        let req = http_request(&h, "10.0.0.1:8080");
-        assert!(req.starts_with("GET /healthz HTTP/1.1\r\n"), "{req}");
-        assert!(!req.contains("Host: 10.0.0.1"), "the header given wins: {req}");
-        assert!(req.contains("Host: example.test\r\n") && req.contains("X-A: 1\r\n"));
-        assert!(req.contains("User-Agent: kube-probe/1.33\r\n") && req.ends_with("\r\n\r\n"));
+        let req = http_request(&h, "10.0.0.1:8080").unwrap();
+        assert_eq!((req.method(), req.uri().path()), (&http::Method::GET, "/healthz"));
+        let hosts: Vec<_> = req.headers().get_all("host").iter().collect();
+        assert_eq!(hosts, ["example.test"], "the header given wins");
+        assert_eq!(req.headers()["x-a"], "1");
+        assert_eq!(req.headers()["user-agent"], "kube-probe/1.33");
+        assert_eq!(req.headers()["connection"], "close");
         let ports: Vec<ContainerPort> =
             serde_json::from_value(json!([{"name": "web", "containerPort": 8080}])).unwrap();
         assert_eq!(resolve_port(&h.port, &ports), Ok(8080));

@@ -11,18 +11,27 @@ use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 
-/// Random `[a-z0-9]` characters from the kernel's UUIDs.
-fn random(n: usize) -> String {
-    let mut out = String::new();
+/// `n` random characters of `[a-z0-9]` (a bootstrap token's alphabet) from the operating
+/// system's random source; an error when there is none (no token is better than a guessable
+/// one). Bytes of 252 and above are drawn again so that every character is equally likely.
+fn random(n: usize) -> anyhow::Result<String> {
+    use ring::rand::SecureRandom;
+    const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let rng = ring::rand::SystemRandom::new();
+    let mut out = String::with_capacity(n);
+    let mut buf = [0u8; 64];
     while out.len() < n {
-        let uuid = std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_default();
-        out.extend(uuid.chars().filter(|c| c.is_ascii_hexdigit()));
-        if uuid.is_empty() {
-            break;
+        rng.fill(&mut buf).map_err(|_| {
+            anyhow::anyhow!("the operating system's random source is unavailable: cannot make a join token")
+        })?;
+        for b in buf.iter().filter(|b| **b < 252) {
+            if out.len() == n {
+                break;
+            }
+            out.push(ALPHABET[usize::from(*b % 36)] as char);
         }
     }
-    out.truncate(n);
-    out
+    Ok(out)
 }
 
 async fn create_if_absent<K>(api: &Api<K>, obj: &K) -> anyhow::Result<()>
@@ -42,7 +51,7 @@ pub async fn ensure(client: &kube::Client, server_dir: &Path, ca_pem: &str) -> a
     let bootstrap = match std::fs::read_to_string(&token_path) {
         Ok(t) if t.trim().len() == 23 => t.trim().to_owned(),
         _ => {
-            let t = format!("{}.{}", random(6), random(16));
+            let t = format!("{}.{}", random(6)?, random(16)?);
             r8s_apiserver::pki::write_private(&token_path, &t)?;
             t
         }
@@ -124,4 +133,24 @@ pub async fn ensure(client: &kube::Client, server_dir: &Path, ca_pem: &str) -> a
     let join = r8s_kubelet::bootstrap::JoinToken::format(ca_der.as_ref(), &bootstrap);
     r8s_apiserver::pki::write_private(&server_dir.join("node-token"), &format!("{join}\n"))?;
     Ok(join)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_tokens_use_the_whole_alphabet_and_differ() {
+        let a = random(16).unwrap();
+        let b = random(16).unwrap();
+        assert_eq!(a.len(), 16);
+        assert_ne!(a, b);
+        assert!(a.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        // 3600 characters: every one of the 36 appears (a uniform draw misses one with
+        // probability about 36 * (35/36)^3600, far below 1e-40).
+        let many = random(3600).unwrap();
+        for c in b"abcdefghijklmnopqrstuvwxyz0123456789" {
+            assert!(many.as_bytes().contains(c), "{} never drawn", *c as char);
+        }
+    }
 }

@@ -467,20 +467,9 @@ fn admission_plugins(enable: &[String], disable: &[String]) -> anyhow::Result<Ve
         .collect())
 }
 
+/// A duration flag in Go's syntax (`1m30s`, `250ms`), as upstream's flags take it.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: expected a number followed by s, m or h"))?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "ms" => Ok(Duration::from_millis(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!(
-            "invalid duration {s:?}: unknown unit {unit:?} (use ms, s, m or h)"
-        )),
-    }
+    r8s_api::duration::parse(s)
 }
 
 fn default_data_dir() -> PathBuf {
@@ -1077,7 +1066,12 @@ mod tests {
     #[test]
     fn durations_parse_like_kubernetes_flags() {
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
-        assert_eq!(parse_duration("30").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        // As Go's flags: a number needs its unit.
+        assert_eq!(
+            parse_duration("30").unwrap_err(),
+            "time: missing unit in duration \"30\""
+        );
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert!(parse_duration("5x").unwrap_err().contains("unknown unit"));
         assert!(parse_duration("m").is_err());

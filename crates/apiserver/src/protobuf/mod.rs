@@ -190,31 +190,7 @@ fn base64(b: &[u8]) -> String {
 
 /// Go's `time.Duration.String()` for a number of nanoseconds.
 fn go_duration(ns: i64) -> String {
-    if ns == 0 {
-        return "0s".into();
-    }
-    let neg = ns < 0;
-    let mut n = ns.unsigned_abs();
-    let mut out = String::new();
-    let h = n / 3_600_000_000_000;
-    n %= 3_600_000_000_000;
-    let m = n / 60_000_000_000;
-    n %= 60_000_000_000;
-    if h > 0 {
-        out.push_str(&format!("{h}h"));
-    }
-    if h > 0 || m > 0 {
-        out.push_str(&format!("{m}m"));
-    }
-    let secs = n as f64 / 1e9;
-    let s = format!("{secs:.9}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    out.push_str(&format!("{s}s"));
-    if neg {
-        format!("-{out}")
-    } else {
-        out
-    }
+    r8s_api::duration::format_nanos(ns)
 }
 
 fn timestamp(seconds: i64, nanos: i64, micro: bool) -> Value {
