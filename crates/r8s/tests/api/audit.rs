@@ -3,7 +3,7 @@
 //! the request and response objects only where the policy asks for them, the authorization
 //! decision — answers with an `Audit-ID` header, and rotates its log by size.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! server` with its agent (containerd, CRI, CNI) and the real kubectl, with busybox and nginx.
 //! Periods are 1 s and grace periods short, so the whole file runs in about two minutes.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::cluster::*;

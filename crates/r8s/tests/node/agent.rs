@@ -3,7 +3,7 @@
 //! containers Running and Ready, each answering HTTP on its own pod IP; deleting the deployment
 //! leaves no container behind, and stopping the server leaves nothing at all.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! namespace selectors. Everything (the server, the webhook server, their files) goes when a
 //! test ends.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! with no kubelet, so pods stay Pending unless a test marks them ready through the status
 //! subresource, as the tests ask. The real kubectl 1.27 and 1.33 are the judges.
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

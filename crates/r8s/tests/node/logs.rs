@@ -2,7 +2,7 @@
 //! from the node's kubelet API (`/containerLogs`, HTTPS, authenticated and authorized), which
 //! reads the container's CRI log file that containerd writes.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;

@@ -2,7 +2,7 @@
 //! containerd this test runs) instead of its own child, writing the pod network's CNI
 //! configuration where that runtime reads it (`--cni-conf-dir`).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! `r8s server --datastore-endpoint` on a real 3-member etcd cluster on loopback: the API keeps
 //! serving reads and writes while one member is killed (the store-level test kills the leader).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

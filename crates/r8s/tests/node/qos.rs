@@ -4,7 +4,7 @@
 //! through its own cgroup files); a container over its memory limit is OOMKilled; a pod bound
 //! to the node past what the node has is rejected as upstream's kubelet does.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

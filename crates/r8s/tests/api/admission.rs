@@ -3,7 +3,7 @@
 //! LimitRanger, ServiceAccount (and the root-ca-cert-publisher), ResourceQuota (and the
 //! resourcequota controller).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! End to end: `r8s server` driven by the real kubectl, oldest and newest supported minor
 //! versions (1.27 and 1.33), through the whole chain over TLS.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! default roles, `kubectl auth can-i` / `whoami`, impersonation, privilege-escalation
 //! prevention and anonymous requests.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! docker-registry` secret, fail with a wrong one or none (ErrImagePull, then
 //! ImagePullBackOff), and follow their imagePullPolicy (Never, IfNotPresent, Always).
 
-mod support;
+use crate::support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

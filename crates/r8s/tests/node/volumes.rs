@@ -3,7 +3,7 @@
 //! from their log files (they `cat` what is mounted) and from the volume directories on the
 //! host, since there is no exec yet.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! IPs; after it the same pods have the same containers (no restart counted), addresses and
 //! logs. Without the flag, stopping stops everything.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

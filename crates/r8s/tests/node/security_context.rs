@@ -4,7 +4,7 @@
 //! kubelet's log files on the host, since there is no `kubectl logs` yet. One server runs
 //! every pod; everything it made is removed when the test ends, also when it fails.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;
@@ -68,6 +68,7 @@ const NET_ADMIN_AND_SYS_TIME: &str = "0000000002001000";
 
 #[test]
 fn security_contexts_reach_the_containers_and_the_kubelet_enforces_them() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
     let mut c = start_prepared("sec-node", "10.193.0.0/16", "r8ss", &[], |data| {
         let dir = data.join("agent/seccomp/profiles");
         std::fs::create_dir_all(&dir).unwrap();

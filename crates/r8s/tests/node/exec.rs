@@ -4,7 +4,7 @@
 //! kubelet API, which asks containerd (CRI `Exec`, `Attach`, `PortForward`) for a streaming
 //! URL and passes it on again; the bytes then flow between kubectl and the container.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -1,7 +1,7 @@
 //! End to end with kube-rs, the other client the API must satisfy unchanged: typed CRUD, and a
 //! runtime watcher that survives its resourceVersion being compacted away (410 → relist).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! End to end: the scheduler inside `r8s server`, with Node objects created through the API
 //! (no kubelet), judged with the real kubectl.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,16 @@
+//! End-to-end tests of the API side: a real `r8s server` (most with `--disable-agent`), driven by
+//! the real kubectl (1.27 and 1.33), kube-rs and real webhook and OIDC servers. No container
+//! runtime is needed. One test binary instead of one per file: the whole tree is linked once.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admission;
+mod audit;
+mod controllers;
+mod etcd_backend;
+mod kube_rs;
+mod kubectl;
+mod scheduler;
+mod security;
+mod webhooks;
