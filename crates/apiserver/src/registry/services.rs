@@ -64,7 +64,7 @@ pub(super) fn validate(errs: &mut Vec<FieldError>, obj: &Value) {
         }
     }
     if !spec["selector"].is_null() {
-        super::strategy::validate_string_map(errs, "spec.selector", &spec["selector"], true);
+        super::legacy::validate_string_map(errs, "spec.selector", &spec["selector"], true);
     }
     match spec["sessionAffinity"].as_str().unwrap_or("") {
         "" => errs.push(FieldError::required("spec.sessionAffinity", "")),
