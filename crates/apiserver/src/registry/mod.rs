@@ -1,6 +1,7 @@
 //! The generic registry (upstream's `genericregistry.Store`): create, get, list, watch,
 //! update, patch, delete and deletecollection, written once for every resource in the
-//! catalogue. Per-resource behaviour comes from [`strategy`].
+//! catalogue. Per-resource behaviour comes from each resource's [`strategy`], found in the
+//! [`catalogue`]; nothing here tests which resource it serves.
 //!
 //! Objects are stored as JSON under `/registry/<resource>/<namespace>/<name>` (or
 //! `/registry/<resource>/<name>` for cluster-scoped ones); `metadata.resourceVersion` is not
@@ -8,20 +9,33 @@
 
 pub(crate) mod allocator;
 mod apply;
+mod apps;
 pub(crate) mod catalogue;
+mod certificates;
+mod configmaps;
 pub(crate) mod convert;
+mod endpoints;
+mod events;
 #[cfg(test)]
 mod keyed_lists_tests;
 pub mod kubelet;
-mod legacy;
+mod limitranges;
 pub(crate) mod meta;
+mod namespaces;
+mod nodes;
 mod patch;
-pub(crate) mod pod_defaults;
-mod pod_validation;
+pub(crate) mod pods;
+mod priorityclasses;
 mod quantities;
+mod rbac;
+mod resourcequotas;
 mod reviews;
+mod secrets;
+mod serviceaccounts;
 mod services;
 pub(crate) mod strategy;
+#[cfg(test)]
+mod strategy_tests;
 pub(crate) mod subresource;
 mod table;
 mod token_request;

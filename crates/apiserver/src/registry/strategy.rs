@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use r8s_api::validation::{dns1123_subdomain, FieldError};
+use r8s_api::validation::{dns1123_subdomain, label_value, qualified_name, FieldError};
 use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
@@ -209,7 +209,7 @@ pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
 /// Every check of an object of `def`: metadata, then the resource's own.
 pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     let s = of(def);
-    let mut errs = super::legacy::validate_meta(&*s, obj);
+    let mut errs = validate_meta(&*s, obj);
     errs.extend(s.validate(obj));
     errs
 }
@@ -282,4 +282,94 @@ pub(crate) fn name_cell(obj: &Value) -> Value {
 /// The Age cell.
 pub(crate) fn age_cell(obj: &Value) -> Value {
     json!(human_age(str_field(obj, &["metadata", "creationTimestamp"])))
+}
+
+/// Labels and annotations: qualified names as keys, label values (`values_are_labels`) or
+/// any strings as values.
+pub(crate) fn validate_string_map(
+    errs: &mut Vec<FieldError>,
+    field: &str,
+    v: &Value,
+    values_are_labels: bool,
+) {
+    let Some(m) = v.as_object() else {
+        if !v.is_null() {
+            errs.push(FieldError::invalid(
+                field,
+                &v.to_string(),
+                "must be a map of strings",
+            ));
+        }
+        return;
+    };
+    for (k, val) in m {
+        for e in qualified_name(k) {
+            errs.push(FieldError::invalid(field, k, e));
+        }
+        match val.as_str() {
+            Some(s) if values_are_labels => {
+                for e in label_value(s) {
+                    errs.push(FieldError::invalid(field, s, e));
+                }
+            }
+            Some(_) => {}
+            None => errs.push(FieldError::invalid(
+                format!("{field}[{k}]"),
+                &val.to_string(),
+                "must be a string",
+            )),
+        }
+    }
+}
+
+/// Metadata checks shared by every resource, the name as the resource's strategy wants it.
+pub(crate) fn validate_meta(s: &dyn Strategy, obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let name = meta::name(obj);
+    if name.is_empty() {
+        errs.push(FieldError::required(
+            "metadata.name",
+            "name or generateName is required",
+        ));
+    } else {
+        for p in s.validate_name(name) {
+            errs.push(FieldError::invalid("metadata.name", name, p));
+        }
+    }
+    validate_string_map(&mut errs, "metadata.labels", &obj["metadata"]["labels"], true);
+    validate_string_map(
+        &mut errs,
+        "metadata.annotations",
+        &obj["metadata"]["annotations"],
+        false,
+    );
+    if total_size(&obj["metadata"]["annotations"]) > MAX_ANNOTATIONS_BYTES {
+        errs.push(FieldError::too_long(
+            "metadata.annotations",
+            MAX_ANNOTATIONS_BYTES,
+        ));
+    }
+    errs
+}
+
+/// Upstream's limit on all of an object's annotations together (keys and values).
+pub(crate) const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// The bytes of a string map's keys and values.
+pub(crate) fn total_size(map: &Value) -> usize {
+    map.as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum()
+}
+
+/// Go's `%#v` of a string value.
+pub(crate) fn go_string(v: &Value) -> String {
+    serde_json::to_string(v.as_str().unwrap_or("")).unwrap_or_default()
+}
+
+/// How many entries a map has.
+pub(crate) fn count(v: &Value) -> usize {
+    v.as_object().map(|m| m.len()).unwrap_or(0)
 }

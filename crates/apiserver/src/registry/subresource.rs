@@ -185,8 +185,8 @@ fn resize(old: &Value, new: &Value) -> Result<Value, ApiError> {
     }
     full["spec"]["containers"] = Value::Array(out);
     let (was, now) = (
-        super::legacy::qos_class(&old["spec"]),
-        super::legacy::qos_class(&full["spec"]),
+        super::pods::qos_class(&old["spec"]),
+        super::pods::qos_class(&full["spec"]),
     );
     if was != now {
         return Err(ApiError::new(
