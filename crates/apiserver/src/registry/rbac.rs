@@ -58,12 +58,12 @@ impl Strategy for Roles {
     }
 
     async fn begin_create(&self, ctx: &Ctx, obj: &mut Value) -> Result<Option<Box<dyn Finish>>, ApiError> {
-        crate::rbac::escalation::check(ctx, self.def(), meta::namespace(obj), obj, None).await?;
+        crate::rbac::escalation::check_role(ctx, self.def(), meta::namespace(obj), obj, None).await?;
         Ok(None)
     }
 
     async fn begin_update(&self, ctx: &Ctx, obj: &Value, old: &Value) -> Result<(), ApiError> {
-        crate::rbac::escalation::check(ctx, self.def(), meta::namespace(obj), obj, Some(old)).await
+        crate::rbac::escalation::check_role(ctx, self.def(), meta::namespace(obj), obj, Some(old)).await
     }
 
     fn columns(&self) -> Vec<Column> {
@@ -115,12 +115,12 @@ impl Strategy for Bindings {
     }
 
     async fn begin_create(&self, ctx: &Ctx, obj: &mut Value) -> Result<Option<Box<dyn Finish>>, ApiError> {
-        crate::rbac::escalation::check(ctx, self.def(), meta::namespace(obj), obj, None).await?;
+        crate::rbac::escalation::check_binding(ctx, self.def(), meta::namespace(obj), obj, None).await?;
         Ok(None)
     }
 
     async fn begin_update(&self, ctx: &Ctx, obj: &Value, old: &Value) -> Result<(), ApiError> {
-        crate::rbac::escalation::check(ctx, self.def(), meta::namespace(obj), obj, Some(old)).await
+        crate::rbac::escalation::check_binding(ctx, self.def(), meta::namespace(obj), obj, Some(old)).await
     }
 
     fn columns(&self) -> Vec<Column> {
