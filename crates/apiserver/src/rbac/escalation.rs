@@ -14,8 +14,9 @@ use r8s_api::ResourceDef;
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 
-/// Check a create or update of an RBAC object (`old`: the stored object of an update).
-pub(crate) async fn check(
+/// Check a create or update of a Role or ClusterRole (`def`; `old`: the stored object of an
+/// update): its rules must be held by the writer, unless it may `escalate`.
+pub(crate) async fn check_role(
     ctx: &Ctx,
     def: &ResourceDef,
     ns: &str,
@@ -25,54 +26,64 @@ pub(crate) async fn check(
     let Some(rbac) = ctx.shared.rbac.as_ref() else {
         return Ok(());
     };
-    if def.group != GROUP {
+    if old.is_some_and(|o| o["rules"] == obj["rules"] && o["aggregationRule"] == obj["aggregationRule"]) {
         return Ok(());
     }
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    let forbidden = |reason: String| {
-        ApiError::forbidden(format!(
-            "{}.{GROUP} \"{name}\" is forbidden: {reason}",
-            def.plural
-        ))
-    };
-    match def.plural {
-        "roles" | "clusterroles" => {
-            if old
-                .is_some_and(|o| o["rules"] == obj["rules"] && o["aggregationRule"] == obj["aggregationRule"])
-            {
-                return Ok(());
-            }
-            if may(ctx, "escalate", def.plural, ns, name).await {
-                return Ok(());
-            }
-            if !obj["aggregationRule"].is_null() {
-                return Err(forbidden(
-                    "must have cluster-admin privileges to use the aggregationRule".into(),
-                ));
-            }
-            let requested = Rule::all_from_json(obj);
-            let owned = rbac.rules_for(&ctx.user, ns);
-            confirm_no_escalation(&ctx.user, &owned, &requested).map_err(forbidden)
-        }
-        "rolebindings" | "clusterrolebindings" => {
-            // roleRef cannot change, so an update grants nothing new.
-            if old.is_some() {
-                return Ok(());
-            }
-            let kind = obj["roleRef"]["kind"].as_str().unwrap_or_default();
-            let role = obj["roleRef"]["name"].as_str().unwrap_or_default();
-            let role_resource = if kind == "Role" { "roles" } else { "clusterroles" };
-            if may(ctx, "bind", role_resource, ns, role).await {
-                return Ok(());
-            }
-            let Some(requested) = rbac.role_rules(kind, ns, role) else {
-                return Err(forbidden(format!("{role_resource}.{GROUP} \"{role}\" not found")));
-            };
-            let owned = rbac.rules_for(&ctx.user, ns);
-            confirm_no_escalation(&ctx.user, &owned, &requested).map_err(forbidden)
-        }
-        _ => Ok(()),
+    if may(ctx, "escalate", def.plural, ns, name).await {
+        return Ok(());
     }
+    if !obj["aggregationRule"].is_null() {
+        return Err(forbidden(
+            def,
+            name,
+            "must have cluster-admin privileges to use the aggregationRule".into(),
+        ));
+    }
+    let requested = Rule::all_from_json(obj);
+    let owned = rbac.rules_for(&ctx.user, ns);
+    confirm_no_escalation(&ctx.user, &owned, &requested).map_err(|r| forbidden(def, name, r))
+}
+
+/// Check a create or update of a RoleBinding or ClusterRoleBinding (`def`): the role it binds
+/// must be held by the writer, unless it may `bind` that role.
+pub(crate) async fn check_binding(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    obj: &Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    let Some(rbac) = ctx.shared.rbac.as_ref() else {
+        return Ok(());
+    };
+    // roleRef cannot change, so an update grants nothing new.
+    if old.is_some() {
+        return Ok(());
+    }
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let kind = obj["roleRef"]["kind"].as_str().unwrap_or_default();
+    let role = obj["roleRef"]["name"].as_str().unwrap_or_default();
+    let role_resource = if kind == "Role" { "roles" } else { "clusterroles" };
+    if may(ctx, "bind", role_resource, ns, role).await {
+        return Ok(());
+    }
+    let Some(requested) = rbac.role_rules(kind, ns, role) else {
+        return Err(forbidden(
+            def,
+            name,
+            format!("{role_resource}.{GROUP} \"{role}\" not found"),
+        ));
+    };
+    let owned = rbac.rules_for(&ctx.user, ns);
+    confirm_no_escalation(&ctx.user, &owned, &requested).map_err(|r| forbidden(def, name, r))
+}
+
+fn forbidden(def: &ResourceDef, name: &str, reason: String) -> ApiError {
+    ApiError::forbidden(format!(
+        "{}.{GROUP} \"{name}\" is forbidden: {reason}",
+        def.plural
+    ))
 }
 
 /// Whether the authorizers allow `verb` on the role `name` (e.g. `escalate`, `bind`).

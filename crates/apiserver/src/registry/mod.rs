@@ -1,6 +1,7 @@
 //! The generic registry (upstream's `genericregistry.Store`): create, get, list, watch,
 //! update, patch, delete and deletecollection, written once for every resource in the
-//! catalogue. Per-resource behaviour comes from [`strategy`].
+//! catalogue. Per-resource behaviour comes from each resource's [`strategy`], found in the
+//! [`catalogue`]; nothing here tests which resource it serves.
 //!
 //! Objects are stored as JSON under `/registry/<resource>/<namespace>/<name>` (or
 //! `/registry/<resource>/<name>` for cluster-scoped ones); `metadata.resourceVersion` is not
@@ -8,18 +9,33 @@
 
 pub(crate) mod allocator;
 mod apply;
+mod apps;
+pub(crate) mod catalogue;
+mod certificates;
+mod configmaps;
 pub(crate) mod convert;
+mod endpoints;
+mod events;
 #[cfg(test)]
 mod keyed_lists_tests;
 pub mod kubelet;
+mod limitranges;
 pub(crate) mod meta;
+mod namespaces;
+mod nodes;
 mod patch;
-pub(crate) mod pod_defaults;
-mod pod_validation;
+pub(crate) mod pods;
+mod priorityclasses;
 mod quantities;
+mod rbac;
+mod resourcequotas;
 mod reviews;
+mod secrets;
+mod serviceaccounts;
 mod services;
 pub(crate) mod strategy;
+#[cfg(test)]
+mod strategy_tests;
 pub(crate) mod subresource;
 mod table;
 mod token_request;
@@ -938,6 +954,7 @@ async fn create_stored(
     mut obj: Value,
     dry_run: bool,
 ) -> Result<(Value, Option<Vec<u8>>), ApiError> {
+    let strategy = strategy::of(def);
     {
         let m = meta::meta_mut(&mut obj);
         m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
@@ -945,13 +962,13 @@ async fn create_stored(
         m.remove("resourceVersion");
         m.remove("deletionTimestamp");
         m.remove("deletionGracePeriodSeconds");
-        if strategy::tracks_generation(def) {
+        if strategy.tracks_generation() {
             m.insert("generation".into(), json!(1));
         } else {
             m.remove("generation");
         }
     }
-    strategy::default(def, &mut obj);
+    strategy.default(&mut obj);
     let options = operation_options(ctx, "CreateOptions", dry_run);
     // Mutating admission sees the object as the client sent it, defaulted, before its name is
     // generated; validating admission sees it as it will be stored (upstream's order).
@@ -982,30 +999,7 @@ async fn create_stored(
             }
         }
     }
-    strategy::prepare_for_create(def, &mut obj);
-    if def.plural == "certificatesigningrequests" {
-        // Who asked is recorded by the server, never taken from the client (upstream).
-        let u = &ctx.user;
-        obj["spec"]["username"] = json!(u.name);
-        obj["spec"]["groups"] = json!(u.groups);
-        obj["spec"]["uid"] = if u.uid.is_empty() {
-            Value::Null
-        } else {
-            json!(u.uid)
-        };
-        obj["spec"]["extra"] = if u.extra.is_empty() {
-            Value::Null
-        } else {
-            json!(u.extra)
-        };
-        for k in ["uid", "extra"] {
-            if obj["spec"][k].is_null() {
-                if let Some(spec) = obj["spec"].as_object_mut() {
-                    spec.remove(k);
-                }
-            }
-        }
-    }
+    strategy.prepare_for_create(&ctx.user, &mut obj);
     let name = meta::name(&obj).to_owned();
     let errs = strategy::validate(def, &obj);
     if !errs.is_empty() {
@@ -1024,15 +1018,13 @@ async fn create_stored(
             warnings: &ctx.warnings,
         })
         .await?;
-    crate::rbac::escalation::check(ctx, def, ns, &obj, None).await?;
-    // Services get their cluster IP and node ports (a dry run gives them back at once).
-    let allocations = if def.plural == "services" {
-        services::allocate(ctx, &mut obj).await?
-    } else {
-        Vec::new()
-    };
+    // What the resource does before it is stored (a Service's cluster IP and node ports);
+    // undone unless it is stored (a dry run gives them back at once).
+    let finish = strategy.begin_create(ctx, &mut obj).await?;
     if dry_run {
-        services::release(ctx, &allocations).await;
+        if let Some(f) = finish {
+            f.finish(ctx, false).await;
+        }
         // Everything but the write: a name collision is still reported.
         let exists = ctx
             .shared
@@ -1054,10 +1046,15 @@ async fn create_stored(
     let kv = match created {
         Ok(kv) => kv,
         Err(e) => {
-            services::release(ctx, &allocations).await;
+            if let Some(f) = finish {
+                f.finish(ctx, false).await;
+            }
             return Err(store_error(def, &name, e));
         }
     };
+    if let Some(f) = finish {
+        f.finish(ctx, true).await;
+    }
     meta::set_resource_version(&mut obj, kv.mod_revision);
     let stored = if convert::converts(def) {
         None
@@ -1086,6 +1083,7 @@ pub(crate) async fn apply_update(
     view: subresource::View,
 ) -> Result<Value, ApiError> {
     let Target { def, ns, name } = target;
+    let strategy = strategy::of(def);
     check_type_and_namespace(def, &mut obj, ns)?;
     let old_rv = meta::resource_version(old).unwrap_or(0);
     let expected = match meta::resource_version(&obj) {
@@ -1161,23 +1159,17 @@ pub(crate) async fn apply_update(
         })
         .await?;
     if matches!(view, subresource::View::Main | subresource::View::Apply) {
-        strategy::prepare_for_update(def, &mut obj, old);
-        if def.plural == "services" {
-            services::keep_allocations(&mut obj, old)?;
-        }
+        strategy.prepare_for_update(&mut obj, old)?;
     }
-    strategy::default(def, &mut obj);
-    if strategy::tracks_generation(def) && obj.get("spec") != old.get("spec") {
+    strategy.default(&mut obj);
+    if strategy.tracks_generation() && obj.get("spec") != old.get("spec") {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         meta::meta_mut(&mut obj).insert("generation".into(), json!(g));
     }
     let mut errs = strategy::validate(def, &obj);
-    errs.extend(strategy::validate_update(def, &obj, old));
-    if def.group.is_empty()
-        && def.plural == "pods"
-        && matches!(view, subresource::View::Main | subresource::View::Apply)
-    {
-        errs.extend(strategy::validate_pod_update(&obj, old));
+    errs.extend(strategy.validate_update(&obj, old));
+    if matches!(view, subresource::View::Main | subresource::View::Apply) {
+        errs.extend(strategy.validate_main_update(&obj, old));
     }
     if !errs.is_empty() {
         return Err(invalid(def, name, &errs));
@@ -1195,22 +1187,18 @@ pub(crate) async fn apply_update(
             warnings: &ctx.warnings,
         })
         .await?;
-    crate::rbac::escalation::check(ctx, def, ns, &obj, Some(old)).await?;
+    strategy.begin_update(ctx, &obj, old).await?;
     let mut unchanged_check = obj.clone();
     meta::set_resource_version(&mut unchanged_check, old_rv);
     if unchanged_check == *old {
         // A no-op update writes nothing and keeps the resource version, as upstream.
         return Ok(old.clone());
     }
-    // An object being deleted whose last finalizer is removed goes away now.
-    // (A namespace also waits for its spec.finalizers: the namespace controller empties it.)
-    let spec_finalizers = def.plural == "namespaces"
-        && obj["spec"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
+    // An object being deleted whose last finalizer is removed goes away now (unless the
+    // resource holds it longer: a namespace waits for its spec.finalizers).
     if old["metadata"]["deletionTimestamp"].is_string()
         && meta::finalizers(&obj).is_empty()
-        && !spec_finalizers
+        && !strategy.holds_deletion(&obj)
     {
         if !dry_run {
             ctx.shared
@@ -1318,6 +1306,7 @@ async fn delete_object_once(
     let dry_run = opts["dryRun"]
         .as_array()
         .is_some_and(|a| a.iter().any(|v| v == "All"));
+    let strategy = strategy::of(def);
     let old = read(ctx, def, ns, name).await?;
     let rv = meta::resource_version(&old).unwrap_or(0);
     if let Some(uid) = opts["preconditions"]["uid"].as_str() {
@@ -1386,22 +1375,15 @@ async fn delete_object_once(
             )))
         }
     }
-    // Namespaces go through Terminating: the namespace controller empties them.
-    let namespace_finalizers = def.plural == "namespaces"
-        && old["spec"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
-    // Pods on a node are deleted gracefully: the kubelet stops them and removes the object.
-    let grace = opts["gracePeriodSeconds"].as_i64().or_else(|| {
-        (def.plural == "pods").then(|| {
-            old["spec"]["terminationGracePeriodSeconds"]
-                .as_i64()
-                .unwrap_or(30)
-        })
-    });
-    let graceful_pod = def.plural == "pods" && old["spec"]["nodeName"].is_string() && grace.unwrap_or(0) > 0;
+    // Held by the resource (a namespace until the namespace controller empties it), or
+    // deleted gracefully (a pod on a node: the kubelet stops it and removes the object).
+    let held = strategy.holds_deletion(&old);
+    let grace = opts["gracePeriodSeconds"]
+        .as_i64()
+        .or_else(|| strategy.default_grace_period(&old));
+    let graceful = grace.is_some_and(|g| strategy.is_graceful_delete(&old, g));
 
-    if finalizers.is_empty() && !namespace_finalizers && !graceful_pod {
+    if finalizers.is_empty() && !held && !graceful {
         if !dry_run {
             ctx.shared
                 .store
@@ -1411,9 +1393,7 @@ async fn delete_object_once(
                     StoreError::Conflict { .. } => conflict(def, name),
                     other => store_error(def, name, other),
                 })?;
-            if def.plural == "services" {
-                services::release(ctx, &services::allocations(ctx, &old)).await;
-            }
+            strategy.after_delete(ctx, &old).await;
         }
         return Ok((old, true));
     }
@@ -1428,16 +1408,14 @@ async fn delete_object_once(
             .or_insert_with(|| json!(meta::now_rfc3339()));
         m.insert(
             "deletionGracePeriodSeconds".into(),
-            json!(if graceful_pod { grace.unwrap_or(30) } else { 0 }),
+            json!(if graceful { grace.unwrap_or(30) } else { 0 }),
         );
         if !finalizers.is_empty() {
             m.insert("finalizers".into(), json!(finalizers));
         }
         m.remove("resourceVersion");
     }
-    if def.plural == "namespaces" {
-        obj["status"]["phase"] = json!("Terminating");
-    }
+    strategy.prepare_for_delete(&mut obj);
     if dry_run {
         meta::set_resource_version(&mut obj, rv);
         return Ok((obj, false));

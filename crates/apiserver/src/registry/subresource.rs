@@ -7,6 +7,7 @@ use http::{HeaderMap, Method, Response, StatusCode};
 use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
+use super::strategy::Connect;
 use super::{apply_update, decode_body, meta, patch, read, store_error, Query, Target};
 use crate::handler::{json_response, Body, Ctx};
 use crate::status::ApiError;
@@ -184,8 +185,8 @@ fn resize(old: &Value, new: &Value) -> Result<Value, ApiError> {
     }
     full["spec"]["containers"] = Value::Array(out);
     let (was, now) = (
-        super::strategy::qos_class(&old["spec"]),
-        super::strategy::qos_class(&full["spec"]),
+        super::pods::qos_class(&old["spec"]),
+        super::pods::qos_class(&full["spec"]),
     );
     if was != now {
         return Err(ApiError::new(
@@ -214,29 +215,28 @@ pub(crate) async fn handle(
         "scale" => View::Scale,
         "finalize" => View::Finalize,
         "approval" => View::Approval,
-        "resize" if def.plural == "pods" => View::Resize,
-        "binding" if *method == Method::POST => return bind(ctx, def, ns, name, query, body).await,
-        "proxy" if *method == Method::GET && def.plural == "nodes" => {
-            let rest = ctx.info.parts.get(3..).map(|p| p.join("/")).unwrap_or_default();
-            return super::kubelet::node_proxy(ctx, name, &rest, ctx.query.as_deref()).await;
-        }
-        "proxy" if def.plural == "pods" => {
-            return super::kubelet::pod_proxy(ctx, ns, name, method, headers, body).await
-        }
-        "proxy" if def.plural == "services" => {
-            return super::kubelet::service_proxy(ctx, ns, name, method, headers, body).await
-        }
-        "log" if *method == Method::GET && def.plural == "pods" => {
-            return super::kubelet::pod_log(ctx, ns, name, query).await
-        }
-        "token" if *method == Method::POST => {
-            return super::token_request::create(ctx, def, ns, name, query, body).await
-        }
+        "resize" => View::Resize,
         _ => {
-            return Err(ApiError::method_not_allowed(
-                method.as_str(),
-                &format!("{}/{sub}", def.group_resource()),
-            ))
+            let not_allowed =
+                || ApiError::method_not_allowed(method.as_str(), &format!("{}/{sub}", def.group_resource()));
+            return match (super::strategy::of(def).connect(sub), method) {
+                (Some(Connect::Binding), &Method::POST) => bind(ctx, def, ns, name, query, body).await,
+                (Some(Connect::NodeProxy), &Method::GET) => {
+                    let rest = ctx.info.parts.get(3..).map(|p| p.join("/")).unwrap_or_default();
+                    super::kubelet::node_proxy(ctx, name, &rest, ctx.query.as_deref()).await
+                }
+                (Some(Connect::PodProxy), _) => {
+                    super::kubelet::pod_proxy(ctx, ns, name, method, headers, body).await
+                }
+                (Some(Connect::ServiceProxy), _) => {
+                    super::kubelet::service_proxy(ctx, ns, name, method, headers, body).await
+                }
+                (Some(Connect::PodLog), &Method::GET) => super::kubelet::pod_log(ctx, ns, name, query).await,
+                (Some(Connect::Token), &Method::POST) => {
+                    super::token_request::create(ctx, def, ns, name, query, body).await
+                }
+                _ => Err(not_allowed()),
+            };
         }
     };
     match *method {
@@ -244,7 +244,8 @@ pub(crate) async fn handle(
             let obj = read(ctx, def, ns, name).await?;
             Ok(json_response(StatusCode::OK, &View::project(view, def, &obj)))
         }
-        Method::PUT if view != View::Finalize || def.plural == "namespaces" => {
+        // (Only namespaces serve `finalize`.)
+        Method::PUT => {
             let new = if view == View::Scale {
                 serde_json::from_slice(&body)
                     .map_err(|e| ApiError::bad_request(format!("error decoding Scale: {e}")))?

@@ -7,7 +7,9 @@ use serde_json::{json, Value};
 use super::{strategy, Query};
 
 pub(crate) fn render(def: &ResourceDef, objects: &[Value], list_meta: Option<Value>, query: &Query) -> Value {
-    let columns: Vec<Value> = strategy::columns(def)
+    let strategy = strategy::of(def);
+    let columns: Vec<Value> = strategy
+        .columns()
         .iter()
         .map(|c| {
             json!({
@@ -23,7 +25,7 @@ pub(crate) fn render(def: &ResourceDef, objects: &[Value], list_meta: Option<Val
     let rows: Vec<Value> = objects
         .iter()
         .map(|obj| {
-            let mut row = json!({"cells": strategy::cells(def, obj)});
+            let mut row = json!({"cells": strategy.cells(obj)});
             match include {
                 "None" => {}
                 "Object" => row["object"] = obj.clone(),

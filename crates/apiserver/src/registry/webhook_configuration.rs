@@ -5,6 +5,8 @@
 use r8s_api::validation::{dns1123_label, dns1123_subdomain, label_value, qualified_name, FieldError};
 use serde_json::{json, Value};
 
+use super::strategy::{age_cell, col, name_cell, Column, Strategy, AGE, NAME};
+
 fn missing(v: &Value, key: &str) -> bool {
     v.get(key).is_none_or(Value::is_null)
 }
@@ -503,6 +505,43 @@ pub(crate) fn validate(errs: &mut Vec<FieldError>, obj: &Value, mutating: bool) 
                 names.push(name);
             }
         }
+    }
+}
+
+/// Mutating (`mutating: true`) or validating webhook configurations.
+pub(crate) struct WebhookConfigurations {
+    pub mutating: bool,
+}
+
+impl Strategy for WebhookConfigurations {
+    fn default(&self, obj: &mut Value) {
+        default(obj, self.mutating);
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        validate(&mut errs, obj, self.mutating);
+        errs
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            NAME,
+            col(
+                "Webhooks",
+                "integer",
+                "Webhooks indicates the number of webhooks in the configuration.",
+            ),
+            AGE,
+        ]
+    }
+
+    fn cells(&self, obj: &Value) -> Vec<Value> {
+        vec![
+            name_cell(obj),
+            json!(obj["webhooks"].as_array().map_or(0, Vec::len)),
+            age_cell(obj),
+        ]
     }
 }
 

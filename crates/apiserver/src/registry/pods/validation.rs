@@ -47,7 +47,7 @@ const VOLUME_SOURCES: &[(&str, &str)] = &[
 const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
 
 /// `field` must be a DNS label (RFC 1123), and required.
-pub(super) fn label_name(errs: &mut Vec<FieldError>, field: &str, name: &str) {
+pub(crate) fn label_name(errs: &mut Vec<FieldError>, field: &str, name: &str) {
     if name.is_empty() {
         errs.push(FieldError::required(field, ""));
     }
@@ -57,7 +57,7 @@ pub(super) fn label_name(errs: &mut Vec<FieldError>, field: &str, name: &str) {
 }
 
 /// `field`, a port number, must be between 1 and 65535.
-pub(super) fn port_number(errs: &mut Vec<FieldError>, field: &str, port: i64) {
+pub(crate) fn port_number(errs: &mut Vec<FieldError>, field: &str, port: i64) {
     if !(1..=65535).contains(&port) {
         errs.push(FieldError::invalid_raw(field, &port.to_string(), PORT_RANGE));
     }
@@ -251,7 +251,7 @@ fn ports(errs: &mut Vec<FieldError>, at: &str, c: &Value) {
 }
 
 /// `field`, a port's protocol, must be given and one of upstream's.
-pub(super) fn protocol(errs: &mut Vec<FieldError>, field: &str, protocol: &str) {
+pub(crate) fn protocol(errs: &mut Vec<FieldError>, field: &str, protocol: &str) {
     if protocol.is_empty() {
         errs.push(FieldError::required(field, ""));
     } else if !["SCTP", "TCP", "UDP"].contains(&protocol) {
@@ -264,7 +264,7 @@ pub(super) fn protocol(errs: &mut Vec<FieldError>, field: &str, protocol: &str) 
 }
 
 /// Why `name` is not an IANA service name (upstream `IsValidPortName`).
-pub(super) fn port_name(name: &str) -> Vec<&'static str> {
+pub(crate) fn port_name(name: &str) -> Vec<&'static str> {
     let mut msgs = Vec::new();
     if name.len() > 15 {
         msgs.push("must be no more than 15 characters");

@@ -1,22 +1,175 @@
-//! What the registry does for Services beyond the generic path (upstream's service REST
-//! storage): cluster IPs and node ports allocated on create, kept on update, released on
-//! delete.
+//! Services (upstream's `pkg/registry/core/service`): defaults, validation, the table, and
+//! what the registry does beyond the generic path: cluster IPs and node ports allocated on
+//! create (begin-create), kept on update, released on delete (after-delete).
 
 use std::collections::HashSet;
 
-use r8s_api::validation::{dns1123_subdomain, FieldError};
+use async_trait::async_trait;
+use r8s_api::validation::{dns1123_label, dns1123_subdomain, FieldError};
 use serde_json::{json, Value};
 
 use super::allocator::{self, AllocError, Pool};
 use super::meta;
-use super::pod_validation;
+use super::pods::validation as pod_validation;
+use super::strategy::{
+    age_cell, col, keep_status, name_cell, wide, Column, Connect, Finish, Strategy, AGE, NAME,
+};
 use crate::handler::Ctx;
 use crate::status::ApiError;
+
+pub(crate) struct Services;
+
+#[async_trait]
+impl Strategy for Services {
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+
+    fn status_subresource(&self) -> bool {
+        true
+    }
+
+    fn prepare_for_update(&self, obj: &mut Value, old: &Value) -> Result<(), ApiError> {
+        keep_status(obj, old);
+        keep_allocations(obj, old)
+    }
+
+    fn default(&self, obj: &mut Value) {
+        default(obj);
+    }
+
+    fn validate_name(&self, name: &str) -> Vec<String> {
+        dns1123_label(name)
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        validate(&mut errs, obj);
+        errs
+    }
+
+    /// The cluster IP and node ports, given back unless the service is stored.
+    async fn begin_create(&self, ctx: &Ctx, obj: &mut Value) -> Result<Option<Box<dyn Finish>>, ApiError> {
+        let allocations = allocate(ctx, obj).await?;
+        Ok(Some(Box::new(ReleaseUnlessStored(allocations))))
+    }
+
+    async fn after_delete(&self, ctx: &Ctx, old: &Value) {
+        release(ctx, &allocations(ctx, old)).await;
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            NAME,
+            col("Type", "string", "The type of the service"),
+            col("Cluster-IP", "string", "The cluster IP of the service"),
+            col("External-IP", "string", "The external IPs of the service"),
+            col("Port(s)", "string", "The ports of the service"),
+            AGE,
+            wide("Selector", "The selector of the service"),
+        ]
+    }
+
+    fn cells(&self, obj: &Value) -> Vec<Value> {
+        let spec = &obj["spec"];
+        let ports: Vec<String> = spec["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let mut s = p["port"].to_string();
+                if let Some(np) = p["nodePort"].as_i64().filter(|n| *n != 0) {
+                    s.push_str(&format!(":{np}"));
+                }
+                format!("{s}/{}", p["protocol"].as_str().unwrap_or("TCP"))
+            })
+            .collect();
+        let sel = meta::string_map(&spec["selector"]);
+        let sel: Vec<String> = sel.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        vec![
+            name_cell(obj),
+            json!(spec["type"].as_str().unwrap_or("ClusterIP")),
+            json!(spec["clusterIP"].as_str().unwrap_or("<none>")),
+            json!("<none>"),
+            json!(if ports.is_empty() {
+                "<none>".to_owned()
+            } else {
+                ports.join(",")
+            }),
+            age_cell(obj),
+            json!(if sel.is_empty() {
+                "<none>".to_owned()
+            } else {
+                sel.join(",")
+            }),
+        ]
+    }
+
+    fn connect(&self, sub: &str) -> Option<Connect> {
+        (sub == "proxy").then_some(Connect::ServiceProxy)
+    }
+}
+
+/// Allocations to give back if the create does not store the service.
+struct ReleaseUnlessStored(Vec<(Pool, String)>);
+
+#[async_trait]
+impl Finish for ReleaseUnlessStored {
+    async fn finish(self: Box<Self>, ctx: &Ctx, stored: bool) {
+        if !stored {
+            release(ctx, &self.0).await;
+        }
+    }
+}
+
+/// Upstream's `SetDefaults_Service`.
+fn default(obj: &mut Value) {
+    let spec = &mut obj["spec"];
+    if !spec.is_object() {
+        return;
+    }
+    if spec.get("type").is_none_or(Value::is_null) {
+        spec["type"] = json!("ClusterIP");
+    }
+    if spec.get("sessionAffinity").is_none_or(Value::is_null) {
+        spec["sessionAffinity"] = json!("None");
+    }
+    // Client affinity lasts three hours unless the service says otherwise; without
+    // affinity there is nothing to configure.
+    match spec["sessionAffinity"].as_str() {
+        Some("None") => {
+            if let Some(s) = spec.as_object_mut() {
+                s.remove("sessionAffinityConfig");
+            }
+        }
+        Some("ClientIP") if spec["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"].is_null() => {
+            spec["sessionAffinityConfig"] = json!({"clientIP": {"timeoutSeconds": 10800}});
+        }
+        _ => {}
+    }
+    if spec["type"] == "LoadBalancer"
+        && spec
+            .get("allocateLoadBalancerNodePorts")
+            .is_none_or(Value::is_null)
+    {
+        spec["allocateLoadBalancerNodePorts"] = json!(true);
+    }
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports {
+            if p.get("protocol").is_none_or(Value::is_null) {
+                p["protocol"] = json!("TCP");
+            }
+            if p.get("targetPort").is_none_or(Value::is_null) {
+                p["targetPort"] = p["port"].clone();
+            }
+        }
+    }
+}
 
 /// A Service's spec as upstream's `ValidateService` words its errors (ports, type, session
 /// affinity, external name, selector), checked after defaulting and before any address is
 /// allocated.
-pub(super) fn validate(errs: &mut Vec<FieldError>, obj: &Value) {
+fn validate(errs: &mut Vec<FieldError>, obj: &Value) {
     let spec = &obj["spec"];
     let kind = spec["type"].as_str().unwrap_or("");
     let headless = spec["clusterIP"] == "None";
@@ -128,7 +281,7 @@ fn api_error(obj: &Value, e: AllocError) -> ApiError {
 }
 
 /// Allocate what `obj` needs. Returns the allocations, to release if the create fails.
-pub(crate) async fn allocate(ctx: &Ctx, obj: &mut Value) -> Result<Vec<(Pool, String)>, ApiError> {
+async fn allocate(ctx: &Ctx, obj: &mut Value) -> Result<Vec<(Pool, String)>, ApiError> {
     let store = ctx.shared.store.as_ref();
     let owner = format!("{}/{}", meta::namespace(obj), meta::name(obj));
     let mut done = Vec::new();
@@ -185,14 +338,14 @@ pub(crate) async fn allocate(ctx: &Ctx, obj: &mut Value) -> Result<Vec<(Pool, St
     }
 }
 
-pub(crate) async fn release(ctx: &Ctx, allocations: &[(Pool, String)]) {
+async fn release(ctx: &Ctx, allocations: &[(Pool, String)]) {
     for (pool, value) in allocations {
         allocator::release(ctx.shared.store.as_ref(), *pool, value).await;
     }
 }
 
 /// Everything a stored service holds, to release when it is deleted.
-pub(crate) fn allocations(ctx: &Ctx, obj: &Value) -> Vec<(Pool, String)> {
+fn allocations(ctx: &Ctx, obj: &Value) -> Vec<(Pool, String)> {
     let mut out = Vec::new();
     if let Some(ip) = obj["spec"]["clusterIP"]
         .as_str()
@@ -210,7 +363,7 @@ pub(crate) fn allocations(ctx: &Ctx, obj: &Value) -> Vec<(Pool, String)> {
 
 /// On update, allocated values stay: an omitted cluster IP or node port keeps the stored one,
 /// a different cluster IP is refused (it is immutable).
-pub(crate) fn keep_allocations(obj: &mut Value, old: &Value) -> Result<(), ApiError> {
+fn keep_allocations(obj: &mut Value, old: &Value) -> Result<(), ApiError> {
     let old_ip = old["spec"]["clusterIP"].as_str().unwrap_or("");
     match obj["spec"]["clusterIP"].as_str().unwrap_or("") {
         "" => {

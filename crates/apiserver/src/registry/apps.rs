@@ -1,0 +1,325 @@
+//! Deployments and ReplicaSets (upstream's `pkg/registry/apps`): defaults, validation (a
+//! selector that matches the template and cannot change, pods that restart always, a rolling
+//! update that can progress), the tables.
+
+use std::collections::BTreeMap;
+
+use r8s_api::validation::FieldError;
+use serde_json::{json, Map, Value};
+
+use super::meta;
+use super::pods::{defaults as pod_defaults, validation as pod_validation};
+use super::strategy::{age_cell, col, name_cell, wide, Column, Strategy, AGE, NAME};
+
+/// Deployments (`deployment: true`) or ReplicaSets.
+pub(crate) struct Workloads {
+    pub deployment: bool,
+}
+
+impl Strategy for Workloads {
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+
+    fn status_subresource(&self) -> bool {
+        true
+    }
+
+    fn default(&self, obj: &mut Value) {
+        let spec = &mut obj["spec"];
+        if !spec.is_object() {
+            return;
+        }
+        if spec.get("replicas").is_none_or(Value::is_null) {
+            spec["replicas"] = json!(1);
+        }
+        if self.deployment {
+            if spec["strategy"]["type"].as_str().is_none_or(str::is_empty) {
+                spec["strategy"]["type"] = json!("RollingUpdate");
+            }
+            if spec["strategy"]["type"] == "RollingUpdate" {
+                let ru = &mut spec["strategy"]["rollingUpdate"];
+                if ru.is_null() {
+                    *ru = json!({});
+                }
+                if ru.get("maxUnavailable").is_none_or(Value::is_null) {
+                    ru["maxUnavailable"] = json!("25%");
+                }
+                if ru.get("maxSurge").is_none_or(Value::is_null) {
+                    ru["maxSurge"] = json!("25%");
+                }
+            }
+            if spec.get("revisionHistoryLimit").is_none_or(Value::is_null) {
+                spec["revisionHistoryLimit"] = json!(10);
+            }
+            if spec.get("progressDeadlineSeconds").is_none_or(Value::is_null) {
+                spec["progressDeadlineSeconds"] = json!(600);
+            }
+        }
+        pod_defaults::pod_spec(&mut spec["template"]["spec"]);
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        let spec = &obj["spec"];
+        let selector = &spec["selector"];
+        if selector.is_null() {
+            errs.push(FieldError::required("spec.selector", ""));
+        } else {
+            let want = meta::string_map(&selector["matchLabels"]);
+            let have = meta::string_map(&spec["template"]["metadata"]["labels"]);
+            if want.is_empty() && selector["matchExpressions"].is_null() {
+                errs.push(FieldError::invalid(
+                    "spec.selector",
+                    &selector.to_string(),
+                    "empty selector is invalid for deployment",
+                ));
+            } else if !want.iter().all(|(k, v)| have.get(k) == Some(v)) {
+                errs.push(FieldError::invalid(
+                    "spec.template.metadata.labels",
+                    &format_labels(&have),
+                    "`selector` does not match template `labels`",
+                ));
+            }
+        }
+        if let Some(r) = spec["replicas"].as_i64() {
+            if r < 0 {
+                errs.push(FieldError::invalid(
+                    "spec.replicas",
+                    &r.to_string(),
+                    "must be greater than or equal to 0",
+                ));
+            }
+        }
+        pod_validation::pod_spec(&mut errs, "spec.template.spec", &spec["template"]["spec"]);
+        workload(&mut errs, self.deployment, spec);
+        errs
+    }
+
+    /// Which pods a workload owns cannot change under it (apps/v1).
+    fn validate_update(&self, obj: &Value, old: &Value) -> Vec<FieldError> {
+        let selector = |v: &Value| {
+            let mut sel = v["spec"]["selector"].clone();
+            if let Some(m) = sel.as_object_mut() {
+                // Nil and empty are equal here, as upstream's semantic equality has them.
+                m.retain(|_, v| {
+                    !(v.is_null()
+                        || v.as_object().is_some_and(Map::is_empty)
+                        || v.as_array().is_some_and(Vec::is_empty))
+                });
+            }
+            sel
+        };
+        if selector(obj) == selector(old) {
+            return Vec::new();
+        }
+        vec![FieldError::invalid_raw(
+            "spec.selector",
+            &r8s_api::validation::go_label_selector(&obj["spec"]["selector"]),
+            "field is immutable",
+        )]
+    }
+
+    fn fields(&self, obj: &Value, f: &mut BTreeMap<String, String>) {
+        if !self.deployment {
+            f.insert(
+                "status.replicas".into(),
+                obj["status"]["replicas"].as_i64().unwrap_or(0).to_string(),
+            );
+        }
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        if self.deployment {
+            vec![
+                NAME,
+                col("Ready", "string", "Number of the pod with ready state"),
+                col("Up-to-date", "string", "Total number of non-terminated pods targeted by this deployment that have the desired template spec."),
+                col("Available", "string", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment."),
+                AGE,
+                wide("Containers", "Names of each container in the template."),
+                wide("Images", "Images referenced by each container in the template."),
+                wide("Selector", "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment."),
+            ]
+        } else {
+            vec![
+                NAME,
+                col(
+                    "Desired",
+                    "integer",
+                    "Replicas is the number of desired replicas.",
+                ),
+                col(
+                    "Current",
+                    "integer",
+                    "Replicas is the most recently observed number of replicas.",
+                ),
+                col(
+                    "Ready",
+                    "integer",
+                    "The number of ready replicas for this replica set.",
+                ),
+                AGE,
+                wide("Containers", "Names of each container in the template."),
+                wide("Images", "Images referenced by each container in the template."),
+                wide(
+                    "Selector",
+                    "Selector is a label query over pods that should match the replica count.",
+                ),
+            ]
+        }
+    }
+
+    fn cells(&self, obj: &Value) -> Vec<Value> {
+        let (spec, status) = (&obj["spec"], &obj["status"]);
+        let (containers, images) = container_summary(&spec["template"]["spec"]);
+        let counts = if self.deployment {
+            [
+                json!(format!(
+                    "{}/{}",
+                    status["readyReplicas"].as_i64().unwrap_or(0),
+                    spec["replicas"].as_i64().unwrap_or(0)
+                )),
+                json!(status["updatedReplicas"].as_i64().unwrap_or(0)),
+                json!(status["availableReplicas"].as_i64().unwrap_or(0)),
+            ]
+        } else {
+            [
+                json!(spec["replicas"].as_i64().unwrap_or(0)),
+                json!(status["replicas"].as_i64().unwrap_or(0)),
+                json!(status["readyReplicas"].as_i64().unwrap_or(0)),
+            ]
+        };
+        let [a, b, c] = counts;
+        vec![
+            name_cell(obj),
+            a,
+            b,
+            c,
+            age_cell(obj),
+            json!(containers),
+            json!(images),
+            json!(selector_string(&spec["selector"])),
+        ]
+    }
+}
+
+/// What apps/v1 asks of a Deployment's or ReplicaSet's spec beyond its selector and pod
+/// template (upstream's `ValidateDeploymentSpec` and `ValidatePodTemplateSpecForReplicaSet`):
+/// pods that restart always and have no deadline, and a rolling update that can make progress.
+fn workload(errs: &mut Vec<FieldError>, deployment: bool, spec: &Value) {
+    let template = &spec["template"]["spec"];
+    if let Some(p) = template["restartPolicy"].as_str().filter(|p| *p != "Always") {
+        errs.push(FieldError::not_supported(
+            "spec.template.spec.restartPolicy",
+            p,
+            &["Always"],
+        ));
+    }
+    if !template["activeDeadlineSeconds"].is_null() {
+        errs.push(FieldError::forbidden(
+            "spec.template.spec.activeDeadlineSeconds",
+            "activeDeadlineSeconds in ReplicaSet is not Supported",
+        ));
+    }
+    for key in ["minReadySeconds", "revisionHistoryLimit"] {
+        if let Some(n) = spec[key].as_i64().filter(|n| *n < 0) {
+            errs.push(FieldError::invalid_raw(
+                format!("spec.{key}"),
+                &n.to_string(),
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    if !deployment {
+        return;
+    }
+    let min_ready = spec["minReadySeconds"].as_i64().unwrap_or(0);
+    if let Some(p) = spec["progressDeadlineSeconds"]
+        .as_i64()
+        .filter(|p| *p <= min_ready)
+    {
+        errs.push(FieldError::invalid_raw(
+            "spec.progressDeadlineSeconds",
+            &p.to_string(),
+            "must be greater than minReadySeconds",
+        ));
+    }
+    let strategy = &spec["strategy"];
+    if strategy["type"] == "Recreate" && !strategy["rollingUpdate"].is_null() {
+        errs.push(FieldError::forbidden(
+            "spec.strategy.rollingUpdate",
+            "may not be specified when strategy `type` is 'Recreate'",
+        ));
+    }
+    let ru = &strategy["rollingUpdate"];
+    if strategy["type"] != "RollingUpdate" || ru.is_null() {
+        return;
+    }
+    // An int or a percentage; printed as Go prints the IntOrString it was decoded into.
+    let go = |v: &Value| match v {
+        Value::String(s) => format!("intstr.IntOrString{{Type:1, IntVal:0, StrVal:{s:?}}}"),
+        v => format!(
+            "intstr.IntOrString{{Type:0, IntVal:{}, StrVal:\"\"}}",
+            v.as_i64().unwrap_or(0)
+        ),
+    };
+    let mut values = [0i64; 2];
+    for (i, key) in ["maxUnavailable", "maxSurge"].into_iter().enumerate() {
+        let v = &ru[key];
+        let field = format!("spec.strategy.rollingUpdate.{key}");
+        match v {
+            Value::String(s) => match s.strip_suffix('%').and_then(|n| n.parse::<i64>().ok()) {
+                Some(n) => values[i] = n,
+                None => errs.push(FieldError::invalid(
+                    field,
+                    s,
+                    "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
+                )),
+            },
+            Value::Number(n) => {
+                let n = n.as_i64().unwrap_or(0);
+                if n < 0 {
+                    errs.push(FieldError::invalid_raw(field, &n.to_string(), "must be greater than or equal to 0"));
+                }
+                values[i] = n;
+            }
+            _ => values[i] = 1,
+        }
+    }
+    if values == [0, 0] {
+        errs.push(FieldError::invalid_raw(
+            "spec.strategy.rollingUpdate.maxUnavailable",
+            &go(&ru["maxUnavailable"]),
+            "may not be 0 when `maxSurge` is 0",
+        ));
+    }
+    if ru["maxUnavailable"].as_str().is_some_and(|s| s.ends_with('%')) && values[0] > 100 {
+        errs.push(FieldError::invalid_raw(
+            "spec.strategy.rollingUpdate.maxUnavailable",
+            &go(&ru["maxUnavailable"]),
+            "must not be greater than 100%",
+        ));
+    }
+}
+
+fn format_labels(m: &BTreeMap<String, String>) -> String {
+    let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+    format!("map[{}]", parts.join(" "))
+}
+
+fn container_summary(template_spec: &Value) -> (String, String) {
+    let cs = template_spec["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let names: Vec<&str> = cs.iter().filter_map(|c| c["name"].as_str()).collect();
+    let images: Vec<&str> = cs.iter().filter_map(|c| c["image"].as_str()).collect();
+    (names.join(","), images.join(","))
+}
+
+fn selector_string(sel: &Value) -> String {
+    let m = meta::string_map(&sel["matchLabels"]);
+    let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    parts.join(",")
+}

@@ -1,0 +1,247 @@
+//! The runtime catalogue of strategies: which [`Strategy`] serves each (group, resource). The
+//! built-in resources are registered at start; more can be registered while the server runs
+//! (custom resources). A resource without an entry gets the [`Plain`] strategy.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+
+use r8s_api::ResourceDef;
+
+use super::strategy::{Plain, Strategy};
+
+type ByResource = HashMap<String, Arc<dyn Strategy>>;
+
+/// (group, resource) → strategy.
+pub(crate) struct Catalogue {
+    by_group: RwLock<HashMap<String, ByResource>>,
+    fallback: Arc<dyn Strategy>,
+}
+
+impl Catalogue {
+    /// A catalogue without entries: every resource gets the plain strategy.
+    pub fn empty() -> Self {
+        Self {
+            by_group: RwLock::new(HashMap::new()),
+            fallback: Arc::new(Plain),
+        }
+    }
+
+    /// The built-in resources' strategies.
+    pub fn builtin() -> Self {
+        let c = Self::empty();
+        for (group, resource, strategy) in builtin() {
+            c.register(group, resource, strategy);
+        }
+        c
+    }
+
+    /// Serve `group`/`resource` with `strategy` (replacing any it had).
+    pub fn register(&self, group: &str, resource: &str, strategy: Arc<dyn Strategy>) {
+        self.by_group
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(group.to_owned())
+            .or_default()
+            .insert(resource.to_owned(), strategy);
+    }
+
+    /// The strategy registered for `group`/`resource`, if any.
+    pub fn get(&self, group: &str, resource: &str) -> Option<Arc<dyn Strategy>> {
+        self.by_group
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(group)
+            .and_then(|r| r.get(resource))
+            .cloned()
+    }
+
+    /// The strategy of `def`: its own, else the plain one.
+    pub fn strategy(&self, def: &ResourceDef) -> Arc<dyn Strategy> {
+        self.get(def.group, def.plural)
+            .unwrap_or_else(|| self.fallback.clone())
+    }
+}
+
+/// The catalogue the server uses.
+pub(crate) fn global() -> &'static Catalogue {
+    static GLOBAL: OnceLock<Catalogue> = OnceLock::new();
+    GLOBAL.get_or_init(Catalogue::builtin)
+}
+
+/// Every built-in strategy, by group and resource. Leases and the reviews (never stored) need
+/// nothing of their own: they get the plain strategy.
+fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
+    use super::*;
+    vec![
+        ("", "namespaces", Arc::new(namespaces::Namespaces)),
+        ("", "pods", Arc::new(pods::Pods)),
+        ("", "nodes", Arc::new(nodes::Nodes)),
+        ("", "services", Arc::new(services::Services)),
+        ("", "endpoints", Arc::new(endpoints::Endpoints)),
+        ("", "configmaps", Arc::new(configmaps::ConfigMaps)),
+        ("", "secrets", Arc::new(secrets::Secrets)),
+        ("", "serviceaccounts", Arc::new(serviceaccounts::ServiceAccounts)),
+        ("", "events", Arc::new(events::Events)),
+        ("", "limitranges", Arc::new(limitranges::LimitRanges)),
+        ("", "resourcequotas", Arc::new(resourcequotas::ResourceQuotas)),
+        (
+            "apps",
+            "deployments",
+            Arc::new(apps::Workloads { deployment: true }),
+        ),
+        (
+            "apps",
+            "replicasets",
+            Arc::new(apps::Workloads { deployment: false }),
+        ),
+        ("events.k8s.io", "events", Arc::new(events::Events)),
+        (
+            "discovery.k8s.io",
+            "endpointslices",
+            Arc::new(endpoints::EndpointSlices),
+        ),
+        (
+            "scheduling.k8s.io",
+            "priorityclasses",
+            Arc::new(priorityclasses::PriorityClasses),
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            Arc::new(rbac::Roles { cluster: true }),
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "roles",
+            Arc::new(rbac::Roles { cluster: false }),
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            Arc::new(rbac::Bindings { cluster: true }),
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            Arc::new(rbac::Bindings { cluster: false }),
+        ),
+        (
+            "certificates.k8s.io",
+            "certificatesigningrequests",
+            Arc::new(certificates::CertificateSigningRequests),
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            Arc::new(webhook_configuration::WebhookConfigurations { mutating: true }),
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            Arc::new(webhook_configuration::WebhookConfigurations { mutating: false }),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Served resources that knowingly have no strategy of their own (besides the reviews,
+    /// which are never stored).
+    const PLAIN: &[(&str, &str)] = &[
+        ("coordination.k8s.io", "leases"),
+        ("admissionregistration.k8s.io", "initializerconfigurations"),
+    ];
+
+    /// Subresources that are views of the object (the generic `subresource` module serves
+    /// them) or streams the handler serves before the registry.
+    const NOT_CONNECTED: &[&str] = &[
+        "status",
+        "scale",
+        "finalize",
+        "approval",
+        "resize",
+        "exec",
+        "attach",
+        "portforward",
+    ];
+
+    #[test]
+    fn every_served_resource_has_a_strategy_and_its_table_rows_fit_its_columns() {
+        let c = Catalogue::builtin();
+        let samples = [
+            json!({}),
+            json!({
+                "metadata": {"name": "x", "namespace": "ns", "creationTimestamp": "2020-01-01T00:00:00Z",
+                             "labels": {"node-role.kubernetes.io/control-plane": ""}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}], "ports": [{"port": 80, "nodePort": 30080}],
+                         "selector": {"app": "x"}, "hard": {"pods": "2", "limits.cpu": "1"}},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+                "subsets": [{"addresses": [{"ip": "10.0.0.1"}], "ports": [{"port": 80}]}],
+                "endpoints": [{"addresses": ["10.0.0.1"]}], "ports": [{"port": 80}],
+                "data": {"a": "b"}, "subjects": [{"kind": "User", "name": "u"}], "webhooks": [{}],
+            }),
+        ];
+        for def in r8s_api::catalogue() {
+            let what = def.group_resource();
+            let strategy = match c.get(def.group, def.plural) {
+                Some(s) => s,
+                None => {
+                    assert!(
+                        def.is_review() || PLAIN.contains(&(def.group, def.plural)),
+                        "{what} has no strategy in the catalogue"
+                    );
+                    c.strategy(def)
+                }
+            };
+            assert_eq!(
+                strategy.status_subresource(),
+                def.subresource("status").is_some(),
+                "{what}: status subresource"
+            );
+            for sub in def.subresources {
+                if !NOT_CONNECTED.contains(&sub.name) {
+                    assert!(
+                        strategy.connect(sub.name).is_some(),
+                        "{what}/{} is not served",
+                        sub.name
+                    );
+                }
+            }
+            let columns = strategy.columns().len();
+            for obj in &samples {
+                assert_eq!(strategy.cells(obj).len(), columns, "{what}: cells and columns");
+            }
+        }
+        // Nothing is registered for a resource that is not served.
+        for (group, resources) in c.by_group.read().unwrap().iter() {
+            for resource in resources.keys() {
+                assert!(
+                    r8s_api::catalogue()
+                        .iter()
+                        .any(|d| d.group == group && d.plural == resource),
+                    "{resource}.{group} is not served"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn strategies_can_be_registered_while_the_server_runs() {
+        struct Widgets;
+        impl Strategy for Widgets {
+            fn tracks_generation(&self) -> bool {
+                true
+            }
+        }
+        let c = Catalogue::builtin();
+        assert!(c.get("example.com", "widgets").is_none());
+        c.register("example.com", "widgets", Arc::new(Widgets));
+        assert!(c.get("example.com", "widgets").unwrap().tracks_generation());
+        // The built-ins are still there.
+        assert!(c.get("", "pods").is_some());
+    }
+}

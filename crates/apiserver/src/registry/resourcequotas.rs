@@ -1,0 +1,62 @@
+//! ResourceQuotas (upstream's `pkg/registry/core/resourcequota`): status through its
+//! subresource, the table of used over hard.
+
+use serde_json::{json, Value};
+
+use super::strategy::{age_cell, col, name_cell, Column, Strategy, AGE, NAME};
+
+pub(crate) struct ResourceQuotas;
+
+impl Strategy for ResourceQuotas {
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+
+    fn status_subresource(&self) -> bool {
+        true
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            NAME,
+            AGE,
+            col("Request", "string", "Request represents a minimum amount of cpu/memory that a container may consume."),
+            col("Limit", "string", "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node."),
+        ]
+    }
+
+    fn cells(&self, obj: &Value) -> Vec<Value> {
+        let (requests, limits) = quota_cells(obj);
+        vec![name_cell(obj), age_cell(obj), json!(requests), json!(limits)]
+    }
+}
+
+/// The REQUEST and LIMIT cells of a ResourceQuota: `name: used/hard` for each resource of
+/// its spec, sorted, `limits.*` in the second (upstream `printResourceQuota`).
+fn quota_cells(obj: &Value) -> (String, String) {
+    let quantity = |v: &Value| {
+        v.as_str()
+            .and_then(|s| r8s_api::quantity::Quantity::parse(s).ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (mut requests, mut limits) = (Vec::new(), Vec::new());
+    let mut names: Vec<&String> = obj["spec"]["hard"]
+        .as_object()
+        .map(|m| m.keys().collect())
+        .unwrap_or_default();
+    names.sort();
+    for r in names {
+        let cell = format!(
+            "{r}: {}/{}",
+            quantity(&obj["status"]["used"][r.as_str()]),
+            quantity(&obj["status"]["hard"][r.as_str()])
+        );
+        if r.starts_with("limits.") {
+            limits.push(cell);
+        } else {
+            requests.push(cell);
+        }
+    }
+    (requests.join(", "), limits.join(", "))
+}

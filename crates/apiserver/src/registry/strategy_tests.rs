@@ -1,0 +1,453 @@
+//! The built-in strategies through the catalogue, as the generic registry calls them:
+//! defaults, validation, immutable fields, tables.
+
+use r8s_api::validation::FieldError;
+use r8s_api::ResourceDef;
+use serde_json::{json, Value};
+
+use super::configmaps::MAX_DATA_BYTES;
+use super::pods::defaults as pod_defaults;
+use super::pods::qos_class;
+use super::strategy::{self, validate, Column, MAX_ANNOTATIONS_BYTES};
+use crate::authn::UserInfo;
+
+fn default(def: &ResourceDef, obj: &mut Value) {
+    strategy::of(def).default(obj);
+}
+
+fn prepare_for_create(def: &ResourceDef, obj: &mut Value) {
+    strategy::of(def).prepare_for_create(&UserInfo::default(), obj);
+}
+
+fn validate_update(def: &ResourceDef, obj: &Value, old: &Value) -> Vec<FieldError> {
+    strategy::validate_update(def, obj, old)
+}
+
+fn columns(def: &ResourceDef) -> Vec<Column> {
+    strategy::of(def).columns()
+}
+
+/// A write of a pod's main resource: what an update may change.
+fn validate_pod_update(obj: &Value, old: &Value) -> Vec<FieldError> {
+    strategy::of(def("pods")).validate_main_update(obj, old)
+}
+
+fn cells(def: &ResourceDef, obj: &Value) -> Vec<Value> {
+    strategy::of(def).cells(obj)
+}
+
+fn def(plural: &str) -> &'static ResourceDef {
+    r8s_api::catalogue()
+        .iter()
+        .find(|d| d.plural == plural && d.group != "events.k8s.io")
+        .unwrap()
+}
+
+#[test]
+fn secret_string_data_becomes_data() {
+    let mut s = json!({"data": {"a": "eA==", "b": "eA=="}, "stringData": {"b": "yy", "c": "z"}});
+    default(def("secrets"), &mut s);
+    assert_eq!(
+        s,
+        json!({"type": "Opaque", "data": {"a": "eA==", "b": "eXk=", "c": "eg=="}})
+    );
+}
+
+#[test]
+fn pod_defaults_follow_upstream() {
+    let mut pod = json!({"spec": {"containers": [
+        {"name": "a", "image": "nginx"},
+        {"name": "b", "image": "nginx:1.25"},
+        {"name": "c", "image": "reg:5000/x:latest", "ports": [{"containerPort": 80}]},
+    ]}});
+    default(def("pods"), &mut pod);
+    let s = &pod["spec"];
+    assert_eq!(s["restartPolicy"], "Always");
+    assert_eq!(s["dnsPolicy"], "ClusterFirst");
+    assert_eq!(s["terminationGracePeriodSeconds"], 30);
+    assert_eq!(s["schedulerName"], "default-scheduler");
+    assert_eq!(s["containers"][0]["imagePullPolicy"], "Always");
+    assert_eq!(s["containers"][1]["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(s["containers"][2]["imagePullPolicy"], "Always");
+    assert_eq!(s["containers"][2]["ports"][0]["protocol"], "TCP");
+}
+
+#[test]
+fn the_deprecated_service_account_alias_names_the_account_and_reads_as_the_name() {
+    // Only the alias: it names the account.
+    let mut pod = json!({"spec": {"serviceAccount": "builder", "containers": []}});
+    default(def("pods"), &mut pod);
+    assert_eq!(pod["spec"]["serviceAccountName"], "builder");
+    assert_eq!(pod["spec"]["serviceAccount"], "builder");
+    // Both, differing: the name wins and the alias follows it.
+    let mut pod = json!({"spec": {"serviceAccountName": "a", "serviceAccount": "b"}});
+    default(def("pods"), &mut pod);
+    assert_eq!(
+        (&pod["spec"]["serviceAccountName"], &pod["spec"]["serviceAccount"]),
+        (&json!("a"), &json!("a"))
+    );
+    // Neither: no alias appears; a name chosen later (by admission) gets its alias when the
+    // pod is prepared for storage.
+    let mut pod = json!({"spec": {"containers": []}});
+    default(def("pods"), &mut pod);
+    assert!(pod["spec"].get("serviceAccount").is_none());
+    pod["spec"]["serviceAccountName"] = json!("default");
+    prepare_for_create(def("pods"), &mut pod);
+    assert_eq!(pod["spec"]["serviceAccount"], "default");
+    // Templates of workloads too.
+    let mut d = json!({"spec": {"template": {"spec": {"serviceAccountName": "web", "containers": []}}}});
+    default(def("deployments"), &mut d);
+    assert_eq!(d["spec"]["template"]["spec"]["serviceAccount"], "web");
+}
+
+#[test]
+fn namespaces_are_labelled_with_their_name_whatever_the_client_sent() {
+    let mut ns =
+        json!({"metadata": {"name": "team", "labels": {"kubernetes.io/metadata.name": "other", "a": "b"}}});
+    default(def("namespaces"), &mut ns);
+    assert_eq!(
+        ns["metadata"]["labels"],
+        json!({"kubernetes.io/metadata.name": "team", "a": "b"})
+    );
+    // A generated name is labelled once it is known.
+    let mut ns = json!({"metadata": {"generateName": "team-"}});
+    default(def("namespaces"), &mut ns);
+    assert!(ns["metadata"]["labels"].is_null());
+    ns["metadata"]["name"] = json!("team-x1y2z");
+    prepare_for_create(def("namespaces"), &mut ns);
+    assert_eq!(
+        ns["metadata"]["labels"],
+        json!({"kubernetes.io/metadata.name": "team-x1y2z"})
+    );
+}
+
+#[test]
+fn limit_range_container_items_default_from_max_and_min() {
+    let mut lr = json!({"spec": {"limits": [
+        {"type": "Container", "max": {"cpu": "800m", "memory": "1Gi"}, "min": {"cpu": "200m", "ephemeral-storage": "1Gi"},
+         "default": {"memory": "512Mi"}},
+        {"type": "Container", "min": {"cpu": "100m"}},
+        {"type": "Container"},
+        {"type": "Pod", "max": {"cpu": "2"}},
+    ]}});
+    default(def("limitranges"), &mut lr);
+    let items = &lr["spec"]["limits"];
+    // The limit given stays; the max fills the rest; requests follow the limits, then the min.
+    assert_eq!(items[0]["default"], json!({"memory": "512Mi", "cpu": "800m"}));
+    assert_eq!(
+        items[0]["defaultRequest"],
+        json!({"memory": "512Mi", "cpu": "800m", "ephemeral-storage": "1Gi"})
+    );
+    assert!(items[1].get("default").is_none(), "no max, no default limit");
+    assert_eq!(items[1]["defaultRequest"], json!({"cpu": "100m"}));
+    assert_eq!(items[2], json!({"type": "Container"}), "nothing to default from");
+    assert_eq!(
+        items[3],
+        json!({"type": "Pod", "max": {"cpu": "2"}}),
+        "only Container items"
+    );
+    // No spec: nothing is added.
+    let mut empty = json!({"metadata": {"name": "x"}});
+    default(def("limitranges"), &mut empty);
+    assert_eq!(empty, json!({"metadata": {"name": "x"}}));
+}
+
+#[test]
+fn services_endpoints_and_nodes_get_upstreams_defaults() {
+    let mut svc =
+        json!({"spec": {"type": "LoadBalancer", "sessionAffinity": "ClientIP", "ports": [{"port": 80}]}});
+    default(def("services"), &mut svc);
+    assert_eq!(
+        svc["spec"]["sessionAffinityConfig"],
+        json!({"clientIP": {"timeoutSeconds": 10800}})
+    );
+    assert_eq!(svc["spec"]["allocateLoadBalancerNodePorts"], true);
+    let mut svc = json!({"spec": {"sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 5}}}});
+    default(def("services"), &mut svc);
+    assert!(
+        svc["spec"].get("sessionAffinityConfig").is_none(),
+        "no affinity, no config"
+    );
+    assert!(svc["spec"].get("allocateLoadBalancerNodePorts").is_none());
+
+    let mut ep = json!({"subsets": [{"ports": [{"port": 80}, {"port": 53, "protocol": "UDP"}]}]});
+    default(def("endpoints"), &mut ep);
+    assert_eq!(ep["subsets"][0]["ports"][0]["protocol"], "TCP");
+    assert_eq!(ep["subsets"][0]["ports"][1]["protocol"], "UDP");
+    let mut bare = json!({"metadata": {"name": "e"}});
+    default(def("endpoints"), &mut bare);
+    assert_eq!(bare, json!({"metadata": {"name": "e"}}));
+
+    let mut node = json!({"status": {"capacity": {"cpu": "2"}}});
+    default(def("nodes"), &mut node);
+    assert_eq!(node["status"]["allocatable"], json!({"cpu": "2"}));
+}
+
+#[test]
+fn immutable_fields_are_refused_in_upstreams_words() {
+    let text = |d: &str, new: Value, old: Value| -> Vec<String> {
+        validate_update(def(d), &new, &old)
+            .iter()
+            .map(|e| e.to_string())
+            .collect()
+    };
+    // ConfigMaps and Secrets marked immutable keep their data and the mark.
+    let cm = json!({"immutable": true, "data": {"a": "1"}});
+    assert_eq!(
+        text("configmaps", json!({"data": {"a": "2"}}), cm.clone()),
+        [
+            "immutable: Forbidden: field is immutable when `immutable` is set",
+            "data: Forbidden: field is immutable when `immutable` is set"
+        ]
+    );
+    let relabelled = json!({"metadata": {"labels": {"x": "y"}}, "immutable": true, "data": {"a": "1"}});
+    assert!(text("configmaps", relabelled, cm).is_empty());
+    assert!(text(
+        "configmaps",
+        json!({"data": {"a": "2"}}),
+        json!({"data": {"a": "1"}})
+    )
+    .is_empty());
+    assert!(
+        text(
+            "configmaps",
+            json!({"data": {}, "immutable": true}),
+            json!({"immutable": true})
+        )
+        .is_empty(),
+        "absent and empty data are the same"
+    );
+    assert_eq!(
+        text(
+            "secrets",
+            json!({"type": "kubernetes.io/tls"}),
+            json!({"type": "Opaque"})
+        ),
+        ["type: Invalid value: \"kubernetes.io/tls\": field is immutable"]
+    );
+    // A workload's selector.
+    let d = |app: &str| json!({"spec": {"selector": {"matchLabels": {"app": app}}}});
+    assert_eq!(
+        text("deployments", d("web2"), d("web")),
+        [
+            r#"spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"app":"web2"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable"#
+        ]
+    );
+    assert_eq!(text("replicasets", d("b"), d("a")).len(), 1);
+    let with_empty = json!({"spec": {"selector": {"matchLabels": {"app": "web"}, "matchExpressions": []}}});
+    assert!(
+        text("deployments", with_empty, d("web")).is_empty(),
+        "nil and empty are equal"
+    );
+    // PriorityClasses and RoleBindings.
+    assert_eq!(
+        text(
+            "priorityclasses",
+            json!({"value": 2, "preemptionPolicy": "Never"}),
+            json!({"value": 1, "preemptionPolicy": "PreemptLowerPriority"})
+        ),
+        [
+            "value: Forbidden: may not be changed in an update.",
+            "preemptionPolicy: Invalid value: \"Never\": field is immutable"
+        ]
+    );
+    let rb = |name: &str| json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}});
+    assert_eq!(
+        text("rolebindings", rb("edit"), rb("view")),
+        [
+            r#"roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"edit"}: cannot change roleRef"#
+        ]
+    );
+}
+
+#[test]
+fn workloads_must_restart_always_and_be_able_to_roll() {
+    let d = |extra: Value| {
+        let mut d = json!({"metadata": {"name": "web"}, "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}});
+        merge(&mut d, &extra);
+        default(def("deployments"), &mut d);
+        validate(def("deployments"), &d)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
+    fn merge(a: &mut Value, b: &Value) {
+        match (a, b) {
+            (Value::Object(a), Value::Object(b)) => {
+                for (k, v) in b {
+                    merge(a.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+            (a, b) => *a = b.clone(),
+        }
+    }
+    assert_eq!(d(json!({})), Vec::<String>::new());
+    assert_eq!(
+        d(json!({"spec": {"template": {"spec": {"restartPolicy": "Never", "activeDeadlineSeconds": 5}}}})),
+        [
+            "spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"",
+            "spec.template.spec.activeDeadlineSeconds: Forbidden: activeDeadlineSeconds in ReplicaSet is not Supported",
+        ]
+    );
+    assert_eq!(
+        d(json!({"spec": {"strategy": {"rollingUpdate": {"maxUnavailable": 0, "maxSurge": "0%"}}}})),
+        ["spec.strategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}: may not be 0 when `maxSurge` is 0"]
+    );
+    assert_eq!(
+        d(json!({"spec": {"strategy": {"rollingUpdate": {"maxUnavailable": "150%", "maxSurge": "half"}}}})),
+        [
+            "spec.strategy.rollingUpdate.maxSurge: Invalid value: \"half\": a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
+            "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"150%\"}: must not be greater than 100%",
+        ]
+    );
+    assert_eq!(
+        d(json!({"spec": {"strategy": {"type": "Recreate", "rollingUpdate": {"maxSurge": 1}}}})),
+        ["spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'"]
+    );
+    assert_eq!(
+        d(json!({"spec": {"minReadySeconds": 30, "progressDeadlineSeconds": 20}})),
+        ["spec.progressDeadlineSeconds: Invalid value: 20: must be greater than minReadySeconds"]
+    );
+}
+
+#[test]
+fn data_and_annotations_have_upstreams_size_limits() {
+    let big = "x".repeat(MAX_DATA_BYTES);
+    let errs = |d: &str, obj: Value| {
+        validate(def(d), &obj)
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        errs(
+            "configmaps",
+            json!({"metadata": {"name": "c"}, "data": {"k": big}})
+        ),
+        ["[]: Too long: may not be more than 1048576 bytes"]
+    );
+    assert!(errs(
+        "configmaps",
+        json!({"metadata": {"name": "c"}, "data": {"k": "x".repeat(1000)}})
+    )
+    .is_empty());
+    // A Secret's data counts decoded (base64 is 4 bytes for every 3).
+    let encoded = "eHh4".repeat(MAX_DATA_BYTES / 3 + 1);
+    assert_eq!(
+        errs(
+            "secrets",
+            json!({"metadata": {"name": "s"}, "data": {"k": encoded}})
+        ),
+        ["data: Too long: may not be more than 1048576 bytes"]
+    );
+    let notes = "n".repeat(MAX_ANNOTATIONS_BYTES);
+    assert_eq!(
+        errs(
+            "configmaps",
+            json!({"metadata": {"name": "c", "annotations": {"a": notes}}})
+        ),
+        ["metadata.annotations: Too long: may not be more than 262144 bytes"]
+    );
+}
+
+#[test]
+fn a_pod_stored_without_the_alias_may_still_be_updated() {
+    let old = json!({"spec": {"serviceAccountName": "default", "containers": [{"name": "c", "image": "a"}]}});
+    let mut new = old.clone();
+    new["spec"]["containers"][0]["image"] = json!("b");
+    default(def("pods"), &mut new);
+    assert_eq!(new["spec"]["serviceAccount"], "default");
+    let errs = validate_pod_update(&new, &{
+        let mut o = old.clone();
+        default(def("pods"), &mut o);
+        o["spec"].as_object_mut().unwrap().remove("serviceAccount");
+        o
+    });
+    assert!(errs.is_empty(), "{errs:?}");
+    // Changing the account is still refused.
+    let mut other = new.clone();
+    other["spec"]["serviceAccountName"] = json!("other");
+    pod_defaults::service_account_alias(&mut other["spec"]);
+    assert!(!validate_pod_update(&other, &new).is_empty());
+}
+
+#[test]
+fn deployment_defaults_and_validation() {
+    let mut d = json!({"metadata": {"name": "web"}, "spec": {
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+    }});
+    default(def("deployments"), &mut d);
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+    assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
+    assert_eq!(d["spec"]["progressDeadlineSeconds"], 600);
+    assert!(validate(def("deployments"), &d).is_empty());
+    d["spec"]["template"]["metadata"]["labels"]["app"] = json!("other");
+    let errs = validate(def("deployments"), &d);
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].field, "spec.template.metadata.labels");
+}
+
+#[test]
+fn qos_classes() {
+    assert_eq!(qos_class(&json!({"containers": [{"name": "a"}]})), "BestEffort");
+    let g = json!({"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}}]});
+    assert_eq!(qos_class(&g), "Guaranteed");
+    let b = json!({"containers": [{"resources": {"requests": {"cpu": "1"}}}]});
+    assert_eq!(qos_class(&b), "Burstable");
+    let same = json!({"containers": [{"resources": {"limits": {"cpu": "0.5", "memory": "1Gi"}, "requests": {"cpu": "500m", "memory": "1024Mi"}}}]});
+    assert_eq!(qos_class(&same), "Guaranteed");
+}
+
+#[test]
+fn pods_request_what_they_limit_by_default() {
+    let mut pod = json!({"spec": {
+        "containers": [
+            {"name": "a", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "100m"}}},
+            {"name": "b"}
+        ],
+        "initContainers": [{"name": "i", "resources": {"limits": {"memory": "64Mi"}}}]
+    }});
+    default(def("pods"), &mut pod);
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"]["requests"],
+        json!({"cpu": "100m", "memory": "1Gi"})
+    );
+    assert_eq!(pod["spec"]["containers"][1]["resources"], json!({}));
+    assert_eq!(
+        pod["spec"]["initContainers"][0]["resources"]["requests"],
+        json!({"memory": "64Mi"})
+    );
+    // Workload templates are left as written.
+    let mut d = json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "resources": {"limits": {"cpu": "1"}}}]}}}});
+    default(def("deployments"), &mut d);
+    assert!(d["spec"]["template"]["spec"]["containers"][0]["resources"]
+        .get("requests")
+        .is_none());
+}
+
+#[test]
+fn invalid_names_and_labels_are_reported_per_field() {
+    let obj = json!({"metadata": {"name": "Bad_Name", "labels": {"ok": "yes", "bad key": "v"}}});
+    let errs = validate(def("configmaps"), &obj);
+    let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, vec!["metadata.name", "metadata.labels"]);
+    assert!(errs[0]
+        .message
+        .starts_with("Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain"));
+}
+
+#[test]
+fn quota_rows_show_used_over_hard() {
+    let q = json!({"metadata": {"name": "q"},
+        "spec": {"hard": {"pods": "2", "limits.cpu": "2", "requests.memory": "1Gi"}},
+        "status": {"hard": {"pods": "2", "limits.cpu": "2", "requests.memory": "1Gi"},
+                   "used": {"pods": "2", "limits.cpu": "500m"}}});
+    let cells = cells(def("resourcequotas"), &q);
+    assert_eq!(cells[2], "pods: 2/2, requests.memory: 0/1Gi");
+    assert_eq!(cells[3], "limits.cpu: 500m/2");
+    assert_eq!(columns(def("resourcequotas")).len(), cells.len());
+}
