@@ -1206,6 +1206,9 @@ pub(crate) async fn apply_update(
                 .delete(&key(def, ns, name), Some(old_rv))
                 .await
                 .map_err(|e| store_error(def, name, e))?;
+            // Gone as surely as through a DELETE: what it held (a Service's cluster IP and
+            // node ports) is released the same way.
+            strategy.after_delete(ctx, old).await;
         }
         return Ok(obj);
     }

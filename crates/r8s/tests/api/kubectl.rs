@@ -844,6 +844,26 @@ fn services_get_cluster_ips_and_node_ports() {
         s.ok(v, &["delete", "svc", &web]);
         s.ok_stdin(v, &["create", "-f", "-"], &taken);
         s.ok(v, &["delete", "svc", "taken", &np]);
+        // A Service held by a finalizer keeps its address until the finalizer goes; the update
+        // that removes the last one deletes it, and gives the address back as a DELETE does.
+        let held = format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: held\n  namespace: default\n  finalizers: [example.com/hold]\nspec:\n  clusterIP: {ip}\n  ports:\n  - port: 80\n");
+        s.ok_stdin(v, &["create", "-f", "-"], &held);
+        s.ok(v, &["delete", "svc", "held", "--wait=false"]);
+        s.fails_stdin(v, &["create", "-f", "-"], &taken);
+        s.ok(
+            v,
+            &[
+                "patch",
+                "svc",
+                "held",
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ],
+        );
+        assert!(!s.kubectl(v, &["get", "svc", "held"]).status.success());
+        s.ok_stdin(v, &["create", "-f", "-"], &taken);
+        s.ok(v, &["delete", "svc", "taken"]);
         // A spec with mistakes is refused whole, before any address is taken.
         let bad = "apiVersion: v1\nkind: Service\nmetadata:\n  name: bad\n  namespace: default\nspec:\n  type: Ingress\n  ports:\n  - port: 0\n";
         let err = String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], bad)).unwrap();
