@@ -12,6 +12,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
+use http_body_util::Empty;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, HTTPGetAction, LifecycleHandler, Pod, Probe, TCPSocketAction,
@@ -19,8 +21,6 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use r8s_client::queue::WorkQueue;
-use bytes::Bytes;
-use http_body_util::Empty;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Notify};
 
