@@ -12,6 +12,11 @@
 //! startup probe has the container killed and restarted. Lifecycle hooks (`lifecycle`) run
 //! around a container's start and stop; restarts back off as upstream (`backoff`), and a pod
 //! past its `activeDeadlineSeconds` is stopped and Failed.
+//!
+//! A pod's worker runs when its pod changes in the API, when the PLEG (`pleg`) sees its
+//! sandboxes or containers change, when a probe result changes, and at the instants its
+//! wake-ups (`wakeups`) fall due: its deadline, the end of a restart or pull back-off, and its
+//! status resync every `RESYNC`. Nothing re-queues every pod on a timer.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -44,11 +49,13 @@ use crate::cni::{self, CniOptions};
 use crate::containerd::{Containerd, ContainerdOptions};
 use crate::cri::Cri;
 use crate::lifecycle;
+use crate::pleg;
 use crate::prober::{self, ProbeEvent, ProbeManager};
 use crate::qos::{self, QosClass};
 use crate::spec::{self, ContainerInputs, NodeContext};
 use crate::status::StatusManager;
 use crate::volumes::{HostVolume, Lookup, VolumeManager};
+use crate::wakeups::Wakeups;
 use crate::Error;
 
 pub const FIELD_MANAGER: &str = "kubelet";
@@ -230,6 +237,8 @@ pub struct Agent {
     events: Mutex<HashMap<EventKey, RecordedEvent>>,
     /// Writes the pods' statuses in the background, and knows them before the informer does.
     status: Arc<StatusManager>,
+    /// When each pod's worker is next due without being asked (deadline, back-off, resync).
+    wakeups: Wakeups,
 }
 
 /// Pod uid, reason and message.
@@ -259,6 +268,11 @@ const MIN_GRACE: Duration = Duration::from_secs(2);
 /// How long a postStart hook may take (upstream waits for ever; a bound keeps the pod's worker
 /// from hanging on a hook that never returns).
 const POST_START_LIMIT: Duration = Duration::from_secs(300);
+/// How often the runtime is relisted for changes (upstream's generic PLEG relists every 1 s).
+const RELIST: Duration = Duration::from_secs(1);
+/// How often a pod's worker runs when nothing wakes it sooner: its volumes' configMaps and
+/// secrets are refreshed and its status written again.
+const RESYNC: Duration = Duration::from_secs(10);
 const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
 impl Agent {
@@ -379,6 +393,7 @@ impl Agent {
             first_seen: Mutex::new(HashMap::new()),
             applied: Mutex::new(HashMap::new()),
             airgap_images: imported.iter().flat_map(|f| crate::images::names_in(f)).collect(),
+            wakeups: Wakeups::new(),
         });
         agent.register().await?;
         // The pod network comes from the node's podCIDR (node IPAM).
@@ -398,7 +413,12 @@ impl Agent {
             )),
             tokio::spawn(agent.clone().lease_loop(stop.clone())),
             tokio::spawn(agent.clone().watch_pods(stop.clone())),
-            tokio::spawn(agent.clone().resync_loop(stop.clone())),
+            tokio::spawn(agent.clone().relist_loop(stop.clone())),
+            tokio::spawn({
+                let a = agent.clone();
+                let stop = stop.clone();
+                async move { a.wakeups.run(stop, |key| a.queue.add(key)).await }
+            }),
         ];
         let status_writer = tokio::spawn(agent.status.clone().run(stop.clone()));
         // The probe workers' events, recorded as the pod worker's are.
@@ -695,17 +715,33 @@ impl Agent {
         }
     }
 
-    /// Every 2 s, look at every pod again (container exits, status changes: a simple PLEG).
-    async fn resync_loop(self: Arc<Self>, stop: CancellationToken) {
+    /// The PLEG: relist the runtime every `RELIST` and wake the workers of the pods whose
+    /// sandboxes or containers changed (a container that exited, one that appeared).
+    async fn relist_loop(self: Arc<Self>, stop: CancellationToken) {
+        let mut last: Option<pleg::Snapshot> = None;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                _ = tokio::time::sleep(RELIST) => {}
             }
-            let keys: Vec<String> = self.pods.lock().unwrap().keys().cloned().collect();
-            for k in keys {
-                self.queue.add(k);
+            let mut rt = self.cri.runtime.clone();
+            let sandboxes = rt
+                .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+                .await;
+            let containers = rt
+                .list_containers(cri::ListContainersRequest { filter: None })
+                .await;
+            let (Ok(sandboxes), Ok(containers)) = (sandboxes, containers) else {
+                tracing::debug!("agent: relist failed");
+                continue;
+            };
+            let now = pleg::snapshot(&sandboxes.into_inner().items, &containers.into_inner().containers);
+            if let Some(before) = &last {
+                for (_, rec) in pleg::changed(before, &now) {
+                    self.queue.add(format!("{}/{}", rec.namespace, rec.name));
+                }
             }
+            last = Some(now);
         }
     }
 
@@ -905,8 +941,47 @@ impl Agent {
         }
     }
 
-    /// Reconcile one pod (upstream `SyncPod` and `SyncTerminatingPod`, much simplified).
+    /// Reconcile one pod, then ask to be woken when something of it falls due.
     async fn sync(&self, key: &str) -> Result<(), Error> {
+        let result = self.sync_once(key).await;
+        self.schedule_next(key);
+        result
+    }
+
+    /// The pod's next wake-ups: its status resync, and its activeDeadlineSeconds (counted from
+    /// the startTime this kubelet reported). Back-offs ask for theirs where they are decided.
+    fn schedule_next(&self, key: &str) {
+        let pod = self.pods.lock().unwrap().get(key).cloned();
+        let Some(pod) = pod else {
+            self.wakeups.cancel(key);
+            return;
+        };
+        let status = self.status.status(&pod);
+        let phase = status.phase.as_deref().unwrap_or("");
+        if pod.metadata.deletion_timestamp.is_some() || phase == "Succeeded" || phase == "Failed" {
+            return;
+        }
+        self.wakeups.after(key, RESYNC);
+        let known = Pod {
+            status: Some(status),
+            ..(*pod).clone()
+        };
+        if let Some(left) = deadline_left(&known, jiff::Timestamp::now()) {
+            self.wakeups.after(key, left);
+        }
+    }
+
+    /// Wake `pod`'s worker at `at` (a back-off's end).
+    fn wake_at(&self, pod: &Pod, at: std::time::SystemTime) {
+        let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        let left = at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        self.wakeups.after(&key, left);
+    }
+
+    /// Reconcile one pod (upstream `SyncPod` and `SyncTerminatingPod`, much simplified).
+    async fn sync_once(&self, key: &str) -> Result<(), Error> {
         let pod = self.pods.lock().unwrap().get(key).cloned();
         let Some(pod) = pod else {
             // Gone from the API: nothing of it may keep running. (Its uid is unknown here, so
@@ -1177,6 +1252,7 @@ impl Agent {
                 );
                 match delay {
                     Some(delay) => {
+                        self.wake_at(&pod, finished + delay);
                         waiting = Some((
                             "CrashLoopBackOff".into(),
                             format!(
@@ -1569,6 +1645,9 @@ impl Agent {
             .unwrap()
             .in_backoff_since_update(&key, std::time::SystemTime::now());
         if in_backoff.is_some() {
+            let now = std::time::SystemTime::now();
+            let left = self.backoff.lock().unwrap().remaining_since_update(&key, now);
+            self.wake_at(pod, now + left.unwrap_or_default());
             let msg = format!("Back-off pulling image \"{image}\"");
             self.event(pod, "Normal", "BackOff", &msg).await;
             self.event(pod, "Warning", "Failed", "Error: ImagePullBackOff")
@@ -1639,6 +1718,8 @@ impl Agent {
             )
             .await;
             self.event(pod, "Warning", "Failed", "Error: ErrImagePull").await;
+            // Back soon to report ImagePullBackOff, then at the back-off's end to pull again.
+            self.wake_at(pod, std::time::SystemTime::now() + RELIST);
             return Err(("ErrImagePull".into(), err));
         }
         let took = go_duration(began.elapsed());
@@ -2270,6 +2351,14 @@ impl Agent {
         if changed {
             self.status.set(pod, status["status"].clone());
         }
+        // A pod that has just finished is synced once more, to release its sandbox.
+        if (phase == "Succeeded" || phase == "Failed") && old.phase.as_deref() != Some(phase) {
+            self.queue.add(format!(
+                "{}/{}",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any()
+            ));
+        }
         Ok(())
     }
 }
@@ -2302,15 +2391,20 @@ fn go_duration(d: Duration) -> String {
     }
 }
 
+/// How long `pod` may still be active at `now` before its activeDeadlineSeconds (counted from
+/// its startTime, as upstream's activeDeadlineHandler): zero once it is past, None without a
+/// deadline or before it started.
+fn deadline_left(pod: &Pod, now: jiff::Timestamp) -> Option<Duration> {
+    let deadline = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds)?;
+    let start = pod.status.as_ref().and_then(|s| s.start_time.as_ref())?;
+    let active = now.duration_since(start.0);
+    let left = jiff::SignedDuration::from_secs(deadline) - active;
+    Some(Duration::try_from(left).unwrap_or_default())
+}
+
 /// Whether `pod` has been active longer than its activeDeadlineSeconds at `now`.
 fn past_deadline(pod: &Pod, now: jiff::Timestamp) -> bool {
-    let Some(deadline) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
-        return false;
-    };
-    let Some(start) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
-        return false;
-    };
-    now.duration_since(start.0).as_secs() >= deadline
+    deadline_left(pod, now).is_some_and(|d| d.is_zero())
 }
 
 /// The phase from the app containers' statuses (upstream `getPhase`): a container waiting to
@@ -2464,5 +2558,14 @@ mod tests {
         let mut no_start = pod.clone();
         no_start.status = None;
         assert!(!past_deadline(&no_start, at("2031-01-01T00:00:00Z")));
+        assert_eq!(
+            deadline_left(&pod, at("2030-01-01T00:00:03.5Z")),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            deadline_left(&pod, at("2030-01-01T00:01:00Z")),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(deadline_left(&no_start, at("2030-01-01T00:00:00Z")), None);
     }
 }

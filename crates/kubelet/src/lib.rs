@@ -15,6 +15,7 @@ pub mod images;
 pub mod lifecycle;
 pub mod logs;
 pub mod metrics;
+pub mod pleg;
 pub mod prober;
 pub mod qos;
 pub mod registries;
@@ -23,6 +24,7 @@ pub mod server;
 pub mod spec;
 pub mod status;
 pub mod volumes;
+pub mod wakeups;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
