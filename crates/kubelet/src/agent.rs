@@ -38,7 +38,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use r8s_api::resources::{pod_requests, Resources};
-use r8s_client::queue::{run_workers, WorkQueue};
+use r8s_client::queue::WorkQueue;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -273,6 +273,15 @@ const RELIST: Duration = Duration::from_secs(1);
 /// How often a pod's worker runs when nothing wakes it sooner: its volumes' configMaps and
 /// secrets are refreshed and its status written again.
 const RESYNC: Duration = Duration::from_secs(10);
+/// How long a stopping agent waits for the syncs in flight to finish before it cancels them.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+/// How long a stopping agent gives its pods to terminate (each within its grace period).
+const TERMINATE_LIMIT: Duration = Duration::from_secs(45);
+/// How long a stopping agent may take at most, all told: whoever waits for `Agent::run` to
+/// return after `stop` should wait this long.
+pub const STOP_LIMIT: Duration = Duration::from_secs(60);
+/// Pod workers running at once.
+const WORKERS: usize = 4;
 const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
 impl Agent {
@@ -420,7 +429,9 @@ impl Agent {
                 async move { a.wakeups.run(stop, |key| a.queue.add(key)).await }
             }),
         ];
-        let status_writer = tokio::spawn(agent.status.clone().run(stop.clone()));
+        // The status writer outlives the workers: what they set last is written before it goes.
+        let status_stop = CancellationToken::new();
+        let status_writer = tokio::spawn(agent.status.clone().run(status_stop.clone()));
         // The probe workers' events, recorded as the pod worker's are.
         let a = agent.clone();
         let probe_event_task = tokio::spawn(async move {
@@ -428,21 +439,27 @@ impl Agent {
                 a.event(&e.pod, "Warning", &e.reason, &e.message).await;
             }
         });
-        let a = agent.clone();
-        let workers = tokio::spawn(run_workers(agent.queue.clone(), 4, stop.clone(), move |key| {
-            let a = a.clone();
-            async move { a.sync(&key).await.map(|_| None).map_err(|e| e.to_string()) }
-        }));
+        let mut workers: Vec<_> = (0..WORKERS)
+            .map(|_| tokio::spawn(agent.clone().work(stop.clone())))
+            .collect();
         stop.cancelled().await;
+        // Stopping is a state of the workers: nothing new reaches them (no watch, no relist,
+        // no wake-ups), the syncs in flight finish, and then every pod is terminated.
         for t in tasks {
             t.abort();
         }
-        workers.abort();
-        // The statuses the workers set last are written before the agent goes.
-        let _ = tokio::time::timeout(Duration::from_secs(5), status_writer).await;
+        let drain = futures::future::join_all(workers.iter_mut());
+        if tokio::time::timeout(DRAIN_LIMIT, drain).await.is_err() {
+            tracing::warn!("agent: pod syncs still running at shutdown, cancelled");
+            for w in &workers {
+                w.abort();
+            }
+        }
         agent.probes.stop_all();
         probe_event_task.abort();
         if agent.opts.keep_pods_on_exit {
+            status_stop.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(5), status_writer).await;
             // containerd stops; the pods run on in their shims, with their network, volumes
             // and cgroups, for the next start to adopt.
             tracing::info!("agent: stopping, leaving the pods running");
@@ -453,9 +470,13 @@ impl Agent {
             }
             return Ok(());
         }
-        // containerd (and the pods it runs) stop with the agent; the Node stays. Sandboxes are
-        // stopped through CRI first, so CNI releases their addresses, veths and netns.
-        agent.stop_all_sandboxes().await;
+        // containerd (and the pods it runs) stop with the agent; the Node stays. Every pod is
+        // terminated as a deletion terminates it — preStop hooks and grace periods, containers,
+        // sandbox (CNI releases its address, veth and netns), volumes, cgroup — and whatever
+        // else the runtime runs goes too.
+        agent.terminate_all().await;
+        status_stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), status_writer).await;
         drop(containerd);
         crate::cgroups::remove(&cgroup_parent);
         cni::remove_bridge(&agent.opts.bridge);
@@ -823,9 +844,44 @@ impl Agent {
             .containers)
     }
 
-    /// Stop every sandbox (CNI DEL) and remove it, within 30 s.
-    async fn stop_all_sandboxes(&self) {
+    /// One pod worker: syncs the keys the queue hands it until `stop`. A sync in flight when
+    /// `stop` comes finishes; none starts after it.
+    async fn work(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            let key = tokio::select! {
+                _ = stop.cancelled() => return,
+                key = self.queue.get() => key,
+            };
+            let Some(key) = key else { return };
+            match self.sync(&key).await {
+                Ok(()) => self.queue.forget(&key),
+                Err(e) => {
+                    tracing::info!(%key, error = %e, "agent: pod sync failed; retrying");
+                    self.queue.add_rate_limited(&key);
+                }
+            }
+            self.queue.done(&key);
+        }
+    }
+
+    /// Terminate every pod (the agent is stopping), all at once, each as a deletion would;
+    /// then stop whatever else the runtime runs and unmount what is left of any pod's volumes.
+    async fn terminate_all(&self) {
+        let pods: Vec<Arc<Pod>> = self.pods.lock().unwrap().values().cloned().collect();
+        tracing::info!(pods = pods.len(), "agent: stopping the pods");
         let work = async {
+            let each = pods.iter().map(|pod| async move {
+                let uid = pod.uid().unwrap_or_default();
+                let pod = Pod {
+                    status: Some(self.status.status(pod)),
+                    ..(**pod).clone()
+                };
+                if let Err(e) = self.terminate_pod(&uid, Some(&pod)).await {
+                    tracing::warn!(pod = %uid, error = %e, "agent: could not stop pod at shutdown");
+                }
+            });
+            futures::future::join_all(each).await;
+            // Sandboxes of no pod this agent knows (orphans).
             let mut rt = self.cri.runtime.clone();
             let Ok(list) = rt
                 .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
@@ -834,23 +890,39 @@ impl Agent {
                 tracing::warn!("agent: cannot list the pod sandboxes to stop at shutdown");
                 return;
             };
-            let items = list.into_inner().items;
-            tracing::info!(sandboxes = items.len(), "agent: stopping the pods");
-            for sb in items {
-                let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
-                if let Err(e) = self.kill_pod(&uid, None).await {
+            let mut uids: Vec<String> = list
+                .into_inner()
+                .items
+                .iter()
+                .map(|sb| sb.labels.get(spec::POD_UID).cloned().unwrap_or_default())
+                .collect();
+            uids.sort();
+            uids.dedup();
+            let orphans = uids.iter().map(|uid| async move {
+                if let Err(e) = self.kill_pod(uid, None).await {
                     tracing::warn!(pod = %uid, error = %e, "agent: could not stop pod at shutdown");
                 }
-            }
+            });
+            futures::future::join_all(orphans).await;
         };
-        let _ = tokio::time::timeout(Duration::from_secs(30), work).await;
+        if tokio::time::timeout(TERMINATE_LIMIT, work).await.is_err() {
+            tracing::warn!("agent: pods still stopping at shutdown; removing their volumes anyway");
+        }
         // With their containers gone, the pods' volumes go too (tmpfs unmounted); a restarted
         // agent makes them again.
         for uid in self.volumes.pods_on_disk() {
-            if let Err(e) = self.volumes.teardown(&uid) {
+            if let Err(e) = self.forget_pod(&uid) {
                 tracing::warn!(pod = %uid, error = %e, "agent: could not remove pod volumes at shutdown");
             }
         }
+    }
+
+    /// Terminate pod `uid` (upstream `SyncTerminatingPod` then `SyncTerminatedPod`): its
+    /// containers stop (preStop hooks, within the grace period), its sandboxes go (CNI DEL),
+    /// then its volumes are unmounted and its cgroup removed, and the agent forgets it.
+    async fn terminate_pod(&self, uid: &str, pod: Option<&Pod>) -> Result<(), Error> {
+        self.kill_pod(uid, pod).await?;
+        self.forget_pod(uid)
     }
 
     /// Stop and remove everything the runtime runs for pod `uid`. With the pod at hand, its
@@ -1023,8 +1095,7 @@ impl Agent {
         };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         if pod.metadata.deletion_timestamp.is_some() {
-            self.kill_pod(&uid, Some(&pod)).await?;
-            self.forget_pod(&uid)?;
+            self.terminate_pod(&uid, Some(&pod)).await?;
             // The kubelet's final word: the pod is gone from the node, remove it now.
             let dp = DeleteParams {
                 grace_period_seconds: Some(0),

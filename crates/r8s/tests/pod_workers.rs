@@ -1,16 +1,30 @@
 //! The kubelet's pod workers, end to end, on clusters that run few pods (so nothing but the
 //! pod's own worker wakes the kubelet): time-driven work (activeDeadlineSeconds) happens at its
-//! due time.
+//! due time, and stopping the server terminates every pod as a deletion would, leaving no mount
+//! behind.
 
 mod support;
 
-use std::time::Instant;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::cluster::*;
 
 fn phase(p: &Value) -> &str {
     p["status"]["phase"].as_str().unwrap_or("")
+}
+
+/// The mount points under `dir` (from /proc/self/mountinfo).
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let prefix = dir.display().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| p.replace("\\040", " "))
+        .filter(|p| p.starts_with(&prefix))
+        .collect()
 }
 
 /// A lone pod (nothing else on the node to wake the kubelet) past its activeDeadlineSeconds is
@@ -59,4 +73,51 @@ fn a_lone_pod_fails_at_its_active_deadline() {
         "Failed only {after:?} after Running:\n{failed}"
     );
     s.ok(V, &["delete", "pod", "x", "--timeout=60s"]);
+}
+
+/// SIGTERM stops the server; its agent terminates every pod as a deletion does (containers,
+/// sandbox, network, volumes with the ServiceAccount token's tmpfs) before it returns, and
+/// nothing stays mounted under the data directory.
+#[test]
+fn stopping_the_server_terminates_its_pods_and_unmounts_their_volumes() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start("stop-node", "10.204.0.0/16", "r8sn");
+    for name in ["one", "two"] {
+        c.s.ok(
+            V,
+            &[
+                "run",
+                name,
+                "--image=busybox",
+                r#"--overrides={"spec":{"terminationGracePeriodSeconds":2}}"#,
+                "--",
+                "sleep",
+                "3600",
+            ],
+        );
+    }
+    for name in ["one", "two"] {
+        wait_for(90, "the pods Running", || {
+            (phase(&pod_json(&c.s, name)?) == "Running").then_some(())
+        });
+    }
+    let before = mounts_under(&c.data);
+    let tokens = before
+        .iter()
+        .filter(|m| m.contains("kubernetes.io~projected"))
+        .count();
+    assert_eq!(tokens, 2, "each pod's token volume is mounted: {before:#?}");
+    let stopped = Instant::now();
+    assert!(
+        c.s.terminate(Duration::from_secs(30)),
+        "the server did not exit within 30 s of SIGTERM:\n{}",
+        c.s.log()
+    );
+    eprintln!("server exited {:?} after SIGTERM", stopped.elapsed());
+    let left = mounts_under(&c.data);
+    assert!(left.is_empty(), "left mounted: {left:#?}\n{}", c.s.log());
+    assert!(
+        processes_under(&c.data).is_empty(),
+        "containerd or shims left running"
+    );
 }
