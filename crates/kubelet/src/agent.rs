@@ -50,6 +50,7 @@ use crate::containerd::{Containerd, ContainerdOptions};
 use crate::cri::Cri;
 use crate::lifecycle;
 use crate::pleg;
+use crate::pod_workers::{PodWorkers, WorkerState};
 use crate::prober::{self, ProbeEvent, ProbeManager};
 use crate::qos::{self, QosClass};
 use crate::spec::{self, ContainerInputs, NodeContext};
@@ -207,13 +208,11 @@ pub struct Agent {
     pub(crate) opts: AgentOptions,
     pub(crate) cri: Cri,
     node_ctx: Mutex<NodeContext>,
-    /// The pods bound to this node, by `<namespace>/<name>`.
-    pub(crate) pods: Mutex<HashMap<String, Arc<Pod>>>,
+    /// The pods bound to this node: one worker record per pod UID (the work queue's keys).
+    pub(crate) workers: Mutex<PodWorkers>,
     /// The port the kubelet API listens on.
     kubelet_port: u16,
     pub(crate) metrics: Arc<crate::metrics::KubeletMetrics>,
-    /// When this kubelet first saw each pod not yet running, by uid (for the start-up latency).
-    first_seen: Mutex<HashMap<String, Instant>>,
     /// What each container was last given (CRI resources), by container id: a difference
     /// from what its pod now asks is an in-place resize.
     applied: Mutex<HashMap<String, cri::LinuxContainerResources>>,
@@ -228,9 +227,7 @@ pub struct Agent {
     volumes: VolumeManager,
     /// The pods' cgroups, by QoS class.
     cgroups: CgroupManager,
-    /// The uids of the pods admitted to this node (kubelet admission runs once per pod, one
-    /// pod at a time under `admit_lock`).
-    admitted: Mutex<HashSet<String>>,
+    /// Kubelet admission runs once per pod, one pod at a time.
     admit_lock: tokio::sync::Mutex<()>,
     /// Events recorded, by pod uid, reason and message: the event's name, its count and when
     /// it was last written (repeats within `EVENT_REPEAT` are not written again).
@@ -282,6 +279,8 @@ const TERMINATE_LIMIT: Duration = Duration::from_secs(45);
 pub const STOP_LIMIT: Duration = Duration::from_secs(60);
 /// Pod workers running at once.
 const WORKERS: usize = 4;
+/// The work-queue key that sweeps what the runtime runs for pods no worker knows.
+const SWEEP: &str = "/";
 const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
 impl Agent {
@@ -388,18 +387,16 @@ impl Agent {
             }),
             volumes: VolumeManager::new(opts.dir.join("pods"), client.clone()),
             cgroups,
-            admitted: Mutex::new(HashSet::new()),
             admit_lock: tokio::sync::Mutex::new(()),
             events: Mutex::new(HashMap::new()),
             status: StatusManager::new(client.clone(), FIELD_MANAGER),
             opts,
-            pods: Mutex::new(HashMap::new()),
+            workers: Mutex::new(PodWorkers::default()),
             queue,
             backoff: Mutex::new(Backoff::default()),
             runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
             kubelet_port,
             metrics,
-            first_seen: Mutex::new(HashMap::new()),
             applied: Mutex::new(HashMap::new()),
             airgap_images: imported.iter().flat_map(|f| crate::images::names_in(f)).collect(),
             wakeups: Wakeups::new(),
@@ -688,11 +685,13 @@ impl Agent {
         }
     }
 
-    /// Watch the pods bound to this node.
+    /// Watch the pods bound to this node; each change wakes the workers it concerns.
     async fn watch_pods(self: Arc<Self>, stop: CancellationToken) {
         let api: Api<Pod> = Api::all(self.client.clone());
         let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.opts.node_name));
         let mut stream = std::pin::pin!(watcher(api, config));
+        // The uids of a (re)list in progress.
+        let mut listed = Vec::new();
         loop {
             let event = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -702,36 +701,30 @@ impl Agent {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             };
-            match event {
+            let wake = match event {
                 watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                    let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
-                    // A change of status alone (mostly this kubelet's own writes) is no work:
-                    // upstream's pod config ignores status updates from the API server too.
-                    let previous = self.pods.lock().unwrap().get(&key).cloned();
-                    if previous.is_some_and(|old| same_but_status(&old, &p)) {
-                        self.pods.lock().unwrap().insert(key, Arc::new(p));
-                        continue;
-                    }
-                    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
-                    if phase == "Pending" || phase.is_empty() {
-                        self.first_seen
-                            .lock()
-                            .unwrap()
-                            .entry(p.uid().unwrap_or_default())
-                            .or_insert_with(Instant::now);
-                    }
-                    self.pods.lock().unwrap().insert(key.clone(), Arc::new(p));
-                    self.queue.add(key);
+                    listed.push(p.uid().unwrap_or_default());
+                    self.workers.lock().unwrap().update(p, Instant::now())
                 }
                 watcher::Event::Delete(p) => {
-                    let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
-                    self.pods.lock().unwrap().remove(&key);
-                    self.queue.add(key);
+                    let uid = p.uid().unwrap_or_default();
+                    self.workers.lock().unwrap().delete(&uid).into_iter().collect()
                 }
-                // With the full list known, sweep what the runtime runs for pods that are gone
-                // (deleted while this agent was down): a key that names no pod does that.
-                watcher::Event::InitDone => self.queue.add("/"),
-                _ => {}
+                watcher::Event::Init => {
+                    listed.clear();
+                    Vec::new()
+                }
+                // With the full list known, the pods missing from it were deleted while the
+                // watch was away; and what the runtime runs for pods no worker knows is swept
+                // (the key SWEEP).
+                watcher::Event::InitDone => {
+                    let mut gone = self.workers.lock().unwrap().retain_listed(&listed);
+                    gone.push(SWEEP.to_string());
+                    gone
+                }
+            };
+            for uid in wake {
+                self.queue.add(uid);
             }
         }
     }
@@ -758,8 +751,8 @@ impl Agent {
             };
             let now = pleg::snapshot(&sandboxes.into_inner().items, &containers.into_inner().containers);
             if let Some(before) = &last {
-                for (_, rec) in pleg::changed(before, &now) {
-                    self.queue.add(format!("{}/{}", rec.namespace, rec.name));
+                for (uid, _) in pleg::changed(before, &now) {
+                    self.queue.add(uid);
                 }
             }
             last = Some(now);
@@ -864,19 +857,22 @@ impl Agent {
         }
     }
 
-    /// Terminate every pod (the agent is stopping), all at once, each as a deletion would;
-    /// then stop whatever else the runtime runs and unmount what is left of any pod's volumes.
+    /// The agent is stopping: every worker turns to terminating and terminates its pod as a
+    /// deletion would, all at once; then whatever else the runtime runs is stopped and what is
+    /// left of any pod's volumes is unmounted.
     async fn terminate_all(&self) {
-        let pods: Vec<Arc<Pod>> = self.pods.lock().unwrap().values().cloned().collect();
-        tracing::info!(pods = pods.len(), "agent: stopping the pods");
+        let uids = {
+            let mut workers = self.workers.lock().unwrap();
+            let uids = workers.uids();
+            for uid in &uids {
+                workers.terminate(uid);
+            }
+            uids
+        };
+        tracing::info!(pods = uids.len(), "agent: stopping the pods");
         let work = async {
-            let each = pods.iter().map(|pod| async move {
-                let uid = pod.uid().unwrap_or_default();
-                let pod = Pod {
-                    status: Some(self.status.status(pod)),
-                    ..(**pod).clone()
-                };
-                if let Err(e) = self.terminate_pod(&uid, Some(&pod)).await {
+            let each = uids.iter().map(|uid| async move {
+                if let Err(e) = self.sync(uid).await {
                     tracing::warn!(pod = %uid, error = %e, "agent: could not stop pod at shutdown");
                 }
             });
@@ -915,6 +911,38 @@ impl Agent {
                 tracing::warn!(pod = %uid, error = %e, "agent: could not remove pod volumes at shutdown");
             }
         }
+    }
+
+    /// A key no worker has: the SWEEP stops what the runtime runs for pods no worker knows
+    /// and removes their volumes; a pod uid (the PLEG saw something of a pod already
+    /// forgotten) has whatever still runs of it stopped.
+    async fn sweep(&self, key: &str) -> Result<(), Error> {
+        if key != SWEEP {
+            if !self.sandboxes_of(key).await?.is_empty() {
+                self.kill_pod(key, None).await?;
+            }
+            return Ok(());
+        }
+        let live = self.workers.lock().unwrap().uids();
+        let mut rt = self.cri.runtime.clone();
+        let all = rt
+            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+            .await?
+            .into_inner()
+            .items;
+        for sb in all {
+            let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
+            if !live.contains(&uid) {
+                self.kill_pod(&uid, None).await?;
+            }
+        }
+        self.probes.retain_pods(&live);
+        for uid in self.volumes.pods_on_disk() {
+            if !live.contains(&uid) && self.sandboxes_of(&uid).await?.is_empty() {
+                self.forget_pod(&uid)?;
+            }
+        }
+        Ok(())
     }
 
     /// Terminate pod `uid` (upstream `SyncTerminatingPod` then `SyncTerminatedPod`): its
@@ -1023,11 +1051,12 @@ impl Agent {
     /// The pod's next wake-ups: its status resync, and its activeDeadlineSeconds (counted from
     /// the startTime this kubelet reported). Back-offs ask for theirs where they are decided.
     fn schedule_next(&self, key: &str) {
-        let pod = self.pods.lock().unwrap().get(key).cloned();
-        let Some(pod) = pod else {
+        let worker = self.workers.lock().unwrap().get(key).cloned();
+        let Some(worker) = worker.filter(|w| w.state == WorkerState::Syncing) else {
             self.wakeups.cancel(key);
             return;
         };
+        let pod = worker.pod;
         let status = self.status.status(&pod);
         let phase = status.phase.as_deref().unwrap_or("");
         if pod.metadata.deletion_timestamp.is_some() || phase == "Succeeded" || phase == "Failed" {
@@ -1045,70 +1074,57 @@ impl Agent {
 
     /// Wake `pod`'s worker at `at` (a back-off's end).
     fn wake_at(&self, pod: &Pod, at: std::time::SystemTime) {
-        let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        let key = pod.uid().unwrap_or_default();
         let left = at
             .duration_since(std::time::SystemTime::now())
             .unwrap_or_default();
         self.wakeups.after(&key, left);
     }
 
-    /// Reconcile one pod (upstream `SyncPod` and `SyncTerminatingPod`, much simplified).
+    /// Run pod `uid`'s worker once, as its state says: syncing (upstream `SyncPod`, much
+    /// simplified), terminating (`SyncTerminatingPod` and `SyncTerminatedPod`), terminated.
     async fn sync_once(&self, key: &str) -> Result<(), Error> {
-        let pod = self.pods.lock().unwrap().get(key).cloned();
-        let Some(pod) = pod else {
-            // Gone from the API: nothing of it may keep running. (Its uid is unknown here, so
-            // sweep sandboxes whose pod no longer exists.)
-            let live: Vec<String> = self
-                .pods
-                .lock()
-                .unwrap()
-                .values()
-                .filter_map(|p| p.uid())
-                .collect();
-            let mut rt = self.cri.runtime.clone();
-            let all = rt
-                .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
-                .await?
-                .into_inner()
-                .items;
-            for sb in all {
-                let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
-                if !live.contains(&uid) {
-                    self.kill_pod(&uid, None).await?;
-                }
-            }
-            self.probes.retain_pods(&live);
-            for uid in self.volumes.pods_on_disk() {
-                if !live.contains(&uid) && self.sandboxes_of(&uid).await?.is_empty() {
-                    self.forget_pod(&uid)?;
-                }
-            }
-            return Ok(());
+        let worker = self.workers.lock().unwrap().get(key).cloned();
+        let Some(worker) = worker else {
+            return self.sweep(key).await;
         };
-        let uid = pod.uid().unwrap_or_default();
+        let uid = key.to_string();
         // The pod as the kubelet knows it: its status is the one the status manager holds
         // (what this kubelet set last, even if the watch has not brought it back yet).
-        let pod = {
-            let mut p = (*pod).clone();
-            p.status = Some(self.status.status(&pod));
-            Arc::new(p)
-        };
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-        if pod.metadata.deletion_timestamp.is_some() {
-            self.terminate_pod(&uid, Some(&pod)).await?;
-            // The kubelet's final word: the pod is gone from the node, remove it now.
-            let dp = DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(kube::api::Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match api.delete(&pod.name_any(), &dp).await {
-                Ok(_) | Err(kube::Error::Api(_)) => return Ok(()),
-                Err(e) => return Err(Error::Other(e.to_string())),
+        let pod = Arc::new(Pod {
+            status: Some(self.status.status(&worker.pod)),
+            ..(*worker.pod).clone()
+        });
+        let mut state = worker.state;
+        if state == WorkerState::Syncing && pod.metadata.deletion_timestamp.is_some() {
+            self.workers.lock().unwrap().terminate(&uid);
+            state = WorkerState::Terminating;
+        }
+        match state {
+            WorkerState::Terminated => return Ok(()),
+            WorkerState::Terminating => {
+                self.terminate_pod(&uid, Some(&pod)).await?;
+                if pod.metadata.deletion_timestamp.is_some() && !worker.gone {
+                    // The kubelet's final word: the pod is gone from the node, remove it now.
+                    let api: Api<Pod> =
+                        Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+                    let dp = DeleteParams {
+                        grace_period_seconds: Some(0),
+                        preconditions: Some(kube::api::Preconditions {
+                            uid: Some(uid.clone()),
+                            resource_version: None,
+                        }),
+                        ..Default::default()
+                    };
+                    match api.delete(&pod.name_any(), &dp).await {
+                        Ok(_) | Err(kube::Error::Api(_)) => {}
+                        Err(e) => return Err(Error::Other(e.to_string())),
+                    }
+                }
+                self.workers.lock().unwrap().terminated(&uid);
+                return Ok(());
             }
+            WorkerState::Syncing => {}
         }
         let phase = pod
             .status
@@ -1136,7 +1152,7 @@ impl Agent {
             return self.deadline_exceeded(&pod).await;
         }
         // Kubelet admission, once, before anything of the pod starts.
-        if !self.admitted.lock().unwrap().contains(&uid) {
+        if !worker.admitted {
             if let Err(r) = self.admit(&pod, &uid).await? {
                 return self.reject(&pod, &r).await;
             }
@@ -1877,20 +1893,18 @@ impl Agent {
         // Room on the node, with the other admitted pods.
         let uid = pod.uid().unwrap_or_default();
         if let Ok(n) = self.node_api().get(&self.opts.node_name).await {
-            let others: Vec<Arc<Pod>> = {
-                let admitted = self.admitted.lock().unwrap();
-                self.pods
-                    .lock()
-                    .unwrap()
-                    .values()
-                    .filter(|p| p.uid().is_some_and(|u| u != uid && admitted.contains(&u)))
-                    .filter(|p| {
-                        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
-                        phase != "Succeeded" && phase != "Failed"
-                    })
-                    .cloned()
-                    .collect()
-            };
+            let others: Vec<Arc<Pod>> = self
+                .workers
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(u, w)| **u != uid && w.admitted && w.state == WorkerState::Syncing)
+                .map(|(_, w)| w.pod.clone())
+                .filter(|p| {
+                    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+                    phase != "Succeeded" && phase != "Failed"
+                })
+                .collect();
             if let Err(r) = admission::admit(pod, &n, &others) {
                 let reason = if admission::admit(pod, &n, &[]).is_err() {
                     "Infeasible"
@@ -1940,24 +1954,22 @@ impl Agent {
                     }));
                 }
             };
-            let others: Vec<Arc<Pod>> = {
-                let admitted = self.admitted.lock().unwrap();
-                self.pods
-                    .lock()
-                    .unwrap()
-                    .values()
-                    .filter(|p| {
-                        let id = p.uid().unwrap_or_default();
-                        let status = p.status.as_ref();
-                        let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("");
-                        id != uid
-                            && phase != "Succeeded"
-                            && phase != "Failed"
-                            && (admitted.contains(&id) || status.is_some_and(|s| s.start_time.is_some()))
-                    })
-                    .cloned()
-                    .collect()
-            };
+            let others: Vec<Arc<Pod>> = self
+                .workers
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(id, w)| {
+                    let status = w.pod.status.as_ref();
+                    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("");
+                    *id != uid
+                        && w.state == WorkerState::Syncing
+                        && phase != "Succeeded"
+                        && phase != "Failed"
+                        && (w.admitted || status.is_some_and(|s| s.start_time.is_some()))
+                })
+                .map(|(_, w)| w.pod.clone())
+                .collect();
             // Security first (upstream's AppArmor admit handler), then the node's resources.
             if let Err((reason, message)) = crate::security::admit_security(pod) {
                 return Ok(Err(admission::Rejection { reason, message }));
@@ -1966,7 +1978,9 @@ impl Agent {
                 return Ok(Err(r));
             }
         }
-        self.admitted.lock().unwrap().insert(uid.to_string());
+        if let Some(w) = self.workers.lock().unwrap().get_mut(uid) {
+            w.admitted = true;
+        }
         Ok(Ok(()))
     }
 
@@ -1990,17 +2004,22 @@ impl Agent {
     fn ensure_pod_cgroup(&self, pod: &Pod, uid: &str) -> Result<(), Error> {
         let class = qos::pod_qos(pod);
         let burstable: i64 = self
-            .pods
+            .workers
             .lock()
             .unwrap()
-            .values()
+            .iter()
+            .filter(|(_, w)| w.state == WorkerState::Syncing)
+            .map(|(_, w)| w.pod.clone())
             .filter(|p| qos::pod_qos(p) == QosClass::Burstable)
             .filter(|p| {
                 let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
                 phase != "Succeeded" && phase != "Failed"
             })
-            .filter_map(|p| p.spec.as_ref())
-            .map(|spec| Resources::from_list(&pod_requests(spec)).milli_cpu)
+            .filter_map(|p| {
+                p.spec
+                    .as_ref()
+                    .map(|spec| Resources::from_list(&pod_requests(spec)).milli_cpu)
+            })
             .sum();
         let cpus = self.node_ctx.lock().unwrap().allocatable_cpu_milli as i64;
         if let Err(e) = self.cgroups.ensure_qos(cpus, burstable) {
@@ -2021,9 +2040,7 @@ impl Agent {
     fn forget_pod(&self, uid: &str) -> Result<(), Error> {
         self.volumes.teardown(uid)?;
         self.cgroups.remove_pod(uid);
-        self.admitted.lock().unwrap().remove(uid);
         self.status.forget(uid);
-        self.first_seen.lock().unwrap().remove(uid);
         self.probes.forget_pod(uid);
         self.events.lock().unwrap().retain(|k, _| k.0 != uid);
         let prefix = format!("{uid}/");
@@ -2411,10 +2428,11 @@ impl Agent {
                 != Some(initialized);
         if phase == "Running" && old.phase.as_deref() != Some("Running") {
             let seen = self
-                .first_seen
+                .workers
                 .lock()
                 .unwrap()
-                .remove(&pod.uid().unwrap_or_default());
+                .get_mut(&pod.uid().unwrap_or_default())
+                .and_then(|w| w.first_seen.take());
             if let Some(t) = seen {
                 self.metrics.pod_start.observe(t.elapsed().as_secs_f64());
             }
@@ -2424,26 +2442,10 @@ impl Agent {
         }
         // A pod that has just finished is synced once more, to release its sandbox.
         if (phase == "Succeeded" || phase == "Failed") && old.phase.as_deref() != Some(phase) {
-            self.queue.add(format!(
-                "{}/{}",
-                pod.namespace().unwrap_or_default(),
-                pod.name_any()
-            ));
+            self.queue.add(pod.uid().unwrap_or_default());
         }
         Ok(())
     }
-}
-
-/// Whether two versions of a pod differ in nothing but status (and the fields every write
-/// changes: resourceVersion, managedFields).
-fn same_but_status(a: &Pod, b: &Pod) -> bool {
-    let strip = |p: &Pod| {
-        let mut m = p.metadata.clone();
-        m.resource_version = None;
-        m.managed_fields = None;
-        (m, p.spec.clone())
-    };
-    a.metadata.uid == b.metadata.uid && strip(a) == strip(b)
 }
 
 /// A duration as Go prints one, to the millisecond (`523ms`, `1.5s`, `2m3.004s`).

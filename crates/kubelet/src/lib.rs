@@ -16,6 +16,7 @@ pub mod lifecycle;
 pub mod logs;
 pub mod metrics;
 pub mod pleg;
+pub mod pod_workers;
 pub mod prober;
 pub mod qos;
 pub mod registries;

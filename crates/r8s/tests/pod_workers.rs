@@ -121,3 +121,46 @@ fn stopping_the_server_terminates_its_pods_and_unmounts_their_volumes() {
         "containerd or shims left running"
     );
 }
+
+/// A pod force-deleted and created again under the same name is a new pod (a new UID, a new
+/// worker): the new one runs, and the old one's worker stops its sandbox and removes its
+/// volumes, whatever order the watch brings the deletion and the creation in.
+#[test]
+fn a_pod_recreated_under_its_name_gets_a_new_worker_and_the_old_one_stops() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("again-node", "10.205.0.0/16", "r8sf");
+    let s = &c.s;
+    let run = || {
+        s.ok(
+            V,
+            &[
+                "run",
+                "y",
+                "--image=busybox",
+                r#"--overrides={"spec":{"terminationGracePeriodSeconds":2}}"#,
+                "--",
+                "sleep",
+                "3600",
+            ],
+        )
+    };
+    run();
+    let running = |s: &support::Server| {
+        wait_for(90, "y Running", || {
+            let p = pod_json(s, "y")?;
+            (phase(&p) == "Running").then(|| p["metadata"]["uid"].as_str().unwrap().to_string())
+        })
+    };
+    let old = running(s);
+    let old_dir = c.data.join("agent/pods").join(&old);
+    assert!(old_dir.exists());
+    s.ok(V, &["delete", "pod", "y", "--grace-period=0", "--force"]);
+    run();
+    let new = running(s);
+    assert_ne!(old, new);
+    wait_for(30, "the old pod's volumes removed", || {
+        (!old_dir.exists() && mounts_under(&old_dir).is_empty()).then_some(())
+    });
+    assert!(c.data.join("agent/pods").join(&new).exists());
+    s.ok(V, &["delete", "pod", "y", "--timeout=60s"]);
+}
