@@ -12,6 +12,11 @@
 //! startup probe has the container killed and restarted. Lifecycle hooks (`lifecycle`) run
 //! around a container's start and stop; restarts back off as upstream (`backoff`), and a pod
 //! past its `activeDeadlineSeconds` is stopped and Failed.
+//!
+//! A pod's worker runs when its pod changes in the API, when the PLEG (`pleg`) sees its
+//! sandboxes or containers change, when a probe result changes, and at the instants its
+//! wake-ups (`wakeups`) fall due: its deadline, the end of a restart or pull back-off, and its
+//! status resync every `RESYNC`. Nothing re-queues every pod on a timer.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -33,7 +38,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use r8s_api::resources::{pod_requests, Resources};
-use r8s_client::queue::{run_workers, WorkQueue};
+use r8s_client::queue::WorkQueue;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -44,11 +49,14 @@ use crate::cni::{self, CniOptions};
 use crate::containerd::{Containerd, ContainerdOptions};
 use crate::cri::Cri;
 use crate::lifecycle;
+use crate::pleg;
+use crate::pod_workers::{PodWorkers, WorkerState};
 use crate::prober::{self, ProbeEvent, ProbeManager};
 use crate::qos::{self, QosClass};
 use crate::spec::{self, ContainerInputs, NodeContext};
 use crate::status::StatusManager;
 use crate::volumes::{HostVolume, Lookup, VolumeManager};
+use crate::wakeups::Wakeups;
 use crate::Error;
 
 pub const FIELD_MANAGER: &str = "kubelet";
@@ -200,13 +208,11 @@ pub struct Agent {
     pub(crate) opts: AgentOptions,
     pub(crate) cri: Cri,
     node_ctx: Mutex<NodeContext>,
-    /// The pods bound to this node, by `<namespace>/<name>`.
-    pub(crate) pods: Mutex<HashMap<String, Arc<Pod>>>,
+    /// The pods bound to this node: one worker record per pod UID (the work queue's keys).
+    pub(crate) workers: Mutex<PodWorkers>,
     /// The port the kubelet API listens on.
     kubelet_port: u16,
     pub(crate) metrics: Arc<crate::metrics::KubeletMetrics>,
-    /// When this kubelet first saw each pod not yet running, by uid (for the start-up latency).
-    first_seen: Mutex<HashMap<String, Instant>>,
     /// What each container was last given (CRI resources), by container id: a difference
     /// from what its pod now asks is an in-place resize.
     applied: Mutex<HashMap<String, cri::LinuxContainerResources>>,
@@ -221,15 +227,15 @@ pub struct Agent {
     volumes: VolumeManager,
     /// The pods' cgroups, by QoS class.
     cgroups: CgroupManager,
-    /// The uids of the pods admitted to this node (kubelet admission runs once per pod, one
-    /// pod at a time under `admit_lock`).
-    admitted: Mutex<HashSet<String>>,
+    /// Kubelet admission runs once per pod, one pod at a time.
     admit_lock: tokio::sync::Mutex<()>,
     /// Events recorded, by pod uid, reason and message: the event's name, its count and when
     /// it was last written (repeats within `EVENT_REPEAT` are not written again).
     events: Mutex<HashMap<EventKey, RecordedEvent>>,
     /// Writes the pods' statuses in the background, and knows them before the informer does.
     status: Arc<StatusManager>,
+    /// When each pod's worker is next due without being asked (deadline, back-off, resync).
+    wakeups: Wakeups,
 }
 
 /// Pod uid, reason and message.
@@ -259,6 +265,22 @@ const MIN_GRACE: Duration = Duration::from_secs(2);
 /// How long a postStart hook may take (upstream waits for ever; a bound keeps the pod's worker
 /// from hanging on a hook that never returns).
 const POST_START_LIMIT: Duration = Duration::from_secs(300);
+/// How often the runtime is relisted for changes (upstream's generic PLEG relists every 1 s).
+const RELIST: Duration = Duration::from_secs(1);
+/// How often a pod's worker runs when nothing wakes it sooner: its volumes' configMaps and
+/// secrets are refreshed and its status written again.
+const RESYNC: Duration = Duration::from_secs(10);
+/// How long a stopping agent waits for the syncs in flight to finish before it cancels them.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+/// How long a stopping agent gives its pods to terminate (each within its grace period).
+const TERMINATE_LIMIT: Duration = Duration::from_secs(45);
+/// How long a stopping agent may take at most, all told: whoever waits for `Agent::run` to
+/// return after `stop` should wait this long.
+pub const STOP_LIMIT: Duration = Duration::from_secs(60);
+/// Pod workers running at once.
+const WORKERS: usize = 4;
+/// The work-queue key that sweeps what the runtime runs for pods no worker knows.
+const SWEEP: &str = "/";
 const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
 impl Agent {
@@ -365,20 +387,19 @@ impl Agent {
             }),
             volumes: VolumeManager::new(opts.dir.join("pods"), client.clone()),
             cgroups,
-            admitted: Mutex::new(HashSet::new()),
             admit_lock: tokio::sync::Mutex::new(()),
             events: Mutex::new(HashMap::new()),
             status: StatusManager::new(client.clone(), FIELD_MANAGER),
             opts,
-            pods: Mutex::new(HashMap::new()),
+            workers: Mutex::new(PodWorkers::default()),
             queue,
             backoff: Mutex::new(Backoff::default()),
             runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
             kubelet_port,
             metrics,
-            first_seen: Mutex::new(HashMap::new()),
             applied: Mutex::new(HashMap::new()),
             airgap_images: imported.iter().flat_map(|f| crate::images::names_in(f)).collect(),
+            wakeups: Wakeups::new(),
         });
         agent.register().await?;
         // The pod network comes from the node's podCIDR (node IPAM).
@@ -398,9 +419,16 @@ impl Agent {
             )),
             tokio::spawn(agent.clone().lease_loop(stop.clone())),
             tokio::spawn(agent.clone().watch_pods(stop.clone())),
-            tokio::spawn(agent.clone().resync_loop(stop.clone())),
+            tokio::spawn(agent.clone().relist_loop(stop.clone())),
+            tokio::spawn({
+                let a = agent.clone();
+                let stop = stop.clone();
+                async move { a.wakeups.run(stop, |key| a.queue.add(key)).await }
+            }),
         ];
-        let status_writer = tokio::spawn(agent.status.clone().run(stop.clone()));
+        // The status writer outlives the workers: what they set last is written before it goes.
+        let status_stop = CancellationToken::new();
+        let status_writer = tokio::spawn(agent.status.clone().run(status_stop.clone()));
         // The probe workers' events, recorded as the pod worker's are.
         let a = agent.clone();
         let probe_event_task = tokio::spawn(async move {
@@ -408,21 +436,27 @@ impl Agent {
                 a.event(&e.pod, "Warning", &e.reason, &e.message).await;
             }
         });
-        let a = agent.clone();
-        let workers = tokio::spawn(run_workers(agent.queue.clone(), 4, stop.clone(), move |key| {
-            let a = a.clone();
-            async move { a.sync(&key).await.map(|_| None).map_err(|e| e.to_string()) }
-        }));
+        let mut workers: Vec<_> = (0..WORKERS)
+            .map(|_| tokio::spawn(agent.clone().work(stop.clone())))
+            .collect();
         stop.cancelled().await;
+        // Stopping is a state of the workers: nothing new reaches them (no watch, no relist,
+        // no wake-ups), the syncs in flight finish, and then every pod is terminated.
         for t in tasks {
             t.abort();
         }
-        workers.abort();
-        // The statuses the workers set last are written before the agent goes.
-        let _ = tokio::time::timeout(Duration::from_secs(5), status_writer).await;
+        let drain = futures::future::join_all(workers.iter_mut());
+        if tokio::time::timeout(DRAIN_LIMIT, drain).await.is_err() {
+            tracing::warn!("agent: pod syncs still running at shutdown, cancelled");
+            for w in &workers {
+                w.abort();
+            }
+        }
         agent.probes.stop_all();
         probe_event_task.abort();
         if agent.opts.keep_pods_on_exit {
+            status_stop.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(5), status_writer).await;
             // containerd stops; the pods run on in their shims, with their network, volumes
             // and cgroups, for the next start to adopt.
             tracing::info!("agent: stopping, leaving the pods running");
@@ -433,9 +467,13 @@ impl Agent {
             }
             return Ok(());
         }
-        // containerd (and the pods it runs) stop with the agent; the Node stays. Sandboxes are
-        // stopped through CRI first, so CNI releases their addresses, veths and netns.
-        agent.stop_all_sandboxes().await;
+        // containerd (and the pods it runs) stop with the agent; the Node stays. Every pod is
+        // terminated as a deletion terminates it — preStop hooks and grace periods, containers,
+        // sandbox (CNI releases its address, veth and netns), volumes, cgroup — and whatever
+        // else the runtime runs goes too.
+        agent.terminate_all().await;
+        status_stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), status_writer).await;
         drop(containerd);
         crate::cgroups::remove(&cgroup_parent);
         cni::remove_bridge(&agent.opts.bridge);
@@ -647,11 +685,13 @@ impl Agent {
         }
     }
 
-    /// Watch the pods bound to this node.
+    /// Watch the pods bound to this node; each change wakes the workers it concerns.
     async fn watch_pods(self: Arc<Self>, stop: CancellationToken) {
         let api: Api<Pod> = Api::all(self.client.clone());
         let config = watcher::Config::default().fields(&format!("spec.nodeName={}", self.opts.node_name));
         let mut stream = std::pin::pin!(watcher(api, config));
+        // The uids of a (re)list in progress.
+        let mut listed = Vec::new();
         loop {
             let event = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -661,51 +701,61 @@ impl Agent {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             };
-            match event {
+            let wake = match event {
                 watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
-                    let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
-                    // A change of status alone (mostly this kubelet's own writes) is no work:
-                    // upstream's pod config ignores status updates from the API server too.
-                    let previous = self.pods.lock().unwrap().get(&key).cloned();
-                    if previous.is_some_and(|old| same_but_status(&old, &p)) {
-                        self.pods.lock().unwrap().insert(key, Arc::new(p));
-                        continue;
-                    }
-                    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
-                    if phase == "Pending" || phase.is_empty() {
-                        self.first_seen
-                            .lock()
-                            .unwrap()
-                            .entry(p.uid().unwrap_or_default())
-                            .or_insert_with(Instant::now);
-                    }
-                    self.pods.lock().unwrap().insert(key.clone(), Arc::new(p));
-                    self.queue.add(key);
+                    listed.push(p.uid().unwrap_or_default());
+                    self.workers.lock().unwrap().update(p, Instant::now())
                 }
                 watcher::Event::Delete(p) => {
-                    let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
-                    self.pods.lock().unwrap().remove(&key);
-                    self.queue.add(key);
+                    let uid = p.uid().unwrap_or_default();
+                    self.workers.lock().unwrap().delete(&uid).into_iter().collect()
                 }
-                // With the full list known, sweep what the runtime runs for pods that are gone
-                // (deleted while this agent was down): a key that names no pod does that.
-                watcher::Event::InitDone => self.queue.add("/"),
-                _ => {}
+                watcher::Event::Init => {
+                    listed.clear();
+                    Vec::new()
+                }
+                // With the full list known, the pods missing from it were deleted while the
+                // watch was away; and what the runtime runs for pods no worker knows is swept
+                // (the key SWEEP).
+                watcher::Event::InitDone => {
+                    let mut gone = self.workers.lock().unwrap().retain_listed(&listed);
+                    gone.push(SWEEP.to_string());
+                    gone
+                }
+            };
+            for uid in wake {
+                self.queue.add(uid);
             }
         }
     }
 
-    /// Every 2 s, look at every pod again (container exits, status changes: a simple PLEG).
-    async fn resync_loop(self: Arc<Self>, stop: CancellationToken) {
+    /// The PLEG: relist the runtime every `RELIST` and wake the workers of the pods whose
+    /// sandboxes or containers changed (a container that exited, one that appeared).
+    async fn relist_loop(self: Arc<Self>, stop: CancellationToken) {
+        let mut last: Option<pleg::Snapshot> = None;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                _ = tokio::time::sleep(RELIST) => {}
             }
-            let keys: Vec<String> = self.pods.lock().unwrap().keys().cloned().collect();
-            for k in keys {
-                self.queue.add(k);
+            let mut rt = self.cri.runtime.clone();
+            let sandboxes = rt
+                .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+                .await;
+            let containers = rt
+                .list_containers(cri::ListContainersRequest { filter: None })
+                .await;
+            let (Ok(sandboxes), Ok(containers)) = (sandboxes, containers) else {
+                tracing::debug!("agent: relist failed");
+                continue;
+            };
+            let now = pleg::snapshot(&sandboxes.into_inner().items, &containers.into_inner().containers);
+            if let Some(before) = &last {
+                for (uid, _) in pleg::changed(before, &now) {
+                    self.queue.add(uid);
+                }
             }
+            last = Some(now);
         }
     }
 
@@ -787,9 +837,47 @@ impl Agent {
             .containers)
     }
 
-    /// Stop every sandbox (CNI DEL) and remove it, within 30 s.
-    async fn stop_all_sandboxes(&self) {
+    /// One pod worker: syncs the keys the queue hands it until `stop`. A sync in flight when
+    /// `stop` comes finishes; none starts after it.
+    async fn work(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            let key = tokio::select! {
+                _ = stop.cancelled() => return,
+                key = self.queue.get() => key,
+            };
+            let Some(key) = key else { return };
+            match self.sync(&key).await {
+                Ok(()) => self.queue.forget(&key),
+                Err(e) => {
+                    tracing::info!(%key, error = %e, "agent: pod sync failed; retrying");
+                    self.queue.add_rate_limited(&key);
+                }
+            }
+            self.queue.done(&key);
+        }
+    }
+
+    /// The agent is stopping: every worker turns to terminating and terminates its pod as a
+    /// deletion would, all at once; then whatever else the runtime runs is stopped and what is
+    /// left of any pod's volumes is unmounted.
+    async fn terminate_all(&self) {
+        let uids = {
+            let mut workers = self.workers.lock().unwrap();
+            let uids = workers.uids();
+            for uid in &uids {
+                workers.terminate(uid);
+            }
+            uids
+        };
+        tracing::info!(pods = uids.len(), "agent: stopping the pods");
         let work = async {
+            let each = uids.iter().map(|uid| async move {
+                if let Err(e) = self.sync(uid).await {
+                    tracing::warn!(pod = %uid, error = %e, "agent: could not stop pod at shutdown");
+                }
+            });
+            futures::future::join_all(each).await;
+            // Sandboxes of no pod this agent knows (orphans).
             let mut rt = self.cri.runtime.clone();
             let Ok(list) = rt
                 .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
@@ -798,23 +886,71 @@ impl Agent {
                 tracing::warn!("agent: cannot list the pod sandboxes to stop at shutdown");
                 return;
             };
-            let items = list.into_inner().items;
-            tracing::info!(sandboxes = items.len(), "agent: stopping the pods");
-            for sb in items {
-                let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
-                if let Err(e) = self.kill_pod(&uid, None).await {
+            let mut uids: Vec<String> = list
+                .into_inner()
+                .items
+                .iter()
+                .map(|sb| sb.labels.get(spec::POD_UID).cloned().unwrap_or_default())
+                .collect();
+            uids.sort();
+            uids.dedup();
+            let orphans = uids.iter().map(|uid| async move {
+                if let Err(e) = self.kill_pod(uid, None).await {
                     tracing::warn!(pod = %uid, error = %e, "agent: could not stop pod at shutdown");
                 }
-            }
+            });
+            futures::future::join_all(orphans).await;
         };
-        let _ = tokio::time::timeout(Duration::from_secs(30), work).await;
+        if tokio::time::timeout(TERMINATE_LIMIT, work).await.is_err() {
+            tracing::warn!("agent: pods still stopping at shutdown; removing their volumes anyway");
+        }
         // With their containers gone, the pods' volumes go too (tmpfs unmounted); a restarted
         // agent makes them again.
         for uid in self.volumes.pods_on_disk() {
-            if let Err(e) = self.volumes.teardown(&uid) {
+            if let Err(e) = self.forget_pod(&uid) {
                 tracing::warn!(pod = %uid, error = %e, "agent: could not remove pod volumes at shutdown");
             }
         }
+    }
+
+    /// A key no worker has: the SWEEP stops what the runtime runs for pods no worker knows
+    /// and removes their volumes; a pod uid (the PLEG saw something of a pod already
+    /// forgotten) has whatever still runs of it stopped.
+    async fn sweep(&self, key: &str) -> Result<(), Error> {
+        if key != SWEEP {
+            if !self.sandboxes_of(key).await?.is_empty() {
+                self.kill_pod(key, None).await?;
+            }
+            return Ok(());
+        }
+        let live = self.workers.lock().unwrap().uids();
+        let mut rt = self.cri.runtime.clone();
+        let all = rt
+            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
+            .await?
+            .into_inner()
+            .items;
+        for sb in all {
+            let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
+            if !live.contains(&uid) {
+                self.kill_pod(&uid, None).await?;
+            }
+        }
+        self.probes.retain_pods(&live);
+        for uid in self.volumes.pods_on_disk() {
+            if !live.contains(&uid) && self.sandboxes_of(&uid).await?.is_empty() {
+                self.forget_pod(&uid)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Terminate pod `uid` (upstream `SyncTerminatingPod` then `SyncTerminatedPod`): its
+    /// containers stop (preStop hooks, within the grace period), its sandboxes go (CNI DEL),
+    /// then its volumes are unmounted and its cgroup removed, and the agent forgets it.
+    async fn terminate_pod(&self, uid: &str, pod: Option<&Pod>) -> Result<(), Error> {
+        self.kill_pod(uid, pod).await?;
+        self.forget_pod(uid)
     }
 
     /// Stop and remove everything the runtime runs for pod `uid`. With the pod at hand, its
@@ -905,64 +1041,90 @@ impl Agent {
         }
     }
 
-    /// Reconcile one pod (upstream `SyncPod` and `SyncTerminatingPod`, much simplified).
+    /// Reconcile one pod, then ask to be woken when something of it falls due.
     async fn sync(&self, key: &str) -> Result<(), Error> {
-        let pod = self.pods.lock().unwrap().get(key).cloned();
-        let Some(pod) = pod else {
-            // Gone from the API: nothing of it may keep running. (Its uid is unknown here, so
-            // sweep sandboxes whose pod no longer exists.)
-            let live: Vec<String> = self
-                .pods
-                .lock()
-                .unwrap()
-                .values()
-                .filter_map(|p| p.uid())
-                .collect();
-            let mut rt = self.cri.runtime.clone();
-            let all = rt
-                .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
-                .await?
-                .into_inner()
-                .items;
-            for sb in all {
-                let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
-                if !live.contains(&uid) {
-                    self.kill_pod(&uid, None).await?;
-                }
-            }
-            self.probes.retain_pods(&live);
-            for uid in self.volumes.pods_on_disk() {
-                if !live.contains(&uid) && self.sandboxes_of(&uid).await?.is_empty() {
-                    self.forget_pod(&uid)?;
-                }
-            }
-            return Ok(());
+        let result = self.sync_once(key).await;
+        self.schedule_next(key);
+        result
+    }
+
+    /// The pod's next wake-ups: its status resync, and its activeDeadlineSeconds (counted from
+    /// the startTime this kubelet reported). Back-offs ask for theirs where they are decided.
+    fn schedule_next(&self, key: &str) {
+        let worker = self.workers.lock().unwrap().get(key).cloned();
+        let Some(worker) = worker.filter(|w| w.state == WorkerState::Syncing) else {
+            self.wakeups.cancel(key);
+            return;
         };
-        let uid = pod.uid().unwrap_or_default();
+        let pod = worker.pod;
+        let status = self.status.status(&pod);
+        let phase = status.phase.as_deref().unwrap_or("");
+        if pod.metadata.deletion_timestamp.is_some() || phase == "Succeeded" || phase == "Failed" {
+            return;
+        }
+        self.wakeups.after(key, RESYNC);
+        let known = Pod {
+            status: Some(status),
+            ..(*pod).clone()
+        };
+        if let Some(left) = deadline_left(&known, jiff::Timestamp::now()) {
+            self.wakeups.after(key, left);
+        }
+    }
+
+    /// Wake `pod`'s worker at `at` (a back-off's end).
+    fn wake_at(&self, pod: &Pod, at: std::time::SystemTime) {
+        let key = pod.uid().unwrap_or_default();
+        let left = at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        self.wakeups.after(&key, left);
+    }
+
+    /// Run pod `uid`'s worker once, as its state says: syncing (upstream `SyncPod`, much
+    /// simplified), terminating (`SyncTerminatingPod` and `SyncTerminatedPod`), terminated.
+    async fn sync_once(&self, key: &str) -> Result<(), Error> {
+        let worker = self.workers.lock().unwrap().get(key).cloned();
+        let Some(worker) = worker else {
+            return self.sweep(key).await;
+        };
+        let uid = key.to_string();
         // The pod as the kubelet knows it: its status is the one the status manager holds
         // (what this kubelet set last, even if the watch has not brought it back yet).
-        let pod = {
-            let mut p = (*pod).clone();
-            p.status = Some(self.status.status(&pod));
-            Arc::new(p)
-        };
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-        if pod.metadata.deletion_timestamp.is_some() {
-            self.kill_pod(&uid, Some(&pod)).await?;
-            self.forget_pod(&uid)?;
-            // The kubelet's final word: the pod is gone from the node, remove it now.
-            let dp = DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(kube::api::Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match api.delete(&pod.name_any(), &dp).await {
-                Ok(_) | Err(kube::Error::Api(_)) => return Ok(()),
-                Err(e) => return Err(Error::Other(e.to_string())),
+        let pod = Arc::new(Pod {
+            status: Some(self.status.status(&worker.pod)),
+            ..(*worker.pod).clone()
+        });
+        let mut state = worker.state;
+        if state == WorkerState::Syncing && pod.metadata.deletion_timestamp.is_some() {
+            self.workers.lock().unwrap().terminate(&uid);
+            state = WorkerState::Terminating;
+        }
+        match state {
+            WorkerState::Terminated => return Ok(()),
+            WorkerState::Terminating => {
+                self.terminate_pod(&uid, Some(&pod)).await?;
+                if pod.metadata.deletion_timestamp.is_some() && !worker.gone {
+                    // The kubelet's final word: the pod is gone from the node, remove it now.
+                    let api: Api<Pod> =
+                        Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+                    let dp = DeleteParams {
+                        grace_period_seconds: Some(0),
+                        preconditions: Some(kube::api::Preconditions {
+                            uid: Some(uid.clone()),
+                            resource_version: None,
+                        }),
+                        ..Default::default()
+                    };
+                    match api.delete(&pod.name_any(), &dp).await {
+                        Ok(_) | Err(kube::Error::Api(_)) => {}
+                        Err(e) => return Err(Error::Other(e.to_string())),
+                    }
+                }
+                self.workers.lock().unwrap().terminated(&uid);
+                return Ok(());
             }
+            WorkerState::Syncing => {}
         }
         let phase = pod
             .status
@@ -990,7 +1152,7 @@ impl Agent {
             return self.deadline_exceeded(&pod).await;
         }
         // Kubelet admission, once, before anything of the pod starts.
-        if !self.admitted.lock().unwrap().contains(&uid) {
+        if !worker.admitted {
             if let Err(r) = self.admit(&pod, &uid).await? {
                 return self.reject(&pod, &r).await;
             }
@@ -1177,6 +1339,7 @@ impl Agent {
                 );
                 match delay {
                     Some(delay) => {
+                        self.wake_at(&pod, finished + delay);
                         waiting = Some((
                             "CrashLoopBackOff".into(),
                             format!(
@@ -1569,6 +1732,9 @@ impl Agent {
             .unwrap()
             .in_backoff_since_update(&key, std::time::SystemTime::now());
         if in_backoff.is_some() {
+            let now = std::time::SystemTime::now();
+            let left = self.backoff.lock().unwrap().remaining_since_update(&key, now);
+            self.wake_at(pod, now + left.unwrap_or_default());
             let msg = format!("Back-off pulling image \"{image}\"");
             self.event(pod, "Normal", "BackOff", &msg).await;
             self.event(pod, "Warning", "Failed", "Error: ImagePullBackOff")
@@ -1639,6 +1805,8 @@ impl Agent {
             )
             .await;
             self.event(pod, "Warning", "Failed", "Error: ErrImagePull").await;
+            // Back soon to report ImagePullBackOff, then at the back-off's end to pull again.
+            self.wake_at(pod, std::time::SystemTime::now() + RELIST);
             return Err(("ErrImagePull".into(), err));
         }
         let took = go_duration(began.elapsed());
@@ -1725,20 +1893,18 @@ impl Agent {
         // Room on the node, with the other admitted pods.
         let uid = pod.uid().unwrap_or_default();
         if let Ok(n) = self.node_api().get(&self.opts.node_name).await {
-            let others: Vec<Arc<Pod>> = {
-                let admitted = self.admitted.lock().unwrap();
-                self.pods
-                    .lock()
-                    .unwrap()
-                    .values()
-                    .filter(|p| p.uid().is_some_and(|u| u != uid && admitted.contains(&u)))
-                    .filter(|p| {
-                        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
-                        phase != "Succeeded" && phase != "Failed"
-                    })
-                    .cloned()
-                    .collect()
-            };
+            let others: Vec<Arc<Pod>> = self
+                .workers
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(u, w)| **u != uid && w.admitted && w.state == WorkerState::Syncing)
+                .map(|(_, w)| w.pod.clone())
+                .filter(|p| {
+                    let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
+                    phase != "Succeeded" && phase != "Failed"
+                })
+                .collect();
             if let Err(r) = admission::admit(pod, &n, &others) {
                 let reason = if admission::admit(pod, &n, &[]).is_err() {
                     "Infeasible"
@@ -1788,24 +1954,22 @@ impl Agent {
                     }));
                 }
             };
-            let others: Vec<Arc<Pod>> = {
-                let admitted = self.admitted.lock().unwrap();
-                self.pods
-                    .lock()
-                    .unwrap()
-                    .values()
-                    .filter(|p| {
-                        let id = p.uid().unwrap_or_default();
-                        let status = p.status.as_ref();
-                        let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("");
-                        id != uid
-                            && phase != "Succeeded"
-                            && phase != "Failed"
-                            && (admitted.contains(&id) || status.is_some_and(|s| s.start_time.is_some()))
-                    })
-                    .cloned()
-                    .collect()
-            };
+            let others: Vec<Arc<Pod>> = self
+                .workers
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(id, w)| {
+                    let status = w.pod.status.as_ref();
+                    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("");
+                    *id != uid
+                        && w.state == WorkerState::Syncing
+                        && phase != "Succeeded"
+                        && phase != "Failed"
+                        && (w.admitted || status.is_some_and(|s| s.start_time.is_some()))
+                })
+                .map(|(_, w)| w.pod.clone())
+                .collect();
             // Security first (upstream's AppArmor admit handler), then the node's resources.
             if let Err((reason, message)) = crate::security::admit_security(pod) {
                 return Ok(Err(admission::Rejection { reason, message }));
@@ -1814,7 +1978,9 @@ impl Agent {
                 return Ok(Err(r));
             }
         }
-        self.admitted.lock().unwrap().insert(uid.to_string());
+        if let Some(w) = self.workers.lock().unwrap().get_mut(uid) {
+            w.admitted = true;
+        }
         Ok(Ok(()))
     }
 
@@ -1838,17 +2004,22 @@ impl Agent {
     fn ensure_pod_cgroup(&self, pod: &Pod, uid: &str) -> Result<(), Error> {
         let class = qos::pod_qos(pod);
         let burstable: i64 = self
-            .pods
+            .workers
             .lock()
             .unwrap()
-            .values()
+            .iter()
+            .filter(|(_, w)| w.state == WorkerState::Syncing)
+            .map(|(_, w)| w.pod.clone())
             .filter(|p| qos::pod_qos(p) == QosClass::Burstable)
             .filter(|p| {
                 let phase = p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("");
                 phase != "Succeeded" && phase != "Failed"
             })
-            .filter_map(|p| p.spec.as_ref())
-            .map(|spec| Resources::from_list(&pod_requests(spec)).milli_cpu)
+            .filter_map(|p| {
+                p.spec
+                    .as_ref()
+                    .map(|spec| Resources::from_list(&pod_requests(spec)).milli_cpu)
+            })
             .sum();
         let cpus = self.node_ctx.lock().unwrap().allocatable_cpu_milli as i64;
         if let Err(e) = self.cgroups.ensure_qos(cpus, burstable) {
@@ -1869,9 +2040,7 @@ impl Agent {
     fn forget_pod(&self, uid: &str) -> Result<(), Error> {
         self.volumes.teardown(uid)?;
         self.cgroups.remove_pod(uid);
-        self.admitted.lock().unwrap().remove(uid);
         self.status.forget(uid);
-        self.first_seen.lock().unwrap().remove(uid);
         self.probes.forget_pod(uid);
         self.events.lock().unwrap().retain(|k, _| k.0 != uid);
         let prefix = format!("{uid}/");
@@ -2259,10 +2428,11 @@ impl Agent {
                 != Some(initialized);
         if phase == "Running" && old.phase.as_deref() != Some("Running") {
             let seen = self
-                .first_seen
+                .workers
                 .lock()
                 .unwrap()
-                .remove(&pod.uid().unwrap_or_default());
+                .get_mut(&pod.uid().unwrap_or_default())
+                .and_then(|w| w.first_seen.take());
             if let Some(t) = seen {
                 self.metrics.pod_start.observe(t.elapsed().as_secs_f64());
             }
@@ -2270,20 +2440,12 @@ impl Agent {
         if changed {
             self.status.set(pod, status["status"].clone());
         }
+        // A pod that has just finished is synced once more, to release its sandbox.
+        if (phase == "Succeeded" || phase == "Failed") && old.phase.as_deref() != Some(phase) {
+            self.queue.add(pod.uid().unwrap_or_default());
+        }
         Ok(())
     }
-}
-
-/// Whether two versions of a pod differ in nothing but status (and the fields every write
-/// changes: resourceVersion, managedFields).
-fn same_but_status(a: &Pod, b: &Pod) -> bool {
-    let strip = |p: &Pod| {
-        let mut m = p.metadata.clone();
-        m.resource_version = None;
-        m.managed_fields = None;
-        (m, p.spec.clone())
-    };
-    a.metadata.uid == b.metadata.uid && strip(a) == strip(b)
 }
 
 /// A duration as Go prints one, to the millisecond (`523ms`, `1.5s`, `2m3.004s`).
@@ -2302,15 +2464,20 @@ fn go_duration(d: Duration) -> String {
     }
 }
 
+/// How long `pod` may still be active at `now` before its activeDeadlineSeconds (counted from
+/// its startTime, as upstream's activeDeadlineHandler): zero once it is past, None without a
+/// deadline or before it started.
+fn deadline_left(pod: &Pod, now: jiff::Timestamp) -> Option<Duration> {
+    let deadline = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds)?;
+    let start = pod.status.as_ref().and_then(|s| s.start_time.as_ref())?;
+    let active = now.duration_since(start.0);
+    let left = jiff::SignedDuration::from_secs(deadline) - active;
+    Some(Duration::try_from(left).unwrap_or_default())
+}
+
 /// Whether `pod` has been active longer than its activeDeadlineSeconds at `now`.
 fn past_deadline(pod: &Pod, now: jiff::Timestamp) -> bool {
-    let Some(deadline) = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
-        return false;
-    };
-    let Some(start) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
-        return false;
-    };
-    now.duration_since(start.0).as_secs() >= deadline
+    deadline_left(pod, now).is_some_and(|d| d.is_zero())
 }
 
 /// The phase from the app containers' statuses (upstream `getPhase`): a container waiting to
@@ -2464,5 +2631,14 @@ mod tests {
         let mut no_start = pod.clone();
         no_start.status = None;
         assert!(!past_deadline(&no_start, at("2031-01-01T00:00:00Z")));
+        assert_eq!(
+            deadline_left(&pod, at("2030-01-01T00:00:03.5Z")),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(
+            deadline_left(&pod, at("2030-01-01T00:01:00Z")),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(deadline_left(&no_start, at("2030-01-01T00:00:00Z")), None);
     }
 }

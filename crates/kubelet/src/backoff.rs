@@ -52,6 +52,15 @@ impl Backoff {
         (since(now, e.last_update) < e.delay).then_some(e.delay)
     }
 
+    /// How long `key` still backs off from its last update at `now` (when its worker is due
+    /// to try again).
+    pub fn remaining_since_update(&self, key: &str, now: SystemTime) -> Option<Duration> {
+        let e = self.live(key, now)?;
+        e.delay
+            .checked_sub(since(now, e.last_update))
+            .filter(|d| !d.is_zero())
+    }
+
     /// Move `key` to its next delay, as of `event` (upstream `Next`).
     pub fn next(&mut self, key: &str, event: SystemTime) -> Duration {
         let delay = match self.live(key, event) {

@@ -15,6 +15,8 @@ pub mod images;
 pub mod lifecycle;
 pub mod logs;
 pub mod metrics;
+pub mod pleg;
+pub mod pod_workers;
 pub mod prober;
 pub mod qos;
 pub mod registries;
@@ -23,6 +25,7 @@ pub mod server;
 pub mod spec;
 pub mod status;
 pub mod volumes;
+pub mod wakeups;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -596,7 +596,7 @@ impl ProbeManager {
                         cri: self.cri.clone(),
                         queue: self.queue.clone(),
                         events: self.events.clone(),
-                        pod_key: format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
+                        pod_key: pod.uid().unwrap_or_default(),
                         container: c.name.clone(),
                         kind,
                         action,

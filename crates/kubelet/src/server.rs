@@ -323,11 +323,11 @@ async fn handle(
         }
         (&Method::GET, ["pods"]) => {
             let pods: Vec<Pod> = agent
-                .pods
+                .workers
                 .lock()
                 .unwrap()
-                .values()
-                .map(|p| (**p).clone())
+                .iter()
+                .map(|(_, w)| (*w.pod).clone())
                 .collect();
             let list =
                 serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods});
@@ -349,7 +349,7 @@ async fn handle(
 
 /// The pod `ns/name` this kubelet runs.
 fn pod_of(agent: &Agent, ns: &str, name: &str) -> Option<Arc<Pod>> {
-    agent.pods.lock().unwrap().get(&format!("{ns}/{name}")).cloned()
+    agent.workers.lock().unwrap().by_name(ns, name)
 }
 
 /// Upstream's 404 for a pod this kubelet does not run.

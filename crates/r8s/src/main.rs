@@ -828,6 +828,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // ServiceAccount per controller), system:kube-scheduler, system:node:<name>.
     let stop = tokio_util::sync::CancellationToken::new();
     let mut components = Vec::new();
+    let mut agent = None;
     if !args.disable_controller_manager {
         let (cert, key) = pki.issue_client_cert("system:kube-controller-manager", &[])?;
         let kc = r8s_apiserver::pki::kubeconfig(
@@ -888,7 +889,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         opts.client_ca = config.root_cert.clone().unwrap_or_default();
         let client = kube::Client::try_from(config)?;
         let stop = stop.clone();
-        components.push(tokio::spawn(async move {
+        agent = Some(tokio::spawn(async move {
             if let Err(e) = r8s_kubelet::agent::Agent::run(client, opts, stop).await {
                 tracing::error!(error = %e, "agent failed; this server runs no pods");
             }
@@ -901,6 +902,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         _ = term.recv() => {}
     }
     stop.cancel();
+    // The agent terminates its pods (each within its grace period) before it returns; the
+    // API server serves it until then.
+    if let Some(agent) = agent {
+        let _ = tokio::time::timeout(r8s_kubelet::agent::STOP_LIMIT, agent).await;
+    }
     for c in components {
         let _ = tokio::time::timeout(Duration::from_secs(15), c).await;
     }
@@ -1026,7 +1032,7 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
         _ = term.recv() => {}
     }
     stop.cancel();
-    match tokio::time::timeout(Duration::from_secs(30), task).await {
+    match tokio::time::timeout(r8s_kubelet::agent::STOP_LIMIT, task).await {
         Ok(Ok(Err(e))) => Err(anyhow::anyhow!("agent: {e}")),
         _ => Ok(()),
     }

@@ -235,6 +235,25 @@ impl Server {
         out.stderr
     }
 
+    /// SIGTERM, then wait up to `within` for the server to exit by itself: whether it did
+    /// (else it is still running, for `kill` to end).
+    pub fn terminate(&mut self, within: Duration) -> bool {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return true;
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// Stop the server as an operator would (SIGTERM: the agent, if any, stops its pods and
     /// containerd); SIGKILL only if it does not exit within 30 s.
     pub fn kill(&mut self) {

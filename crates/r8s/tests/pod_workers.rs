@@ -1,0 +1,166 @@
+//! The kubelet's pod workers, end to end, on clusters that run few pods (so nothing but the
+//! pod's own worker wakes the kubelet): time-driven work (activeDeadlineSeconds) happens at its
+//! due time, and stopping the server terminates every pod as a deletion would, leaving no mount
+//! behind.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::cluster::*;
+
+fn phase(p: &Value) -> &str {
+    p["status"]["phase"].as_str().unwrap_or("")
+}
+
+/// The mount points under `dir` (from /proc/self/mountinfo).
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let prefix = dir.display().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| p.replace("\\040", " "))
+        .filter(|p| p.starts_with(&prefix))
+        .collect()
+}
+
+/// A lone pod (nothing else on the node to wake the kubelet) past its activeDeadlineSeconds is
+/// stopped and Failed with DeadlineExceeded as soon as the deadline and its grace period allow.
+#[test]
+fn a_lone_pod_fails_at_its_active_deadline() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("lone-node", "10.203.0.0/16", "r8sk");
+    let s = &c.s;
+    s.ok(
+        V,
+        &[
+            "run",
+            "x",
+            "--image=busybox",
+            "--restart=Never",
+            r#"--overrides={"spec":{"activeDeadlineSeconds":3,"terminationGracePeriodSeconds":1}}"#,
+            "--",
+            "sleep",
+            "3600",
+        ],
+    );
+    let running = wait_for(90, "x Running", || {
+        let p = pod_json(s, "x")?;
+        (phase(&p) == "Running").then_some(p)
+    });
+    // startTime is before Running was seen, so the deadline counts from at most now.
+    let seen = Instant::now();
+    let failed = wait_for(60, "x Failed", || {
+        let p = pod_json(s, "x")?;
+        (phase(&p) == "Failed").then_some(p)
+    });
+    let after = seen.elapsed();
+    eprintln!(
+        "x Failed {after:?} after Running was seen (startTime {})",
+        running["status"]["startTime"]
+    );
+    assert_eq!(failed["status"]["reason"], "DeadlineExceeded", "{failed}");
+    assert!(
+        failed["status"]["containerStatuses"][0]["state"]["terminated"].is_object(),
+        "{failed}"
+    );
+    // 3 s of deadline, 1 s of grace (at least 2 s for the stop), and a little slack.
+    assert!(
+        after.as_secs() <= 9,
+        "Failed only {after:?} after Running:\n{failed}"
+    );
+    s.ok(V, &["delete", "pod", "x", "--timeout=60s"]);
+}
+
+/// SIGTERM stops the server; its agent terminates every pod as a deletion does (containers,
+/// sandbox, network, volumes with the ServiceAccount token's tmpfs) before it returns, and
+/// nothing stays mounted under the data directory.
+#[test]
+fn stopping_the_server_terminates_its_pods_and_unmounts_their_volumes() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = start("stop-node", "10.204.0.0/16", "r8sn");
+    for name in ["one", "two"] {
+        c.s.ok(
+            V,
+            &[
+                "run",
+                name,
+                "--image=busybox",
+                r#"--overrides={"spec":{"terminationGracePeriodSeconds":2}}"#,
+                "--",
+                "sleep",
+                "3600",
+            ],
+        );
+    }
+    for name in ["one", "two"] {
+        wait_for(90, "the pods Running", || {
+            (phase(&pod_json(&c.s, name)?) == "Running").then_some(())
+        });
+    }
+    let before = mounts_under(&c.data);
+    let tokens = before
+        .iter()
+        .filter(|m| m.contains("kubernetes.io~projected"))
+        .count();
+    assert_eq!(tokens, 2, "each pod's token volume is mounted: {before:#?}");
+    let stopped = Instant::now();
+    assert!(
+        c.s.terminate(Duration::from_secs(30)),
+        "the server did not exit within 30 s of SIGTERM:\n{}",
+        c.s.log()
+    );
+    eprintln!("server exited {:?} after SIGTERM", stopped.elapsed());
+    let left = mounts_under(&c.data);
+    assert!(left.is_empty(), "left mounted: {left:#?}\n{}", c.s.log());
+    assert!(
+        processes_under(&c.data).is_empty(),
+        "containerd or shims left running"
+    );
+}
+
+/// A pod force-deleted and created again under the same name is a new pod (a new UID, a new
+/// worker): the new one runs, and the old one's worker stops its sandbox and removes its
+/// volumes, whatever order the watch brings the deletion and the creation in.
+#[test]
+fn a_pod_recreated_under_its_name_gets_a_new_worker_and_the_old_one_stops() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("again-node", "10.205.0.0/16", "r8sf");
+    let s = &c.s;
+    let run = || {
+        s.ok(
+            V,
+            &[
+                "run",
+                "y",
+                "--image=busybox",
+                r#"--overrides={"spec":{"terminationGracePeriodSeconds":2}}"#,
+                "--",
+                "sleep",
+                "3600",
+            ],
+        )
+    };
+    run();
+    let running = |s: &support::Server| {
+        wait_for(90, "y Running", || {
+            let p = pod_json(s, "y")?;
+            (phase(&p) == "Running").then(|| p["metadata"]["uid"].as_str().unwrap().to_string())
+        })
+    };
+    let old = running(s);
+    let old_dir = c.data.join("agent/pods").join(&old);
+    assert!(old_dir.exists());
+    s.ok(V, &["delete", "pod", "y", "--grace-period=0", "--force"]);
+    run();
+    let new = running(s);
+    assert_ne!(old, new);
+    wait_for(30, "the old pod's volumes removed", || {
+        (!old_dir.exists() && mounts_under(&old_dir).is_empty()).then_some(())
+    });
+    assert!(c.data.join("agent/pods").join(&new).exists());
+    s.ok(V, &["delete", "pod", "y", "--timeout=60s"]);
+}
