@@ -9,6 +9,7 @@ mod support;
 mod agent;
 mod exec;
 mod logs;
+mod pod_workers;
 mod probes;
 mod pull_secrets;
 mod qos;

@@ -3,7 +3,7 @@
 //! due time, and stopping the server terminates every pod as a deletion would, leaving no mount
 //! behind.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
