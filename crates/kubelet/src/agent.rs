@@ -2448,20 +2448,10 @@ impl Agent {
     }
 }
 
-/// A duration as Go prints one, to the millisecond (`523ms`, `1.5s`, `2m3.004s`).
+/// A duration as upstream's image manager prints one: truncated to the millisecond, in Go's
+/// form (`523ms`, `1.5s`, `2m3.004s`, `1h0m0s`).
 fn go_duration(d: Duration) -> String {
-    let ms = d.as_millis() as u64;
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    let (m, rest) = (ms / 60_000, ms % 60_000);
-    let secs = format!("{}.{:03}", rest / 1000, rest % 1000);
-    let secs = secs.trim_end_matches('0').trim_end_matches('.');
-    if m > 0 {
-        format!("{m}m{secs}s")
-    } else {
-        format!("{secs}s")
-    }
+    r8s_api::duration::format(Duration::from_millis(d.as_millis() as u64))
 }
 
 /// How long `pod` may still be active at `now` before its activeDeadlineSeconds (counted from
@@ -2617,6 +2607,14 @@ mod tests {
         assert_eq!(pod_phase(&[bad], "OnFailure"), "Running");
         assert_eq!(pod_phase(&[ok], "Always"), "Running");
         assert_eq!(pod_phase(&[], "Always"), "Pending");
+    }
+
+    #[test]
+    fn pull_durations_print_as_upstream() {
+        assert_eq!(go_duration(Duration::from_micros(523_400)), "523ms");
+        assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(go_duration(Duration::from_millis(123_004)), "2m3.004s");
+        assert_eq!(go_duration(Duration::from_secs(4500)), "1h15m0s");
     }
 
     #[test]
