@@ -1,6 +1,20 @@
-//! The r8s kubelet (the reference document's kubelet stages). This first layer: the container
-//! runtime. `containerd` runs containerd as the agent's child with a configuration r8s writes;
-//! `cri` talks CRI v1 to it over its unix socket with tonic and the k8s-cri protos.
+//! The r8s kubelet: the reference document's kubelet stages, from pod sync to a running
+//! container with an IP.
+//!
+//! - `agent`: registration, the node's Lease and status, the pod watch, and the sync of one pod
+//!   (admission, volumes, sandbox, init and app containers, status), run by the pod workers of
+//!   `pod_workers` (one per pod UID: syncing → terminating → terminated), woken by the pod's
+//!   changes, the PLEG (`pleg`: the runtime's containers compared once a second) and their own
+//!   due times (`wakeups`: activeDeadlineSeconds, back-offs, the status resync); `status` writes
+//!   pod statuses in the background.
+//! - The runtime: `containerd` runs containerd as the agent's child with a configuration r8s
+//!   writes, `cri` talks CRI v1 to it with tonic and the k8s-cri protos, `spec` turns pod specs
+//!   into CRI configs, `images` and `credentials`/`registries` pull, `cni` writes the network
+//!   configuration, `cgroups` and `qos` place pods by QoS class.
+//! - Pod features: `volumes`, `prober` (probes and hooks), `lifecycle`, `security`, `logs`,
+//!   `backoff`, `admission` (the general predicates of `r8s_api::predicates`).
+//! - `server`: the kubelet's HTTPS API (logs, exec, attach, port-forward, metrics);
+//!   `bootstrap`: joining a server with a token and a CertificateSigningRequest.
 
 pub mod admission;
 pub mod agent;
