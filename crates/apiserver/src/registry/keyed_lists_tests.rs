@@ -175,6 +175,22 @@ fn find<'a>(items: &'a [Value], keys: &[&str], n: u64) -> Option<&'a Value> {
         .find(|i| keys.iter().all(|k| i[*k] == key_value(k, n)))
 }
 
+/// Item 1 of the list carries the patched value and item 2 its own, untouched.
+fn assert_changed_and_kept(site: &Site, items: &[Value], keys: &[&str]) {
+    assert_eq!(
+        find(items, keys, 1).unwrap()["zzTest"],
+        "changed",
+        "{}",
+        describe(site)
+    );
+    assert_eq!(
+        find(items, keys, 2).unwrap()["zzTest"],
+        "two",
+        "{}",
+        describe(site)
+    );
+}
+
 #[test]
 fn the_table_reaches_the_keyed_lists_of_the_served_kinds() {
     let sites = sites();
@@ -218,18 +234,7 @@ fn a_strategic_merge_patch_of_one_item_keeps_the_other_in_every_keyed_list() {
         .unwrap();
         let items = list_at(&site, &doc);
         assert_eq!(items.len(), 2, "{}: {doc}", describe(&site));
-        assert_eq!(
-            find(items, &keys, 1).unwrap()["zzTest"],
-            "changed",
-            "{}",
-            describe(&site)
-        );
-        assert_eq!(
-            find(items, &keys, 2).unwrap()["zzTest"],
-            "two",
-            "{}",
-            describe(&site)
-        );
+        assert_changed_and_kept(&site, items, &keys);
         tested += 1;
     }
     assert!(tested > 50, "{tested}");
@@ -261,18 +266,7 @@ fn server_side_apply_of_one_item_by_each_manager_keeps_both_in_every_keyed_list(
             .unwrap_or_else(|e| panic!("{}: {}", describe(&site), e.message));
         let items = list_at(&site, &live);
         assert_eq!(items.len(), 2, "{}: {live}", describe(&site));
-        assert_eq!(
-            find(items, &keys, 1).unwrap()["zzTest"],
-            "changed",
-            "{}",
-            describe(&site)
-        );
-        assert_eq!(
-            find(items, &keys, 2).unwrap()["zzTest"],
-            "two",
-            "{}",
-            describe(&site)
-        );
+        assert_changed_and_kept(&site, items, &keys);
         // Bob taking alice's item's field is a conflict, named by the item's keys.
         let bobs = object_with(
             &site,

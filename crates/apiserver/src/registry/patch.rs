@@ -142,15 +142,17 @@ async fn server_side_apply(
             Err(e) if e.code == 404 => None,
             Err(e) => return Err(e),
         };
+        // Applied over the live object, or over nothing when there is none yet.
+        let mut merged = apply::apply(
+            live.as_ref().unwrap_or(&json!({})),
+            &applied,
+            &manager,
+            &def.api_version(),
+            force,
+            root_node(def, View::Apply),
+        )?;
         let Some(live) = live else {
-            let mut obj = apply::apply(
-                &json!({}),
-                &applied,
-                &manager,
-                &def.api_version(),
-                force,
-                root_node(def, View::Apply),
-            )?;
+            let mut obj = merged;
             for k in ["apiVersion", "kind"] {
                 obj[k] = applied[k].clone();
             }
@@ -168,14 +170,6 @@ async fn server_side_apply(
                 &warnings,
             ));
         };
-        let mut merged = apply::apply(
-            &live,
-            &applied,
-            &manager,
-            &def.api_version(),
-            force,
-            root_node(def, View::Apply),
-        )?;
         if let Some(rv) = applied["metadata"]["resourceVersion"].as_str() {
             meta::meta_mut(&mut merged).insert("resourceVersion".into(), json!(rv));
         }
