@@ -5,7 +5,8 @@ use http::{HeaderMap, Response, StatusCode};
 use r8s_api::{catalogue, group_versions};
 use serde_json::{json, Value};
 
-use crate::handler::{json_response, Body, Ctx};
+use crate::context::Ctx;
+use crate::http::{json_response, Body};
 use crate::status::ApiError;
 
 pub(crate) fn version() -> Value {

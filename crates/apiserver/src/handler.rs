@@ -1,83 +1,22 @@
 //! The filter chain and dispatch: authentication → audit → impersonation → authorization →
-//! handler (admission runs inside the write handlers, where the object is known).
+//! the endpoints (health, OpenAPI, discovery, or `endpoints` for resources, which call the
+//! registry; admission runs inside the registry's writes, where the object is known).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::{header, Request, Response, StatusCode};
-use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use rustls::pki_types::CertificateDer;
-use serde_json::Value;
 
 use crate::audit::RequestAudit;
 use crate::authn::{AuthnRequest, UserInfo};
-use crate::request_info::{parse_request, RequestInfo};
+use crate::context::Ctx;
+use crate::http::{error_response, json_response, text_response, Body};
+use crate::request_info::parse_request;
 use crate::status::ApiError;
 use crate::{discovery, health, Shared};
-
-pub(crate) type Body = BoxBody<Bytes, std::convert::Infallible>;
-
-pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).boxed()
-}
-
-pub(crate) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
-    let body = serde_json::to_vec(value).unwrap_or_default();
-    Response::builder()
-        .status(code)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(full(body))
-        .expect("valid response")
-}
-
-pub(crate) fn text_response(code: StatusCode, text: String) -> Response<Body> {
-    Response::builder()
-        .status(code)
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .header("X-Content-Type-Options", "nosniff")
-        .body(full(text))
-        .expect("valid response")
-}
-
-pub(crate) fn error_response(err: &ApiError) -> Response<Body> {
-    json_response(
-        StatusCode::from_u16(err.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        &err.to_status(),
-    )
-}
-
-/// What a handler needs of the request after the filters.
-pub(crate) struct Ctx {
-    pub shared: Arc<Shared>,
-    pub info: RequestInfo,
-    pub user: UserInfo,
-    pub query: Option<String>,
-    /// The client's User-Agent, which names its field manager when it does not.
-    pub user_agent: String,
-    /// Warnings for the client, sent as `Warning` headers with the response (success or not).
-    pub warnings: crate::admission::Warnings,
-    /// The request's audit record (handlers add the request object to it).
-    pub audit: RequestAudit,
-}
-
-impl Ctx {
-    /// The field manager of a write: `?fieldManager=`, else the User-Agent's program name
-    /// (`kubectl/v1.33 (...)` → `kubectl`), as upstream does.
-    pub fn field_manager(&self) -> String {
-        let query = crate::registry::Query::parse(self.query.as_deref());
-        if let Some(m) = query.get("fieldManager") {
-            return m.to_owned();
-        }
-        let ua = self.user_agent.split('/').next().unwrap_or("").trim();
-        if ua.is_empty() {
-            "unknown".to_owned()
-        } else {
-            ua.chars().take(128).collect()
-        }
-    }
-}
 
 pub(crate) async fn handle(
     shared: Arc<Shared>,
@@ -213,7 +152,7 @@ async fn authorized(
         Ok(resp) => resp,
         Err(err) => error_response(&err),
     };
-    crate::registry::with_warnings(resp, &warnings.take())
+    crate::http::with_warnings(resp, &warnings.take())
 }
 
 async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
@@ -269,7 +208,7 @@ async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiEr
         && matches!(ctx.info.subresource.as_str(), "exec" | "attach" | "portforward")
     {
         // Streams: the connection is upgraded and joined to the kubelet's, not read here.
-        return crate::registry::kubelet::stream(&ctx, req).await;
+        return crate::endpoints::kubelet::stream(&ctx, req).await;
     }
     if ctx.info.is_resource_request {
         let (parts, body) = req.into_parts();
@@ -279,7 +218,7 @@ async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiEr
             .await
             .map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?
             .to_bytes();
-        return crate::registry::handle(&ctx, &parts.method, &parts.headers, body).await;
+        return crate::endpoints::resource(&ctx, &parts.method, &parts.headers, body).await;
     }
     Err(ApiError::not_found_path())
 }

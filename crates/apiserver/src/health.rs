@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use http::{Response, StatusCode};
 
-use crate::handler::{text_response, Body, Ctx};
+use crate::context::Ctx;
+use crate::http::{text_response, Body};
 
 /// The datastore check: a cheap read with a deadline.
 async fn check_store(ctx: &Ctx) -> Result<(), String> {

@@ -9,10 +9,13 @@ pub mod audit;
 pub mod authn;
 pub mod authz;
 mod bootstrap;
+mod context;
 mod discovery;
+mod endpoints;
 mod follow;
 mod handler;
 mod health;
+mod http;
 pub mod metrics;
 mod openapi;
 mod openapi_v2;
@@ -30,8 +33,8 @@ use std::sync::Arc;
 
 use r8s_store::Store;
 
+pub use endpoints::kubelet::KubeletClient;
 pub use registry::allocator::ServiceCidr;
-pub use registry::kubelet::KubeletClient;
 pub use server::ServingConfig;
 
 /// The Kubernetes version r8s speaks.

@@ -16,7 +16,7 @@ use http::{header, HeaderMap, Response, StatusCode};
 use r8s_api::{catalogue, group_versions, ResourceDef};
 use serde_json::{json, Map, Value};
 
-use crate::handler::{full, json_response, Body};
+use crate::http::{full, json_response, Body};
 
 /// "api/v1" or "apis/<group>/<version>", as the v3 index names group versions.
 fn gv_path(group: &str, version: &str) -> String {

@@ -693,29 +693,30 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // PriorityClasses, whether there are ResourceQuotas) is read from memory, as upstream's
     // plugins read informers. Quota charges and the webhooks keep their own ways (a charge
     // needs the stored version).
-    let listers: Arc<dyn r8s_store::Store> =
+    let lister_store: Arc<dyn r8s_store::Store> =
         adm::listers::ListerStore::start(store.clone(), adm::listers::ADMISSION_PREFIXES);
+    let listers = adm::listers::Listers::new(lister_store.clone());
     if r8s_api::features::initializers() {
         admission.push_mutating(adm::initializers::Initializers { store: store.clone() });
     }
     if on("NamespaceLifecycle") {
         admission.push_mutating(adm::namespace_lifecycle::NamespaceLifecycle {
-            store: listers.clone(),
+            listers: listers.clone(),
         });
     }
     if on("LimitRanger") {
         admission.push_mutating(adm::limit_ranger::LimitRanger {
-            store: listers.clone(),
+            listers: listers.clone(),
         });
     }
     if on("ServiceAccount") {
         admission.push_mutating(adm::service_account::ServiceAccount {
-            store: listers.clone(),
+            listers: listers.clone(),
         });
     }
     if on("Priority") {
         admission.push_mutating(adm::priority::Priority {
-            store: listers.clone(),
+            listers: listers.clone(),
         });
     }
     if on("DefaultTolerationSeconds") {
@@ -726,12 +727,12 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     if on("LimitRanger") {
         admission.push_validating(adm::limit_ranger::LimitRanger {
-            store: listers.clone(),
+            listers: listers.clone(),
         });
     }
     if on("ServiceAccount") {
         admission.push_validating(adm::service_account::ServiceAccount {
-            store: listers.clone(),
+            listers: listers.clone(),
         });
     }
     if on("NodeRestriction") {
@@ -739,7 +740,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     if on("PodSecurity") {
         admission.push_validating(adm::pod_security::PodSecurity {
-            store: listers.clone(),
+            listers: listers.clone(),
         });
     }
     if on("ValidatingAdmissionWebhook") {
@@ -747,7 +748,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     if on("ResourceQuota") {
         admission.push_validating(
-            adm::resource_quota::ResourceQuota::new(store.clone()).with_lister(listers.clone()),
+            adm::resource_quota::ResourceQuota::new(store.clone()).with_lister(lister_store.clone()),
         );
     }
 

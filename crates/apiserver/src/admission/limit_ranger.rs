@@ -12,16 +12,15 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use r8s_api::quantity::Quantity;
 use r8s_api::quota::{parse_list, pod_effective, ResourceList};
-use r8s_store::Store;
 use serde_json::{json, Value};
 
-use super::{aggregate, list_stored, Attributes, MutatingPlugin, Operation, ValidatingPlugin};
+use super::{aggregate, Attributes, MutatingPlugin, Operation, ValidatingPlugin};
 use crate::status::ApiError;
 
 pub const ANNOTATION: &str = "kubernetes.io/limit-ranger";
 
 pub struct LimitRanger {
-    pub store: Arc<dyn Store>,
+    pub listers: super::listers::Listers,
 }
 
 /// Which requests the plugin looks at, and whether it is a pod.
@@ -44,8 +43,8 @@ fn supported(attrs: &Attributes<'_>) -> Option<bool> {
 }
 
 impl LimitRanger {
-    async fn limit_ranges(&self, ns: &str) -> Result<Vec<Value>, ApiError> {
-        list_stored(&*self.store, &format!("/registry/limitranges/{ns}/")).await
+    async fn limit_ranges(&self, ns: &str) -> Result<Vec<Arc<Value>>, ApiError> {
+        self.listers.limit_ranges(ns).await
     }
 }
 
@@ -332,6 +331,8 @@ impl ValidatingPlugin for LimitRanger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use r8s_store::Store;
+    use std::sync::Arc;
 
     fn limit_range() -> Value {
         json!({"metadata": {"name": "lr", "namespace": "dev"}, "spec": {"limits": [
@@ -364,7 +365,9 @@ mod tests {
     }
 
     async fn admit_pod(store: Arc<dyn Store>, pod: &mut Value) -> Result<(), ApiError> {
-        let plugin = LimitRanger { store };
+        let plugin = LimitRanger {
+            listers: crate::admission::listers::Listers::new(store),
+        };
         crate::admission::testing::create_pod("dev", pod, Some(&plugin), Some(&plugin)).await
     }
 

@@ -21,6 +21,8 @@ use r8s_store::{
     Watch,
 };
 
+use crate::status::ApiError;
+
 /// The prefixes admission reads on every pod create (ResourceQuota only to see whether a
 /// namespace has quotas).
 pub const ADMISSION_PREFIXES: &[&str] = &[
@@ -204,6 +206,144 @@ impl Store for ListerStore {
     }
 }
 
+/// What admission reads, by kind (upstream's typed listers): each plugin asks for a namespace,
+/// a ServiceAccount, the LimitRanges of a namespace, …; the datastore keys are the registry's
+/// and are built here, nowhere in the plugins. Reads go to the store it is given — a
+/// [`ListerStore`] in the server, so the kinds of [`ADMISSION_PREFIXES`] come from memory.
+/// Objects are parsed once per stored version and shared (see `admission::parsed`).
+#[derive(Clone)]
+pub struct Listers {
+    store: Arc<dyn Store>,
+}
+
+/// The kinds admission reads: (group, version, resource).
+const NAMESPACES: (&str, &str, &str) = ("", "v1", "namespaces");
+const SERVICE_ACCOUNTS: (&str, &str, &str) = ("", "v1", "serviceaccounts");
+const LIMIT_RANGES: (&str, &str, &str) = ("", "v1", "limitranges");
+const RESOURCE_QUOTAS: (&str, &str, &str) = ("", "v1", "resourcequotas");
+const PRIORITY_CLASSES: (&str, &str, &str) = ("scheduling.k8s.io", "v1", "priorityclasses");
+const SERVICES: (&str, &str, &str) = ("", "v1", "services");
+const PODS: (&str, &str, &str) = ("", "v1", "pods");
+
+fn def_of((group, version, resource): (&str, &str, &str)) -> &'static r8s_api::ResourceDef {
+    r8s_api::find(group, version, resource).expect("admission reads served kinds")
+}
+
+impl Listers {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Listers { store }
+    }
+
+    /// One object of a kind, parsed (shared), or `None` if there is none.
+    async fn get(
+        &self,
+        kind: (&str, &str, &str),
+        ns: &str,
+        name: &str,
+    ) -> std::result::Result<Option<Arc<serde_json::Value>>, ApiError> {
+        let def = def_of(kind);
+        let resp = self
+            .store
+            .get(&crate::registry::key(def, ns, name), 0)
+            .await
+            .map_err(|e| ApiError::internal(format!("reading {} {name}: {e}", def.plural)))?;
+        match resp.kv {
+            None => Ok(None),
+            Some(kv) => super::parsed(&kv.value)
+                .map(Some)
+                .ok_or_else(|| ApiError::internal(format!("stored {} {name} is unreadable", def.plural))),
+        }
+    }
+
+    /// Every object of a kind in a namespace ("" for all, or for a cluster-scoped kind),
+    /// parsed (shared); unreadable ones are skipped.
+    async fn list(
+        &self,
+        kind: (&str, &str, &str),
+        ns: &str,
+    ) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {
+        let def = def_of(kind);
+        let prefix = crate::registry::prefix(def, ns);
+        let resp = self
+            .store
+            .range(RangeRequest {
+                prefix,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("listing {}: {e}", def.plural)))?;
+        Ok(resp
+            .kvs
+            .iter()
+            .filter_map(|kv| super::parsed(&kv.value))
+            .collect())
+    }
+
+    pub async fn namespace(
+        &self,
+        name: &str,
+    ) -> std::result::Result<Option<Arc<serde_json::Value>>, ApiError> {
+        self.get(NAMESPACES, "", name).await
+    }
+
+    pub async fn service_account(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> std::result::Result<Option<Arc<serde_json::Value>>, ApiError> {
+        self.get(SERVICE_ACCOUNTS, ns, name).await
+    }
+
+    pub async fn service(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> std::result::Result<Option<Arc<serde_json::Value>>, ApiError> {
+        self.get(SERVICES, ns, name).await
+    }
+
+    pub async fn priority_class(
+        &self,
+        name: &str,
+    ) -> std::result::Result<Option<Arc<serde_json::Value>>, ApiError> {
+        self.get(PRIORITY_CLASSES, "", name).await
+    }
+
+    pub async fn priority_classes(&self) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {
+        self.list(PRIORITY_CLASSES, "").await
+    }
+
+    pub async fn limit_ranges(&self, ns: &str) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {
+        self.list(LIMIT_RANGES, ns).await
+    }
+
+    pub async fn resource_quotas(
+        &self,
+        ns: &str,
+    ) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {
+        self.list(RESOURCE_QUOTAS, ns).await
+    }
+
+    /// The pods of a namespace, decoded (not kept in memory: read from the datastore, and not
+    /// put in the shared parse cache, which they would flush).
+    pub async fn pods(&self, ns: &str) -> std::result::Result<Vec<serde_json::Value>, ApiError> {
+        let def = def_of(PODS);
+        let resp = self
+            .store
+            .range(RangeRequest {
+                prefix: crate::registry::prefix(def, ns),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("listing pods: {e}")))?;
+        Ok(resp
+            .kvs
+            .iter()
+            .filter_map(|kv| crate::registry::decode(def, kv).ok())
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,5 +472,72 @@ mod tests {
             .unwrap()
             .kv
             .is_none());
+    }
+
+    #[tokio::test]
+    async fn typed_reads_find_each_kind_by_its_registry_key() {
+        let (_d, inner) = store().await;
+        let put = |def: (&str, &str, &str), ns: &str, name: &str, extra: serde_json::Value| {
+            let inner = inner.clone();
+            let d = def_of(def);
+            let key = crate::registry::key(d, ns, name);
+            let mut obj = serde_json::json!({"metadata": {"name": name, "namespace": ns}});
+            obj.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            async move {
+                inner
+                    .create(&key, crate::registry::encode(d, &obj))
+                    .await
+                    .unwrap()
+            }
+        };
+        put(NAMESPACES, "", "dev", serde_json::json!({"spec": {}})).await;
+        put(SERVICE_ACCOUNTS, "dev", "default", serde_json::json!({})).await;
+        put(
+            LIMIT_RANGES,
+            "dev",
+            "a",
+            serde_json::json!({"spec": {"limits": []}}),
+        )
+        .await;
+        put(
+            LIMIT_RANGES,
+            "prod",
+            "b",
+            serde_json::json!({"spec": {"limits": []}}),
+        )
+        .await;
+        put(
+            PRIORITY_CLASSES,
+            "",
+            "high",
+            serde_json::json!({"value": 1000, "globalDefault": true}),
+        )
+        .await;
+        put(
+            SERVICES,
+            "dev",
+            "hook",
+            serde_json::json!({"spec": {"clusterIP": "10.43.0.9"}}),
+        )
+        .await;
+        let l = Listers::new(ListerStore::start(inner.clone(), ADMISSION_PREFIXES));
+        let ns = l.namespace("dev").await.unwrap().expect("namespace");
+        assert_eq!(ns["metadata"]["name"], "dev");
+        assert!(l.namespace("nope").await.unwrap().is_none());
+        assert!(l.service_account("dev", "default").await.unwrap().is_some());
+        assert!(l.service_account("prod", "default").await.unwrap().is_none());
+        let ranges = l.limit_ranges("dev").await.unwrap();
+        assert_eq!(ranges.len(), 1);
+        assert_eq!(ranges[0]["metadata"]["name"], "a");
+        assert_eq!(l.priority_classes().await.unwrap()[0]["value"], 1000);
+        assert!(l.priority_class("high").await.unwrap().is_some());
+        assert_eq!(
+            l.service("dev", "hook").await.unwrap().unwrap()["spec"]["clusterIP"],
+            "10.43.0.9"
+        );
+        assert!(l.resource_quotas("dev").await.unwrap().is_empty());
+        assert!(l.pods("dev").await.unwrap().is_empty());
     }
 }

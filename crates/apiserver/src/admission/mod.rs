@@ -135,26 +135,6 @@ pub fn aggregate(errs: &[String]) -> String {
     }
 }
 
-/// The stored objects under a key prefix, decoded (those that do not decode are skipped).
-pub(crate) async fn list_stored(store: &dyn r8s_store::Store, prefix: &str) -> Result<Vec<Value>, ApiError> {
-    let resp = store
-        .range(r8s_store::RangeRequest {
-            prefix: prefix.into(),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("listing {prefix}: {e}")))?;
-    Ok(resp
-        .kvs
-        .iter()
-        .filter_map(|kv| {
-            let mut v: Value = serde_json::from_slice(&kv.value).ok()?;
-            crate::registry::meta::set_resource_version(&mut v, kv.mod_revision);
-            Some(v)
-        })
-        .collect())
-}
-
 /// Append to the list at `field` of a mutated object, which is made a list if it is missing
 /// or null (the list is neither copied nor re-encoded).
 pub(crate) fn push_to_list(obj: &mut serde_json::Map<String, Value>, field: &str, item: Value) {

@@ -9,7 +9,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use r8s_store::Store;
 use serde_json::{json, Value};
 
 use super::{Attributes, MutatingPlugin, Operation};
@@ -19,17 +18,12 @@ use crate::status::ApiError;
 pub const IMMORTAL: &[&str] = &["default", "kube-system", "kube-public"];
 
 pub struct NamespaceLifecycle {
-    pub store: Arc<dyn Store>,
+    pub listers: super::listers::Listers,
 }
 
 impl NamespaceLifecycle {
     async fn namespace(&self, name: &str) -> Result<Option<Arc<Value>>, ApiError> {
-        let resp = self
-            .store
-            .get(&format!("/registry/namespaces/{name}"), 0)
-            .await
-            .map_err(|e| ApiError::internal(format!("reading namespace {name}: {e}")))?;
-        Ok(resp.kv.and_then(|kv| super::parsed(&kv.value)))
+        self.listers.namespace(name).await
     }
 }
 
@@ -95,6 +89,8 @@ mod tests {
     use super::*;
     use crate::authn::UserInfo;
     use crate::request_info::parse_request;
+    use r8s_store::Store;
+    use std::sync::Arc;
 
     async fn store(namespaces: &[Value]) -> (tempfile::TempDir, Arc<dyn Store>) {
         let dir = tempfile::tempdir().unwrap();
@@ -129,7 +125,11 @@ mod tests {
             options: None,
             warnings: &Default::default(),
         };
-        NamespaceLifecycle { store }.admit(&mut attrs).await
+        NamespaceLifecycle {
+            listers: crate::admission::listers::Listers::new(store),
+        }
+        .admit(&mut attrs)
+        .await
     }
 
     #[tokio::test]

@@ -27,12 +27,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use r8s_api::validation::FieldError;
-use r8s_store::{RangeRequest, Store};
+
 use serde_json::{json, Value};
 
 use super::{Attributes, Operation, ValidatingPlugin};
@@ -275,23 +274,12 @@ fn pod_template_path(group: &str, resource: &str) -> Option<&'static [&'static s
 }
 
 pub struct PodSecurity {
-    pub store: Arc<dyn Store>,
+    pub listers: super::listers::Listers,
 }
 
 impl PodSecurity {
     async fn namespace(&self, name: &str) -> Result<Option<std::sync::Arc<Value>>, String> {
-        let def = r8s_api::find("", "v1", "namespaces").expect("namespaces are in the catalogue");
-        let resp = self
-            .store
-            .get(&crate::registry::key(def, "", name), 0)
-            .await
-            .map_err(|e| e.to_string())?;
-        match resp.kv {
-            None => Ok(None),
-            Some(kv) => super::parsed(&kv.value)
-                .map(Some)
-                .ok_or_else(|| format!("stored namespace {name} is unreadable")),
-        }
+        self.listers.namespace(name).await.map_err(|e| e.message)
     }
 
     async fn validate_namespace(&self, attrs: &Attributes<'_>) -> Result<(), ApiError> {
@@ -335,22 +323,9 @@ impl PodSecurity {
     /// (by name) and how many others share it. One pod per controller is checked first.
     async fn check_existing_pods(&self, namespace: &str, enforce: LevelVersion) -> Vec<String> {
         let deadline = Instant::now() + NAMESPACE_POD_CHECK_TIMEOUT;
-        let def = r8s_api::find("", "v1", "pods").expect("pods are in the catalogue");
-        let listed = self
-            .store
-            .range(RangeRequest {
-                prefix: crate::registry::prefix(def, namespace),
-                ..Default::default()
-            })
-            .await;
-        let Ok(listed) = listed else {
+        let Ok(pods) = self.listers.pods(namespace).await else {
             return vec!["failed to list pods while checking new PodSecurity enforce level".into()];
         };
-        let pods: Vec<Value> = listed
-            .kvs
-            .iter()
-            .filter_map(|kv| crate::registry::decode(def, kv).ok())
-            .collect();
         // One pod per controller first, then the others.
         let mut seen_controllers = HashSet::new();
         let (mut first, mut rest) = (Vec::new(), Vec::new());
@@ -625,6 +600,8 @@ mod tests {
     use crate::admission::Warnings;
     use crate::authn::UserInfo;
     use crate::request_info::parse_request;
+    use r8s_store::Store;
+    use std::sync::Arc;
 
     fn lv(s: &str) -> LevelVersion {
         let (level, version) = s.split_once(':').unwrap();
@@ -755,7 +732,11 @@ mod tests {
             options: None,
             warnings: &warnings,
         };
-        let result = PodSecurity { store }.validate(&attrs).await;
+        let result = PodSecurity {
+            listers: crate::admission::listers::Listers::new(store),
+        }
+        .validate(&attrs)
+        .await;
         Outcome {
             result,
             warnings: warnings.take(),

@@ -6,41 +6,27 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use r8s_store::{RangeRequest, Store};
+
 use serde_json::{json, Value};
 
 use super::{Attributes, MutatingPlugin, Operation};
 use crate::status::ApiError;
 
-const PREFIX: &str = "/registry/priorityclasses/";
-
 pub struct Priority {
-    pub store: Arc<dyn Store>,
+    pub listers: super::listers::Listers,
 }
 
 impl Priority {
     async fn class(&self, name: &str) -> Result<Option<Arc<Value>>, ApiError> {
-        let resp = self
-            .store
-            .get(&format!("{PREFIX}{name}"), 0)
-            .await
-            .map_err(|e| ApiError::internal(format!("reading PriorityClass {name}: {e}")))?;
-        Ok(resp.kv.and_then(|kv| super::parsed(&kv.value)))
+        self.listers.priority_class(name).await
     }
 
     async fn global_default(&self) -> Result<Option<Arc<Value>>, ApiError> {
-        let resp = self
-            .store
-            .range(RangeRequest {
-                prefix: PREFIX.into(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| ApiError::internal(format!("listing PriorityClasses: {e}")))?;
-        Ok(resp
-            .kvs
-            .iter()
-            .filter_map(|kv| super::parsed(&kv.value))
+        Ok(self
+            .listers
+            .priority_classes()
+            .await?
+            .into_iter()
             .filter(|c| c["globalDefault"] == true)
             .min_by_key(|c| c["value"].as_i64().unwrap_or(0)))
     }
@@ -108,6 +94,8 @@ impl MutatingPlugin for Priority {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use r8s_store::Store;
+    use std::sync::Arc;
 
     async fn store(classes: &[Value]) -> (tempfile::TempDir, Arc<dyn Store>) {
         let dir = tempfile::tempdir().unwrap();
@@ -115,7 +103,10 @@ mod tests {
             r8s_store::embedded::EmbeddedStore::open(r8s_store::embedded::EmbeddedOptions::new(dir.path()))
                 .unwrap();
         for c in classes {
-            let key = format!("{PREFIX}{}", c["metadata"]["name"].as_str().unwrap());
+            let key = format!(
+                "/registry/priorityclasses/{}",
+                c["metadata"]["name"].as_str().unwrap()
+            );
             s.create(&key, serde_json::to_vec(c).unwrap().into())
                 .await
                 .unwrap();
@@ -124,7 +115,15 @@ mod tests {
     }
 
     async fn admit(store: Arc<dyn Store>, pod: &mut Value) -> Result<(), ApiError> {
-        crate::admission::testing::create_pod("default", pod, Some(&Priority { store }), None).await
+        crate::admission::testing::create_pod(
+            "default",
+            pod,
+            Some(&Priority {
+                listers: crate::admission::listers::Listers::new(store),
+            }),
+            None,
+        )
+        .await
     }
 
     #[tokio::test]

@@ -18,10 +18,10 @@ use r8s_api::quota::{
     self, add, less_than_or_equal, mask, names, negative, parse_list, pretty_print, remove_zeros,
     subtract_non_negative, to_json, Evaluator, ResourceList,
 };
-use r8s_store::{Store, StoreError};
+use r8s_store::Store;
 use serde_json::Value;
 
-use super::{list_stored, Attributes, Operation, ValidatingPlugin};
+use super::{Attributes, Operation, ValidatingPlugin};
 use crate::status::ApiError;
 
 /// How often a conflicting quota update is retried with the quota read again.
@@ -45,15 +45,15 @@ const IGNORED: &[(&str, &str)] = &[
 pub struct ResourceQuota {
     store: Arc<dyn Store>,
     /// Where to see whether a namespace has quotas at all (an in-memory lister, as upstream's
-    /// plugin reads its informer); charging reads and writes `store`.
-    lister: Arc<dyn Store>,
+    /// plugin reads its informer); charging reads and writes `store`, through the registry.
+    lister: super::listers::Listers,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl ResourceQuota {
     pub fn new(store: Arc<dyn Store>) -> Self {
         Self {
-            lister: store.clone(),
+            lister: super::listers::Listers::new(store.clone()),
             store,
             locks: Mutex::new(HashMap::new()),
         }
@@ -61,7 +61,7 @@ impl ResourceQuota {
 
     /// Look quotas up in `lister` before charging them.
     pub fn with_lister(mut self, lister: Arc<dyn Store>) -> Self {
-        self.lister = lister;
+        self.lister = super::listers::Listers::new(lister);
         self
     }
 
@@ -80,27 +80,18 @@ impl ResourceQuota {
     }
 
     async fn quotas(&self, ns: &str) -> Result<Vec<Value>, ApiError> {
-        list_stored(&*self.store, &format!("/registry/resourcequotas/{ns}/")).await
+        crate::registry::system::list(&*self.store, quota_def(), ns).await
     }
 
     /// Write a quota's new `status.used`, compare-and-swap on the version it was read at.
     /// `Ok(false)` if it changed meanwhile.
-    async fn write_status(&self, quota: &Value) -> Result<bool, ApiError> {
-        let def = r8s_api::find("", "v1", "resourcequotas").expect("resourcequotas are in the catalogue");
-        let ns = quota["metadata"]["namespace"].as_str().unwrap_or("");
-        let name = quota["metadata"]["name"].as_str().unwrap_or("");
-        let rv = crate::registry::meta::resource_version(quota).unwrap_or(0);
-        let key = crate::registry::key(def, ns, name);
-        match self
-            .store
-            .update(&key, crate::registry::encode(def, quota), rv)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(StoreError::Conflict { .. } | StoreError::NotFound { .. }) => Ok(false),
-            Err(e) => Err(crate::registry::store_error(def, name, e)),
-        }
+    async fn write_status(&self, quota: &Value, read: &Value) -> Result<bool, ApiError> {
+        crate::registry::system::update_status(&*self.store, quota_def(), quota, read).await
     }
+}
+
+fn quota_def() -> &'static r8s_api::ResourceDef {
+    r8s_api::find("", "v1", "resourcequotas").expect("resourcequotas are in the catalogue")
 }
 
 fn now() -> i64 {
@@ -233,7 +224,7 @@ impl ResourceQuota {
                 ) {
                     continue;
                 }
-                if !self.write_status(after).await? {
+                if !self.write_status(after, before).await? {
                     failed.push(quota_name(after).to_owned());
                 }
             }
@@ -241,9 +232,7 @@ impl ResourceQuota {
                 return Ok(());
             };
             if attempt == RETRIES {
-                let def =
-                    r8s_api::find("", "v1", "resourcequotas").expect("resourcequotas are in the catalogue");
-                return Err(crate::registry::conflict(def, last));
+                return Err(crate::registry::conflict(quota_def(), last));
             }
             // Check again, against the new versions of the quotas that could not be written
             // (the others carry this request's charge already).
@@ -279,16 +268,7 @@ impl ValidatingPlugin for ResourceQuota {
         }
         // A namespace without quotas is the common case: nothing to charge, and no reason to
         // queue its writes behind the namespace's lock.
-        let prefix = format!("/registry/resourcequotas/{}/", r.namespace);
-        let listed = self
-            .lister
-            .range(r8s_store::RangeRequest {
-                prefix: prefix.clone(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| ApiError::internal(format!("listing {prefix}: {e}")))?;
-        if listed.kvs.is_empty() {
+        if self.lister.resource_quotas(&r.namespace).await?.is_empty() {
             return Ok(());
         }
         let lock = self.lock_for(&r.namespace);

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use r8s_store::Store;
 use serde_json::{json, Value};
 
 use super::{Attributes, MutatingPlugin, Operation, ValidatingPlugin};
@@ -30,7 +29,7 @@ const ENFORCE_MOUNTABLE_SECRETS: &str = "kubernetes.io/enforce-mountable-secrets
 const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 pub struct ServiceAccount {
-    pub store: Arc<dyn Store>,
+    pub listers: super::listers::Listers,
 }
 
 /// Pod creates (and ephemeral-container updates) are this plugin's business.
@@ -215,12 +214,7 @@ fn references_secrets(spec: &Value) -> bool {
 
 impl ServiceAccount {
     async fn read(&self, ns: &str, name: &str) -> Result<Option<Arc<Value>>, ApiError> {
-        let resp = self
-            .store
-            .get(&format!("/registry/serviceaccounts/{ns}/{name}"), 0)
-            .await
-            .map_err(|e| ApiError::internal(format!("reading service account {ns}/{name}: {e}")))?;
-        Ok(resp.kv.and_then(|kv| super::parsed(&kv.value)))
+        self.listers.service_account(ns, name).await
     }
 
     /// The account, waiting a little for `default` (its controller may be about to make it).
@@ -363,6 +357,8 @@ fn check_mountable_secrets(sa: &Value, pod: &Value) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use r8s_store::Store;
+    use std::sync::Arc;
 
     async fn store_with(accounts: &[Value]) -> (tempfile::TempDir, Arc<dyn Store>) {
         let dir = tempfile::tempdir().unwrap();
@@ -382,7 +378,9 @@ mod tests {
     }
 
     async fn admit(store: Arc<dyn Store>, pod: &mut Value) -> Result<(), ApiError> {
-        let plugin = ServiceAccount { store };
+        let plugin = ServiceAccount {
+            listers: crate::admission::listers::Listers::new(store),
+        };
         crate::admission::testing::create_pod("dev", pod, Some(&plugin), Some(&plugin)).await
     }
 

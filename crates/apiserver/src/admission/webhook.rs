@@ -86,7 +86,7 @@ impl<'a> RequestView<'a> {
 /// What webhook calls share: the datastore, for namespaces and services.
 struct Dispatcher {
     source: Source,
-    store: Arc<dyn Store>,
+    listers: super::listers::Listers,
 }
 
 /// Namespace labels, looked up once per request and only when a selector needs them.
@@ -110,17 +110,10 @@ impl Dispatcher {
         if cache.0.is_none() {
             let ns = view.attrs.namespace;
             let ns_def = r8s_api::find("", "v1", "namespaces").expect("namespaces are in the catalogue");
-            let got = self
-                .store
-                .get(&format!("/registry/namespaces/{ns}"), 0)
-                .await
-                .map_err(|e| ApiError::internal(format!("reading namespace {ns}: {e}")))
-                .and_then(|r| {
-                    let kv = r.kv.ok_or_else(|| crate::registry::not_found(ns_def, ns))?;
-                    let obj: Value = serde_json::from_slice(&kv.value)
-                        .map_err(|e| ApiError::internal(format!("decoding namespace {ns}: {e}")))?;
-                    Ok(meta::labels(&obj))
-                });
+            let got = self.listers.namespace(ns).await.and_then(|found| {
+                let obj = found.ok_or_else(|| crate::registry::not_found(ns_def, ns))?;
+                Ok(meta::labels(&obj))
+            });
             cache.0 = Some(got);
         }
         cache.0.clone().expect("just filled")
@@ -165,10 +158,13 @@ impl Dispatcher {
         let Some(svc) = &hook.service else {
             return Err("webhook has no clientConfig url or service".into());
         };
-        let key = format!("/registry/services/{}/{}", svc.namespace, svc.name);
-        let got = self.store.get(&key, 0).await.map_err(|e| e.to_string())?;
-        let obj: Value = match got.kv {
-            Some(kv) => serde_json::from_slice(&kv.value).map_err(|e| e.to_string())?,
+        let obj = match self
+            .listers
+            .service(&svc.namespace, &svc.name)
+            .await
+            .map_err(|e| e.message)?
+        {
+            Some(obj) => obj,
             None => return Err(format!("service \"{}/{}\" not found", svc.namespace, svc.name)),
         };
         let ip = obj["spec"]["clusterIP"].as_str().unwrap_or("");
@@ -347,7 +343,10 @@ impl MutatingWebhook {
             "MutatingAdmissionWebhook",
         );
         Self {
-            d: Dispatcher { source, store },
+            d: Dispatcher {
+                source,
+                listers: super::listers::Listers::new(store),
+            },
         }
     }
 
@@ -516,7 +515,10 @@ impl ValidatingWebhook {
             "ValidatingAdmissionWebhook",
         );
         Self {
-            d: Dispatcher { source, store },
+            d: Dispatcher {
+                source,
+                listers: super::listers::Listers::new(store),
+            },
         }
     }
 

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use time::OffsetDateTime;
 
 use crate::authn::UserInfo;
-use crate::handler::{error_response, full, Body};
+use crate::http::{error_response, full, Body};
 use crate::metrics::{AuditMetrics, LevelLabels, PluginLabels};
 use crate::request_info::RequestInfo;
 use crate::status::ApiError;
@@ -598,7 +598,7 @@ struct BodyMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handler::json_response;
+    use crate::http::json_response;
     use crate::request_info::parse_request;
     use http::{Method, StatusCode};
     use std::sync::mpsc::Receiver;

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::rules::{compact_string, uncovered, Rule};
 use crate::authn::UserInfo;
-use crate::handler::Ctx;
+use crate::context::Ctx;
 use crate::request_info::RequestInfo;
 use crate::status::ApiError;
 use r8s_api::ResourceDef;

@@ -18,18 +18,17 @@ mod endpoints;
 mod events;
 #[cfg(test)]
 mod keyed_lists_tests;
-pub mod kubelet;
 mod limitranges;
 pub(crate) mod meta;
 mod namespaces;
 mod nodes;
-mod patch;
+pub(crate) mod patch;
 pub(crate) mod pods;
 mod priorityclasses;
 mod quantities;
 mod rbac;
 mod resourcequotas;
-mod reviews;
+pub(crate) mod reviews;
 mod secrets;
 mod serviceaccounts;
 mod services;
@@ -37,15 +36,14 @@ pub(crate) mod strategy;
 #[cfg(test)]
 mod strategy_tests;
 pub(crate) mod subresource;
-mod table;
-mod token_request;
-mod watch;
+pub(crate) mod system;
+pub(crate) mod table;
+pub(crate) mod token_request;
 mod webhook_configuration;
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, Method, Response, StatusCode};
 use r8s_api::selector::{parse_field_selector, parse_label_selector, Selector};
 use r8s_api::validation::FieldError;
 use r8s_api::ResourceDef;
@@ -53,7 +51,7 @@ use r8s_store::{KeyValue, RangeRequest, StoreError};
 use serde_json::{json, Value};
 
 use crate::admission::{Attributes, Operation};
-use crate::handler::{json_response, Body, Ctx};
+use crate::context::Ctx;
 use crate::status::ApiError;
 
 /// Parsed query parameters.
@@ -196,31 +194,6 @@ fn raw_item(def: &ResourceDef, kv: &KeyValue) -> Result<Vec<u8>, ApiError> {
     }
 }
 
-/// A list response written around items that are JSON already.
-fn raw_list(def: &ResourceDef, list_meta: &Value, items: &[impl AsRef<[u8]>]) -> Response<Body> {
-    let mut body = Vec::with_capacity(items.iter().map(|o| o.as_ref().len() + 1).sum::<usize>() + 256);
-    body.extend_from_slice(
-        format!(
-            "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{list_meta},\"items\":[",
-            list_kind(def),
-            def.api_version()
-        )
-        .as_bytes(),
-    );
-    for (i, o) in items.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(o.as_ref());
-    }
-    body.extend_from_slice(b"]}");
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(crate::handler::full(body))
-        .expect("valid response")
-}
-
 pub(crate) fn not_found(def: &ResourceDef, name: &str) -> ApiError {
     ApiError::new(
         404,
@@ -293,155 +266,6 @@ pub(crate) fn store_error(def: &ResourceDef, name: &str, e: StoreError) -> ApiEr
     }
 }
 
-/// Answer a resource request.
-pub(crate) async fn handle(
-    ctx: &Ctx,
-    method: &Method,
-    headers: &HeaderMap,
-    body: Bytes,
-) -> Result<Response<Body>, ApiError> {
-    let info = &ctx.info;
-    let def = r8s_api::find(&info.api_group, &info.api_version, &info.resource)
-        .ok_or_else(ApiError::not_found_path)?;
-    if !def.namespaced && !info.namespace.is_empty() && info.resource != "namespaces" {
-        return Err(ApiError::not_found_path());
-    }
-    if def.namespaced && info.namespace.is_empty() && !matches!(info.verb.as_str(), "list" | "watch") {
-        return Err(ApiError::not_found_path());
-    }
-    let query = Query::parse(ctx.query.as_deref());
-    // Bodies in Kubernetes' protobuf encoding (kubectl >= 1.32 sends typed objects so) are read
-    // into JSON here; everything after works on JSON. Responses are always JSON.
-    let body = if !body.is_empty() && content_type(headers).starts_with(crate::protobuf::MEDIA_TYPE) {
-        let obj = crate::protobuf::decode(&body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding the protobuf request body: {e}")))?;
-        Bytes::from(serde_json::to_vec(&obj).expect("JSON serializes"))
-    } else {
-        body
-    };
-    if !body.is_empty() && content_type(headers).starts_with("application/yaml") {
-        return Err(ApiError::new(
-            415,
-            "UnsupportedMediaType",
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
-        ));
-    }
-    // Audit: the request object as sent (as JSON), before defaulting and admission.
-    if ctx.audit.level() > crate::audit::Level::None
-        && matches!(
-            info.verb.as_str(),
-            "create" | "update" | "patch" | "delete" | "deletecollection"
-        )
-    {
-        ctx.audit.request_body(&info.verb, &body);
-    }
-    let ns = if def.namespaced {
-        info.namespace.as_str()
-    } else {
-        ""
-    };
-    if def.is_review() {
-        return match (method, info.verb.as_str()) {
-            (&Method::POST, "create") if info.subresource.is_empty() => {
-                reviews::create(ctx, def, ns, body).await
-            }
-            (m, _) => Err(ApiError::method_not_allowed(m.as_str(), &def.group_resource())),
-        };
-    }
-    if !info.subresource.is_empty() {
-        if def.subresource(&info.subresource).is_none() {
-            return Err(ApiError::not_found_path());
-        }
-        return subresource::handle(
-            ctx,
-            def,
-            ns,
-            &info.name,
-            &info.subresource,
-            method,
-            headers,
-            &query,
-            body,
-        )
-        .await;
-    }
-    match (method, info.verb.as_str()) {
-        (_, "get") => get(ctx, def, ns, &info.name, headers, &query).await,
-        (_, "list") => list(ctx, def, ns, headers, &query).await,
-        (_, "watch") => watch::serve(ctx, def, ns, headers, &query).await,
-        (_, "create") => create(ctx, def, ns, headers, &query, body).await,
-        (_, "update") => update(ctx, def, ns, &info.name, &query, body).await,
-        (_, "patch") => {
-            patch::serve(
-                ctx,
-                def,
-                ns,
-                &info.name,
-                subresource::View::Main,
-                headers,
-                &query,
-                body,
-            )
-            .await
-        }
-        (_, "delete") => delete(ctx, def, ns, &info.name, &query, body).await,
-        (_, "deletecollection") => delete_collection(ctx, def, ns, &query, body).await,
-        (m, _) => Err(ApiError::method_not_allowed(m.as_str(), &def.group_resource())),
-    }
-}
-
-fn content_type(headers: &HeaderMap) -> &str {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-}
-
-fn wants_table(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.split(',').next().unwrap_or("").contains("as=Table"))
-}
-
-async fn get(
-    ctx: &Ctx,
-    def: &ResourceDef,
-    ns: &str,
-    name: &str,
-    headers: &HeaderMap,
-    query: &Query,
-) -> Result<Response<Body>, ApiError> {
-    if !wants_table(headers) && !r8s_api::features::initializers() {
-        // Nothing to look at inside the object: the stored bytes with their resourceVersion.
-        let kv = ctx
-            .shared
-            .store
-            .get(&key(def, ns, name), 0)
-            .await
-            .map_err(|e| store_error(def, name, e))?
-            .kv
-            .ok_or_else(|| not_found(def, name))?;
-        return Ok(Response::builder()
-            .status(StatusCode::OK)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(crate::handler::full(raw_item(def, &kv)?))
-            .expect("valid response"));
-    }
-    let obj = read(ctx, def, ns, name).await?;
-    if uninitialized(&obj) && !query.flag("includeUninitialized") {
-        // Invisible until initialized, as upstream's Initializers stage had it.
-        return Err(not_found(def, name));
-    }
-    if wants_table(headers) {
-        return Ok(json_response(
-            StatusCode::OK,
-            &table::render(def, &[obj], None, query),
-        ));
-    }
-    Ok(json_response(StatusCode::OK, &obj))
-}
-
 pub(crate) async fn read(ctx: &Ctx, def: &ResourceDef, ns: &str, name: &str) -> Result<Value, ApiError> {
     let resp = ctx
         .shared
@@ -451,6 +275,59 @@ pub(crate) async fn read(ctx: &Ctx, def: &ResourceDef, ns: &str, name: &str) -> 
         .map_err(|e| store_error(def, name, e))?;
     let kv = resp.kv.ok_or_else(|| not_found(def, name))?;
     decode(def, &kv)
+}
+
+/// One object's stored JSON with its resourceVersion, not decoded (nothing inside it needs
+/// looking at).
+pub(crate) async fn get_stored(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+) -> Result<Vec<u8>, ApiError> {
+    let kv = ctx
+        .shared
+        .store
+        .get(&key(def, ns, name), 0)
+        .await
+        .map_err(|e| store_error(def, name, e))?
+        .kv
+        .ok_or_else(|| not_found(def, name))?;
+    raw_item(def, &kv)
+}
+
+/// One object as a client may get it: an uninitialized one is invisible unless the client
+/// asks for it (`includeUninitialized=true`), as upstream's Initializers stage had it.
+pub(crate) async fn get(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    query: &Query,
+) -> Result<Value, ApiError> {
+    let obj = read(ctx, def, ns, name).await?;
+    if uninitialized(&obj) && !query.flag("includeUninitialized") {
+        return Err(not_found(def, name));
+    }
+    Ok(obj)
+}
+
+/// A page of a list: its items and the list's metadata (resourceVersion, and continue and
+/// remainingItemCount when paged).
+pub(crate) struct Page<T> {
+    pub items: Vec<T>,
+    pub meta: Value,
+}
+
+fn page<T>(items: Vec<T>, revision: i64, token: Option<String>, remaining: Option<i64>) -> Page<T> {
+    let mut meta = json!({"resourceVersion": revision.to_string()});
+    if let Some(t) = token {
+        meta["continue"] = json!(t);
+    }
+    if let Some(r) = remaining {
+        meta["remainingItemCount"] = json!(r);
+    }
+    Page { items, meta }
 }
 
 /// Label and field selectors of a list or watch.
@@ -663,18 +540,18 @@ async fn wait_for_revision(ctx: &Ctx, query: &Query) -> Result<(), ApiError> {
     }
 }
 
-/// Serve a list from the watch cache when it can be: a list at any revision ("0", what
-/// informers ask for) or not older than one the cache has applied, without paging. A list at
-/// the latest revision (no resourceVersion) is read from the datastore: the cache cannot yet
-/// prove it is current (that needs progress notifications from the datastore).
-async fn list_from_cache(
+/// A list from the watch cache when it can be served from it: a list at any revision ("0",
+/// what informers ask for) or not older than one the cache has applied, without paging. A list
+/// at the latest revision (no resourceVersion) is read from the datastore: the cache cannot yet
+/// prove it is current (that needs progress notifications from the datastore). Items are JSON
+/// with their resourceVersion.
+pub(crate) async fn list_cached(
     ctx: &Ctx,
     def: &'static ResourceDef,
     ns: &str,
-    headers: &HeaderMap,
     query: &Query,
     filter: &Filter,
-) -> Result<Option<Response<Body>>, ApiError> {
+) -> Result<Option<Page<Bytes>>, ApiError> {
     if query.get("limit").is_some()
         || query.get("continue").is_some()
         || query.get("resourceVersionMatch") == Some("Exact")
@@ -697,70 +574,35 @@ async fn list_from_cache(
     else {
         return Ok(None);
     };
-    if wants_table(headers) {
-        let objects: Vec<Value> = items
-            .iter()
-            .filter_map(|o| serde_json::from_slice(&o.json).ok())
-            .collect();
-        let list_meta = json!({"resourceVersion": revision.to_string()});
-        return Ok(Some(json_response(
-            StatusCode::OK,
-            &table::render(def, &objects, Some(list_meta), query),
-        )));
-    }
-    let items: Vec<&[u8]> = items.iter().map(|o| o.json.as_ref()).collect();
-    Ok(Some(raw_list(
-        def,
-        &json!({"resourceVersion": revision.to_string()}),
-        &items,
-    )))
+    let items = items.iter().map(|o| o.json.clone()).collect();
+    Ok(Some(page(items, revision, None, None)))
 }
 
-async fn list(
+/// A page of every stored object of `def` in `ns` as stored JSON with its resourceVersion, not
+/// decoded (for a list without selectors).
+pub(crate) async fn list_stored(
     ctx: &Ctx,
-    def: &'static ResourceDef,
+    def: &ResourceDef,
     ns: &str,
-    headers: &HeaderMap,
     query: &Query,
-) -> Result<Response<Body>, ApiError> {
-    let filter = Filter::from_query(def, query)?;
-    if let Some(resp) = list_from_cache(ctx, def, ns, headers, query, &filter).await? {
-        return Ok(resp);
-    }
+) -> Result<Page<Vec<u8>>, ApiError> {
     wait_for_revision(ctx, query).await?;
-    let list_meta = |revision: i64, token: Option<String>, remaining: Option<i64>| {
-        let mut m = json!({"resourceVersion": revision.to_string()});
-        if let Some(t) = token {
-            m["continue"] = json!(t);
-        }
-        if let Some(r) = remaining {
-            m["remainingItemCount"] = json!(r);
-        }
-        m
-    };
-    if filter.is_empty() && !wants_table(headers) {
-        // Nothing to look at inside the objects: send the stored bytes as they are.
-        let (items, revision, token, remaining) =
-            list_page(ctx, def, ns, query, true, |kv| raw_item(def, kv).map(Some)).await?;
-        return Ok(raw_list(def, &list_meta(revision, token, remaining), &items));
-    }
-    let (items, revision, token, remaining) = list_objects(ctx, def, ns, query, &filter).await?;
-    let list_meta = list_meta(revision, token, remaining);
-    if wants_table(headers) {
-        return Ok(json_response(
-            StatusCode::OK,
-            &table::render(def, &items, Some(list_meta), query),
-        ));
-    }
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({
-            "kind": list_kind(def),
-            "apiVersion": def.api_version(),
-            "metadata": list_meta,
-            "items": items,
-        }),
-    ))
+    let (items, revision, token, remaining) =
+        list_page(ctx, def, ns, query, true, |kv| raw_item(def, kv).map(Some)).await?;
+    Ok(page(items, revision, token, remaining))
+}
+
+/// A page of the objects of `def` in `ns` that `filter` keeps, decoded.
+pub(crate) async fn list(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    query: &Query,
+    filter: &Filter,
+) -> Result<Page<Value>, ApiError> {
+    wait_for_revision(ctx, query).await?;
+    let (items, revision, token, remaining) = list_objects(ctx, def, ns, query, filter).await?;
+    Ok(page(items, revision, token, remaining))
 }
 
 /// Decode a request body as the resource's kind.
@@ -823,17 +665,6 @@ pub(crate) fn typed(
             "fieldValidation: Unsupported value: \"{other}\": supported values: \"Ignore\", \"Strict\", \"Warn\""
         ))),
     }
-}
-
-/// Add `Warning` headers (RFC 7234 code 299), which kubectl prints as "Warning: ...".
-pub(crate) fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<Body> {
-    for w in warnings {
-        let value = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
-        if let Ok(v) = http::HeaderValue::from_str(&value) {
-            resp.headers_mut().append(header::WARNING, v);
-        }
-    }
-    resp
 }
 
 /// Check `apiVersion`/`kind` (filling them in when absent) and the namespace.
@@ -901,17 +732,29 @@ fn operation_options(ctx: &Ctx, kind: &str, dry_run: bool) -> Value {
     o
 }
 
-async fn create(
+/// A write as the registry answers it; the endpoint frames it.
+pub(crate) struct Written {
+    /// The object as written (or as it would be, on a dry run).
+    pub object: Value,
+    /// The stored JSON with its resourceVersion, when the object is served as stored: sent as
+    /// it is, with no second encoding.
+    pub stored: Option<Vec<u8>>,
+    /// Whether the write created the object (201) rather than changed it (200).
+    pub created: bool,
+    /// Warnings for the client (unknown fields dropped, …).
+    pub warnings: Vec<String>,
+}
+
+/// Create a decoded request object: typed per `fieldValidation`, its field manager recorded,
+/// then [`create_object`].
+pub(crate) async fn create(
     ctx: &Ctx,
     def: &ResourceDef,
     ns: &str,
-    _headers: &HeaderMap,
+    obj: Value,
     query: &Query,
-    body: Bytes,
-) -> Result<Response<Body>, ApiError> {
-    let decoded = decode_body(def, &body)?;
-    ctx.audit.object_decoded(&decoded);
-    let (mut obj, warnings) = typed(def, decoded, ns, query)?;
+) -> Result<Written, ApiError> {
+    let (mut obj, warnings) = typed(def, obj, ns, query)?;
     apply::record_update(
         None,
         &mut obj,
@@ -919,18 +762,41 @@ async fn create(
         &def.api_version(),
         patch::root_node(def, subresource::View::Main),
     );
-    let (created, stored) = create_stored(ctx, def, ns, obj, query.dry_run()).await?;
-    // The response is the stored bytes with their resourceVersion, as a get would return
-    // them (no second encoding of the object).
-    let resp = match stored {
-        Some(bytes) => Response::builder()
-            .status(StatusCode::CREATED)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(crate::handler::full(bytes))
-            .expect("valid response"),
-        None => json_response(StatusCode::CREATED, &created),
-    };
-    Ok(with_warnings(resp, &warnings))
+    let (object, stored) = create_stored(ctx, def, ns, obj, query.dry_run()).await?;
+    Ok(Written {
+        object,
+        stored,
+        created: true,
+        warnings,
+    })
+}
+
+/// Replace an object with a decoded request object (typed per `fieldValidation`).
+pub(crate) async fn update(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    obj: Value,
+    query: &Query,
+) -> Result<Written, ApiError> {
+    let (obj, warnings) = typed(def, obj, ns, query)?;
+    let old = read(ctx, def, ns, name).await?;
+    let object = apply_update(
+        ctx,
+        Target { def, ns, name },
+        obj,
+        &old,
+        query.dry_run(),
+        subresource::View::Main,
+    )
+    .await?;
+    Ok(Written {
+        object,
+        stored: None,
+        created: false,
+        warnings,
+    })
 }
 
 /// Create a decoded object: metadata, defaults, mutating admission, name, validation,
@@ -1226,53 +1092,6 @@ pub(crate) async fn apply_update(
     Ok(obj)
 }
 
-async fn update(
-    ctx: &Ctx,
-    def: &ResourceDef,
-    ns: &str,
-    name: &str,
-    query: &Query,
-    body: Bytes,
-) -> Result<Response<Body>, ApiError> {
-    let decoded = decode_body(def, &body)?;
-    ctx.audit.object_decoded(&decoded);
-    let (obj, warnings) = typed(def, decoded, ns, query)?;
-    let old = read(ctx, def, ns, name).await?;
-    let written = apply_update(
-        ctx,
-        Target { def, ns, name },
-        obj,
-        &old,
-        query.dry_run(),
-        subresource::View::Main,
-    )
-    .await?;
-    Ok(with_warnings(json_response(StatusCode::OK, &written), &warnings))
-}
-
-/// `DeleteOptions` from the body or the query.
-fn delete_options(query: &Query, body: &[u8]) -> Result<Value, ApiError> {
-    let mut opts: Value = if body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        serde_json::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?
-    };
-    if let Some(p) = query.get("propagationPolicy") {
-        opts["propagationPolicy"] = json!(p);
-    }
-    if let Some(g) = query
-        .get("gracePeriodSeconds")
-        .and_then(|g| g.parse::<i64>().ok())
-    {
-        opts["gracePeriodSeconds"] = json!(g);
-    }
-    if query.dry_run() {
-        opts["dryRun"] = json!(["All"]);
-    }
-    Ok(opts)
-}
-
 /// Delete one object, honouring preconditions, finalizers, graceful deletion and the
 /// propagation policy. Returns the object as it now is (with deletionTimestamp if it stays) and
 /// whether it is gone.
@@ -1433,53 +1252,49 @@ async fn delete_object_once(
     Ok((obj, false))
 }
 
-async fn delete(
-    ctx: &Ctx,
-    def: &ResourceDef,
-    ns: &str,
-    name: &str,
-    query: &Query,
-    body: Bytes,
-) -> Result<Response<Body>, ApiError> {
-    let opts = delete_options(query, &body)?;
-    let (obj, gone) = delete_object(ctx, def, ns, name, &opts).await?;
-    // Upstream answers 200 with the object when it is gone, 202 when deletion is pending.
-    let code = if gone {
-        StatusCode::OK
+/// `DeleteOptions` from the body or the query.
+pub(crate) fn delete_options(query: &Query, body: &[u8]) -> Result<Value, ApiError> {
+    let mut opts: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
     } else {
-        StatusCode::ACCEPTED
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?
     };
-    Ok(json_response(code, &obj))
+    if let Some(p) = query.get("propagationPolicy") {
+        opts["propagationPolicy"] = json!(p);
+    }
+    if let Some(g) = query
+        .get("gracePeriodSeconds")
+        .and_then(|g| g.parse::<i64>().ok())
+    {
+        opts["gracePeriodSeconds"] = json!(g);
+    }
+    if query.dry_run() {
+        opts["dryRun"] = json!(["All"]);
+    }
+    Ok(opts)
 }
 
-async fn delete_collection(
+/// Delete every object of `def` in `ns` that `filter` keeps; returns those deleted (as they
+/// now are) and the revision the list was read at.
+pub(crate) async fn delete_collection(
     ctx: &Ctx,
     def: &ResourceDef,
     ns: &str,
-    query: &Query,
-    body: Bytes,
-) -> Result<Response<Body>, ApiError> {
-    let opts = delete_options(query, &body)?;
-    let filter = Filter::from_query(def, query)?;
-    let (items, revision, _, _) = list_objects(ctx, def, ns, &Query(BTreeMap::new()), &filter).await?;
+    filter: &Filter,
+    opts: &Value,
+) -> Result<Page<Value>, ApiError> {
+    let (items, revision, _, _) = list_objects(ctx, def, ns, &Query(BTreeMap::new()), filter).await?;
     let mut deleted = Vec::new();
     for item in items {
-        match delete_object(ctx, def, meta::namespace(&item), meta::name(&item), &opts).await {
+        match delete_object(ctx, def, meta::namespace(&item), meta::name(&item), opts).await {
             Ok((obj, _)) => deleted.push(obj),
             // Gone in the meantime: fine.
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({
-            "kind": list_kind(def),
-            "apiVersion": def.api_version(),
-            "metadata": {"resourceVersion": revision.to_string()},
-            "items": deleted,
-        }),
-    ))
+    Ok(page(deleted, revision, None, None))
 }
 
 #[cfg(test)]

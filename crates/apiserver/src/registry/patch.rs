@@ -4,15 +4,15 @@
 //! new object, as upstream does.
 
 use bytes::Bytes;
-use http::{header, HeaderMap, Response, StatusCode};
+use http::{header, HeaderMap};
 use r8s_api::patch_strategy::Node;
 use r8s_api::ResourceDef;
 use serde_json::{json, Map, Value};
 
 use super::subresource::View;
 use super::{apply, meta};
-use super::{apply_update, read, typed, with_warnings, Query, Target};
-use crate::handler::{json_response, Body, Ctx};
+use super::{apply_update, read, typed, Query, Target, Written};
+use crate::context::Ctx;
 use crate::status::ApiError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,8 +22,9 @@ pub(super) enum PatchType {
     Strategic,
 }
 
+/// Patch an object (or its status or scale view) as the request's content type says.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn serve(
+pub(crate) async fn patch(
     ctx: &Ctx,
     def: &ResourceDef,
     ns: &str,
@@ -32,7 +33,7 @@ pub(crate) async fn serve(
     headers: &HeaderMap,
     query: &Query,
     body: Bytes,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Written, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -77,8 +78,12 @@ pub(crate) async fn serve(
         let full = view.merge_back(def, &old, patched)?;
         match apply_update(ctx, Target { def, ns, name }, full, &old, query.dry_run(), view).await {
             Ok(obj) => {
-                let resp = json_response(StatusCode::OK, &View::project(view, def, &obj));
-                return Ok(with_warnings(resp, &warnings));
+                return Ok(Written {
+                    object: View::project(view, def, &obj),
+                    stored: None,
+                    created: false,
+                    warnings,
+                })
             }
             Err(e) if e.code == 409 && e.reason == "Conflict" && !pinned && attempts < 5 => continue,
             Err(e) => return Err(e),
@@ -116,7 +121,7 @@ async fn server_side_apply(
     name: &str,
     query: &Query,
     body: &[u8],
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Written, ApiError> {
     let Some(manager) = query.get("fieldManager").map(str::to_owned) else {
         return Err(ApiError::new(
             422,
@@ -165,10 +170,12 @@ async fn server_side_apply(
                 Err(e) if e.code == 409 && e.reason == "AlreadyExists" => continue,
                 other => other?,
             };
-            return Ok(with_warnings(
-                json_response(StatusCode::CREATED, &created),
-                &warnings,
-            ));
+            return Ok(Written {
+                object: created,
+                stored: None,
+                created: true,
+                warnings,
+            });
         };
         if let Some(rv) = applied["metadata"]["resourceVersion"].as_str() {
             meta::meta_mut(&mut merged).insert("resourceVersion".into(), json!(rv));
@@ -183,7 +190,14 @@ async fn server_side_apply(
         )
         .await
         {
-            Ok(obj) => return Ok(with_warnings(json_response(StatusCode::OK, &obj), &warnings)),
+            Ok(object) => {
+                return Ok(Written {
+                    object,
+                    stored: None,
+                    created: false,
+                    warnings,
+                })
+            }
             Err(e)
                 if e.code == 409
                     && e.reason == "Conflict"

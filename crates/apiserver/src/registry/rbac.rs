@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::meta::{self, str_field};
 use super::strategy::{age_cell, col, go_string, name_cell, wide, Column, Finish, Strategy, AGE, NAME};
-use crate::handler::Ctx;
+use crate::context::Ctx;
 use crate::status::ApiError;
 
 const GROUP: &str = "rbac.authorization.k8s.io";

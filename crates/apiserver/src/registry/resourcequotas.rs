@@ -1,6 +1,8 @@
 //! ResourceQuotas (upstream's `pkg/registry/core/resourcequota`): status through its
 //! subresource, the table of used over hard.
 
+use r8s_api::quantity::Quantity;
+use r8s_api::validation::FieldError;
 use serde_json::{json, Value};
 
 use super::strategy::{age_cell, col, name_cell, Column, Strategy, AGE, NAME};
@@ -14,6 +16,31 @@ impl Strategy for ResourceQuotas {
 
     fn status_subresource(&self) -> bool {
         true
+    }
+
+    /// Every quantity of `spec.hard`, `status.hard` and `status.used` is at least 0 (part of
+    /// upstream's `ValidateResourceQuota`; decoding has already refused what does not parse).
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        for (at, list) in [
+            ("spec.hard", &obj["spec"]["hard"]),
+            ("status.hard", &obj["status"]["hard"]),
+            ("status.used", &obj["status"]["used"]),
+        ] {
+            for (name, q) in list.as_object().into_iter().flatten() {
+                let Some(q) = q.as_str().and_then(|s| Quantity::parse(s).ok()) else {
+                    continue;
+                };
+                if q.sign() < 0 {
+                    errs.push(FieldError::invalid(
+                        format!("{at}[{name}]"),
+                        &q.to_string(),
+                        "must be greater than or equal to 0",
+                    ));
+                }
+            }
+        }
+        errs
     }
 
     fn columns(&self) -> Vec<Column> {

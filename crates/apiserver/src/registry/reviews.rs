@@ -6,21 +6,15 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
 use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
 use crate::authn::{AuthnRequest, UserInfo};
-use crate::handler::{json_response, Body, Ctx};
+use crate::context::Ctx;
 use crate::request_info::RequestInfo;
 use crate::status::ApiError;
 
-pub(crate) async fn create(
-    ctx: &Ctx,
-    def: &ResourceDef,
-    ns: &str,
-    body: Bytes,
-) -> Result<Response<Body>, ApiError> {
+pub(crate) async fn create(ctx: &Ctx, def: &ResourceDef, ns: &str, body: Bytes) -> Result<Value, ApiError> {
     let mut obj: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("error decoding {}: {e}", def.kind)))?;
     if !obj.is_object() {
@@ -52,7 +46,7 @@ pub(crate) async fn create(
         _ => return Err(ApiError::not_found_path()),
     };
     obj["status"] = status;
-    Ok(json_response(StatusCode::CREATED, &obj))
+    Ok(obj)
 }
 
 fn user_info_json(u: &UserInfo) -> Value {

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::meta::{self, human_age, str_field};
 use crate::authn::UserInfo;
-use crate::handler::Ctx;
+use crate::context::Ctx;
 use crate::status::ApiError;
 
 /// What a resource does beyond the generic registry.

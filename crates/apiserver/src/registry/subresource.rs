@@ -3,13 +3,11 @@
 //! PodScheduled condition) and `finalize` (namespaces: spec.finalizers).
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Response, StatusCode};
 use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
-use super::strategy::Connect;
-use super::{apply_update, decode_body, meta, patch, read, store_error, Query, Target};
-use crate::handler::{json_response, Body, Ctx};
+use super::{apply_update, decode_body, meta, read, store_error, Query, Target};
+use crate::context::Ctx;
 use crate::status::ApiError;
 
 /// Which part of an object a request reads and writes.
@@ -29,6 +27,18 @@ pub(crate) enum View {
 }
 
 impl View {
+    /// The view a subresource reads and writes; `None` for connections (binding, proxies, …).
+    pub fn of(sub: &str) -> Option<View> {
+        Some(match sub {
+            "status" => View::Status,
+            "scale" => View::Scale,
+            "finalize" => View::Finalize,
+            "approval" => View::Approval,
+            "resize" => View::Resize,
+            _ => return None,
+        })
+    }
+
     /// What a client of this view sees of `obj`.
     pub fn project(view: View, def: &ResourceDef, obj: &Value) -> Value {
         match view {
@@ -198,85 +208,50 @@ fn resize(old: &Value, new: &Value) -> Result<Value, ApiError> {
     Ok(full)
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn handle(
+/// GET of a view: the object projected on it.
+pub(crate) async fn get(
     ctx: &Ctx,
     def: &ResourceDef,
     ns: &str,
     name: &str,
-    sub: &str,
-    method: &Method,
-    headers: &HeaderMap,
-    query: &Query,
-    body: Bytes,
-) -> Result<Response<Body>, ApiError> {
-    let view = match sub {
-        "status" => View::Status,
-        "scale" => View::Scale,
-        "finalize" => View::Finalize,
-        "approval" => View::Approval,
-        "resize" => View::Resize,
-        _ => {
-            let not_allowed =
-                || ApiError::method_not_allowed(method.as_str(), &format!("{}/{sub}", def.group_resource()));
-            return match (super::strategy::of(def).connect(sub), method) {
-                (Some(Connect::Binding), &Method::POST) => bind(ctx, def, ns, name, query, body).await,
-                (Some(Connect::NodeProxy), &Method::GET) => {
-                    let rest = ctx.info.parts.get(3..).map(|p| p.join("/")).unwrap_or_default();
-                    super::kubelet::node_proxy(ctx, name, &rest, ctx.query.as_deref()).await
-                }
-                (Some(Connect::PodProxy), _) => {
-                    super::kubelet::pod_proxy(ctx, ns, name, method, headers, body).await
-                }
-                (Some(Connect::ServiceProxy), _) => {
-                    super::kubelet::service_proxy(ctx, ns, name, method, headers, body).await
-                }
-                (Some(Connect::PodLog), &Method::GET) => super::kubelet::pod_log(ctx, ns, name, query).await,
-                (Some(Connect::Token), &Method::POST) => {
-                    super::token_request::create(ctx, def, ns, name, query, body).await
-                }
-                _ => Err(not_allowed()),
-            };
-        }
-    };
-    match *method {
-        Method::GET => {
-            let obj = read(ctx, def, ns, name).await?;
-            Ok(json_response(StatusCode::OK, &View::project(view, def, &obj)))
-        }
-        // (Only namespaces serve `finalize`.)
-        Method::PUT => {
-            let new = if view == View::Scale {
-                serde_json::from_slice(&body)
-                    .map_err(|e| ApiError::bad_request(format!("error decoding Scale: {e}")))?
-            } else {
-                decode_body(def, &body)?
-            };
-            let old = read(ctx, def, ns, name).await?;
-            let full = view.merge_back(def, &old, new)?;
-            let written =
-                apply_update(ctx, Target { def, ns, name }, full, &old, query.dry_run(), view).await?;
-            Ok(json_response(StatusCode::OK, &View::project(view, def, &written)))
-        }
-        Method::PATCH if view != View::Finalize => {
-            patch::serve(ctx, def, ns, name, view, headers, query, body).await
-        }
-        _ => Err(ApiError::method_not_allowed(
-            method.as_str(),
-            &format!("{}/{sub}", def.group_resource()),
-        )),
-    }
+    view: View,
+) -> Result<Value, ApiError> {
+    let obj = read(ctx, def, ns, name).await?;
+    Ok(View::project(view, def, &obj))
 }
 
-/// POST pods/<name>/binding: assign the pod to a node, once.
-async fn bind(
+/// PUT of a view: the view's part of the body merged back into the stored object and written
+/// (only namespaces serve `finalize`).
+pub(crate) async fn put(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    view: View,
+    query: &Query,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let new = if view == View::Scale {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding Scale: {e}")))?
+    } else {
+        decode_body(def, body)?
+    };
+    let old = read(ctx, def, ns, name).await?;
+    let full = view.merge_back(def, &old, new)?;
+    let written = apply_update(ctx, Target { def, ns, name }, full, &old, query.dry_run(), view).await?;
+    Ok(View::project(view, def, &written))
+}
+
+/// POST pods/<name>/binding: assign the pod to a node, once. Answers a Success Status.
+pub(crate) async fn bind(
     ctx: &Ctx,
     def: &ResourceDef,
     ns: &str,
     name: &str,
     query: &Query,
     body: Bytes,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Value, ApiError> {
     let binding: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("error decoding Binding: {e}")))?;
     let node = binding["target"]["name"].as_str().unwrap_or("").to_owned();
@@ -335,8 +310,5 @@ async fn bind(
             Err(e) => return Err(store_error(def, name, e)),
         }
     }
-    Ok(json_response(
-        StatusCode::CREATED,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-    ))
+    Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
 }

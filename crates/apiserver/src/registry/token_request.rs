@@ -2,14 +2,13 @@
 //! ServiceAccount, optionally bound to a pod, secret or node so it dies with that object.
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
 use r8s_api::validation::FieldError;
 use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
 use super::{invalid, not_found, read, Query};
 use crate::authn::service_account::{now, Claims, KubernetesClaim, ObjectRef};
-use crate::handler::{json_response, Body, Ctx};
+use crate::context::Ctx;
 use crate::status::ApiError;
 
 /// Upstream's bounds on `spec.expirationSeconds`.
@@ -24,7 +23,7 @@ pub(crate) async fn create(
     name: &str,
     query: &Query,
     body: Bytes,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Value, ApiError> {
     let Some(tokens) = ctx.shared.service_account_tokens.as_ref() else {
         return Err(ApiError::not_found_path());
     };
@@ -178,5 +177,5 @@ pub(crate) async fn create(
     if query.dry_run() {
         req["status"]["token"] = json!("");
     }
-    Ok(json_response(StatusCode::CREATED, &req))
+    Ok(req)
 }

@@ -14,7 +14,7 @@ use super::pods::validation as pod_validation;
 use super::strategy::{
     age_cell, col, keep_status, name_cell, wide, Column, Connect, Finish, Strategy, AGE, NAME,
 };
-use crate::handler::Ctx;
+use crate::context::Ctx;
 use crate::status::ApiError;
 
 pub(crate) struct Services;

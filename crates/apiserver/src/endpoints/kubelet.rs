@@ -6,14 +6,21 @@
 //! - `nodes/proxy` (GET): `/api/v1/nodes/<name>/proxy/<path>` is the kubelet's `/<path>`
 //!   (e.g. `kubectl get --raw /api/v1/nodes/<name>/proxy/metrics`).
 //!
+//! Plain requests (logs, node proxy) reuse connections: each kubelet keeps a few idle
+//! HTTP/1.1 connections for a while (as Go's `http.Transport` does for upstream), and a
+//! connection goes back to them once its response has been read to the end — a followed log
+//! holds its connection until the client stops. Upgraded streams (exec, attach, port-forward)
+//! take a connection of their own.
+//!
 //! The kubelet's serving certificate is not verified: upstream's default when no
 //! `--kubelet-certificate-authority` is given, since kubelets sign their own.
 //! The node's address is chosen in k3s's order of address types (InternalIP, ExternalIP,
 //! Hostname): upstream's default puts Hostname first, which names nothing resolvable on a
 //! machine without cluster DNS for node names.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -26,15 +33,27 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde_json::{json, Value};
 
-use super::{read, Query};
-use crate::handler::{Body, Ctx};
+use crate::context::Ctx;
+use crate::http::Body;
+use crate::registry::{read, Query};
 use crate::status::ApiError;
 
 /// How the API server reaches kubelets.
 #[derive(Clone)]
 pub struct KubeletClient {
     tls: Arc<rustls::ClientConfig>,
+    idle: Arc<Mutex<Idle>>,
 }
+
+type Sender = hyper::client::conn::http1::SendRequest<http_body_util::Empty<Bytes>>;
+
+/// Idle connections by kubelet (host, port), each with when it was left.
+type Idle = HashMap<(String, u16), Vec<(Sender, Instant)>>;
+
+/// How long a connection may wait idle, and how many wait per kubelet (Go's defaults:
+/// `IdleConnTimeout` 90 s, `MaxIdleConnsPerHost` 2).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+const MAX_IDLE_PER_KUBELET: usize = 2;
 
 impl KubeletClient {
     /// With this client certificate and key (PEM).
@@ -53,7 +72,47 @@ impl KubeletClient {
             .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
             .with_client_auth_cert(certs, key)
             .map_err(|e| format!("kubelet client certificate: {e}"))?;
-        Ok(Self { tls: Arc::new(tls) })
+        Ok(Self {
+            tls: Arc::new(tls),
+            idle: Arc::default(),
+        })
+    }
+
+    /// An idle connection to the kubelet that is still open, if any.
+    fn checkout(&self, to: &(String, u16)) -> Option<Sender> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = idle.get_mut(to)?;
+        let found = std::iter::from_fn(|| list.pop())
+            .find(|(s, since)| !s.is_closed() && since.elapsed() < IDLE_TIMEOUT)
+            .map(|(s, _)| s);
+        if list.is_empty() {
+            idle.remove(to);
+        }
+        found
+    }
+
+    /// Keep a connection whose response was read to the end for the next request.
+    fn checkin(&self, to: (String, u16), sender: Sender) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        // What no longer serves goes, with kubelets left without connections.
+        idle.retain(|_, list| {
+            list.retain(|(s, since)| !s.is_closed() && since.elapsed() < IDLE_TIMEOUT);
+            !list.is_empty()
+        });
+        let list = idle.entry(to).or_default();
+        if list.len() < MAX_IDLE_PER_KUBELET {
+            list.push((sender, Instant::now()));
+        }
+    }
+
+    /// How many connections wait idle for the kubelet at `host:port` (for tests).
+    #[cfg(test)]
+    fn idle_count(&self, host: &str, port: u16) -> usize {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.get(&(host.to_owned(), port)).map_or(0, Vec::len)
     }
 }
 
@@ -258,7 +317,7 @@ pub(crate) async fn pod_log(
     };
     // Not scheduled yet: nothing to show (upstream streams from no location).
     let Some(node_name) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
-        return Ok(text_response(crate::handler::full(Bytes::new())));
+        return Ok(text_response(crate::http::full(Bytes::new())));
     };
     let path = format!(
         "/containerLogs/{}/{}/{}{}{kq}",
@@ -295,17 +354,20 @@ async fn from_kubelet(
 ) -> Result<Response<Body>, ApiError> {
     let (host, port, kubelet) = kubelet_of(ctx, node_name).await?;
     let url = format!("https://{host}:{port}{path}");
-    let resp = tokio::time::timeout(Duration::from_secs(30), connect(&kubelet, &host, port, path))
+    let (resp, sender) = tokio::time::timeout(Duration::from_secs(30), get(&kubelet, &host, port, path))
         .await
         .map_err(|_| ApiError::internal(format!("Get {url:?}: context deadline exceeded")))?
         .map_err(|e| ApiError::internal(format!("Get {url:?}: {e}")))?;
     let code = resp.status().as_u16();
     if !(200..300).contains(&code) {
-        let body = Limited::new(resp.into_body(), 64 * 1024)
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
+        let body = match Limited::new(resp.into_body(), 64 * 1024).collect().await {
+            Ok(b) => {
+                // Read to the end: the connection serves again.
+                kubelet.checkin((host, port), sender);
+                b.to_bytes()
+            }
+            Err(_) => Bytes::new(),
+        };
         let msg = String::from_utf8_lossy(&body).trim().to_string();
         let msg = if msg.is_empty() {
             format!("the server responded with the status code {code} but did not return more information ({object})")
@@ -323,16 +385,9 @@ async fn from_kubelet(
     } else {
         content_type.to_string()
     };
-    // Stream what the kubelet sends, as it sends it (follow), until it ends or fails.
-    let frames = http_body_util::BodyStream::new(resp.into_body())
-        .take_while(|f| std::future::ready(f.is_ok()))
-        .filter_map(|f| {
-            std::future::ready(
-                f.ok()
-                    .and_then(|f| f.into_data().ok())
-                    .map(|d| Ok::<_, std::convert::Infallible>(Frame::data(d))),
-            )
-        });
+    // Stream what the kubelet sends, as it sends it (follow), until it ends or fails; at its
+    // clean end the connection goes back to the kubelet's idle ones.
+    let frames = read_then_return(resp.into_body(), kubelet, (host, port), sender);
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(http::header::CONTENT_TYPE, content_type)
@@ -388,9 +443,7 @@ pub(crate) async fn stream(
         })?
         .map_err(|e| ApiError::internal(format!("error dialing backend: {e}")))?;
     match r8s_api::upgrade::proxy(req, backend, &format!("{host}:{port}"), &path).await {
-        Ok(r8s_api::upgrade::Proxied::Switched(resp)) => {
-            Ok(resp.map(|()| crate::handler::full(Bytes::new())))
-        }
+        Ok(r8s_api::upgrade::Proxied::Switched(resp)) => Ok(resp.map(|()| crate::http::full(Bytes::new()))),
         Ok(r8s_api::upgrade::Proxied::Refused { status, body, .. }) => {
             let code = status.as_u16();
             let msg = String::from_utf8_lossy(&body).trim().to_string();
@@ -641,28 +694,71 @@ async fn dial(
         .map_err(|e| format!("tls: {e}"))
 }
 
-async fn connect(
+/// A kubelet's response body as frames, streamed as they come; at its clean end the
+/// connection goes back to the kubelet's idle ones (on an error it is dropped).
+fn read_then_return(
+    body: hyper::body::Incoming,
+    kubelet: KubeletClient,
+    to: (String, u16),
+    sender: Sender,
+) -> impl futures_util::Stream<Item = Result<Frame<Bytes>, std::convert::Infallible>> {
+    let returned = Some((kubelet, to, sender));
+    futures_util::stream::unfold((body, returned), |(mut body, mut returned)| async move {
+        loop {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Some((Ok(Frame::data(data)), (body, returned)));
+                    }
+                }
+                Some(Err(_)) => return None,
+                None => {
+                    if let Some((kubelet, to, sender)) = returned.take() {
+                        kubelet.checkin(to, sender);
+                    }
+                    return None;
+                }
+            }
+        }
+    })
+}
+
+/// GET `path` from the kubelet, on an idle connection when there is one, else a new one.
+/// Returns the response and the connection's sender, to check in once the body is read.
+async fn get(
     kubelet: &KubeletClient,
     host: &str,
     port: u16,
     path: &str,
-) -> Result<Response<hyper::body::Incoming>, String> {
+) -> Result<(Response<hyper::body::Incoming>, Sender), String> {
+    let request = || {
+        http::Request::builder()
+            .method(http::Method::GET)
+            .uri(path)
+            .header(http::header::HOST, format!("{host}:{port}"))
+            .header(http::header::USER_AGENT, "r8s-apiserver")
+            .body(http_body_util::Empty::<Bytes>::new())
+            .map_err(|e| e.to_string())
+    };
+    let to = (host.to_owned(), port);
+    if let Some(mut sender) = kubelet.checkout(&to) {
+        // A kept connection the kubelet closed meanwhile fails at once: then dial anew.
+        if sender.ready().await.is_ok() {
+            if let Ok(resp) = sender.send_request(request()?).await {
+                return Ok((resp, sender));
+            }
+        }
+    }
     let stream = dial(kubelet, host, port).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
-    // The connection lives as long as its response body is read.
+    // The connection's driver runs until the kubelet closes it or the last sender goes.
     tokio::spawn(async move {
         let _ = conn.await;
     });
-    let req = http::Request::builder()
-        .method(http::Method::GET)
-        .uri(path)
-        .header(http::header::HOST, format!("{host}:{port}"))
-        .header(http::header::USER_AGENT, "r8s-apiserver")
-        .body(http_body_util::Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    sender.send_request(req).await.map_err(|e| e.to_string())
+    let resp = sender.send_request(request()?).await.map_err(|e| e.to_string())?;
+    Ok((resp, sender))
 }
 
 #[cfg(test)]
@@ -749,5 +845,99 @@ mod tests {
         let plain = json!({"status": {"addresses": [{"type": "Hostname", "address": "n1"}]}});
         assert_eq!(kubelet_endpoint(&plain), Some(("n1".into(), 10250)));
         assert_eq!(kubelet_endpoint(&json!({})), None);
+    }
+
+    /// A TLS server on loopback answering every GET with its path; counts connections.
+    async fn kubelet_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let svc =
+                        hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+                            let body = Bytes::from(req.uri().path().to_owned());
+                            Ok::<_, hyper::Error>(http::Response::new(http_body_util::Full::new(body)))
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        (port, accepted)
+    }
+
+    fn client() -> KubeletClient {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["kube-apiserver-kubelet-client".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        KubeletClient::new(&cert.pem(), &key.serialize_pem()).unwrap()
+    }
+
+    async fn fetch(kubelet: &KubeletClient, port: u16, path: &str) -> Vec<u8> {
+        let (resp, sender) = get(kubelet, "127.0.0.1", port, path).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let frames = read_then_return(
+            resp.into_body(),
+            kubelet.clone(),
+            ("127.0.0.1".into(), port),
+            sender,
+        );
+        let mut out = Vec::new();
+        futures_util::pin_mut!(frames);
+        while let Some(Ok(frame)) = frames.next().await {
+            out.extend_from_slice(&frame.into_data().unwrap());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn connections_to_a_kubelet_are_reused_once_a_response_is_read() {
+        use std::sync::atomic::Ordering;
+        let (port, accepted) = kubelet_server().await;
+        let kubelet = client();
+        for i in 0..3 {
+            let path = format!("/containerLogs/ns/p/c{i}");
+            assert_eq!(fetch(&kubelet, port, &path).await, path.as_bytes());
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "three requests, one connection"
+        );
+        assert_eq!(kubelet.idle_count("127.0.0.1", port), 1);
+        // A response still being read holds its connection: a second request meanwhile dials.
+        let (held, _sender) = get(&kubelet, "127.0.0.1", port, "/metrics").await.unwrap();
+        assert_eq!(kubelet.idle_count("127.0.0.1", port), 0);
+        assert_eq!(fetch(&kubelet, port, "/healthz").await, b"/healthz");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        drop(held);
     }
 }

@@ -15,8 +15,9 @@ use r8s_store::{EventKind, StoreError};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::{decode, list_objects, meta, table, wants_table, Filter, Query};
-use crate::handler::{Body, Ctx};
+use crate::context::Ctx;
+use crate::http::{wants_table, Body};
+use crate::registry::{decode, list_objects, meta, prefix, table, Filter, Query};
 use crate::status::ApiError;
 use crate::watch_cache::{CachedEvent, Subscription};
 
@@ -114,7 +115,7 @@ pub(crate) async fn serve(
         (Vec::new(), start_after)
     };
     let store = ctx.shared.store.clone();
-    let prefix = super::prefix(def, ns);
+    let prefix = prefix(def, ns);
     // Served from the watch cache when its window reaches back far enough (the cache watches the
     // whole resource; a namespace is a filter on it), else straight from the datastore.
     let subscription = match ctx.shared.watch_cache.get(def).await {

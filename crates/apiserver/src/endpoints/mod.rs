@@ -1,0 +1,315 @@
+//! The resource endpoints (upstream's `endpoints/handlers`): they read a request — its verb,
+//! body, content type and `Accept` — call the registry, which answers with values, and frame the
+//! answer as HTTP (status code, Table or list rendering, warnings). Watches and the kubelet's
+//! connections (logs, proxies, exec/attach/port-forward) are streams and live here whole.
+//!
+//! The request path: filters (`handler`) → these endpoints → registry → admission → store.
+
+pub(crate) mod kubelet;
+pub(crate) mod watch;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Response, StatusCode};
+use r8s_api::ResourceDef;
+use serde_json::{json, Value};
+
+use crate::context::Ctx;
+use crate::http::{content_type, json_response, raw_json, wants_table, with_warnings, Body};
+use crate::registry::strategy::Connect;
+use crate::registry::subresource::View;
+use crate::registry::{self, table, Filter, Query, Written};
+use crate::status::ApiError;
+
+/// Answer a resource request (after the filters, with the body read).
+pub(crate) async fn resource(
+    ctx: &Ctx,
+    method: &Method,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let info = &ctx.info;
+    let def = r8s_api::find(&info.api_group, &info.api_version, &info.resource)
+        .ok_or_else(ApiError::not_found_path)?;
+    if !def.namespaced && !info.namespace.is_empty() && info.resource != "namespaces" {
+        return Err(ApiError::not_found_path());
+    }
+    if def.namespaced && info.namespace.is_empty() && !matches!(info.verb.as_str(), "list" | "watch") {
+        return Err(ApiError::not_found_path());
+    }
+    let query = Query::parse(ctx.query.as_deref());
+    // Bodies in Kubernetes' protobuf encoding (kubectl >= 1.32 sends typed objects so) are read
+    // into JSON here; everything after works on JSON. Responses are always JSON.
+    let body = if !body.is_empty() && content_type(headers).starts_with(crate::protobuf::MEDIA_TYPE) {
+        let obj = crate::protobuf::decode(&body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding the protobuf request body: {e}")))?;
+        Bytes::from(serde_json::to_vec(&obj).expect("JSON serializes"))
+    } else {
+        body
+    };
+    if !body.is_empty() && content_type(headers).starts_with("application/yaml") {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/vnd.kubernetes.protobuf, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
+        ));
+    }
+    // Audit: the request object as sent (as JSON), before defaulting and admission.
+    if ctx.audit.level() > crate::audit::Level::None
+        && matches!(
+            info.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    {
+        ctx.audit.request_body(&info.verb, &body);
+    }
+    let ns = if def.namespaced {
+        info.namespace.as_str()
+    } else {
+        ""
+    };
+    if def.is_review() {
+        return match (method, info.verb.as_str()) {
+            (&Method::POST, "create") if info.subresource.is_empty() => Ok(json_response(
+                StatusCode::CREATED,
+                &registry::reviews::create(ctx, def, ns, body).await?,
+            )),
+            (m, _) => Err(ApiError::method_not_allowed(m.as_str(), &def.group_resource())),
+        };
+    }
+    if !info.subresource.is_empty() {
+        if def.subresource(&info.subresource).is_none() {
+            return Err(ApiError::not_found_path());
+        }
+        return subresource(
+            ctx,
+            def,
+            ns,
+            &info.name,
+            &info.subresource,
+            method,
+            headers,
+            &query,
+            body,
+        )
+        .await;
+    }
+    match (method, info.verb.as_str()) {
+        (_, "get") => get(ctx, def, ns, &info.name, headers, &query).await,
+        (_, "list") => list(ctx, def, ns, headers, &query).await,
+        (_, "watch") => watch::serve(ctx, def, ns, headers, &query).await,
+        (_, "create") => create(ctx, def, ns, &query, body).await,
+        (_, "update") => update(ctx, def, ns, &info.name, &query, body).await,
+        (_, "patch") => written(
+            registry::patch::patch(ctx, def, ns, &info.name, View::Main, headers, &query, body).await?,
+        ),
+        (_, "delete") => {
+            let opts = registry::delete_options(&query, &body)?;
+            let (obj, gone) = registry::delete_object(ctx, def, ns, &info.name, &opts).await?;
+            // Upstream answers 200 with the object when it is gone, 202 when deletion is pending.
+            let code = if gone {
+                StatusCode::OK
+            } else {
+                StatusCode::ACCEPTED
+            };
+            Ok(json_response(code, &obj))
+        }
+        (_, "deletecollection") => {
+            let opts = registry::delete_options(&query, &body)?;
+            let filter = Filter::from_query(def, &query)?;
+            let deleted = registry::delete_collection(ctx, def, ns, &filter, &opts).await?;
+            Ok(json_response(StatusCode::OK, &list_of(def, deleted)))
+        }
+        (m, _) => Err(ApiError::method_not_allowed(m.as_str(), &def.group_resource())),
+    }
+}
+
+/// A write's answer: 201 with the object when it was created, else 200; the stored bytes as
+/// they are when the registry has them (no second encoding); warnings as headers.
+fn written(w: Written) -> Result<Response<Body>, ApiError> {
+    let code = if w.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let resp = match w.stored {
+        Some(bytes) => raw_json(code, bytes),
+        None => json_response(code, &w.object),
+    };
+    Ok(with_warnings(resp, &w.warnings))
+}
+
+/// A list object around a page of decoded items.
+fn list_of(def: &ResourceDef, page: registry::Page<Value>) -> Value {
+    json!({
+        "kind": registry::list_kind(def),
+        "apiVersion": def.api_version(),
+        "metadata": page.meta,
+        "items": page.items,
+    })
+}
+
+/// A list response written around items that are JSON already.
+fn raw_list(def: &ResourceDef, page: registry::Page<impl AsRef<[u8]>>) -> Response<Body> {
+    let items = &page.items;
+    let mut body = Vec::with_capacity(items.iter().map(|o| o.as_ref().len() + 1).sum::<usize>() + 256);
+    body.extend_from_slice(
+        format!(
+            "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{},\"items\":[",
+            registry::list_kind(def),
+            def.api_version(),
+            page.meta
+        )
+        .as_bytes(),
+    );
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(o.as_ref());
+    }
+    body.extend_from_slice(b"]}");
+    raw_json(StatusCode::OK, body)
+}
+
+async fn get(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    headers: &HeaderMap,
+    query: &Query,
+) -> Result<Response<Body>, ApiError> {
+    let table = wants_table(headers);
+    if !table && !r8s_api::features::initializers() {
+        // Nothing to look at inside the object: the stored bytes with their resourceVersion.
+        return Ok(raw_json(
+            StatusCode::OK,
+            registry::get_stored(ctx, def, ns, name).await?,
+        ));
+    }
+    let obj = registry::get(ctx, def, ns, name, query).await?;
+    if table {
+        return Ok(json_response(
+            StatusCode::OK,
+            &table::render(def, &[obj], None, query),
+        ));
+    }
+    Ok(json_response(StatusCode::OK, &obj))
+}
+
+async fn list(
+    ctx: &Ctx,
+    def: &'static ResourceDef,
+    ns: &str,
+    headers: &HeaderMap,
+    query: &Query,
+) -> Result<Response<Body>, ApiError> {
+    let filter = Filter::from_query(def, query)?;
+    let table = wants_table(headers);
+    if let Some(page) = registry::list_cached(ctx, def, ns, query, &filter).await? {
+        if table {
+            let objects: Vec<Value> = page
+                .items
+                .iter()
+                .filter_map(|o| serde_json::from_slice(o).ok())
+                .collect();
+            return Ok(json_response(
+                StatusCode::OK,
+                &table::render(def, &objects, Some(page.meta), query),
+            ));
+        }
+        return Ok(raw_list(def, page));
+    }
+    if filter.is_empty() && !table {
+        // Nothing to look at inside the objects: send the stored bytes as they are.
+        return Ok(raw_list(def, registry::list_stored(ctx, def, ns, query).await?));
+    }
+    let page = registry::list(ctx, def, ns, query, &filter).await?;
+    if table {
+        return Ok(json_response(
+            StatusCode::OK,
+            &table::render(def, &page.items, Some(page.meta), query),
+        ));
+    }
+    Ok(json_response(StatusCode::OK, &list_of(def, page)))
+}
+
+async fn create(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let obj = registry::decode_body(def, &body)?;
+    ctx.audit.object_decoded(&obj);
+    written(registry::create(ctx, def, ns, obj, query).await?)
+}
+
+async fn update(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let obj = registry::decode_body(def, &body)?;
+    ctx.audit.object_decoded(&obj);
+    written(registry::update(ctx, def, ns, name, obj, query).await?)
+}
+
+/// A subresource: the status, scale, finalize, approval and resize views of an object, or a
+/// connection (binding, the kubelet's log and proxies, a ServiceAccount's token).
+#[allow(clippy::too_many_arguments)]
+async fn subresource(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    sub: &str,
+    method: &Method,
+    headers: &HeaderMap,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let not_allowed =
+        || ApiError::method_not_allowed(method.as_str(), &format!("{}/{sub}", def.group_resource()));
+    let Some(view) = View::of(sub) else {
+        return match (registry::strategy::of(def).connect(sub), method) {
+            (Some(Connect::Binding), &Method::POST) => Ok(json_response(
+                StatusCode::CREATED,
+                &registry::subresource::bind(ctx, def, ns, name, query, body).await?,
+            )),
+            (Some(Connect::NodeProxy), &Method::GET) => {
+                let rest = ctx.info.parts.get(3..).map(|p| p.join("/")).unwrap_or_default();
+                kubelet::node_proxy(ctx, name, &rest, ctx.query.as_deref()).await
+            }
+            (Some(Connect::PodProxy), _) => kubelet::pod_proxy(ctx, ns, name, method, headers, body).await,
+            (Some(Connect::ServiceProxy), _) => {
+                kubelet::service_proxy(ctx, ns, name, method, headers, body).await
+            }
+            (Some(Connect::PodLog), &Method::GET) => kubelet::pod_log(ctx, ns, name, query).await,
+            (Some(Connect::Token), &Method::POST) => Ok(json_response(
+                StatusCode::CREATED,
+                &registry::token_request::create(ctx, def, ns, name, query, body).await?,
+            )),
+            _ => Err(not_allowed()),
+        };
+    };
+    match *method {
+        Method::GET => Ok(json_response(
+            StatusCode::OK,
+            &registry::subresource::get(ctx, def, ns, name, view).await?,
+        )),
+        // (Only namespaces serve `finalize`.)
+        Method::PUT => Ok(json_response(
+            StatusCode::OK,
+            &registry::subresource::put(ctx, def, ns, name, view, query, &body).await?,
+        )),
+        Method::PATCH if view != View::Finalize => {
+            written(registry::patch::patch(ctx, def, ns, name, view, headers, query, body).await?)
+        }
+        _ => Err(not_allowed()),
+    }
+}

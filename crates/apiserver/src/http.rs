@@ -1,0 +1,76 @@
+//! HTTP framing: the response body type and the builders every endpoint answers with. Nothing
+//! here knows about resources; the registry returns values and the endpoints frame them.
+
+use bytes::Bytes;
+use http::{header, HeaderMap, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use serde_json::Value;
+
+use crate::status::ApiError;
+
+pub(crate) type Body = BoxBody<Bytes, std::convert::Infallible>;
+
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+pub(crate) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(full(body))
+        .expect("valid response")
+}
+
+pub(crate) fn text_response(code: StatusCode, text: String) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .header("X-Content-Type-Options", "nosniff")
+        .body(full(text))
+        .expect("valid response")
+}
+
+pub(crate) fn error_response(err: &ApiError) -> Response<Body> {
+    json_response(
+        StatusCode::from_u16(err.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &err.to_status(),
+    )
+}
+
+/// A JSON body sent as it is (stored bytes, already encoded).
+pub(crate) fn raw_json(code: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(full(body))
+        .expect("valid response")
+}
+
+/// Add `Warning` headers (RFC 7234 code 299), which kubectl prints as "Warning: ...".
+pub(crate) fn with_warnings(mut resp: Response<Body>, warnings: &[String]) -> Response<Body> {
+    for w in warnings {
+        let value = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(v) = http::HeaderValue::from_str(&value) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+/// The request's `Content-Type`, or "".
+pub(crate) fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// Whether the client asks for a Table (`Accept: application/json;as=Table;…` first).
+pub(crate) fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.split(',').next().unwrap_or("").contains("as=Table"))
+}
