@@ -17,6 +17,14 @@ pub(crate) struct Workloads {
 }
 
 impl Strategy for Workloads {
+    fn canonicalize_quantities(&self, obj: &mut Value) -> Result<(), &'static str> {
+        let template = obj
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("template"))
+            .and_then(|t| t.get_mut("spec"));
+        super::quantities::pod_spec(template)
+    }
+
     fn tracks_generation(&self) -> bool {
         true
     }

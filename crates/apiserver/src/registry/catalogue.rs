@@ -81,7 +81,13 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
         ("", "configmaps", Arc::new(configmaps::ConfigMaps)),
         ("", "secrets", Arc::new(secrets::Secrets)),
         ("", "serviceaccounts", Arc::new(serviceaccounts::ServiceAccounts)),
-        ("", "events", Arc::new(events::Events)),
+        (
+            "",
+            "events",
+            Arc::new(events::Events {
+                stored_as_core: false,
+            }),
+        ),
         ("", "limitranges", Arc::new(limitranges::LimitRanges)),
         ("", "resourcequotas", Arc::new(resourcequotas::ResourceQuotas)),
         (
@@ -94,7 +100,11 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             "replicasets",
             Arc::new(apps::Workloads { deployment: false }),
         ),
-        ("events.k8s.io", "events", Arc::new(events::Events)),
+        (
+            "events.k8s.io",
+            "events",
+            Arc::new(events::Events { stored_as_core: true }),
+        ),
         (
             "discovery.k8s.io",
             "endpointslices",

@@ -18,9 +18,10 @@ const EVENT_FIELDS: &[(&str, &str)] = &[
 
 /// Whether `def` is stored in another version's form.
 pub(crate) fn converts(def: &ResourceDef) -> bool {
-    def.group == "events.k8s.io"
+    super::strategy::of(def).converts()
 }
 
+/// Rename fields of `obj` (`from` → `to`) and make it an Event of `api_version`.
 fn rename(obj: Value, pairs: impl Iterator<Item = (&'static str, &'static str)>, api_version: &str) -> Value {
     let Value::Object(mut o) = obj else { return obj };
     for (from, to) in pairs {
@@ -39,11 +40,8 @@ fn rename(obj: Value, pairs: impl Iterator<Item = (&'static str, &'static str)>,
     Value::Object(out)
 }
 
-/// The stored form of an object of `def`.
-pub(crate) fn to_storage(def: &ResourceDef, obj: Value) -> Value {
-    if !converts(def) {
-        return obj;
-    }
+/// An `events.k8s.io/v1` Event as a core `v1` Event.
+pub(crate) fn event_to_core(obj: Value) -> Value {
     let mut core = rename(obj, EVENT_FIELDS.iter().copied(), "v1");
     if core.get("involvedObject").is_none() {
         core["involvedObject"] = json!({});
@@ -51,16 +49,29 @@ pub(crate) fn to_storage(def: &ResourceDef, obj: Value) -> Value {
     core
 }
 
+/// A core `v1` Event as an Event of `api_version` (`events.k8s.io/v1`).
+pub(crate) fn event_from_core(obj: Value, api_version: &str) -> Value {
+    rename(obj, EVENT_FIELDS.iter().map(|(a, b)| (*b, *a)), api_version)
+}
+
+/// The stored form of an object of `def`.
+pub(crate) fn to_storage(def: &ResourceDef, obj: Value) -> Value {
+    let s = super::strategy::of(def);
+    if s.converts() {
+        s.to_storage(obj)
+    } else {
+        obj
+    }
+}
+
 /// An object of `def` from its stored form.
 pub(crate) fn from_storage(def: &ResourceDef, obj: Value) -> Value {
-    if !converts(def) {
-        return obj;
+    let s = super::strategy::of(def);
+    if s.converts() {
+        s.served_from_storage(obj, &def.api_version())
+    } else {
+        obj
     }
-    rename(
-        obj,
-        EVENT_FIELDS.iter().map(|(a, b)| (*b, *a)),
-        &def.api_version(),
-    )
 }
 
 #[cfg(test)]

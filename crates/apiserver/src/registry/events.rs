@@ -8,9 +8,25 @@ use serde_json::{json, Value};
 use super::meta::{human_age, str_field};
 use super::strategy::{col, name_cell, wide, Column, Strategy, NAME};
 
-pub(crate) struct Events;
+/// Events of both APIs, stored as one: `events.k8s.io/v1` ones in the core form.
+pub(crate) struct Events {
+    /// Served in another form than stored (`events.k8s.io/v1`).
+    pub stored_as_core: bool,
+}
 
 impl Strategy for Events {
+    fn converts(&self) -> bool {
+        self.stored_as_core
+    }
+
+    fn to_storage(&self, obj: Value) -> Value {
+        super::convert::event_to_core(obj)
+    }
+
+    fn served_from_storage(&self, obj: Value, api_version: &str) -> Value {
+        super::convert::event_from_core(obj, api_version)
+    }
+
     fn fields(&self, obj: &Value, f: &mut BTreeMap<String, String>) {
         for (k, path) in [
             ("involvedObject.kind", &["involvedObject", "kind"][..]),

@@ -8,6 +8,20 @@ use super::strategy::{col, name_cell, Column, Strategy, NAME};
 pub(crate) struct LimitRanges;
 
 impl Strategy for LimitRanges {
+    fn canonicalize_quantities(&self, obj: &mut Value) -> Result<(), &'static str> {
+        let items = obj
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("limits"))
+            .and_then(Value::as_array_mut);
+        for item in items.into_iter().flatten() {
+            super::quantities::lists(
+                Some(item),
+                &["max", "min", "default", "defaultRequest", "maxLimitRequestRatio"],
+            )?;
+        }
+        Ok(())
+    }
+
     fn default(&self, obj: &mut Value) {
         defaults(obj);
     }

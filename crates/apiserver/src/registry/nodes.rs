@@ -12,6 +12,10 @@ use crate::authn::UserInfo;
 pub(crate) struct Nodes;
 
 impl Strategy for Nodes {
+    fn canonicalize_quantities(&self, obj: &mut Value) -> Result<(), &'static str> {
+        super::quantities::lists(obj.get_mut("status"), &["capacity", "allocatable"])
+    }
+
     fn tracks_generation(&self) -> bool {
         true
     }

@@ -12,41 +12,15 @@ use serde_json::Value;
 pub(crate) const FORMAT_ERROR: &str =
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
 
-/// Check and canonicalise the quantities of a decoded object of `def`.
+/// Check and canonicalise the quantities of a decoded object of `def` (each resource's
+/// strategy knows where its quantities are).
 pub(crate) fn canonicalize(def: &ResourceDef, obj: &mut Value) -> Result<(), &'static str> {
-    match (def.group, def.kind) {
-        ("", "Pod") => pod_spec(obj.get_mut("spec")),
-        ("apps", "Deployment" | "ReplicaSet") => pod_spec(
-            obj.get_mut("spec")
-                .and_then(|s| s.get_mut("template"))
-                .and_then(|t| t.get_mut("spec")),
-        ),
-        ("", "Node") => {
-            let status = obj.get_mut("status");
-            lists(status, &["capacity", "allocatable"])
-        }
-        ("", "LimitRange") => {
-            let items = obj
-                .get_mut("spec")
-                .and_then(|s| s.get_mut("limits"))
-                .and_then(Value::as_array_mut);
-            for item in items.into_iter().flatten() {
-                lists(
-                    Some(item),
-                    &["max", "min", "default", "defaultRequest", "maxLimitRequestRatio"],
-                )?;
-            }
-            Ok(())
-        }
-        ("", "ResourceQuota") => {
-            lists(obj.get_mut("spec"), &["hard"])?;
-            lists(obj.get_mut("status"), &["hard", "used"])
-        }
-        _ => Ok(()),
-    }
+    super::strategy::of(def).canonicalize_quantities(obj)
 }
 
-fn pod_spec(spec: Option<&mut Value>) -> Result<(), &'static str> {
+/// The quantities of a pod spec: its containers' resources, overhead, pod-level resources and
+/// emptyDir size limits.
+pub(crate) fn pod_spec(spec: Option<&mut Value>) -> Result<(), &'static str> {
     let Some(spec) = spec else { return Ok(()) };
     for list in ["initContainers", "containers", "ephemeralContainers"] {
         let containers = spec.get_mut(list).and_then(Value::as_array_mut);
@@ -67,7 +41,7 @@ fn pod_spec(spec: Option<&mut Value>) -> Result<(), &'static str> {
 }
 
 /// The resource lists (name → quantity) at `keys` of `parent`.
-fn lists(parent: Option<&mut Value>, keys: &[&str]) -> Result<(), &'static str> {
+pub(crate) fn lists(parent: Option<&mut Value>, keys: &[&str]) -> Result<(), &'static str> {
     let Some(parent) = parent else { return Ok(()) };
     for key in keys {
         let Some(list) = parent.get_mut(*key).and_then(Value::as_object_mut) else {

@@ -18,6 +18,11 @@ impl Strategy for ResourceQuotas {
         true
     }
 
+    fn canonicalize_quantities(&self, obj: &mut Value) -> Result<(), &'static str> {
+        super::quantities::lists(obj.get_mut("spec"), &["hard"])?;
+        super::quantities::lists(obj.get_mut("status"), &["hard", "used"])
+    }
+
     /// Every quantity of `spec.hard`, `status.hard` and `status.used` is at least 0 (part of
     /// upstream's `ValidateResourceQuota`; decoding has already refused what does not parse).
     fn validate(&self, obj: &Value) -> Vec<FieldError> {

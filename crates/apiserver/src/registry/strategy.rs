@@ -19,6 +19,30 @@ use crate::status::ApiError;
 /// What a resource does beyond the generic registry.
 #[async_trait]
 pub(crate) trait Strategy: Send + Sync {
+    /// Whether objects are stored in another version's form (upstream's storage version; see
+    /// `convert`): then [`Strategy::to_storage`] and [`Strategy::served_from_storage`] convert them.
+    fn converts(&self) -> bool {
+        false
+    }
+
+    /// The stored form of a served object.
+    fn to_storage(&self, obj: Value) -> Value {
+        obj
+    }
+
+    /// A served object (of `api_version`) from its stored form.
+    fn served_from_storage(&self, obj: Value, api_version: &str) -> Value {
+        let _ = api_version;
+        obj
+    }
+
+    /// Check and canonicalise the quantities of a decoded object (upstream's decoder and
+    /// `SetDefaults_ResourceList`; see `quantities`). Errors are upstream's decoding message.
+    fn canonicalize_quantities(&self, obj: &mut Value) -> Result<(), &'static str> {
+        let _ = obj;
+        Ok(())
+    }
+
     /// Whether spec changes bump `metadata.generation`.
     fn tracks_generation(&self) -> bool {
         false

@@ -18,6 +18,10 @@ use crate::authn::UserInfo;
 pub(crate) struct Pods;
 
 impl Strategy for Pods {
+    fn canonicalize_quantities(&self, obj: &mut Value) -> Result<(), &'static str> {
+        super::quantities::pod_spec(obj.get_mut("spec"))
+    }
+
     fn tracks_generation(&self) -> bool {
         true
     }
