@@ -430,6 +430,11 @@ struct ServerArgs {
     #[arg(long)]
     disable_agent: bool,
 
+    /// Do not run these packaged components (k3s's flag; comma-separated or repeated):
+    /// `coredns` — the cluster DNS the agent serves on --cluster-dns.
+    #[arg(long, value_delimiter = ',')]
+    disable: Vec<String>,
+
     #[command(flatten)]
     agent: AgentArgs,
 
@@ -451,6 +456,9 @@ const ADMISSION_PLUGINS: &[(&str, bool)] = &[
     ("MutatingAdmissionWebhook", true),
     ("ValidatingAdmissionWebhook", true),
 ];
+
+/// What `--disable` can turn off.
+const DISABLEABLE: &[&str] = &["coredns"];
 
 /// The plugins that run: the defaults, plus `enable`, minus `disable`.
 fn admission_plugins(enable: &[String], disable: &[String]) -> anyhow::Result<Vec<String>> {
@@ -545,6 +553,12 @@ fn host_name() -> Option<String> {
 }
 
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    if let Some(unknown) = args.disable.iter().find(|d| !DISABLEABLE.contains(&d.as_str())) {
+        anyhow::bail!(
+            "--disable: unknown component {unknown:?} (valid items: {})",
+            DISABLEABLE.join(", ")
+        );
+    }
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let store = open_store(&args, &data_dir).await?;
     tracing::info!(
@@ -873,6 +887,33 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         api.add_metrics(move || metrics.render());
         components.push(tokio::spawn(r8s_scheduler::run(client, opts, stop.clone())));
     }
+    let mut dns = None;
+    if !args.disable_agent && !args.disable.iter().any(|d| d == "coredns") {
+        // Cluster DNS reads Services and EndpointSlices as kube-proxy does: with the
+        // system:kube-proxy identity (bound to system:node-proxier), not the node's.
+        let (cert, key) = pki.issue_client_cert("system:kube-proxy", &[])?;
+        let kc = r8s_apiserver::pki::kubeconfig(
+            &format!("https://{host}:{}", api.local_addr.port()),
+            &pki.ca_cert_pem,
+            &cert,
+            &key,
+        );
+        let path = data_dir.join("agent").join("kube-proxy.kubeconfig");
+        std::fs::create_dir_all(data_dir.join("agent"))?;
+        r8s_apiserver::pki::write_private(&path, &kc)?;
+        let client = client_from_kubeconfig(&path).await?;
+        let address: std::net::IpAddr =
+            args.agent.cluster_dns.parse().with_context(|| {
+                format!("--cluster-dns {:?} is not an IP address", args.agent.cluster_dns)
+            })?;
+        let opts = r8s_net::dns::DnsOptions::new(address, &args.agent.cluster_domain);
+        let stop = stop.clone();
+        dns = Some(tokio::spawn(async move {
+            if let Err(e) = r8s_net::dns::run(client, opts, stop).await {
+                tracing::error!(error = %e, "cluster DNS failed; pods resolve no cluster names");
+            }
+        }));
+    }
     if !args.disable_agent {
         let mut opts = args.agent.options(data_dir.join("agent"))?;
         let node_user = format!("system:node:{}", opts.node_name);
@@ -907,6 +948,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // API server serves it until then.
     if let Some(agent) = agent {
         let _ = tokio::time::timeout(r8s_kubelet::agent::STOP_LIMIT, agent).await;
+    }
+    if let Some(dns) = dns {
+        let _ = tokio::time::timeout(Duration::from_secs(5), dns).await;
     }
     for c in components {
         let _ = tokio::time::timeout(Duration::from_secs(15), c).await;

@@ -5,6 +5,7 @@
 //! stack, with query-loss reports against its forwarder).
 
 pub mod forward;
+pub mod run;
 pub mod zone;
 
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio_util::sync::CancellationToken;
 
 pub use forward::Forwarder;
+pub use run::{run, DnsOptions};
 pub use zone::ClusterZone;
 
 /// The UDP payload a client without EDNS gets at most (RFC 1035).
