@@ -16,6 +16,7 @@
 //! - `server`: the kubelet's HTTPS API (logs, exec, attach, port-forward, metrics);
 //!   `bootstrap`: joining a server with a token and a CertificateSigningRequest.
 
+pub mod actions;
 pub mod admission;
 pub mod agent;
 pub mod backoff;
