@@ -1,7 +1,9 @@
-//! The agent: registers this machine as a Node, renews its Lease, and runs the pods bound to it
-//! through containerd. The pod sync is the reference document's: a worker per pod compares the
-//! pod's spec with what CRI reports and acts on the difference — sandbox (pause container, CNI
-//! network), then each container — and writes the pod's status back through the API.
+//! The agent: registers this machine as a Node, renews its Lease (`node_status`), and runs the
+//! pods bound to it through containerd. The pod sync is the reference document's: a worker per
+//! pod compares the pod's spec with what the runtime reports (`actions::compute_pod_actions`)
+//! and acts on the difference through `pod_sync` — sandbox (pause container, CNI network), then
+//! each container — and writes the pod's status back through the API. What runs for no pod is
+//! swept (`housekeeping`); images are pulled by `image_manager`.
 //!
 //! Before a pod's sandbox and containers, the volume manager makes its volumes ready (and
 //! refreshes configMap, secret, downward-API and token files on every sync); a volume that is
@@ -26,14 +28,11 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
-    DaemonEndpoint, Event, EventSource, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
-    NodeSystemInfo, ObjectReference, Pod, PodCondition, PodIP,
+    Event, EventSource, ObjectReference, Pod, PodCondition, PodIP,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -42,22 +41,28 @@ use r8s_client::queue::WorkQueue;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::actions::{self, ContainerPlan, PodActions, SandboxAction};
 use crate::admission;
-use crate::backoff::{self, Backoff};
 use crate::cgroups::{CgroupManager, Layout};
 use crate::cni::{self, CniOptions};
 use crate::containerd::{Containerd, ContainerdOptions};
 use crate::cri::Cri;
 use crate::lifecycle;
 use crate::pleg;
-use crate::pod_workers::{PodWorkers, WorkerState};
+use crate::pod_sync::{Hooks, Place, PodSync};
+use crate::pod_workers::{PodRecord, PodWorkers, RecordedEvent, WorkerState};
 use crate::prober::{self, ProbeEvent, ProbeManager};
 use crate::qos::{self, QosClass};
+use crate::runtime::{self, CriRuntime, Runtime};
 use crate::spec::{self, ContainerInputs, NodeContext};
 use crate::status::StatusManager;
 use crate::volumes::{HostVolume, Lookup, VolumeManager};
 use crate::wakeups::Wakeups;
 use crate::Error;
+
+mod housekeeping;
+mod image_manager;
+mod node_status;
 
 pub const FIELD_MANAGER: &str = "kubelet";
 
@@ -146,125 +151,42 @@ impl AgentOptions {
     }
 }
 
-fn read_value(path: &str, key: &str) -> Option<u64> {
-    std::fs::read_to_string(path)
-        .ok()?
-        .lines()
-        .find(|l| l.starts_with(key))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-/// The machine's cpus and memory (KiB): the node's capacity and allocatable.
-fn machine_size() -> (usize, u64) {
-    let cpus = std::fs::read_to_string("/proc/cpuinfo")
-        .map(|t| t.lines().filter(|l| l.starts_with("processor")).count())
-        .unwrap_or(1)
-        .max(1);
-    (cpus, read_value("/proc/meminfo", "MemTotal:").unwrap_or(0))
-}
-
-/// The size of the filesystem holding `dir` in bytes (the node's ephemeral-storage, as
-/// upstream's kubelet reports its root filesystem).
-fn filesystem_size(dir: &std::path::Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is a valid C string and `st` a writable statvfs for the call to fill.
-    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
-    (rc == 0).then(|| st.f_blocks as u64 * st.f_frsize as u64)
-}
-
-fn os_image() -> String {
-    std::fs::read_to_string("/etc/os-release")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("PRETTY_NAME="))
-                .map(|l| l.trim_start_matches("PRETTY_NAME=").trim_matches('"').to_string())
-        })
-        .unwrap_or_else(|| "Linux".into())
-}
-
 fn now() -> Time {
     Time(jiff::Timestamp::now())
 }
 
-fn condition(type_: &str, status: &str, reason: &str, message: &str) -> NodeCondition {
-    NodeCondition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        last_heartbeat_time: Some(now()),
-        last_transition_time: Some(now()),
-    }
-}
-
 pub struct Agent {
-    pub(crate) client: Client,
-    pub(crate) opts: AgentOptions,
-    pub(crate) cri: Cri,
+    client: Client,
+    opts: AgentOptions,
+    /// CRI, for what goes beyond the pod sync's `runtime`: images, exec, attach, port-forward.
+    cri: Cri,
+    /// The runtime's sandboxes and containers, as the pod sync uses them.
+    runtime: Arc<dyn Runtime>,
     node_ctx: Mutex<NodeContext>,
     /// The pods bound to this node: one worker record per pod UID (the work queue's keys).
-    pub(crate) workers: Mutex<PodWorkers>,
+    workers: Mutex<PodWorkers>,
     /// The port the kubelet API listens on.
     kubelet_port: u16,
-    pub(crate) metrics: Arc<crate::metrics::KubeletMetrics>,
-    /// What each container was last given (CRI resources), by container id: a difference
-    /// from what its pod now asks is an in-place resize.
-    applied: Mutex<HashMap<String, cri::LinuxContainerResources>>,
+    metrics: Arc<crate::metrics::KubeletMetrics>,
     /// The images imported from the air-gap tarballs (containerd's full names): no registry
     /// holds them, so they are used as they are whatever the pull policy.
     airgap_images: HashSet<String>,
     queue: Arc<WorkQueue>,
     runtime_version: String,
-    /// Restart back-off per `<pod uid>/<container>`, pull back-off per `<pod uid>/pull/<image>`.
-    backoff: Mutex<Backoff>,
     probes: ProbeManager,
     volumes: VolumeManager,
     /// The pods' cgroups, by QoS class.
     cgroups: CgroupManager,
     /// Kubelet admission runs once per pod, one pod at a time.
     admit_lock: tokio::sync::Mutex<()>,
-    /// Events recorded, by pod uid, reason and message: the event's name, its count and when
-    /// it was last written (repeats within `EVENT_REPEAT` are not written again).
-    events: Mutex<HashMap<EventKey, RecordedEvent>>,
     /// Writes the pods' statuses in the background, and knows them before the informer does.
     status: Arc<StatusManager>,
     /// When each pod's worker is next due without being asked (deadline, back-off, resync).
     wakeups: Wakeups,
 }
 
-/// Pod uid, reason and message.
-type EventKey = (String, String, String);
-
-#[derive(Clone)]
-struct RecordedEvent {
-    name: String,
-    count: i32,
-    at: Instant,
-}
-
-/// Where a pod's containers start: its sandbox, node and volumes.
-#[derive(Clone, Copy)]
-struct PodPlace<'a> {
-    sandbox_id: &'a str,
-    sandbox_config: &'a cri::PodSandboxConfig,
-    node: &'a NodeContext,
-    volumes: &'a BTreeMap<String, HostVolume>,
-    pod_ip: &'a str,
-}
-
 const EVENT_REPEAT: Duration = Duration::from_secs(30);
 
-/// The shortest stop a grace period leaves a container (upstream `minimumGracePeriodInSeconds`).
-const MIN_GRACE: Duration = Duration::from_secs(2);
-/// How long a postStart hook may take (upstream waits for ever; a bound keeps the pod's worker
-/// from hanging on a hook that never returns).
-const POST_START_LIMIT: Duration = Duration::from_secs(300);
 /// How often the runtime is relisted for changes (upstream's generic PLEG relists every 1 s).
 const RELIST: Duration = Duration::from_secs(1);
 /// How often a pod's worker runs when nothing wakes it sooner: its volumes' configMaps and
@@ -363,7 +285,7 @@ impl Agent {
         let (cert, key) = crate::server::serving_cert(&names)?;
         let kubelet_tls = crate::server::tls_config(&cert, &key, &opts.client_ca)?;
         let version = cri.version().await?;
-        let (cpus, mem_kib) = machine_size();
+        let (cpus, mem_kib) = node_status::machine_size();
         if let Err(e) = cgroups.ensure_qos(cpus as i64 * 1000, 0) {
             tracing::warn!(error = %e, "agent: could not set up the QoS cgroups");
         }
@@ -372,6 +294,7 @@ impl Agent {
         let agent = Arc::new(Agent {
             probes: ProbeManager::new(cri.clone(), queue.clone(), probe_events),
             client: client.clone(),
+            runtime: Arc::new(CriRuntime(cri.clone())),
             cri,
             node_ctx: Mutex::new(NodeContext {
                 node_name: opts.node_name.clone(),
@@ -388,16 +311,13 @@ impl Agent {
             volumes: VolumeManager::new(opts.dir.join("pods"), client.clone()),
             cgroups,
             admit_lock: tokio::sync::Mutex::new(()),
-            events: Mutex::new(HashMap::new()),
             status: StatusManager::new(client.clone(), FIELD_MANAGER),
             opts,
             workers: Mutex::new(PodWorkers::default()),
             queue,
-            backoff: Mutex::new(Backoff::default()),
             runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
             kubelet_port,
             metrics,
-            applied: Mutex::new(HashMap::new()),
             airgap_images: imported.iter().flat_map(|f| crate::images::names_in(f)).collect(),
             wakeups: Wakeups::new(),
         });
@@ -480,211 +400,6 @@ impl Agent {
         Ok(())
     }
 
-    fn node_api(&self) -> Api<Node> {
-        Api::all(self.client.clone())
-    }
-
-    fn node_status(&self, network_ready: bool) -> NodeStatus {
-        let (cpus, mem_kib) = machine_size();
-        let capacity: BTreeMap<String, Quantity> = [
-            ("cpu".to_string(), Quantity(cpus.to_string())),
-            ("memory".to_string(), Quantity(format!("{mem_kib}Ki"))),
-            ("pods".to_string(), Quantity("110".into())),
-        ]
-        .into();
-        let mut capacity = capacity;
-        if let Some(bytes) = filesystem_size(&self.opts.dir).filter(|b| *b > 0) {
-            capacity.insert(
-                "ephemeral-storage".into(),
-                Quantity(format!("{}Ki", bytes / 1024)),
-            );
-        }
-        let ready = if network_ready {
-            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status")
-        } else {
-            condition(
-                "Ready",
-                "False",
-                "KubeletNotReady",
-                "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized",
-            )
-        };
-        NodeStatus {
-            capacity: Some(capacity.clone()),
-            allocatable: Some(capacity),
-            addresses: Some(vec![
-                NodeAddress {
-                    type_: "InternalIP".into(),
-                    address: self.opts.node_ip.clone(),
-                },
-                NodeAddress {
-                    type_: "Hostname".into(),
-                    address: self.opts.node_name.clone(),
-                },
-            ]),
-            conditions: Some(vec![
-                condition(
-                    "MemoryPressure",
-                    "False",
-                    "KubeletHasSufficientMemory",
-                    "kubelet has sufficient memory available",
-                ),
-                condition(
-                    "DiskPressure",
-                    "False",
-                    "KubeletHasNoDiskPressure",
-                    "kubelet has no disk pressure",
-                ),
-                condition(
-                    "PIDPressure",
-                    "False",
-                    "KubeletHasSufficientPID",
-                    "kubelet has sufficient PID available",
-                ),
-                ready,
-            ]),
-            daemon_endpoints: Some(NodeDaemonEndpoints {
-                kubelet_endpoint: Some(DaemonEndpoint {
-                    port: self.kubelet_port as i32,
-                }),
-            }),
-            node_info: Some(NodeSystemInfo {
-                architecture: "amd64".into(),
-                boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-                    .unwrap_or_default()
-                    .trim()
-                    .into(),
-                container_runtime_version: self.runtime_version.clone(),
-                kernel_version: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-                    .unwrap_or_default()
-                    .trim()
-                    .into(),
-                kube_proxy_version: String::new(),
-                kubelet_version: "v1.33.0".into(),
-                machine_id: std::fs::read_to_string("/etc/machine-id")
-                    .unwrap_or_default()
-                    .trim()
-                    .into(),
-                operating_system: "linux".into(),
-                os_image: os_image(),
-                system_uuid: String::new(),
-                swap: None,
-            }),
-            ..Default::default()
-        }
-    }
-
-    /// Create the Node, or take over the existing one.
-    async fn register(&self) -> Result<(), Error> {
-        let name = &self.opts.node_name;
-        let node = Node {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                labels: Some(
-                    [
-                        ("kubernetes.io/hostname".to_string(), name.clone()),
-                        ("kubernetes.io/os".to_string(), "linux".to_string()),
-                        ("kubernetes.io/arch".to_string(), "amd64".to_string()),
-                        ("beta.kubernetes.io/os".to_string(), "linux".to_string()),
-                        ("beta.kubernetes.io/arch".to_string(), "amd64".to_string()),
-                    ]
-                    .into(),
-                ),
-                ..Default::default()
-            },
-            spec: None,
-            status: Some(self.node_status(false)),
-        };
-        match self.node_api().create(&PostParams::default(), &node).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(Error::Other(format!("registering node {name}: {e}"))),
-        }
-    }
-
-    async fn update_node_status(&self, network_ready: bool) -> Result<(), Error> {
-        let patch = json!({"status": self.node_status(network_ready)});
-        self.node_api()
-            .patch_status(
-                &self.opts.node_name,
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(|e| Error::Other(format!("node status: {e}")))?;
-        Ok(())
-    }
-
-    async fn wait_pod_cidr(&self, stop: &CancellationToken) -> Option<String> {
-        for _ in 0..300 {
-            if let Ok(n) = self.node_api().get(&self.opts.node_name).await {
-                if let Some(c) = n.spec.and_then(|s| s.pod_cidr) {
-                    return Some(c);
-                }
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return None,
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-            }
-        }
-        None
-    }
-
-    /// Renew `kube-node-lease/<node>` every 10 s (40 s duration), owned by the Node.
-    async fn lease_loop(self: Arc<Self>, stop: CancellationToken) {
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
-        let name = self.opts.node_name.clone();
-        let mut status_tick = 0u32;
-        loop {
-            let spec = LeaseSpec {
-                holder_identity: Some(name.clone()),
-                lease_duration_seconds: Some(40),
-                renew_time: Some(MicroTime(jiff::Timestamp::now())),
-                ..Default::default()
-            };
-            let result = match api.get_opt(&name).await {
-                Ok(Some(mut lease)) => {
-                    lease.spec = Some(spec);
-                    api.replace(&name, &PostParams::default(), &lease)
-                        .await
-                        .map(|_| ())
-                }
-                Ok(None) => {
-                    let owner = self.node_api().get(&name).await.ok().map(|n| OwnerReference {
-                        api_version: "v1".into(),
-                        kind: "Node".into(),
-                        name: name.clone(),
-                        uid: n.uid().unwrap_or_default(),
-                        ..Default::default()
-                    });
-                    let lease = Lease {
-                        metadata: ObjectMeta {
-                            name: Some(name.clone()),
-                            namespace: Some("kube-node-lease".into()),
-                            owner_references: owner.map(|o| vec![o]),
-                            ..Default::default()
-                        },
-                        spec: Some(spec),
-                    };
-                    api.create(&PostParams::default(), &lease).await.map(|_| ())
-                }
-                Err(e) => Err(e),
-            };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "agent: lease renewal failed");
-            }
-            // Status heartbeat every minute (upstream: on change and at least every 5 minutes).
-            status_tick += 1;
-            if status_tick.is_multiple_of(6) {
-                let _ = self.update_node_status(true).await;
-            }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(10)) => {}
-            }
-        }
-    }
-
     /// Watch the pods bound to this node; each change wakes the workers it concerns.
     async fn watch_pods(self: Arc<Self>, stop: CancellationToken) {
         let api: Api<Pod> = Api::all(self.client.clone());
@@ -738,18 +453,13 @@ impl Agent {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(RELIST) => {}
             }
-            let mut rt = self.cri.runtime.clone();
-            let sandboxes = rt
-                .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
-                .await;
-            let containers = rt
-                .list_containers(cri::ListContainersRequest { filter: None })
-                .await;
+            let sandboxes = self.runtime.list_sandboxes(None).await;
+            let containers = self.runtime.list_containers(None).await;
             let (Ok(sandboxes), Ok(containers)) = (sandboxes, containers) else {
                 tracing::debug!("agent: relist failed");
                 continue;
             };
-            let now = pleg::snapshot(&sandboxes.into_inner().items, &containers.into_inner().containers);
+            let now = pleg::snapshot(&sandboxes, &containers);
             if let Some(before) = &last {
                 for (uid, _) in pleg::changed(before, &now) {
                     self.queue.add(uid);
@@ -759,39 +469,53 @@ impl Agent {
         }
     }
 
+    /// The API client the agent uses.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    pub fn node_name(&self) -> &str {
+        &self.opts.node_name
+    }
+
+    /// CRI, for exec, attach and port-forward.
+    pub fn cri(&self) -> &Cri {
+        &self.cri
+    }
+
+    pub fn metrics(&self) -> &crate::metrics::KubeletMetrics {
+        &self.metrics
+    }
+
+    /// The pods bound to this node, as the API last showed them.
+    pub fn pods(&self) -> Vec<Pod> {
+        self.workers
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, w)| (*w.pod).clone())
+            .collect()
+    }
+
+    /// The pod `namespace/name` as this node runs it.
+    pub fn pod_by_name(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.workers.lock().unwrap().by_name(namespace, name)
+    }
+
     pub(crate) async fn sandboxes_of(&self, uid: &str) -> Result<Vec<cri::PodSandbox>, Error> {
-        let mut rt = self.cri.runtime.clone();
-        let filter = cri::PodSandboxFilter {
-            label_selector: [(spec::POD_UID.to_string(), uid.to_string())].into(),
-            ..Default::default()
-        };
-        Ok(rt
-            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: Some(filter) })
-            .await?
-            .into_inner()
-            .items)
+        self.runtime.list_sandboxes(Some(uid)).await
     }
 
     /// `kubelet_running_pods` and `kubelet_running_containers` from what the runtime runs now.
     pub(crate) async fn refresh_running_gauges(&self) {
-        let mut rt = self.cri.runtime.clone();
-        if let Ok(r) = rt
-            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
-            .await
-        {
-            let ready = r
-                .into_inner()
-                .items
+        if let Ok(items) = self.runtime.list_sandboxes(None).await {
+            let ready = items
                 .iter()
                 .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
                 .count();
             self.metrics.running_pods.set(ready as i64);
         }
-        if let Ok(r) = rt
-            .list_containers(cri::ListContainersRequest { filter: None })
-            .await
-        {
-            let items = r.into_inner().containers;
+        if let Ok(items) = self.runtime.list_containers(None).await {
             for (state, name) in [
                 (cri::ContainerState::ContainerCreated, "created"),
                 (cri::ContainerState::ContainerRunning, "running"),
@@ -825,16 +549,7 @@ impl Agent {
     }
 
     async fn containers_of(&self, sandbox: &str) -> Result<Vec<cri::Container>, Error> {
-        let mut rt = self.cri.runtime.clone();
-        let filter = cri::ContainerFilter {
-            pod_sandbox_id: sandbox.to_string(),
-            ..Default::default()
-        };
-        Ok(rt
-            .list_containers(cri::ListContainersRequest { filter: Some(filter) })
-            .await?
-            .into_inner()
-            .containers)
+        self.runtime.list_containers(Some(sandbox)).await
     }
 
     /// One pod worker: syncs the keys the queue hands it until `stop`. A sync in flight when
@@ -857,94 +572,6 @@ impl Agent {
         }
     }
 
-    /// The agent is stopping: every worker turns to terminating and terminates its pod as a
-    /// deletion would, all at once; then whatever else the runtime runs is stopped and what is
-    /// left of any pod's volumes is unmounted.
-    async fn terminate_all(&self) {
-        let uids = {
-            let mut workers = self.workers.lock().unwrap();
-            let uids = workers.uids();
-            for uid in &uids {
-                workers.terminate(uid);
-            }
-            uids
-        };
-        tracing::info!(pods = uids.len(), "agent: stopping the pods");
-        let work = async {
-            let each = uids.iter().map(|uid| async move {
-                if let Err(e) = self.sync(uid).await {
-                    tracing::warn!(pod = %uid, error = %e, "agent: could not stop pod at shutdown");
-                }
-            });
-            futures::future::join_all(each).await;
-            // Sandboxes of no pod this agent knows (orphans).
-            let mut rt = self.cri.runtime.clone();
-            let Ok(list) = rt
-                .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
-                .await
-            else {
-                tracing::warn!("agent: cannot list the pod sandboxes to stop at shutdown");
-                return;
-            };
-            let mut uids: Vec<String> = list
-                .into_inner()
-                .items
-                .iter()
-                .map(|sb| sb.labels.get(spec::POD_UID).cloned().unwrap_or_default())
-                .collect();
-            uids.sort();
-            uids.dedup();
-            let orphans = uids.iter().map(|uid| async move {
-                if let Err(e) = self.kill_pod(uid, None).await {
-                    tracing::warn!(pod = %uid, error = %e, "agent: could not stop pod at shutdown");
-                }
-            });
-            futures::future::join_all(orphans).await;
-        };
-        if tokio::time::timeout(TERMINATE_LIMIT, work).await.is_err() {
-            tracing::warn!("agent: pods still stopping at shutdown; removing their volumes anyway");
-        }
-        // With their containers gone, the pods' volumes go too (tmpfs unmounted); a restarted
-        // agent makes them again.
-        for uid in self.volumes.pods_on_disk() {
-            if let Err(e) = self.forget_pod(&uid) {
-                tracing::warn!(pod = %uid, error = %e, "agent: could not remove pod volumes at shutdown");
-            }
-        }
-    }
-
-    /// A key no worker has: the SWEEP stops what the runtime runs for pods no worker knows
-    /// and removes their volumes; a pod uid (the PLEG saw something of a pod already
-    /// forgotten) has whatever still runs of it stopped.
-    async fn sweep(&self, key: &str) -> Result<(), Error> {
-        if key != SWEEP {
-            if !self.sandboxes_of(key).await?.is_empty() {
-                self.kill_pod(key, None).await?;
-            }
-            return Ok(());
-        }
-        let live = self.workers.lock().unwrap().uids();
-        let mut rt = self.cri.runtime.clone();
-        let all = rt
-            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None })
-            .await?
-            .into_inner()
-            .items;
-        for sb in all {
-            let uid = sb.labels.get(spec::POD_UID).cloned().unwrap_or_default();
-            if !live.contains(&uid) {
-                self.kill_pod(&uid, None).await?;
-            }
-        }
-        self.probes.retain_pods(&live);
-        for uid in self.volumes.pods_on_disk() {
-            if !live.contains(&uid) && self.sandboxes_of(&uid).await?.is_empty() {
-                self.forget_pod(&uid)?;
-            }
-        }
-        Ok(())
-    }
-
     /// Terminate pod `uid` (upstream `SyncTerminatingPod` then `SyncTerminatedPod`): its
     /// containers stop (preStop hooks, within the grace period), its sandboxes go (CNI DEL),
     /// then its volumes are unmounted and its cgroup removed, and the agent forgets it.
@@ -953,92 +580,32 @@ impl Agent {
         self.forget_pod(uid)
     }
 
-    /// Stop and remove everything the runtime runs for pod `uid`. With the pod at hand, its
-    /// containers stop as upstream's `killPod`: all at once, each after its preStop hook,
-    /// within the pod's grace period; without it (an orphan, or the agent shutting down), with
-    /// 10 s each.
+    /// Stop and remove everything the runtime runs for pod `uid` (see `PodSync::kill_pod`).
     async fn kill_pod(&self, uid: &str, pod: Option<&Pod>) -> Result<(), Error> {
-        let mut rt = self.cri.runtime.clone();
         self.probes.forget_pod(uid);
-        for sb in self.sandboxes_of(uid).await? {
-            let containers = self.containers_of(&sb.id).await?;
-            let stops = containers
-                .iter()
-                .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
-                .map(|c| {
-                    let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
-                    async move { self.kill_container(pod, &name, &c.id, None, None).await }
-                });
-            futures::future::join_all(stops).await;
-            for c in containers {
-                self.applied.lock().unwrap().remove(&c.id);
-                let _ = rt
-                    .remove_container(cri::RemoveContainerRequest { container_id: c.id })
-                    .await;
-            }
-            rt.stop_pod_sandbox(cri::StopPodSandboxRequest {
-                pod_sandbox_id: sb.id.clone(),
-            })
-            .await?;
-            rt.remove_pod_sandbox(cri::RemovePodSandboxRequest {
-                pod_sandbox_id: sb.id,
-            })
-            .await?;
-        }
-        Ok(())
+        let hooks = self.hooks(None);
+        self.pod_sync(&hooks).kill_pod(uid, pod).await
     }
 
-    /// Stop container `id` (container `name` of `pod`) as upstream `killContainer`: the
-    /// `Killing` event (with `message`, or "Stopping container <name>"), its preStop hook, then
-    /// the stop signal with what the hook left of the grace period (`grace`, or the pod's).
-    async fn kill_container(
-        &self,
-        pod: Option<&Pod>,
-        name: &str,
-        id: &str,
-        grace: Option<i64>,
-        message: Option<&str>,
-    ) {
-        let spec_c = pod.and_then(|p| p.spec.as_ref()).and_then(|s| {
-            s.containers
-                .iter()
-                .chain(s.init_containers.iter().flatten())
-                .find(|c| c.name == name)
-        });
-        let secs = grace.or_else(|| pod.map(pod_grace)).unwrap_or(10).max(0);
-        let grace = Duration::from_secs(secs as u64);
-        let began = Instant::now();
-        if let (Some(pod), Some(c)) = (pod, spec_c) {
-            let message = message
-                .map(String::from)
-                .unwrap_or_else(|| format!("Stopping container {name}"));
-            self.event(pod, "Normal", "Killing", &message).await;
-            if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
-                let target = prober::Target {
-                    container_id: id.to_string(),
-                    pod_ip: pod
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.pod_ip.clone())
-                        .unwrap_or_default(),
-                    ports: c.ports.clone().unwrap_or_default(),
-                };
-                if let Err(m) = lifecycle::run(&self.cri, hook, pod, c, &target, grace).await {
-                    self.event(pod, "Warning", "FailedPreStopHook", &m).await;
-                }
-            }
+    /// The executor of pod actions, on this agent's runtime.
+    fn pod_sync<'a>(&'a self, hooks: &'a SyncHooks<'a>) -> PodSync<'a> {
+        PodSync {
+            runtime: self.runtime.as_ref(),
+            hooks,
         }
-        let left = grace.saturating_sub(began.elapsed()).max(MIN_GRACE);
-        let mut rt = self.cri.runtime.clone();
-        if let Err(e) = rt
-            .stop_container(cri::StopContainerRequest {
-                container_id: id.to_string(),
-                timeout: left.as_secs() as i64,
-            })
-            .await
-        {
-            tracing::warn!(container = %name, error = %e, "agent: could not stop container");
-        }
+    }
+
+    /// The executor's hooks; container configs need the node and the pod's volumes.
+    fn hooks<'a>(
+        &'a self,
+        place: Option<(&'a NodeContext, &'a BTreeMap<String, HostVolume>)>,
+    ) -> SyncHooks<'a> {
+        SyncHooks { agent: self, place }
+    }
+
+    /// The pod's record (back-offs, events, applied resources), while its worker exists.
+    fn record(&self, uid: &str) -> Option<Arc<Mutex<PodRecord>>> {
+        self.workers.lock().unwrap().get(uid).map(|w| w.record.clone())
     }
 
     /// Reconcile one pod, then ask to be woken when something of it falls due.
@@ -1067,7 +634,7 @@ impl Agent {
             status: Some(status),
             ..(*pod).clone()
         };
-        if let Some(left) = deadline_left(&known, jiff::Timestamp::now()) {
+        if let Some(left) = actions::deadline_left(&known, jiff::Timestamp::now()) {
             self.wakeups.after(key, left);
         }
     }
@@ -1082,7 +649,9 @@ impl Agent {
     }
 
     /// Run pod `uid`'s worker once, as its state says: syncing (upstream `SyncPod`, much
-    /// simplified), terminating (`SyncTerminatingPod` and `SyncTerminatedPod`), terminated.
+    /// Run pod `uid`'s worker once, as its state says: syncing (upstream `SyncPod`: the pod's
+    /// actions computed from what the runtime runs, then carried out), terminating
+    /// (`SyncTerminatingPod` and `SyncTerminatedPod`), terminated.
     async fn sync_once(&self, key: &str) -> Result<(), Error> {
         let worker = self.workers.lock().unwrap().get(key).cloned();
         let Some(worker) = worker else {
@@ -1126,30 +695,44 @@ impl Agent {
             }
             WorkerState::Syncing => {}
         }
-        let phase = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_default();
-        if phase == "Succeeded" || phase == "Failed" {
+        // What the runtime runs of the pod, and what to do about it. The back-offs are
+        // committed only if the actions are carried out.
+        let hooks = self.hooks(None);
+        let snapshot = self.pod_sync(&hooks).snapshot(&uid).await?;
+        let failed_probes: HashMap<String, prober::Kind> = snapshot
+            .containers
+            .iter()
+            .filter(|c| c.state == actions::State::Running)
+            .filter_map(|c| {
+                self.probes
+                    .failed(&uid, &c.name, &c.id)
+                    .map(|(kind, _)| (c.id.clone(), kind))
+            })
+            .collect();
+        let mut backoff = worker.record.lock().unwrap().backoff.clone();
+        let actions = actions::compute_pod_actions(
+            &pod,
+            &snapshot,
+            &mut actions::Context {
+                failed_probes: &failed_probes,
+                backoff: &mut backoff,
+                now: std::time::SystemTime::now(),
+            },
+        );
+        if actions.finished {
             // A finished pod keeps its containers (and their logs) until it is deleted, but not
-            // its sandbox: the pause container stops and CNI gives the address back (upstream
-            // kills the sandboxes of terminal pods).
-            let mut rt = self.cri.runtime.clone();
-            for sb in self.sandboxes_of(&uid).await? {
-                if sb.state == cri::PodSandboxState::SandboxReady as i32 {
-                    self.probes.forget_pod(&uid);
-                    rt.stop_pod_sandbox(cri::StopPodSandboxRequest {
-                        pod_sandbox_id: sb.id,
-                    })
-                    .await?;
-                }
+            // its sandbox: the pause container stops and CNI gives the address back.
+            if !actions.stop_sandboxes.is_empty() {
+                self.probes.forget_pod(&uid);
             }
-            return Ok(());
+            return self
+                .pod_sync(&hooks)
+                .stop_sandboxes(&actions.stop_sandboxes)
+                .await;
         }
         // activeDeadlineSeconds (upstream's activeDeadlineHandler, a PodSyncHandler).
-        if past_deadline(&pod, jiff::Timestamp::now()) {
-            return self.deadline_exceeded(&pod).await;
+        if actions.deadline_exceeded {
+            return self.deadline_exceeded(&pod, &actions, &snapshot).await;
         }
         // Kubelet admission, once, before anything of the pod starts.
         if !worker.admitted {
@@ -1158,7 +741,6 @@ impl Agent {
             }
         }
         let node = self.node_ctx.lock().unwrap().clone();
-        let mut rt = self.cri.runtime.clone();
         // The pod's directory (upstream `makePodDataDirs`).
         for sub in ["volumes", "plugins", "containers"] {
             std::fs::create_dir_all(self.volumes.pod_dir(&uid).join(sub))?;
@@ -1172,83 +754,51 @@ impl Agent {
         if errors.iter().any(|e| e.blocking) {
             return self.report_not_started(&pod).await;
         }
-        // The sandbox.
-        let sandboxes = self.sandboxes_of(&uid).await?;
-        let ready = sandboxes
-            .iter()
-            .find(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
-            .cloned();
-        let sandbox_config = spec::sandbox_config(&pod, sandboxes.len() as u32, &node);
-        let sandbox_id = match ready {
-            Some(s) => s.id,
-            None => {
-                std::fs::create_dir_all(&sandbox_config.log_directory)?;
-                self.ensure_pod_cgroup(&pod, &uid)?;
-                rt.run_pod_sandbox(cri::RunPodSandboxRequest {
-                    config: Some(sandbox_config.clone()),
-                    runtime_handler: String::new(),
-                })
-                .await?
-                .into_inner()
-                .pod_sandbox_id
-            }
+        worker.record.lock().unwrap().backoff = backoff;
+        let attempt = match actions.sandbox {
+            SandboxAction::Keep { attempt, .. } | SandboxAction::Create { attempt } => attempt,
         };
-        let sb_status = rt
-            .pod_sandbox_status(cri::PodSandboxStatusRequest {
-                pod_sandbox_id: sandbox_id.clone(),
-                verbose: false,
-            })
-            .await?
-            .into_inner()
-            .status;
-        let pod_ip = sb_status
-            .and_then(|s| s.network)
-            .map(|n| n.ip)
-            .unwrap_or_default();
-        let existing = self.containers_of(&sandbox_id).await?;
-        let spec = pod.spec.clone().unwrap_or_default();
-        let place = PodPlace {
-            sandbox_id: &sandbox_id,
-            sandbox_config: &sandbox_config,
-            node: &node,
-            volumes: &volumes,
-            pod_ip: &pod_ip,
-        };
-        // Init containers, one at a time, in order: each must exit 0 before the next starts,
-        // and the app containers wait for all of them.
-        let mut init_statuses = Vec::new();
-        let mut initialized = true;
-        for c in spec.init_containers.iter().flatten() {
-            let latest = existing
-                .iter()
-                .filter(|x| x.metadata.as_ref().is_some_and(|m| m.name == c.name))
-                .max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt).unwrap_or(0));
-            let attempt = latest
-                .and_then(|x| x.metadata.as_ref())
-                .map(|m| m.attempt)
-                .unwrap_or(0);
-            let exited = latest.is_some_and(|x| x.state == cri::ContainerState::ContainerExited as i32);
-            let code = match latest {
-                Some(x) if exited => self.exit_code(&x.id).await,
-                _ => 0,
-            };
-            let mut waiting = None;
-            if latest.is_none() || (exited && code != 0 && spec.restart_policy.as_deref() != Some("Never")) {
-                let next = if latest.is_some() { attempt + 1 } else { 0 };
-                if let Err(w) = self.start_container(&pod, c, next, &place).await {
-                    waiting = Some(w);
-                }
-            }
-            let mut st = self.container_status(c, &sandbox_id, waiting, &uid).await?;
-            st.ready = exited && code == 0;
-            let done = exited && code == 0 && latest.is_some();
-            init_statuses.push(st);
-            if !done {
-                initialized = false;
-                break;
+        let sandbox_config = spec::sandbox_config(&pod, attempt, &node);
+        let hooks = self.hooks(Some((&node, &volumes)));
+        let applied = self
+            .pod_sync(&hooks)
+            .apply(&pod, &actions, &sandbox_config)
+            .await?;
+        {
+            let mut record = worker.record.lock().unwrap();
+            for id in &actions.remove {
+                record.applied.remove(id);
             }
         }
-        if !initialized {
+        if let Some(at) = applied.wake_at {
+            self.wake_at(&pod, at);
+        }
+        let sandbox_id = applied.sandbox_id.as_str();
+        let pod_ip = applied.pod_ip.clone();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let waiting = |name: &str| applied.waiting.get(name).cloned();
+        // The init containers' statuses, up to the one the pod waits for.
+        let mut init_statuses = Vec::new();
+        for plan in &actions.init {
+            let Some(c) = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .find(|c| c.name == plan.name)
+            else {
+                continue;
+            };
+            let mut st = self
+                .container_status(c, sandbox_id, waiting(&c.name), &uid)
+                .await?;
+            if plan.sidecar {
+                self.follow_container(&pod, c, plan, &mut st, &pod_ip).await;
+            } else {
+                st.ready = plan.done;
+            }
+            init_statuses.push(st);
+        }
+        if !actions.initialized {
             let statuses = spec
                 .containers
                 .iter()
@@ -1279,95 +829,13 @@ impl Agent {
                 )
                 .await;
         }
-        // The app containers.
+        // The app containers' statuses; a running one whose resources changed is resized.
         let mut statuses = Vec::new();
         let mut resize_pending = None;
-        for c in &spec.containers {
-            let mine: Vec<&cri::Container> = existing
-                .iter()
-                .filter(|x| x.metadata.as_ref().is_some_and(|m| m.name == c.name))
-                .collect();
-            let latest = mine
-                .iter()
-                .max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt).unwrap_or(0))
-                .copied();
-            let restarts = latest
-                .and_then(|x| x.metadata.as_ref())
-                .map(|m| m.attempt)
-                .unwrap_or(0);
-            let mut running = latest.is_some_and(|x| x.state == cri::ContainerState::ContainerRunning as i32);
-            // A failed liveness or startup probe: the container is killed, then restarted as
-            // if it had exited (upstream `computePodActions`).
-            if let Some(l) = latest.filter(|_| running) {
-                if let Some((kind, _)) = self.probes.failed(&uid, &c.name, &l.id) {
-                    let probe = if kind == prober::Kind::Liveness {
-                        "liveness"
-                    } else {
-                        "startup"
-                    };
-                    let message = format!("Container {} failed {probe} probe, will be restarted", c.name);
-                    let grace = ProbeManager::grace(c, kind);
-                    self.kill_container(Some(&pod), &c.name, &l.id, grace, Some(&message))
-                        .await;
-                    running = false;
-                }
-            }
-            let exited = latest.is_some() && !running;
-            let restart = spec.restart_policy.as_deref().unwrap_or("Always");
-            let ended = match latest {
-                Some(x) if exited => self.runtime_status(&x.id).await,
-                _ => None,
-            };
-            let exit_code = ended.as_ref().map(|e| e.exit_code).unwrap_or(0);
-            let wants_restart = exited && (restart == "Always" || (restart == "OnFailure" && exit_code != 0));
-            let mut waiting: Option<(String, String)> = None;
-            // Restarts back off as upstream: 10 s doubling to 5 min, counted from the exit
-            // (CrashLoopBackOff meanwhile).
-            let backoff_key = format!("{uid}/{}", c.name);
-            let mut start_new = latest.is_none();
-            if wants_restart {
-                let (started, finished) = ended
-                    .as_ref()
-                    .map(|e| (system_time(e.started_at), system_time(e.finished_at)))
-                    .unwrap_or((std::time::SystemTime::now(), std::time::SystemTime::now()));
-                let delay = backoff::restart_delay(
-                    &mut self.backoff.lock().unwrap(),
-                    &backoff_key,
-                    started,
-                    finished,
-                    std::time::SystemTime::now(),
-                );
-                match delay {
-                    Some(delay) => {
-                        self.wake_at(&pod, finished + delay);
-                        waiting = Some((
-                            "CrashLoopBackOff".into(),
-                            format!(
-                                "back-off {}s restarting failed container={} pod={}",
-                                delay.as_secs(),
-                                c.name,
-                                lifecycle::pod_ref(&pod)
-                            ),
-                        ));
-                        let message = format!(
-                            "Back-off restarting failed container {} in pod {}",
-                            c.name,
-                            lifecycle::pod_ref(&pod)
-                        );
-                        self.event(&pod, "Warning", "BackOff", &message).await;
-                    }
-                    None => start_new = true,
-                }
-            }
-            if start_new {
-                let attempt = if latest.is_some() { restarts + 1 } else { 0 };
-                match self.start_container(&pod, c, attempt, &place).await {
-                    Ok(()) => {}
-                    Err((reason, msg)) => waiting = Some((reason, msg)),
-                }
-            }
-            let mut status = self.container_status(c, &sandbox_id, waiting, &uid).await?;
-            // In-place resize: a running container whose resources changed is updated.
+        for (c, plan) in spec.containers.iter().zip(&actions.containers) {
+            let mut status = self
+                .container_status(c, sandbox_id, waiting(&c.name), &uid)
+                .await?;
             if let Some(id) = status
                 .state
                 .as_ref()
@@ -1379,57 +847,13 @@ impl Agent {
                     Ok(()) => {}
                     Err(pending) => resize_pending = Some(pending),
                 }
-                if self.applied.lock().unwrap().get(&id)
-                    == Some(&qos::container_resources(&pod, c, node.allocatable_memory as i64))
-                {
+                let applied_now = worker.record.lock().unwrap().applied.get(&id).cloned();
+                if applied_now == Some(qos::container_resources(&pod, c, node.allocatable_memory as i64)) {
                     status.resources = c.resources.clone();
                     status.allocated_resources = c.resources.as_ref().and_then(|r| r.requests.clone());
                 }
             }
-            // The probe workers follow the container that runs now.
-            let now_running = status
-                .state
-                .as_ref()
-                .and_then(|s| s.running.as_ref())
-                .and_then(|r| r.started_at.as_ref())
-                .zip(status.container_id.as_deref());
-            match now_running {
-                Some((at, id)) => {
-                    let id = id.trim_start_matches("containerd://");
-                    let at = std::time::SystemTime::from(at.0);
-                    self.probes.update(&pod, c, Some((id, at)), &pod_ip);
-                }
-                None => self.probes.update(&pod, c, None, &pod_ip),
-            }
-            // The previous run's end, as lastState; older runs are removed from the runtime.
-            let previous = if exited {
-                latest
-            } else {
-                mine.iter()
-                    .find(|x| restarts > 0 && x.metadata.as_ref().map(|m| m.attempt) == Some(restarts - 1))
-                    .copied()
-            };
-            if let Some(prev) = previous {
-                if let Ok(Some(term)) = self.terminated_state(&prev.id, c).await {
-                    status.last_state = Some(ContainerState {
-                        terminated: Some(term),
-                        ..Default::default()
-                    });
-                }
-                status.restart_count = restarts as i32 + i32::from(start_new);
-            }
-            for old in mine.iter().filter(|x| {
-                previous.is_none_or(|p| p.id != x.id) && Some(x.id.as_str()) != latest.map(|l| l.id.as_str())
-            }) {
-                if old.state == cri::ContainerState::ContainerExited as i32 {
-                    self.applied.lock().unwrap().remove(&old.id);
-                    let _ = rt
-                        .remove_container(cri::RemoveContainerRequest {
-                            container_id: old.id.clone(),
-                        })
-                        .await;
-                }
-            }
+            self.follow_container(&pod, c, plan, &mut status, &pod_ip).await;
             statuses.push(status);
         }
         self.report(
@@ -1446,20 +870,39 @@ impl Agent {
         .await
     }
 
-    async fn exit_code(&self, id: &str) -> i32 {
-        self.runtime_status(id).await.map(|s| s.exit_code).unwrap_or(0)
-    }
-
-    /// What the runtime says of container `id`.
-    async fn runtime_status(&self, id: &str) -> Option<cri::ContainerStatus> {
-        let mut rt = self.cri.runtime.clone();
-        rt.container_status(cri::ContainerStatusRequest {
-            container_id: id.into(),
-            verbose: false,
-        })
-        .await
-        .ok()
-        .and_then(|r| r.into_inner().status)
+    /// For a container that restarts (app or sidecar): its probe workers follow the instance
+    /// that runs now, and the previous run's end is its lastState.
+    async fn follow_container(
+        &self,
+        pod: &Arc<Pod>,
+        c: &k8s_openapi::api::core::v1::Container,
+        plan: &ContainerPlan,
+        status: &mut ContainerStatus,
+        pod_ip: &str,
+    ) {
+        let now_running = status
+            .state
+            .as_ref()
+            .and_then(|s| s.running.as_ref())
+            .and_then(|r| r.started_at.as_ref())
+            .zip(status.container_id.as_deref());
+        match now_running {
+            Some((at, id)) => {
+                let id = id.trim_start_matches("containerd://");
+                let at = std::time::SystemTime::from(at.0);
+                self.probes.update(pod, c, Some((id, at)), pod_ip);
+            }
+            None => self.probes.update(pod, c, None, pod_ip),
+        }
+        if let Some(prev) = &plan.previous {
+            if let Ok(Some(term)) = self.terminated_state(prev, c).await {
+                status.last_state = Some(ContainerState {
+                    terminated: Some(term),
+                    ..Default::default()
+                });
+            }
+            status.restart_count = plan.restarts as i32 + i32::from(plan.start.is_some());
+        }
     }
 
     async fn terminated_state(
@@ -1467,16 +910,7 @@ impl Agent {
         id: &str,
         c: &k8s_openapi::api::core::v1::Container,
     ) -> Result<Option<ContainerStateTerminated>, Error> {
-        let mut rt = self.cri.runtime.clone();
-        let cs = rt
-            .container_status(cri::ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: false,
-            })
-            .await?
-            .into_inner()
-            .status
-            .unwrap_or_default();
+        let cs = self.runtime.container_status(id).await?.unwrap_or_default();
         if cs.state != cri::ContainerState::ContainerExited as i32 {
             return Ok(None);
         }
@@ -1538,96 +972,6 @@ impl Agent {
         Some(cs.message.clone()).filter(|m| !m.is_empty())
     }
 
-    async fn start_container(
-        &self,
-        pod: &Pod,
-        c: &k8s_openapi::api::core::v1::Container,
-        attempt: u32,
-        place: &PodPlace<'_>,
-    ) -> Result<(), (String, String)> {
-        let PodPlace {
-            sandbox_id,
-            sandbox_config,
-            node,
-            volumes,
-            pod_ip,
-        } = *place;
-        let image_info = self.ensure_image(pod, c, sandbox_config).await?;
-        let mut rt = self.cri.runtime.clone();
-        let mut inputs = self.container_inputs(pod, c, volumes).await;
-        inputs.image_user = crate::security::ImageUser::of(image_info.as_ref());
-        let (config, warnings) = match spec::container_config(pod, c, attempt, node, &inputs) {
-            Ok(v) => v,
-            Err(m) => {
-                // Upstream's FailedToCreateContainer event.
-                self.event(pod, "Warning", "Failed", &format!("Error: {m}")).await;
-                return Err(("CreateContainerConfigError".to_string(), m));
-            }
-        };
-        for w in warnings {
-            self.event(pod, "Warning", "InvalidEnvironmentVariableNames", &w)
-                .await;
-        }
-        // The termination-message file, empty for this run, where the container may write.
-        let mut config = config;
-        if let Some(path) = c.termination_message_path.as_deref().filter(|p| !p.is_empty()) {
-            let uid = pod.uid().unwrap_or_default();
-            let file = self.termination_file(&uid, &c.name, attempt);
-            let made = file
-                .parent()
-                .map(|d| std::fs::create_dir_all(d).and_then(|_| std::fs::write(&file, b"")))
-                .unwrap_or(Ok(()))
-                .and_then(|_| {
-                    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666))
-                });
-            match made {
-                Ok(()) => config.mounts.push(cri::Mount {
-                    container_path: path.to_string(),
-                    host_path: file.display().to_string(),
-                    readonly: false,
-                    ..Default::default()
-                }),
-                Err(e) => tracing::warn!(error = %e, "agent: no termination-message file"),
-            }
-        }
-        let applied = config.linux.as_ref().and_then(|l| l.resources.clone());
-        let id = rt
-            .create_container(cri::CreateContainerRequest {
-                pod_sandbox_id: sandbox_id.into(),
-                config: Some(config),
-                sandbox_config: Some(sandbox_config.clone()),
-            })
-            .await
-            .map_err(|e| ("CreateContainerError".to_string(), e.message().to_string()))?
-            .into_inner()
-            .container_id;
-        if let Some(r) = applied {
-            self.applied.lock().unwrap().insert(id.clone(), r);
-        }
-        rt.start_container(cri::StartContainerRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .map_err(|e| ("RunContainerError".to_string(), e.message().to_string()))?;
-        // postStart, before the container is reported running; its failure kills the container,
-        // which then restarts as its pod's policy says (upstream `startContainer`).
-        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
-            let target = prober::Target {
-                container_id: id.clone(),
-                pod_ip: pod_ip.to_string(),
-                ports: c.ports.clone().unwrap_or_default(),
-            };
-            if let Err(message) = lifecycle::run(&self.cri, hook, pod, c, &target, POST_START_LIMIT).await {
-                self.event(pod, "Warning", "FailedPostStartHook", &message).await;
-                self.kill_container(Some(pod), &c.name, &id, None, Some("FailedPostStartHook"))
-                    .await;
-                return Err(("PostStartHookError".into(), message));
-            }
-        }
-        Ok(())
-    }
-
-    /// The volumes and the data of the configMaps and secrets the container's env refers to.
     async fn container_inputs(
         &self,
         pod: &Pod,
@@ -1665,210 +1009,6 @@ impl Agent {
         inputs
     }
 
-    /// The container's image, pulled as its imagePullPolicy says (upstream's image manager
-    /// `EnsureImageExists`): Never uses only what is there, IfNotPresent pulls when absent,
-    /// Always pulls every time; pulls use the pod's imagePullSecrets, each matching credential
-    /// in turn; a failed pull backs off as restarts do (ImagePullBackOff). Returns what the
-    /// runtime knows of the image.
-    async fn ensure_image(
-        &self,
-        pod: &Pod,
-        c: &k8s_openapi::api::core::v1::Container,
-        sandbox_config: &cri::PodSandboxConfig,
-    ) -> Result<Option<cri::Image>, (String, String)> {
-        let image = c.image.clone().unwrap_or_default();
-        let mut images = self.cri.images.clone();
-        let spec = || cri::ImageSpec {
-            image: image.clone(),
-            ..Default::default()
-        };
-        let status = |mut images: crate::cri::ImageClient| {
-            let spec = spec();
-            async move {
-                images
-                    .image_status(cri::ImageStatusRequest {
-                        image: Some(spec),
-                        verbose: false,
-                    })
-                    .await
-                    .ok()
-                    .and_then(|r| r.into_inner().image)
-            }
-        };
-        let present = status(images.clone()).await;
-        let policy = c.image_pull_policy.clone().unwrap_or_else(|| {
-            let tagged = image.contains('@')
-                || image
-                    .rsplit('/')
-                    .next()
-                    .and_then(|l| l.split_once(':'))
-                    .is_some_and(|(_, t)| t != "latest");
-            if tagged { "IfNotPresent" } else { "Always" }.to_string()
-        });
-        let pull = match policy.as_str() {
-            "Never" => {
-                if present.is_none() {
-                    let msg = format!("Container image \"{image}\" is not present with pull policy of Never");
-                    self.event(pod, "Warning", "ErrImageNeverPull", &msg).await;
-                    return Err(("ErrImageNeverPull".into(), msg));
-                }
-                false
-            }
-            // An air-gap image is the only copy there is: used as it is (r8s's choice; upstream
-            // would pull it and fail where no registry is reachable).
-            "Always" => present.is_none() || !self.airgap_images.contains(&crate::images::normalize(&image)),
-            _ => present.is_none(),
-        };
-        if !pull {
-            let msg = format!("Container image \"{image}\" already present on machine");
-            self.event(pod, "Normal", "Pulled", &msg).await;
-            return Ok(present);
-        }
-        // A failed pull is retried with the same back-off as restarts (ImagePullBackOff).
-        let key = format!("{}/pull/{image}", pod.uid().unwrap_or_default());
-        let in_backoff = self
-            .backoff
-            .lock()
-            .unwrap()
-            .in_backoff_since_update(&key, std::time::SystemTime::now());
-        if in_backoff.is_some() {
-            let now = std::time::SystemTime::now();
-            let left = self.backoff.lock().unwrap().remaining_since_update(&key, now);
-            self.wake_at(pod, now + left.unwrap_or_default());
-            let msg = format!("Back-off pulling image \"{image}\"");
-            self.event(pod, "Normal", "BackOff", &msg).await;
-            self.event(pod, "Warning", "Failed", "Error: ImagePullBackOff")
-                .await;
-            return Err(("ImagePullBackOff".into(), msg));
-        }
-        // Our own containerd reaches a registry on loopback over plain HTTP.
-        if self.opts.runtime_endpoint.is_none() {
-            let (host, port, _) = crate::credentials::image_location(&image);
-            if crate::containerd::is_loopback_host(&host) {
-                let host_port = if port.is_empty() {
-                    host
-                } else {
-                    format!("{host}:{port}")
-                };
-                let certs_d = self.opts.dir.join("containerd").join("certs.d");
-                if let Err(e) = crate::containerd::allow_plain_http(&certs_d, &host_port) {
-                    tracing::warn!(error = %e, "agent: could not configure the loopback registry");
-                }
-            }
-        }
-        self.event(pod, "Normal", "Pulling", &format!("Pulling image \"{image}\""))
-            .await;
-        let credentials = self.pull_credentials(pod, &image).await;
-        let auths: Vec<Option<cri::AuthConfig>> = if credentials.is_empty() {
-            vec![None]
-        } else {
-            credentials
-                .into_iter()
-                .map(|cr| {
-                    Some(cri::AuthConfig {
-                        username: cr.username,
-                        password: cr.password,
-                        ..Default::default()
-                    })
-                })
-                .collect()
-        };
-        let began = Instant::now();
-        let mut last_error = None;
-        for auth in auths {
-            let r = images
-                .pull_image(cri::PullImageRequest {
-                    image: Some(spec()),
-                    auth,
-                    sandbox_config: Some(sandbox_config.clone()),
-                })
-                .await;
-            match r {
-                Ok(_) => {
-                    last_error = None;
-                    break;
-                }
-                Err(e) => last_error = Some(e),
-            }
-        }
-        if let Some(e) = last_error {
-            self.backoff
-                .lock()
-                .unwrap()
-                .next(&key, std::time::SystemTime::now());
-            let err = format!("rpc error: code = {:?} desc = {}", e.code(), e.message());
-            self.event(
-                pod,
-                "Warning",
-                "Failed",
-                &format!("Failed to pull image \"{image}\": {err}"),
-            )
-            .await;
-            self.event(pod, "Warning", "Failed", "Error: ErrImagePull").await;
-            // Back soon to report ImagePullBackOff, then at the back-off's end to pull again.
-            self.wake_at(pod, std::time::SystemTime::now() + RELIST);
-            return Err(("ErrImagePull".into(), err));
-        }
-        let took = go_duration(began.elapsed());
-        let pulled = status(images).await;
-        let size = pulled.as_ref().map(|i| i.size).unwrap_or(0);
-        let msg = format!(
-            "Successfully pulled image \"{image}\" in {took} ({took} including waiting). Image size: {size} bytes."
-        );
-        self.event(pod, "Normal", "Pulled", &msg).await;
-        Ok(pulled)
-    }
-
-    /// The registry credentials of the pod's imagePullSecrets that apply to `image`; a secret
-    /// that cannot be read is a warning, and the pull goes on without it (as upstream).
-    async fn pull_credentials(&self, pod: &Pod, image: &str) -> Vec<crate::credentials::Credential> {
-        let names: Vec<String> = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.image_pull_secrets.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|r| r.name.clone())
-            .filter(|n| !n.is_empty())
-            .collect();
-        // The node's own credentials come after the pod's (upstream's keyring order).
-        let node = self.opts.registries.credentials(image);
-        if names.is_empty() {
-            return node;
-        }
-        let api: Api<k8s_openapi::api::core::v1::Secret> =
-            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-        let mut keyring = crate::credentials::Keyring::default();
-        let mut missing = Vec::new();
-        for name in names {
-            match api.get(&name).await {
-                Ok(secret) => {
-                    let data = serde_json::to_value(&secret.data).unwrap_or_default();
-                    let type_ = secret.type_.unwrap_or_default();
-                    if let Err(e) = keyring.add_secret(&type_, &data) {
-                        tracing::warn!(secret = %name, error = %e, "agent: unusable image pull secret");
-                    }
-                }
-                Err(_) => missing.push(name),
-            }
-        }
-        if !missing.is_empty() {
-            let msg = format!(
-                "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
-                missing.join(", ")
-            );
-            self.event(pod, "Warning", "FailedToRetrieveImagePullSecret", &msg)
-                .await;
-        }
-        let mut found = keyring.lookup(image);
-        for c in node {
-            if !found.contains(&c) {
-                found.push(c);
-            }
-        }
-        found
-    }
-
     /// Resize container `id` in place when its pod's resources for it changed (upstream's
     /// InPlacePodVerticalScaling): if the node has room, the pod cgroup then the container
     /// (CRI UpdateContainerResources) take the new limits; if not, the resize waits
@@ -1882,16 +1022,19 @@ impl Agent {
         node: &NodeContext,
     ) -> Result<(), (String, String)> {
         let want = qos::container_resources(pod, c, node.allocatable_memory as i64);
-        let have = self.applied.lock().unwrap().get(id).cloned();
+        let uid = pod.uid().unwrap_or_default();
+        let Some(record) = self.record(&uid) else {
+            return Ok(());
+        };
+        let have = record.lock().unwrap().applied.get(id).cloned();
         let Some(have) = have else {
-            self.applied.lock().unwrap().insert(id.to_string(), want);
+            record.lock().unwrap().applied.insert(id.to_string(), want);
             return Ok(());
         };
         if have == want {
             return Ok(());
         }
         // Room on the node, with the other admitted pods.
-        let uid = pod.uid().unwrap_or_default();
         if let Ok(n) = self.node_api().get(&self.opts.node_name).await {
             let others: Vec<Arc<Pod>> = self
                 .workers
@@ -1920,21 +1063,13 @@ impl Agent {
         {
             tracing::warn!(pod = %uid, error = %e, "agent: resizing the pod cgroup");
         }
-        let mut rt = self.cri.runtime.clone();
-        match rt
-            .update_container_resources(cri::UpdateContainerResourcesRequest {
-                container_id: id.to_string(),
-                linux: Some(want.clone()),
-                ..Default::default()
-            })
-            .await
-        {
-            Ok(_) => {
-                self.applied.lock().unwrap().insert(id.to_string(), want);
+        match self.runtime.update_container_resources(id, want.clone()).await {
+            Ok(()) => {
+                record.lock().unwrap().applied.insert(id.to_string(), want);
                 tracing::info!(pod = %pod.name_any(), container = %c.name, "agent: resized in place");
                 Ok(())
             }
-            Err(e) => Err(("Deferred".into(), e.message().to_string())),
+            Err(e) => Err(("Deferred".into(), runtime::message(&e))),
         }
     }
 
@@ -2035,16 +1170,13 @@ impl Agent {
         Ok(())
     }
 
-    /// Pod `uid` is gone from this node: its volumes, probes, events and back-offs are
-    /// forgotten.
+    /// Pod `uid` is gone from this node: its volumes, cgroup, status and probes are forgotten
+    /// (its record goes with its worker).
     fn forget_pod(&self, uid: &str) -> Result<(), Error> {
         self.volumes.teardown(uid)?;
         self.cgroups.remove_pod(uid);
         self.status.forget(uid);
         self.probes.forget_pod(uid);
-        self.events.lock().unwrap().retain(|k, _| k.0 != uid);
-        let prefix = format!("{uid}/");
-        self.backoff.lock().unwrap().retain(|k| !k.starts_with(&prefix));
         Ok(())
     }
 
@@ -2053,15 +1185,17 @@ impl Agent {
     async fn event(&self, pod: &Pod, type_: &str, reason: &str, message: &str) {
         let uid = pod.uid().unwrap_or_default();
         let ns = pod.namespace().unwrap_or_default();
-        let key = (uid.clone(), reason.to_string(), message.to_string());
+        let key = (reason.to_string(), message.to_string());
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
-        let previous = self.events.lock().unwrap().get(&key).cloned();
+        // Without a worker (the pod is forgotten), nothing is kept of the event.
+        let record = self.record(&uid).unwrap_or_default();
+        let previous = record.lock().unwrap().events.get(&key).cloned();
         let now_t = now();
         let result = match previous {
             Some(e) if e.at.elapsed() < EVENT_REPEAT => return,
             Some(RecordedEvent { name, count, .. }) => {
                 let patch = json!({"count": count + 1, "lastTimestamp": now_t});
-                self.events.lock().unwrap().insert(
+                record.lock().unwrap().events.insert(
                     key,
                     RecordedEvent {
                         name: name.clone(),
@@ -2076,7 +1210,7 @@ impl Agent {
             None => {
                 let nanos = jiff::Timestamp::now().as_nanosecond();
                 let name = format!("{}.{:x}", pod.name_any(), nanos);
-                self.events.lock().unwrap().insert(
+                record.lock().unwrap().events.insert(
                     key,
                     RecordedEvent {
                         name: name.clone(),
@@ -2123,26 +1257,21 @@ impl Agent {
 
     /// The pod ran longer than its activeDeadlineSeconds: its containers are stopped (preStop
     /// hooks within the grace period), its sandbox too, and it is Failed with DeadlineExceeded.
-    async fn deadline_exceeded(&self, pod: &Arc<Pod>) -> Result<(), Error> {
+    async fn deadline_exceeded(
+        &self,
+        pod: &Arc<Pod>,
+        actions: &PodActions,
+        snapshot: &actions::PodRuntime,
+    ) -> Result<(), Error> {
         let uid = pod.uid().unwrap_or_default();
         self.event(pod, "Normal", "DeadlineExceeded", DEADLINE_MESSAGE)
             .await;
         self.probes.forget_pod(&uid);
-        let mut rt = self.cri.runtime.clone();
-        let sandboxes = self.sandboxes_of(&uid).await?;
-        for sb in &sandboxes {
-            let containers = self.containers_of(&sb.id).await?;
-            let stops = containers
-                .iter()
-                .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
-                .map(|c| {
-                    let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
-                    async move { self.kill_container(Some(pod), &name, &c.id, None, None).await }
-                });
-            futures::future::join_all(stops).await;
-        }
+        let hooks = self.hooks(None);
+        let exec = self.pod_sync(&hooks);
+        exec.kill(pod, actions).await;
         let spec = pod.spec.clone().unwrap_or_default();
-        let newest = sandboxes.iter().max_by_key(|s| s.created_at);
+        let newest = snapshot.sandboxes.iter().max_by_key(|s| s.created_at);
         let mut statuses = Vec::new();
         for c in &spec.containers {
             let st = match newest {
@@ -2155,12 +1284,7 @@ impl Agent {
             };
             statuses.push(ContainerStatus { ready: false, ..st });
         }
-        for sb in sandboxes {
-            rt.stop_pod_sandbox(cri::StopPodSandboxRequest {
-                pod_sandbox_id: sb.id,
-            })
-            .await?;
-        }
+        exec.stop_sandboxes(&actions.stop_sandboxes).await?;
         let old = pod.status.clone().unwrap_or_default();
         let initialized = old
             .conditions
@@ -2255,15 +1379,10 @@ impl Agent {
             });
             return Ok(status);
         };
-        let mut rt = self.cri.runtime.clone();
-        let cs = rt
-            .container_status(cri::ContainerStatusRequest {
-                container_id: latest.id.clone(),
-                verbose: false,
-            })
+        let cs = self
+            .runtime
+            .container_status(&latest.id)
             .await?
-            .into_inner()
-            .status
             .unwrap_or_default();
         let ts = |nanos: i64| {
             Time(jiff::Timestamp::from_nanosecond(nanos as i128).unwrap_or(jiff::Timestamp::UNIX_EPOCH))
@@ -2448,26 +1567,100 @@ impl Agent {
     }
 }
 
-/// A duration as upstream's image manager prints one: truncated to the millisecond, in Go's
-/// form (`523ms`, `1.5s`, `2m3.004s`, `1h0m0s`).
-fn go_duration(d: Duration) -> String {
-    r8s_api::duration::format(Duration::from_millis(d.as_millis() as u64))
+/// The executor's hooks for one sync: the agent, and for container configs the node and the
+/// pod's volumes.
+struct SyncHooks<'a> {
+    agent: &'a Agent,
+    place: Option<(&'a NodeContext, &'a BTreeMap<String, HostVolume>)>,
 }
 
-/// How long `pod` may still be active at `now` before its activeDeadlineSeconds (counted from
-/// its startTime, as upstream's activeDeadlineHandler): zero once it is past, None without a
-/// deadline or before it started.
-fn deadline_left(pod: &Pod, now: jiff::Timestamp) -> Option<Duration> {
-    let deadline = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds)?;
-    let start = pod.status.as_ref().and_then(|s| s.start_time.as_ref())?;
-    let active = now.duration_since(start.0);
-    let left = jiff::SignedDuration::from_secs(deadline) - active;
-    Some(Duration::try_from(left).unwrap_or_default())
-}
+#[async_trait::async_trait]
+impl Hooks for SyncHooks<'_> {
+    async fn event(&self, pod: &Pod, type_: &str, reason: &str, message: &str) {
+        self.agent.event(pod, type_, reason, message).await
+    }
 
-/// Whether `pod` has been active longer than its activeDeadlineSeconds at `now`.
-fn past_deadline(pod: &Pod, now: jiff::Timestamp) -> bool {
-    deadline_left(pod, now).is_some_and(|d| d.is_zero())
+    async fn prepare_sandbox(&self, pod: &Pod, config: &cri::PodSandboxConfig) -> Result<(), Error> {
+        std::fs::create_dir_all(&config.log_directory)?;
+        self.agent.ensure_pod_cgroup(pod, &pod.uid().unwrap_or_default())
+    }
+
+    async fn container_config(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+        attempt: u32,
+        place: &Place<'_>,
+    ) -> Result<cri::ContainerConfig, (String, String)> {
+        let Some((node, volumes)) = self.place else {
+            return Err(("CreateContainerConfigError".into(), "no volumes".into()));
+        };
+        let image_info = self.agent.ensure_image(pod, c, place.sandbox_config).await?;
+        let mut inputs = self.agent.container_inputs(pod, c, volumes).await;
+        inputs.image_user = crate::security::ImageUser::of(image_info.as_ref());
+        let (config, warnings) = match spec::container_config(pod, c, attempt, node, &inputs) {
+            Ok(v) => v,
+            Err(m) => {
+                // Upstream's FailedToCreateContainer event.
+                self.agent
+                    .event(pod, "Warning", "Failed", &format!("Error: {m}"))
+                    .await;
+                return Err(("CreateContainerConfigError".to_string(), m));
+            }
+        };
+        for w in warnings {
+            self.agent
+                .event(pod, "Warning", "InvalidEnvironmentVariableNames", &w)
+                .await;
+        }
+        // The termination-message file, empty for this run, where the container may write.
+        let mut config = config;
+        if let Some(path) = c.termination_message_path.as_deref().filter(|p| !p.is_empty()) {
+            let uid = pod.uid().unwrap_or_default();
+            let file = self.agent.termination_file(&uid, &c.name, attempt);
+            let made = file
+                .parent()
+                .map(|d| std::fs::create_dir_all(d).and_then(|_| std::fs::write(&file, b"")))
+                .unwrap_or(Ok(()))
+                .and_then(|_| {
+                    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+                });
+            match made {
+                Ok(()) => config.mounts.push(cri::Mount {
+                    container_path: path.to_string(),
+                    host_path: file.display().to_string(),
+                    readonly: false,
+                    ..Default::default()
+                }),
+                Err(e) => tracing::warn!(error = %e, "agent: no termination-message file"),
+            }
+        }
+        Ok(config)
+    }
+
+    fn created(&self, pod: &Pod, id: &str, config: &cri::ContainerConfig) {
+        let resources = config.linux.as_ref().and_then(|l| l.resources.clone());
+        if let (Some(r), Some(record)) = (resources, self.agent.record(&pod.uid().unwrap_or_default())) {
+            record.lock().unwrap().applied.insert(id.to_string(), r);
+        }
+    }
+
+    async fn run_hook(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+        hook: &k8s_openapi::api::core::v1::LifecycleHandler,
+        id: &str,
+        pod_ip: &str,
+        limit: Duration,
+    ) -> Result<(), String> {
+        let target = prober::Target {
+            container_id: id.to_string(),
+            pod_ip: pod_ip.to_string(),
+            ports: c.ports.clone().unwrap_or_default(),
+        };
+        lifecycle::run(&self.agent.cri, hook, pod, c, &target, limit).await
+    }
 }
 
 /// The phase from the app containers' statuses (upstream `getPhase`): a container waiting to
@@ -2506,16 +1699,6 @@ fn pod_phase(statuses: &[ContainerStatus], restart: &str) -> &'static str {
     }
 }
 
-/// The grace period a pod's containers get to stop: the deletion's, else the spec's (30 s).
-fn pod_grace(pod: &Pod) -> i64 {
-    pod.metadata
-        .deletion_timestamp
-        .as_ref()
-        .and(pod.metadata.deletion_grace_period_seconds)
-        .or_else(|| pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
-        .unwrap_or(30)
-}
-
 /// Why a container ended: the runtime's reason (OOMKilled), else Completed or Error.
 fn terminated_reason(cs: &cri::ContainerStatus) -> String {
     if !cs.reason.is_empty() {
@@ -2525,13 +1708,6 @@ fn terminated_reason(cs: &cri::ContainerStatus) -> String {
     } else {
         "Error".into()
     }
-}
-
-fn system_time(nanos: i64) -> std::time::SystemTime {
-    if nanos <= 0 {
-        return std::time::SystemTime::now();
-    }
-    std::time::SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos as u64)
 }
 
 /// What a sync saw of a pod, for its status.
@@ -2607,36 +1783,5 @@ mod tests {
         assert_eq!(pod_phase(&[bad], "OnFailure"), "Running");
         assert_eq!(pod_phase(&[ok], "Always"), "Running");
         assert_eq!(pod_phase(&[], "Always"), "Pending");
-    }
-
-    #[test]
-    fn pull_durations_print_as_upstream() {
-        assert_eq!(go_duration(Duration::from_micros(523_400)), "523ms");
-        assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(go_duration(Duration::from_millis(123_004)), "2m3.004s");
-        assert_eq!(go_duration(Duration::from_secs(4500)), "1h15m0s");
-    }
-
-    #[test]
-    fn deadline_counts_from_start_time() {
-        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
-            "spec": {"containers": [], "activeDeadlineSeconds": 5},
-            "status": {"startTime": "2030-01-01T00:00:00Z"}}))
-        .unwrap();
-        let at = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
-        assert!(!past_deadline(&pod, at("2030-01-01T00:00:04Z")));
-        assert!(past_deadline(&pod, at("2030-01-01T00:00:05Z")));
-        let mut no_start = pod.clone();
-        no_start.status = None;
-        assert!(!past_deadline(&no_start, at("2031-01-01T00:00:00Z")));
-        assert_eq!(
-            deadline_left(&pod, at("2030-01-01T00:00:03.5Z")),
-            Some(Duration::from_millis(1500))
-        );
-        assert_eq!(
-            deadline_left(&pod, at("2030-01-01T00:01:00Z")),
-            Some(Duration::ZERO)
-        );
-        assert_eq!(deadline_left(&no_start, at("2030-01-01T00:00:00Z")), None);
     }
 }

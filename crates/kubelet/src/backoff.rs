@@ -16,7 +16,7 @@ struct Entry {
     last_update: SystemTime,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Backoff {
     entries: HashMap<String, Entry>,
 }

@@ -1,12 +1,17 @@
 //! The r8s kubelet: the reference document's kubelet stages, from pod sync to a running
 //! container with an IP.
 //!
-//! - `agent`: registration, the node's Lease and status, the pod watch, and the sync of one pod
-//!   (admission, volumes, sandbox, init and app containers, status), run by the pod workers of
-//!   `pod_workers` (one per pod UID: syncing → terminating → terminated), woken by the pod's
+//! - `agent`: the pod watch and the sync of one pod (admission, volumes, then the pod's
+//!   actions, then its status), run by the pod workers of `pod_workers` (one per pod UID:
+//!   syncing → terminating → terminated, each owning its pod's record), woken by the pod's
 //!   changes, the PLEG (`pleg`: the runtime's containers compared once a second) and their own
 //!   due times (`wakeups`: activeDeadlineSeconds, back-offs, the status resync); `status` writes
-//!   pod statuses in the background.
+//!   pod statuses in the background. Its submodules: the node's registration, status and Lease
+//!   (`node_status`), the orphan sweep and shutdown (`housekeeping`), image pulls
+//!   (`image_manager`).
+//! - `actions`: what a pod's sync must do, decided from plain data (sandbox, init containers and
+//!   sidecars, containers to start or kill, back-offs, the deadline); `pod_sync` carries the
+//!   actions out against a `runtime::Runtime` (CRI, or an in-memory fake in tests).
 //! - The runtime: `containerd` runs containerd as the agent's child with a configuration r8s
 //!   writes, `cri` talks CRI v1 to it with tonic and the k8s-cri protos, `spec` turns pod specs
 //!   into CRI configs, `images` and `credentials`/`registries` pull, `cni` writes the network
@@ -16,6 +21,7 @@
 //! - `server`: the kubelet's HTTPS API (logs, exec, attach, port-forward, metrics);
 //!   `bootstrap`: joining a server with a token and a CertificateSigningRequest.
 
+pub mod actions;
 pub mod admission;
 pub mod agent;
 pub mod backoff;
@@ -30,10 +36,12 @@ pub mod lifecycle;
 pub mod logs;
 pub mod metrics;
 pub mod pleg;
+pub mod pod_sync;
 pub mod pod_workers;
 pub mod prober;
 pub mod qos;
 pub mod registries;
+pub mod runtime;
 pub mod security;
 pub mod server;
 pub mod spec;

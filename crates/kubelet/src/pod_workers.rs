@@ -8,15 +8,42 @@
 //! longer has it). A UID never goes back to syncing: a pod deleted and created again under the
 //! same name is a new UID, so a new worker, and the old one terminates its own sandbox.
 //!
+//! Each worker owns its pod's `PodRecord`: restart and pull back-offs, the events recorded, the
+//! resources each container was last given. It is emptied when the worker finishes terminating
+//! and goes with the worker.
+//!
 //! Everything here is pure bookkeeping: the agent calls these on watch events and in its
 //! workers, and wakes the UIDs they return.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+
+use crate::backoff::Backoff;
+
+/// An Event the kubelet wrote: its name, its count, when it was last written.
+#[derive(Clone, Debug)]
+pub struct RecordedEvent {
+    pub name: String,
+    pub count: i32,
+    pub at: Instant,
+}
+
+/// What the kubelet keeps of one pod besides its spec.
+#[derive(Debug, Default)]
+pub struct PodRecord {
+    /// Restart back-off per `<pod uid>/<container>`, pull back-off per `<pod uid>/pull/<image>`.
+    pub backoff: Backoff,
+    /// Events recorded, by reason and message (repeats within a while are not written again).
+    pub events: HashMap<(String, String), RecordedEvent>,
+    /// What each container was last given (CRI resources), by container id: a difference
+    /// from what the pod now asks is an in-place resize.
+    pub applied: HashMap<String, cri::LinuxContainerResources>,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkerState {
@@ -37,6 +64,7 @@ pub struct PodWorker {
     pub first_seen: Option<Instant>,
     /// Kubelet admission ran and let it in.
     pub admitted: bool,
+    pub record: Arc<Mutex<PodRecord>>,
 }
 
 #[derive(Default)]
@@ -124,6 +152,7 @@ impl PodWorkers {
                         gone: false,
                         first_seen: not_running.then_some(now),
                         admitted: false,
+                        record: Default::default(),
                     },
                 );
                 wake.push(uid);
@@ -175,6 +204,7 @@ impl PodWorkers {
         let gone = match self.by_uid.get_mut(uid) {
             Some(w) => {
                 w.state = WorkerState::Terminated;
+                *w.record.lock().unwrap() = PodRecord::default();
                 w.gone
             }
             None => return,
@@ -252,8 +282,24 @@ mod tests {
         w.terminate("u1");
         assert_eq!(w.update(pod("a", "u1", "nginx"), now), vec!["u1"]);
         assert_eq!(w.get("u1").unwrap().state, WorkerState::Terminating);
-        // Still in the API (the agent stopping): terminated, and kept.
+        // Still in the API (the agent stopping): terminated, and kept, its record emptied.
+        w.get("u1")
+            .unwrap()
+            .record
+            .lock()
+            .unwrap()
+            .backoff
+            .next("u1/app", std::time::SystemTime::now());
         w.terminated("u1");
+        assert!(w
+            .get("u1")
+            .unwrap()
+            .record
+            .lock()
+            .unwrap()
+            .backoff
+            .delay("u1/app")
+            .is_none());
         assert_eq!(w.get("u1").unwrap().state, WorkerState::Terminated);
         w.update(pod("a", "u1", "nginx:2"), now);
         assert_eq!(w.get("u1").unwrap().state, WorkerState::Terminated);

@@ -45,7 +45,7 @@ impl fmt::Display for Kind {
 }
 
 impl Kind {
-    fn of(self, c: &Container) -> Option<&Probe> {
+    pub(crate) fn of(self, c: &Container) -> Option<&Probe> {
         match self {
             Kind::Startup => c.startup_probe.as_ref(),
             Kind::Liveness => c.liveness_probe.as_ref(),

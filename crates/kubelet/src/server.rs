@@ -221,7 +221,7 @@ async fn authenticate(agent: &Agent, caller: Option<Caller>, req: &Request<Incom
         },
         ..Default::default()
     };
-    let api: Api<TokenReview> = Api::all(agent.client.clone());
+    let api: Api<TokenReview> = Api::all(agent.client());
     let status = api.create(&PostParams::default(), &review).await.ok()?.status?;
     if status.authenticated != Some(true) {
         return None;
@@ -244,7 +244,7 @@ async fn authorize(agent: &Agent, caller: &Caller, verb: &str, sub: &str) -> Res
                 verb: Some(verb.into()),
                 resource: Some("nodes".into()),
                 subresource: Some(sub.into()),
-                name: Some(agent.opts.node_name.clone()),
+                name: Some(agent.node_name().to_string()),
                 version: Some("v1".into()),
                 ..Default::default()
             }),
@@ -252,7 +252,7 @@ async fn authorize(agent: &Agent, caller: &Caller, verb: &str, sub: &str) -> Res
         },
         ..Default::default()
     };
-    let api: Api<SubjectAccessReview> = Api::all(agent.client.clone());
+    let api: Api<SubjectAccessReview> = Api::all(agent.client());
     let r = api
         .create(&PostParams::default(), &sar)
         .await
@@ -318,17 +318,11 @@ async fn handle(
                     http::header::CONTENT_TYPE,
                     "text/plain; version=0.0.4; charset=utf-8",
                 )
-                .body(Full::new(Bytes::from(agent.metrics.render())).boxed())
+                .body(Full::new(Bytes::from(agent.metrics().render())).boxed())
                 .expect("valid response")
         }
         (&Method::GET, ["pods"]) => {
-            let pods: Vec<Pod> = agent
-                .workers
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|(_, w)| (*w.pod).clone())
-                .collect();
+            let pods: Vec<Pod> = agent.pods();
             let list =
                 serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods});
             Response::builder()
@@ -349,7 +343,7 @@ async fn handle(
 
 /// The pod `ns/name` this kubelet runs.
 fn pod_of(agent: &Agent, ns: &str, name: &str) -> Option<Arc<Pod>> {
-    agent.workers.lock().unwrap().by_name(ns, name)
+    agent.pod_by_name(ns, name)
 }
 
 /// Upstream's 404 for a pod this kubelet does not run.
@@ -389,7 +383,7 @@ async fn stream(
             .iter()
             .any(|(n, v)| n == k && matches!(v.as_str(), "1" | "true" | "True"))
     };
-    let mut rt = agent.cri.runtime.clone();
+    let mut rt = agent.cri().runtime.clone();
     let url = if kind == Streaming::PortForward {
         let sandbox = match agent.sandboxes_of(&uid).await {
             Ok(list) => list
@@ -562,7 +556,7 @@ async fn container_logs(
             None => return text(StatusCode::BAD_REQUEST, not_started(&pod, container)),
         }
     };
-    let mut rt = agent.cri.runtime.clone();
+    let mut rt = agent.cri().runtime.clone();
     let status = match rt
         .container_status(cri::ContainerStatusRequest {
             container_id: chosen.id.clone(),
@@ -579,7 +573,7 @@ async fn container_logs(
     let path = std::path::PathBuf::from(&status.log_path);
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
     let id = chosen.id.clone();
-    let runtime = agent.cri.runtime.clone();
+    let runtime = agent.cri().runtime.clone();
     tokio::spawn(crate::logs::stream(path, o, tx, move || {
         let mut rt = runtime.clone();
         let id = id.clone();

@@ -1,0 +1,280 @@
+//! The node's registration, status and Lease (upstream `kubelet_node_status.go` and the node
+//! lease controller): capacity from the machine, the conditions, the daemon endpoint.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSystemInfo,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::{now, Agent};
+use crate::Error;
+
+fn read_value(path: &str, key: &str) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(key))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The machine's cpus and memory (KiB): the node's capacity and allocatable.
+pub(super) fn machine_size() -> (usize, u64) {
+    let cpus = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|t| t.lines().filter(|l| l.starts_with("processor")).count())
+        .unwrap_or(1)
+        .max(1);
+    (cpus, read_value("/proc/meminfo", "MemTotal:").unwrap_or(0))
+}
+
+/// The size of the filesystem holding `dir` in bytes (the node's ephemeral-storage, as
+/// upstream's kubelet reports its root filesystem).
+fn filesystem_size(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a valid C string and `st` a writable statvfs for the call to fill.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_blocks as u64 * st.f_frsize as u64)
+}
+
+fn os_image() -> String {
+    std::fs::read_to_string("/etc/os-release")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("PRETTY_NAME="))
+                .map(|l| l.trim_start_matches("PRETTY_NAME=").trim_matches('"').to_string())
+        })
+        .unwrap_or_else(|| "Linux".into())
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> NodeCondition {
+    NodeCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_heartbeat_time: Some(now()),
+        last_transition_time: Some(now()),
+    }
+}
+
+impl Agent {
+    pub(super) fn node_api(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    pub(super) fn node_status(&self, network_ready: bool) -> NodeStatus {
+        let (cpus, mem_kib) = machine_size();
+        let capacity: BTreeMap<String, Quantity> = [
+            ("cpu".to_string(), Quantity(cpus.to_string())),
+            ("memory".to_string(), Quantity(format!("{mem_kib}Ki"))),
+            ("pods".to_string(), Quantity("110".into())),
+        ]
+        .into();
+        let mut capacity = capacity;
+        if let Some(bytes) = filesystem_size(&self.opts.dir).filter(|b| *b > 0) {
+            capacity.insert(
+                "ephemeral-storage".into(),
+                Quantity(format!("{}Ki", bytes / 1024)),
+            );
+        }
+        let ready = if network_ready {
+            condition("Ready", "True", "KubeletReady", "kubelet is posting ready status")
+        } else {
+            condition(
+                "Ready",
+                "False",
+                "KubeletNotReady",
+                "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized",
+            )
+        };
+        NodeStatus {
+            capacity: Some(capacity.clone()),
+            allocatable: Some(capacity),
+            addresses: Some(vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: self.opts.node_ip.clone(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: self.opts.node_name.clone(),
+                },
+            ]),
+            conditions: Some(vec![
+                condition(
+                    "MemoryPressure",
+                    "False",
+                    "KubeletHasSufficientMemory",
+                    "kubelet has sufficient memory available",
+                ),
+                condition(
+                    "DiskPressure",
+                    "False",
+                    "KubeletHasNoDiskPressure",
+                    "kubelet has no disk pressure",
+                ),
+                condition(
+                    "PIDPressure",
+                    "False",
+                    "KubeletHasSufficientPID",
+                    "kubelet has sufficient PID available",
+                ),
+                ready,
+            ]),
+            daemon_endpoints: Some(NodeDaemonEndpoints {
+                kubelet_endpoint: Some(DaemonEndpoint {
+                    port: self.kubelet_port as i32,
+                }),
+            }),
+            node_info: Some(NodeSystemInfo {
+                architecture: "amd64".into(),
+                boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                    .unwrap_or_default()
+                    .trim()
+                    .into(),
+                container_runtime_version: self.runtime_version.clone(),
+                kernel_version: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                    .unwrap_or_default()
+                    .trim()
+                    .into(),
+                kube_proxy_version: String::new(),
+                kubelet_version: "v1.33.0".into(),
+                machine_id: std::fs::read_to_string("/etc/machine-id")
+                    .unwrap_or_default()
+                    .trim()
+                    .into(),
+                operating_system: "linux".into(),
+                os_image: os_image(),
+                system_uuid: String::new(),
+                swap: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Create the Node, or take over the existing one.
+    pub(super) async fn register(&self) -> Result<(), Error> {
+        let name = &self.opts.node_name;
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(
+                    [
+                        ("kubernetes.io/hostname".to_string(), name.clone()),
+                        ("kubernetes.io/os".to_string(), "linux".to_string()),
+                        ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+                        ("beta.kubernetes.io/os".to_string(), "linux".to_string()),
+                        ("beta.kubernetes.io/arch".to_string(), "amd64".to_string()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(self.node_status(false)),
+        };
+        match self.node_api().create(&PostParams::default(), &node).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(Error::Other(format!("registering node {name}: {e}"))),
+        }
+    }
+
+    pub(super) async fn update_node_status(&self, network_ready: bool) -> Result<(), Error> {
+        let patch = json!({"status": self.node_status(network_ready)});
+        self.node_api()
+            .patch_status(
+                &self.opts.node_name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| Error::Other(format!("node status: {e}")))?;
+        Ok(())
+    }
+
+    pub(super) async fn wait_pod_cidr(&self, stop: &CancellationToken) -> Option<String> {
+        for _ in 0..300 {
+            if let Ok(n) = self.node_api().get(&self.opts.node_name).await {
+                if let Some(c) = n.spec.and_then(|s| s.pod_cidr) {
+                    return Some(c);
+                }
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return None,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            }
+        }
+        None
+    }
+
+    /// Renew `kube-node-lease/<node>` every 10 s (40 s duration), owned by the Node.
+    pub(super) async fn lease_loop(self: Arc<Self>, stop: CancellationToken) {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        let name = self.opts.node_name.clone();
+        let mut status_tick = 0u32;
+        loop {
+            let spec = LeaseSpec {
+                holder_identity: Some(name.clone()),
+                lease_duration_seconds: Some(40),
+                renew_time: Some(MicroTime(jiff::Timestamp::now())),
+                ..Default::default()
+            };
+            let result = match api.get_opt(&name).await {
+                Ok(Some(mut lease)) => {
+                    lease.spec = Some(spec);
+                    api.replace(&name, &PostParams::default(), &lease)
+                        .await
+                        .map(|_| ())
+                }
+                Ok(None) => {
+                    let owner = self.node_api().get(&name).await.ok().map(|n| OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Node".into(),
+                        name: name.clone(),
+                        uid: n.uid().unwrap_or_default(),
+                        ..Default::default()
+                    });
+                    let lease = Lease {
+                        metadata: ObjectMeta {
+                            name: Some(name.clone()),
+                            namespace: Some("kube-node-lease".into()),
+                            owner_references: owner.map(|o| vec![o]),
+                            ..Default::default()
+                        },
+                        spec: Some(spec),
+                    };
+                    api.create(&PostParams::default(), &lease).await.map(|_| ())
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "agent: lease renewal failed");
+            }
+            // Status heartbeat every minute (upstream: on change and at least every 5 minutes).
+            status_tick += 1;
+            if status_tick.is_multiple_of(6) {
+                let _ = self.update_node_status(true).await;
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! The container runtime as the pod sync uses it: sandboxes and containers (upstream's
+//! `RuntimeService`). `CriRuntime` speaks CRI v1 to containerd; `fake::FakeRuntime` (tests) keeps
+//! them in memory and records the calls.
+
+use async_trait::async_trait;
+use k8s_cri::v1 as cri;
+
+use crate::actions::{self, PodRuntime, RuntimeContainer, Sandbox, State};
+use crate::cri::Cri;
+use crate::spec;
+use crate::Error;
+
+#[async_trait]
+pub trait Runtime: Send + Sync {
+    /// The sandboxes of pod `pod_uid`, or all.
+    async fn list_sandboxes(&self, pod_uid: Option<&str>) -> Result<Vec<cri::PodSandbox>, Error>;
+    /// The containers of sandbox `sandbox_id`, or all.
+    async fn list_containers(&self, sandbox_id: Option<&str>) -> Result<Vec<cri::Container>, Error>;
+    async fn sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>, Error>;
+    async fn container_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>, Error>;
+    /// Run a sandbox; its id.
+    async fn run_sandbox(&self, config: &cri::PodSandboxConfig) -> Result<String, Error>;
+    async fn stop_sandbox(&self, id: &str) -> Result<(), Error>;
+    async fn remove_sandbox(&self, id: &str) -> Result<(), Error>;
+    /// Create a container in a sandbox; its id.
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<String, Error>;
+    async fn start_container(&self, id: &str) -> Result<(), Error>;
+    /// Stop a container, killing it after `timeout` seconds.
+    async fn stop_container(&self, id: &str, timeout: i64) -> Result<(), Error>;
+    async fn remove_container(&self, id: &str) -> Result<(), Error>;
+    async fn update_container_resources(
+        &self,
+        id: &str,
+        linux: cri::LinuxContainerResources,
+    ) -> Result<(), Error>;
+}
+
+/// An error's message as the runtime gave it (a gRPC status's message alone).
+pub fn message(e: &Error) -> String {
+    match e {
+        Error::Status(s) => s.message().to_string(),
+        e => e.to_string(),
+    }
+}
+
+/// What the runtime runs of pod `uid`, as plain data: its sandboxes, its containers with the
+/// ends of those not running.
+pub async fn pod_runtime(rt: &dyn Runtime, uid: &str) -> Result<PodRuntime, Error> {
+    let mut out = PodRuntime::default();
+    for sb in rt.list_sandboxes(Some(uid)).await? {
+        for c in rt.list_containers(Some(&sb.id)).await? {
+            let state = match cri::ContainerState::try_from(c.state) {
+                Ok(cri::ContainerState::ContainerCreated) => State::Created,
+                Ok(cri::ContainerState::ContainerRunning) => State::Running,
+                Ok(cri::ContainerState::ContainerExited) => State::Exited,
+                _ => State::Unknown,
+            };
+            let mut rc = RuntimeContainer {
+                id: c.id.clone(),
+                sandbox_id: sb.id.clone(),
+                name: c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default(),
+                attempt: c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+                state,
+                exit_code: 0,
+                started_at: 0,
+                finished_at: 0,
+                hash: c.annotations.get(actions::CONTAINER_HASH).cloned(),
+            };
+            if state != State::Running {
+                if let Some(s) = rt.container_status(&c.id).await.ok().flatten() {
+                    rc.exit_code = s.exit_code;
+                    rc.started_at = s.started_at;
+                    rc.finished_at = s.finished_at;
+                }
+            }
+            out.containers.push(rc);
+        }
+        out.sandboxes.push(Sandbox {
+            id: sb.id.clone(),
+            attempt: sb.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+            ready: sb.state == cri::PodSandboxState::SandboxReady as i32,
+            created_at: sb.created_at,
+        });
+    }
+    Ok(out)
+}
+
+/// The runtime over CRI.
+#[derive(Clone)]
+pub struct CriRuntime(pub Cri);
+
+#[async_trait]
+impl Runtime for CriRuntime {
+    async fn list_sandboxes(&self, pod_uid: Option<&str>) -> Result<Vec<cri::PodSandbox>, Error> {
+        let filter = pod_uid.map(|uid| cri::PodSandboxFilter {
+            label_selector: [(spec::POD_UID.to_string(), uid.to_string())].into(),
+            ..Default::default()
+        });
+        let mut rt = self.0.runtime.clone();
+        Ok(rt
+            .list_pod_sandbox(cri::ListPodSandboxRequest { filter })
+            .await?
+            .into_inner()
+            .items)
+    }
+
+    async fn list_containers(&self, sandbox_id: Option<&str>) -> Result<Vec<cri::Container>, Error> {
+        let filter = sandbox_id.map(|id| cri::ContainerFilter {
+            pod_sandbox_id: id.to_string(),
+            ..Default::default()
+        });
+        let mut rt = self.0.runtime.clone();
+        Ok(rt
+            .list_containers(cri::ListContainersRequest { filter })
+            .await?
+            .into_inner()
+            .containers)
+    }
+
+    async fn sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>, Error> {
+        let mut rt = self.0.runtime.clone();
+        Ok(rt
+            .pod_sandbox_status(cri::PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_string(),
+                verbose: false,
+            })
+            .await?
+            .into_inner()
+            .status)
+    }
+
+    async fn container_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>, Error> {
+        let mut rt = self.0.runtime.clone();
+        Ok(rt
+            .container_status(cri::ContainerStatusRequest {
+                container_id: id.to_string(),
+                verbose: false,
+            })
+            .await?
+            .into_inner()
+            .status)
+    }
+
+    async fn run_sandbox(&self, config: &cri::PodSandboxConfig) -> Result<String, Error> {
+        let mut rt = self.0.runtime.clone();
+        Ok(rt
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await?
+            .into_inner()
+            .pod_sandbox_id)
+    }
+
+    async fn stop_sandbox(&self, id: &str) -> Result<(), Error> {
+        let mut rt = self.0.runtime.clone();
+        rt.stop_pod_sandbox(cri::StopPodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn remove_sandbox(&self, id: &str) -> Result<(), Error> {
+        let mut rt = self.0.runtime.clone();
+        rt.remove_pod_sandbox(cri::RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<String, Error> {
+        let mut rt = self.0.runtime.clone();
+        Ok(rt
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.to_string(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config.clone()),
+            })
+            .await?
+            .into_inner()
+            .container_id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<(), Error> {
+        let mut rt = self.0.runtime.clone();
+        rt.start_container(cri::StartContainerRequest {
+            container_id: id.to_string(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn stop_container(&self, id: &str, timeout: i64) -> Result<(), Error> {
+        let mut rt = self.0.runtime.clone();
+        rt.stop_container(cri::StopContainerRequest {
+            container_id: id.to_string(),
+            timeout,
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), Error> {
+        let mut rt = self.0.runtime.clone();
+        rt.remove_container(cri::RemoveContainerRequest {
+            container_id: id.to_string(),
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn update_container_resources(
+        &self,
+        id: &str,
+        linux: cri::LinuxContainerResources,
+    ) -> Result<(), Error> {
+        let mut rt = self.0.runtime.clone();
+        rt.update_container_resources(cri::UpdateContainerResourcesRequest {
+            container_id: id.to_string(),
+            linux: Some(linux),
+            ..Default::default()
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+/// A runtime in memory for tests that run without containerd: sandboxes and containers as
+/// records, every call logged (`calls`), containers exiting when the test says (`exit`).
+#[cfg(test)]
+pub mod fake {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Inner {
+        sandboxes: Vec<cri::PodSandbox>,
+        containers: Vec<cri::ContainerStatus>,
+        calls: Vec<String>,
+        next: u32,
+        clock: i64,
+    }
+
+    #[derive(Default)]
+    pub struct FakeRuntime {
+        inner: Mutex<Inner>,
+    }
+
+    fn not_found(id: &str) -> Error {
+        Error::Status(tonic::Status::not_found(format!("{id} not found")))
+    }
+
+    impl Inner {
+        fn tick(&mut self) -> i64 {
+            self.clock += 1_000_000_000;
+            self.clock
+        }
+        fn container(&mut self, id: &str) -> Result<&mut cri::ContainerStatus, Error> {
+            self.containers
+                .iter_mut()
+                .find(|c| c.id == id)
+                .ok_or_else(|| not_found(id))
+        }
+    }
+
+    impl FakeRuntime {
+        /// The calls made, as `method id-or-name`.
+        pub fn calls(&self) -> Vec<String> {
+            self.inner.lock().unwrap().calls.clone()
+        }
+
+        pub fn clear_calls(&self) {
+            self.inner.lock().unwrap().calls.clear();
+        }
+
+        /// Container `id` exits with `code`.
+        pub fn exit(&self, id: &str, code: i32) {
+            let mut i = self.inner.lock().unwrap();
+            let at = i.tick();
+            if let Ok(c) = i.container(id) {
+                c.state = cri::ContainerState::ContainerExited as i32;
+                c.exit_code = code;
+                c.finished_at = at;
+            }
+        }
+
+        /// The sandbox `id` stops (its pause container died).
+        pub fn sandbox_dies(&self, id: &str) {
+            let mut i = self.inner.lock().unwrap();
+            if let Some(s) = i.sandboxes.iter_mut().find(|s| s.id == id) {
+                s.state = cri::PodSandboxState::SandboxNotready as i32;
+            }
+        }
+
+        /// The id of the newest instance of container `name`.
+        pub fn id_of(&self, name: &str) -> Option<String> {
+            let i = self.inner.lock().unwrap();
+            i.containers
+                .iter()
+                .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
+                .max_by_key(|c| c.created_at)
+                .map(|c| c.id.clone())
+        }
+
+        pub fn sandbox_count(&self) -> usize {
+            self.inner.lock().unwrap().sandboxes.len()
+        }
+
+        pub fn container_count(&self) -> usize {
+            self.inner.lock().unwrap().containers.len()
+        }
+    }
+
+    #[async_trait]
+    impl Runtime for FakeRuntime {
+        async fn list_sandboxes(&self, pod_uid: Option<&str>) -> Result<Vec<cri::PodSandbox>, Error> {
+            let i = self.inner.lock().unwrap();
+            Ok(i.sandboxes
+                .iter()
+                .filter(|s| {
+                    pod_uid.is_none_or(|u| s.labels.get(spec::POD_UID).map(String::as_str) == Some(u))
+                })
+                .cloned()
+                .collect())
+        }
+
+        async fn list_containers(&self, sandbox_id: Option<&str>) -> Result<Vec<cri::Container>, Error> {
+            let i = self.inner.lock().unwrap();
+            Ok(i.containers
+                .iter()
+                .filter(|c| sandbox_id.is_none_or(|s| c.labels.get("sandbox").map(String::as_str) == Some(s)))
+                .map(|c| cri::Container {
+                    id: c.id.clone(),
+                    pod_sandbox_id: c.labels.get("sandbox").cloned().unwrap_or_default(),
+                    metadata: c.metadata.clone(),
+                    state: c.state,
+                    created_at: c.created_at,
+                    labels: c.labels.clone(),
+                    annotations: c.annotations.clone(),
+                    ..Default::default()
+                })
+                .collect())
+        }
+
+        async fn sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>, Error> {
+            let i = self.inner.lock().unwrap();
+            let sb = i
+                .sandboxes
+                .iter()
+                .find(|s| s.id == id)
+                .ok_or_else(|| not_found(id))?;
+            Ok(Some(cri::PodSandboxStatus {
+                id: sb.id.clone(),
+                state: sb.state,
+                network: Some(cri::PodSandboxNetworkStatus {
+                    ip: format!("10.42.0.{}", id.trim_start_matches("sb")),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }))
+        }
+
+        async fn container_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>, Error> {
+            let mut i = self.inner.lock().unwrap();
+            Ok(Some(i.container(id)?.clone()))
+        }
+
+        async fn run_sandbox(&self, config: &cri::PodSandboxConfig) -> Result<String, Error> {
+            let mut i = self.inner.lock().unwrap();
+            i.next += 1;
+            let id = format!("sb{}", i.next);
+            let at = i.tick();
+            i.calls.push(format!("run_sandbox {id}"));
+            i.sandboxes.push(cri::PodSandbox {
+                id: id.clone(),
+                metadata: config.metadata.clone(),
+                state: cri::PodSandboxState::SandboxReady as i32,
+                created_at: at,
+                labels: config.labels.clone(),
+                ..Default::default()
+            });
+            Ok(id)
+        }
+
+        async fn stop_sandbox(&self, id: &str) -> Result<(), Error> {
+            let mut i = self.inner.lock().unwrap();
+            i.calls.push(format!("stop_sandbox {id}"));
+            let at = i.tick();
+            for c in i.containers.iter_mut() {
+                if c.labels.get("sandbox").map(String::as_str) == Some(id)
+                    && c.state == cri::ContainerState::ContainerRunning as i32
+                {
+                    c.state = cri::ContainerState::ContainerExited as i32;
+                    c.exit_code = 137;
+                    c.finished_at = at;
+                }
+            }
+            let sb = i
+                .sandboxes
+                .iter_mut()
+                .find(|s| s.id == id)
+                .ok_or_else(|| not_found(id))?;
+            sb.state = cri::PodSandboxState::SandboxNotready as i32;
+            Ok(())
+        }
+
+        async fn remove_sandbox(&self, id: &str) -> Result<(), Error> {
+            let mut i = self.inner.lock().unwrap();
+            i.calls.push(format!("remove_sandbox {id}"));
+            i.sandboxes.retain(|s| s.id != id);
+            i.containers
+                .retain(|c| c.labels.get("sandbox").map(String::as_str) != Some(id));
+            Ok(())
+        }
+
+        async fn create_container(
+            &self,
+            sandbox_id: &str,
+            config: cri::ContainerConfig,
+            _sandbox_config: &cri::PodSandboxConfig,
+        ) -> Result<String, Error> {
+            let mut i = self.inner.lock().unwrap();
+            if !i.sandboxes.iter().any(|s| s.id == sandbox_id) {
+                return Err(not_found(sandbox_id));
+            }
+            i.next += 1;
+            let name = config
+                .metadata
+                .as_ref()
+                .map(|m| m.name.clone())
+                .unwrap_or_default();
+            let id = format!("{name}-{}", i.next);
+            let at = i.tick();
+            i.calls.push(format!("create_container {name}"));
+            let mut labels = config.labels.clone();
+            labels.insert("sandbox".into(), sandbox_id.to_string());
+            i.containers.push(cri::ContainerStatus {
+                id: id.clone(),
+                metadata: config.metadata.clone(),
+                state: cri::ContainerState::ContainerCreated as i32,
+                created_at: at,
+                labels,
+                annotations: config.annotations.clone(),
+                ..Default::default()
+            });
+            Ok(id)
+        }
+
+        async fn start_container(&self, id: &str) -> Result<(), Error> {
+            let mut i = self.inner.lock().unwrap();
+            i.calls.push(format!("start_container {id}"));
+            let at = i.tick();
+            let c = i.container(id)?;
+            c.state = cri::ContainerState::ContainerRunning as i32;
+            c.started_at = at;
+            Ok(())
+        }
+
+        async fn stop_container(&self, id: &str, _timeout: i64) -> Result<(), Error> {
+            let mut i = self.inner.lock().unwrap();
+            i.calls.push(format!("stop_container {id}"));
+            let at = i.tick();
+            let c = i.container(id)?;
+            if c.state == cri::ContainerState::ContainerRunning as i32 {
+                c.state = cri::ContainerState::ContainerExited as i32;
+                c.exit_code = 137;
+                c.finished_at = at;
+            }
+            Ok(())
+        }
+
+        async fn remove_container(&self, id: &str) -> Result<(), Error> {
+            let mut i = self.inner.lock().unwrap();
+            i.calls.push(format!("remove_container {id}"));
+            i.containers.retain(|c| c.id != id);
+            Ok(())
+        }
+
+        async fn update_container_resources(
+            &self,
+            id: &str,
+            _linux: cri::LinuxContainerResources,
+        ) -> Result<(), Error> {
+            let mut i = self.inner.lock().unwrap();
+            i.calls.push(format!("update_container_resources {id}"));
+            i.container(id).map(|_| ())
+        }
+    }
+}
