@@ -154,6 +154,17 @@ pub(crate) fn follow_services(services: &Informer<Service>, pods: &Informer<Pod>
 }
 
 /// The pods `svc` selects, from the pod cache.
+/// The hostname a pod's endpoint carries for `svc`: the pod's `hostname` when its
+/// `subdomain` names the Service (upstream's `ShouldSetHostname`), which gives it a DNS name
+/// `<hostname>.<service>.<namespace>.svc.<zone>`.
+pub(crate) fn endpoint_hostname(svc: &Service, pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let hostname = spec.hostname.as_deref().filter(|h| !h.is_empty())?;
+    (spec.subdomain.as_deref() == svc.metadata.name.as_deref()
+        && pod.metadata.namespace == svc.metadata.namespace)
+        .then(|| hostname.to_owned())
+}
+
 pub(crate) fn selected_pods(svc: &Service, pods: &Store<Pod>) -> Vec<Arc<Pod>> {
     pods.state().into_iter().filter(|p| selects(svc, p)).collect()
 }
@@ -215,6 +226,7 @@ pub fn endpoints_for(svc: &Service, pods: &[Arc<Pod>]) -> Endpoints {
             .collect();
         let address = EndpointAddress {
             ip,
+            hostname: endpoint_hostname(svc, pod),
             node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
             target_ref: Some(ObjectReference {
                 kind: Some("Pod".into()),
@@ -223,7 +235,6 @@ pub fn endpoints_for(svc: &Service, pods: &[Arc<Pod>]) -> Endpoints {
                 uid: pod.uid(),
                 ..Default::default()
             }),
-            ..Default::default()
         };
         let entry = subsets.entry(ports).or_default();
         if publish_not_ready || ready(pod) {

@@ -181,6 +181,7 @@ pub fn slices_for(svc: &Service, pods: &[Arc<Pod>]) -> Vec<EndpointSlice> {
             .collect();
         groups.entry(ports).or_default().push(Endpoint {
             addresses: vec![ip],
+            hostname: crate::endpoints::endpoint_hostname(svc, pod),
             conditions: Some(EndpointConditions {
                 ready: Some(serving && !terminating),
                 serving: Some(serving),
@@ -322,6 +323,28 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn a_pod_whose_subdomain_names_the_service_gets_its_hostname() {
+        let with = |hostname: &str, subdomain: &str| {
+            let mut p = (*pod("a", "10.0.0.1", true, false)).clone();
+            let spec = p.spec.as_mut().unwrap();
+            spec.hostname = Some(hostname.into());
+            spec.subdomain = Some(subdomain.into());
+            Arc::new(p)
+        };
+        let hostnames = |pods: Vec<Arc<Pod>>| {
+            let s = serde_json::to_value(&slices_for(&service(), &pods)[0]).unwrap();
+            s["endpoints"][0]["hostname"].clone()
+        };
+        assert_eq!(hostnames(vec![with("web-0", "web")]), "web-0");
+        // Another subdomain, or none: no hostname (upstream's ShouldSetHostname).
+        assert!(hostnames(vec![with("web-0", "other")]).is_null());
+        assert!(hostnames(vec![pod("a", "10.0.0.1", true, false)]).is_null());
+        let ep = crate::endpoints::endpoints_for(&service(), &[with("web-0", "web")]);
+        let ep = serde_json::to_value(&ep).unwrap();
+        assert_eq!(ep["subsets"][0]["addresses"][0]["hostname"], "web-0");
     }
 
     #[test]

@@ -77,6 +77,11 @@ struct AgentArgs {
     #[arg(long, default_value = "cluster.local")]
     cluster_domain: String,
 
+    /// The resolver configuration whose nameservers cluster DNS asks for names outside the
+    /// cluster.
+    #[arg(long, default_value = "/etc/resolv.conf")]
+    resolv_conf: PathBuf,
+
     /// Name of the pod network's bridge.
     #[arg(long, default_value = "r8s0")]
     pod_bridge: String,
@@ -906,7 +911,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             args.agent.cluster_dns.parse().with_context(|| {
                 format!("--cluster-dns {:?} is not an IP address", args.agent.cluster_dns)
             })?;
-        let opts = r8s_net::dns::DnsOptions::new(address, &args.agent.cluster_domain);
+        let mut opts = r8s_net::dns::DnsOptions::new(address, &args.agent.cluster_domain);
+        opts.resolv_conf = args.agent.resolv_conf.clone();
         let stop = stop.clone();
         dns = Some(tokio::spawn(async move {
             if let Err(e) = r8s_net::dns::run(client, opts, stop).await {

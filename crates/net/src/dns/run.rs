@@ -1,8 +1,8 @@
-//! Running cluster DNS on a node: the cluster DNS address made local (on a dummy link of its
-//! own, as upstream's NodeLocal DNSCache binds the kube-dns address on the node, so pods reach
-//! it through their default route without a Service proxy), Services and EndpointSlices
-//! followed by informers into the zone, and the server on port 53 until stopped; then the
-//! link goes, if this agent made it.
+//! Running cluster DNS on a node: the cluster DNS address made local (as upstream's NodeLocal
+//! DNSCache binds the kube-dns address on the node, so pods reach it through their default
+//! route without a Service proxy), Services and EndpointSlices followed by informers into the
+//! zone, and the server on port 53 until stopped; then the address goes, if this agent put it
+//! there.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -12,12 +12,10 @@ use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use r8s_client::informer::{Change, Factory};
+use rtnetlink::packet_route::address::AddressAttribute;
 use tokio_util::sync::CancellationToken;
 
 use super::{forward, serve, ClusterZone, DnsServer, Forwarder};
-
-/// The link that holds the cluster DNS address when no interface has it.
-pub const LINK: &str = "r8s-dns";
 
 pub struct DnsOptions {
     /// The cluster DNS address (`--cluster-dns`).
@@ -52,7 +50,7 @@ pub async fn run(client: kube::Client, opts: DnsOptions, stop: CancellationToken
     if upstreams.is_empty() {
         tracing::warn!(resolv_conf = %opts.resolv_conf.display(), "dns: no upstream nameservers; only cluster names will resolve");
     }
-    let made_link = make_local(opts.address).await?;
+    let made_local = make_local(opts.address).await?;
     let factory = Factory::new(client, None);
     let services = factory.get::<Service>();
     let slices = factory.get::<EndpointSlice>();
@@ -107,9 +105,9 @@ pub async fn run(client: kube::Client, opts: DnsOptions, stop: CancellationToken
     for t in tasks {
         t.abort();
     }
-    if made_link {
-        if let Err(e) = remove_link().await {
-            tracing::warn!(link = LINK, error = %e, "dns: could not remove its link");
+    if made_local {
+        if let Err(e) = remove_local(opts.address).await {
+            tracing::warn!(address = %opts.address, error = %e, "dns: could not remove its address");
         }
     }
     served
@@ -117,74 +115,87 @@ pub async fn run(client: kube::Client, opts: DnsOptions, stop: CancellationToken
         .map_err(|e| format!("listening on {}:{}: {e}", opts.address, opts.port))
 }
 
-/// Make `address` local to the node: its own dummy link (found again if an earlier run left
-/// it), or nothing when another interface already has the address (a socket can bind it).
-/// Returns whether the link is ours to remove.
+/// The label r8s gives the cluster DNS address on the loopback link (IPv4), so a later run
+/// knows the address as its own.
+pub const LABEL: &str = "lo:r8s-dns";
+
+/// Make `address` local to the node: added to the loopback link (labelled, for IPv4), unless
+/// some interface already has it that is not r8s's (a socket can bind it). Returns whether the
+/// address is ours to remove. (The loopback link, not a dummy link as NodeLocal DNSCache
+/// uses: it exists on every kernel; packets from pods to it are delivered locally the same.)
 async fn make_local(address: IpAddr) -> Result<bool, String> {
     let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
     tokio::spawn(connection);
-    let existing = handle
-        .link()
-        .get()
-        .match_name(LINK.to_owned())
-        .execute()
-        .try_next()
-        .await;
-    let index = match existing {
-        Ok(Some(link)) => link.header.index,
-        _ if std::net::UdpSocket::bind(SocketAddr::new(address, 0)).is_ok() => return Ok(false),
-        _ => {
-            handle
-                .link()
-                .add(rtnetlink::LinkDummy::new(LINK).build())
-                .execute()
-                .await
-                .map_err(|e| format!("creating link {LINK}: {e}"))?;
-            handle
-                .link()
-                .get()
-                .match_name(LINK.to_owned())
-                .execute()
-                .try_next()
-                .await
-                .map_err(|e| format!("finding link {LINK}: {e}"))?
-                .ok_or_else(|| format!("link {LINK} vanished"))?
-                .header
-                .index
-        }
-    };
+    let lo = loopback_index(&handle).await?;
+    if let Some(labelled) = our_address(&handle, lo, address).await? {
+        return Ok(labelled);
+    }
+    if std::net::UdpSocket::bind(SocketAddr::new(address, 0)).is_ok() {
+        return Ok(false);
+    }
     let prefix = if address.is_ipv4() { 32 } else { 128 };
-    handle
-        .address()
-        .add(index, address, prefix)
-        .replace()
-        .execute()
+    let mut add = handle.address().add(lo, address, prefix);
+    if address.is_ipv4() {
+        add.message_mut()
+            .attributes
+            .push(AddressAttribute::Label(LABEL.to_owned()));
+    }
+    add.execute()
         .await
-        .map_err(|e| format!("adding {address} to {LINK}: {e}"))?;
-    handle
-        .link()
-        .set(rtnetlink::LinkUnspec::new_with_index(index).up().build())
-        .execute()
-        .await
-        .map_err(|e| format!("setting {LINK} up: {e}"))?;
+        .map_err(|e| format!("adding {address} to the loopback link: {e}"))?;
     Ok(true)
 }
 
-async fn remove_link() -> Result<(), String> {
-    let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
-    tokio::spawn(connection);
-    let link = handle
+async fn loopback_index(handle: &rtnetlink::Handle) -> Result<u32, String> {
+    Ok(handle
         .link()
         .get()
-        .match_name(LINK.to_owned())
+        .match_name("lo".to_owned())
         .execute()
         .try_next()
         .await
-        .map_err(|e| e.to_string())?;
-    if let Some(link) = link {
+        .map_err(|e| format!("finding the loopback link: {e}"))?
+        .ok_or("no loopback link")?
+        .header
+        .index)
+}
+
+/// `address` on the loopback link: `Some(true)` when r8s put it there (its label; IPv6
+/// addresses have none and count as r8s's), `Some(false)` when someone else did.
+async fn our_address(handle: &rtnetlink::Handle, lo: u32, address: IpAddr) -> Result<Option<bool>, String> {
+    let mut found = handle
+        .address()
+        .get()
+        .set_link_index_filter(lo)
+        .set_address_filter(address)
+        .execute();
+    match found.try_next().await {
+        Ok(Some(msg)) => Ok(Some(
+            address.is_ipv6()
+                || msg
+                    .attributes
+                    .iter()
+                    .any(|a| matches!(a, AddressAttribute::Label(l) if l == LABEL)),
+        )),
+        Ok(None) => Ok(None),
+        Err(e) => Err(format!("listing the loopback link's addresses: {e}")),
+    }
+}
+
+async fn remove_local(address: IpAddr) -> Result<(), String> {
+    let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
+    tokio::spawn(connection);
+    let lo = loopback_index(&handle).await?;
+    let mut found = handle
+        .address()
+        .get()
+        .set_link_index_filter(lo)
+        .set_address_filter(address)
+        .execute();
+    if let Some(msg) = found.try_next().await.map_err(|e| e.to_string())? {
         handle
-            .link()
-            .del(link.header.index)
+            .address()
+            .del(msg)
             .execute()
             .await
             .map_err(|e| e.to_string())?;

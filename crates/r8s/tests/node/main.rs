@@ -7,6 +7,7 @@
 mod support;
 
 mod agent;
+mod dns;
 mod exec;
 mod logs;
 mod pod_workers;

@@ -91,6 +91,19 @@ impl Drop for Leftovers {
         }
         r8s_kubelet::containerd::unmount_under(&self.dir);
         r8s_kubelet::cni::remove_bridge(&self.bridge);
+        // Cluster DNS's address on the loopback link, if the server died before removing it.
+        let _ = Command::new("ip")
+            .args([
+                "addr",
+                "del",
+                "10.43.0.10/32",
+                "dev",
+                "lo",
+                "label",
+                r8s_net::dns::run::LABEL,
+            ])
+            .stderr(std::process::Stdio::null())
+            .status();
         r8s_kubelet::cgroups::remove(&r8s_kubelet::cgroups::pod_parent("r8s-pods"));
     }
 }
@@ -128,6 +141,10 @@ pub fn start_prepared(
 ) -> Cluster {
     let data = tempfile::tempdir().unwrap();
     stage_images(data.path());
+    // Cluster DNS forwards outside names to no one: test traffic stays on the machine.
+    let resolv_conf = data.path().join("resolv.conf");
+    std::fs::write(&resolv_conf, "# no upstream nameservers in tests\n").unwrap();
+    let resolv_conf = resolv_conf.to_string_lossy().to_string();
     prepare(data.path());
     let data_path = data.path().to_path_buf();
     let bridge = format!("{bridge_prefix}{}", std::process::id() % 10000);
@@ -147,6 +164,8 @@ pub fn start_prepared(
         "127.0.0.1",
         "--kubelet-port",
         "0",
+        "--resolv-conf",
+        &resolv_conf,
     ];
     // The node's address is loopback too, so the API server reaches the kubelet (logs).
     if !extra.contains(&"--node-ip") {
@@ -227,4 +246,30 @@ pub fn events_of(s: &Server, name: &str) -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+/// A blackhole route for a range, for the length of a test that sends to it (until r8s guards
+/// the service range itself): nothing addressed there leaves the machine. Removed when
+/// dropped, if this test added it.
+pub struct Blackhole(Option<String>);
+
+impl Blackhole {
+    pub fn install(cidr: &str) -> Self {
+        let added = Command::new("ip")
+            .args(["route", "add", "blackhole", cidr])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        Blackhole(added.then(|| cidr.to_owned()))
+    }
+}
+
+impl Drop for Blackhole {
+    fn drop(&mut self) {
+        if let Some(cidr) = &self.0 {
+            let _ = Command::new("ip")
+                .args(["route", "del", "blackhole", cidr])
+                .status();
+        }
+    }
 }
