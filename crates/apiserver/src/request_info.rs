@@ -90,13 +90,10 @@ pub fn parse_request(method: &http::Method, path: &str, query: Option<&str>) -> 
     info.name = rest.get(1).map(|s| s.to_string()).unwrap_or_default();
     info.subresource = rest.get(2).map(|s| s.to_string()).unwrap_or_default();
 
-    let query_has = |key: &str, value: &str| {
-        query.unwrap_or("").split('&').any(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| k == key && v == value)
-                .unwrap_or(false)
-        })
-    };
+    // `watch` as upstream decodes it: the first value, a boolean query parameter.
+    let watch_asked = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "watch")
+        .is_some_and(|(_, v)| query_bool(&v));
     if info.verb == "get" && info.name.is_empty() {
         info.verb = "list".into();
         // A list or watch of one object by `fieldSelector=metadata.name=N` is about N, so an
@@ -124,16 +121,21 @@ pub fn parse_request(method: &http::Method, path: &str, query: Option<&str>) -> 
             }
         }
     }
-    if watch_path
-        || ((info.verb == "list" || info.verb == "get")
-            && (query_has("watch", "true") || query_has("watch", "1")))
-    {
+    if watch_path || ((info.verb == "list" || info.verb == "get") && watch_asked) {
         info.verb = "watch".into();
     }
     if info.verb == "delete" && info.name.is_empty() {
         info.verb = "deletecollection".into();
     }
     info
+}
+
+/// A boolean query parameter's value as upstream decodes it (apimachinery's
+/// `Convert_Slice_string_To_bool`): "0" and "false" in any case are false; anything else —
+/// "true", "True" (what the Python client sends), "1", even "" — is true. An absent
+/// parameter is false (the caller's business).
+pub(crate) fn query_bool(value: &str) -> bool {
+    !(value == "0" || value.eq_ignore_ascii_case("false"))
 }
 
 #[cfg(test)]
@@ -230,6 +232,35 @@ mod tests {
             Some("fieldSelector=metadata.name%3Dtls%2Ctype%3Dx"),
         );
         assert_eq!((i.verb.as_str(), i.name.as_str()), ("list", ""));
+    }
+
+    #[test]
+    fn watch_is_a_boolean_as_upstream_decodes_it() {
+        let verb = |q: &str| p(Method::GET, "/api/v1/namespaces/default/pods", Some(q)).verb;
+        // The Python client sends `watch=True`; Go's clients `watch=true`; `1` and even an
+        // empty value are true too.
+        for q in [
+            "watch=True",
+            "watch=true",
+            "watch=TRUE",
+            "watch=1",
+            "watch=",
+            "watch=yes",
+        ] {
+            assert_eq!(verb(q), "watch", "{q}");
+        }
+        for q in ["watch=false", "watch=False", "watch=0", "limit=5"] {
+            assert_eq!(verb(q), "list", "{q}");
+        }
+        // The first of repeated values counts.
+        assert_eq!(verb("watch=0&watch=1"), "list");
+        let q = crate::registry::Query::parse(Some(
+            "allowWatchBookmarks=True&sendInitialEvents=0&dryRun=All&force=true&force=false",
+        ));
+        assert!(q.flag("allowWatchBookmarks"));
+        assert!(!q.flag("sendInitialEvents"));
+        assert!(!q.flag("timestamps"));
+        assert!(q.flag("force"));
     }
 
     #[test]

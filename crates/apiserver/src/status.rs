@@ -70,25 +70,26 @@ impl ApiError {
 
     /// The `metav1.Status` body.
     pub fn to_status(&self) -> Value {
-        let mut s = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        });
-        if self.reason.is_empty() {
-            // A Status without a reason leaves it out (Go's omitempty), as webhook denials do.
-            if let Some(o) = s.as_object_mut() {
-                o.remove("reason");
-            }
+        // metav1.Status's fields in Go's order (clients compare bodies as text), each left out
+        // when empty as Go's omitempty does.
+        let mut s = serde_json::Map::new();
+        s.insert("kind".into(), json!("Status"));
+        s.insert("apiVersion".into(), json!("v1"));
+        s.insert("metadata".into(), json!({}));
+        s.insert("status".into(), json!("Failure"));
+        if !self.message.is_empty() {
+            s.insert("message".into(), json!(self.message));
+        }
+        if !self.reason.is_empty() {
+            s.insert("reason".into(), json!(self.reason));
         }
         if let Some(d) = &self.details {
-            s["details"] = d.clone();
+            s.insert("details".into(), d.clone());
         }
-        s
+        if self.code != 0 {
+            s.insert("code".into(), json!(self.code));
+        }
+        Value::Object(s)
     }
 }
 
@@ -112,5 +113,22 @@ mod tests {
         assert_eq!(s["reason"], "Forbidden");
         assert_eq!(s["code"], 403);
         assert_eq!(s["message"], "nope");
+    }
+
+    #[test]
+    fn status_fields_come_in_gos_order() {
+        let s = ApiError::new(404, "NotFound", "pods \"x\" not found")
+            .with_details(json!({"name": "x", "kind": "pods"}))
+            .to_status();
+        assert_eq!(
+            serde_json::to_string(&s).unwrap(),
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"x\" not found","reason":"NotFound","details":{"name":"x","kind":"pods"},"code":404}"#
+        );
+        // Without a reason (a webhook's denial), the field is left out, as Go's omitempty.
+        let s = serde_json::to_string(&ApiError::new(400, "", "denied").to_status()).unwrap();
+        assert_eq!(
+            s,
+            r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"denied","code":400}"#
+        );
     }
 }

@@ -936,6 +936,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         // The kubelet API takes client certificates signed by the cluster CA.
         opts.client_ca = config.root_cert.clone().unwrap_or_default();
         let client = kube::Client::try_from(config)?;
+        // The server's own node is a control-plane node, as k3s labels it. Kubelets may not
+        // set node-role labels on themselves (NodeRestriction), so the server does, once the
+        // node has registered.
+        components.push(tokio::spawn(label_control_plane_node(
+            admin.clone(),
+            opts.node_name.clone(),
+            stop.clone(),
+        )));
         let stop = stop.clone();
         agent = Some(tokio::spawn(async move {
             if let Err(e) = r8s_kubelet::agent::Agent::run(client, opts, stop).await {
@@ -964,6 +972,46 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     api.stop();
     tracing::info!("shutting down");
     Ok(())
+}
+
+/// The labels k3s gives a server's node, so `kubectl get nodes` shows its roles.
+const CONTROL_PLANE_LABELS: [&str; 2] = [
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
+
+/// Label node `name` as a control-plane node once it exists (checked every second, for at
+/// most five minutes, until `stop`).
+async fn label_control_plane_node(
+    admin: kube::Client,
+    name: String,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(admin);
+    let labels: serde_json::Map<String, serde_json::Value> = CONTROL_PLANE_LABELS
+        .iter()
+        .map(|l| (l.to_string(), serde_json::json!("true")))
+        .collect();
+    let patch = serde_json::json!({"metadata": {"labels": labels}});
+    for _ in 0..300 {
+        let done = nodes
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await;
+        match done {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => tracing::debug!(node = %name, error = %e, "labelling the server's node"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    tracing::warn!(node = %name, "the server's node never registered; not labelled control-plane");
 }
 
 async fn client_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::Client> {

@@ -59,19 +59,22 @@ pub(crate) struct Query(BTreeMap<String, String>);
 
 impl Query {
     pub fn parse(q: Option<&str>) -> Self {
-        Self(
-            form_urlencoded::parse(q.unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
+        // A repeated parameter counts by its first value, as upstream decodes it.
+        let mut params = BTreeMap::new();
+        for (k, v) in form_urlencoded::parse(q.unwrap_or("").as_bytes()) {
+            params.entry(k.into_owned()).or_insert_with(|| v.into_owned());
+        }
+        Self(params)
     }
 
     pub fn get(&self, k: &str) -> Option<&str> {
         self.0.get(k).map(String::as_str).filter(|v| !v.is_empty())
     }
 
+    /// A boolean parameter: absent is false, else as upstream decodes it
+    /// ([`crate::request_info::query_bool`]: `watch=True` is true).
     pub fn flag(&self, k: &str) -> bool {
-        matches!(self.0.get(k).map(String::as_str), Some("true" | "1"))
+        self.0.get(k).is_some_and(|v| crate::request_info::query_bool(v))
     }
 
     pub fn dry_run(&self) -> bool {
@@ -669,6 +672,12 @@ pub(crate) fn typed(
 
 /// Check `apiVersion`/`kind` (filling them in when absent) and the namespace.
 pub(crate) fn check_type_and_namespace(def: &ResourceDef, obj: &mut Value, ns: &str) -> Result<(), ApiError> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "the request body must be a {} object",
+            def.kind
+        )));
+    }
     let want_version = def.api_version();
     match obj["apiVersion"].as_str() {
         None | Some("") => obj["apiVersion"] = json!(want_version),

@@ -227,7 +227,19 @@ pub(super) fn apply(kind: PatchType, doc: &mut Value, patch: &Value, root: Node)
             })
         }
         PatchType::Merge => {
+            // As upstream's merge (evanphx/json-patch): a patch that is neither an object nor
+            // an array is not a merge patch; one that turns the object into something else
+            // cannot be decoded as one.
+            if !patch.is_object() && !patch.is_array() {
+                return Err(ApiError::bad_request("Invalid JSON Patch"));
+            }
             json_patch::merge(doc, patch);
+            if !doc.is_object() {
+                return Err(ApiError::bad_request(format!(
+                    "json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
+                    go_json_type(doc)
+                )));
+            }
             Ok(())
         }
         PatchType::Strategic => {
@@ -239,6 +251,18 @@ pub(super) fn apply(kind: PatchType, doc: &mut Value, patch: &Value, root: Node)
             strategic_merge(doc, patch, root);
             Ok(())
         }
+    }
+}
+
+/// How Go's encoding/json names a JSON value's type in its errors.
+fn go_json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
     }
 }
 
@@ -517,6 +541,23 @@ mod tests {
         let patch = json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}});
         apply(PatchType::Strategic, &mut doc, &patch, deployment()).unwrap();
         assert_eq!(doc["spec"]["strategy"], json!({"type": "Recreate"}));
+    }
+
+    #[test]
+    fn merge_patches_that_are_not_objects_are_bad_requests() {
+        for (patch, message) in [
+            (
+                json!([1, 2]),
+                "json: cannot unmarshal array into Go value of type map[string]interface {}",
+            ),
+            (json!(3), "Invalid JSON Patch"),
+            (json!("x"), "Invalid JSON Patch"),
+            (json!(null), "Invalid JSON Patch"),
+        ] {
+            let mut doc = json!({"metadata": {"name": "p"}});
+            let err = apply(PatchType::Merge, &mut doc, &patch, pod()).unwrap_err();
+            assert_eq!((err.code, err.message.as_str()), (400, message), "{patch}");
+        }
     }
 
     #[test]

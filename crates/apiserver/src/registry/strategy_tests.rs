@@ -184,6 +184,14 @@ fn services_endpoints_and_nodes_get_upstreams_defaults() {
 }
 
 #[test]
+fn a_new_service_has_an_empty_load_balancer_status_whatever_it_was_sent_with() {
+    let user = crate::authn::UserInfo::default();
+    let mut svc = json!({"spec": {}, "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}});
+    super::strategy::of(def("services")).prepare_for_create(&user, &mut svc);
+    assert_eq!(svc["status"], json!({"loadBalancer": {}}));
+}
+
+#[test]
 fn immutable_fields_are_refused_in_upstreams_words() {
     let text = |d: &str, new: Value, old: Value| -> Vec<String> {
         validate_update(def(d), &new, &old)

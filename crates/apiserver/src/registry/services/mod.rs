@@ -29,6 +29,13 @@ impl Strategy for Services {
         true
     }
 
+    /// A new Service's status is upstream's empty `ServiceStatus`, which encodes as
+    /// `{"loadBalancer": {}}` (clients such as the Python one expect the field).
+    fn prepare_for_create(&self, _user: &crate::authn::UserInfo, obj: &mut Value) {
+        super::strategy::drop_status(obj);
+        obj["status"] = json!({"loadBalancer": {}});
+    }
+
     fn prepare_for_update(&self, obj: &mut Value, old: &Value) -> Result<(), ApiError> {
         keep_status(obj, old);
         keep_allocations(obj, old)
