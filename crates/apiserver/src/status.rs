@@ -84,7 +84,12 @@ impl ApiError {
             s.insert("reason".into(), json!(self.reason));
         }
         if let Some(d) = &self.details {
-            s.insert("details".into(), d.clone());
+            // StatusDetails' fields are omitempty too: the core group is "" and left out.
+            let mut d = d.clone();
+            if let Some(o) = d.as_object_mut() {
+                o.retain(|_, v| !matches!(v, Value::String(s) if s.is_empty()));
+            }
+            s.insert("details".into(), d);
         }
         if self.code != 0 {
             s.insert("code".into(), json!(self.code));
@@ -118,7 +123,7 @@ mod tests {
     #[test]
     fn status_fields_come_in_gos_order() {
         let s = ApiError::new(404, "NotFound", "pods \"x\" not found")
-            .with_details(json!({"name": "x", "kind": "pods"}))
+            .with_details(json!({"name": "x", "group": "", "kind": "pods"}))
             .to_status();
         assert_eq!(
             serde_json::to_string(&s).unwrap(),

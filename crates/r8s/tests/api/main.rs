@@ -9,6 +9,7 @@ mod admission;
 mod audit;
 mod controllers;
 mod etcd_backend;
+mod fidelity;
 mod kube_rs;
 mod kubectl;
 mod scheduler;

@@ -68,6 +68,11 @@ fn pods_resolve_services_through_cluster_dns() {
             (pod_json(s, name)?["status"]["phase"] == "Running").then_some(())
         });
     }
+    // The server's own node shows its roles, as k3s's does.
+    wait_for(30, "the node's roles", || {
+        let out = s.ok(V, &["get", "node", "dns-node"]);
+        out.contains("control-plane,master").then_some(())
+    });
     let web_ip = s.ok(V, &["get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"]);
     let db_ip = wait_for(30, "db-0's address", || {
         let ip = pod_json(s, "db-0")?["status"]["podIP"].as_str()?.to_owned();
