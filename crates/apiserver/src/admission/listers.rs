@@ -327,20 +327,7 @@ impl Listers {
     /// The pods of a namespace, decoded (not kept in memory: read from the datastore, and not
     /// put in the shared parse cache, which they would flush).
     pub async fn pods(&self, ns: &str) -> std::result::Result<Vec<serde_json::Value>, ApiError> {
-        let def = def_of(PODS);
-        let resp = self
-            .store
-            .range(RangeRequest {
-                prefix: crate::registry::prefix(def, ns),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| ApiError::internal(format!("listing pods: {e}")))?;
-        Ok(resp
-            .kvs
-            .iter()
-            .filter_map(|kv| crate::registry::decode(def, kv).ok())
-            .collect())
+        crate::registry::system::list(&*self.store, def_of(PODS), ns).await
     }
 }
 

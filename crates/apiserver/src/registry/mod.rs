@@ -107,9 +107,22 @@ pub(crate) fn prefix(def: &ResourceDef, namespace: &str) -> String {
 
 /// Decode a stored object as `def` and give it its resource version.
 pub(crate) fn decode(def: &ResourceDef, kv: &KeyValue) -> Result<Value, ApiError> {
+    decode_with(def, &*strategy::of(def), kv)
+}
+
+/// [`decode`] with `def`'s strategy looked up already (once per list, not per object).
+fn decode_with(
+    def: &ResourceDef,
+    strategy: &dyn strategy::Strategy,
+    kv: &KeyValue,
+) -> Result<Value, ApiError> {
     let obj: Value = serde_json::from_slice(&kv.value)
         .map_err(|e| ApiError::internal(format!("stored object {} is unreadable: {e}", kv.key)))?;
-    let mut obj = convert::from_storage(def, obj);
+    let mut obj = if strategy.converts() {
+        strategy.served_from_storage(obj, &def.api_version())
+    } else {
+        obj
+    };
     meta::set_resource_version(&mut obj, kv.mod_revision);
     Ok(obj)
 }
@@ -191,7 +204,13 @@ pub(crate) fn with_resource_version(stored: &[u8], rv: i64) -> Option<Vec<u8>> {
 
 /// A stored object as JSON bytes of `def` with its resourceVersion.
 fn raw_item(def: &ResourceDef, kv: &KeyValue) -> Result<Vec<u8>, ApiError> {
-    match with_resource_version(&kv.value, kv.mod_revision).filter(|_| !convert::converts(def)) {
+    raw_item_as(def, kv, convert::converts(def))
+}
+
+/// [`raw_item`] knowing already whether `def` is stored in another form (asked once per
+/// list: the strategy lookup is not free).
+fn raw_item_as(def: &ResourceDef, kv: &KeyValue, converts: bool) -> Result<Vec<u8>, ApiError> {
+    match with_resource_version(&kv.value, kv.mod_revision).filter(|_| !converts) {
         Some(b) => Ok(b),
         None => Ok(serde_json::to_vec(&decode(def, kv)?).expect("JSON serializes")),
     }
@@ -428,8 +447,9 @@ pub(crate) async fn list_objects(
     filter: &Filter,
 ) -> Result<(Vec<Value>, i64, Option<String>, Option<i64>), ApiError> {
     let counted = filter.is_empty();
+    let strategy = strategy::of(def);
     list_page(ctx, def, ns, query, counted, |kv| {
-        let obj = decode(def, kv)?;
+        let obj = decode_with(def, &*strategy, kv)?;
         Ok(filter.matches(def, &obj).then_some(obj))
     })
     .await
@@ -590,8 +610,11 @@ pub(crate) async fn list_stored(
     query: &Query,
 ) -> Result<Page<Vec<u8>>, ApiError> {
     wait_for_revision(ctx, query).await?;
-    let (items, revision, token, remaining) =
-        list_page(ctx, def, ns, query, true, |kv| raw_item(def, kv).map(Some)).await?;
+    let converts = convert::converts(def);
+    let (items, revision, token, remaining) = list_page(ctx, def, ns, query, true, |kv| {
+        raw_item_as(def, kv, converts).map(Some)
+    })
+    .await?;
     Ok(page(items, revision, token, remaining))
 }
 
