@@ -913,6 +913,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             })?;
         let mut opts = r8s_net::dns::DnsOptions::new(address, &args.agent.cluster_domain);
         opts.resolv_conf = args.agent.resolv_conf.clone();
+        // The kube-dns Service, as k3s's CoreDNS manifest makes it, so what looks for cluster
+        // DNS by its Service (and its name in the zone) finds it.
+        if let Err(e) = ensure_kube_dns_service(&admin, address).await {
+            tracing::warn!(error = %e, "could not create the kube-dns Service");
+        }
         let stop = stop.clone();
         dns = Some(tokio::spawn(async move {
             if let Err(e) = r8s_net::dns::run(client, opts, stop).await {
@@ -972,6 +977,40 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     api.stop();
     tracing::info!("shutting down");
     Ok(())
+}
+
+/// Create `kube-system/kube-dns` (cluster IP `address`; DNS over UDP and TCP, and CoreDNS's
+/// metrics port) unless it exists: k3s's CoreDNS Service, without a selector (the agent
+/// serves DNS, no pod does).
+async fn ensure_kube_dns_service(admin: &kube::Client, address: std::net::IpAddr) -> anyhow::Result<()> {
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(admin.clone(), "kube-system");
+    let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "kube-dns",
+            "namespace": "kube-system",
+            "labels": {
+                "k8s-app": "kube-dns",
+                "kubernetes.io/cluster-service": "true",
+                "kubernetes.io/name": "CoreDNS",
+            },
+            "annotations": {"prometheus.io/port": "9153", "prometheus.io/scrape": "true"},
+        },
+        "spec": {
+            "clusterIP": address.to_string(),
+            "clusterIPs": [address.to_string()],
+            "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP"},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+                {"name": "metrics", "port": 9153, "protocol": "TCP"},
+            ],
+        },
+    }))?;
+    match services.create(&kube::api::PostParams::default(), &svc).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The labels k3s gives a server's node, so `kubectl get nodes` shows its roles.

@@ -115,6 +115,9 @@ fn pods_resolve_services_through_cluster_dns() {
     // An ExternalName's CNAME, followed to its target inside the cluster.
     let (ok, out) = lookup(s, &["ext.default.svc.cluster.local"]);
     assert!(ok && out.contains(&format!("Address: {web_ip}")), "{out}");
+    // The kube-dns Service names cluster DNS itself, as on k3s.
+    let (ok, out) = lookup(s, &["kube-dns.kube-system.svc.cluster.local"]);
+    assert!(ok && out.contains("Address: 10.43.0.10"), "{out}");
     // A name that does not exist is NXDOMAIN, at once.
     let started = std::time::Instant::now();
     let (ok, out) = lookup(s, &["nope.default.svc.cluster.local"]);
