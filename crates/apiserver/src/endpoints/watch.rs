@@ -96,10 +96,12 @@ pub(crate) async fn serve(
     let send_initial_events = query.flag("sendInitialEvents");
     let initial = rv.is_none() || rv.as_deref() == Some("0") || send_initial_events;
     let bookmarks = query.flag("allowWatchBookmarks");
+    // A negative timeout ends the watch at once, as upstream's timer does; 0 or none: none.
     let timeout = query
         .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .map(Duration::from_secs);
+        .and_then(|t| t.parse::<i64>().ok())
+        .filter(|t| *t != 0)
+        .map(|t| Duration::from_secs(t.max(0) as u64));
     let start_after: i64 = match (&rv, initial) {
         (Some(rv), false) => rv
             .parse()

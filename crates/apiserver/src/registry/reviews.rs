@@ -23,6 +23,15 @@ pub(crate) async fn create(ctx: &Ctx, def: &ResourceDef, ns: &str, body: Bytes) 
             def.kind
         )));
     }
+    // Decoded as its type would be: metadata and spec, when present, are objects.
+    for field in ["metadata", "spec"] {
+        if !obj[field].is_null() && !obj[field].is_object() {
+            return Err(ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: {field} must be an object",
+                def.kind, def.version, def.kind
+            )));
+        }
+    }
     obj["apiVersion"] = json!(def.api_version());
     obj["kind"] = json!(def.kind);
     if obj["metadata"].is_null() {

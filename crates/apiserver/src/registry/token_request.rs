@@ -33,6 +33,11 @@ pub(crate) async fn create(
         serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("error decoding TokenRequest: {e}")))?
     };
+    if !req.is_object() || (!req["spec"].is_null() && !req["spec"].is_object()) {
+        return Err(ApiError::bad_request(
+            "TokenRequest in version \"v1\" cannot be handled as a TokenRequest: the body must be an object",
+        ));
+    }
     let spec = req["spec"].clone();
     let mut expiration = spec["expirationSeconds"].as_i64().unwrap_or(DEFAULT_EXPIRATION);
     let mut errs = Vec::new();

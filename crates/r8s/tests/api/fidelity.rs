@@ -26,6 +26,22 @@ async fn send(
     content_type: &str,
     body: &str,
 ) -> (StatusCode, String) {
+    let what = format!("{method} {path}");
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        send_now(client, method, path, content_type, body),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{what}: no answer within 30 s"))
+}
+
+async fn send_now(
+    client: &Client,
+    method: Method,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (StatusCode, String) {
     let req = Request::builder()
         .method(method)
         .uri(path)
@@ -147,5 +163,167 @@ async fn clients_see_upstreams_wire_behaviour() {
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&body).unwrap()["status"],
         serde_json::json!({"loadBalancer": {}})
+    );
+}
+
+/// A bounded sweep of bad input over every verb and body type: truncated, wrongly typed,
+/// deeply nested and oversized bodies, malformed selectors and query values. Nothing may
+/// answer 5xx or take the server down; each answer is a Status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_never_answers_5xx() {
+    let server = Server::start();
+    let c = client(&server).await;
+    let json = "application/json";
+    for (path, body) in [
+        (
+            "/api/v1/namespaces/default/configmaps",
+            r#"{"metadata": {"name": "cm"}}"#,
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/deployments",
+            r#"{"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}"#,
+        ),
+    ] {
+        let (code, out) = send(&c, Method::POST, path, json, body).await;
+        assert_eq!(code, StatusCode::CREATED, "{out}");
+    }
+    let nested = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let nested_object = format!("{}1{}", "{\"a\":".repeat(5_000), "}".repeat(5_000));
+    let big = format!(
+        "{{\"metadata\": {{\"name\": \"big\"}}, \"data\": {{\"a\": \"{}\"}}}}",
+        "x".repeat(4 << 20)
+    );
+    let bodies: Vec<&str> = vec![
+        "",
+        "{",
+        "[]",
+        "1",
+        "\"x\"",
+        "null",
+        "true",
+        r#"{"metadata": 5}"#,
+        r#"{"metadata": {"name": 5}}"#,
+        r#"{"metadata": {"labels": []}}"#,
+        r#"{"spec": "x", "metadata": {"name": "cm"}}"#,
+        r#"{"kind": 5, "apiVersion": []}"#,
+        r#"{"data": {"a": 1}, "metadata": {"name": "cm"}}"#,
+        r#"[{"op": "replace"}]"#,
+        r#"[{"op": "add", "path": 5}]"#,
+        "\u{0}\u{1}\u{2}",
+        &nested,
+        &nested_object,
+        &big,
+    ];
+    let writes: Vec<(Method, &str, &str)> = vec![
+        (Method::POST, "/api/v1/namespaces/default/configmaps", json),
+        (Method::PUT, "/api/v1/namespaces/default/configmaps/cm", json),
+        (
+            Method::PATCH,
+            "/api/v1/namespaces/default/configmaps/cm",
+            "application/merge-patch+json",
+        ),
+        (
+            Method::PATCH,
+            "/api/v1/namespaces/default/configmaps/cm",
+            "application/strategic-merge-patch+json",
+        ),
+        (
+            Method::PATCH,
+            "/api/v1/namespaces/default/configmaps/cm",
+            "application/json-patch+json",
+        ),
+        (
+            Method::PATCH,
+            "/api/v1/namespaces/default/configmaps/cm?fieldManager=t",
+            "application/apply-patch+yaml",
+        ),
+        (Method::DELETE, "/api/v1/namespaces/default/configmaps/none", json),
+        (Method::POST, "/apis/apps/v1/namespaces/default/deployments", json),
+        (
+            Method::PUT,
+            "/apis/apps/v1/namespaces/default/deployments/d/scale",
+            json,
+        ),
+        (
+            Method::PATCH,
+            "/apis/apps/v1/namespaces/default/deployments/d/status",
+            "application/merge-patch+json",
+        ),
+        (
+            Method::POST,
+            "/api/v1/namespaces",
+            "application/vnd.kubernetes.protobuf",
+        ),
+        (
+            Method::POST,
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            json,
+        ),
+        (Method::POST, "/apis/authentication.k8s.io/v1/tokenreviews", json),
+        (
+            Method::POST,
+            "/api/v1/namespaces/default/serviceaccounts/default/token",
+            json,
+        ),
+        (Method::POST, "/api/v1/namespaces/default/pods/p/binding", json),
+        (Method::PUT, "/api/v1/namespaces/default/finalize", json),
+    ];
+    let mut answered = 0;
+    for (method, path, content_type) in &writes {
+        for body in &bodies {
+            let (code, out) = send(&c, method.clone(), path, content_type, body).await;
+            let shown: String = body.chars().take(40).collect();
+            assert!(
+                code.as_u16() < 500,
+                "{method} {path} ({content_type}) with {shown:?}: {code} {}",
+                out.chars().take(300).collect::<String>()
+            );
+            if !code.is_success() {
+                let status: serde_json::Value = serde_json::from_str(&out)
+                    .unwrap_or_else(|_| panic!("{method} {path} with {shown:?}: not a Status: {out}"));
+                assert_eq!(status["kind"], "Status", "{method} {path} with {shown:?}");
+            }
+            answered += 1;
+        }
+    }
+    let queries = [
+        "labelSelector=a%20in%20(",
+        "labelSelector=!!",
+        "fieldSelector===",
+        "fieldSelector=spec.nodeName%3Dx",
+        "limit=abc",
+        "limit=-1",
+        "resourceVersion=abc",
+        "resourceVersion=abc&resourceVersionMatch=Exact",
+        "resourceVersionMatch=Bogus&resourceVersion=1",
+        "continue=%%%",
+        "continue=eyJ4Ijo1fQ",
+        "timeoutSeconds=-1&watch=1",
+        "watch=1&resourceVersion=x",
+        "watch=1&resourceVersion=99999999999999999999",
+        "sendInitialEvents=true&watch=1&timeoutSeconds=1",
+    ];
+    for q in queries {
+        for path in [
+            "/api/v1/namespaces/default/configmaps",
+            "/api/v1/pods",
+            "/apis/apps/v1/namespaces/default/deployments",
+        ] {
+            let full = format!("{path}?{q}");
+            let (code, out) = send(&c, Method::GET, &full, json, "").await;
+            assert!(
+                code.as_u16() < 500,
+                "GET {full}: {code} {}",
+                out.chars().take(300).collect::<String>()
+            );
+            answered += 1;
+        }
+    }
+    // Still serving.
+    let (code, body) = send(&c, Method::GET, "/readyz", json, "").await;
+    assert_eq!(
+        (code, body.as_str()),
+        (StatusCode::OK, "ok"),
+        "after {answered} bad requests"
     );
 }
