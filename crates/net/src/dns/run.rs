@@ -54,32 +54,13 @@ pub async fn run(client: kube::Client, opts: DnsOptions, stop: CancellationToken
     let factory = Factory::new(client, None);
     let services = factory.get::<Service>();
     let slices = factory.get::<EndpointSlice>();
-    {
-        let zone = zone.clone();
-        services.add_handler(move |change| match change {
-            Change::Added(s) | Change::Updated(_, s) => zone.set_service(s),
-            Change::Deleted(s) => {
-                let m = &s.metadata;
-                zone.remove_service(
-                    m.namespace.as_deref().unwrap_or(""),
-                    m.name.as_deref().unwrap_or(""),
-                );
-            }
-        });
-    }
-    {
-        let zone = zone.clone();
-        slices.add_handler(move |change| match change {
-            Change::Added(s) | Change::Updated(_, s) => zone.set_slice(s),
-            Change::Deleted(s) => {
-                let m = &s.metadata;
-                zone.remove_slice(
-                    m.namespace.as_deref().unwrap_or(""),
-                    m.name.as_deref().unwrap_or(""),
-                );
-            }
-        });
-    }
+    feed(
+        &services,
+        &zone,
+        ClusterZone::set_service,
+        ClusterZone::remove_service,
+    );
+    feed(&slices, &zone, ClusterZone::set_slice, ClusterZone::remove_slice);
     let tasks = factory.start(&stop);
     // Serve once the first lists are in (briefly: a name missing now would be NXDOMAIN), as
     // CoreDNS waits for its informers.
@@ -113,6 +94,30 @@ pub async fn run(client: kube::Client, opts: DnsOptions, stop: CancellationToken
     served
         .map(|_| ())
         .map_err(|e| format!("listening on {}:{}: {e}", opts.address, opts.port))
+}
+
+/// Keep `zone` following an informer's objects: `set` on add and update, `remove` (by
+/// namespace and name) on delete.
+fn feed<K: r8s_client::informer::Object>(
+    informer: &r8s_client::informer::Informer<K>,
+    zone: &Arc<ClusterZone>,
+    set: fn(&ClusterZone, &K),
+    remove: fn(&ClusterZone, &str, &str),
+) where
+    kube::runtime::reflector::ObjectRef<K>: std::hash::Hash + Eq,
+{
+    let zone = zone.clone();
+    informer.add_handler(move |change| match change {
+        Change::Added(o) | Change::Updated(_, o) => set(&zone, o),
+        Change::Deleted(o) => {
+            let m = o.meta();
+            remove(
+                &zone,
+                m.namespace.as_deref().unwrap_or(""),
+                m.name.as_deref().unwrap_or(""),
+            );
+        }
+    });
 }
 
 /// The label r8s gives the cluster DNS address on the loopback link (IPv4), so a later run
@@ -160,39 +165,41 @@ async fn loopback_index(handle: &rtnetlink::Handle) -> Result<u32, String> {
         .index)
 }
 
-/// `address` on the loopback link: `Some(true)` when r8s put it there (its label; IPv6
-/// addresses have none and count as r8s's), `Some(false)` when someone else did.
-async fn our_address(handle: &rtnetlink::Handle, lo: u32, address: IpAddr) -> Result<Option<bool>, String> {
+/// `address` as the loopback link holds it, if it does.
+async fn on_loopback(
+    handle: &rtnetlink::Handle,
+    lo: u32,
+    address: IpAddr,
+) -> Result<Option<rtnetlink::packet_route::address::AddressMessage>, String> {
     let mut found = handle
         .address()
         .get()
         .set_link_index_filter(lo)
         .set_address_filter(address)
         .execute();
-    match found.try_next().await {
-        Ok(Some(msg)) => Ok(Some(
-            address.is_ipv6()
-                || msg
-                    .attributes
-                    .iter()
-                    .any(|a| matches!(a, AddressAttribute::Label(l) if l == LABEL)),
-        )),
-        Ok(None) => Ok(None),
-        Err(e) => Err(format!("listing the loopback link's addresses: {e}")),
-    }
+    found
+        .try_next()
+        .await
+        .map_err(|e| format!("listing the loopback link's addresses: {e}"))
+}
+
+/// `address` on the loopback link: `Some(true)` when r8s put it there (its label; IPv6
+/// addresses have none and count as r8s's), `Some(false)` when someone else did.
+async fn our_address(handle: &rtnetlink::Handle, lo: u32, address: IpAddr) -> Result<Option<bool>, String> {
+    Ok(on_loopback(handle, lo, address).await?.map(|msg| {
+        address.is_ipv6()
+            || msg
+                .attributes
+                .iter()
+                .any(|a| matches!(a, AddressAttribute::Label(l) if l == LABEL))
+    }))
 }
 
 async fn remove_local(address: IpAddr) -> Result<(), String> {
     let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
     tokio::spawn(connection);
     let lo = loopback_index(&handle).await?;
-    let mut found = handle
-        .address()
-        .get()
-        .set_link_index_filter(lo)
-        .set_address_filter(address)
-        .execute();
-    if let Some(msg) = found.try_next().await.map_err(|e| e.to_string())? {
+    if let Some(msg) = on_loopback(&handle, lo, address).await? {
         handle
             .address()
             .del(msg)
