@@ -14,6 +14,7 @@ command -v docker-registry >/dev/null || need+=(docker-registry)  # private-imag
 command -v htpasswd >/dev/null || need+=(apache2-utils)       # ... with htpasswd (bcrypt) users
 command -v curl >/dev/null || need+=(curl)                     # pod and registry checks in tests
 command -v jq >/dev/null || need+=(jq)
+command -v nft >/dev/null || need+=(nftables)                # the Service proxy's tests read r8s's table back with nft
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -3,3 +3,4 @@
 //! between nodes and network policy are to come here.
 
 pub mod dns;
+pub mod nft;
