@@ -4,3 +4,4 @@
 
 pub mod dns;
 pub mod nft;
+pub mod proxy;

@@ -93,6 +93,7 @@ fn a_table_written_over_netlink_reads_back_as_nft_prints_it() {
                 Expr::DynsetUpdate {
                     set: "affinity-x".into(),
                     sreg: REG_1,
+                    timeout_ms: Some(60_000),
                 },
             ],
         );
@@ -138,7 +139,7 @@ fn a_table_written_over_netlink_reads_back_as_nft_prints_it() {
         "ip daddr . meta l4proto . th dport vmap @service-ips",
         "fib daddr type local ip daddr != 127.0.0.0/8 accept",
         "ct state new ip daddr 10.43.0.0/16 drop",
-        "update @affinity-x { ip saddr }",
+        "update @affinity-x { ip saddr timeout 1m }",
         "meta l4proto tcp dnat to 10.42.0.2:8080",
         "meta l4proto udp dnat to 10.42.0.3:53",
         "numgen random mod 2 vmap { 0 : goto endpoint-a, 1 : goto endpoint-b }",

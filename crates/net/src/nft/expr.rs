@@ -28,6 +28,7 @@ pub const CT_STATE_NEW: u32 = 0x8;
 
 /// fib: result and flags; route types.
 pub const FIB_RESULT_ADDRTYPE: u32 = 3;
+pub const FIB_F_SADDR: u32 = 0x1;
 pub const FIB_F_DADDR: u32 = 0x2;
 pub const RTN_LOCAL: u32 = 2;
 
@@ -154,6 +155,7 @@ pub enum Expr {
     DynsetUpdate {
         set: String,
         sreg: u32,
+        timeout_ms: Option<u64>,
     },
     Counter,
 }
@@ -295,10 +297,17 @@ impl Expr {
                 w.u32(3, 1); // NFT_NG_RANDOM
                 w.u32(4, 0);
             }
-            Expr::DynsetUpdate { set, sreg } => {
+            Expr::DynsetUpdate {
+                set,
+                sreg,
+                timeout_ms,
+            } => {
                 w.str(1, set);
                 w.u32(3, DYNSET_UPDATE);
                 w.u32(4, *sreg);
+                if let Some(t) = timeout_ms {
+                    w.u64(6, *t);
+                }
             }
             Expr::Counter => {
                 w.u64(1, 0);
@@ -416,6 +425,22 @@ pub mod m {
                 dreg: REG_1,
                 result: FIB_RESULT_ADDRTYPE,
                 flags: FIB_F_DADDR,
+            },
+            Expr::Cmp {
+                sreg: REG_1,
+                op: CmpOp::Eq,
+                data: RTN_LOCAL.to_ne_bytes().to_vec(),
+            },
+        ]
+    }
+
+    /// `fib saddr type local`.
+    pub fn fib_saddr_local() -> Vec<Expr> {
+        vec![
+            Expr::Fib {
+                dreg: REG_1,
+                result: FIB_RESULT_ADDRTYPE,
+                flags: FIB_F_SADDR,
             },
             Expr::Cmp {
                 sreg: REG_1,

@@ -18,7 +18,10 @@ impl Netns {
             return None;
         }
         let name = format!("r8s-t-{tag}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(std::process::Stdio::null())
+            .status();
         let ok = Command::new("ip")
             .args(["netns", "add", &name])
             .status()

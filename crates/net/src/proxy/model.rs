@@ -1,0 +1,583 @@
+//! From one Service and its EndpointSlices to what the table holds for it: the chains (service,
+//! external, endpoint), the map elements that dispatch to them and the affinity sets — a pure
+//! function, as kube-proxy's nftables mode lays them out (KEP-3866): one `service-…` chain
+//! choosing among `endpoint-…` chains, an `external-…` chain for NodePort, external and
+//! load-balancer traffic, verdict-map elements keyed on address, protocol and port.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::nft::expr::{m, CmpOp, Expr, REG_1};
+use crate::nft::Verdict;
+
+/// The maps and sets of the table.
+pub const CLUSTER_IPS: &str = "cluster-ips";
+pub const SERVICE_IPS: &str = "service-ips";
+pub const SERVICE_NODEPORTS: &str = "service-nodeports";
+pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
+pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
+/// Fixed chains the per-Service rules use.
+pub const MARK_FOR_MASQUERADE: &str = "mark-for-masquerade";
+pub const REJECT_CHAIN: &str = "reject-chain";
+
+/// What the proxy needs to know about the cluster and the node.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// The nftables table (family ip).
+    pub table: String,
+    /// The Service range(s): addresses in them that no Service holds are dropped.
+    pub service_cidrs: Vec<(Ipv4Addr, u8)>,
+    /// The pod range: traffic from outside it to a Service is masqueraded.
+    pub cluster_cidr: Option<(Ipv4Addr, u8)>,
+    /// The packet mark bit meaning "masquerade this" (kube-proxy's --masquerade-bit).
+    pub masquerade_bit: u32,
+    /// This node's name (for traffic policy Local).
+    pub node_name: String,
+    /// Service addresses the agent serves itself (the cluster DNS address): not proxied.
+    pub local_service_ips: Vec<Ipv4Addr>,
+}
+
+impl ProxyConfig {
+    pub fn masquerade_mark(&self) -> u32 {
+        1 << self.masquerade_bit
+    }
+}
+
+/// One rule of a chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rule {
+    Exprs(Vec<Expr>),
+    /// `<exprs> numgen random mod N vmap { 0: v0, … }`.
+    Numgen(Vec<Expr>, Vec<Verdict>),
+}
+
+/// Everything the table holds for one Service.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceRules {
+    /// Chain name → its rules.
+    pub chains: BTreeMap<String, Vec<Rule>>,
+    /// (set, key) → the element's verdict (None for a plain set).
+    pub elems: BTreeMap<(&'static str, Vec<u8>), Option<Verdict>>,
+    /// Affinity sets (each element carries its own timeout, set by the rule that adds it).
+    pub affinity_sets: BTreeSet<String>,
+}
+
+/// One endpoint of a Service port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Endpoint {
+    ip: Ipv4Addr,
+    port: u16,
+    ready: bool,
+    serving: bool,
+    terminating: bool,
+    local: bool,
+}
+
+fn protocol_number(p: Option<&str>) -> Option<(u8, &'static str)> {
+    match p.unwrap_or("TCP") {
+        "TCP" => Some((6, "tcp")),
+        "UDP" => Some((17, "udp")),
+        "SCTP" => Some((132, "sctp")),
+        _ => None,
+    }
+}
+
+/// The key `addr . proto . port` of the three-field maps.
+pub fn ip_key(ip: Ipv4Addr, proto: u8, port: u16) -> Vec<u8> {
+    let mut k = Vec::with_capacity(12);
+    k.extend_from_slice(&ip.octets());
+    k.extend_from_slice(&[proto, 0, 0, 0]);
+    k.extend_from_slice(&port.to_be_bytes());
+    k.extend_from_slice(&[0, 0]);
+    k
+}
+
+/// The key `proto . port` of the node-port maps.
+pub fn port_key(proto: u8, port: u16) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8);
+    k.extend_from_slice(&[proto, 0, 0, 0]);
+    k.extend_from_slice(&port.to_be_bytes());
+    k.extend_from_slice(&[0, 0]);
+    k
+}
+
+/// Endpoints the Service's traffic may go to: the ready ones, or when none is ready the
+/// serving-and-terminating ones (upstream's CategorizeEndpoints fallback).
+fn usable<'a>(eps: impl Iterator<Item = &'a Endpoint> + Clone) -> Vec<&'a Endpoint> {
+    let ready: Vec<&Endpoint> = eps.clone().filter(|e| e.ready).collect();
+    if !ready.is_empty() {
+        return ready;
+    }
+    eps.filter(|e| e.serving && e.terminating).collect()
+}
+
+/// The rules for `svc` with `slices` (its EndpointSlices). Headless and ExternalName
+/// Services, IPv6-only ones and addresses the agent serves itself get none.
+pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]) -> ServiceRules {
+    let mut out = ServiceRules::default();
+    let (Some(spec), Some(ns), Some(name)) = (
+        svc.spec.as_ref(),
+        svc.metadata.namespace.as_deref(),
+        svc.metadata.name.as_deref(),
+    ) else {
+        return out;
+    };
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return out;
+    }
+    let cluster_ip = spec
+        .cluster_ips
+        .iter()
+        .flatten()
+        .chain(spec.cluster_ip.iter())
+        .find_map(|ip| ip.parse::<Ipv4Addr>().ok());
+    let Some(cluster_ip) = cluster_ip else {
+        return out; // headless, or IPv6 only
+    };
+    if cfg.local_service_ips.contains(&cluster_ip) {
+        return out;
+    }
+    let affinity_ms = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+        let secs = spec
+            .session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds)
+            .unwrap_or(10_800);
+        secs.max(1) as u64 * 1000
+    });
+    let internal_local = spec.internal_traffic_policy.as_deref() == Some("Local");
+    let external_local = spec.external_traffic_policy.as_deref() == Some("Local");
+    let external_ips: Vec<Ipv4Addr> = spec
+        .external_ips
+        .iter()
+        .flatten()
+        .filter_map(|ip| ip.parse().ok())
+        .chain(
+            svc.status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|lb| lb.ingress.as_ref())
+                .into_iter()
+                .flatten()
+                .filter(|i| i.ip_mode.as_deref() != Some("Proxy"))
+                .filter_map(|i| i.ip.as_deref()?.parse().ok()),
+        )
+        .collect();
+
+    for port in spec.ports.iter().flatten() {
+        let Some((proto, proto_name)) = protocol_number(port.protocol.as_deref()) else {
+            continue;
+        };
+        let Ok(svc_port) = u16::try_from(port.port) else {
+            continue;
+        };
+        let port_name = port.name.clone().unwrap_or_default();
+        let base = format!(
+            "{ns}/{name}/{proto_name}/{}",
+            if port_name.is_empty() {
+                format!("p{svc_port}")
+            } else {
+                port_name.clone()
+            }
+        );
+        let eps = endpoints(cfg, slices, &port_name, port.protocol.as_deref().unwrap_or("TCP"));
+        let cluster_eps = usable(eps.iter());
+        let local_eps = usable(eps.iter().filter(|e| e.local));
+        let service_chain = format!("service-{base}");
+        let external_chain = format!("external-{base}");
+        let local_chain = format!("local-{base}");
+        let endpoint_chain = |ep: &Endpoint, out: &mut ServiceRules| -> String {
+            let chain = format!("endpoint-{base}__{}/{}", ep.ip, ep.port);
+            if out.chains.contains_key(&chain) {
+                return chain;
+            }
+            let mut rules = Vec::new();
+            // Hairpin: a pod reaching itself through its Service.
+            let mut hairpin = m::ip_in(m::ip_saddr(REG_1), ep.ip, 32, CmpOp::Eq);
+            hairpin.push(Expr::Verdict(Verdict::Jump(MARK_FOR_MASQUERADE.into())));
+            rules.push(Rule::Exprs(hairpin));
+            if let Some(ms) = affinity_ms {
+                let set = affinity_set(&chain);
+                out.affinity_sets.insert(set.clone());
+                rules.push(Rule::Exprs(vec![
+                    m::ip_saddr(REG_1),
+                    Expr::DynsetUpdate {
+                        set,
+                        sreg: REG_1,
+                        timeout_ms: Some(ms),
+                    },
+                ]));
+            }
+            rules.push(Rule::Exprs(m::dnat(proto, ep.ip, ep.port)));
+            out.chains.insert(chain.clone(), rules);
+            chain
+        };
+        // A chain that picks one of `eps` (sticky per client with ClientIP affinity).
+        let choose = |chain: &str, pre: Vec<Rule>, eps: &[&Endpoint], out: &mut ServiceRules| {
+            let mut rules = pre;
+            let targets: Vec<String> = eps.iter().map(|e| endpoint_chain(e, out)).collect();
+            if affinity_ms.is_some() {
+                for t in &targets {
+                    let mut r = vec![
+                        m::ip_saddr(REG_1),
+                        Expr::Lookup {
+                            set: affinity_set(t),
+                            set_id: None,
+                            sreg: REG_1,
+                            dreg: None,
+                            invert: false,
+                        },
+                    ];
+                    r.push(Expr::Verdict(Verdict::Goto(t.clone())));
+                    rules.push(Rule::Exprs(r));
+                }
+            }
+            rules.push(Rule::Numgen(
+                Vec::new(),
+                targets.into_iter().map(Verdict::Goto).collect(),
+            ));
+            out.chains.insert(chain.to_owned(), rules);
+        };
+
+        out.elems
+            .insert((CLUSTER_IPS, cluster_ip.octets().to_vec()), None);
+        // Traffic to the cluster IP.
+        let internal_eps = if internal_local { &local_eps } else { &cluster_eps };
+        let cluster_key = ip_key(cluster_ip, proto, svc_port);
+        if !cluster_eps.is_empty() {
+            // Off-cluster sources (the node itself, other hosts) are masqueraded so replies
+            // come back through this node.
+            let mut masq = Vec::new();
+            match cfg.cluster_cidr {
+                Some((net, prefix)) => {
+                    let mut r = m::ip_in(m::ip_saddr(REG_1), net, prefix, CmpOp::Neq);
+                    r.push(Expr::Verdict(Verdict::Jump(MARK_FOR_MASQUERADE.into())));
+                    masq.push(Rule::Exprs(r));
+                }
+                None => masq.push(Rule::Exprs(vec![Expr::Verdict(Verdict::Jump(
+                    MARK_FOR_MASQUERADE.into(),
+                ))])),
+            }
+            choose(&service_chain, masq, &cluster_eps, &mut out);
+        }
+        if internal_eps.is_empty() {
+            // Nothing to send it to: refused at once (dropped when only other nodes have
+            // endpoints and the policy is Local, as upstream).
+            let verdict = if cluster_eps.is_empty() {
+                Verdict::Goto(REJECT_CHAIN.into())
+            } else {
+                Verdict::Drop
+            };
+            out.elems
+                .insert((NO_ENDPOINT_SERVICES, cluster_key), Some(verdict));
+        } else if internal_local {
+            choose(&local_chain, Vec::new(), &local_eps, &mut out);
+            out.elems.insert(
+                (SERVICE_IPS, cluster_key),
+                Some(Verdict::Goto(local_chain.clone())),
+            );
+        } else {
+            out.elems.insert(
+                (SERVICE_IPS, cluster_key),
+                Some(Verdict::Goto(service_chain.clone())),
+            );
+        }
+
+        // Traffic from outside: node ports, external IPs, load-balancer ingress.
+        let node_port = port
+            .node_port
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p != 0);
+        if node_port.is_none() && external_ips.is_empty() {
+            continue;
+        }
+        let external_eps = if external_local { &local_eps } else { &cluster_eps };
+        let external_target = if external_eps.is_empty() {
+            None
+        } else if external_local {
+            // Source address kept; pods and the node itself still go anywhere (upstream's
+            // short circuits), others only to this node's endpoints.
+            let mut rules = Vec::new();
+            if let Some((net, prefix)) = cfg.cluster_cidr {
+                let mut r = m::ip_in(m::ip_saddr(REG_1), net, prefix, CmpOp::Eq);
+                r.push(Expr::Verdict(Verdict::Goto(service_chain.clone())));
+                rules.push(Rule::Exprs(r));
+            }
+            let mut r = m::fib_saddr_local();
+            r.push(Expr::Verdict(Verdict::Jump(MARK_FOR_MASQUERADE.into())));
+            rules.push(Rule::Exprs(r));
+            let mut r = m::fib_saddr_local();
+            r.push(Expr::Verdict(Verdict::Goto(service_chain.clone())));
+            rules.push(Rule::Exprs(r));
+            choose(&external_chain, rules, &local_eps, &mut out);
+            Some(Verdict::Goto(external_chain.clone()))
+        } else {
+            out.chains.insert(
+                external_chain.clone(),
+                vec![
+                    Rule::Exprs(vec![Expr::Verdict(Verdict::Jump(MARK_FOR_MASQUERADE.into()))]),
+                    Rule::Exprs(vec![Expr::Verdict(Verdict::Goto(service_chain.clone()))]),
+                ],
+            );
+            Some(Verdict::Goto(external_chain.clone()))
+        };
+        let no_endpoints = if cluster_eps.is_empty() {
+            Verdict::Goto(REJECT_CHAIN.into())
+        } else {
+            Verdict::Drop
+        };
+        for ip in &external_ips {
+            let key = ip_key(*ip, proto, svc_port);
+            match &external_target {
+                Some(v) => out.elems.insert((SERVICE_IPS, key), Some(v.clone())),
+                None => out
+                    .elems
+                    .insert((NO_ENDPOINT_SERVICES, key), Some(no_endpoints.clone())),
+            };
+        }
+        if let Some(np) = node_port {
+            let key = port_key(proto, np);
+            match &external_target {
+                Some(v) => out.elems.insert((SERVICE_NODEPORTS, key), Some(v.clone())),
+                None => out
+                    .elems
+                    .insert((NO_ENDPOINT_NODEPORTS, key), Some(no_endpoints.clone())),
+            };
+        }
+    }
+    out
+}
+
+/// The affinity set of an endpoint chain.
+fn affinity_set(endpoint_chain: &str) -> String {
+    format!("affinity-{}", endpoint_chain.trim_start_matches("endpoint-"))
+}
+
+/// The Service port's endpoints from its slices (IPv4 slices; ports matched by name and
+/// protocol).
+fn endpoints(cfg: &ProxyConfig, slices: &[&EndpointSlice], port_name: &str, protocol: &str) -> Vec<Endpoint> {
+    let mut out: Vec<Endpoint> = Vec::new();
+    for slice in slices {
+        if slice.address_type != "IPv4" {
+            continue;
+        }
+        let Some(port) = slice.ports.iter().flatten().find(|p| {
+            p.name.as_deref().unwrap_or("") == port_name && p.protocol.as_deref().unwrap_or("TCP") == protocol
+        }) else {
+            continue;
+        };
+        let Some(port) = port.port.and_then(|p| u16::try_from(p).ok()) else {
+            continue;
+        };
+        for ep in &slice.endpoints {
+            let c = ep.conditions.as_ref();
+            let ready = c.and_then(|c| c.ready).unwrap_or(true);
+            let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+            let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+            let local = ep.node_name.as_deref() == Some(cfg.node_name.as_str());
+            for addr in &ep.addresses {
+                let Ok(ip) = addr.parse::<Ipv4Addr>() else {
+                    continue;
+                };
+                if out.iter().any(|e| e.ip == ip && e.port == port) {
+                    continue; // the same endpoint in two slices (during a move)
+                }
+                out.push(Endpoint {
+                    ip,
+                    port,
+                    ready,
+                    serving,
+                    terminating,
+                    local,
+                });
+            }
+        }
+    }
+    out.sort_by_key(|e| (e.ip, e.port));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cfg() -> ProxyConfig {
+        ProxyConfig {
+            table: "r8s".into(),
+            service_cidrs: vec![(Ipv4Addr::new(10, 43, 0, 0), 16)],
+            cluster_cidr: Some((Ipv4Addr::new(10, 42, 0, 0), 16)),
+            masquerade_bit: 14,
+            node_name: "n1".into(),
+            local_service_ips: vec![Ipv4Addr::new(10, 43, 0, 10)],
+        }
+    }
+
+    fn svc(v: serde_json::Value) -> Service {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn slice(v: serde_json::Value) -> EndpointSlice {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn web() -> Service {
+        svc(json!({"metadata": {"namespace": "default", "name": "web"},
+            "spec": {"clusterIP": "10.43.0.20", "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}], "type": "NodePort"}}))
+    }
+
+    fn web_slice(eps: serde_json::Value) -> EndpointSlice {
+        slice(
+            json!({"metadata": {"namespace": "default", "name": "web-abc", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}], "endpoints": eps}),
+        )
+    }
+
+    fn numgen_targets(r: &ServiceRules, chain: &str) -> Vec<String> {
+        match r.chains[chain].last() {
+            Some(Rule::Numgen(_, v)) => v
+                .iter()
+                .map(|v| match v {
+                    Verdict::Goto(c) => c.clone(),
+                    other => panic!("{other:?}"),
+                })
+                .collect(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn ready_endpoints_are_dispatched_from_the_cluster_ip_and_the_node_port() {
+        let s = web_slice(json!([
+            {"addresses": ["10.42.0.5"], "conditions": {"ready": true}, "nodeName": "n1"},
+            {"addresses": ["10.42.1.7"], "conditions": {"ready": true}, "nodeName": "n2"},
+            {"addresses": ["10.42.0.9"], "conditions": {"ready": false}, "nodeName": "n1"},
+        ]));
+        let r = service_rules(&cfg(), &web(), &[&s]);
+        let chain = "service-default/web/tcp/http";
+        assert_eq!(
+            r.elems[&(SERVICE_IPS, ip_key(Ipv4Addr::new(10, 43, 0, 20), 6, 80))],
+            Some(Verdict::Goto(chain.into()))
+        );
+        assert_eq!(
+            r.elems[&(SERVICE_NODEPORTS, port_key(6, 30080))],
+            Some(Verdict::Goto("external-default/web/tcp/http".into()))
+        );
+        assert_eq!(
+            numgen_targets(&r, chain),
+            vec![
+                "endpoint-default/web/tcp/http__10.42.0.5/8080",
+                "endpoint-default/web/tcp/http__10.42.1.7/8080"
+            ]
+        );
+        assert!(
+            r.chains["endpoint-default/web/tcp/http__10.42.0.5/8080"].contains(&Rule::Exprs(m::dnat(
+                6,
+                Ipv4Addr::new(10, 42, 0, 5),
+                8080
+            )))
+        );
+        assert!(!r.elems.keys().any(|(s, _)| *s == NO_ENDPOINT_SERVICES));
+    }
+
+    #[test]
+    fn no_endpoints_rejects_and_terminating_ones_are_the_fallback() {
+        let r = service_rules(&cfg(), &web(), &[]);
+        assert_eq!(
+            r.elems[&(NO_ENDPOINT_SERVICES, ip_key(Ipv4Addr::new(10, 43, 0, 20), 6, 80))],
+            Some(Verdict::Goto(REJECT_CHAIN.into()))
+        );
+        assert_eq!(
+            r.elems[&(NO_ENDPOINT_NODEPORTS, port_key(6, 30080))],
+            Some(Verdict::Goto(REJECT_CHAIN.into()))
+        );
+        assert!(r.chains.is_empty());
+        let s = web_slice(json!([
+            {"addresses": ["10.42.0.5"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+            {"addresses": ["10.42.0.6"], "conditions": {"ready": false, "serving": false, "terminating": true}},
+        ]));
+        let r = service_rules(&cfg(), &web(), &[&s]);
+        assert_eq!(
+            numgen_targets(&r, "service-default/web/tcp/http"),
+            vec!["endpoint-default/web/tcp/http__10.42.0.5/8080"]
+        );
+    }
+
+    #[test]
+    fn headless_external_name_and_locally_served_addresses_are_left_alone() {
+        let headless = svc(
+            json!({"metadata": {"namespace": "d", "name": "h"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}),
+        );
+        assert_eq!(service_rules(&cfg(), &headless, &[]), ServiceRules::default());
+        let ext = svc(
+            json!({"metadata": {"namespace": "d", "name": "e"}, "spec": {"type": "ExternalName", "externalName": "example.com"}}),
+        );
+        assert_eq!(service_rules(&cfg(), &ext, &[]), ServiceRules::default());
+        let dns = svc(
+            json!({"metadata": {"namespace": "kube-system", "name": "kube-dns"}, "spec": {"clusterIP": "10.43.0.10", "ports": [{"port": 53, "protocol": "UDP"}]}}),
+        );
+        assert_eq!(service_rules(&cfg(), &dns, &[]), ServiceRules::default());
+    }
+
+    #[test]
+    fn client_ip_affinity_adds_a_set_per_endpoint() {
+        let mut s = web();
+        let spec = s.spec.as_mut().unwrap();
+        spec.session_affinity = Some("ClientIP".into());
+        let sl = web_slice(json!([{"addresses": ["10.42.0.5"]}]));
+        let r = service_rules(&cfg(), &s, &[&sl]);
+        assert!(r
+            .affinity_sets
+            .contains("affinity-default/web/tcp/http__10.42.0.5/8080"));
+        assert!(r.chains["endpoint-default/web/tcp/http__10.42.0.5/8080"].iter().any(|rule| matches!(rule,
+            Rule::Exprs(e) if e.iter().any(|x| matches!(x, Expr::DynsetUpdate { timeout_ms: Some(10_800_000), .. })))));
+        let chain = &r.chains["service-default/web/tcp/http"];
+        assert!(chain.iter().any(|rule| matches!(rule, Rule::Exprs(e) if e.iter().any(|x| matches!(x, Expr::Lookup { set, .. } if set.starts_with("affinity-"))))));
+    }
+
+    #[test]
+    fn internal_traffic_policy_local_uses_this_nodes_endpoints_or_drops() {
+        let mut s = web();
+        s.spec.as_mut().unwrap().internal_traffic_policy = Some("Local".into());
+        let remote = web_slice(json!([{"addresses": ["10.42.1.7"], "nodeName": "n2"}]));
+        let r = service_rules(&cfg(), &s, &[&remote]);
+        assert_eq!(
+            r.elems[&(NO_ENDPOINT_SERVICES, ip_key(Ipv4Addr::new(10, 43, 0, 20), 6, 80))],
+            Some(Verdict::Drop)
+        );
+        let both = web_slice(json!([
+            {"addresses": ["10.42.1.7"], "nodeName": "n2"},
+            {"addresses": ["10.42.0.5"], "nodeName": "n1"},
+        ]));
+        let r = service_rules(&cfg(), &s, &[&both]);
+        assert_eq!(
+            r.elems[&(SERVICE_IPS, ip_key(Ipv4Addr::new(10, 43, 0, 20), 6, 80))],
+            Some(Verdict::Goto("local-default/web/tcp/http".into()))
+        );
+        assert_eq!(
+            numgen_targets(&r, "local-default/web/tcp/http"),
+            vec!["endpoint-default/web/tcp/http__10.42.0.5/8080"]
+        );
+    }
+
+    #[test]
+    fn external_ips_and_load_balancer_ingress_go_through_the_external_chain() {
+        let mut s = web();
+        s.spec.as_mut().unwrap().external_ips = Some(vec!["192.0.2.10".into()]);
+        s.status = Some(
+            serde_json::from_value(json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.11"}]}})).unwrap(),
+        );
+        let sl = web_slice(json!([{"addresses": ["10.42.0.5"]}]));
+        let r = service_rules(&cfg(), &s, &[&sl]);
+        for ip in [Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(192, 0, 2, 11)] {
+            assert_eq!(
+                r.elems[&(SERVICE_IPS, ip_key(ip, 6, 80))],
+                Some(Verdict::Goto("external-default/web/tcp/http".into()))
+            );
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! Running the proxy on a node: the guard first (the fixed chains, so the Service range never
+//! leaves the node, and a blackhole route under the cluster CIDR so pod addresses no node
+//! holds are not sent out the default route), then Services and EndpointSlices followed by
+//! informers, a full sync once both are listed and an incremental one for every change; on a
+//! clean stop the table and the route go.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use r8s_client::informer::{Change, Factory};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::model::{service_rules, ProxyConfig, ServiceRules};
+use super::table::Proxier;
+
+/// The label EndpointSlices name their Service with.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+#[derive(Default)]
+struct State {
+    services: HashMap<String, Arc<Service>>,
+    /// Service key → slice name → slice.
+    slices: HashMap<String, BTreeMap<String, Arc<EndpointSlice>>>,
+    dirty: HashSet<String>,
+}
+
+impl State {
+    fn rules(&self, cfg: &ProxyConfig, key: &str) -> ServiceRules {
+        let Some(svc) = self.services.get(key) else {
+            return ServiceRules::default();
+        };
+        let slices: Vec<&EndpointSlice> = self
+            .slices
+            .get(key)
+            .map(|m| m.values().map(|s| s.as_ref()).collect())
+            .unwrap_or_default();
+        service_rules(cfg, svc, &slices)
+    }
+}
+
+fn slice_service(s: &EndpointSlice) -> Option<String> {
+    let ns = s.metadata.namespace.as_deref()?;
+    let svc = s.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+    Some(format!("{ns}/{svc}"))
+}
+
+fn key_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        m.namespace.as_deref().unwrap_or(""),
+        m.name.as_deref().unwrap_or("")
+    )
+}
+
+/// Run the proxy until `stop`. An error is why it could not start (no nf_tables, no rights).
+pub async fn run(client: kube::Client, cfg: ProxyConfig, stop: CancellationToken) -> Result<(), String> {
+    let mut proxier = Proxier::new(cfg.clone()).map_err(|e| format!("opening nf_tables: {e}"))?;
+    proxier
+        .guard()
+        .map_err(|e| format!("nf_tables is not usable here ({e}): the Service proxy does not run"))?;
+    let blackhole = match cfg.cluster_cidr {
+        Some(net) => match route::add_blackhole(net).await {
+            Ok(added) => added.then_some(net),
+            Err(e) => {
+                tracing::warn!(error = %e, "proxy: no blackhole route for the cluster CIDR");
+                None
+            }
+        },
+        None => None,
+    };
+    tracing::info!(table = %cfg.table, "proxy: guard installed for the Service range");
+
+    let state = Arc::new(Mutex::new(State::default()));
+    let wake = Arc::new(Notify::new());
+    let factory = Factory::new(client, None);
+    let services = factory.get::<Service>();
+    let slices = factory.get::<EndpointSlice>();
+    {
+        let (state, wake) = (state.clone(), wake.clone());
+        services.add_handler(move |change| {
+            let mut st = state.lock().unwrap();
+            match change {
+                Change::Added(o) | Change::Updated(_, o) => {
+                    let key = key_of(&o.metadata);
+                    st.services.insert(key.clone(), o.clone());
+                    st.dirty.insert(key);
+                }
+                Change::Deleted(o) => {
+                    let key = key_of(&o.metadata);
+                    st.services.remove(&key);
+                    st.dirty.insert(key);
+                }
+            }
+            wake.notify_one();
+        });
+    }
+    {
+        let (state, wake) = (state.clone(), wake.clone());
+        slices.add_handler(move |change| {
+            let mut st = state.lock().unwrap();
+            let (old, new, gone) = match change {
+                Change::Added(o) => (None, Some(o), false),
+                Change::Updated(old, o) => (Some(old), Some(o), false),
+                Change::Deleted(o) => (None, Some(o), true),
+            };
+            if let Some(old) = old.and_then(|o| slice_service(o).map(|k| (k, o))) {
+                let name = old.1.metadata.name.clone().unwrap_or_default();
+                if let Some(m) = st.slices.get_mut(&old.0) {
+                    m.remove(&name);
+                }
+                st.dirty.insert(old.0);
+            }
+            if let Some((key, o)) = new.and_then(|o| slice_service(o).map(|k| (k, o))) {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                let m = st.slices.entry(key.clone()).or_default();
+                if gone {
+                    m.remove(&name);
+                    if m.is_empty() {
+                        st.slices.remove(&key);
+                    }
+                } else {
+                    m.insert(name, o.clone());
+                }
+                st.dirty.insert(key);
+            }
+            wake.notify_one();
+        });
+    }
+    let tasks = factory.start(&stop);
+    tokio::select! {
+        _ = async { services.wait_synced().await; slices.wait_synced().await; } => {}
+        _ = stop.cancelled() => {}
+    }
+
+    let mut need_full = true;
+    while !stop.is_cancelled() {
+        if need_full {
+            let all: Vec<(String, ServiceRules)> = {
+                let mut st = state.lock().unwrap();
+                st.dirty.clear();
+                st.services
+                    .keys()
+                    .map(|k| (k.clone(), st.rules(&cfg, k)))
+                    .collect()
+            };
+            let started = Instant::now();
+            match proxier.full_sync(all) {
+                Ok(stats) => {
+                    need_full = false;
+                    tracing::info!(services = proxier.services(), messages = stats.messages, bytes = stats.bytes,
+                        took = ?started.elapsed(), "proxy: full sync");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "proxy: full sync failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = stop.cancelled() => {}
+                    }
+                    continue;
+                }
+            }
+        }
+        let stale_due = proxier.next_stale_due();
+        let wait_stale = async {
+            match stale_due {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => futures::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = wait_stale => {}
+            _ = stop.cancelled() => break,
+        }
+        let changes: Vec<(String, ServiceRules)> = {
+            let mut st = state.lock().unwrap();
+            let dirty: Vec<String> = st.dirty.drain().collect();
+            dirty
+                .into_iter()
+                .map(|k| {
+                    let r = st.rules(&cfg, &k);
+                    (k, r)
+                })
+                .collect()
+        };
+        let started = Instant::now();
+        match proxier.sync(changes) {
+            Ok(stats) => tracing::debug!(messages = stats.messages, took = ?started.elapsed(), "proxy: sync"),
+            Err(e) => {
+                tracing::error!(error = %e, "proxy: sync failed; re-syncing the whole table");
+                need_full = true;
+            }
+        }
+    }
+    for t in tasks {
+        t.abort();
+    }
+    if let Err(e) = proxier.remove() {
+        tracing::warn!(error = %e, "proxy: could not remove its table");
+    }
+    if let Some(net) = blackhole {
+        if let Err(e) = route::del_blackhole(net).await {
+            tracing::warn!(error = %e, "proxy: could not remove the cluster CIDR's blackhole route");
+        }
+    }
+    Ok(())
+}
+
+/// The blackhole route under the cluster CIDR: the routes to pods (this node's bridge, other
+/// nodes' subnets) are more specific, so only addresses no node holds fall into it.
+pub mod route {
+    use super::*;
+    use futures::TryStreamExt;
+    use rtnetlink::packet_route::route::{RouteAttribute, RouteMessage, RouteType};
+    use rtnetlink::RouteMessageBuilder;
+
+    fn message(net: (Ipv4Addr, u8)) -> RouteMessage {
+        RouteMessageBuilder::<Ipv4Addr>::new()
+            .destination_prefix(net.0, net.1)
+            .kind(RouteType::BlackHole)
+            .build()
+    }
+
+    /// Add it; false when it was already there (someone else's, or an earlier run's).
+    pub async fn add_blackhole(net: (Ipv4Addr, u8)) -> Result<bool, String> {
+        let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
+        tokio::spawn(connection);
+        match handle.route().add(message(net)).execute().await {
+            Ok(()) => Ok(true),
+            Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::EEXIST => Ok(false),
+            Err(e) => Err(format!("adding blackhole {}/{}: {e}", net.0, net.1)),
+        }
+    }
+
+    pub async fn del_blackhole(net: (Ipv4Addr, u8)) -> Result<(), String> {
+        let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
+        tokio::spawn(connection);
+        handle
+            .route()
+            .del(message(net))
+            .execute()
+            .await
+            .map_err(|e| format!("removing blackhole {}/{}: {e}", net.0, net.1))
+    }
+
+    /// Whether the blackhole route is there.
+    pub async fn has_blackhole(net: (Ipv4Addr, u8)) -> Result<bool, String> {
+        let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
+        tokio::spawn(connection);
+        let mut routes = handle
+            .route()
+            .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
+            .execute();
+        while let Some(r) = routes.try_next().await.map_err(|e| e.to_string())? {
+            let dst = r.attributes.iter().any(|a| {
+                matches!(a, RouteAttribute::Destination(rtnetlink::packet_route::route::RouteAddress::Inet(ip)) if *ip == net.0)
+            });
+            if dst && r.header.destination_prefix_length == net.1 && r.header.kind == RouteType::BlackHole {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}

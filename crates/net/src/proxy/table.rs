@@ -1,0 +1,523 @@
+//! r8s's nftables table and keeping it in step with the Services, one atomic transaction per
+//! sync: the fixed part (base chains hooked where kube-proxy's nftables mode hooks them, the
+//! dispatch and check chains, the maps), then per Service only what changed — its chains
+//! rewritten in place, its map elements added, replaced or removed. What was applied is kept
+//! in memory, so a sync never reads the kernel back.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use super::model::*;
+use crate::nft::expr::{m, CmpOp, Expr, REG_1};
+use crate::nft::{types, BaseChain, Batch, ChainType, Conn, Error, Family, Hook, SetSpec, Verdict};
+
+/// Fixed chains.
+const SERVICES: &str = "services";
+const SERVICE_ENDPOINTS_CHECK: &str = "service-endpoints-check";
+const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
+const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
+const MASQUERADING: &str = "masquerading";
+
+/// Chains no longer used are emptied at once and deleted this much later: before 6.2 the
+/// kernel notices a chain is unreferenced only a moment after the map element pointing at it
+/// goes (kube-proxy's note).
+const STALE_CHAIN_DELAY: Duration = Duration::from_secs(2);
+
+/// Counts from one sync.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SyncStats {
+    /// Messages in the transaction.
+    pub messages: usize,
+    /// Its size in bytes.
+    pub bytes: usize,
+}
+
+pub struct Proxier {
+    cfg: ProxyConfig,
+    conn: Conn,
+    /// What the kernel holds, per Service key (namespace/name).
+    applied: HashMap<String, ServiceRules>,
+    /// Which Service holds each element (two Services wanting the same key: the first wins).
+    owners: HashMap<(&'static str, Vec<u8>), String>,
+    /// Emptied chains waiting to be deleted, with when they were emptied.
+    stale: BTreeMap<String, Instant>,
+}
+
+fn base_chains() -> [(&'static str, BaseChain); 7] {
+    use ChainType::*;
+    use Hook::*;
+    let c = |hook, priority, kind| BaseChain { hook, priority, kind };
+    // dstnat = -100, srcnat = 100; the filter checks run just before DNAT and (for output)
+    // just after it, as kube-proxy's.
+    [
+        ("filter-input", c(Input, -110, Filter)),
+        ("filter-forward", c(Forward, -110, Filter)),
+        ("filter-output", c(Output, -110, Filter)),
+        ("filter-output-post-dnat", c(Output, -90, Filter)),
+        ("nat-prerouting", c(Prerouting, -100, Nat)),
+        ("nat-output", c(Output, -100, Nat)),
+        ("nat-postrouting", c(Postrouting, 100, Nat)),
+    ]
+}
+
+fn three_field_map(name: &str) -> SetSpec {
+    SetSpec {
+        name: name.into(),
+        key_type: types::concat(&[types::IPV4_ADDR, types::INET_PROTO, types::INET_SERVICE]),
+        fields: vec![4, 1, 2],
+        verdict_map: true,
+        timeout_ms: None,
+    }
+}
+
+fn two_field_map(name: &str) -> SetSpec {
+    SetSpec {
+        name: name.into(),
+        key_type: types::concat(&[types::INET_PROTO, types::INET_SERVICE]),
+        fields: vec![1, 2],
+        verdict_map: true,
+        timeout_ms: None,
+    }
+}
+
+fn affinity(name: &str) -> SetSpec {
+    SetSpec {
+        name: name.into(),
+        key_type: types::IPV4_ADDR,
+        fields: vec![4],
+        verdict_map: false,
+        // Each element gets the Service's timeout from the rule that adds it; this default
+        // is never used but makes the set a timeout set.
+        timeout_ms: Some(10_800_000),
+    }
+}
+
+fn jump(chain: &str) -> Expr {
+    Expr::Verdict(Verdict::Jump(chain.into()))
+}
+
+fn with(mut v: Vec<Expr>, more: impl IntoIterator<Item = Expr>) -> Vec<Expr> {
+    v.extend(more);
+    v
+}
+
+fn write_rule(b: &mut Batch, chain: &str, rule: &Rule) {
+    match rule {
+        Rule::Exprs(e) => b.add_rule(chain, e),
+        Rule::Numgen(pre, verdicts) => b.add_numgen_vmap_rule(chain, pre, verdicts),
+    }
+}
+
+impl Proxier {
+    /// Open the netlink socket (in the caller's network namespace).
+    pub fn new(cfg: ProxyConfig) -> Result<Self, Error> {
+        Ok(Proxier {
+            cfg,
+            conn: Conn::new()?,
+            applied: HashMap::new(),
+            owners: HashMap::new(),
+            stale: BTreeMap::new(),
+        })
+    }
+
+    pub fn config(&self) -> &ProxyConfig {
+        &self.cfg
+    }
+
+    /// The fixed part of the table: maps, check and dispatch chains, base chains.
+    /// `existing`: the table may be there from an earlier run (its maps are kept, its base
+    /// chains re-made, so connections keep their routing until the first full sync).
+    fn write_fixed(&self, b: &mut Batch, existing: bool) {
+        let mark = self.cfg.masquerade_mark();
+        b.add_table();
+        b.add_set(&SetSpec {
+            name: CLUSTER_IPS.into(),
+            key_type: types::IPV4_ADDR,
+            fields: vec![4],
+            verdict_map: false,
+            timeout_ms: None,
+        });
+        b.add_set(&three_field_map(SERVICE_IPS));
+        b.add_set(&three_field_map(NO_ENDPOINT_SERVICES));
+        b.add_set(&two_field_map(SERVICE_NODEPORTS));
+        b.add_set(&two_field_map(NO_ENDPOINT_NODEPORTS));
+        let not_loopback = || {
+            m::ip_in(
+                m::ip_daddr(REG_1),
+                std::net::Ipv4Addr::new(127, 0, 0, 0),
+                8,
+                CmpOp::Neq,
+            )
+        };
+        let lookup = |set: &str| Expr::Lookup {
+            set: set.into(),
+            set_id: None,
+            sreg: REG_1,
+            dreg: Some(0),
+            invert: false,
+        };
+        let mut cluster_ips_check = vec![
+            // Addresses the node holds itself (the cluster DNS address) are delivered here,
+            // never routed out.
+            with(m::fib_daddr_local(), [Expr::Verdict(Verdict::Return)]),
+            // A Service's address on a port it does not have: refused.
+            vec![
+                m::ip_daddr(REG_1),
+                Expr::Lookup {
+                    set: CLUSTER_IPS.into(),
+                    set_id: None,
+                    sreg: REG_1,
+                    dreg: None,
+                    invert: false,
+                },
+                Expr::RejectIcmpPortUnreachable,
+            ],
+        ];
+        for (net, prefix) in &self.cfg.service_cidrs {
+            // An address of the range no Service holds: dropped, never sent out.
+            cluster_ips_check.push(with(
+                m::ip_in(m::ip_daddr(REG_1), *net, *prefix, CmpOp::Eq),
+                [Expr::Verdict(Verdict::Drop)],
+            ));
+        }
+        let fixed: Vec<(&str, Vec<Vec<Expr>>)> = vec![
+            (REJECT_CHAIN, vec![vec![Expr::RejectIcmpPortUnreachable]]),
+            (MARK_FOR_MASQUERADE, vec![m::mark_or(mark)]),
+            (
+                MASQUERADING,
+                vec![
+                    with(m::mark_clear(mark), [Expr::Verdict(Verdict::Return)]),
+                    m::mark_xor(mark),
+                    vec![Expr::Masquerade {
+                        flags: crate::nft::expr::NAT_PROTO_RANDOM_FULLY,
+                    }],
+                ],
+            ),
+            (
+                SERVICES,
+                vec![
+                    with(m::daddr_proto_port().to_vec(), [lookup(SERVICE_IPS)]),
+                    with(
+                        with(m::fib_daddr_local(), not_loopback()),
+                        with(m::proto_port().to_vec(), [lookup(SERVICE_NODEPORTS)]),
+                    ),
+                ],
+            ),
+            (
+                SERVICE_ENDPOINTS_CHECK,
+                vec![with(
+                    m::daddr_proto_port().to_vec(),
+                    [lookup(NO_ENDPOINT_SERVICES)],
+                )],
+            ),
+            (
+                NODEPORT_ENDPOINTS_CHECK,
+                vec![with(
+                    not_loopback(),
+                    with(m::proto_port().to_vec(), [lookup(NO_ENDPOINT_NODEPORTS)]),
+                )],
+            ),
+            (CLUSTER_IPS_CHECK, cluster_ips_check),
+        ];
+        for (chain, rules) in &fixed {
+            b.add_chain(chain, None);
+            if existing {
+                b.flush_chain(chain);
+            }
+            for r in rules {
+                b.add_rule(chain, r);
+            }
+        }
+        let new = m::ct_state_new;
+        let base_rules: [(&str, Vec<Vec<Expr>>); 7] = [
+            (
+                "filter-input",
+                vec![
+                    with(new(), [jump(NODEPORT_ENDPOINTS_CHECK)]),
+                    with(new(), [jump(SERVICE_ENDPOINTS_CHECK)]),
+                ],
+            ),
+            (
+                "filter-forward",
+                vec![
+                    with(new(), [jump(SERVICE_ENDPOINTS_CHECK)]),
+                    with(new(), [jump(CLUSTER_IPS_CHECK)]),
+                ],
+            ),
+            (
+                "filter-output",
+                vec![with(new(), [jump(SERVICE_ENDPOINTS_CHECK)])],
+            ),
+            (
+                "filter-output-post-dnat",
+                vec![with(new(), [jump(CLUSTER_IPS_CHECK)])],
+            ),
+            ("nat-prerouting", vec![vec![jump(SERVICES)]]),
+            ("nat-output", vec![vec![jump(SERVICES)]]),
+            ("nat-postrouting", vec![vec![jump(MASQUERADING)]]),
+        ];
+        for ((name, base), (_, rules)) in base_chains().iter().zip(base_rules.iter()) {
+            b.add_chain(name, Some(*base));
+            if existing {
+                // A base chain's hook cannot change in place: deleted (with its rules) and
+                // made again, in the same transaction.
+                b.del_chain(name);
+                b.add_chain(name, Some(*base));
+            }
+            for r in rules {
+                b.add_rule(name, r);
+            }
+        }
+    }
+
+    /// Install the fixed part at once (before any Service is known): from here on nothing
+    /// addressed to the Service range leaves the node. A table from an earlier run keeps its
+    /// Services until the first full sync.
+    pub fn guard(&mut self) -> Result<(), Error> {
+        let mut b = Batch::new(Family::Ipv4, &self.cfg.table);
+        self.write_fixed(&mut b, true);
+        match self.conn.apply(b) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                // A table of another layout (an older r8s): replaced whole.
+                tracing::info!(error = %e, "proxy: replacing an incompatible table");
+                let mut b = Batch::new(Family::Ipv4, &self.cfg.table);
+                b.add_table();
+                b.del_table();
+                self.write_fixed(&mut b, false);
+                self.conn.apply(b)
+            }
+        }
+    }
+
+    /// Replace the whole table with `all` (Service key → rules), in one transaction: after a
+    /// start, or when an incremental sync failed and the kernel's state is in doubt.
+    pub fn full_sync(&mut self, all: Vec<(String, ServiceRules)>) -> Result<SyncStats, Error> {
+        let mut b = Batch::new(Family::Ipv4, &self.cfg.table);
+        b.add_table();
+        b.del_table();
+        self.write_fixed(&mut b, false);
+        let mut owners = HashMap::new();
+        let mut applied = HashMap::new();
+        let mut sorted = all;
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut filtered = Vec::with_capacity(sorted.len());
+        for (key, rules) in sorted {
+            let rules = claim(&mut owners, &key, rules);
+            filtered.push((key, rules));
+        }
+        for (_, r) in &filtered {
+            for s in &r.affinity_sets {
+                b.add_set(&affinity(s));
+            }
+            for c in r.chains.keys() {
+                b.add_chain(c, None);
+            }
+        }
+        for (_, r) in &filtered {
+            add_elems(&mut b, r.elems.iter().map(|((s, k), v)| (*s, k, v.as_ref())));
+        }
+        for (_, r) in &filtered {
+            for (c, rules) in &r.chains {
+                for rule in rules {
+                    write_rule(&mut b, c, rule);
+                }
+            }
+        }
+        for (key, r) in filtered {
+            applied.insert(key, r);
+        }
+        let stats = SyncStats {
+            messages: b.len(),
+            bytes: b.bytes(),
+        };
+        self.conn.apply(b)?;
+        self.applied = applied;
+        self.owners = owners;
+        self.stale.clear();
+        Ok(stats)
+    }
+
+    /// Apply what changed: each (Service key, its rules now; empty when it is gone).
+    pub fn sync(&mut self, changes: Vec<(String, ServiceRules)>) -> Result<SyncStats, Error> {
+        let now = Instant::now();
+        let mut b = Batch::new(Family::Ipv4, &self.cfg.table);
+        let mut owners = self.owners.clone();
+        let empty = ServiceRules::default();
+        let mut next: Vec<(String, ServiceRules)> = Vec::with_capacity(changes.len());
+        for (key, rules) in changes {
+            // Release what this Service held, then claim what it wants now.
+            if let Some(old) = self.applied.get(&key) {
+                for k in old.elems.keys() {
+                    owners.remove(k);
+                }
+            }
+            let rules = claim(&mut owners, &key, rules);
+            next.push((key, rules));
+        }
+        let old_of = |key: &str| self.applied.get(key).unwrap_or(&empty);
+        let mut new_chains: Vec<&str> = Vec::new();
+        // 1. New affinity sets and chains (empty for now).
+        for (key, new) in &next {
+            let old = old_of(key);
+            for s in new.affinity_sets.difference(&old.affinity_sets) {
+                b.add_set(&affinity(s));
+            }
+            for c in new.chains.keys() {
+                if !old.chains.contains_key(c) {
+                    b.add_chain(c, None);
+                    new_chains.push(c);
+                }
+            }
+        }
+        // 2. Elements gone or changed, then elements new or changed.
+        let mut dels: Vec<(&'static str, &Vec<u8>)> = Vec::new();
+        let mut adds: Vec<(&'static str, &Vec<u8>, Option<&Verdict>)> = Vec::new();
+        for (key, new) in &next {
+            let old = old_of(key);
+            for ((set, k), v) in &old.elems {
+                match new.elems.get(&(*set, k.clone())) {
+                    Some(nv) if nv == v => {}
+                    _ => dels.push((set, k)),
+                }
+            }
+            for ((set, k), v) in &new.elems {
+                if old.elems.get(&(*set, k.clone())) != Some(v) {
+                    adds.push((set, k, v.as_ref()));
+                }
+            }
+        }
+        del_elems(&mut b, dels);
+        add_elems(&mut b, adds);
+        // 3. Chains rewritten in place; chains no longer used emptied.
+        let mut emptied: Vec<String> = Vec::new();
+        for (key, new) in &next {
+            let old = old_of(key);
+            for (c, rules) in &new.chains {
+                match old.chains.get(c) {
+                    Some(o) if o == rules => continue,
+                    Some(_) => b.flush_chain(c),
+                    None => {}
+                }
+                for r in rules {
+                    write_rule(&mut b, c, r);
+                }
+            }
+            for c in old.chains.keys() {
+                if !new.chains.contains_key(c) {
+                    b.flush_chain(c);
+                    emptied.push(c.clone());
+                }
+            }
+        }
+        // 4. Affinity sets no longer used (their rules went in step 3).
+        for (key, new) in &next {
+            for s in old_of(key).affinity_sets.difference(&new.affinity_sets) {
+                b.del_set(s);
+            }
+        }
+        // 5. Chains emptied long enough ago.
+        let wanted: std::collections::HashSet<&str> = new_chains.iter().copied().collect();
+        let due: Vec<String> = self
+            .stale
+            .iter()
+            .filter(|(c, at)| now.duration_since(**at) >= STALE_CHAIN_DELAY && !wanted.contains(c.as_str()))
+            .map(|(c, _)| c.clone())
+            .collect();
+        for c in &due {
+            b.del_chain(c);
+        }
+        let stats = SyncStats {
+            messages: b.len(),
+            bytes: b.bytes(),
+        };
+        let new_names: Vec<String> = new_chains.iter().map(|s| s.to_string()).collect();
+        self.conn.apply(b)?;
+        for c in due {
+            self.stale.remove(&c);
+        }
+        for c in new_names {
+            self.stale.remove(&c);
+        }
+        for c in emptied {
+            // A chain another Service now uses under the same name is not stale.
+            if !next.iter().any(|(_, r)| r.chains.contains_key(&c)) {
+                self.stale.insert(c, now);
+            }
+        }
+        self.owners = owners;
+        for (key, rules) in next {
+            if rules == ServiceRules::default() {
+                self.applied.remove(&key);
+            } else {
+                self.applied.insert(key, rules);
+            }
+        }
+        Ok(stats)
+    }
+
+    /// When the next stale chain may be deleted (a sync with no changes does it).
+    pub fn next_stale_due(&self) -> Option<Instant> {
+        self.stale.values().min().map(|at| *at + STALE_CHAIN_DELAY)
+    }
+
+    /// Remove the table (a clean stop).
+    pub fn remove(&mut self) -> Result<(), Error> {
+        let mut b = Batch::new(Family::Ipv4, &self.cfg.table);
+        b.add_table();
+        b.del_table();
+        self.conn.apply(b)?;
+        self.applied.clear();
+        self.owners.clear();
+        self.stale.clear();
+        Ok(())
+    }
+
+    /// How many Services have rules.
+    pub fn services(&self) -> usize {
+        self.applied.len()
+    }
+}
+
+/// Keep only the elements no other Service holds; record the rest as `key`'s.
+fn claim(
+    owners: &mut HashMap<(&'static str, Vec<u8>), String>,
+    key: &str,
+    mut rules: ServiceRules,
+) -> ServiceRules {
+    rules.elems.retain(|k, _| match owners.get(k) {
+        Some(owner) if owner != key => {
+            tracing::warn!(service = key, held_by = %owner, set = k.0, "proxy: address and port already used by another Service");
+            false
+        }
+        _ => true,
+    });
+    for k in rules.elems.keys() {
+        owners.insert(k.clone(), key.to_owned());
+    }
+    rules
+}
+
+fn add_elems<'a>(
+    b: &mut Batch,
+    elems: impl IntoIterator<Item = (&'static str, &'a Vec<u8>, Option<&'a Verdict>)>,
+) {
+    type Elem<'e> = (&'e [u8], Option<&'e Verdict>);
+    let mut by_set: BTreeMap<&str, Vec<Elem>> = BTreeMap::new();
+    for (s, k, v) in elems {
+        by_set.entry(s).or_default().push((k, v));
+    }
+    for (s, es) in by_set {
+        b.add_elems(s, es);
+    }
+}
+
+fn del_elems<'a>(b: &mut Batch, elems: impl IntoIterator<Item = (&'static str, &'a Vec<u8>)>) {
+    let mut by_set: BTreeMap<&str, Vec<&[u8]>> = BTreeMap::new();
+    for (s, k) in elems {
+        by_set.entry(s).or_default().push(k);
+    }
+    for (s, ks) in by_set {
+        b.del_elems(s, ks);
+    }
+}
