@@ -107,6 +107,7 @@ fn a_table_written_over_netlink_reads_back_as_nft_prints_it() {
                 Verdict::Goto("endpoint-b".into()),
             ],
         );
+        b.add_rule("reject-chain", &[Expr::RejectTcpReset]);
         b.add_rule("reject-chain", &[Expr::RejectIcmpPortUnreachable]);
         let mut r = m::mark_clear(0x4000);
         r.push(Expr::Verdict(Verdict::Return));
@@ -143,7 +144,8 @@ fn a_table_written_over_netlink_reads_back_as_nft_prints_it() {
         "meta l4proto tcp dnat to 10.42.0.2:8080",
         "meta l4proto udp dnat to 10.42.0.3:53",
         "numgen random mod 2 vmap { 0 : goto endpoint-a, 1 : goto endpoint-b }",
-        "reject",
+        "reject with tcp reset",
+        "reject\n",
         "meta mark & 0x00004000 == 0x00000000 return",
         "meta mark set meta mark ^ 0x00004000",
         "meta mark set meta mark | 0x00004000",

@@ -61,10 +61,6 @@ fn world(tag: &str) -> Option<World> {
     node.ip(&["link", "set", "vout", "up"]);
     node.ip(&["route", "add", "default", "via", "192.168.77.2"]);
     node.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
-    // A pod reaching a Service whose endpoint is on its own bridge makes the node send ICMP
-    // redirects, which use up the per-host ICMP budget the rejections below need.
-    node.exec(&["sysctl", "-qw", "net.ipv4.conf.all.send_redirects=0"]);
-    node.exec(&["sysctl", "-qw", "net.ipv4.conf.br0.send_redirects=0"]);
     outside.ip(&["addr", "add", "192.168.77.2/24", "dev", "eth0"]);
     outside.ip(&["link", "set", "eth0", "up"]);
     // Count what arrives for the Service range and the cluster CIDR.

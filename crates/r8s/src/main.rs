@@ -435,6 +435,11 @@ struct ServerArgs {
     #[arg(long)]
     disable_agent: bool,
 
+    /// Do not run the Service proxy (k3s's flag): nothing programs Service addresses on this
+    /// node, for a cluster that brings its own.
+    #[arg(long)]
+    disable_kube_proxy: bool,
+
     /// Do not run these packaged components (k3s's flag; comma-separated or repeated):
     /// `coredns` — the cluster DNS the agent serves on --cluster-dns.
     #[arg(long, value_delimiter = ',')]
@@ -893,9 +898,18 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         components.push(tokio::spawn(r8s_scheduler::run(client, opts, stop.clone())));
     }
     let mut dns = None;
-    if !args.disable_agent && !args.disable.iter().any(|d| d == "coredns") {
-        // Cluster DNS reads Services and EndpointSlices as kube-proxy does: with the
-        // system:kube-proxy identity (bound to system:node-proxier), not the node's.
+    let mut proxy = None;
+    let run_dns = !args.disable_agent && !args.disable.iter().any(|d| d == "coredns");
+    let run_proxy = !args.disable_agent && !args.disable_kube_proxy;
+    let cluster_dns: std::net::IpAddr = args
+        .agent
+        .cluster_dns
+        .parse()
+        .with_context(|| format!("--cluster-dns {:?} is not an IP address", args.agent.cluster_dns))?;
+    if run_dns || run_proxy {
+        // Cluster DNS and the Service proxy read Services and EndpointSlices as kube-proxy
+        // does: with the system:kube-proxy identity (bound to system:node-proxier), not the
+        // node's.
         let (cert, key) = pki.issue_client_cert("system:kube-proxy", &[])?;
         let kc = r8s_apiserver::pki::kubeconfig(
             &format!("https://{host}:{}", api.local_addr.port()),
@@ -907,23 +921,40 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(data_dir.join("agent"))?;
         r8s_apiserver::pki::write_private(&path, &kc)?;
         let client = client_from_kubeconfig(&path).await?;
-        let address: std::net::IpAddr =
-            args.agent.cluster_dns.parse().with_context(|| {
-                format!("--cluster-dns {:?} is not an IP address", args.agent.cluster_dns)
-            })?;
-        let mut opts = r8s_net::dns::DnsOptions::new(address, &args.agent.cluster_domain);
-        opts.resolv_conf = args.agent.resolv_conf.clone();
-        // The kube-dns Service, as k3s's CoreDNS manifest makes it, so what looks for cluster
-        // DNS by its Service (and its name in the zone) finds it.
-        if let Err(e) = ensure_kube_dns_service(&admin, address).await {
-            tracing::warn!(error = %e, "could not create the kube-dns Service");
+        if run_proxy {
+            let cfg = r8s_net::proxy::ProxyConfig {
+                table: "r8s".into(),
+                service_cidrs: vec![(args.service_cidr.network, args.service_cidr.prefix_len)],
+                cluster_cidr: Some(parse_v4_cidr(&args.controllers.cluster_cidr).context("--cluster-cidr")?),
+                masquerade_bit: 14,
+                node_name: args.agent.options(data_dir.join("agent"))?.node_name,
+                local_service_ips: match cluster_dns {
+                    std::net::IpAddr::V4(ip) if run_dns => vec![ip],
+                    _ => vec![],
+                },
+            };
+            let (client, stop) = (client.clone(), stop.clone());
+            proxy = Some(tokio::spawn(async move {
+                if let Err(e) = r8s_net::proxy::run(client, cfg, stop).await {
+                    tracing::error!(error = %e, "the Service proxy is not running; Service addresses do not route");
+                }
+            }));
         }
-        let stop = stop.clone();
-        dns = Some(tokio::spawn(async move {
-            if let Err(e) = r8s_net::dns::run(client, opts, stop).await {
-                tracing::error!(error = %e, "cluster DNS failed; pods resolve no cluster names");
+        if run_dns {
+            let mut opts = r8s_net::dns::DnsOptions::new(cluster_dns, &args.agent.cluster_domain);
+            opts.resolv_conf = args.agent.resolv_conf.clone();
+            // The kube-dns Service, as k3s's CoreDNS manifest makes it, so what looks for
+            // cluster DNS by its Service (and its name in the zone) finds it.
+            if let Err(e) = ensure_kube_dns_service(&admin, cluster_dns).await {
+                tracing::warn!(error = %e, "could not create the kube-dns Service");
             }
-        }));
+            let stop = stop.clone();
+            dns = Some(tokio::spawn(async move {
+                if let Err(e) = r8s_net::dns::run(client, opts, stop).await {
+                    tracing::error!(error = %e, "cluster DNS failed; pods resolve no cluster names");
+                }
+            }));
+        }
     }
     if !args.disable_agent {
         let mut opts = args.agent.options(data_dir.join("agent"))?;
@@ -971,12 +1002,29 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     if let Some(dns) = dns {
         let _ = tokio::time::timeout(Duration::from_secs(5), dns).await;
     }
+    if let Some(proxy) = proxy {
+        let _ = tokio::time::timeout(Duration::from_secs(5), proxy).await;
+    }
     for c in components {
         let _ = tokio::time::timeout(Duration::from_secs(15), c).await;
     }
     api.stop();
     tracing::info!("shutting down");
     Ok(())
+}
+
+/// An IPv4 CIDR `a.b.c.d/n`.
+fn parse_v4_cidr(s: &str) -> anyhow::Result<(std::net::Ipv4Addr, u8)> {
+    let (ip, len) = s
+        .split_once('/')
+        .ok_or_else(|| anyhow::anyhow!("{s:?} is not a CIDR (a.b.c.d/n)"))?;
+    let ip: std::net::Ipv4Addr = ip.parse().map_err(|_| anyhow::anyhow!("{s:?}: bad address"))?;
+    let len: u8 = len
+        .parse()
+        .ok()
+        .filter(|l| *l <= 32)
+        .ok_or_else(|| anyhow::anyhow!("{s:?}: bad prefix length"))?;
+    Ok((ip, len))
 }
 
 /// Create `kube-system/kube-dns` (cluster IP `address`; DNS over UDP and TCP, and CoreDNS's

@@ -146,6 +146,8 @@ pub enum Expr {
     },
     /// ICMP port unreachable (in an `ip` table).
     RejectIcmpPortUnreachable,
+    /// A TCP reset (for TCP packets only).
+    RejectTcpReset,
     /// `numgen random mod modulus` into `dreg`.
     NumgenRandom {
         dreg: u32,
@@ -173,7 +175,7 @@ impl Expr {
             Expr::Fib { .. } => "fib",
             Expr::Dnat { .. } => "nat",
             Expr::Masquerade { .. } => "masq",
-            Expr::RejectIcmpPortUnreachable => "reject",
+            Expr::RejectIcmpPortUnreachable | Expr::RejectTcpReset => "reject",
             Expr::NumgenRandom { .. } => "numgen",
             Expr::DynsetUpdate { .. } => "dynset",
             Expr::Counter => "counter",
@@ -290,6 +292,10 @@ impl Expr {
             Expr::RejectIcmpPortUnreachable => {
                 w.u32(1, 0); // NFT_REJECT_ICMP_UNREACH
                 w.u8(2, 3); // ICMP_PORT_UNREACH
+            }
+            Expr::RejectTcpReset => {
+                w.u32(1, 1); // NFT_REJECT_TCP_RST
+                w.u8(2, 0);
             }
             Expr::NumgenRandom { dreg, modulus } => {
                 w.u32(1, *dreg);

@@ -181,7 +181,25 @@ impl Proxier {
             ));
         }
         let fixed: Vec<(&str, Vec<Vec<Expr>>)> = vec![
-            (REJECT_CHAIN, vec![vec![Expr::RejectIcmpPortUnreachable]]),
+            // TCP is refused with a reset: ICMP errors share a per-host budget (one a second)
+            // with the redirects a node sends pods whose Service endpoint is on their own
+            // bridge, so an ICMP refusal right after such traffic would be silently dropped
+            // and the client would wait for its timeout.
+            (
+                REJECT_CHAIN,
+                vec![
+                    vec![
+                        m::l4proto(REG_1),
+                        Expr::Cmp {
+                            sreg: REG_1,
+                            op: CmpOp::Eq,
+                            data: vec![6],
+                        },
+                        Expr::RejectTcpReset,
+                    ],
+                    vec![Expr::RejectIcmpPortUnreachable],
+                ],
+            ),
             (MARK_FOR_MASQUERADE, vec![m::mark_or(mark)]),
             (
                 MASQUERADING,

@@ -22,6 +22,7 @@ fn kubectl_create_deployment_nginx_runs_three_pods_that_answer_on_their_ips() {
     let _leftovers = Leftovers {
         dir: data_path.clone(),
         bridge: bridge.clone(),
+        cluster_cidr: "10.197.0.0/16".into(),
         netns_before: netns_entries(),
     };
     let mut s = Server::start_in(
@@ -291,6 +292,8 @@ fn an_agent_joins_with_the_token_and_runs_pods() {
     let _leftovers = Leftovers {
         dir: agent_dir.path().to_path_buf(),
         bridge: bridge.clone(),
+        // A joined agent runs no Service proxy (yet).
+        cluster_cidr: String::new(),
         netns_before: netns_entries(),
     };
     let log = std::fs::File::create(agent_dir.path().join("agent.log")).unwrap();

@@ -12,6 +12,7 @@ mod exec;
 mod logs;
 mod pod_workers;
 mod probes;
+mod proxy;
 mod pull_secrets;
 mod qos;
 mod restart;

@@ -64,6 +64,8 @@ pub fn processes_under(dir: &Path) -> Vec<i32> {
 pub struct Leftovers {
     pub dir: PathBuf,
     pub bridge: String,
+    /// The cluster CIDR (the Service proxy's blackhole route under it).
+    pub cluster_cidr: String,
     pub netns_before: Vec<String>,
 }
 
@@ -105,6 +107,17 @@ impl Drop for Leftovers {
             .stderr(std::process::Stdio::null())
             .status();
         r8s_kubelet::cgroups::remove(&r8s_kubelet::cgroups::pod_parent("r8s-pods"));
+        // The Service proxy's table and its route, if the server died before removing them.
+        let _ = Command::new("nft")
+            .args(["delete", "table", "ip", "r8s"])
+            .stderr(std::process::Stdio::null())
+            .status();
+        if !self.cluster_cidr.is_empty() {
+            let _ = Command::new("ip")
+                .args(["route", "del", "blackhole", &self.cluster_cidr])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
     }
 }
 
@@ -151,6 +164,7 @@ pub fn start_prepared(
     let leftovers = Leftovers {
         dir: data_path.clone(),
         bridge: bridge.clone(),
+        cluster_cidr: cidr.to_owned(),
         netns_before: netns_entries(),
     };
     let mut args = vec![

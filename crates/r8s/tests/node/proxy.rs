@@ -1,0 +1,222 @@
+//! The Service proxy end to end: `r8s server` programs its nftables table from the Services
+//! and EndpointSlices, and pods reach Services by cluster IP and by name, across replicas; the
+//! host reaches a NodePort on the node's pod-network address; a Service without endpoints
+//! refuses at once; scaling to zero and back and deleting a Service follow; a clean stop
+//! removes the table. Clients are busybox's `nc` in a pod and curl on the host.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::support;
+
+use support::cluster::*;
+
+const OBJECTS: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: web}
+  spec:
+    selector: {app: web}
+    ports: [{name: http, port: 80, targetPort: 8080}]
+- apiVersion: v1
+  kind: Service
+  metadata: {name: web-np}
+  spec:
+    type: NodePort
+    selector: {app: web}
+    ports: [{port: 80, targetPort: 8080, nodePort: 30080}]
+- apiVersion: v1
+  kind: Service
+  metadata: {name: empty}
+  spec:
+    selector: {app: nothing}
+    ports: [{port: 80}]
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: client}
+  spec:
+    containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
+"#;
+
+fn web_pod(name: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, labels: {{app: web}}}}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    command: [sh, -c, "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    readinessProbe:
+      tcpSocket: {{port: 8080}}
+      periodSeconds: 1
+"#
+    )
+}
+
+/// An HTTP GET from the client pod with busybox's nc: the body, or why it failed.
+fn get(s: &support::Server, host: &str, port: u16) -> Result<String, String> {
+    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {host} {port}");
+    let out = s.kubectl(V, &["exec", "client", "--", "sh", "-c", &script]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    match text.split_once("\r\n\r\n") {
+        Some((head, body)) if head.contains("200") => Ok(body.trim().to_owned()),
+        _ => Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr))),
+    }
+}
+
+fn ready_endpoints(s: &support::Server, svc: &str) -> usize {
+    let out = s.kubectl(
+        V,
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            &format!("kubernetes.io/service-name={svc}"),
+            "-o",
+            "json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["endpoints"].as_array().cloned().unwrap_or_default())
+        .filter(|e| e["conditions"]["ready"] != false)
+        .count()
+}
+
+fn table() -> Option<String> {
+    let out = Command::new("nft")
+        .args(["list", "table", "ip", "r8s"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn pods_reach_services_by_address_and_name_through_the_proxy() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    // No blackhole route for the Service range here: r8s guards it itself (checked before
+    // any traffic), and a route would drop refused connections before the proxy refuses them.
+    let mut c = start("proxy-node", "10.198.0.0/16", "r8sp");
+    let s = &c.s;
+    // The guard is there before any Service of the test: the Service range's unallocated
+    // addresses are dropped, the cluster CIDR outside the node's bridge is a blackhole.
+    let t = table().expect("the r8s table");
+    assert!(t.contains("ip daddr 10.43.0.0/16 drop"), "{t}");
+    let routes = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["route", "show", "type", "blackhole"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(routes.contains("10.198.0.0/16"), "{routes}");
+
+    s.wait_for_default_service_account("default");
+    s.ok_stdin(V, &["create", "-f", "-"], OBJECTS);
+    for name in ["web-1", "web-2"] {
+        s.ok_stdin(V, &["create", "-f", "-"], &web_pod(name));
+    }
+    wait_for(90, "client Running", || {
+        (pod_json(s, "client")?["status"]["phase"] == "Running").then_some(())
+    });
+    wait_for(90, "two ready web endpoints", || {
+        (ready_endpoints(s, "web") == 2).then_some(())
+    });
+    let web_ip = s.ok(V, &["get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+
+    // By cluster IP: both replicas answer over repeated requests.
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        match get(s, &web_ip, 80) {
+            Ok(body) => {
+                seen.insert(body);
+            }
+            Err(e) => panic!("GET {web_ip}:80 from a pod: {e}\n{}", table().unwrap_or_default()),
+        }
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec!["web-1", "web-2"]);
+    // By name, through cluster DNS.
+    for name in ["web", "web.default", "web.default.svc.cluster.local"] {
+        let body = get(s, name, 80).unwrap_or_else(|e| panic!("GET {name}: {e}"));
+        assert!(body == "web-1" || body == "web-2", "{body}");
+    }
+    // A NodePort, from the host, on the node's address on the pod network.
+    let cidr = s.ok(
+        V,
+        &["get", "node", "proxy-node", "-o", "jsonpath={.spec.podCIDR}"],
+    );
+    let base = cidr.split('/').next().unwrap().to_owned();
+    let gateway = format!("{}.1", base.rsplit_once('.').unwrap().0);
+    let out = Command::new("curl")
+        .args(["-sS", "-m", "5", &format!("http://{gateway}:30080/")])
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(
+        body == "web-1" || body == "web-2",
+        "NodePort: {body}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // No endpoints: refused at once, not a timeout.
+    let empty_ip = s.ok(
+        V,
+        &["get", "service", "empty", "-o", "jsonpath={.spec.clusterIP}"],
+    );
+    let started = Instant::now();
+    let err = get(s, &empty_ip, 80).unwrap_err();
+    assert!(err.contains("refused"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    // Scaled to zero: refused; back to one: answered again.
+    s.ok(V, &["delete", "pod", "web-1", "web-2", "--grace-period=1"]);
+    wait_for(30, "web refusing", || {
+        get(s, &web_ip, 80)
+            .err()
+            .filter(|e| e.contains("refused"))
+            .map(|_| ())
+    });
+    s.ok_stdin(V, &["create", "-f", "-"], &web_pod("web-3"));
+    wait_for(60, "web answering again", || {
+        (get(s, &web_ip, 80).ok()? == "web-3").then_some(())
+    });
+
+    // Deleting the Service removes its rules (its chains a moment later).
+    s.ok(V, &["delete", "service", "web"]);
+    wait_for(15, "web's rules gone", || {
+        let t = table()?;
+        (!t.contains("default/web/") && !t.contains(&format!("{web_ip} . tcp . 80"))).then_some(())
+    });
+
+    // A clean stop removes the table and the route.
+    assert!(c.s.terminate(Duration::from_secs(60)), "the server did not stop");
+    assert!(table().is_none(), "the r8s table outlived the server");
+    let routes = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["route", "show", "type", "blackhole"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(!routes.contains("10.198.0.0/16"), "{routes}");
+}
