@@ -85,6 +85,9 @@ pub struct ApiServer {
     pub local_addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
     shared: Arc<Shared>,
+    tls: Arc<rustls::ServerConfig>,
+    /// Further listeners ([`ApiServer::serve_also`]).
+    also: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl ApiServer {
@@ -141,11 +144,13 @@ impl ApiServer {
             kubelet: config.kubelet,
             advertise: local_addr.to_string(),
         });
-        let task = tokio::spawn(server::serve(listener, tls, shared.clone()));
+        let task = tokio::spawn(server::serve(listener, tls.clone(), shared.clone()));
         Ok(Self {
             local_addr,
             task,
             shared,
+            tls,
+            also: Default::default(),
         })
     }
 
@@ -154,14 +159,25 @@ impl ApiServer {
         self.shared.metrics.add_source(Box::new(source));
     }
 
+    /// Serve on another listener too, with the same certificate and handlers (r8s serves
+    /// the `kubernetes` Service's cluster IP on the node this way, so pods reach an API
+    /// server that listens on loopback only).
+    pub fn serve_also(&self, listener: tokio::net::TcpListener) {
+        let task = tokio::spawn(server::serve(listener, self.tls.clone(), self.shared.clone()));
+        self.also.lock().unwrap().push(task);
+    }
+
     /// Stop accepting connections.
     pub fn stop(&self) {
         self.task.abort();
+        for t in self.also.lock().unwrap().iter() {
+            t.abort();
+        }
     }
 }
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop();
     }
 }

@@ -27,6 +27,130 @@ use r8s_client::queue::{run_controller, WorkQueue};
 /// The label upstream puts on the Endpoints of a headless Service.
 pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
 
+/// When the change an Endpoints or EndpointSlice write carries happened (upstream's annotation;
+/// the Service proxy measures network programming latency from it).
+pub const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+/// Upstream's TriggerTimeTracker: per Service, the change times last seen of it (its creation)
+/// and of each pod it selects (its Ready condition's last transition, or its creation), so a
+/// sync can name the earliest change it is the first to carry. None when nothing it tracks
+/// changed (a pod went away, say), as upstream, which then leaves the annotation off.
+#[derive(Default)]
+pub(crate) struct TriggerTimes {
+    seen: std::sync::Mutex<std::collections::HashMap<String, SeenTimes>>,
+}
+
+#[derive(Default)]
+struct SeenTimes {
+    service: Option<jiff::Timestamp>,
+    /// Pod name → (trigger time, ready, IP): times are whole seconds, so a pod that turned
+    /// ready within the second it was seen unready is told apart by its state.
+    pods: std::collections::HashMap<String, (jiff::Timestamp, bool, Option<String>)>,
+}
+
+fn pod_trigger_time(pod: &Pod) -> Option<jiff::Timestamp> {
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
+    ready.or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// What a sync saw, to be recorded once its write succeeded ([`TriggerTimes::commit`]): a
+/// write that fails (a conflict with a cache not yet caught up) leaves the change to be
+/// carried by the next one.
+pub(crate) struct SeenNow(SeenTimes);
+
+impl TriggerTimes {
+    /// The trigger time for a write of `key`'s endpoints from `svc` and `pods` now.
+    pub(crate) fn compute(
+        &self,
+        key: &str,
+        svc: &Service,
+        pods: &[Arc<Pod>],
+    ) -> (Option<jiff::Timestamp>, SeenNow) {
+        let seen = self.seen.lock().unwrap();
+        let empty = SeenTimes::default();
+        let state = seen.get(key).unwrap_or(&empty);
+        let mut earliest: Option<jiff::Timestamp> = None;
+        let mut note = |t: jiff::Timestamp| earliest = Some(earliest.map_or(t, |e| e.min(t)));
+        let created = svc.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        if let Some(c) = created.filter(|_| state.service != created) {
+            note(c);
+        }
+        let mut now = std::collections::HashMap::with_capacity(pods.len());
+        for pod in pods {
+            let Some(t) = pod_trigger_time(pod) else { continue };
+            let seen = (t, ready(pod), pod.status.as_ref().and_then(|s| s.pod_ip.clone()));
+            let name = pod.name_any();
+            if state.pods.get(&name) != Some(&seen) {
+                note(t);
+            }
+            now.insert(name, seen);
+        }
+        (
+            earliest,
+            SeenNow(SeenTimes {
+                service: created,
+                pods: now,
+            }),
+        )
+    }
+
+    /// Record what a sync saw, once what it wrote is stored (or nothing needed writing).
+    pub(crate) fn commit(&self, key: &str, now: SeenNow) {
+        self.seen.lock().unwrap().insert(key.to_owned(), now.0);
+    }
+
+    pub(crate) fn forget(&self, key: &str) {
+        self.seen.lock().unwrap().remove(key);
+    }
+}
+
+/// Create `obj` carrying the trigger time.
+async fn create_dated<K>(
+    api: &Api<K>,
+    obj: &mut K,
+    trigger: Option<jiff::Timestamp>,
+) -> Result<K, kube::Error>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    set_trigger_time(obj.meta_mut(), trigger);
+    api.create(&crate::post_params(), obj).await
+}
+
+pub(crate) async fn create_with_trigger<K>(
+    api: &Api<K>,
+    obj: &K,
+    trigger: Option<jiff::Timestamp>,
+) -> Result<K, kube::Error>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut obj = obj.clone();
+    create_dated(api, &mut obj, trigger).await
+}
+
+/// Set (or, with none, remove) the trigger-time annotation.
+pub(crate) fn set_trigger_time(meta: &mut ObjectMeta, at: Option<jiff::Timestamp>) {
+    match at {
+        Some(t) => {
+            meta.annotations
+                .get_or_insert_with(Default::default)
+                .insert(LAST_CHANGE_TRIGGER_TIME.into(), t.to_string());
+        }
+        None => {
+            if let Some(a) = meta.annotations.as_mut() {
+                a.remove(LAST_CHANGE_TRIGGER_TIME);
+            }
+        }
+    }
+}
+
 pub struct EndpointsController {
     client: Client,
     services: Arc<Informer<Service>>,
@@ -36,6 +160,7 @@ pub struct EndpointsController {
     pod_store: Store<Pod>,
     endpoints_store: Store<Endpoints>,
     queue: Arc<WorkQueue>,
+    triggers: TriggerTimes,
 }
 
 /// Whether `svc` selects `pod` (same namespace, every selector label matching).
@@ -64,6 +189,7 @@ impl EndpointsController {
             pods,
             endpoints,
             queue: WorkQueue::new("endpoint"),
+            triggers: TriggerTimes::default(),
         });
         follow_services(&this.services, &this.pods, &this.queue);
         // Someone else's change to an Endpoints we keep: put it back.
@@ -94,6 +220,7 @@ impl EndpointsController {
         let api: Api<Endpoints> = Api::namespaced(self.client.clone(), ns);
         let current = lookup(&self.endpoints_store, key);
         let Some(svc) = lookup(&self.service_store, key) else {
+            self.triggers.forget(key);
             if current.is_some() {
                 match api.delete(name, &Default::default()).await {
                     Ok(_) => {}
@@ -107,8 +234,10 @@ impl EndpointsController {
         if spec.selector.is_none() || spec.type_.as_deref() == Some("ExternalName") {
             return Ok(None);
         }
-        let want = endpoints_for(&svc, &selected_pods(&svc, &self.pod_store));
-        match current {
+        let pods = selected_pods(&svc, &self.pod_store);
+        let mut want = endpoints_for(&svc, &pods);
+        let (trigger, seen) = self.triggers.compute(key, &svc, &pods);
+        let written = match current {
             Some(cur) if cur.subsets == want.subsets && cur.metadata.labels == want.metadata.labels => {
                 Ok(None)
             }
@@ -116,19 +245,24 @@ impl EndpointsController {
                 let mut next = (*cur).clone();
                 next.subsets = want.subsets;
                 next.metadata.labels = want.metadata.labels;
+                set_trigger_time(&mut next.metadata, trigger);
                 match api.replace(name, &crate::post_params(), &next).await {
                     Ok(_) => Ok(None),
                     Err(e) if r8s_client::is_not_found(&e) => Ok(None),
                     Err(e) => Err(e.into()),
                 }
             }
-            None => match api.create(&crate::post_params(), &want).await {
+            None => match create_dated(&api, &mut want, trigger).await {
                 Ok(_) => Ok(None),
                 // Made meanwhile, or the namespace is going: the caches will tell.
                 Err(kube::Error::Api(s)) if s.code == 409 || s.code == 403 || s.code == 404 => Ok(None),
                 Err(e) => Err(e.into()),
             },
+        };
+        if written.is_ok() {
+            self.triggers.commit(key, seen);
         }
+        written
     }
 }
 
@@ -295,6 +429,84 @@ mod tests {
             }))
             .unwrap(),
         )
+    }
+
+    fn timed_pod(name: &str, ready_at: &str) -> Arc<Pod> {
+        timed_pod_state(name, ready_at, true)
+    }
+
+    fn timed_pod_state(name: &str, at: &str, ready: bool) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "default", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "status": {"podIP": "10.0.0.9", "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "lastTransitionTime": at}]},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn trigger_time_is_the_earliest_change_not_yet_carried() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "creationTimestamp": "2026-11-25T10:00:05Z"}}))
+        .unwrap();
+        let t = TriggerTimes::default();
+        // Each sync here writes successfully: what it saw is recorded.
+        let t_compute = |svc: &Service, pods: &[Arc<Pod>]| {
+            let (at, seen) = t.compute("default/web", svc, pods);
+            t.commit("default/web", seen);
+            at
+        };
+        let a = timed_pod("a", "2026-11-25T10:00:07Z");
+        let b = timed_pod("b", "2026-11-25T10:00:09Z");
+        let at = |s: &str| Some(s.parse::<jiff::Timestamp>().unwrap());
+        // A new Service: its creation is the earliest change.
+        assert_eq!(
+            t_compute(&svc, &[a.clone(), b.clone()]),
+            at("2026-11-25T10:00:05Z")
+        );
+        // Nothing changed since: none (the annotation is left off).
+        assert_eq!(t_compute(&svc, &[a.clone(), b.clone()]), None);
+        // b's readiness moved; a new pod c too: the earlier of the two.
+        let b2 = timed_pod("b", "2026-11-25T10:01:00Z");
+        let c = timed_pod("c", "2026-11-25T10:00:50Z");
+        assert_eq!(
+            t_compute(&svc, &[a.clone(), b2.clone(), c.clone()]),
+            at("2026-11-25T10:00:50Z")
+        );
+        // A failed write records nothing: the next sync carries the change again.
+        let e = timed_pod("e", "2026-11-25T10:01:30Z");
+        let (at1, _) = t.compute(
+            "default/web",
+            &svc,
+            &[a.clone(), b2.clone(), c.clone(), e.clone()],
+        );
+        assert_eq!(at1, at("2026-11-25T10:01:30Z"));
+        assert_eq!(
+            t_compute(&svc, &[a.clone(), b2.clone(), c.clone(), e.clone()]),
+            at("2026-11-25T10:01:30Z")
+        );
+        // A pod gone is no tracked change.
+        assert_eq!(t_compute(&svc, &[a.clone(), b2.clone()]), None);
+        // Ready within the same second it was last seen unready: still a change.
+        let d = timed_pod_state("d", "2026-11-25T10:02:00Z", false);
+        assert_eq!(
+            t_compute(&svc, &[a.clone(), b2.clone(), d]),
+            at("2026-11-25T10:02:00Z")
+        );
+        let d = timed_pod_state("d", "2026-11-25T10:02:00Z", true);
+        assert_eq!(
+            t_compute(&svc, &[a.clone(), b2.clone(), d]),
+            at("2026-11-25T10:02:00Z")
+        );
+        let mut meta = ObjectMeta::default();
+        set_trigger_time(&mut meta, at("2026-11-25T10:00:50.5Z"));
+        assert_eq!(
+            meta.annotations.as_ref().unwrap()[LAST_CHANGE_TRIGGER_TIME],
+            "2026-11-25T10:00:50.5Z"
+        );
+        set_trigger_time(&mut meta, None);
+        assert!(meta.annotations.unwrap().is_empty());
     }
 
     fn service(spec: serde_json::Value) -> Service {

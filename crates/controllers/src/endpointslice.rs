@@ -16,7 +16,10 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::endpoints::{follow_services, ready, selected_pods, target_port, HEADLESS_LABEL};
+use crate::endpoints::{
+    create_with_trigger, follow_services, ready, selected_pods, set_trigger_time, target_port, TriggerTimes,
+    HEADLESS_LABEL,
+};
 use crate::SyncResult;
 use r8s_client::informer::{lookup, split_key, Change, Factory, Informer};
 use r8s_client::queue::{run_controller, WorkQueue};
@@ -36,6 +39,7 @@ pub struct EndpointSliceController {
     pod_store: Store<Pod>,
     slice_store: Store<EndpointSlice>,
     queue: Arc<WorkQueue>,
+    triggers: TriggerTimes,
 }
 
 /// The Service key a slice of ours belongs to.
@@ -62,6 +66,7 @@ impl EndpointSliceController {
             pods,
             slices,
             queue: WorkQueue::new("endpoint_slice"),
+            triggers: TriggerTimes::default(),
         });
         follow_services(&this.services, &this.pods, &this.queue);
         let q = this.queue.clone();
@@ -104,9 +109,16 @@ impl EndpointSliceController {
             let spec = svc.spec.as_ref();
             spec.is_some_and(|s| s.selector.is_some() && s.type_.as_deref() != Some("ExternalName"))
         });
-        let want = match &svc {
-            Some(svc) => slices_for(svc, &selected_pods(svc, &self.pod_store)),
-            None => Vec::new(),
+        let (want, trigger, seen) = match &svc {
+            Some(svc) => {
+                let pods = selected_pods(svc, &self.pod_store);
+                let (trigger, seen) = self.triggers.compute(key, svc, &pods);
+                (slices_for(svc, &pods), trigger, Some(seen))
+            }
+            None => {
+                self.triggers.forget(key);
+                (Vec::new(), None, None)
+            }
         };
         let same = |a: &EndpointSlice, b: &EndpointSlice| {
             a.endpoints == b.endpoints
@@ -124,13 +136,14 @@ impl EndpointSliceController {
                     next.address_type = slice.address_type.clone();
                     next.metadata.labels = slice.metadata.labels.clone();
                     next.metadata.owner_references = slice.metadata.owner_references.clone();
+                    set_trigger_time(&mut next.metadata, trigger);
                     match api.replace(&cur.name_any(), &crate::post_params(), &next).await {
                         Ok(_) => {}
                         Err(e) if r8s_client::is_not_found(&e) => {}
                         Err(e) => return Err(e.into()),
                     }
                 }
-                None => match api.create(&crate::post_params(), slice).await {
+                None => match create_with_trigger(&api, slice, trigger).await {
                     Ok(_) => {}
                     // The namespace is going: nothing to keep.
                     Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {}
@@ -144,6 +157,9 @@ impl EndpointSliceController {
                 Err(e) if r8s_client::is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }
+        }
+        if let Some(seen) = seen {
+            self.triggers.commit(key, seen);
         }
         Ok(None)
     }

@@ -95,6 +95,8 @@ pub struct AgentOptions {
     /// The node's registry mirrors and credentials (`--private-registry`, k3s's
     /// registries.yaml format).
     pub registries: crate::registries::Registries,
+    /// More metrics served on the kubelet's `/metrics` (the Service proxy's).
+    pub metrics_sources: Vec<crate::metrics::MetricsSource>,
 }
 
 fn host_name() -> String {
@@ -147,6 +149,7 @@ impl AgentOptions {
             runtime_endpoint: None,
             cni_conf_dir: None,
             registries: Default::default(),
+            metrics_sources: Vec::new(),
         }
     }
 }
@@ -261,6 +264,9 @@ impl Agent {
             "agent: containerd running, images imported"
         );
         let metrics = Arc::new(crate::metrics::KubeletMetrics::default());
+        for source in &opts.metrics_sources {
+            metrics.add_source(source.clone());
+        }
         let cri = Cri::connect_timed(&socket, Some(metrics.runtime.clone())).await?;
         // The kubelet API's listener, bound now so the Node can name its port.
         let kubelet_address = opts
@@ -984,6 +990,33 @@ impl Agent {
             volumes: volumes.clone(),
             ..Default::default()
         };
+        // The Services' variables: the kubernetes Service always (in-cluster clients find
+        // the API server by it), the namespace's with enableServiceLinks (default true).
+        let links = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.enable_service_links)
+            .unwrap_or(true);
+        let listed = if links {
+            Api::<k8s_openapi::api::core::v1::Service>::namespaced(self.client.clone(), &ns)
+                .list(&Default::default())
+                .await
+                .map(|l| l.items)
+        } else {
+            Ok(Vec::new())
+        };
+        let master = Api::<k8s_openapi::api::core::v1::Service>::namespaced(self.client.clone(), "default")
+            .get_opt("kubernetes")
+            .await;
+        match (listed, master) {
+            (Ok(mut all), Ok(master)) => {
+                all.extend(master);
+                inputs.service_env = spec::service_env(&spec::linked_services(&all, &ns, links));
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(pod = %pod.name_any(), error = %e, "agent: no Service environment variables (listing Services failed)");
+            }
+        }
         for name in cms {
             let data = match self.volumes.config_map(&ns, &name).await {
                 Lookup::Found(cm) => Lookup::Found(cm.data.clone().unwrap_or_default()),

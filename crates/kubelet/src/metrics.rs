@@ -83,8 +83,20 @@ pub fn operation_type(method: &str) -> String {
     out
 }
 
+/// Metrics of another part of the agent served on the kubelet's `/metrics` (the text
+/// exposition of its families, without the closing `# EOF`).
+#[derive(Clone)]
+pub struct MetricsSource(pub std::sync::Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for MetricsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsSource")
+    }
+}
+
 pub struct KubeletMetrics {
     registry: Mutex<Registry>,
+    extra: Mutex<Vec<MetricsSource>>,
     pub runtime: RuntimeOps,
     pub pod_start: Histogram,
     pub running_pods: Gauge,
@@ -130,6 +142,7 @@ impl Default for KubeletMetrics {
         );
         Self {
             registry: Mutex::new(r),
+            extra: Mutex::new(Vec::new()),
             runtime,
             pod_start,
             running_pods,
@@ -139,9 +152,23 @@ impl Default for KubeletMetrics {
 }
 
 impl KubeletMetrics {
+    /// Serve `source`'s metrics after the kubelet's own.
+    pub fn add_source(&self, source: MetricsSource) {
+        self.extra.lock().unwrap().push(source);
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry.lock().unwrap());
+        let extra = self.extra.lock().unwrap();
+        if extra.is_empty() {
+            return out;
+        }
+        let mut out = out.strip_suffix("# EOF\n").map(str::to_string).unwrap_or(out);
+        for source in extra.iter() {
+            out.push_str(&(source.0)());
+        }
+        out.push_str("# EOF\n");
         out
     }
 }
@@ -149,6 +176,18 @@ impl KubeletMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn other_sources_follow_the_kubelets_own_metrics() {
+        let m = KubeletMetrics::default();
+        m.add_source(MetricsSource(std::sync::Arc::new(|| {
+            "# TYPE other gauge\nother 1\n".to_string()
+        })));
+        let text = m.render();
+        assert!(text.contains("kubelet_running_pods"), "{text}");
+        assert!(text.ends_with("other 1\n# EOF\n"), "{text}");
+        assert_eq!(text.matches("# EOF").count(), 1);
+    }
 
     #[test]
     fn operation_names_as_upstream() {

@@ -370,6 +370,80 @@ pub struct ContainerInputs {
     pub secrets: BTreeMap<String, Lookup<BTreeMap<String, String>>>,
     /// The user the image runs as (CRI ImageStatus).
     pub image_user: crate::security::ImageUser,
+    /// The Services' variables (`{NAME}_SERVICE_HOST` …, [`service_env`]).
+    pub service_env: Vec<(String, String)>,
+}
+
+/// The Services a pod's containers are told about (upstream `getServiceEnvVarMap`): the
+/// `kubernetes` Service of `default` always, and with `enableServiceLinks` (the default)
+/// every Service of the pod's namespace; only Services with a cluster IP.
+pub fn linked_services<'a>(
+    services: &'a [k8s_openapi::api::core::v1::Service],
+    ns: &str,
+    enable_links: bool,
+) -> Vec<&'a k8s_openapi::api::core::v1::Service> {
+    let mut by_name: BTreeMap<&str, &k8s_openapi::api::core::v1::Service> = BTreeMap::new();
+    for svc in services {
+        let ip = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.as_deref())
+            .unwrap_or("");
+        if ip.is_empty() || ip == "None" {
+            continue;
+        }
+        let (Some(name), Some(svc_ns)) = (svc.metadata.name.as_deref(), svc.metadata.namespace.as_deref())
+        else {
+            continue;
+        };
+        if svc_ns == "default" && name == "kubernetes" {
+            by_name.entry(name).or_insert(svc);
+        } else if svc_ns == ns && enable_links {
+            by_name.insert(name, svc);
+        }
+    }
+    by_name.into_values().collect()
+}
+
+/// The environment variables of `services` (upstream `envvars.FromServices`): the
+/// `{NAME}_SERVICE_HOST`/`_SERVICE_PORT[_PORTNAME]` pair and Docker's link variables
+/// (`{NAME}_PORT`, `{NAME}_PORT_{port}_{PROTO}[_PROTO|_PORT|_ADDR]`).
+pub fn service_env(services: &[&k8s_openapi::api::core::v1::Service]) -> Vec<(String, String)> {
+    let var = |s: &str| s.to_uppercase().replace('-', "_");
+    let mut out = Vec::new();
+    for svc in services {
+        let Some(spec) = svc.spec.as_ref() else { continue };
+        let ip = spec.cluster_ip.clone().unwrap_or_default();
+        let name = var(svc.metadata.name.as_deref().unwrap_or_default());
+        let ports = spec.ports.clone().unwrap_or_default();
+        out.push((format!("{name}_SERVICE_HOST"), ip.clone()));
+        if let Some(first) = ports.first() {
+            out.push((format!("{name}_SERVICE_PORT"), first.port.to_string()));
+        }
+        for p in &ports {
+            if let Some(pn) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                out.push((format!("{name}_SERVICE_PORT_{}", var(pn)), p.port.to_string()));
+            }
+        }
+        let host_port = |port: i32| match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V6(_)) => format!("[{ip}]:{port}"),
+            _ => format!("{ip}:{port}"),
+        };
+        for (i, p) in ports.iter().enumerate() {
+            let proto = p.protocol.clone().unwrap_or_else(|| "TCP".into());
+            let lower = proto.to_lowercase();
+            let url = format!("{lower}://{}", host_port(p.port));
+            if i == 0 {
+                out.push((format!("{name}_PORT"), url.clone()));
+            }
+            let prefix = format!("{name}_PORT_{}_{}", p.port, proto.to_uppercase());
+            out.push((prefix.clone(), url));
+            out.push((format!("{prefix}_PROTO"), lower));
+            out.push((format!("{prefix}_PORT"), p.port.to_string()));
+            out.push((format!("{prefix}_ADDR"), ip.clone()));
+        }
+    }
+    out
 }
 
 /// The configMaps and secrets the environment of `c` refers to.
@@ -463,7 +537,9 @@ pub fn environment(
     for e in c.env.iter().flatten() {
         let value = match (&e.value, &e.value_from) {
             (Some(v), _) if !v.is_empty() => {
-                let vars: BTreeMap<String, String> = env.iter().cloned().collect();
+                // `$(VAR)` sees the variables so far, then the Services' (upstream's mapping).
+                let mut vars: BTreeMap<String, String> = inputs.service_env.iter().cloned().collect();
+                vars.extend(env.iter().cloned());
                 expand(v, &vars)
             }
             (_, Some(from)) => {
@@ -522,6 +598,12 @@ pub fn environment(
             _ => String::new(),
         };
         set(&mut env, e.name.clone(), value);
+    }
+    // The Services' variables, where the pod does not set the name itself.
+    for (k, v) in &inputs.service_env {
+        if !env.iter().any(|(n, _)| n == k) {
+            env.push((k.clone(), v.clone()));
+        }
     }
     Ok(Environment { vars: env, warnings })
 }
@@ -828,6 +910,87 @@ mod tests {
         let c = p.spec.as_ref().unwrap().containers[0].clone();
         let (cfg, warnings) = container_config(&p, &c, 0, &node(), &inputs())?;
         Ok((cfg.envs.into_iter().map(|e| (e.key, e.value)).collect(), warnings))
+    }
+
+    #[test]
+    fn services_become_environment_variables_as_upstream() {
+        let svc = |ns: &str,
+                   name: &str,
+                   ip: &str,
+                   ports: serde_json::Value|
+         -> k8s_openapi::api::core::v1::Service {
+            serde_json::from_value(serde_json::json!({"metadata": {"namespace": ns, "name": name},
+                "spec": {"clusterIP": ip, "ports": ports}}))
+            .unwrap()
+        };
+        let all = vec![
+            svc(
+                "default",
+                "kubernetes",
+                "10.43.0.1",
+                serde_json::json!([{"name": "https", "port": 443, "protocol": "TCP"}]),
+            ),
+            svc(
+                "web",
+                "my-db",
+                "10.43.0.7",
+                serde_json::json!([{"name": "pg", "port": 5432}, {"name": "metrics-port", "port": 9187, "protocol": "UDP"}]),
+            ),
+            svc("web", "headless", "None", serde_json::json!([{"port": 80}])),
+            svc(
+                "other",
+                "elsewhere",
+                "10.43.0.9",
+                serde_json::json!([{"port": 80}]),
+            ),
+        ];
+        let linked = linked_services(&all, "web", true);
+        let names: Vec<&str> = linked
+            .iter()
+            .map(|s| s.metadata.name.as_deref().unwrap())
+            .collect();
+        assert_eq!(names, vec!["kubernetes", "my-db"]);
+        let env: BTreeMap<String, String> = service_env(&linked).into_iter().collect();
+        let want = [
+            ("KUBERNETES_SERVICE_HOST", "10.43.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+            ("KUBERNETES_PORT", "tcp://10.43.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP", "tcp://10.43.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", "10.43.0.1"),
+            ("MY_DB_SERVICE_HOST", "10.43.0.7"),
+            ("MY_DB_SERVICE_PORT", "5432"),
+            ("MY_DB_SERVICE_PORT_PG", "5432"),
+            ("MY_DB_SERVICE_PORT_METRICS_PORT", "9187"),
+            ("MY_DB_PORT", "tcp://10.43.0.7:5432"),
+            ("MY_DB_PORT_9187_UDP", "udp://10.43.0.7:9187"),
+            ("MY_DB_PORT_9187_UDP_ADDR", "10.43.0.7"),
+        ];
+        for (k, v) in want {
+            assert_eq!(env.get(k).map(String::as_str), Some(v), "{k}");
+        }
+        assert!(!env
+            .keys()
+            .any(|k| k.starts_with("HEADLESS") || k.starts_with("ELSEWHERE")));
+        // enableServiceLinks: false keeps only the kubernetes Service.
+        let linked = linked_services(&all, "web", false);
+        assert_eq!(linked.len(), 1);
+        // In the container: after the pod's own, which win, and visible to $(VAR).
+        let pod: Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "p", "namespace": "web"},
+            "spec": {"containers": [{"name": "c", "env": [
+                {"name": "MY_DB_SERVICE_PORT", "value": "1"},
+                {"name": "URL", "value": "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"}]}]}}))
+        .unwrap();
+        let mut inputs = inputs();
+        inputs.service_env = service_env(&linked_services(&all, "web", true));
+        let c = pod.spec.as_ref().unwrap().containers[0].clone();
+        let out = environment(&pod, &c, &NodeContext::default(), &inputs).unwrap();
+        let got: BTreeMap<String, String> = out.vars.into_iter().collect();
+        assert_eq!(got["MY_DB_SERVICE_PORT"], "1");
+        assert_eq!(got["URL"], "https://10.43.0.1:443");
+        assert_eq!(got["KUBERNETES_SERVICE_HOST"], "10.43.0.1");
     }
 
     #[test]

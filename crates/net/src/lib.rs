@@ -3,5 +3,6 @@
 //! between nodes and network policy are to come here.
 
 pub mod dns;
+pub mod local;
 pub mod nft;
 pub mod proxy;

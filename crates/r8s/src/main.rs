@@ -590,6 +590,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     .map(str::to_owned)
     .collect();
     sans.extend(host_name());
+    // In-cluster clients reach the API server by the kubernetes Service: its cluster IP and
+    // full name.
+    sans.push(args.service_cidr.first().to_string());
+    sans.push(format!("kubernetes.default.svc.{}", args.agent.cluster_domain));
     if !args.bind_address.is_unspecified() && !args.bind_address.is_loopback() {
         sans.push(args.bind_address.to_string());
     }
@@ -899,8 +903,30 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     let mut dns = None;
     let mut proxy = None;
+    let proxy_metrics = Arc::new(r8s_net::proxy::ProxyMetrics::default());
     let run_dns = !args.disable_agent && !args.disable.iter().any(|d| d == "coredns");
     let run_proxy = !args.disable_agent && !args.disable_kube_proxy;
+    // An API server on loopback only is out of pods' reach at its endpoint (127.0.0.1), so
+    // the node serves the kubernetes Service's cluster IP itself (put on the loopback link,
+    // as cluster DNS's address): pods on this node reach the API without it being exposed
+    // beyond the machine. With a bind address pods can reach, the proxy routes the Service
+    // to its endpoint as any other.
+    let mut api_local = None;
+    if !args.disable_agent && args.bind_address.is_loopback() {
+        let ip = std::net::IpAddr::V4(args.service_cidr.first());
+        match r8s_net::local::make_local(ip, API_LOCAL_LABEL).await {
+            Ok(ours) => match tokio::net::TcpListener::bind((ip, 443)).await {
+                Ok(listener) => {
+                    api.serve_also(listener);
+                    api_local = Some((ip, ours));
+                }
+                Err(e) => {
+                    tracing::warn!(address = %ip, error = %e, "pods cannot reach the API server: listening on the kubernetes Service's address failed")
+                }
+            },
+            Err(e) => tracing::warn!(address = %ip, error = %e, "pods cannot reach the API server"),
+        }
+    }
     let cluster_dns: std::net::IpAddr = args
         .agent
         .cluster_dns
@@ -928,14 +954,18 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                 cluster_cidr: Some(parse_v4_cidr(&args.controllers.cluster_cidr).context("--cluster-cidr")?),
                 masquerade_bit: 14,
                 node_name: args.agent.options(data_dir.join("agent"))?.node_name,
-                local_service_ips: match cluster_dns {
-                    std::net::IpAddr::V4(ip) if run_dns => vec![ip],
-                    _ => vec![],
-                },
+                local_service_ips: [Some(cluster_dns).filter(|_| run_dns), api_local.map(|(ip, _)| ip)]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|ip| match ip {
+                        std::net::IpAddr::V4(v4) => Some(v4),
+                        std::net::IpAddr::V6(_) => None,
+                    })
+                    .collect(),
             };
-            let (client, stop) = (client.clone(), stop.clone());
+            let (client, stop, metrics) = (client.clone(), stop.clone(), proxy_metrics.clone());
             proxy = Some(tokio::spawn(async move {
-                if let Err(e) = r8s_net::proxy::run(client, cfg, stop).await {
+                if let Err(e) = r8s_net::proxy::run(client, cfg, metrics, stop).await {
                     tracing::error!(error = %e, "the Service proxy is not running; Service addresses do not route");
                 }
             }));
@@ -958,6 +988,12 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     if !args.disable_agent {
         let mut opts = args.agent.options(data_dir.join("agent"))?;
+        if run_proxy {
+            // The proxy's metrics on the kubelet's /metrics, as the agent's.
+            let m = proxy_metrics.clone();
+            opts.metrics_sources
+                .push(r8s_kubelet::metrics::MetricsSource(Arc::new(move || m.render())));
+        }
         let node_user = format!("system:node:{}", opts.node_name);
         let (cert, key) = pki.issue_client_cert(&node_user, &["system:nodes"])?;
         let kc = r8s_apiserver::pki::kubeconfig(
@@ -1005,6 +1041,12 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     if let Some(proxy) = proxy {
         let _ = tokio::time::timeout(Duration::from_secs(5), proxy).await;
     }
+    if let Some((ip, true)) = api_local {
+        api.stop();
+        if let Err(e) = r8s_net::local::remove_local(ip).await {
+            tracing::warn!(address = %ip, error = %e, "could not remove the kubernetes Service's address");
+        }
+    }
     for c in components {
         let _ = tokio::time::timeout(Duration::from_secs(15), c).await;
     }
@@ -1012,6 +1054,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     Ok(())
 }
+
+/// The label of the kubernetes Service's address on the loopback link.
+const API_LOCAL_LABEL: &str = "lo:r8s-api";
 
 /// An IPv4 CIDR `a.b.c.d/n`.
 fn parse_v4_cidr(s: &str) -> anyhow::Result<(std::net::Ipv4Addr, u8)> {

@@ -3,10 +3,12 @@
 //! in atomic transactions. [`model`] turns one Service into its chains and map elements,
 //! [`table`] keeps the kernel in step (only what changed), [`run`] follows the API.
 
+pub mod metrics;
 pub mod model;
 pub mod run;
 pub mod table;
 
+pub use metrics::ProxyMetrics;
 pub use model::{service_rules, ProxyConfig, ServiceRules};
 pub use run::run;
 pub use table::{Proxier, SyncStats};

@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::Timestamp;
 use r8s_client::informer::{Change, Factory};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::metrics::ProxyMetrics;
 use super::model::{service_rules, ProxyConfig, ServiceRules};
 use super::table::Proxier;
 
@@ -27,6 +29,20 @@ struct State {
     /// Service key → slice name → slice.
     slices: HashMap<String, BTreeMap<String, Arc<EndpointSlice>>>,
     dirty: HashSet<String>,
+    /// Service key → the trigger time of the newest endpoint change not yet programmed.
+    triggers: HashMap<String, Timestamp>,
+}
+
+/// The annotation the endpoint controllers put the time of the change they write on.
+const LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+fn trigger_time(s: &EndpointSlice) -> Option<Timestamp> {
+    s.metadata
+        .annotations
+        .as_ref()?
+        .get(LAST_CHANGE_TRIGGER_TIME)?
+        .parse()
+        .ok()
 }
 
 impl State {
@@ -58,7 +74,12 @@ fn key_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Str
 }
 
 /// Run the proxy until `stop`. An error is why it could not start (no nf_tables, no rights).
-pub async fn run(client: kube::Client, cfg: ProxyConfig, stop: CancellationToken) -> Result<(), String> {
+pub async fn run(
+    client: kube::Client,
+    cfg: ProxyConfig,
+    metrics: Arc<ProxyMetrics>,
+    stop: CancellationToken,
+) -> Result<(), String> {
     let mut proxier = Proxier::new(cfg.clone()).map_err(|e| format!("opening nf_tables: {e}"))?;
     proxier
         .guard()
@@ -125,6 +146,10 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, stop: CancellationToken
                     }
                 } else {
                     m.insert(name, o.clone());
+                    if let Some(t) = trigger_time(o) {
+                        let newest = st.triggers.get(&key).map_or(t, |old| (*old).max(t));
+                        st.triggers.insert(key.clone(), newest);
+                    }
                 }
                 st.dirty.insert(key);
             }
@@ -152,10 +177,16 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, stop: CancellationToken
             match proxier.full_sync(all) {
                 Ok(stats) => {
                     need_full = false;
+                    let took = started.elapsed().as_secs_f64();
+                    metrics.sync.observe(took);
+                    metrics.full_sync.observe(took);
+                    synced(&proxier, &metrics);
+                    state.lock().unwrap().triggers.clear();
                     tracing::info!(services = proxier.services(), messages = stats.messages, bytes = stats.bytes,
                         took = ?started.elapsed(), "proxy: full sync");
                 }
                 Err(e) => {
+                    metrics.failures.inc();
                     tracing::error!(error = %e, "proxy: full sync failed; retrying");
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -177,21 +208,37 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, stop: CancellationToken
             _ = wait_stale => {}
             _ = stop.cancelled() => break,
         }
-        let changes: Vec<(String, ServiceRules)> = {
+        let (changes, triggers): (Vec<(String, ServiceRules)>, Vec<Timestamp>) = {
             let mut st = state.lock().unwrap();
             let dirty: Vec<String> = st.dirty.drain().collect();
-            dirty
+            let triggers = dirty.iter().filter_map(|k| st.triggers.remove(k)).collect();
+            let changes = dirty
                 .into_iter()
                 .map(|k| {
                     let r = st.rules(&cfg, &k);
                     (k, r)
                 })
-                .collect()
+                .collect();
+            (changes, triggers)
         };
         let started = Instant::now();
         match proxier.sync(changes) {
-            Ok(stats) => tracing::debug!(messages = stats.messages, took = ?started.elapsed(), "proxy: sync"),
+            Ok(stats) => {
+                let took = started.elapsed().as_secs_f64();
+                metrics.sync.observe(took);
+                metrics.partial_sync.observe(took);
+                synced(&proxier, &metrics);
+                let now = Timestamp::now();
+                for t in triggers {
+                    // From the change the endpoint controller wrote to the rules being live.
+                    if let Ok(d) = std::time::Duration::try_from(now.duration_since(t)) {
+                        metrics.programming.observe(d.as_secs_f64());
+                    }
+                }
+                tracing::debug!(messages = stats.messages, took = ?started.elapsed(), "proxy: sync");
+            }
             Err(e) => {
+                metrics.failures.inc();
                 tracing::error!(error = %e, "proxy: sync failed; re-syncing the whole table");
                 need_full = true;
             }
@@ -209,6 +256,18 @@ pub async fn run(client: kube::Client, cfg: ProxyConfig, stop: CancellationToken
         }
     }
     Ok(())
+}
+
+/// The gauges after a successful sync.
+fn synced(proxier: &Proxier, metrics: &ProxyMetrics) {
+    let (chains, elements) = proxier.counts();
+    metrics.services.set(proxier.services() as i64);
+    metrics.chains.set(chains as i64);
+    metrics.elements.set(elements as i64);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    metrics.last_sync.set(now.as_secs_f64());
 }
 
 /// The blackhole route under the cluster CIDR: the routes to pods (this node's bridge, other

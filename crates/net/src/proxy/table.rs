@@ -495,6 +495,13 @@ impl Proxier {
     pub fn services(&self) -> usize {
         self.applied.len()
     }
+
+    /// Per-Service chains and elements in the table.
+    pub fn counts(&self) -> (usize, usize) {
+        self.applied
+            .values()
+            .fold((0, 0), |(c, e), r| (c + r.chains.len(), e + r.elems.len()))
+    }
 }
 
 /// Keep only the elements no other Service holds; record the rest as `key`'s.

@@ -34,12 +34,39 @@ items:
   spec:
     selector: {app: nothing}
     ports: [{port: 80}]
-- apiVersion: v1
-  kind: Pod
-  metadata: {name: client}
-  spec:
-    containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: Role
+  metadata: {name: pod-reader}
+  rules: [{apiGroups: [""], resources: [pods], verbs: [list]}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: RoleBinding
+  metadata: {name: default-reads-pods}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
+  subjects: [{kind: ServiceAccount, name: default, namespace: default}]
 "#;
+
+/// The client pod: busybox, with the host's (static) kubectl mounted, to be an in-cluster
+/// client.
+fn client_pod() -> String {
+    let kubectl = support::kubectl_binary(V);
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: client}}
+spec:
+  containers:
+  - name: c
+    image: busybox
+    command: [sleep, "3600"]
+    volumeMounts: [{{name: kubectl, mountPath: /kubectl, readOnly: true}}]
+  volumes:
+  - name: kubectl
+    hostPath: {{path: "{}", type: File}}
+"#,
+        kubectl.display()
+    )
+}
 
 fn web_pod(name: &str) -> String {
     format!(
@@ -107,7 +134,7 @@ fn pods_reach_services_by_address_and_name_through_the_proxy() {
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
     // No blackhole route for the Service range here: r8s guards it itself (checked before
     // any traffic), and a route would drop refused connections before the proxy refuses them.
-    let mut c = start("proxy-node", "10.198.0.0/16", "r8sp");
+    let mut c = start("proxy-node", "10.198.0.0/16", "r8sb");
     let s = &c.s;
     // The guard is there before any Service of the test: the Service range's unallocated
     // addresses are dropped, the cluster CIDR outside the node's bridge is a blackhole.
@@ -125,6 +152,7 @@ fn pods_reach_services_by_address_and_name_through_the_proxy() {
 
     s.wait_for_default_service_account("default");
     s.ok_stdin(V, &["create", "-f", "-"], OBJECTS);
+    s.ok_stdin(V, &["create", "-f", "-"], &client_pod());
     for name in ["web-1", "web-2"] {
         s.ok_stdin(V, &["create", "-f", "-"], &web_pod(name));
     }
@@ -200,6 +228,62 @@ fn pods_reach_services_by_address_and_name_through_the_proxy() {
         (get(s, &web_ip, 80).ok()? == "web-3").then_some(())
     });
 
+    // An in-cluster client: kubectl in a pod finds the API server through the kubernetes
+    // Service's variables and the service account token, and has the account's rights.
+    let env = s.ok(V, &["exec", "client", "--", "env"]);
+    assert!(env.contains("KUBERNETES_SERVICE_HOST=10.43.0.1"), "{env}");
+    assert!(env.contains("KUBERNETES_SERVICE_PORT=443"), "{env}");
+    assert!(env.contains(&format!("WEB_SERVICE_HOST={web_ip}")), "{env}");
+    let pods = s.ok(
+        V,
+        &["exec", "client", "--", "/kubectl", "get", "pods", "-o", "name"],
+    );
+    assert!(
+        pods.contains("pod/client") && pods.contains("pod/web-3"),
+        "{pods}"
+    );
+    let out = s.kubectl(V, &["exec", "client", "--", "/kubectl", "get", "secrets"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("system:serviceaccount:default:default")
+            && err.contains("forbidden"),
+        "{err}"
+    );
+
+    // The endpoint controllers date the change they write, and the proxy measures from it
+    // to its rules being live; its metrics are on the agent's /metrics.
+    for what in [
+        &["endpointslices", "-l", "kubernetes.io/service-name=web"][..],
+        &["endpoints", "web"],
+    ] {
+        wait_for(15, &format!("the trigger time on {what:?}"), || {
+            let mut args = vec!["get"];
+            args.extend_from_slice(what);
+            args.extend(["-o", "json"]);
+            let out = s.ok(V, &args);
+            (out.contains("endpoints.kubernetes.io/last-change-trigger-time") && out.contains("web-3"))
+                .then_some(())
+        });
+    }
+    let metrics = s.ok(V, &["get", "--raw", "/api/v1/nodes/proxy-node/proxy/metrics"]);
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in\n{metrics}"))
+    };
+    assert!(
+        value("kubeproxy_sync_proxy_rules_duration_seconds_count") >= 2.0,
+        "{metrics}"
+    );
+    assert!(value("kubeproxy_network_programming_duration_seconds_count") >= 1.0);
+    assert!(
+        value("r8s_proxy_services") >= 3.0,
+        "web, web-np, empty (and kubernetes)"
+    );
+
     // Deleting the Service removes its rules (its chains a moment later).
     s.ok(V, &["delete", "service", "web"]);
     wait_for(15, "web's rules gone", || {
@@ -219,4 +303,13 @@ fn pods_reach_services_by_address_and_name_through_the_proxy() {
     )
     .into_owned();
     assert!(!routes.contains("10.198.0.0/16"), "{routes}");
+    let lo = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["addr", "show", "dev", "lo"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(!lo.contains("10.43.0.1/32"), "{lo}");
 }

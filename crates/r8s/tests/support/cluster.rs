@@ -106,6 +106,11 @@ impl Drop for Leftovers {
             ])
             .stderr(std::process::Stdio::null())
             .status();
+        // The kubernetes Service's address the server serves the API on for pods.
+        let _ = Command::new("ip")
+            .args(["addr", "del", "10.43.0.1/32", "dev", "lo", "label", "lo:r8s-api"])
+            .stderr(std::process::Stdio::null())
+            .status();
         r8s_kubelet::cgroups::remove(&r8s_kubelet::cgroups::pod_parent("r8s-pods"));
         // The Service proxy's table and its route, if the server died before removing them.
         let _ = Command::new("nft")
