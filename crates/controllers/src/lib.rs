@@ -25,6 +25,7 @@ pub mod replicaset;
 pub mod resourcequota;
 pub mod root_ca_cert_publisher;
 pub mod serviceaccount;
+pub mod servicelb;
 
 use std::time::Duration;
 
@@ -88,6 +89,9 @@ pub struct Options {
     /// The CA bundle (PEM) that verifies the API server, published in every namespace as the
     /// `kube-root-ca.crt` ConfigMap; `None` turns the root-ca-cert-publisher off.
     pub root_ca_pem: Option<String>,
+    /// Give LoadBalancer Services the nodes' addresses (k3s's servicelb role; `r8s server`
+    /// turns it on unless `--disable servicelb`).
+    pub servicelb: bool,
 }
 
 impl Default for Options {
@@ -102,6 +106,7 @@ impl Default for Options {
             credentials: credentials::Credentials::Shared,
             signing_ca: None,
             root_ca_pem: None,
+            servicelb: false,
         }
     }
 }
@@ -142,6 +147,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "root-ca-cert-publisher",
         "endpoint-controller",
         "endpointslice-controller",
+        "service-controller",
     ] {
         let c = loop {
             match credentials::client_for(&client, &opts.credentials, name, &stop).await {
@@ -209,6 +215,10 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     tasks.push(tokio::spawn(quota.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(endpoints.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(slices.run(opts.workers, stop.clone())));
+    if opts.servicelb {
+        let lb = servicelb::ServiceLbController::new(&views["service-controller"], events.clone());
+        tasks.push(tokio::spawn(lb.run(opts.workers, stop.clone())));
+    }
     if let Some(root_ca) = root_ca {
         tasks.push(tokio::spawn(root_ca.run(1, stop.clone())));
     }

@@ -72,6 +72,8 @@ pub struct AgentOptions {
     /// `<data-dir>/agent`.
     pub dir: PathBuf,
     pub node_ip: String,
+    /// The node's ExternalIP, if it has one.
+    pub node_external_ip: Option<String>,
     pub cluster_dns: Vec<String>,
     pub cluster_domain: String,
     /// Bridge name for the pod network.
@@ -139,6 +141,7 @@ impl AgentOptions {
             node_name: host_name().to_lowercase(),
             dir,
             node_ip: default_ip(),
+            node_external_ip: None,
             cluster_dns: vec!["10.43.0.10".into()],
             cluster_domain: "cluster.local".into(),
             bridge: "r8s0".into(),

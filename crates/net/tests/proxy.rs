@@ -301,7 +301,11 @@ fn adding_one_service_to_many_is_one_small_transaction() {
         p.guard().unwrap();
         p
     });
-    let all: Vec<(String, ServiceRules)> = (0..1000u32)
+    let n: u32 = std::env::var("R8S_PROXY_TEST_SERVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let all: Vec<(String, ServiceRules)> = (0..n)
         .map(|i| {
             let ip = format!("10.43.{}.{}", 1 + i / 250, 1 + i % 250);
             let ep = format!("10.42.{}.{}", 1 + i / 250, 1 + i % 250);
@@ -309,12 +313,16 @@ fn adding_one_service_to_many_is_one_small_transaction() {
             rules(&s, &[&slice(&format!("s{i}"), &[&ep])])
         })
         .collect();
+    let t = std::time::Instant::now();
     w.node.run(|| p.full_sync(all)).unwrap();
+    eprintln!("full sync of {n} Services: {:?}", t.elapsed());
     let s = service("new", "10.43.9.9", None, false);
+    let t = std::time::Instant::now();
     let stats = w
         .node
         .run(|| p.sync(vec![rules(&s, &[&slice("new", &["10.42.9.9"])])]))
         .unwrap();
+    eprintln!("adding one to {n}: {:?} ({stats:?})", t.elapsed());
     assert!(stats.messages <= 10 && stats.bytes < 4096, "{stats:?}");
     let listed = w.node.nft(&["list", "map", "ip", "r8s", "service-ips"]);
     assert!(

@@ -113,7 +113,7 @@ fn connect_latency(ip: Ipv4Addr, n: usize) -> (Duration, Duration) {
         })
         .collect();
     v.sort();
-    (common::pct(&v, 50.0), common::pct(&v, 99.0))
+    (common::pct(&v, 0.50), common::pct(&v, 0.99))
 }
 
 fn config() -> r8s_net::proxy::ProxyConfig {
@@ -212,8 +212,8 @@ async fn run() {
     took.sort();
     println!(
         "add one Service at {n}: API write → live p50 {} p99 {} max {} ({adds} adds)",
-        common::ms(common::pct(&took, 50.0)),
-        common::ms(common::pct(&took, 99.0)),
+        common::ms(common::pct(&took, 0.50)),
+        common::ms(common::pct(&took, 0.99)),
         common::ms(*took.last().unwrap())
     );
     stop.cancel();

@@ -69,6 +69,11 @@ struct AgentArgs {
     #[arg(long)]
     node_ip: Option<String>,
 
+    /// This node's external address (k3s's flag): reported as its ExternalIP, and the address
+    /// LoadBalancer Services get on it.
+    #[arg(long)]
+    node_external_ip: Option<String>,
+
     /// The cluster DNS service address pods resolve with.
     #[arg(long, default_value = "10.43.0.10")]
     cluster_dns: String,
@@ -124,6 +129,7 @@ impl AgentArgs {
         if let Some(ip) = &self.node_ip {
             o.node_ip = ip.clone();
         }
+        o.node_external_ip = self.node_external_ip.clone();
         o.cluster_dns = vec![self.cluster_dns.clone()];
         o.cluster_domain = self.cluster_domain.clone();
         o.bridge = self.pod_bridge.clone();
@@ -232,6 +238,7 @@ impl ControllerArgs {
             leader_elect,
             identity: r8s_client::default_identity(),
             root_ca_pem,
+            servicelb: false,
         })
     }
 }
@@ -441,7 +448,8 @@ struct ServerArgs {
     disable_kube_proxy: bool,
 
     /// Do not run these packaged components (k3s's flag; comma-separated or repeated):
-    /// `coredns` — the cluster DNS the agent serves on --cluster-dns.
+    /// `coredns` — the cluster DNS the agent serves on --cluster-dns; `servicelb` — the
+    /// nodes' addresses as LoadBalancer Services' ingress.
     #[arg(long, value_delimiter = ',')]
     disable: Vec<String>,
 
@@ -468,7 +476,7 @@ const ADMISSION_PLUGINS: &[(&str, bool)] = &[
 ];
 
 /// What `--disable` can turn off.
-const DISABLEABLE: &[&str] = &["coredns"];
+const DISABLEABLE: &[&str] = &["coredns", "servicelb"];
 
 /// The plugins that run: the defaults, plus `enable`, minus `disable`.
 fn admission_plugins(enable: &[String], disable: &[String]) -> anyhow::Result<Vec<String>> {
@@ -872,6 +880,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let client = kube::Client::try_from(config.clone())?;
         let token_dir = data_dir.join("server").join("cred").join("controllers");
         let mut opts = args.controllers.options(true, &config, token_dir)?;
+        opts.servicelb = !args.disable.iter().any(|d| d == "servicelb");
         opts.signing_ca = Some(r8s_controllers::certificates::SigningCa {
             cert_pem: pki.ca_cert_pem.clone(),
             key_pem: pki.ca_key_pem().to_owned(),

@@ -105,16 +105,25 @@ impl Agent {
         NodeStatus {
             capacity: Some(capacity.clone()),
             allocatable: Some(capacity),
-            addresses: Some(vec![
-                NodeAddress {
-                    type_: "InternalIP".into(),
-                    address: self.opts.node_ip.clone(),
-                },
-                NodeAddress {
-                    type_: "Hostname".into(),
-                    address: self.opts.node_name.clone(),
-                },
-            ]),
+            addresses: Some(
+                [
+                    Some(NodeAddress {
+                        type_: "InternalIP".into(),
+                        address: self.opts.node_ip.clone(),
+                    }),
+                    self.opts.node_external_ip.clone().map(|address| NodeAddress {
+                        type_: "ExternalIP".into(),
+                        address,
+                    }),
+                    Some(NodeAddress {
+                        type_: "Hostname".into(),
+                        address: self.opts.node_name.clone(),
+                    }),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ),
             conditions: Some(vec![
                 condition(
                     "MemoryPressure",

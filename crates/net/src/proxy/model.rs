@@ -46,13 +46,8 @@ impl ProxyConfig {
     }
 }
 
-/// One rule of a chain.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Rule {
-    Exprs(Vec<Expr>),
-    /// `<exprs> numgen random mod N vmap { 0: v0, … }`.
-    Numgen(Vec<Expr>, Vec<Verdict>),
-}
+/// One rule of a chain: its expressions.
+pub type Rule = Vec<Expr>;
 
 /// Everything the table holds for one Service.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -149,6 +144,10 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
             .unwrap_or(10_800);
         secs.max(1) as u64 * 1000
     });
+    // Marked for masquerade in place (kube-proxy jumps to a chain that does this; the
+    // kernel re-checks every jump of the table on each change, so fewer jumps make every
+    // sync cheaper).
+    let mark = || m::mark_or(cfg.masquerade_mark());
     let internal_local = spec.internal_traffic_policy.as_deref() == Some("Local");
     let external_local = spec.external_traffic_policy.as_deref() == Some("Local");
     let external_ips: Vec<Ipv4Addr> = spec
@@ -190,29 +189,32 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
         let service_chain = format!("service-{base}");
         let external_chain = format!("external-{base}");
         let local_chain = format!("local-{base}");
+        // Hairpin (a pod reaching itself through its Service is masqueraded) and DNAT.
+        let to_endpoint = |ep: &Endpoint| -> [Rule; 2] {
+            let mut hairpin = m::ip_in(m::ip_saddr(REG_1), ep.ip, 32, CmpOp::Eq);
+            hairpin.extend(mark());
+            [hairpin, m::dnat(proto, ep.ip, ep.port)]
+        };
         let endpoint_chain = |ep: &Endpoint, out: &mut ServiceRules| -> String {
             let chain = format!("endpoint-{base}__{}/{}", ep.ip, ep.port);
             if out.chains.contains_key(&chain) {
                 return chain;
             }
-            let mut rules = Vec::new();
-            // Hairpin: a pod reaching itself through its Service.
-            let mut hairpin = m::ip_in(m::ip_saddr(REG_1), ep.ip, 32, CmpOp::Eq);
-            hairpin.push(Expr::Verdict(Verdict::Jump(MARK_FOR_MASQUERADE.into())));
-            rules.push(Rule::Exprs(hairpin));
+            let [hairpin, dnat] = to_endpoint(ep);
+            let mut rules = vec![hairpin];
             if let Some(ms) = affinity_ms {
                 let set = affinity_set(&chain);
                 out.affinity_sets.insert(set.clone());
-                rules.push(Rule::Exprs(vec![
+                rules.push(vec![
                     m::ip_saddr(REG_1),
                     Expr::DynsetUpdate {
                         set,
                         sreg: REG_1,
                         timeout_ms: Some(ms),
                     },
-                ]));
+                ]);
             }
-            rules.push(Rule::Exprs(m::dnat(proto, ep.ip, ep.port)));
+            rules.push(dnat);
             out.chains.insert(chain.clone(), rules);
             chain
         };
@@ -233,13 +235,32 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
                         },
                     ];
                     r.push(Expr::Verdict(Verdict::Goto(t.clone())));
-                    rules.push(Rule::Exprs(r));
+                    rules.push(r);
                 }
             }
-            rules.push(Rule::Numgen(
-                Vec::new(),
-                targets.into_iter().map(Verdict::Goto).collect(),
-            ));
+            // One endpoint at random: rule i takes the new connection with probability
+            // 1/(n-i) given the ones before did not, so each gets 1/n. (Not kube-proxy's
+            // `numgen … vmap` on an anonymous map: the kernel looks a new anonymous set up
+            // by scanning the table's sets and the transaction, which made a full sync of
+            // thousands of Services take minutes; these rules need no lookup at all.)
+            let n = targets.len() as u32;
+            for (i, t) in targets.into_iter().enumerate() {
+                let left = n - i as u32;
+                let mut r = Vec::new();
+                if left > 1 {
+                    r.push(Expr::NumgenRandom {
+                        dreg: REG_1,
+                        modulus: left,
+                    });
+                    r.push(Expr::Cmp {
+                        sreg: REG_1,
+                        op: CmpOp::Eq,
+                        data: 0u32.to_ne_bytes().to_vec(),
+                    });
+                }
+                r.push(Expr::Verdict(Verdict::Goto(t)));
+                rules.push(r);
+            }
             out.chains.insert(chain.to_owned(), rules);
         };
 
@@ -255,12 +276,10 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
             match cfg.cluster_cidr {
                 Some((net, prefix)) => {
                     let mut r = m::ip_in(m::ip_saddr(REG_1), net, prefix, CmpOp::Neq);
-                    r.push(Expr::Verdict(Verdict::Jump(MARK_FOR_MASQUERADE.into())));
-                    masq.push(Rule::Exprs(r));
+                    r.extend(mark());
+                    masq.push(r);
                 }
-                None => masq.push(Rule::Exprs(vec![Expr::Verdict(Verdict::Jump(
-                    MARK_FOR_MASQUERADE.into(),
-                ))])),
+                None => masq.push(mark()),
             }
             choose(&service_chain, masq, &cluster_eps, &mut out);
         }
@@ -305,23 +324,20 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
             if let Some((net, prefix)) = cfg.cluster_cidr {
                 let mut r = m::ip_in(m::ip_saddr(REG_1), net, prefix, CmpOp::Eq);
                 r.push(Expr::Verdict(Verdict::Goto(service_chain.clone())));
-                rules.push(Rule::Exprs(r));
+                rules.push(r);
             }
             let mut r = m::fib_saddr_local();
-            r.push(Expr::Verdict(Verdict::Jump(MARK_FOR_MASQUERADE.into())));
-            rules.push(Rule::Exprs(r));
+            r.extend(mark());
+            rules.push(r);
             let mut r = m::fib_saddr_local();
             r.push(Expr::Verdict(Verdict::Goto(service_chain.clone())));
-            rules.push(Rule::Exprs(r));
+            rules.push(r);
             choose(&external_chain, rules, &local_eps, &mut out);
             Some(Verdict::Goto(external_chain.clone()))
         } else {
             out.chains.insert(
                 external_chain.clone(),
-                vec![
-                    Rule::Exprs(vec![Expr::Verdict(Verdict::Jump(MARK_FOR_MASQUERADE.into()))]),
-                    Rule::Exprs(vec![Expr::Verdict(Verdict::Goto(service_chain.clone()))]),
-                ],
+                vec![mark(), vec![Expr::Verdict(Verdict::Goto(service_chain.clone()))]],
             );
             Some(Verdict::Goto(external_chain.clone()))
         };
@@ -437,17 +453,26 @@ mod tests {
         )
     }
 
+    /// The endpoint chains the random choice at the end of `chain` picks from.
     fn numgen_targets(r: &ServiceRules, chain: &str) -> Vec<String> {
-        match r.chains[chain].last() {
-            Some(Rule::Numgen(_, v)) => v
-                .iter()
-                .map(|v| match v {
-                    Verdict::Goto(c) => c.clone(),
-                    other => panic!("{other:?}"),
-                })
-                .collect(),
-            other => panic!("{other:?}"),
+        let mut out = Vec::new();
+        for rule in r.chains[chain].iter().rev() {
+            let e = rule;
+            let random = e.iter().any(|x| matches!(x, Expr::NumgenRandom { .. }));
+            match e.last() {
+                Some(Expr::Verdict(Verdict::Goto(c)))
+                    if c.starts_with("endpoint-") && (random || out.is_empty()) =>
+                {
+                    out.push(c.clone())
+                }
+                _ => break,
+            }
+            if !random && out.len() > 1 {
+                break;
+            }
         }
+        out.reverse();
+        out
     }
 
     #[test]
@@ -475,11 +500,11 @@ mod tests {
             ]
         );
         assert!(
-            r.chains["endpoint-default/web/tcp/http__10.42.0.5/8080"].contains(&Rule::Exprs(m::dnat(
+            r.chains["endpoint-default/web/tcp/http__10.42.0.5/8080"].contains(&m::dnat(
                 6,
                 Ipv4Addr::new(10, 42, 0, 5),
                 8080
-            )))
+            ))
         );
         assert!(!r.elems.keys().any(|(s, _)| *s == NO_ENDPOINT_SERVICES));
     }
@@ -533,10 +558,12 @@ mod tests {
         assert!(r
             .affinity_sets
             .contains("affinity-default/web/tcp/http__10.42.0.5/8080"));
-        assert!(r.chains["endpoint-default/web/tcp/http__10.42.0.5/8080"].iter().any(|rule| matches!(rule,
-            Rule::Exprs(e) if e.iter().any(|x| matches!(x, Expr::DynsetUpdate { timeout_ms: Some(10_800_000), .. })))));
+        assert!(r.chains["endpoint-default/web/tcp/http__10.42.0.5/8080"]
+            .iter()
+            .any(|rule| matches!(rule,
+            e if e.iter().any(|x| matches!(x, Expr::DynsetUpdate { timeout_ms: Some(10_800_000), .. })))));
         let chain = &r.chains["service-default/web/tcp/http"];
-        assert!(chain.iter().any(|rule| matches!(rule, Rule::Exprs(e) if e.iter().any(|x| matches!(x, Expr::Lookup { set, .. } if set.starts_with("affinity-"))))));
+        assert!(chain.iter().any(|rule| matches!(rule, e if e.iter().any(|x| matches!(x, Expr::Lookup { set, .. } if set.starts_with("affinity-"))))));
     }
 
     #[test]

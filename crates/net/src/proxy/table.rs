@@ -102,10 +102,7 @@ fn with(mut v: Vec<Expr>, more: impl IntoIterator<Item = Expr>) -> Vec<Expr> {
 }
 
 fn write_rule(b: &mut Batch, chain: &str, rule: &Rule) {
-    match rule {
-        Rule::Exprs(e) => b.add_rule(chain, e),
-        Rule::Numgen(pre, verdicts) => b.add_numgen_vmap_rule(chain, pre, verdicts),
-    }
+    b.add_rule(chain, rule);
 }
 
 impl Proxier {

@@ -119,6 +119,48 @@ fn ready_endpoints(s: &support::Server, svc: &str) -> usize {
         .count()
 }
 
+/// An address the test puts on the loopback link (the node's "external" address, where
+/// load-balanced Services are reached), removed when dropped.
+struct LoAddress(&'static str);
+
+impl LoAddress {
+    fn add(addr: &'static str) -> Self {
+        let _ = Command::new("ip")
+            .args([
+                "addr",
+                "add",
+                &format!("{addr}/32"),
+                "dev",
+                "lo",
+                "label",
+                "lo:r8s-test",
+            ])
+            .status();
+        LoAddress(addr)
+    }
+}
+
+impl Drop for LoAddress {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["addr", "del", &format!("{}/32", self.0), "dev", "lo"])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+fn curl(url: &str) -> String {
+    let out = Command::new("curl")
+        .args(["-sS", "-m", "5", url])
+        .output()
+        .unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout).trim(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    )
+}
+
 fn table() -> Option<String> {
     let out = Command::new("nft")
         .args(["list", "table", "ip", "r8s"])
@@ -134,7 +176,13 @@ fn pods_reach_services_by_address_and_name_through_the_proxy() {
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
     // No blackhole route for the Service range here: r8s guards it itself (checked before
     // any traffic), and a route would drop refused connections before the proxy refuses them.
-    let mut c = start("proxy-node", "10.198.0.0/16", "r8sb");
+    let external = LoAddress::add("10.199.255.1");
+    let mut c = start_with(
+        "proxy-node",
+        "10.198.0.0/16",
+        "r8sb",
+        &["--node-external-ip", external.0],
+    );
     let s = &c.s;
     // The guard is there before any Service of the test: the Service range's unallocated
     // addresses are dropped, the cluster CIDR outside the node's bridge is a blackhole.
@@ -200,6 +248,59 @@ fn pods_reach_services_by_address_and_name_through_the_proxy() {
         "NodePort: {body}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // LoadBalancer Services get the node's (external) address, and it routes; a second one
+    // on the same port waits with an event naming the first, and gets the address once the
+    // first is gone.
+    for name in ["web-lb", "web-lb2"] {
+        s.ok(V, &["create", "service", "loadbalancer", name, "--tcp=8081:8080"]);
+        s.ok(
+            V,
+            &[
+                "patch",
+                "service",
+                name,
+                "-p",
+                r#"{"spec":{"selector":{"app":"web"}}}"#,
+            ],
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let ingress = |name: &str| {
+        s.ok(
+            V,
+            &[
+                "get",
+                "service",
+                name,
+                "-o",
+                "jsonpath={.status.loadBalancer.ingress[*].ip}",
+            ],
+        )
+    };
+    wait_for(20, "web-lb's ingress", || {
+        (ingress("web-lb") == external.0).then_some(())
+    });
+    let body = wait_for(20, "web-lb answering", || {
+        let b = curl(&format!("http://{}:8081/", external.0));
+        (b == "web-1" || b == "web-2").then_some(b)
+    });
+    assert!(body.starts_with("web-"));
+    wait_for(20, "web-lb2's warning", || {
+        let ev = s.ok(
+            V,
+            &["get", "events", "--field-selector", "involvedObject.name=web-lb2"],
+        );
+        ev.contains("LoadBalancerPortInUse").then_some(())
+    });
+    assert_eq!(ingress("web-lb2"), "");
+    let listed = s.ok(V, &["get", "service", "web-lb2"]);
+    assert!(listed.contains("<pending>"), "{listed}");
+    s.ok(V, &["delete", "service", "web-lb"]);
+    wait_for(20, "web-lb2's ingress", || {
+        (ingress("web-lb2") == external.0).then_some(())
+    });
+    s.ok(V, &["delete", "service", "web-lb2"]);
 
     // No endpoints: refused at once, not a timeout.
     let empty_ip = s.ok(

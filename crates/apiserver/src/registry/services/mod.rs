@@ -97,7 +97,7 @@ impl Strategy for Services {
             name_cell(obj),
             json!(spec["type"].as_str().unwrap_or("ClusterIP")),
             json!(spec["clusterIP"].as_str().unwrap_or("<none>")),
-            json!("<none>"),
+            json!(external_ip(obj)),
             json!(if ports.is_empty() {
                 "<none>".to_owned()
             } else {
@@ -114,6 +114,43 @@ impl Strategy for Services {
 
     fn connect(&self, sub: &str) -> Option<Connect> {
         (sub == "proxy").then_some(Connect::ServiceProxy)
+    }
+}
+
+/// The External-IP column as upstream's printer fills it: external IPs (and, for a
+/// LoadBalancer, its ingress first, or `<pending>` while it has none); an ExternalName's name.
+fn external_ip(obj: &Value) -> String {
+    let spec = &obj["spec"];
+    let externals: Vec<&str> = spec["externalIPs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    match spec["type"].as_str().unwrap_or("ClusterIP") {
+        "ClusterIP" | "NodePort" if externals.is_empty() => "<none>".into(),
+        "ClusterIP" | "NodePort" => externals.join(","),
+        "LoadBalancer" => {
+            let mut lb: String = obj["status"]["loadBalancer"]["ingress"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i["ip"].as_str().or(i["hostname"].as_str()))
+                .collect::<Vec<_>>()
+                .join(",");
+            // Not wide: long lists are cut, as upstream's loadBalancerStatusStringer.
+            if lb.len() > 16 {
+                lb = format!("{}...", &lb[..13]);
+            }
+            match (lb.is_empty(), externals.is_empty()) {
+                (true, true) => "<pending>".into(),
+                (false, true) => lb,
+                (true, false) => externals.join(","),
+                (false, false) => format!("{lb},{}", externals.join(",")),
+            }
+        }
+        "ExternalName" => spec["externalName"].as_str().unwrap_or_default().into(),
+        _ => "<unknown>".into(),
     }
 }
 
@@ -411,6 +448,33 @@ fn keep_allocations(obj: &mut Value, old: &Value) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn external_ip_column_as_upstream() {
+        let svc = |v: Value| external_ip(&v);
+        assert_eq!(svc(json!({"spec": {"type": "ClusterIP"}})), "<none>");
+        assert_eq!(
+            svc(json!({"spec": {"type": "NodePort", "externalIPs": ["192.0.2.1", "192.0.2.2"]}})),
+            "192.0.2.1,192.0.2.2"
+        );
+        assert_eq!(svc(json!({"spec": {"type": "LoadBalancer"}})), "<pending>");
+        assert_eq!(
+            svc(
+                json!({"spec": {"type": "LoadBalancer"}, "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.7"}]}}})
+            ),
+            "198.51.100.7"
+        );
+        assert_eq!(
+            svc(
+                json!({"spec": {"type": "LoadBalancer"}, "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.7"}, {"ip": "198.51.100.8"}]}}})
+            ),
+            "198.51.100.7,..."
+        );
+        assert_eq!(
+            svc(json!({"spec": {"type": "ExternalName", "externalName": "example.com"}})),
+            "example.com"
+        );
+    }
 
     fn errors(spec: Value) -> Vec<String> {
         let mut errs = Vec::new();
