@@ -199,23 +199,23 @@ impl Batch {
         end_msg(&mut self.buf, at);
     }
 
-    /// Remove every rule of a chain.
-    pub fn flush_chain(&mut self, name: &str) {
-        let at = self.start(MsgType::DelRule, 0);
+    /// A message naming only the table (attribute 1) and one object in it (`name_attr`).
+    fn named(&mut self, ty: MsgType, name_attr: u16, name: &str) {
+        let at = self.start(ty, 0);
         let table = self.table.clone();
         let mut w = self.w();
         w.str(1, &table);
-        w.str(2, name);
+        w.str(name_attr, name);
         end_msg(&mut self.buf, at);
     }
 
+    /// Remove every rule of a chain.
+    pub fn flush_chain(&mut self, name: &str) {
+        self.named(MsgType::DelRule, 2, name);
+    }
+
     pub fn del_chain(&mut self, name: &str) {
-        let at = self.start(MsgType::DelChain, 0);
-        let table = self.table.clone();
-        let mut w = self.w();
-        w.str(1, &table);
-        w.str(3, name);
-        end_msg(&mut self.buf, at);
+        self.named(MsgType::DelChain, 3, name);
     }
 
     /// Create a named set or map if it does not exist (its properties must then be the same).
@@ -263,21 +263,11 @@ impl Batch {
 
     /// Remove every element of a set.
     pub fn flush_set(&mut self, name: &str) {
-        let at = self.start(MsgType::DelSetElem, 0);
-        let table = self.table.clone();
-        let mut w = self.w();
-        w.str(1, &table);
-        w.str(2, name);
-        end_msg(&mut self.buf, at);
+        self.named(MsgType::DelSetElem, 2, name);
     }
 
     pub fn del_set(&mut self, name: &str) {
-        let at = self.start(MsgType::DelSet, 0);
-        let table = self.table.clone();
-        let mut w = self.w();
-        w.str(1, &table);
-        w.str(2, name);
-        end_msg(&mut self.buf, at);
+        self.named(MsgType::DelSet, 2, name);
     }
 
     /// Add elements (with their verdicts, for a map), in as many messages as their size needs.

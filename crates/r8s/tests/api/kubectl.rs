@@ -819,19 +819,17 @@ fn services_get_cluster_ips_and_node_ports() {
             err.contains(&format!("The Service \"taken\" is invalid: spec.clusterIPs: Invalid value: []string{{\"{ip}\"}}: failed to allocate IP {ip}: provided IP is already allocated")),
             "{err}"
         );
-        // Immutable once set; labels and other changes keep it.
+        // Immutable once set; labels and other changes keep it. (Another address than the
+        // one allocated: patching to the same one is no change.)
+        let other = if ip == "10.96.0.99" {
+            "10.96.0.98"
+        } else {
+            "10.96.0.99"
+        };
+        let other_ip_patch = format!(r#"{{"spec":{{"clusterIP":"{other}"}}}}"#);
         let err = String::from_utf8_lossy(
-            &s.kubectl(
-                v,
-                &[
-                    "patch",
-                    "svc",
-                    &web,
-                    "-p",
-                    r#"{"spec":{"clusterIP":"10.96.0.99"}}"#,
-                ],
-            )
-            .stderr,
+            &s.kubectl(v, &["patch", "svc", &web, "-p", &other_ip_patch])
+                .stderr,
         )
         .to_string();
         assert!(err.contains("may not change once set"), "{err}");

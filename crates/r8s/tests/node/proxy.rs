@@ -161,6 +161,11 @@ fn curl(url: &str) -> String {
     )
 }
 
+/// What `ip ARGS` prints.
+fn ip(args: &[&str]) -> String {
+    String::from_utf8_lossy(&Command::new("ip").args(args).output().unwrap().stdout).into_owned()
+}
+
 fn table() -> Option<String> {
     let out = Command::new("nft")
         .args(["list", "table", "ip", "r8s"])
@@ -188,14 +193,7 @@ fn pods_reach_services_by_address_and_name_through_the_proxy() {
     // addresses are dropped, the cluster CIDR outside the node's bridge is a blackhole.
     let t = table().expect("the r8s table");
     assert!(t.contains("ip daddr 10.43.0.0/16 drop"), "{t}");
-    let routes = String::from_utf8_lossy(
-        &Command::new("ip")
-            .args(["route", "show", "type", "blackhole"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .into_owned();
+    let routes = ip(&["route", "show", "type", "blackhole"]);
     assert!(routes.contains("10.198.0.0/16"), "{routes}");
 
     s.wait_for_default_service_account("default");
@@ -395,22 +393,8 @@ fn pods_reach_services_by_address_and_name_through_the_proxy() {
     // A clean stop removes the table and the route.
     assert!(c.s.terminate(Duration::from_secs(60)), "the server did not stop");
     assert!(table().is_none(), "the r8s table outlived the server");
-    let routes = String::from_utf8_lossy(
-        &Command::new("ip")
-            .args(["route", "show", "type", "blackhole"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .into_owned();
+    let routes = ip(&["route", "show", "type", "blackhole"]);
     assert!(!routes.contains("10.198.0.0/16"), "{routes}");
-    let lo = String::from_utf8_lossy(
-        &Command::new("ip")
-            .args(["addr", "show", "dev", "lo"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .into_owned();
+    let lo = ip(&["addr", "show", "dev", "lo"]);
     assert!(!lo.contains("10.43.0.1/32"), "{lo}");
 }
