@@ -189,6 +189,8 @@ pub struct Agent {
     status: Arc<StatusManager>,
     /// When each pod's worker is next due without being asked (deadline, back-off, resync).
     wakeups: Wakeups,
+    /// Every Service, for the containers' environment variables.
+    services: Arc<r8s_client::informer::Informer<k8s_openapi::api::core::v1::Service>>,
 }
 
 const EVENT_REPEAT: Duration = Duration::from_secs(30);
@@ -300,7 +302,9 @@ impl Agent {
         }
         let queue = WorkQueue::new("kubelet");
         let (probe_events, mut probe_events_rx) = tokio::sync::mpsc::unbounded_channel::<ProbeEvent>();
+        let informers = r8s_client::informer::Factory::new(client.clone(), None);
         let agent = Arc::new(Agent {
+            services: informers.get::<k8s_openapi::api::core::v1::Service>(),
             probes: ProbeManager::new(cri.clone(), queue.clone(), probe_events),
             client: client.clone(),
             runtime: Arc::new(CriRuntime(cri.clone())),
@@ -339,7 +343,8 @@ impl Agent {
         }
         agent.update_node_status(cidr.is_some()).await?;
         tracing::info!(address = %kubelet_address, port = kubelet_port, "agent: kubelet API listening");
-        let tasks = vec![
+        let mut tasks = informers.start(&stop);
+        tasks.extend([
             tokio::spawn(crate::server::serve(
                 agent.clone(),
                 listener,
@@ -354,7 +359,7 @@ impl Agent {
                 let stop = stop.clone();
                 async move { a.wakeups.run(stop, |key| a.queue.add(key)).await }
             }),
-        ];
+        ]);
         // The status writer outlives the workers: what they set last is written before it goes.
         let status_stop = CancellationToken::new();
         let status_writer = tokio::spawn(agent.status.clone().run(status_stop.clone()));
@@ -1000,26 +1005,19 @@ impl Agent {
             .as_ref()
             .and_then(|s| s.enable_service_links)
             .unwrap_or(true);
-        let listed = if links {
-            Api::<k8s_openapi::api::core::v1::Service>::namespaced(self.client.clone(), &ns)
-                .list(&Default::default())
-                .await
-                .map(|l| l.items)
-        } else {
-            Ok(Vec::new())
-        };
-        let master = Api::<k8s_openapi::api::core::v1::Service>::namespaced(self.client.clone(), "default")
-            .get_opt("kubernetes")
-            .await;
-        match (listed, master) {
-            (Ok(mut all), Ok(master)) => {
-                all.extend(master);
-                inputs.service_env = spec::service_env(&spec::linked_services(&all, &ns, links));
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::warn!(pod = %pod.name_any(), error = %e, "agent: no Service environment variables (listing Services failed)");
-            }
+        // From the Service informer, as upstream's lister (never a request per container).
+        if tokio::time::timeout(Duration::from_secs(5), self.services.wait_synced())
+            .await
+            .is_err()
+        {
+            tracing::warn!(pod = %pod.name_any(), "agent: Services not listed yet; no Service environment variables");
         }
+        let services = self.services.store().state();
+        inputs.service_env = spec::service_env(&spec::linked_services(
+            services.iter().map(|s| s.as_ref()),
+            &ns,
+            links,
+        ));
         for name in cms {
             let data = match self.volumes.config_map(&ns, &name).await {
                 Lookup::Found(cm) => Lookup::Found(cm.data.clone().unwrap_or_default()),

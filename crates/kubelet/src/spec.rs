@@ -378,7 +378,7 @@ pub struct ContainerInputs {
 /// `kubernetes` Service of `default` always, and with `enableServiceLinks` (the default)
 /// every Service of the pod's namespace; only Services with a cluster IP.
 pub fn linked_services<'a>(
-    services: &'a [k8s_openapi::api::core::v1::Service],
+    services: impl IntoIterator<Item = &'a k8s_openapi::api::core::v1::Service>,
     ns: &str,
     enable_links: bool,
 ) -> Vec<&'a k8s_openapi::api::core::v1::Service> {
@@ -923,7 +923,7 @@ mod tests {
                 "spec": {"clusterIP": ip, "ports": ports}}))
             .unwrap()
         };
-        let all = vec![
+        let all = [
             svc(
                 "default",
                 "kubernetes",
@@ -944,7 +944,7 @@ mod tests {
                 serde_json::json!([{"port": 80}]),
             ),
         ];
-        let linked = linked_services(&all, "web", true);
+        let linked = linked_services(all.iter(), "web", true);
         let names: Vec<&str> = linked
             .iter()
             .map(|s| s.metadata.name.as_deref().unwrap())
@@ -975,7 +975,7 @@ mod tests {
             .keys()
             .any(|k| k.starts_with("HEADLESS") || k.starts_with("ELSEWHERE")));
         // enableServiceLinks: false keeps only the kubernetes Service.
-        let linked = linked_services(&all, "web", false);
+        let linked = linked_services(all.iter(), "web", false);
         assert_eq!(linked.len(), 1);
         // In the container: after the pod's own, which win, and visible to $(VAR).
         let pod: Pod = serde_json::from_value(serde_json::json!({"metadata": {"name": "p", "namespace": "web"},
@@ -984,7 +984,7 @@ mod tests {
                 {"name": "URL", "value": "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"}]}]}}))
         .unwrap();
         let mut inputs = inputs();
-        inputs.service_env = service_env(&linked_services(&all, "web", true));
+        inputs.service_env = service_env(&linked_services(all.iter(), "web", true));
         let c = pod.spec.as_ref().unwrap().containers[0].clone();
         let out = environment(&pod, &c, &NodeContext::default(), &inputs).unwrap();
         let got: BTreeMap<String, String> = out.vars.into_iter().collect();
