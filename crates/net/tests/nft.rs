@@ -62,7 +62,6 @@ fn a_table_written_over_netlink_reads_back_as_nft_prints_it() {
         let mut r = m::daddr_proto_port().to_vec();
         r.push(Expr::Lookup {
             set: "service-ips".into(),
-            set_id: None,
             sreg: REG_1,
             dreg: Some(0),
             invert: false,
@@ -99,14 +98,23 @@ fn a_table_written_over_netlink_reads_back_as_nft_prints_it() {
         );
         b.add_rule("endpoint-a", &m::dnat(6, Ipv4Addr::new(10, 42, 0, 2), 8080));
         b.add_rule("endpoint-b", &m::dnat(17, Ipv4Addr::new(10, 42, 0, 3), 53));
-        b.add_numgen_vmap_rule(
+        // The proxy's random choice: each rule takes 1/(n-i) of what reaches it.
+        b.add_rule(
             "svc",
-            &[],
             &[
-                Verdict::Goto("endpoint-a".into()),
-                Verdict::Goto("endpoint-b".into()),
+                Expr::NumgenRandom {
+                    dreg: REG_1,
+                    modulus: 2,
+                },
+                Expr::Cmp {
+                    sreg: REG_1,
+                    op: CmpOp::Eq,
+                    data: 0u32.to_ne_bytes().to_vec(),
+                },
+                Expr::Verdict(Verdict::Goto("endpoint-a".into())),
             ],
         );
+        b.add_rule("svc", &[Expr::Verdict(Verdict::Goto("endpoint-b".into()))]);
         b.add_rule("reject-chain", &[Expr::RejectTcpReset]);
         b.add_rule("reject-chain", &[Expr::RejectIcmpPortUnreachable]);
         let mut r = m::mark_clear(0x4000);
@@ -143,7 +151,8 @@ fn a_table_written_over_netlink_reads_back_as_nft_prints_it() {
         "update @affinity-x { ip saddr timeout 1m }",
         "meta l4proto tcp dnat to 10.42.0.2:8080",
         "meta l4proto udp dnat to 10.42.0.3:53",
-        "numgen random mod 2 vmap { 0 : goto endpoint-a, 1 : goto endpoint-b }",
+        "numgen random mod 2 0 goto endpoint-a",
+        "goto endpoint-b",
         "reject with tcp reset",
         "reject\n",
         "meta mark & 0x00004000 == 0x00000000 return",

@@ -121,7 +121,6 @@ pub enum Expr {
     /// set is a verdict map.
     Lookup {
         set: String,
-        set_id: Option<u32>,
         sreg: u32,
         dreg: Option<u32>,
         invert: bool,
@@ -244,7 +243,6 @@ impl Expr {
             }
             Expr::Lookup {
                 set,
-                set_id,
                 sreg,
                 dreg,
                 invert,
@@ -253,9 +251,6 @@ impl Expr {
                 w.u32(2, *sreg);
                 if let Some(d) = dreg {
                     w.u32(3, *d);
-                }
-                if let Some(id) = set_id {
-                    w.u32(4, *id);
                 }
                 if *invert {
                     w.u32(5, 1); // NFT_LOOKUP_F_INV
@@ -403,25 +398,34 @@ pub mod m {
         v
     }
 
-    /// `ct state new`.
-    pub fn ct_state_new() -> Vec<Expr> {
+    /// `<load> & mask <op> 0`, for host-order 4-byte values (ct state, mark).
+    fn masked(load: Expr, mask: u32, op: CmpOp) -> Vec<Expr> {
         vec![
-            Expr::Ct {
-                dreg: REG_1,
-                key: CT_STATE,
-            },
+            load,
             Expr::Bitwise {
                 sreg: REG_1,
                 dreg: REG_1,
-                mask: CT_STATE_NEW.to_ne_bytes().to_vec(),
+                mask: mask.to_ne_bytes().to_vec(),
                 xor: vec![0; 4],
             },
             Expr::Cmp {
                 sreg: REG_1,
-                op: CmpOp::Neq,
+                op,
                 data: vec![0; 4],
             },
         ]
+    }
+
+    /// `ct state new`.
+    pub fn ct_state_new() -> Vec<Expr> {
+        masked(
+            Expr::Ct {
+                dreg: REG_1,
+                key: CT_STATE,
+            },
+            CT_STATE_NEW,
+            CmpOp::Neq,
+        )
     }
 
     /// `fib daddr type local`.
@@ -498,23 +502,14 @@ pub mod m {
 
     /// `meta mark & bits == 0`.
     pub fn mark_clear(bits: u32) -> Vec<Expr> {
-        vec![
+        masked(
             Expr::Meta {
                 dreg: REG_1,
                 key: META_MARK,
             },
-            Expr::Bitwise {
-                sreg: REG_1,
-                dreg: REG_1,
-                mask: bits.to_ne_bytes().to_vec(),
-                xor: vec![0; 4],
-            },
-            Expr::Cmp {
-                sreg: REG_1,
-                op: CmpOp::Eq,
-                data: vec![0; 4],
-            },
-        ]
+            bits,
+            CmpOp::Eq,
+        )
     }
 
     /// `meta l4proto <p> dnat to addr:port`.

@@ -16,8 +16,6 @@ use wire::{NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST};
 const NLM_F_APPEND: u16 = 0x800;
 
 /// Set flags.
-const SET_CONSTANT: u32 = 0x2;
-const SET_ANONYMOUS: u32 = 0x1;
 const SET_MAP: u32 = 0x8;
 const SET_TIMEOUT: u32 = 0x10;
 const SET_EVAL: u32 = 0x20;
@@ -27,7 +25,6 @@ const DATA_VERDICT: u32 = 0xffff_ff00;
 /// nft's datatype ids (only for `nft list` to print keys; the kernel ignores them), packed 6
 /// bits per field for concatenations.
 pub mod types {
-    pub const INTEGER: u32 = 4;
     pub const IPV4_ADDR: u32 = 7;
     pub const INET_PROTO: u32 = 12;
     pub const INET_SERVICE: u32 = 13;
@@ -276,24 +273,18 @@ impl Batch {
         set: &str,
         elems: impl IntoIterator<Item = (&'e [u8], Option<&'e Verdict>)>,
     ) {
-        self.elems(MsgType::NewSetElem, set, None, elems);
+        self.elems(MsgType::NewSetElem, set, elems);
     }
 
     /// Delete elements by key.
     pub fn del_elems<'e>(&mut self, set: &str, keys: impl IntoIterator<Item = &'e [u8]>) {
-        self.elems(
-            MsgType::DelSetElem,
-            set,
-            None,
-            keys.into_iter().map(|k| (k, None)),
-        );
+        self.elems(MsgType::DelSetElem, set, keys.into_iter().map(|k| (k, None)));
     }
 
     fn elems<'e>(
         &mut self,
         ty: MsgType,
         set: &str,
-        set_id: Option<u32>,
         elems: impl IntoIterator<Item = (&'e [u8], Option<&'e Verdict>)>,
     ) {
         let mut open: Option<(usize, usize)> = None;
@@ -316,9 +307,6 @@ impl Batch {
                 let mut w = self.w();
                 w.str(1, &table);
                 w.str(2, set);
-                if let Some(id) = set_id {
-                    w.u32(4, id);
-                }
                 let list = w.begin(3);
                 (at, list)
             });
@@ -353,53 +341,6 @@ impl Batch {
         }
         w.end(list);
         end_msg(&mut self.buf, at);
-    }
-
-    /// Append `<exprs> numgen random mod N vmap { 0: v0, … }` to a chain: the anonymous,
-    /// constant map is created in the batch and bound to the rule (it goes with the rule).
-    pub fn add_numgen_vmap_rule(&mut self, chain: &str, exprs: &[Expr], verdicts: &[Verdict]) {
-        assert!(!verdicts.is_empty());
-        let id = self.next_id;
-        self.next_id += 1;
-        let at = self.start(MsgType::NewSet, NLM_F_CREATE);
-        let table = self.table.clone();
-        let mut w = self.w();
-        w.str(1, &table);
-        w.str(2, "__map%d");
-        w.u32(3, SET_ANONYMOUS | SET_CONSTANT | SET_MAP);
-        w.u32(4, types::INTEGER);
-        w.u32(5, 4);
-        w.u32(6, DATA_VERDICT);
-        w.u32(10, id);
-        let desc = w.begin(9);
-        w.u32(1, verdicts.len() as u32);
-        w.end(desc);
-        // For nft to print the keys as numbers: libnftnl's user data saying the key is in host
-        // byte order (NFTNL_UDATA_SET_KEYBYTEORDER = 0, 4 bytes, BYTEORDER_HOST_ENDIAN = 1).
-        let mut udata = vec![0u8, 4];
-        udata.extend_from_slice(&1u32.to_ne_bytes());
-        w.bytes(13, &udata);
-        end_msg(&mut self.buf, at);
-        let keys: Vec<[u8; 4]> = (0..verdicts.len() as u32).map(|i| i.to_ne_bytes()).collect();
-        self.elems(
-            MsgType::NewSetElem,
-            "__map%d",
-            Some(id),
-            keys.iter().map(|k| &k[..]).zip(verdicts.iter().map(Some)),
-        );
-        let mut all = exprs.to_vec();
-        all.push(Expr::NumgenRandom {
-            dreg: expr::REG_1,
-            modulus: verdicts.len() as u32,
-        });
-        all.push(Expr::Lookup {
-            set: "__map%d".into(),
-            set_id: Some(id),
-            sreg: expr::REG_1,
-            dreg: Some(expr::REG_VERDICT),
-            invert: false,
-        });
-        self.add_rule(chain, &all);
     }
 
     /// Close the batch: the end message, acknowledged on commit.

@@ -228,7 +228,6 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
                         m::ip_saddr(REG_1),
                         Expr::Lookup {
                             set: affinity_set(t),
-                            set_id: None,
                             sreg: REG_1,
                             dreg: None,
                             invert: false,

@@ -148,7 +148,6 @@ impl Proxier {
         };
         let lookup = |set: &str| Expr::Lookup {
             set: set.into(),
-            set_id: None,
             sreg: REG_1,
             dreg: Some(0),
             invert: false,
@@ -162,7 +161,6 @@ impl Proxier {
                 m::ip_daddr(REG_1),
                 Expr::Lookup {
                     set: CLUSTER_IPS.into(),
-                    set_id: None,
                     sreg: REG_1,
                     dreg: None,
                     invert: false,
