@@ -355,17 +355,18 @@ impl Proxier {
     pub fn sync(&mut self, changes: Vec<(String, ServiceRules)>) -> Result<SyncStats, Error> {
         let now = Instant::now();
         let mut b = Batch::new(Family::Ipv4, &self.cfg.table);
-        let mut owners = self.owners.clone();
+        // Claims are made in place (no copy of every element's owner per sync); a refused
+        // transaction puts them back from what is applied.
         let empty = ServiceRules::default();
         let mut next: Vec<(String, ServiceRules)> = Vec::with_capacity(changes.len());
         for (key, rules) in changes {
             // Release what this Service held, then claim what it wants now.
             if let Some(old) = self.applied.get(&key) {
                 for k in old.elems.keys() {
-                    owners.remove(k);
+                    self.owners.remove(k);
                 }
             }
-            let rules = claim(&mut owners, &key, rules);
+            let rules = claim(&mut self.owners, &key, rules);
             next.push((key, rules));
         }
         let old_of = |key: &str| self.applied.get(key).unwrap_or(&empty);
@@ -445,7 +446,14 @@ impl Proxier {
             bytes: b.bytes(),
         };
         let new_names: Vec<String> = new_chains.iter().map(|s| s.to_string()).collect();
-        self.conn.apply(b)?;
+        if let Err(e) = self.conn.apply(b) {
+            self.owners = self
+                .applied
+                .iter()
+                .flat_map(|(key, r)| r.elems.keys().map(move |k| (k.clone(), key.clone())))
+                .collect();
+            return Err(e);
+        }
         for c in due {
             self.stale.remove(&c);
         }
@@ -458,7 +466,6 @@ impl Proxier {
                 self.stale.insert(c, now);
             }
         }
-        self.owners = owners;
         for (key, rules) in next {
             if rules == ServiceRules::default() {
                 self.applied.remove(&key);
