@@ -31,7 +31,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 pub const SCHEMA_VERSION: &str = "1.1.0";
 
 /// The label an EndpointSlice names its Service with.
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The label EndpointSlices name their Service with.
+pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// A Service port as DNS sees it: SRV's `_<name>._<protocol>`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
-use r8s_client::informer::{Change, Factory};
+use r8s_client::informer::{key_of, Change, Factory};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -20,8 +20,7 @@ use super::metrics::ProxyMetrics;
 use super::model::{service_rules, ProxyConfig, ServiceRules};
 use super::table::Proxier;
 
-/// The label EndpointSlices name their Service with.
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+use crate::dns::zone::SERVICE_NAME_LABEL;
 
 #[derive(Default)]
 struct State {
@@ -65,14 +64,6 @@ fn slice_service(s: &EndpointSlice) -> Option<String> {
     Some(format!("{ns}/{svc}"))
 }
 
-fn key_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    format!(
-        "{}/{}",
-        m.namespace.as_deref().unwrap_or(""),
-        m.name.as_deref().unwrap_or("")
-    )
-}
-
 /// Run the proxy until `stop`. An error is why it could not start (no nf_tables, no rights).
 pub async fn run(
     client: kube::Client,
@@ -107,12 +98,12 @@ pub async fn run(
             let mut st = state.lock().unwrap();
             match change {
                 Change::Added(o) | Change::Updated(_, o) => {
-                    let key = key_of(&o.metadata);
+                    let key = key_of(o.as_ref());
                     st.services.insert(key.clone(), o.clone());
                     st.dirty.insert(key);
                 }
                 Change::Deleted(o) => {
-                    let key = key_of(&o.metadata);
+                    let key = key_of(o.as_ref());
                     st.services.remove(&key);
                     st.dirty.insert(key);
                 }
@@ -274,8 +265,7 @@ fn synced(proxier: &Proxier, metrics: &ProxyMetrics) {
 /// nodes' subnets) are more specific, so only addresses no node holds fall into it.
 pub mod route {
     use super::*;
-    use futures::TryStreamExt;
-    use rtnetlink::packet_route::route::{RouteAttribute, RouteMessage, RouteType};
+    use rtnetlink::packet_route::route::{RouteMessage, RouteType};
     use rtnetlink::RouteMessageBuilder;
 
     fn message(net: (Ipv4Addr, u8)) -> RouteMessage {
@@ -305,24 +295,5 @@ pub mod route {
             .execute()
             .await
             .map_err(|e| format!("removing blackhole {}/{}: {e}", net.0, net.1))
-    }
-
-    /// Whether the blackhole route is there.
-    pub async fn has_blackhole(net: (Ipv4Addr, u8)) -> Result<bool, String> {
-        let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
-        tokio::spawn(connection);
-        let mut routes = handle
-            .route()
-            .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
-            .execute();
-        while let Some(r) = routes.try_next().await.map_err(|e| e.to_string())? {
-            let dst = r.attributes.iter().any(|a| {
-                matches!(a, RouteAttribute::Destination(rtnetlink::packet_route::route::RouteAddress::Inet(ip)) if *ip == net.0)
-            });
-            if dst && r.header.destination_prefix_length == net.1 && r.header.kind == RouteType::BlackHole {
-                return Ok(true);
-            }
-        }
-        Ok(false)
     }
 }
