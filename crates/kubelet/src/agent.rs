@@ -99,6 +99,14 @@ pub struct AgentOptions {
     pub registries: crate::registries::Registries,
     /// More metrics served on the kubelet's `/metrics` (the Service proxy's).
     pub metrics_sources: Vec<crate::metrics::MetricsSource>,
+    /// The pod bridge masquerades what pods send off their node's subnet (CNI's `ipMasq`);
+    /// off where the overlay masquerades only what leaves the cluster CIDR.
+    pub cni_ip_masq: bool,
+    /// The pods' interface MTU (CNI's `mtu`; the overlay's, less its encapsulation).
+    pub cni_mtu: Option<u32>,
+    /// The cgroup pods go under (`--cgroup-root`): a path from the hierarchies' root if it
+    /// starts with `/`, else a name under the agent's own cgroup (default `r8s-pods`).
+    pub cgroup_root: String,
 }
 
 fn host_name() -> String {
@@ -153,6 +161,9 @@ impl AgentOptions {
             cni_conf_dir: None,
             registries: Default::default(),
             metrics_sources: Vec::new(),
+            cni_ip_masq: true,
+            cni_mtu: None,
+            cgroup_root: "r8s-pods".into(),
         }
     }
 }
@@ -230,8 +241,8 @@ impl Agent {
             },
             ipam_dir: opts.dir.join("ipam"),
             bridge: opts.bridge.clone(),
-            ip_masq: true,
-            mtu: None,
+            ip_masq: opts.cni_ip_masq,
+            mtu: opts.cni_mtu,
         };
         // Registry mirrors and TLS settings, as containerd's host files (only our own
         // containerd reads them; another runtime has its own).
@@ -242,7 +253,11 @@ impl Agent {
             ),
             Some(_) => {}
         }
-        let cgroup_parent = crate::cgroups::pod_parent("r8s-pods");
+        let cgroup_parent = if opts.cgroup_root.starts_with('/') {
+            opts.cgroup_root.clone()
+        } else {
+            crate::cgroups::pod_parent(&opts.cgroup_root)
+        };
         let cgroups = CgroupManager::new(Layout::detect(), &cgroup_parent);
         // Our own containerd, unless the runtime is given.
         let (containerd, socket) = match &external {

@@ -1,6 +1,7 @@
 //! Joining agents: the server keeps a bootstrap token (a `kube-system/bootstrap-token-<id>`
 //! Secret) and the RBAC bindings that let its holders ask for node certificates and have them
-//! approved (kubeadm's `kubeadm:get-nodes`-style bindings, named `r8s:*` here), and writes the
+//! approved (kubeadm's `kubeadm:get-nodes`-style bindings, named `r8s:*` here) and the
+//! Service proxy's read rights for nodes (agents run it as themselves), and writes the
 //! join token `K10<CA hash>::<id>.<secret>` to `<data-dir>/server/node-token`.
 
 use std::path::Path;
@@ -102,6 +103,9 @@ pub async fn ensure(client: &kube::Client, server_dir: &Path, ca_pem: &str) -> a
             "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
             "system:nodes",
         ),
+        // A joined agent runs the Service proxy and cluster DNS with its node's identity:
+        // kube-proxy's read rights (Services, EndpointSlices, Nodes; Events) for nodes.
+        ("r8s:node-proxier", "system:node-proxier", "system:nodes"),
     ] {
         create_if_absent(
             &bindings,

@@ -54,6 +54,24 @@ struct AgentCmdArgs {
     #[arg(long, short = 'd', env = "R8S_DATA_DIR")]
     data_dir: Option<PathBuf>,
 
+    /// The cluster's Service range (the server's --service-cidr): the Service proxy keeps
+    /// it from leaving the node.
+    #[arg(long, default_value = "10.43.0.0/16", value_parser = r8s_apiserver::ServiceCidr::parse)]
+    service_cidr: r8s_apiserver::ServiceCidr,
+
+    /// The cluster's pod range (the server's --cluster-cidr): the overlay masquerades what
+    /// leaves it, the proxy keeps unassigned addresses in it from leaving the node.
+    #[arg(long, default_value = "10.42.0.0/16")]
+    cluster_cidr: String,
+
+    /// Do not run the Service proxy on this node.
+    #[arg(long)]
+    disable_kube_proxy: bool,
+
+    /// Do not serve cluster DNS on this node (pods on it then resolve nothing in the cluster).
+    #[arg(long)]
+    disable_dns: bool,
+
     #[command(flatten)]
     agent: AgentArgs,
 }
@@ -118,6 +136,17 @@ struct AgentArgs {
     /// missing file is none).
     #[arg(long, default_value = "/etc/r8s/registries.yaml")]
     private_registry: PathBuf,
+
+    /// How pods reach pods on other nodes (k3s's flag): `vxlan` (an overlay, the default),
+    /// `host-gw` (routes via each node's address, for nodes on one link) or `none` (bring
+    /// your own network). A node whose address is loopback runs none.
+    #[arg(long, default_value = "vxlan")]
+    flannel_backend: r8s_net::overlay::Backend,
+
+    /// The cgroup pods go under: from the hierarchies' root if it starts with `/`, else a
+    /// name under the agent's own cgroup.
+    #[arg(long, default_value = "r8s-pods")]
+    cgroup_root: String,
 }
 
 impl AgentArgs {
@@ -143,8 +172,120 @@ impl AgentArgs {
         o.cni_conf_dir = self.cni_conf_dir.clone();
         o.registries = r8s_kubelet::registries::Registries::load(&self.private_registry)
             .map_err(|e| anyhow::anyhow!("--private-registry: {e}"))?;
+        o.cgroup_root = self.cgroup_root.clone();
         Ok(o)
     }
+
+    /// The overlay this node runs, if any; with one, the pod bridge leaves masquerading to it
+    /// and takes its MTU.
+    async fn overlay(
+        &self,
+        opts: &mut r8s_kubelet::agent::AgentOptions,
+        cluster_cidr: &str,
+    ) -> anyhow::Result<Option<r8s_net::overlay::OverlayConfig>> {
+        use r8s_net::overlay::{Backend, OverlayConfig};
+        if self.flannel_backend == Backend::None {
+            return Ok(None);
+        }
+        let ip: std::net::Ipv4Addr = match opts.node_ip.parse() {
+            Ok(ip) => ip,
+            Err(_) => {
+                tracing::warn!(node_ip = %opts.node_ip, "overlay: the node's address is not IPv4; no overlay");
+                return Ok(None);
+            }
+        };
+        if ip.is_loopback() {
+            tracing::info!("overlay: the node's address is loopback (one node alone): no overlay");
+            return Ok(None);
+        }
+        let cidr = parse_v4_cidr(cluster_cidr).context("--cluster-cidr")?;
+        opts.cni_mtu = Some(
+            r8s_net::overlay::dataplane::pod_mtu(self.flannel_backend, ip)
+                .await
+                .map_err(|e| anyhow::anyhow!("--flannel-backend {}: {e}", self.flannel_backend.as_str()))?,
+        );
+        opts.cni_ip_masq = false;
+        Ok(Some(OverlayConfig::new(
+            self.flannel_backend,
+            &opts.node_name,
+            ip,
+            cidr,
+        )))
+    }
+}
+
+/// Run the overlay in the background; `client` is the node's own.
+fn spawn_overlay(
+    client: kube::Client,
+    cfg: r8s_net::overlay::OverlayConfig,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(e) = r8s_net::overlay::run(client, cfg, stop).await {
+            tracing::error!(error = %e, "the overlay is not running; pods on other nodes are out of reach");
+        }
+    })
+}
+
+/// What a node runs for Services: the proxy (`proxy`) and cluster DNS (`dns`), both reading
+/// Services and EndpointSlices with `client`.
+fn spawn_service_network(
+    client: kube::Client,
+    proxy: Option<r8s_net::proxy::ProxyConfig>,
+    dns: Option<r8s_net::dns::DnsOptions>,
+    metrics: Arc<r8s_net::proxy::ProxyMetrics>,
+    stop: &tokio_util::sync::CancellationToken,
+) -> (
+    Option<tokio::task::JoinHandle<()>>,
+    Option<tokio::task::JoinHandle<()>>,
+) {
+    let proxy = proxy.map(|cfg| {
+        let (client, stop) = (client.clone(), stop.clone());
+        tokio::spawn(async move {
+            if let Err(e) = r8s_net::proxy::run(client, cfg, metrics, stop).await {
+                tracing::error!(error = %e, "the Service proxy is not running; Service addresses do not route");
+            }
+        })
+    });
+    let dns = dns.map(|opts| {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            if let Err(e) = r8s_net::dns::run(client, opts, stop).await {
+                tracing::error!(error = %e, "cluster DNS failed; pods resolve no cluster names");
+            }
+        })
+    });
+    (proxy, dns)
+}
+
+/// The proxy's settings on a node: the Service range it guards, the cluster CIDR it keeps
+/// in, and the Service addresses the node serves itself (no proxying to them).
+fn proxy_config(
+    node_name: &str,
+    service_cidr: &r8s_apiserver::ServiceCidr,
+    cluster_cidr: &str,
+    local_service_ips: Vec<std::net::IpAddr>,
+) -> anyhow::Result<r8s_net::proxy::ProxyConfig> {
+    Ok(r8s_net::proxy::ProxyConfig {
+        table: "r8s".into(),
+        service_cidrs: vec![(service_cidr.network, service_cidr.prefix_len)],
+        cluster_cidr: Some(parse_v4_cidr(cluster_cidr).context("--cluster-cidr")?),
+        masquerade_bit: 14,
+        node_name: node_name.to_owned(),
+        local_service_ips: local_service_ips
+            .into_iter()
+            .filter_map(|ip| match ip {
+                std::net::IpAddr::V4(v4) => Some(v4),
+                std::net::IpAddr::V6(_) => None,
+            })
+            .collect(),
+    })
+}
+
+fn dns_options(agent: &AgentArgs, address: std::net::IpAddr) -> r8s_net::dns::DnsOptions {
+    let mut opts = r8s_net::dns::DnsOptions::new(address, &agent.cluster_domain);
+    opts.resolv_conf = agent.resolv_conf.clone();
+    opts
 }
 
 #[derive(Args)]
@@ -912,6 +1053,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     let mut dns = None;
     let mut proxy = None;
+    let mut overlay = None;
     let proxy_metrics = Arc::new(r8s_net::proxy::ProxyMetrics::default());
     let run_dns = !args.disable_agent && !args.disable.iter().any(|d| d == "coredns");
     let run_proxy = !args.disable_agent && !args.disable_kube_proxy;
@@ -956,47 +1098,38 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(data_dir.join("agent"))?;
         r8s_apiserver::pki::write_private(&path, &kc)?;
         let client = client_from_kubeconfig(&path).await?;
-        if run_proxy {
-            let cfg = r8s_net::proxy::ProxyConfig {
-                table: "r8s".into(),
-                service_cidrs: vec![(args.service_cidr.network, args.service_cidr.prefix_len)],
-                cluster_cidr: Some(parse_v4_cidr(&args.controllers.cluster_cidr).context("--cluster-cidr")?),
-                masquerade_bit: 14,
-                node_name: args.agent.options(data_dir.join("agent"))?.node_name,
-                local_service_ips: [Some(cluster_dns).filter(|_| run_dns), api_local.map(|(ip, _)| ip)]
+        let proxy_cfg = if run_proxy {
+            let local: Vec<std::net::IpAddr> =
+                [Some(cluster_dns).filter(|_| run_dns), api_local.map(|(ip, _)| ip)]
                     .into_iter()
                     .flatten()
-                    .filter_map(|ip| match ip {
-                        std::net::IpAddr::V4(v4) => Some(v4),
-                        std::net::IpAddr::V6(_) => None,
-                    })
-                    .collect(),
-            };
-            let (client, stop, metrics) = (client.clone(), stop.clone(), proxy_metrics.clone());
-            proxy = Some(tokio::spawn(async move {
-                if let Err(e) = r8s_net::proxy::run(client, cfg, metrics, stop).await {
-                    tracing::error!(error = %e, "the Service proxy is not running; Service addresses do not route");
-                }
-            }));
-        }
+                    .collect();
+            let node_name = args.agent.options(data_dir.join("agent"))?.node_name;
+            Some(proxy_config(
+                &node_name,
+                &args.service_cidr,
+                &args.controllers.cluster_cidr,
+                local,
+            )?)
+        } else {
+            None
+        };
         if run_dns {
-            let mut opts = r8s_net::dns::DnsOptions::new(cluster_dns, &args.agent.cluster_domain);
-            opts.resolv_conf = args.agent.resolv_conf.clone();
             // The kube-dns Service, as k3s's CoreDNS manifest makes it, so what looks for
             // cluster DNS by its Service (and its name in the zone) finds it.
             if let Err(e) = ensure_kube_dns_service(&admin, cluster_dns).await {
                 tracing::warn!(error = %e, "could not create the kube-dns Service");
             }
-            let stop = stop.clone();
-            dns = Some(tokio::spawn(async move {
-                if let Err(e) = r8s_net::dns::run(client, opts, stop).await {
-                    tracing::error!(error = %e, "cluster DNS failed; pods resolve no cluster names");
-                }
-            }));
         }
+        let dns_opts = run_dns.then(|| dns_options(&args.agent, cluster_dns));
+        (proxy, dns) = spawn_service_network(client, proxy_cfg, dns_opts, proxy_metrics.clone(), &stop);
     }
     if !args.disable_agent {
         let mut opts = args.agent.options(data_dir.join("agent"))?;
+        let overlay_cfg = args
+            .agent
+            .overlay(&mut opts, &args.controllers.cluster_cidr)
+            .await?;
         if run_proxy {
             // The proxy's metrics on the kubelet's /metrics, as the agent's.
             let m = proxy_metrics.clone();
@@ -1017,6 +1150,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         // The kubelet API takes client certificates signed by the cluster CA.
         opts.client_ca = config.root_cert.clone().unwrap_or_default();
         let client = kube::Client::try_from(config)?;
+        overlay = overlay_cfg.map(|cfg| spawn_overlay(client.clone(), cfg, stop.clone()));
         // The server's own node is a control-plane node, as k3s labels it. Kubelets may not
         // set node-role labels on themselves (NodeRestriction), so the server does, once the
         // node has registered.
@@ -1049,6 +1183,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     if let Some(proxy) = proxy {
         let _ = tokio::time::timeout(Duration::from_secs(5), proxy).await;
+    }
+    if let Some(overlay) = overlay {
+        let _ = tokio::time::timeout(Duration::from_secs(5), overlay).await;
     }
     if let Some((ip, true)) = api_local {
         api.stop();
@@ -1262,6 +1399,38 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
     opts.client_ca = config.root_cert.clone().unwrap_or_default();
     let client = kube::Client::try_from(config)?;
     let stop = tokio_util::sync::CancellationToken::new();
+    let overlay = args
+        .agent
+        .overlay(&mut opts, &args.cluster_cidr)
+        .await?
+        .map(|cfg| spawn_overlay(client.clone(), cfg, stop.clone()));
+    // The Service proxy and cluster DNS read Services and EndpointSlices with the node's
+    // own identity (the server binds system:node-proxier to system:nodes for it).
+    let cluster_dns: std::net::IpAddr = args
+        .agent
+        .cluster_dns
+        .parse()
+        .with_context(|| format!("--cluster-dns {:?} is not an IP address", args.agent.cluster_dns))?;
+    let run_dns = !args.disable_dns;
+    let proxy_cfg = if args.disable_kube_proxy {
+        None
+    } else {
+        let local = if run_dns { vec![cluster_dns] } else { vec![] };
+        Some(proxy_config(
+            &opts.node_name,
+            &args.service_cidr,
+            &args.cluster_cidr,
+            local,
+        )?)
+    };
+    let proxy_metrics = Arc::new(r8s_net::proxy::ProxyMetrics::default());
+    if proxy_cfg.is_some() {
+        let m = proxy_metrics.clone();
+        opts.metrics_sources
+            .push(r8s_kubelet::metrics::MetricsSource(Arc::new(move || m.render())));
+    }
+    let dns_opts = run_dns.then(|| dns_options(&args.agent, cluster_dns));
+    let (proxy, dns) = spawn_service_network(client.clone(), proxy_cfg, dns_opts, proxy_metrics, &stop);
     let task = {
         let stop = stop.clone();
         tokio::spawn(async move { r8s_kubelet::agent::Agent::run(client, opts, stop).await })
@@ -1272,10 +1441,14 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
         _ = term.recv() => {}
     }
     stop.cancel();
-    match tokio::time::timeout(r8s_kubelet::agent::STOP_LIMIT, task).await {
+    let result = match tokio::time::timeout(r8s_kubelet::agent::STOP_LIMIT, task).await {
         Ok(Ok(Err(e))) => Err(anyhow::anyhow!("agent: {e}")),
         _ => Ok(()),
+    };
+    for t in [dns, proxy, overlay].into_iter().flatten() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
+    result
 }
 
 /// mimalloc instead of glibc's malloc: the API server's requests allocate and free many small

@@ -347,6 +347,18 @@ impl Dataplane {
     }
 }
 
+/// The MTU pods get with `backend` on a node whose address is `node_ip`: the underlay
+/// link's, less VXLAN's overhead for vxlan.
+pub async fn pod_mtu(backend: Backend, node_ip: Ipv4Addr) -> Result<u32, String> {
+    let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
+    tokio::spawn(connection);
+    let (_, mtu) = link_with_address(&handle, node_ip).await?;
+    Ok(match backend {
+        Backend::Vxlan => mtu.saturating_sub(VXLAN_OVERHEAD),
+        _ => mtu,
+    })
+}
+
 /// The index and MTU of the link holding `ip`.
 async fn link_with_address(h: &rtnetlink::Handle, ip: Ipv4Addr) -> Result<(u32, u32), String> {
     let mut addrs = h.address().get().set_address_filter(IpAddr::V4(ip)).execute();

@@ -10,6 +10,7 @@ mod agent;
 mod dns;
 mod exec;
 mod logs;
+mod multinode;
 mod pod_workers;
 mod probes;
 mod proxy;

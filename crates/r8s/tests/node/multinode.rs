@@ -1,0 +1,503 @@
+//! Three real nodes on one machine (`scripts/multi-node.sh`: a server and two joined agents,
+//! each in its own network, mount and PID namespace with its own containerd), joined by the
+//! VXLAN overlay: pods on different nodes reach each other by IP over TCP and UDP with their
+//! own addresses, a Service's cluster IP and DNS name reach every replica from every node, a
+//! NodePort answers on every node's address, a pod on a joined node reaches the API through
+//! the kubernetes Service; losing a node (SIGKILL of its init) makes it NotReady, its pod is
+//! replaced on a survivor and the Service keeps answering from the survivors; teardown leaves
+//! nothing behind. Traffic goes only to the harness's own namespaces and pods.
+
+use std::net::{Ipv4Addr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support;
+use support::cluster::{wait_for, ONE_AGENT, V};
+
+struct Harness {
+    dir: PathBuf,
+    kubeconfig: String,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/multi-node.sh")
+}
+
+impl Harness {
+    fn up(n: usize, server_args: &str) -> Harness {
+        let dir = tempfile::Builder::new()
+            .prefix("r8s-mn")
+            .tempdir()
+            .unwrap()
+            .keep();
+        // The images the nodes import (the harness builds them if missing).
+        let images = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-images");
+        let h = Harness {
+            kubeconfig: dir.join("kubeconfig.yaml").display().to_string(),
+            dir,
+        };
+        let started = Instant::now();
+        let out = Command::new("bash")
+            .arg(script())
+            .args(["up", &n.to_string()])
+            .arg(&h.dir)
+            .env("R8S_BIN", env!("CARGO_BIN_EXE_r8s"))
+            .env("R8S_IMAGES", &images)
+            .env("R8S_MN_SERVER_ARGS", server_args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "multi-node.sh up failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("{n} nodes Ready {:?} after `up`", started.elapsed());
+        h
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(support::kubectl_binary(V))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn apply(&self, yaml: &str) {
+        let mut child = Command::new(support::kubectl_binary(V))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(yaml.as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success(), "kubectl apply");
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&all)).unwrap()
+    }
+
+    /// The node's address on the harness's underlay.
+    fn node_ip(&self, node: &str) -> String {
+        let n = self.json(&["get", "node", node]);
+        n["status"]["addresses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["type"] == "InternalIP")
+            .unwrap()["address"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// The process that is the node's init (PID 1 of its PID namespace).
+    fn node_init(&self, i: usize) -> i32 {
+        let unshare = std::fs::read_to_string(self.dir.join(format!("node{i}/pid"))).unwrap();
+        let out = Command::new("pgrep")
+            .args(["-P", unshare.trim()])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .expect("the node's init")
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let out = Command::new("bash")
+            .arg(script())
+            .arg("down")
+            .arg(&self.dir)
+            .output();
+        if let Ok(o) = out {
+            if !o.status.success() {
+                eprintln!("multi-node.sh down: {}", String::from_utf8_lossy(&o.stderr));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+const WEB: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: web}
+  spec:
+    replicas: 3
+    selector: {matchLabels: {app: web}}
+    template:
+      metadata: {labels: {app: web}}
+      spec:
+        terminationGracePeriodSeconds: 1
+        # One replica per node while there are three nodes.
+        affinity:
+          podAntiAffinity:
+            preferredDuringSchedulingIgnoredDuringExecution:
+            - weight: 100
+              podAffinityTerm:
+                topologyKey: kubernetes.io/hostname
+                labelSelector: {matchLabels: {app: web}}
+        # Replaced quickly when their node is lost.
+        tolerations:
+        - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+        - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+        containers:
+        - name: c
+          image: busybox
+          command: [sh, -c, "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"]
+          readinessProbe:
+            tcpSocket: {port: 8080}
+            periodSeconds: 1
+- apiVersion: v1
+  kind: Service
+  metadata: {name: web}
+  spec:
+    selector: {app: web}
+    ports: [{port: 80, targetPort: 8080}]
+- apiVersion: v1
+  kind: Service
+  metadata: {name: web-np}
+  spec:
+    type: NodePort
+    selector: {app: web}
+    ports: [{port: 80, targetPort: 8080, nodePort: 30180}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: Role
+  metadata: {name: pod-reader}
+  rules: [{apiGroups: [""], resources: [pods], verbs: [list]}]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: RoleBinding
+  metadata: {name: default-reads-pods}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
+  subjects: [{kind: ServiceAccount, name: default, namespace: default}]
+"#;
+
+/// Ready web pods: (name, node, IP).
+fn ready_web_pods(h: &Harness) -> Vec<(String, String, String)> {
+    let l = h.json(&["get", "pods", "-l", "app=web"]);
+    l["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+        })
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap().to_owned(),
+                p["spec"]["nodeName"].as_str().unwrap_or("").to_owned(),
+                p["status"]["podIP"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// `n` HTTP GETs with busybox's nc from pod `from` to `host:port`: the bodies (a failed one
+/// as "FAIL").
+fn gets(h: &Harness, from: &str, host: &str, port: u16, n: usize) -> Vec<String> {
+    let script = format!(
+        "for i in $(seq {n}); do r=$(printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {host} {port} | tail -1); echo \"${{r:-FAIL}}\"; done"
+    );
+    let out = h.kubectl(&["exec", from, "--", "sh", "-c", &script]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .collect()
+}
+
+/// The host process serving pod `pod` (busybox httpd, found by the hostname in its root):
+/// its network namespace is the pod's.
+fn pod_netns(pod: &str) -> std::fs::File {
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmd).starts_with("httpd\0-f\0-p\08080") {
+            continue;
+        }
+        let host = std::fs::read_to_string(format!("/proc/{pid}/root/etc/hostname")).unwrap_or_default();
+        if host.trim() == pod {
+            return std::fs::File::open(format!("/proc/{pid}/ns/net")).unwrap();
+        }
+    }
+    panic!("no httpd process of pod {pod}");
+}
+
+/// A UDP datagram from pod `from` to pod `to` (by its IP): the source address `to` saw.
+fn udp_between(from: &str, to: &str, to_ip: Ipv4Addr) -> Result<Ipv4Addr, String> {
+    let (from_ns, to_ns) = (pod_netns(from), pod_netns(to));
+    let in_ns = |ns: &std::fs::File| {
+        let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+    };
+    let server = std::thread::scope(|s| {
+        s.spawn(|| {
+            in_ns(&to_ns);
+            UdpSocket::bind((to_ip, 9999)).unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    server.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            in_ns(&from_ns);
+            let c = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
+            c.send_to(b"ping", (to_ip, 9999)).map(|_| ())
+        })
+        .join()
+        .unwrap()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 8];
+    let (_, src) = server.recv_from(&mut buf).map_err(|e| e.to_string())?;
+    match src.ip() {
+        std::net::IpAddr::V4(a) => Ok(a),
+        other => Err(format!("from {other}")),
+    }
+}
+
+fn curl(url: &str) -> Option<String> {
+    let out = Command::new("curl").args(["-s", "-m", "2", url]).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[test]
+fn three_nodes_are_one_network_and_survive_losing_one() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the multi-node harness needs root");
+        return;
+    }
+    let h = Harness::up(3, "--node-monitor-grace-period 15s");
+    let dir = h.dir.clone();
+    let bridge = {
+        let nodes = h.json(&["get", "nodes"]);
+        let items = nodes["items"].as_array().unwrap();
+        assert_eq!(items.len(), 3);
+        let mut cidrs: Vec<&str> = items
+            .iter()
+            .map(|n| n["spec"]["podCIDR"].as_str().unwrap())
+            .collect();
+        cidrs.sort();
+        cidrs.dedup();
+        assert_eq!(cidrs.len(), 3, "each node its own subnet: {cidrs:?}");
+        for n in items {
+            let data = n["metadata"]["annotations"]["flannel.alpha.coreos.com/backend-data"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(
+                data.contains("\"VtepMAC\""),
+                "{} published no VTEP: {n}",
+                n["metadata"]["name"]
+            );
+        }
+        // The harness's host-side names, to check they are gone at the end.
+        let out = Command::new("ip")
+            .args(["-o", "link", "show", "type", "bridge"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1).map(|s| s.to_owned()))
+            .find(|b| b.starts_with("r8smn"))
+            .expect("the underlay bridge")
+    };
+
+    h.apply(WEB);
+    let pods = wait_for(120, "3 web pods Ready on 3 nodes", || {
+        let p = ready_web_pods(&h);
+        let mut nodes: Vec<&str> = p.iter().map(|(_, n, _)| n.as_str()).collect();
+        nodes.sort();
+        nodes.dedup();
+        (p.len() == 3 && nodes.len() == 3).then_some(p)
+    });
+
+    // Every pod reaches every other by IP (TCP), and sees the other's own address (UDP: no
+    // masquerade between pods).
+    for (from, from_node, from_ip) in &pods {
+        for (to, to_node, to_ip) in &pods {
+            let got = gets(&h, from, to_ip, 8080, 1);
+            assert_eq!(
+                got.as_slice(),
+                std::slice::from_ref(to),
+                "{from} ({from_node}) → {to} ({to_node}) by IP"
+            );
+            if from != to {
+                let src = udp_between(from, to, to_ip.parse().unwrap());
+                assert_eq!(
+                    src,
+                    Ok(from_ip.parse().unwrap()),
+                    "UDP {from} ({from_node}) → {to} ({to_node})"
+                );
+            }
+        }
+    }
+
+    // The Service by cluster IP and by DNS name from every node reaches every replica.
+    let cluster_ip = h.ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    let names: Vec<&str> = pods.iter().map(|(n, _, _)| n.as_str()).collect();
+    for (from, node, _) in &pods {
+        for host in [cluster_ip.as_str(), "web", "web.default.svc.cluster.local"] {
+            let got = gets(&h, from, host, 80, 30);
+            assert!(
+                !got.iter().any(|g| g == "FAIL"),
+                "{from} ({node}) → {host}: {got:?}"
+            );
+            for n in &names {
+                assert!(
+                    got.iter().any(|g| g == n),
+                    "{from} ({node}) → {host} never reached {n}: {got:?}"
+                );
+            }
+        }
+    }
+
+    // The NodePort on every node's address, from the host.
+    for node in ["node1", "node2", "node3"] {
+        let ip = h.node_ip(node);
+        let body = wait_for(10, "the NodePort", || curl(&format!("http://{ip}:30180/")));
+        assert!(names.contains(&body.as_str()), "{node}: {body}");
+    }
+
+    // A pod on a joined node reaches the API through the kubernetes Service (in-cluster
+    // config: the host's static kubectl mounted into busybox) and lists pods with its
+    // ServiceAccount's rights.
+    h.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: client}}
+spec:
+  nodeName: node2
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox
+    command: [sleep, "3600"]
+    volumeMounts: [{{name: kubectl, mountPath: /kubectl, readOnly: true}}]
+  volumes:
+  - name: kubectl
+    hostPath: {{path: "{}", type: File}}
+"#,
+        support::kubectl_binary(V).display()
+    ));
+    wait_for(60, "the client pod Running", || {
+        (h.ok(&["get", "pod", "client", "-o", "jsonpath={.status.phase}"]) == "Running").then_some(())
+    });
+    let listed = h.ok(&["exec", "client", "--", "/kubectl", "get", "pods", "-o", "name"]);
+    for (name, _, _) in &pods {
+        assert!(
+            listed.contains(&format!("pod/{name}")),
+            "in-cluster list from node2: {listed}"
+        );
+    }
+    h.ok(&["delete", "pod", "client", "--wait=false"]);
+
+    // Losing node3: SIGKILL of its init kills the whole node.
+    let victim = pods.iter().find(|(_, n, _)| n == "node3").unwrap().0.clone();
+    let lost = Instant::now();
+    let rc = unsafe { libc::kill(h.node_init(3), libc::SIGKILL) };
+    assert_eq!(rc, 0);
+    wait_for(60, "node3 NotReady", || {
+        let n = h.json(&["get", "node", "node3"]);
+        n["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] != "True")
+            .then_some(())
+    });
+    let not_ready = lost.elapsed();
+    let survivors = wait_for(120, "a replacement web pod Ready on a survivor", || {
+        let p = ready_web_pods(&h);
+        (p.len() == 3 && p.iter().all(|(name, node, _)| node != "node3" && *name != victim)).then_some(p)
+    });
+    eprintln!(
+        "node3 lost: NotReady after {not_ready:?}, its pod replaced and Ready after {:?}",
+        lost.elapsed()
+    );
+    // Service traffic from every surviving node goes to the survivors only, without failures.
+    let alive: Vec<&str> = survivors.iter().map(|(n, _, _)| n.as_str()).collect();
+    for (from, node, _) in &survivors {
+        let got = gets(&h, from, "web", 80, 15);
+        assert!(
+            got.iter().all(|g| alive.contains(&g.as_str())),
+            "{from} ({node}) after node3's loss: {got:?}"
+        );
+    }
+
+    // Teardown leaves nothing: namespaces, links, processes, cgroups, mounts, the directory.
+    drop(h);
+    let netns = std::fs::read_dir("/run/netns")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("r8smn-"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(netns, 0, "network namespaces left");
+    let links = String::from_utf8_lossy(&Command::new("ip").args(["-o", "link"]).output().unwrap().stdout)
+        .into_owned();
+    assert!(!links.contains(&bridge), "links left: {links}");
+    let d = dir.display().to_string();
+    assert!(
+        support::cluster::processes_under(&dir).is_empty(),
+        "processes left under {d}"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&d), "mounts left under {d}");
+    assert!(!dir.exists(), "{d} left");
+    let tag = bridge.trim_start_matches("r8smn");
+    let cgroups = Command::new("find")
+        .args([
+            "/sys/fs/cgroup",
+            "-maxdepth",
+            "5",
+            "-name",
+            &format!("r8s-mn-{tag}-*"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        cgroups.stdout.is_empty(),
+        "cgroups left: {}",
+        String::from_utf8_lossy(&cgroups.stdout)
+    );
+}

@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# A cluster of several real nodes on one machine, for tests and for trying r8s's multi-node
+# networking:
+#
+#   scripts/multi-node.sh up N DIR     # returns once all N nodes are Ready;
+#                                      # the kubeconfig is DIR/kubeconfig.yaml
+#   scripts/multi-node.sh down DIR     # stops the nodes and removes everything `up` made
+#
+# Node 1 is `r8s server` (its own agent is node 1), nodes 2..N are `r8s agent`s joined with
+# the server's token. Each node runs in its own network namespace (r8smn-<tag>-<i>, with
+# its own containerd, CNI bridge, host-local state, kubelet port, Service proxy, DNS and
+# overlay), mount namespace and PID namespace (killing its first process kills the node),
+# with its own data dir DIR/node<i> and pod cgroup parent. A bridge on the host stands for
+# the underlay network: node i is 10.213.<k>.i/24 on it, the host 10.213.<k>.254 (k from
+# DIR, so two harnesses can run side by side). Node addresses are not routed anywhere
+# beyond this machine, and the nodes have no default route.
+#
+# Environment: R8S_BIN (default target/release/r8s, else target/debug/r8s), R8S_IMAGES (the
+# image tarballs each node imports; default target/test-images, built if missing),
+# R8S_MN_ARGS (more arguments for every node), R8S_MN_SERVER_ARGS (more for the server).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+usage() {
+  echo "usage: $0 up N DIR | down DIR" >&2
+  exit 2
+}
+
+# Names derived from DIR: a 6-hex-digit tag and the underlay's third octet.
+names() {
+  dir=$(realpath -m "$1")
+  tag=$(printf %s "$dir" | md5sum | cut -c1-6)
+  octet=$((16#${tag:0:4} % 250 + 1))
+  net=10.213.$octet
+  bridge=r8smn$tag
+}
+
+ns_of() { echo "r8smn-$tag-$1"; }
+
+own_cgroup() {
+  awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3; found=1} END {if (!found) print ""}' /proc/self/cgroup |
+    head -1
+}
+
+start_node() { # i args...
+  local i=$1
+  shift
+  local d=$dir/node$i
+  mkdir -p "$d/agent/images"
+  if [ -d "$images" ]; then
+    cp -f "$images"/* "$d/agent/images/"
+  fi
+  # nsenter joins the node's network; unshare gives it a PID namespace (its first process
+  # is the node's init: SIGKILL of it kills every process of the node) with a /proc of its
+  # own, and a mount namespace where containerd's netns mounts stay.
+  nsenter --net="/run/netns/$(ns_of "$i")" \
+    unshare --pid --fork --mount-proc --propagation slave -- \
+    "$bin" "$@" >"$d/log" 2>&1 &
+  echo $! >"$d/pid"
+}
+
+up() {
+  local n=$1
+  [ "$n" -ge 1 ] 2>/dev/null || usage
+  names "$2"
+  mkdir -p "$dir"
+  bin=${R8S_BIN:-}
+  if [ -z "$bin" ]; then
+    if [ -x "$root/target/release/r8s" ]; then
+      bin=$root/target/release/r8s
+    else
+      bin=$root/target/debug/r8s
+    fi
+  fi
+  [ -x "$bin" ] || {
+    echo "no r8s binary at $bin (cargo build --release -p r8s, or set R8S_BIN)" >&2
+    exit 1
+  }
+  images=${R8S_IMAGES:-$root/target/test-images}
+  if [ ! -f "$images/pause-image.txt" ]; then
+    bash "$root/scripts/build-test-images.sh" "$images" >/dev/null
+  fi
+  # Cluster DNS forwards outside names to no one: nothing leaves the machine.
+  echo "# no upstream nameservers on the multi-node harness" >"$dir/resolv.conf"
+  local cg
+  cg=$(own_cgroup)
+  cg=${cg%/}
+  echo "$n" >"$dir/nodes"
+  echo "$cg" >"$dir/cgroup"
+  trap 'echo "multi-node: up failed; removing what was made" >&2; down "$dir"' ERR
+
+  ip link add "$bridge" type bridge
+  ip addr add "$net.254/24" dev "$bridge"
+  ip link set "$bridge" up
+  for ((i = 1; i <= n; i++)); do
+    local ns
+    ns=$(ns_of "$i")
+    ip netns add "$ns"
+    ip link add "mn$tag$i" type veth peer name eth0 netns "$ns"
+    ip link set "mn$tag$i" master "$bridge" up
+    ip -n "$ns" addr add "$net.$i/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+  done
+
+  local common=(--resolv-conf "$dir/resolv.conf")
+  # shellcheck disable=SC2206
+  local extra=(${R8S_MN_ARGS:-})
+  # shellcheck disable=SC2206
+  local server_extra=(${R8S_MN_SERVER_ARGS:-})
+  start_node 1 server --data-dir "$dir/node1" --bind-address "$net.1" --node-ip "$net.1" \
+    --node-name node1 --cgroup-root "$cg/r8s-mn-$tag-node1" "${common[@]}" "${extra[@]}" "${server_extra[@]}"
+  local token=$dir/node1/server/node-token
+  for ((t = 0; t < 300; t++)); do
+    [ -s "$token" ] && [ -s "$dir/node1/kubeconfig.yaml" ] && break
+    kill -0 "$(cat "$dir/node1/pid")" 2>/dev/null || {
+      tail -20 "$dir/node1/log" >&2
+      false
+    }
+    sleep 0.2
+  done
+  [ -s "$token" ] || {
+    echo "multi-node: the server wrote no join token in 60 s" >&2
+    false
+  }
+  cp "$dir/node1/kubeconfig.yaml" "$dir/kubeconfig.yaml"
+  for ((i = 2; i <= n; i++)); do
+    start_node "$i" agent --server "https://$net.1:6443" --token-file "$token" \
+      --data-dir "$dir/node$i" --node-name "node$i" --node-ip "$net.$i" \
+      --cgroup-root "$cg/r8s-mn-$tag-node$i" "${common[@]}" "${extra[@]}"
+  done
+  local ready=0
+  for ((t = 0; t < 600; t++)); do
+    ready=$(kubectl --kubeconfig "$dir/kubeconfig.yaml" get nodes --no-headers 2>/dev/null |
+      awk '$2 == "Ready"' | wc -l)
+    [ "$ready" -ge "$n" ] && break
+    sleep 0.2
+  done
+  [ "$ready" -ge "$n" ] || {
+    echo "multi-node: $ready of $n nodes Ready after 120 s" >&2
+    false
+  }
+  trap - ERR
+  echo "multi-node: $n nodes Ready; kubeconfig $dir/kubeconfig.yaml"
+}
+
+down() {
+  names "$1"
+  local n=0 cg=
+  [ -f "$dir/nodes" ] && n=$(cat "$dir/nodes")
+  [ -f "$dir/cgroup" ] && cg=$(cat "$dir/cgroup")
+  # A clean stop first (agents stop their pods), all nodes at once; then whatever is left.
+  local pids=()
+  for ((i = 1; i <= n; i++)); do
+    local pf=$dir/node$i/pid
+    if [ -f "$pf" ] && kill -0 "$(cat "$pf")" 2>/dev/null; then
+      # The node's init is unshare's child (PID 1 inside): SIGTERM to it.
+      local init
+      init=$(pgrep -P "$(cat "$pf")" | head -1 || true)
+      [ -n "$init" ] && kill -TERM "$init" 2>/dev/null || true
+      pids+=("$(cat "$pf")")
+    fi
+  done
+  for ((t = 0; t < 400; t++)); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.2
+  done
+  for p in "${pids[@]}"; do
+    local init
+    init=$(pgrep -P "$p" | head -1 || true)
+    [ -n "$init" ] && kill -KILL "$init" 2>/dev/null || true
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  # Processes naming DIR (containerd and shims of a node whose PID namespace outlived it).
+  for p in $(pgrep -f "$dir/" || true); do
+    [ "$p" != $$ ] && kill -KILL "$p" 2>/dev/null || true
+  done
+  sleep 0.2
+  for ((i = 1; i <= n; i++)); do
+    ip netns del "$(ns_of "$i")" 2>/dev/null || true
+    ip link del "mn$tag$i" 2>/dev/null || true
+  done
+  ip link del "$bridge" 2>/dev/null || true
+  # Mounts under DIR (a node's rootfs or volumes left by a SIGKILL), deepest first.
+  awk -v d="$dir/" '$5 ~ "^"d {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
+    umount -l "$m" 2>/dev/null || true
+  done
+  # The nodes' pod cgroups, in every hierarchy.
+  if [ -n "$n" ] && [ "$n" -gt 0 ]; then
+    for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+      for ((i = 1; i <= n; i++)); do
+        local c=$h${cg#/}/r8s-mn-$tag-node$i
+        c=${c//\/\//\/}
+        [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+      done
+    done
+  fi
+  rm -rf "$dir"
+  echo "multi-node: down; $dir removed"
+}
+
+case "${1:-}" in
+  up)
+    [ $# = 3 ] || usage
+    up "$2" "$3"
+    ;;
+  down)
+    [ $# = 2 ] || usage
+    down "$2"
+    ;;
+  *) usage ;;
+esac
