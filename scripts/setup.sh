@@ -15,6 +15,9 @@ command -v htpasswd >/dev/null || need+=(apache2-utils)       # ... with htpassw
 command -v curl >/dev/null || need+=(curl)                     # pod and registry checks in tests
 command -v jq >/dev/null || need+=(jq)
 command -v nft >/dev/null || need+=(nftables)                # the Service proxy's tests read r8s's table back with nft
+command -v ip >/dev/null && command -v bridge >/dev/null || need+=(iproute2)  # network namespaces; the overlay's tests read its entries
+command -v pgrep >/dev/null || need+=(procps)                # scripts/multi-node.sh finds and stops its nodes
+command -v nsenter >/dev/null || need+=(util-linux)           # ... and runs each in its own namespaces
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

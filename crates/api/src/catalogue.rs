@@ -211,6 +211,8 @@ static CATALOGUE: &[ResourceDef] = &[
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", false,
          short: ["pc"], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "networkpolicy", true,
+         short: ["netpol"], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", "clusterrole", false,
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", "clusterrolebinding", false,

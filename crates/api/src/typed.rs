@@ -20,7 +20,7 @@ pub struct Decoded {
 /// without one.
 macro_rules! with_type {
     ($def:expr, $f:ident ( $($arg:expr),* )) => {{
-        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, certificates, coordination, core, discovery, events, rbac, scheduling};
+        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, certificates, coordination, core, discovery, events, networking, rbac, scheduling};
         match ($def.group, $def.version, $def.kind) {
             ("", "v1", "Namespace") => Some($f::<core::v1::Namespace>($($arg),*)),
             ("", "v1", "Pod") => Some($f::<core::v1::Pod>($($arg),*)),
@@ -39,6 +39,7 @@ macro_rules! with_type {
             ("discovery.k8s.io", "v1", "EndpointSlice") => Some($f::<discovery::v1::EndpointSlice>($($arg),*)),
             ("coordination.k8s.io", "v1", "Lease") => Some($f::<coordination::v1::Lease>($($arg),*)),
             ("scheduling.k8s.io", "v1", "PriorityClass") => Some($f::<scheduling::v1::PriorityClass>($($arg),*)),
+            ("networking.k8s.io", "v1", "NetworkPolicy") => Some($f::<networking::v1::NetworkPolicy>($($arg),*)),
             ("rbac.authorization.k8s.io", "v1", "ClusterRole") => Some($f::<rbac::v1::ClusterRole>($($arg),*)),
             ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => Some($f::<rbac::v1::ClusterRoleBinding>($($arg),*)),
             ("rbac.authorization.k8s.io", "v1", "Role") => Some($f::<rbac::v1::Role>($($arg),*)),

@@ -107,6 +107,19 @@ pub struct AgentOptions {
     /// The cgroup pods go under (`--cgroup-root`): a path from the hierarchies' root if it
     /// starts with `/`, else a name under the agent's own cgroup (default `r8s-pods`).
     pub cgroup_root: String,
+    /// Called when a new sandbox has its address, before the pod's containers start (the
+    /// node's network policy takes the pod in).
+    pub network_hook: Option<NetworkHook>,
+}
+
+/// What the agent calls with a pod and its new address before the pod's containers start.
+#[derive(Clone)]
+pub struct NetworkHook(pub Arc<dyn Fn(Pod, String) -> futures::future::BoxFuture<'static, ()> + Send + Sync>);
+
+impl std::fmt::Debug for NetworkHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NetworkHook")
+    }
 }
 
 fn host_name() -> String {
@@ -164,6 +177,7 @@ impl AgentOptions {
             cni_ip_masq: true,
             cni_mtu: None,
             cgroup_root: "r8s-pods".into(),
+            network_hook: None,
         }
     }
 }
@@ -1632,6 +1646,12 @@ impl Hooks for SyncHooks<'_> {
     async fn prepare_sandbox(&self, pod: &Pod, config: &cri::PodSandboxConfig) -> Result<(), Error> {
         std::fs::create_dir_all(&config.log_directory)?;
         self.agent.ensure_pod_cgroup(pod, &pod.uid().unwrap_or_default())
+    }
+
+    async fn sandbox_network_ready(&self, pod: &Pod, pod_ip: &str) {
+        if let Some(hook) = &self.agent.opts.network_hook {
+            (hook.0)(pod.clone(), pod_ip.to_owned()).await;
+        }
     }
 
     async fn container_config(

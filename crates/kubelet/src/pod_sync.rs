@@ -34,6 +34,9 @@ pub trait Hooks: Send + Sync {
     async fn event(&self, pod: &Pod, type_: &str, reason: &str, message: &str);
     /// Before a new sandbox runs: its log directory, the pod's cgroup.
     async fn prepare_sandbox(&self, pod: &Pod, config: &cri::PodSandboxConfig) -> Result<(), Error>;
+    /// A new sandbox has its address, and no container of the pod has started yet: what
+    /// must police the pod's traffic (network policy) takes it in here.
+    async fn sandbox_network_ready(&self, _pod: &Pod, _pod_ip: &str) {}
     /// The CRI config of container `c`'s run `attempt` (its image pulled, its env and mounts
     /// made); or the reason and message it waits with.
     async fn container_config(
@@ -197,6 +200,9 @@ impl PodSync<'_> {
             .and_then(|s| s.network)
             .map(|n| n.ip)
             .unwrap_or_default();
+        if matches!(actions.sandbox, SandboxAction::Create { .. }) && !pod_ip.is_empty() {
+            self.hooks.sandbox_network_ready(pod, &pod_ip).await;
+        }
         let mut applied = Applied {
             sandbox_id,
             pod_ip,

@@ -1,14 +1,15 @@
 //! Joining agents: the server keeps a bootstrap token (a `kube-system/bootstrap-token-<id>`
 //! Secret) and the RBAC bindings that let its holders ask for node certificates and have them
 //! approved (kubeadm's `kubeadm:get-nodes`-style bindings, named `r8s:*` here) and the
-//! Service proxy's read rights for nodes (agents run it as themselves), and writes the
+//! Service proxy's and network policy's read rights for nodes (agents run them as
+//! themselves), and writes the
 //! join token `K10<CA hash>::<id>.<secret>` to `<data-dir>/server/node-token`.
 
 use std::path::Path;
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 
@@ -86,6 +87,34 @@ pub async fn ensure(client: &kube::Client, server_dir: &Path, ca_pem: &str) -> a
     .await
     .context("creating the bootstrap token Secret")?;
 
+    // What a node's network policy engine reads (kube-router's policy controller's rights).
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    create_if_absent(
+        &roles,
+        &ClusterRole {
+            metadata: ObjectMeta {
+                name: Some("r8s:network-policy".into()),
+                ..Default::default()
+            },
+            rules: Some(vec![
+                PolicyRule {
+                    api_groups: Some(vec!["".into()]),
+                    resources: Some(vec!["pods".into(), "namespaces".into()]),
+                    verbs: vec!["get".into(), "list".into(), "watch".into()],
+                    ..Default::default()
+                },
+                PolicyRule {
+                    api_groups: Some(vec!["networking.k8s.io".into()]),
+                    resources: Some(vec!["networkpolicies".into()]),
+                    verbs: vec!["get".into(), "list".into(), "watch".into()],
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        },
+    )
+    .await
+    .context("creating ClusterRole r8s:network-policy")?;
     let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
     for (name, role, group) in [
         (
@@ -106,6 +135,8 @@ pub async fn ensure(client: &kube::Client, server_dir: &Path, ca_pem: &str) -> a
         // A joined agent runs the Service proxy and cluster DNS with its node's identity:
         // kube-proxy's read rights (Services, EndpointSlices, Nodes; Events) for nodes.
         ("r8s:node-proxier", "system:node-proxier", "system:nodes"),
+        // Every node enforces network policy for its pods.
+        ("r8s:network-policy", "r8s:network-policy", "system:nodes"),
     ] {
         create_if_absent(
             &bindings,

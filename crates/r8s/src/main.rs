@@ -147,6 +147,10 @@ struct AgentArgs {
     /// name under the agent's own cgroup.
     #[arg(long, default_value = "r8s-pods")]
     cgroup_root: String,
+
+    /// Do not enforce NetworkPolicies on this node (k3s's flag).
+    #[arg(long)]
+    disable_network_policy: bool,
 }
 
 impl AgentArgs {
@@ -212,6 +216,33 @@ impl AgentArgs {
             cidr,
         )))
     }
+}
+
+/// Network policy for this node's pods (unless turned off): the engine in the background, and
+/// the agent's hook that has each new pod policed before its containers start. `client` is
+/// the node's own.
+fn spawn_network_policy(
+    agent: &AgentArgs,
+    opts: &mut r8s_kubelet::agent::AgentOptions,
+    client: kube::Client,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if agent.disable_network_policy {
+        return None;
+    }
+    let handle = r8s_net::policy::handle();
+    let hook = handle.clone();
+    opts.network_hook = Some(r8s_kubelet::agent::NetworkHook(Arc::new(move |pod, ip| {
+        let h = hook.clone();
+        Box::pin(async move { h.pod_started(&pod, &ip).await })
+    })));
+    let cfg = r8s_net::policy::PolicyConfig::new(&opts.node_name);
+    let stop = stop.clone();
+    Some(tokio::spawn(async move {
+        if let Err(e) = r8s_net::policy::run(client, cfg, handle, stop).await {
+            tracing::error!(error = %e, "network policy is not enforced on this node");
+        }
+    }))
 }
 
 /// Run the overlay in the background; `client` is the node's own.
@@ -1054,6 +1085,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let mut dns = None;
     let mut proxy = None;
     let mut overlay = None;
+    let mut policy = None;
     let proxy_metrics = Arc::new(r8s_net::proxy::ProxyMetrics::default());
     let run_dns = !args.disable_agent && !args.disable.iter().any(|d| d == "coredns");
     let run_proxy = !args.disable_agent && !args.disable_kube_proxy;
@@ -1151,6 +1183,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         opts.client_ca = config.root_cert.clone().unwrap_or_default();
         let client = kube::Client::try_from(config)?;
         overlay = overlay_cfg.map(|cfg| spawn_overlay(client.clone(), cfg, stop.clone()));
+        policy = spawn_network_policy(&args.agent, &mut opts, client.clone(), &stop);
         // The server's own node is a control-plane node, as k3s labels it. Kubelets may not
         // set node-role labels on themselves (NodeRestriction), so the server does, once the
         // node has registered.
@@ -1184,8 +1217,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     if let Some(proxy) = proxy {
         let _ = tokio::time::timeout(Duration::from_secs(5), proxy).await;
     }
-    if let Some(overlay) = overlay {
-        let _ = tokio::time::timeout(Duration::from_secs(5), overlay).await;
+    for t in [overlay, policy].into_iter().flatten() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
     if let Some((ip, true)) = api_local {
         api.stop();
@@ -1431,6 +1464,7 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
     }
     let dns_opts = run_dns.then(|| dns_options(&args.agent, cluster_dns));
     let (proxy, dns) = spawn_service_network(client.clone(), proxy_cfg, dns_opts, proxy_metrics, &stop);
+    let policy = spawn_network_policy(&args.agent, &mut opts, client.clone(), &stop);
     let task = {
         let stop = stop.clone();
         tokio::spawn(async move { r8s_kubelet::agent::Agent::run(client, opts, stop).await })
@@ -1445,7 +1479,7 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
         Ok(Ok(Err(e))) => Err(anyhow::anyhow!("agent: {e}")),
         _ => Ok(()),
     };
-    for t in [dns, proxy, overlay].into_iter().flatten() {
+    for t in [dns, proxy, overlay, policy].into_iter().flatten() {
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
     result

@@ -116,6 +116,11 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             Arc::new(priorityclasses::PriorityClasses),
         ),
         (
+            "networking.k8s.io",
+            "networkpolicies",
+            Arc::new(networkpolicies::NetworkPolicies),
+        ),
+        (
             "rbac.authorization.k8s.io",
             "clusterroles",
             Arc::new(rbac::Roles { cluster: true }),

@@ -21,6 +21,7 @@ mod keyed_lists_tests;
 mod limitranges;
 pub(crate) mod meta;
 mod namespaces;
+mod networkpolicies;
 mod nodes;
 pub(crate) mod patch;
 pub(crate) mod pods;

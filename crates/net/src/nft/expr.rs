@@ -25,6 +25,8 @@ pub const META_L4PROTO: u32 = 16;
 /// Conntrack keys and state bits.
 pub const CT_STATE: u32 = 0;
 pub const CT_STATE_NEW: u32 = 0x8;
+pub const CT_STATE_ESTABLISHED: u32 = 0x2;
+pub const CT_STATE_RELATED: u32 = 0x4;
 
 /// fib: result and flags; route types.
 pub const FIB_RESULT_ADDRTYPE: u32 = 3;
@@ -37,6 +39,10 @@ pub const RTN_LOCAL: u32 = 2;
 pub enum CmpOp {
     Eq = 0,
     Neq = 1,
+    /// Orderings compare the data as bytes: network-order (big-endian) values compare as
+    /// numbers.
+    Lte = 3,
+    Gte = 5,
 }
 
 /// NAT range flags.
@@ -426,6 +432,56 @@ pub mod m {
             CT_STATE_NEW,
             CmpOp::Neq,
         )
+    }
+
+    /// `ct state established,related`.
+    pub fn ct_state_established_related() -> Vec<Expr> {
+        masked(
+            Expr::Ct {
+                dreg: REG_1,
+                key: CT_STATE,
+            },
+            CT_STATE_ESTABLISHED | CT_STATE_RELATED,
+            CmpOp::Neq,
+        )
+    }
+
+    /// `meta l4proto <proto>`, and with `ports` `th dport <first>-<last>` (one port when
+    /// they are equal).
+    pub fn proto_ports(proto: u8, ports: Option<(u16, u16)>) -> Vec<Expr> {
+        let mut v = vec![
+            l4proto(REG_1),
+            Expr::Cmp {
+                sreg: REG_1,
+                op: CmpOp::Eq,
+                data: vec![proto],
+            },
+        ];
+        match ports {
+            None => {}
+            Some((a, b)) if a == b => v.extend([
+                th_dport(REG_1),
+                Expr::Cmp {
+                    sreg: REG_1,
+                    op: CmpOp::Eq,
+                    data: a.to_be_bytes().to_vec(),
+                },
+            ]),
+            Some((a, b)) => v.extend([
+                th_dport(REG_1),
+                Expr::Cmp {
+                    sreg: REG_1,
+                    op: CmpOp::Gte,
+                    data: a.to_be_bytes().to_vec(),
+                },
+                Expr::Cmp {
+                    sreg: REG_1,
+                    op: CmpOp::Lte,
+                    data: b.to_be_bytes().to_vec(),
+                },
+            ]),
+        }
+        v
     }
 
     /// `fib daddr type local`.

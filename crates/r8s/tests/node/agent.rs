@@ -292,7 +292,9 @@ fn an_agent_joins_with_the_token_and_runs_pods() {
     let _leftovers = Leftovers {
         dir: agent_dir.path().to_path_buf(),
         bridge: bridge.clone(),
-        // A joined agent runs no Service proxy (yet).
+        // The joined agent shares the host's network with the server: the server's Service
+        // proxy, DNS and network policy serve it, its own are off (the multi-node test runs
+        // them).
         cluster_cidr: String::new(),
         netns_before: netns_entries(),
     };
@@ -304,6 +306,13 @@ fn an_agent_joins_with_the_token_and_runs_pods() {
         .arg(agent_dir.path())
         .args(["--node-name", "joiner", "--pod-bridge", &bridge])
         .args(["--kubelet-address", "127.0.0.1", "--kubelet-port", "0"])
+        .args([
+            "--disable-kube-proxy",
+            "--disable-dns",
+            "--flannel-backend",
+            "none",
+        ])
+        .arg("--disable-network-policy")
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()

@@ -298,6 +298,169 @@ fn curl(url: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// Whether pod `from` opens a TCP connection to `ip:port` (busybox nc, 1 s).
+fn reaches(h: &Harness, from: &str, ip: &str, port: u16) -> bool {
+    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 1 {ip} {port} | grep -q .");
+    h.kubectl(&["exec", from, "-n", namespace_of(from), "--", "sh", "-c", &script])
+        .status
+        .success()
+}
+
+fn namespace_of(pod: &str) -> &'static str {
+    if pod == "prober" {
+        "probe"
+    } else {
+        "default"
+    }
+}
+
+/// Wait until `from` → `ip:port` is as `want` (policies take effect within moments).
+fn wait_reach(h: &Harness, from: &str, ip: &str, port: u16, want: bool, what: &str) {
+    wait_for(15, what, || (reaches(h, from, ip, port) == want).then_some(()));
+}
+
+/// NetworkPolicy across nodes: default deny, then admission by pod label (same namespace
+/// only), by namespace label, by port, by ipBlock for egress; a replacement pod is policed
+/// from its first moment.
+fn network_policies(h: &Harness, pods: &[(String, String, String)]) {
+    h.apply(
+        r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Namespace
+  metadata: {name: probe, labels: {purpose: probe}}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: prober, namespace: probe, labels: {role: friend}}
+  spec:
+    nodeName: node2
+    terminationGracePeriodSeconds: 1
+    containers:
+    - {name: c, image: busybox, command: [sleep, "3600"]}
+"#,
+    );
+    wait_for(60, "the prober Running", || {
+        (h.ok(&[
+            "get",
+            "pod",
+            "prober",
+            "-n",
+            "probe",
+            "-o",
+            "jsonpath={.status.phase}",
+        ]) == "Running")
+            .then_some(())
+    });
+    let by_node = |n: &str| pods.iter().find(|(_, node, _)| node == n).unwrap();
+    let (web1, _, ip1) = by_node("node1");
+    let (web3, _, ip3) = by_node("node3");
+    assert!(
+        reaches(h, "prober", ip1, 8080) && reaches(h, web3, ip1, 8080),
+        "open before any policy"
+    );
+
+    // Default deny for the web pods' ingress: neither another web pod on another node nor
+    // the prober gets in; web pods still reach out.
+    h.apply(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-deny}
+spec:
+  podSelector: {matchLabels: {app: web}}
+"#,
+    );
+    let netpol = h.ok(&["get", "netpol"]);
+    assert!(
+        netpol.contains("web-deny") && netpol.contains("app=web"),
+        "{netpol}"
+    );
+    wait_reach(h, web3, ip1, 8080, false, "web3 → web1 denied");
+    assert!(!reaches(h, "prober", ip1, 8080), "prober → web1 denied");
+
+    // A pod-label rule admits pods of the policy's own namespace only: role=friend in
+    // `probe` stays out.
+    h.apply(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-from-friends}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {role: friend}}}]
+"#,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !reaches(h, "prober", ip1, 8080),
+        "a pod label alone means the policy's namespace"
+    );
+
+    // By namespace label, on the web port only.
+    h.apply(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-from-probes}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - from: [{namespaceSelector: {matchLabels: {purpose: probe}}}]
+    ports: [{port: 8080}]
+"#,
+    );
+    wait_reach(
+        h,
+        "prober",
+        ip1,
+        8080,
+        true,
+        "prober (node2) → web1 (node1) admitted by namespace",
+    );
+    assert!(reaches(h, "prober", ip3, 8080), "and web3 on node3");
+    assert!(!reaches(h, web3, ip1, 8080), "web pods are still not admitted");
+
+    // Egress by ipBlock: the prober may reach web1's address only.
+    h.apply(&format!(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: prober-out, namespace: probe}}
+spec:
+  podSelector: {{}}
+  policyTypes: [Egress]
+  egress:
+  - to: [{{ipBlock: {{cidr: {ip1}/32}}}}]
+"#
+    ));
+    wait_reach(h, "prober", ip3, 8080, false, "prober → web3 cut by egress");
+    assert!(
+        reaches(h, "prober", ip1, 8080),
+        "prober → web1 allowed by egress and ingress"
+    );
+
+    // A new web pod is policed before it is Ready: its first check is already a refusal.
+    h.ok(&["delete", "pod", web3, "--wait=false"]);
+    let fresh = wait_for(90, "a replacement web pod Ready", || {
+        ready_web_pods(h)
+            .into_iter()
+            .find(|(n, _, _)| !pods.iter().any(|(old, _, _)| old == n))
+    });
+    assert!(
+        !reaches(h, web1, &fresh.2, 8080),
+        "{} was reachable despite web-deny",
+        fresh.0
+    );
+
+    h.ok(&["delete", "netpol", "--all"]);
+    h.ok(&["delete", "netpol", "--all", "-n", "probe"]);
+    wait_reach(h, web1, &fresh.2, 8080, true, "open again without policies");
+    h.ok(&["delete", "namespace", "probe", "--wait=false"]);
+}
+
 #[test]
 fn three_nodes_are_one_network_and_survive_losing_one() {
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
@@ -430,8 +593,14 @@ spec:
     }
     h.ok(&["delete", "pod", "client", "--wait=false"]);
 
+    network_policies(&h, &pods);
+
     // Losing node3: SIGKILL of its init kills the whole node.
-    let victim = pods.iter().find(|(_, n, _)| n == "node3").unwrap().0.clone();
+    let victim = ready_web_pods(&h)
+        .into_iter()
+        .find(|(_, n, _)| n == "node3")
+        .expect("a web pod on node3")
+        .0;
     let lost = Instant::now();
     let rc = unsafe { libc::kill(h.node_init(3), libc::SIGKILL) };
     assert_eq!(rc, 0);

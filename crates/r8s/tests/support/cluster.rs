@@ -117,6 +117,17 @@ impl Drop for Leftovers {
             .args(["delete", "table", "ip", "r8s"])
             .stderr(std::process::Stdio::null())
             .status();
+        // The overlay's device and masquerade table (a node whose address is not loopback).
+        let _ = Command::new("ip")
+            .args(["link", "del", "r8s.1"])
+            .stderr(std::process::Stdio::null())
+            .status();
+        for table in ["r8s-overlay", "r8s-policy"] {
+            let _ = Command::new("nft")
+                .args(["delete", "table", "ip", table])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
         if !self.cluster_cidr.is_empty() {
             let _ = Command::new("ip")
                 .args(["route", "del", "blackhole", &self.cluster_cidr])
