@@ -13,7 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use netns::Netns;
 use r8s_net::nft::Conn;
-use r8s_net::policy::model::{program, PodInfo};
+use r8s_net::policy::model::{program, PodInfo, Program};
 use r8s_net::policy::table;
 use serde_json::json;
 
@@ -77,12 +77,31 @@ fn policy(ns: &str, name: &str, spec: serde_json::Value) -> NetworkPolicy {
     serde_json::from_value(json!({"metadata": {"namespace": ns, "name": name}, "spec": spec})).unwrap()
 }
 
-/// Write the program for `policies` into the node's table.
-fn enforce(node: &Netns, pods: &[Pod], policies: &[NetworkPolicy]) {
+/// Bring the node's table to the program for `policies`: the whole table the first time,
+/// then only what changed (as the engine does).
+fn enforce(node: &Netns, pods: &[Pod], in_force: &mut Option<Program>, policies: &[NetworkPolicy]) {
     let infos: Vec<PodInfo> = pods.iter().map(|p| p.info.clone()).collect();
     let refs: Vec<&NetworkPolicy> = policies.iter().collect();
     let prog = program(&refs, &infos, &namespaces());
-    node.run(|| table::apply(&Conn::new().unwrap(), "r8s-policy", &prog).expect("table"));
+    let batch = match in_force {
+        None => table::batch("r8s-policy", &prog),
+        Some(old) => table::update("r8s-policy", old, &prog),
+    };
+    node.run(|| Conn::new().unwrap().apply(batch).expect("table"));
+    // What is in force equals what a whole rewrite would give: the chains the kernel holds.
+    let listed = node.nft(&["list", "table", "ip", "r8s-policy"]);
+    for chain in prog.chains.keys() {
+        assert!(
+            listed.contains(&format!("chain {chain} ")),
+            "{chain} missing:\n{listed}"
+        );
+    }
+    assert_eq!(
+        listed.matches("\tchain ").count(),
+        prog.chains.len() + 1,
+        "{listed}"
+    );
+    *in_force = Some(prog);
 }
 
 /// Whether a TCP connection from `from` to `to:port` gets through (and an exchange on it).
@@ -106,8 +125,10 @@ fn policies_isolate_pods_and_admit_exactly_what_they_name() {
         return;
     };
     let (a, b, c) = (&pods[0], &pods[1], &pods[2]);
+    let mut in_force = None;
+    let st = &mut in_force;
     // No policy: everything reaches everything.
-    enforce(&node, &pods, &[]);
+    enforce(&node, &pods, st, &[]);
     assert!(reaches(a, b, 8080) && reaches(c, b, 8080) && reaches(b, a, 8080));
 
     // Default deny ingress for b: nobody reaches b, b still reaches out.
@@ -116,7 +137,7 @@ fn policies_isolate_pods_and_admit_exactly_what_they_name() {
         "deny-b",
         json!({"podSelector": {"matchLabels": {"app": "b"}}}),
     );
-    enforce(&node, &pods, std::slice::from_ref(&deny));
+    enforce(&node, &pods, st, std::slice::from_ref(&deny));
     assert!(!reaches(a, b, 8080), "default deny");
     assert!(!reaches(c, b, 8080));
     assert!(reaches(b, a, 8080), "egress is not isolated");
@@ -129,7 +150,7 @@ fn policies_isolate_pods_and_admit_exactly_what_they_name() {
         json!({"podSelector": {"matchLabels": {"app": "b"}},
                "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "a"}}}], "ports": [{"port": "http", "protocol": "TCP"}]}]}),
     );
-    enforce(&node, &pods, &[deny.clone(), allow_a.clone()]);
+    enforce(&node, &pods, st, &[deny.clone(), allow_a.clone()]);
     assert!(reaches(a, b, 8080), "a to b's http port");
     assert!(!reaches(a, b, 8081), "another port");
     assert!(!reaches(c, b, 8080), "c is not app=a of b's namespace");
@@ -141,7 +162,7 @@ fn policies_isolate_pods_and_admit_exactly_what_they_name() {
         json!({"podSelector": {"matchLabels": {"app": "b"}},
                "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "two"}}}], "ports": [{"port": 9000, "endPort": 9010, "protocol": "TCP"}]}]}),
     );
-    enforce(&node, &pods, &[deny.clone(), allow_ns]);
+    enforce(&node, &pods, st, &[deny.clone(), allow_ns]);
     assert!(reaches(c, b, 9005), "c's namespace, in the range");
     assert!(!reaches(c, b, 9011), "out of the range");
     assert!(!reaches(a, b, 9005), "a's namespace is not team=two");
@@ -153,7 +174,7 @@ fn policies_isolate_pods_and_admit_exactly_what_they_name() {
         json!({"podSelector": {"matchLabels": {"app": "b"}},
                "ingress": [{"from": [{"ipBlock": {"cidr": "10.244.1.0/29", "except": ["10.244.1.2/32"]}}]}]}),
     );
-    enforce(&node, &pods, &[deny, allow_block]);
+    enforce(&node, &pods, st, &[deny, allow_block]);
     assert!(reaches(c, b, 8080), "c (10.244.1.4) is in the block");
     assert!(!reaches(a, b, 8080), "a is the exception");
 
@@ -165,7 +186,7 @@ fn policies_isolate_pods_and_admit_exactly_what_they_name() {
         json!({"podSelector": {"matchLabels": {"app": "a"}}, "policyTypes": ["Egress"],
                "egress": [{"to": [{"podSelector": {"matchLabels": {"app": "b"}}}]}]}),
     );
-    enforce(&node, &pods, &[egress]);
+    enforce(&node, &pods, st, &[egress]);
     assert!(reaches(a, b, 8080));
     assert!(!reaches(a, c, 8080), "egress to c is not allowed");
     assert!(
@@ -174,7 +195,7 @@ fn policies_isolate_pods_and_admit_exactly_what_they_name() {
     );
 
     // Removing the policies opens everything again; the table goes on removal.
-    enforce(&node, &pods, &[]);
+    enforce(&node, &pods, st, &[]);
     assert!(reaches(a, c, 8080) && reaches(a, b, 8080));
     node.run(|| table::remove(&Conn::new().unwrap(), "r8s-policy").unwrap());
     assert!(!node.nft(&["list", "tables"]).contains("r8s-policy"));

@@ -119,6 +119,8 @@ struct Builder<'a> {
     pods: &'a [PodInfo],
     namespaces: &'a HashMap<String, BTreeMap<String, String>>,
     sets: BTreeMap<Vec<Ipv4Addr>, String>,
+    /// The policy's own prefix for its sets' names.
+    prefix: String,
 }
 
 /// A resolved port entry: the destination address it is bound to (an egress named port),
@@ -142,9 +144,10 @@ impl Builder<'_> {
         ips.sort();
         ips.dedup();
         let n = self.sets.len();
+        let prefix = &self.prefix;
         self.sets
             .entry(ips)
-            .or_insert_with(|| format!("peers-{n}"))
+            .or_insert_with(|| format!("{prefix}-{n}"))
             .clone()
     }
 
@@ -305,76 +308,93 @@ impl Builder<'_> {
     }
 }
 
-/// The program for this node: `pods` are every pod with an address (local ones marked),
-/// `namespaces` every namespace's labels.
+/// One policy compiled against the pods and namespaces: per local pod it selects, its allow
+/// rules for each direction it isolates (None: it does not isolate that direction), and the
+/// address sets those rules use (named after the policy, so they keep their names while it
+/// lasts).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Compiled {
+    pub pods: BTreeMap<Ipv4Addr, (Option<Vec<Rule>>, Option<Vec<Rule>>)>,
+    pub sets: BTreeMap<String, Vec<Ipv4Addr>>,
+}
+
+/// Compile `policy` for this node's pods (those of `pods` marked local).
+pub fn compile(
+    policy: &NetworkPolicy,
+    pods: &[PodInfo],
+    namespaces: &HashMap<String, BTreeMap<String, String>>,
+) -> Compiled {
+    use std::hash::{Hash, Hasher};
+    let ns = policy.metadata.namespace.as_deref().unwrap_or("");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (ns, policy.metadata.name.as_deref().unwrap_or("")).hash(&mut h);
+    let mut b = Builder {
+        pods,
+        namespaces,
+        sets: BTreeMap::new(),
+        prefix: format!("s{:016x}", h.finish()),
+    };
+    // An absent podSelector is Go's empty one: every pod of the namespace.
+    let sel = match policy.spec.as_ref().and_then(|s| s.pod_selector.as_ref()) {
+        Some(s) => label_selector_as_selector(Some(s)).unwrap_or_else(|_| Selector::nothing()),
+        None => Selector::new(Vec::new()),
+    };
+    let (ingress, egress) = types(policy);
+    let mut c = Compiled::default();
+    for pod in pods
+        .iter()
+        .filter(|p| p.local && p.namespace == ns && sel.matches(&p.labels))
+    {
+        let mut side = |on: bool, dir: Dir| {
+            on.then(|| {
+                let mut rules = Vec::new();
+                b.rules(policy, dir, pod, &mut rules);
+                rules
+            })
+        };
+        let i = side(ingress, Dir::Ingress);
+        let e = side(egress, Dir::Egress);
+        c.pods.insert(pod.ip, (i, e));
+    }
+    c.sets = b.sets.into_iter().map(|(ips, name)| (name, ips)).collect();
+    c
+}
+
+/// The node's program from its compiled policies (in the order given: each pod's chain
+/// holds its policies' rules in that order, then the drop).
+pub fn assemble<'a>(compiled: impl IntoIterator<Item = &'a Compiled>) -> Program {
+    let mut prog = Program::default();
+    for c in compiled {
+        for (ip, (i, e)) in &c.pods {
+            for (rules, prefix, map) in [(i, "in", &mut prog.ingress), (e, "eg", &mut prog.egress)] {
+                let Some(rules) = rules else { continue };
+                let name = format!("{prefix}-{ip}");
+                map.insert(*ip, name.clone());
+                prog.chains.entry(name).or_default().extend(rules.iter().cloned());
+            }
+        }
+        prog.sets
+            .extend(c.sets.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    for rules in prog.chains.values_mut() {
+        rules.push(vec![Expr::Verdict(Verdict::Drop)]);
+    }
+    prog
+}
+
+/// The program for this node at once: every policy compiled (in namespace/name order) and
+/// assembled.
 pub fn program(
     policies: &[&NetworkPolicy],
     pods: &[PodInfo],
     namespaces: &HashMap<String, BTreeMap<String, String>>,
 ) -> Program {
-    let mut b = Builder {
-        pods,
-        namespaces,
-        sets: BTreeMap::new(),
-    };
-    let mut prog = Program::default();
-    // Policies by namespace, in a stable order (by name).
-    let mut by_ns: HashMap<&str, Vec<&NetworkPolicy>> = HashMap::new();
-    for p in policies {
-        by_ns
-            .entry(p.metadata.namespace.as_deref().unwrap_or(""))
-            .or_default()
-            .push(p);
-    }
-    for v in by_ns.values_mut() {
-        v.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    }
-    for pod in pods.iter().filter(|p| p.local) {
-        let Some(mine) = by_ns.get(pod.namespace.as_str()) else {
-            continue;
-        };
-        let selecting: Vec<&NetworkPolicy> = mine
-            .iter()
-            .copied()
-            .filter(|p| {
-                // An absent podSelector is Go's empty one: every pod of the namespace.
-                let sel = match p.spec.as_ref().and_then(|s| s.pod_selector.as_ref()) {
-                    Some(s) => label_selector_as_selector(Some(s)),
-                    None => Ok(Selector::new(Vec::new())),
-                };
-                sel.map(|s| s.matches(&pod.labels)).unwrap_or(false)
-            })
-            .collect();
-        for (dir, name, map) in [
-            (Dir::Ingress, format!("in-{}", pod.ip), &mut prog.ingress),
-            (Dir::Egress, format!("eg-{}", pod.ip), &mut prog.egress),
-        ] {
-            let isolating: Vec<&NetworkPolicy> = selecting
-                .iter()
-                .copied()
-                .filter(|p| {
-                    let (i, e) = types(p);
-                    if dir == Dir::Ingress {
-                        i
-                    } else {
-                        e
-                    }
-                })
-                .collect();
-            if isolating.is_empty() {
-                continue;
-            }
-            let mut rules = Vec::new();
-            for p in isolating {
-                b.rules(p, dir, pod, &mut rules);
-            }
-            rules.push(vec![Expr::Verdict(Verdict::Drop)]);
-            map.insert(pod.ip, name.clone());
-            prog.chains.insert(name, rules);
-        }
-    }
-    prog.sets = b.sets.into_iter().map(|(ips, name)| (name, ips)).collect();
-    prog
+    let mut sorted: Vec<&NetworkPolicy> = policies.to_vec();
+    sorted.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    let compiled: Vec<Compiled> = sorted.iter().map(|p| compile(p, pods, namespaces)).collect();
+    assemble(&compiled)
 }
 
 #[cfg(test)]

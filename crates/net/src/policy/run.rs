@@ -15,7 +15,7 @@ use r8s_client::informer::{key_of, Change, Factory};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use super::model::{program, PodInfo};
+use super::model::{assemble, compile, Compiled, PodInfo, Program};
 use super::table;
 use crate::nft::Conn;
 
@@ -43,6 +43,10 @@ struct State {
     namespaces: HashMap<String, BTreeMap<String, String>>,
     /// Bumped by every change.
     generation: u64,
+    /// Pods or namespaces changed since the last compile: every policy is compiled again.
+    world_changed: bool,
+    /// Policies changed since the last compile (only they are compiled again otherwise).
+    dirty: std::collections::HashSet<String>,
 }
 
 struct Shared {
@@ -69,6 +73,7 @@ impl PolicyHandle {
         let gen = {
             let mut st = self.0.state.lock().unwrap();
             st.announced.insert(key_of(pod), (Arc::new(pod.clone()), ip));
+            st.world_changed = true;
             st.generation += 1;
             st.generation
         };
@@ -78,6 +83,13 @@ impl PolicyHandle {
         if waited.is_err() {
             tracing::warn!(pod = %key_of(pod), "network policy: the pod starts before its policy is known");
         }
+    }
+
+    /// Returns once the table holds a program computed from the whole API state (the
+    /// informers synced).
+    pub async fn programmed(&self) {
+        let mut rx = self.0.applied.subscribe();
+        let _ = rx.wait_for(|g| *g > 0).await;
     }
 }
 
@@ -132,29 +144,43 @@ async fn serve(
             bump(&sh, |st| match c {
                 Change::Added(o) | Change::Updated(_, o) => {
                     st.policies.insert(key_of(o.as_ref()), o.clone());
+                    st.dirty.insert(key_of(o.as_ref()));
                 }
                 Change::Deleted(o) => {
                     st.policies.remove(&key_of(o.as_ref()));
+                    st.dirty.insert(key_of(o.as_ref()));
                 }
             })
         });
     }
     {
         let sh = shared.clone();
+        let node = cfg.node_name.clone();
         pods.add_handler(move |c| {
-            bump(&sh, |st| match c {
-                Change::Added(o) | Change::Updated(_, o) => {
-                    let key = key_of(o.as_ref());
-                    // The API's own address supersedes the announcement.
-                    if o.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() {
+            bump(&sh, |st| {
+                // Only what policies see of a pod matters (address, labels, ports, node):
+                // a status change that alters none of it compiles nothing again.
+                st.world_changed |= match &c {
+                    Change::Updated(old, new) => {
+                        let seen = |p: &Pod| PodInfo::from_pod(p, &node, None);
+                        seen(old) != seen(new)
+                    }
+                    _ => true,
+                };
+                match c {
+                    Change::Added(o) | Change::Updated(_, o) => {
+                        let key = key_of(o.as_ref());
+                        // The API's own address supersedes the announcement.
+                        if o.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some() {
+                            st.announced.remove(&key);
+                        }
+                        st.pods.insert(key, o.clone());
+                    }
+                    Change::Deleted(o) => {
+                        let key = key_of(o.as_ref());
+                        st.pods.remove(&key);
                         st.announced.remove(&key);
                     }
-                    st.pods.insert(key, o.clone());
-                }
-                Change::Deleted(o) => {
-                    let key = key_of(o.as_ref());
-                    st.pods.remove(&key);
-                    st.announced.remove(&key);
                 }
             })
         });
@@ -162,14 +188,17 @@ async fn serve(
     {
         let sh = shared.clone();
         namespaces.add_handler(move |c| {
-            bump(&sh, |st| match c {
-                Change::Added(o) | Change::Updated(_, o) => {
-                    let name = o.metadata.name.clone().unwrap_or_default();
-                    st.namespaces
-                        .insert(name, o.metadata.labels.clone().unwrap_or_default());
-                }
-                Change::Deleted(o) => {
-                    st.namespaces.remove(o.metadata.name.as_deref().unwrap_or(""));
+            bump(&sh, |st| {
+                st.world_changed = true;
+                match c {
+                    Change::Added(o) | Change::Updated(_, o) => {
+                        let name = o.metadata.name.clone().unwrap_or_default();
+                        st.namespaces
+                            .insert(name, o.metadata.labels.clone().unwrap_or_default());
+                    }
+                    Change::Deleted(o) => {
+                        st.namespaces.remove(o.metadata.name.as_deref().unwrap_or(""));
+                    }
                 }
             })
         });
@@ -183,30 +212,72 @@ async fn serve(
         }
     }
     tracing::info!(table = %cfg.table, "network policy: following policies, pods and namespaces");
+    // Each policy compiled, by key (the assembly's order); the program in force.
+    let mut compiled: BTreeMap<String, Compiled> = BTreeMap::new();
+    let mut in_force: Option<Program> = None;
     loop {
-        let (gen, prog) = {
-            let st = shared.state.lock().unwrap();
-            let mut infos: Vec<PodInfo> = st
-                .pods
-                .values()
-                .filter(|p| !st.announced.contains_key(&key_of(p.as_ref())))
-                .filter_map(|p| PodInfo::from_pod(p, &cfg.node_name, None))
-                .collect();
-            infos.extend(
-                st.announced
-                    .values()
-                    .filter_map(|(p, ip)| PodInfo::from_pod(p, &cfg.node_name, Some(*ip))),
-            );
-            let pols: Vec<&NetworkPolicy> = st.policies.values().map(|p| p.as_ref()).collect();
-            (st.generation, program(&pols, &infos, &st.namespaces))
-        };
         let t = Instant::now();
-        match table::apply(&conn, &cfg.table, &prog) {
+        let gen = {
+            let mut st = shared.state.lock().unwrap();
+            let everything = std::mem::take(&mut st.world_changed) || in_force.is_none();
+            let dirty = std::mem::take(&mut st.dirty);
+            let mut infos: Vec<PodInfo> = Vec::new();
+            if everything || !dirty.is_empty() {
+                infos = st
+                    .pods
+                    .values()
+                    .filter(|p| !st.announced.contains_key(&key_of(p.as_ref())))
+                    .filter_map(|p| PodInfo::from_pod(p, &cfg.node_name, None))
+                    .collect();
+                infos.extend(
+                    st.announced
+                        .values()
+                        .filter_map(|(p, ip)| PodInfo::from_pod(p, &cfg.node_name, Some(*ip))),
+                );
+            }
+            if everything {
+                compiled = st
+                    .policies
+                    .iter()
+                    .map(|(k, p)| (k.clone(), compile(p, &infos, &st.namespaces)))
+                    .collect();
+            } else {
+                for key in dirty {
+                    match st.policies.get(&key) {
+                        Some(p) => {
+                            compiled.insert(key, compile(p, &infos, &st.namespaces));
+                        }
+                        None => {
+                            compiled.remove(&key);
+                        }
+                    }
+                }
+            }
+            st.generation
+        };
+        let prog = assemble(compiled.values());
+        let (batch, full) = match &in_force {
+            Some(old) if *old == prog => (None, false),
+            Some(old) => (Some(table::update(&cfg.table, old, &prog)), false),
+            None => (Some(table::batch(&cfg.table, &prog)), true),
+        };
+        match batch.map(|b| conn.apply(b)).unwrap_or(Ok(())) {
             Ok(()) => {
-                tracing::debug!(chains = prog.chains.len(), sets = prog.sets.len(), took = ?t.elapsed(), "network policy: table written");
+                tracing::debug!(chains = prog.chains.len(), sets = prog.sets.len(), full, took = ?t.elapsed(), "network policy: in force");
+                in_force = Some(prog);
                 shared.applied.send_replace(gen);
             }
-            Err(e) => tracing::error!(error = %e, "network policy: writing the table failed"),
+            Err(e) => {
+                // The next sync writes the whole table again.
+                tracing::error!(error = %e, "network policy: writing the table failed");
+                in_force = None;
+                shared.state.lock().unwrap().world_changed = true;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.cancelled() => break,
+                }
+                continue;
+            }
         }
         let pending = shared.state.lock().unwrap().generation != gen;
         if !pending {
