@@ -308,13 +308,16 @@ impl Builder<'_> {
     }
 }
 
+/// A pod's allow rules from one policy: (ingress, egress), None where it does not isolate.
+pub type PodRules = (Option<Vec<Rule>>, Option<Vec<Rule>>);
+
 /// One policy compiled against the pods and namespaces: per local pod it selects, its allow
 /// rules for each direction it isolates (None: it does not isolate that direction), and the
 /// address sets those rules use (named after the policy, so they keep their names while it
 /// lasts).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Compiled {
-    pub pods: BTreeMap<Ipv4Addr, (Option<Vec<Rule>>, Option<Vec<Rule>>)>,
+    pub pods: BTreeMap<Ipv4Addr, PodRules>,
     pub sets: BTreeMap<String, Vec<Ipv4Addr>>,
 }
 

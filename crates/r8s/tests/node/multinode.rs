@@ -595,6 +595,43 @@ spec:
 
     network_policies(&h, &pods);
 
+    // Cordon: a pod that may only run on node2 waits while node2 is cordoned, and runs
+    // there once it is uncordoned.
+    h.ok(&["cordon", "node2"]);
+    h.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: on-node2}
+spec:
+  nodeSelector: {kubernetes.io/hostname: node2}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: busybox, command: [sleep, "3600"]}
+"#,
+    );
+    let reason = wait_for(30, "on-node2 unschedulable", || {
+        let p = h.json(&["get", "pod", "on-node2"]);
+        let c = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodScheduled")?
+            .clone();
+        (c["status"] == "False").then(|| c["message"].as_str().unwrap_or("").to_owned())
+    });
+    assert!(reason.contains("unschedulable"), "{reason}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        h.json(&["get", "pod", "on-node2"])["spec"]["nodeName"].is_null(),
+        "scheduled onto a cordoned node"
+    );
+    h.ok(&["uncordon", "node2"]);
+    wait_for(60, "on-node2 Running on node2", || {
+        let p = h.json(&["get", "pod", "on-node2"]);
+        (p["status"]["phase"] == "Running" && p["spec"]["nodeName"] == "node2").then_some(())
+    });
+    h.ok(&["delete", "pod", "on-node2", "--wait=false"]);
+
     // Losing node3: SIGKILL of its init kills the whole node.
     let victim = ready_web_pods(&h)
         .into_iter()
