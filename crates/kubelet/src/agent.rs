@@ -110,6 +110,9 @@ pub struct AgentOptions {
     /// Called when a new sandbox has its address, before the pod's containers start (the
     /// node's network policy takes the pod in).
     pub network_hook: Option<NetworkHook>,
+    /// The resolver configuration pods with dnsPolicy Default (and host-network pods) get
+    /// (upstream kubelet's `--resolv-conf`).
+    pub resolv_conf: PathBuf,
 }
 
 /// What the agent calls with a pod and its new address before the pod's containers start.
@@ -178,6 +181,7 @@ impl AgentOptions {
             cni_mtu: None,
             cgroup_root: "r8s-pods".into(),
             network_hook: None,
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
         }
     }
 }
@@ -343,7 +347,7 @@ impl Agent {
                 host_ip: opts.node_ip.clone(),
                 cluster_dns: opts.cluster_dns.clone(),
                 cluster_domain: opts.cluster_domain.clone(),
-                host_dns: host_dns(),
+                host_dns: host_dns(&opts.resolv_conf),
                 log_root: opts.dir.join("pods-logs").display().to_string(),
                 cgroup_parent: cgroup_parent.clone(),
                 allocatable_cpu_milli: cpus as i128 * 1000,
@@ -1799,8 +1803,9 @@ fn statuses_len(status: &serde_json::Value) -> usize {
 }
 
 /// The host's resolver (for dnsPolicy Default).
-fn host_dns() -> cri::DnsConfig {
-    let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+/// The node's resolver configuration from `path` (a missing file is an empty one).
+fn host_dns(path: &std::path::Path) -> cri::DnsConfig {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut cfg = cri::DnsConfig::default();
     for line in text.lines() {
         let mut w = line.split_whitespace();
@@ -1817,6 +1822,22 @@ fn host_dns() -> cri::DnsConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_resolv_conf_given_is_the_nodes_resolver() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("resolv.conf");
+        std::fs::write(
+            &path,
+            "# comment\nnameserver 192.0.2.53\nsearch a.test b.test\noptions ndots:2 edns0\nnameserver 192.0.2.54\n",
+        )
+        .unwrap();
+        let cfg = host_dns(&path);
+        assert_eq!(cfg.servers, ["192.0.2.53", "192.0.2.54"]);
+        assert_eq!(cfg.searches, ["a.test", "b.test"]);
+        assert_eq!(cfg.options, ["ndots:2", "edns0"]);
+        assert_eq!(host_dns(&dir.path().join("missing")), cri::DnsConfig::default());
+    }
 
     fn status(state: serde_json::Value, last: serde_json::Value) -> ContainerStatus {
         serde_json::from_value(

@@ -101,7 +101,8 @@ struct AgentArgs {
     cluster_domain: String,
 
     /// The resolver configuration whose nameservers cluster DNS asks for names outside the
-    /// cluster.
+    /// cluster, and that pods with dnsPolicy Default (and host-network pods) get, as the
+    /// kubelet's flag.
     #[arg(long, default_value = "/etc/resolv.conf")]
     resolv_conf: PathBuf,
 
@@ -177,6 +178,7 @@ impl AgentArgs {
         o.registries = r8s_kubelet::registries::Registries::load(&self.private_registry)
             .map_err(|e| anyhow::anyhow!("--private-registry: {e}"))?;
         o.cgroup_root = self.cgroup_root.clone();
+        o.resolv_conf = self.resolv_conf.clone();
         Ok(o)
     }
 

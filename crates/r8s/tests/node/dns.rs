@@ -39,6 +39,13 @@ items:
   metadata: {name: client}
   spec:
     containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: plain}
+  spec:
+    dnsPolicy: Default
+    terminationGracePeriodSeconds: 1
+    containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
 "#;
 
 /// What busybox's nslookup prints as the addresses of `name` (run in the client pod).
@@ -63,7 +70,7 @@ fn pods_resolve_services_through_cluster_dns() {
     let s = &c.s;
     s.wait_for_default_service_account("default");
     s.ok_stdin(V, &["create", "-f", "-"], OBJECTS);
-    for name in ["db-0", "client"] {
+    for name in ["db-0", "client", "plain"] {
         wait_for(90, &format!("{name} Running"), || {
             (pod_json(s, name)?["status"]["phase"] == "Running").then_some(())
         });
@@ -85,6 +92,10 @@ fn pods_resolve_services_through_cluster_dns() {
         resolv.contains("search default.svc.cluster.local svc.cluster.local cluster.local"),
         "{resolv}"
     );
+    // dnsPolicy Default: the node's resolver, from the agent's --resolv-conf.
+    let plain = s.ok(V, &["exec", "plain", "--", "cat", "/etc/resolv.conf"]);
+    assert!(plain.contains("search r8s-node.test"), "{plain}");
+    assert!(!plain.contains("10.43.0.10"), "{plain}");
 
     // A ClusterIP Service by its full name.
     let (ok, out) = lookup(s, &["web.default.svc.cluster.local"]);

@@ -172,7 +172,12 @@ pub fn start_prepared(
     stage_images(data.path());
     // Cluster DNS forwards outside names to no one: test traffic stays on the machine.
     let resolv_conf = data.path().join("resolv.conf");
-    std::fs::write(&resolv_conf, "# no upstream nameservers in tests\n").unwrap();
+    // A search domain of its own shows that pods with dnsPolicy Default get this file.
+    std::fs::write(
+        &resolv_conf,
+        "# no upstream nameservers in tests\nsearch r8s-node.test\n",
+    )
+    .unwrap();
     let resolv_conf = resolv_conf.to_string_lossy().to_string();
     prepare(data.path());
     let data_path = data.path().to_path_buf();
