@@ -124,55 +124,13 @@ fn node(ns: Ns, ip: Ipv4Addr, third: u8) -> Node {
     }
 }
 
-/// Program both nodes with `backend` (a fresh open, as an agent start).
-fn program(a: &Node, b: &Node, backend: Backend) {
-    let open = |n: &Node| {
-        let cfg = OverlayConfig::new(backend, "x", n.ip, (Ipv4Addr::new(10, 244, 0, 0), 16));
-        let subnet = n.subnet;
-        n.ns.run(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move { Dataplane::open(cfg, subnet).await.unwrap().1 })
-        })
-    };
-    let (ma, mb) = (open(a), open(b));
-    let apply = |n: &Node, p: Peer| {
-        let cfg = OverlayConfig::new(backend, "x", n.ip, (Ipv4Addr::new(10, 244, 0, 0), 16));
-        let subnet = n.subnet;
-        n.ns.run(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let (mut dp, _) = Dataplane::open(cfg, subnet).await.unwrap();
-                dp.apply(&[p]).await.unwrap();
-            })
-        })
-    };
-    apply(
-        a,
-        Peer {
-            name: "b".into(),
-            subnet: b.subnet,
-            public_ip: b.ip,
-            vtep_mac: mb,
-        },
-    );
-    apply(
-        b,
-        Peer {
-            name: "a".into(),
-            subnet: a.subnet,
-            public_ip: a.ip,
-            vtep_mac: ma,
-        },
-    );
-}
-
-fn close(n: &Node, backend: Backend) {
+/// Run `f` on `n`'s dataplane, opened afresh in its namespace (as an agent start does) on a
+/// runtime of its own.
+fn with_dataplane<T: Send + 'static>(
+    n: &Node,
+    backend: Backend,
+    f: impl FnOnce(Dataplane, Option<[u8; 6]>) -> futures::future::BoxFuture<'static, T> + Send,
+) -> T {
     let cfg = OverlayConfig::new(backend, "x", n.ip, (Ipv4Addr::new(10, 244, 0, 0), 16));
     let subnet = n.subnet;
     n.ns.run(move || {
@@ -181,10 +139,33 @@ fn close(n: &Node, backend: Backend) {
             .build()
             .unwrap();
         rt.block_on(async move {
-            let (dp, _) = Dataplane::open(cfg, subnet).await.unwrap();
-            dp.close().await.unwrap();
+            let (dp, mac) = Dataplane::open(cfg, subnet).await.unwrap();
+            f(dp, mac).await
         })
     })
+}
+
+/// Program both nodes with `backend`, each with the other as its peer.
+fn program(a: &Node, b: &Node, backend: Backend) {
+    let mac = |n: &Node| with_dataplane(n, backend, |_, mac| Box::pin(async move { mac }));
+    let (ma, mb) = (mac(a), mac(b));
+    for (n, other, name, vtep_mac) in [(a, b, "b", mb), (b, a, "a", ma)] {
+        let peer = Peer {
+            name: name.into(),
+            subnet: other.subnet,
+            public_ip: other.ip,
+            vtep_mac,
+        };
+        with_dataplane(n, backend, move |mut dp, _| {
+            Box::pin(async move { dp.apply(&[peer]).await.unwrap() })
+        });
+    }
+}
+
+fn close(n: &Node, backend: Backend) {
+    with_dataplane(n, backend, |dp, _| {
+        Box::pin(async move { dp.close().await.unwrap() })
+    });
 }
 
 /// A listener in `server` on `addr:port` (bound there, served on a thread that stays in
