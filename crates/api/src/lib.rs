@@ -14,6 +14,7 @@
 //! kubelet both check (`predicates`).
 
 pub mod catalogue;
+pub mod cron;
 pub mod duration;
 pub mod features;
 pub mod node_affinity;

@@ -20,7 +20,7 @@ pub struct Decoded {
 /// without one.
 macro_rules! with_type {
     ($def:expr, $f:ident ( $($arg:expr),* )) => {{
-        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, certificates, coordination, core, discovery, events, networking, rbac, scheduling};
+        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, batch, certificates, coordination, core, discovery, events, networking, policy, rbac, scheduling};
         match ($def.group, $def.version, $def.kind) {
             ("", "v1", "Namespace") => Some($f::<core::v1::Namespace>($($arg),*)),
             ("", "v1", "Pod") => Some($f::<core::v1::Pod>($($arg),*)),
@@ -35,6 +35,14 @@ macro_rules! with_type {
             ("", "v1", "ResourceQuota") => Some($f::<core::v1::ResourceQuota>($($arg),*)),
             ("apps", "v1", "Deployment") => Some($f::<apps::v1::Deployment>($($arg),*)),
             ("apps", "v1", "ReplicaSet") => Some($f::<apps::v1::ReplicaSet>($($arg),*)),
+            ("apps", "v1", "StatefulSet") => Some($f::<apps::v1::StatefulSet>($($arg),*)),
+            ("apps", "v1", "DaemonSet") => Some($f::<apps::v1::DaemonSet>($($arg),*)),
+            ("apps", "v1", "ControllerRevision") => Some($f::<apps::v1::ControllerRevision>($($arg),*)),
+            ("batch", "v1", "Job") => Some($f::<batch::v1::Job>($($arg),*)),
+            ("batch", "v1", "CronJob") => Some($f::<batch::v1::CronJob>($($arg),*)),
+            ("policy", "v1", "PodDisruptionBudget") => Some($f::<policy::v1::PodDisruptionBudget>($($arg),*)),
+            ("", "v1", "ReplicationController") => Some($f::<core::v1::ReplicationController>($($arg),*)),
+            ("", "v1", "PodTemplate") => Some($f::<core::v1::PodTemplate>($($arg),*)),
             ("events.k8s.io", "v1", "Event") => Some($f::<events::v1::Event>($($arg),*)),
             ("discovery.k8s.io", "v1", "EndpointSlice") => Some($f::<discovery::v1::EndpointSlice>($($arg),*)),
             ("coordination.k8s.io", "v1", "Lease") => Some($f::<coordination::v1::Lease>($($arg),*)),

@@ -290,6 +290,10 @@ async fn subresource(
                 kubelet::service_proxy(ctx, ns, name, method, headers, body).await
             }
             (Some(Connect::PodLog), &Method::GET) => kubelet::pod_log(ctx, ns, name, query).await,
+            (Some(Connect::Eviction), &Method::POST) => Ok(json_response(
+                StatusCode::CREATED,
+                &registry::disruption::evict(ctx, def, ns, name, query, body).await?,
+            )),
             (Some(Connect::Token), &Method::POST) => Ok(json_response(
                 StatusCode::CREATED,
                 &registry::token_request::create(ctx, def, ns, name, query, body).await?,

@@ -70,35 +70,8 @@ impl Strategy for Workloads {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let mut errs = Vec::new();
         let spec = &obj["spec"];
-        let selector = &spec["selector"];
-        if selector.is_null() {
-            errs.push(FieldError::required("spec.selector", ""));
-        } else {
-            let want = meta::string_map(&selector["matchLabels"]);
-            let have = meta::string_map(&spec["template"]["metadata"]["labels"]);
-            if want.is_empty() && selector["matchExpressions"].is_null() {
-                errs.push(FieldError::invalid(
-                    "spec.selector",
-                    &selector.to_string(),
-                    "empty selector is invalid for deployment",
-                ));
-            } else if !want.iter().all(|(k, v)| have.get(k) == Some(v)) {
-                errs.push(FieldError::invalid(
-                    "spec.template.metadata.labels",
-                    &format_labels(&have),
-                    "`selector` does not match template `labels`",
-                ));
-            }
-        }
-        if let Some(r) = spec["replicas"].as_i64() {
-            if r < 0 {
-                errs.push(FieldError::invalid(
-                    "spec.replicas",
-                    &r.to_string(),
-                    "must be greater than or equal to 0",
-                ));
-            }
-        }
+        selector_matches_template(&mut errs, spec, "deployment");
+        replicas_not_negative(&mut errs, spec);
         pod_validation::pod_spec(&mut errs, "spec.template.spec", &spec["template"]["spec"]);
         workload(&mut errs, self.deployment, spec);
         errs
@@ -212,6 +185,48 @@ impl Strategy for Workloads {
     }
 }
 
+/// A workload's label selector (`spec.selector`) must be given, not be empty, and select its
+/// own pod template (upstream's message names `what`: "empty selector is invalid for
+/// deployment").
+pub(super) fn selector_matches_template(errs: &mut Vec<FieldError>, spec: &Value, what: &str) {
+    let selector = &spec["selector"];
+    if selector.is_null() {
+        errs.push(FieldError::required("spec.selector", ""));
+        return;
+    }
+    let want = meta::string_map(&selector["matchLabels"]);
+    let have = meta::string_map(&spec["template"]["metadata"]["labels"]);
+    if want.is_empty() && selector["matchExpressions"].as_array().is_none_or(Vec::is_empty) {
+        errs.push(FieldError::invalid(
+            "spec.selector",
+            &selector.to_string(),
+            format!("empty selector is invalid for {what}"),
+        ));
+    } else if !want.iter().all(|(k, v)| have.get(k) == Some(v)) {
+        errs.push(FieldError::invalid(
+            "spec.template.metadata.labels",
+            &format_labels(&have),
+            "`selector` does not match template `labels`",
+        ));
+    }
+}
+
+/// `spec.replicas`, where given, is not negative.
+pub(super) fn replicas_not_negative(errs: &mut Vec<FieldError>, spec: &Value) {
+    non_negative(errs, spec, "spec", "replicas");
+}
+
+/// `parent.key`, where given, is not negative (upstream's `ValidateNonnegativeField`).
+pub(super) fn non_negative(errs: &mut Vec<FieldError>, v: &Value, parent: &str, key: &str) {
+    if let Some(r) = v[key].as_i64().filter(|r| *r < 0) {
+        errs.push(FieldError::invalid(
+            format!("{parent}.{key}"),
+            &r.to_string(),
+            "must be greater than or equal to 0",
+        ));
+    }
+}
+
 /// What apps/v1 asks of a Deployment's or ReplicaSet's spec beyond its selector and pod
 /// template (upstream's `ValidateDeploymentSpec` and `ValidatePodTemplateSpecForReplicaSet`):
 /// pods that restart always and have no deadline, and a rolling update that can make progress.
@@ -264,59 +279,73 @@ fn workload(errs: &mut Vec<FieldError>, deployment: bool, spec: &Value) {
     if strategy["type"] != "RollingUpdate" || ru.is_null() {
         return;
     }
-    // An int or a percentage; printed as Go prints the IntOrString it was decoded into.
-    let go = |v: &Value| match v {
-        Value::String(s) => format!("intstr.IntOrString{{Type:1, IntVal:0, StrVal:{s:?}}}"),
-        v => format!(
-            "intstr.IntOrString{{Type:0, IntVal:{}, StrVal:\"\"}}",
-            v.as_i64().unwrap_or(0)
-        ),
-    };
     let mut values = [0i64; 2];
     for (i, key) in ["maxUnavailable", "maxSurge"].into_iter().enumerate() {
-        let v = &ru[key];
-        let field = format!("spec.strategy.rollingUpdate.{key}");
-        match v {
-            Value::String(s) => match s.strip_suffix('%').and_then(|n| n.parse::<i64>().ok()) {
-                Some(n) => values[i] = n,
-                None => errs.push(FieldError::invalid(
-                    field,
-                    s,
-                    "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
-                )),
-            },
-            Value::Number(n) => {
-                let n = n.as_i64().unwrap_or(0);
-                if n < 0 {
-                    errs.push(FieldError::invalid_raw(field, &n.to_string(), "must be greater than or equal to 0"));
-                }
-                values[i] = n;
-            }
-            _ => values[i] = 1,
-        }
+        values[i] = int_or_percent(errs, &ru[key], &format!("spec.strategy.rollingUpdate.{key}"));
     }
     if values == [0, 0] {
         errs.push(FieldError::invalid_raw(
             "spec.strategy.rollingUpdate.maxUnavailable",
-            &go(&ru["maxUnavailable"]),
+            &go_int_or_string(&ru["maxUnavailable"]),
             "may not be 0 when `maxSurge` is 0",
         ));
     }
     if ru["maxUnavailable"].as_str().is_some_and(|s| s.ends_with('%')) && values[0] > 100 {
         errs.push(FieldError::invalid_raw(
             "spec.strategy.rollingUpdate.maxUnavailable",
-            &go(&ru["maxUnavailable"]),
+            &go_int_or_string(&ru["maxUnavailable"]),
             "must not be greater than 100%",
         ));
     }
 }
 
-fn format_labels(m: &BTreeMap<String, String>) -> String {
+/// An IntOrString as Go prints the value it was decoded into.
+pub(super) fn go_int_or_string(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("intstr.IntOrString{{Type:1, IntVal:0, StrVal:{s:?}}}"),
+        v => format!(
+            "intstr.IntOrString{{Type:0, IntVal:{}, StrVal:\"\"}}",
+            v.as_i64().unwrap_or(0)
+        ),
+    }
+}
+
+/// A positive int or a percentage (upstream's `ValidatePositiveIntOrPercent`); its number
+/// (absent: 1, so that an unset field never counts as zero).
+pub(super) fn int_or_percent(errs: &mut Vec<FieldError>, v: &Value, field: &str) -> i64 {
+    match v {
+        Value::String(s) => match s.strip_suffix('%').and_then(|n| n.parse::<i64>().ok()) {
+            Some(n) => n,
+            None => {
+                errs.push(FieldError::invalid(
+                    field,
+                    s,
+                    "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
+                ));
+                0
+            }
+        },
+        Value::Number(n) => {
+            let n = n.as_i64().unwrap_or(0);
+            if n < 0 {
+                errs.push(FieldError::invalid_raw(
+                    field,
+                    &n.to_string(),
+                    "must be greater than or equal to 0",
+                ));
+            }
+            n
+        }
+        _ => 1,
+    }
+}
+
+pub(super) fn format_labels(m: &BTreeMap<String, String>) -> String {
     let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}:{v}")).collect();
     format!("map[{}]", parts.join(" "))
 }
 
-fn container_summary(template_spec: &Value) -> (String, String) {
+pub(super) fn container_summary(template_spec: &Value) -> (String, String) {
     let cs = template_spec["containers"]
         .as_array()
         .cloned()
@@ -326,8 +355,30 @@ fn container_summary(template_spec: &Value) -> (String, String) {
     (names.join(","), images.join(","))
 }
 
-fn selector_string(sel: &Value) -> String {
+/// A label selector as upstream's `FormatLabelSelector` prints it: `k=v`, `k in (a,b)`,
+/// `k notin (a)`, `k`, `!k`, comma-separated; `<none>` when it selects everything.
+pub(super) fn selector_string(sel: &Value) -> String {
     let m = meta::string_map(&sel["matchLabels"]);
-    let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+        let key = e["key"].as_str().unwrap_or("");
+        let mut values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        values.sort_unstable();
+        parts.push(match e["operator"].as_str().unwrap_or("") {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_owned(),
+            "DoesNotExist" => format!("!{key}"),
+            op => format!("{key} {op} ({})", values.join(",")),
+        });
+    }
+    if parts.is_empty() {
+        return "<none>".into();
+    }
     parts.join(",")
 }

@@ -100,6 +100,26 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             "replicasets",
             Arc::new(apps::Workloads { deployment: false }),
         ),
+        ("apps", "statefulsets", Arc::new(workloads::StatefulSets)),
+        ("apps", "daemonsets", Arc::new(workloads::DaemonSets)),
+        (
+            "apps",
+            "controllerrevisions",
+            Arc::new(workloads::ControllerRevisions),
+        ),
+        (
+            "",
+            "replicationcontrollers",
+            Arc::new(workloads::ReplicationControllers),
+        ),
+        ("", "podtemplates", Arc::new(workloads::PodTemplates)),
+        ("batch", "jobs", Arc::new(batch::Jobs)),
+        ("batch", "cronjobs", Arc::new(batch::CronJobs)),
+        (
+            "policy",
+            "poddisruptionbudgets",
+            Arc::new(disruption::PodDisruptionBudgets),
+        ),
         (
             "events.k8s.io",
             "events",

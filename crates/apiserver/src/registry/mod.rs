@@ -10,10 +10,12 @@
 pub(crate) mod allocator;
 mod apply;
 mod apps;
+mod batch;
 pub(crate) mod catalogue;
 mod certificates;
 mod configmaps;
 pub(crate) mod convert;
+pub(crate) mod disruption;
 mod endpoints;
 mod events;
 #[cfg(test)]
@@ -41,6 +43,7 @@ pub(crate) mod system;
 pub(crate) mod table;
 pub(crate) mod token_request;
 mod webhook_configuration;
+pub(crate) mod workloads;
 
 use std::collections::BTreeMap;
 
@@ -354,6 +357,7 @@ fn page<T>(items: Vec<T>, revision: i64, token: Option<String>, remaining: Optio
 }
 
 /// Label and field selectors of a list or watch.
+#[derive(Default)]
 pub(crate) struct Filter {
     labels: Selector,
     fields: Selector,

@@ -198,6 +198,8 @@ pub(crate) enum Connect {
     ServiceProxy,
     /// `serviceaccounts/token`: a TokenRequest.
     Token,
+    /// `pods/eviction`: a delete that honours disruption budgets.
+    Eviction,
 }
 
 /// A strategy with every default: for resources that need nothing of their own.

@@ -459,3 +459,247 @@ fn quota_rows_show_used_over_hard() {
     assert_eq!(cells[3], "limits.cpu: 500m/2");
     assert_eq!(columns(def("resourcequotas")).len(), cells.len());
 }
+
+fn messages(errs: &[FieldError]) -> Vec<String> {
+    errs.iter().map(ToString::to_string).collect()
+}
+
+/// A pod template with `labels` and one container, restarting as `restart`.
+fn template(labels: Value, restart: &str) -> Value {
+    json!({"metadata": {"labels": labels},
+           "spec": {"restartPolicy": restart, "containers": [{"name": "c", "image": "busybox"}]}})
+}
+
+#[test]
+fn a_job_selects_its_pods_by_a_generated_uid_label() {
+    let jobs = def("jobs");
+    let mut job = json!({"metadata": {"name": "pi", "uid": "u-1"},
+                         "spec": {"template": template(json!({"app": "pi"}), "Never")}});
+    default(jobs, &mut job);
+    prepare_for_create(jobs, &mut job);
+    assert_eq!(
+        (
+            job["spec"]["completions"].clone(),
+            job["spec"]["parallelism"].clone(),
+            job["spec"]["backoffLimit"].clone()
+        ),
+        (json!(1), json!(1), json!(6))
+    );
+    assert_eq!(job["spec"]["completionMode"], "NonIndexed");
+    assert_eq!(job["spec"]["podReplacementPolicy"], "TerminatingOrFailed");
+    assert_eq!(
+        job["spec"]["selector"],
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}})
+    );
+    let labels = &job["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in [
+        ("controller-uid", "u-1"),
+        ("job-name", "pi"),
+        ("batch.kubernetes.io/job-name", "pi"),
+        ("app", "pi"),
+    ] {
+        assert_eq!(labels[k], v, "template label {k}");
+    }
+    // The Job's own labels came from the template before the generated ones were added.
+    assert_eq!(job["metadata"]["labels"], json!({"app": "pi"}));
+    assert_eq!(job["status"], json!({}));
+    assert!(validate(jobs, &job).is_empty(), "{:?}", validate(jobs, &job));
+
+    // Pods that restart always are refused; a foreign selector is not the generated one.
+    let mut bad = json!({"metadata": {"name": "b", "uid": "u-2"},
+                         "spec": {"selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "other"}},
+                                  "template": template(json!({}), "Always")}});
+    default(jobs, &mut bad);
+    prepare_for_create(jobs, &mut bad);
+    let errs = messages(&validate(jobs, &bad));
+    assert!(
+        errs.contains(
+            &r#"spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", "Never""#
+                .to_owned()
+        ),
+        "{errs:?}"
+    );
+    assert!(
+        errs.iter().any(|e| e.starts_with("spec.selector: Invalid value:")
+            && e.ends_with("`selector` not auto-generated")),
+        "{errs:?}"
+    );
+
+    // Indexed Jobs need completions; the template is fixed once the Job runs.
+    let mut indexed = job.clone();
+    indexed["spec"]["completionMode"] = json!("Indexed");
+    indexed["spec"].as_object_mut().unwrap().remove("completions");
+    assert_eq!(
+        messages(&validate(jobs, &indexed)),
+        ["spec.completions: Required value: when completion mode is Indexed"]
+    );
+    let mut changed = job.clone();
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx");
+    assert_eq!(
+        messages(&validate_update(jobs, &changed, &job)),
+        ["spec.template: Invalid value: core.PodTemplateSpec{...}: field is immutable"]
+    );
+    changed["spec"]["parallelism"] = json!(3);
+    changed["spec"]["template"] = job["spec"]["template"].clone();
+    assert!(validate_update(jobs, &changed, &job).is_empty());
+}
+
+#[test]
+fn job_rows_show_status_completions_and_duration() {
+    let job = json!({"metadata": {"name": "pi", "creationTimestamp": "2020-01-01T00:00:00Z"},
+                     "spec": {"completions": 3, "parallelism": 1, "template": template(json!({}), "Never")},
+                     "status": {"succeeded": 3, "startTime": "2020-01-01T00:00:00Z", "completionTime": "2020-01-01T00:00:42Z",
+                                "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}, {"type": "Complete", "status": "True"}]}});
+    let row = cells(def("jobs"), &job);
+    assert_eq!(
+        (&row[1], &row[2], &row[3]),
+        (&json!("Complete"), &json!("3/3"), &json!("42s"))
+    );
+    let mut running = job.clone();
+    running["status"] = json!({"succeeded": 1});
+    running["spec"] = json!({"parallelism": 4});
+    let row = cells(def("jobs"), &running);
+    assert_eq!(
+        (&row[1], &row[2], &row[3]),
+        (&json!("Running"), &json!("1/1 of 4"), &json!(""))
+    );
+}
+
+#[test]
+fn cron_jobs_check_their_schedule_and_time_zone() {
+    let cj = def("cronjobs");
+    let mut c = json!({"metadata": {"name": "tick"},
+                       "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": template(json!({}), "OnFailure")}}}});
+    default(cj, &mut c);
+    assert_eq!(
+        (
+            c["spec"]["concurrencyPolicy"].clone(),
+            c["spec"]["successfulJobsHistoryLimit"].clone(),
+            c["spec"]["failedJobsHistoryLimit"].clone()
+        ),
+        (json!("Allow"), json!(3), json!(1))
+    );
+    assert!(validate(cj, &c).is_empty(), "{:?}", validate(cj, &c));
+    c["spec"]["schedule"] = json!("every minute");
+    c["spec"]["timeZone"] = json!("Mars/Olympus");
+    assert_eq!(
+        messages(&validate(cj, &c)),
+        [
+            r#"spec.schedule: Invalid value: "every minute": expected exactly 5 fields, found 2: [every minute]"#,
+            r#"spec.timeZone: Invalid value: "Mars/Olympus": unknown time zone Mars/Olympus"#,
+        ]
+    );
+    c["spec"]["schedule"] = json!("@daily");
+    c["spec"]["timeZone"] = json!("Europe/Berlin");
+    assert!(validate(cj, &c).is_empty());
+    let row = cells(cj, &c);
+    assert_eq!(
+        (&row[1], &row[2], &row[3]),
+        (&json!("@daily"), &json!("Europe/Berlin"), &json!("False"))
+    );
+}
+
+#[test]
+fn stateful_sets_default_and_keep_their_identity_fields() {
+    let sts = def("statefulsets");
+    let mut s = json!({"metadata": {"name": "web"},
+                       "spec": {"serviceName": "web", "selector": {"matchLabels": {"app": "web"}},
+                                "template": template(json!({"app": "web"}), "Always"),
+                                "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"]}}]}});
+    default(sts, &mut s);
+    let spec = &s["spec"];
+    assert_eq!(spec["podManagementPolicy"], "OrderedReady");
+    assert_eq!(
+        spec["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+    );
+    assert_eq!(
+        spec["persistentVolumeClaimRetentionPolicy"],
+        json!({"whenDeleted": "Retain", "whenScaled": "Retain"})
+    );
+    assert_eq!(spec["volumeClaimTemplates"][0]["status"]["phase"], "Pending");
+    assert!(validate(sts, &s).is_empty(), "{:?}", validate(sts, &s));
+    let mut scaled = s.clone();
+    scaled["spec"]["replicas"] = json!(5);
+    assert!(strategy::of(sts).validate_main_update(&scaled, &s).is_empty());
+    scaled["spec"]["serviceName"] = json!("other");
+    assert_eq!(
+        messages(&strategy::of(sts).validate_main_update(&scaled, &s)),
+        ["spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"]
+    );
+    s["spec"]["podManagementPolicy"] = json!("Random");
+    assert_eq!(
+        messages(&validate(sts, &s)),
+        [r#"spec.podManagementPolicy: Invalid value: "Random": must be 'OrderedReady' or 'Parallel'"#]
+    );
+}
+
+#[test]
+fn daemon_sets_roll_one_node_at_a_time_by_default() {
+    let ds = def("daemonsets");
+    let mut d = json!({"metadata": {"name": "agent"},
+                       "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": template(json!({"app": "agent"}), "Always")}});
+    default(ds, &mut d);
+    prepare_for_create(ds, &mut d);
+    assert_eq!(
+        d["spec"]["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+    );
+    assert_eq!(
+        d["metadata"]["annotations"]["deprecated.daemonset.template.generation"],
+        "1"
+    );
+    assert!(validate(ds, &d).is_empty());
+    let mut updated = d.clone();
+    updated["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx");
+    strategy::of(ds).prepare_for_update(&mut updated, &d).unwrap();
+    assert_eq!(
+        updated["metadata"]["annotations"]["deprecated.daemonset.template.generation"],
+        "2"
+    );
+    d["spec"]["updateStrategy"]["rollingUpdate"] = json!({"maxUnavailable": 1, "maxSurge": 1});
+    assert_eq!(
+        messages(&validate(ds, &d)),
+        ["spec.updateStrategy.rollingUpdate.maxSurge: Invalid value: intstr.IntOrString{Type:0, IntVal:1, StrVal:\"\"}: may not be set when maxUnavailable is non-zero"]
+    );
+    let mut other = d.clone();
+    other["spec"]["selector"] = json!({"matchLabels": {"app": "x"}});
+    assert!(messages(&validate_update(ds, &other, &d))[0].ends_with("field is immutable"));
+}
+
+#[test]
+fn replication_controllers_select_their_template_labels_by_default() {
+    let rc = def("replicationcontrollers");
+    let mut r =
+        json!({"metadata": {"name": "old"}, "spec": {"template": template(json!({"app": "old"}), "Always")}});
+    default(rc, &mut r);
+    assert_eq!(r["spec"]["selector"], json!({"app": "old"}));
+    assert_eq!(r["metadata"]["labels"], json!({"app": "old"}));
+    assert_eq!(r["spec"]["replicas"], 1);
+    assert!(validate(rc, &r).is_empty());
+    r["spec"]["selector"] = json!({"app": "new"});
+    assert_eq!(
+        messages(&validate(rc, &r)),
+        [
+            r#"spec.template.metadata.labels: Invalid value: "map[app:old]": `selector` does not match template `labels`"#
+        ]
+    );
+}
+
+#[test]
+fn disruption_budgets_take_one_of_min_available_and_max_unavailable() {
+    let pdb = def("poddisruptionbudgets");
+    let mut p = json!({"metadata": {"name": "b"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "x"}}}});
+    prepare_for_create(pdb, &mut p);
+    assert_eq!(p["status"]["disruptionsAllowed"], 0);
+    assert!(validate(pdb, &p).is_empty());
+    assert_eq!(cells(pdb, &p)[1..4], [json!("2"), json!("N/A"), json!(0)]);
+    p["spec"]["maxUnavailable"] = json!("150%");
+    assert_eq!(
+        messages(&validate(pdb, &p)),
+        [
+            "spec: Invalid value: policy.PodDisruptionBudgetSpec{...}: minAvailable and maxUnavailable cannot be both set",
+            "spec.maxUnavailable: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"150%\"}: must not be greater than 100%",
+        ]
+    );
+}

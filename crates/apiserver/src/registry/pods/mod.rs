@@ -123,6 +123,7 @@ impl Strategy for Pods {
     fn connect(&self, sub: &str) -> Option<Connect> {
         match sub {
             "binding" => Some(Connect::Binding),
+            "eviction" => Some(Connect::Eviction),
             "log" => Some(Connect::PodLog),
             "proxy" => Some(Connect::PodProxy),
             _ => None,
