@@ -5,7 +5,7 @@
 //! The machinery — shared informers, the work queue and controller runner, expectations,
 //! events, leader election, the discovery cache — is `r8s-client`'s; the rules on typed objects
 //! (selectors, owner references, pod readiness, tolerations) are `r8s-api`'s. Controllers, one
-//! module each: `replicaset`, `deployment`, `gc` (garbage collector), `namespace`,
+//! module each: `replicaset`, `deployment`, `job` (with the TTL-after-finished part), `disruption`, `gc` (garbage collector), `namespace`,
 //! `serviceaccount`, `nodeipam`, `nodelifecycle`, `clusterrole_aggregation`, `resourcequota`,
 //! `root_ca_cert_publisher`, `certificates`, `endpoints`, `endpointslice`; `claim` is the
 //! adoption and release of owned objects the ReplicaSet and Deployment controllers share.
@@ -15,9 +15,11 @@ pub mod claim;
 pub mod clusterrole_aggregation;
 pub mod credentials;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod gc;
+pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
@@ -137,6 +139,9 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     for name in [
         "replicaset-controller",
         "deployment-controller",
+        "job-controller",
+        "disruption-controller",
+        "ttl-after-finished-controller",
         "namespace-controller",
         "service-account-controller",
         "clusterrole-aggregation-controller",
@@ -165,6 +170,12 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     }
     let rs = replicaset::ReplicaSetController::new(&views["replicaset-controller"], events.clone());
     let deploy = deployment::DeploymentController::new(&views["deployment-controller"], events.clone());
+    let jobs = job::JobController::new(
+        &views["job-controller"],
+        views["ttl-after-finished-controller"].client(),
+        events.clone(),
+    );
+    let budgets = disruption::DisruptionController::new(&views["disruption-controller"], events.clone());
     let ns = namespace::NamespaceController::new(&views["namespace-controller"]);
     let sa = serviceaccount::ServiceAccountController::new(&views["service-account-controller"]);
     let aggregation =
@@ -202,6 +213,8 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     let mut tasks = vec![
         tokio::spawn(rs.run(opts.workers, stop.clone())),
         tokio::spawn(deploy.run(opts.workers, stop.clone())),
+        tokio::spawn(jobs.run(opts.workers, stop.clone())),
+        tokio::spawn(budgets.run(opts.workers, stop.clone())),
         tokio::spawn(ns.run(opts.workers, stop.clone())),
         tokio::spawn(sa.run(stop.clone())),
         tokio::spawn(aggregation.run(stop.clone())),

@@ -20,3 +20,4 @@ mod restart;
 mod runtime_endpoint;
 mod security_context;
 mod volumes;
+mod workloads;
