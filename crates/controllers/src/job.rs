@@ -262,7 +262,7 @@ impl JobController {
             .state()
             .into_iter()
             .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
-            .filter(|p| controller_of(&p.metadata).is_some_or_matches(&matcher, p))
+            .filter(|p| claimable(p, &matcher))
             .collect();
         let jobs_api: Api<Job> = Api::namespaced(self.client.clone(), &ns);
         let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
@@ -777,15 +777,9 @@ impl JobController {
     }
 }
 
-/// Claim candidates: pods the Job's controller reference names, or orphans its selector matches.
-trait Candidate {
-    fn is_some_or_matches(self, matcher: &r8s_api::selector::Selector, p: &Pod) -> bool;
-}
-
-impl Candidate for Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
-    fn is_some_or_matches(self, matcher: &r8s_api::selector::Selector, p: &Pod) -> bool {
-        self.is_some() || matcher.matches_labels(p.metadata.labels.as_ref())
-    }
+/// A claim candidate: a pod a controller reference names, or an orphan the selector matches.
+fn claimable(p: &Pod, matcher: &r8s_api::selector::Selector) -> bool {
+    controller_of(&p.metadata).is_some() || matcher.matches_labels(p.metadata.labels.as_ref())
 }
 
 /// The pod a Job runs (for `index`, when Indexed), as upstream's controller makes it.

@@ -5,7 +5,7 @@
 //! The machinery — shared informers, the work queue and controller runner, expectations,
 //! events, leader election, the discovery cache — is `r8s-client`'s; the rules on typed objects
 //! (selectors, owner references, pod readiness, tolerations) are `r8s-api`'s. Controllers, one
-//! module each: `replicaset`, `deployment`, `job` (with the TTL-after-finished part), `disruption`, `gc` (garbage collector), `namespace`,
+//! module each: `replicaset`, `deployment`, `job` (with the TTL-after-finished part), `cronjob`, `disruption`, `gc` (garbage collector), `namespace`,
 //! `serviceaccount`, `nodeipam`, `nodelifecycle`, `clusterrole_aggregation`, `resourcequota`,
 //! `root_ca_cert_publisher`, `certificates`, `endpoints`, `endpointslice`; `claim` is the
 //! adoption and release of owned objects the ReplicaSet and Deployment controllers share.
@@ -14,6 +14,7 @@ pub mod certificates;
 pub mod claim;
 pub mod clusterrole_aggregation;
 pub mod credentials;
+pub mod cronjob;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
@@ -140,6 +141,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "replicaset-controller",
         "deployment-controller",
         "job-controller",
+        "cronjob-controller",
         "disruption-controller",
         "ttl-after-finished-controller",
         "namespace-controller",
@@ -175,6 +177,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         views["ttl-after-finished-controller"].client(),
         events.clone(),
     );
+    let cronjobs = cronjob::CronJobController::new(&views["cronjob-controller"], events.clone());
     let budgets = disruption::DisruptionController::new(&views["disruption-controller"], events.clone());
     let ns = namespace::NamespaceController::new(&views["namespace-controller"]);
     let sa = serviceaccount::ServiceAccountController::new(&views["service-account-controller"]);
@@ -215,6 +218,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         tokio::spawn(deploy.run(opts.workers, stop.clone())),
         tokio::spawn(jobs.run(opts.workers, stop.clone())),
         tokio::spawn(budgets.run(opts.workers, stop.clone())),
+        tokio::spawn(cronjobs.run(opts.workers, stop.clone())),
         tokio::spawn(ns.run(opts.workers, stop.clone())),
         tokio::spawn(sa.run(stop.clone())),
         tokio::spawn(aggregation.run(stop.clone())),

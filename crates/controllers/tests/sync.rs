@@ -255,3 +255,56 @@ async fn deployment_sync_creates_a_replicaset_and_rolls_a_new_one_on_a_template_
     assert_eq!((replicas(old), replicas(new)), (3, 1));
     stop.cancel();
 }
+
+/// A CronJob whose last run was minutes ago runs the most recent missed time once, naming the
+/// Job after that minute and recording it as active and as the last schedule time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cronjob_sync_runs_the_most_recent_missed_time_once() {
+    use k8s_openapi::api::batch::v1::{CronJob, Job};
+    let api = start_api().await;
+    let client = api.client.clone();
+    let factory = Factory::new(client.clone(), None);
+    let cjc = r8s_controllers::cronjob::CronJobController::new(&factory, Events::new(client.clone(), "test"));
+    let cj_cache = factory.get::<CronJob>().store();
+    let stop = CancellationToken::new();
+    factory.start(&stop);
+    let cj_api = Api::<CronJob>::namespaced(client.clone(), "default");
+    let cj: CronJob = serde_json::from_value(json!({
+        "metadata": {"name": "tick"},
+        "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "OnFailure", "containers": [{"name": "c", "image": "busybox"}]}}}}}
+    }))
+    .unwrap();
+    let mut cj = cj_api.create(&PostParams::default(), &cj).await.unwrap();
+    let five_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(300);
+    cj.status = Some(serde_json::from_value(json!({"lastScheduleTime": five_ago.to_string()})).unwrap());
+    cj_api
+        .replace_status("tick", &PostParams::default(), &cj)
+        .await
+        .unwrap();
+    until("the CronJob in the cache", || {
+        cj_cache
+            .state()
+            .iter()
+            .any(|c| c.status.as_ref().is_some_and(|s| s.last_schedule_time.is_some()))
+    })
+    .await;
+    let again = cjc.sync("default/tick").await.unwrap();
+    assert!(again.is_some_and(|d| d <= Duration::from_secs(61)), "{again:?}");
+    let jobs = Api::<Job>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(jobs.len(), 1, "one Job for the most recent missed minute");
+    let minute = jiff::Timestamp::now().as_second() / 60;
+    assert_eq!(
+        jobs[0].metadata.name.as_deref(),
+        Some(format!("tick-{minute}").as_str())
+    );
+    let cj = cj_api.get("tick").await.unwrap();
+    let status = cj.status.unwrap();
+    assert_eq!(status.active.unwrap().len(), 1);
+    assert_eq!(status.last_schedule_time.unwrap().0.as_second(), minute * 60);
+    stop.cancel();
+}

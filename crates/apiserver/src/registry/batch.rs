@@ -49,12 +49,14 @@ fn job_spec_defaults(spec: &mut Value) {
         "Failed"
     };
     default_field(spec, "podReplacementPolicy", json!(replacement));
-    for rule in spec["podFailurePolicy"]["rules"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-    {
-        for p in rule["onPodConditions"].as_array_mut().into_iter().flatten() {
+    // (`get_mut`, not indexing: indexing a missing field would create it.)
+    let rules = spec
+        .get_mut("podFailurePolicy")
+        .and_then(|p| p.get_mut("rules"))
+        .and_then(Value::as_array_mut);
+    for rule in rules.into_iter().flatten() {
+        let patterns = rule.get_mut("onPodConditions").and_then(Value::as_array_mut);
+        for p in patterns.into_iter().flatten() {
             default_field(p, "status", json!("True"));
         }
     }
@@ -419,8 +421,12 @@ impl Strategy for CronJobs {
         default_field(spec, "suspend", json!(false));
         default_field(spec, "successfulJobsHistoryLimit", json!(3));
         default_field(spec, "failedJobsHistoryLimit", json!(1));
-        let template = &mut spec["jobTemplate"]["spec"]["template"];
-        if template.is_object() {
+        let template = spec
+            .get_mut("jobTemplate")
+            .and_then(|t| t.get_mut("spec"))
+            .and_then(|s| s.get_mut("template"))
+            .filter(|t| t.is_object());
+        if let Some(template) = template {
             pod_defaults::pod_spec(&mut template["spec"]);
         }
     }

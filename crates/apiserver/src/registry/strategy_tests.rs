@@ -703,3 +703,13 @@ fn disruption_budgets_take_one_of_min_available_and_max_unavailable() {
         ]
     );
 }
+
+#[test]
+fn job_defaults_add_no_fields_that_were_not_there() {
+    let mut job = json!({"metadata": {"name": "j"}, "spec": {"template": template(json!({}), "OnFailure")}});
+    default(def("jobs"), &mut job);
+    assert!(job["spec"].get("podFailurePolicy").is_none(), "{job}");
+    let mut cj = json!({"metadata": {"name": "c"}, "spec": {"schedule": "@daily"}});
+    default(def("cronjobs"), &mut cj);
+    assert!(cj["spec"].get("jobTemplate").is_none(), "{cj}");
+}

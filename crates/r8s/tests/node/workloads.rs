@@ -170,6 +170,64 @@ fn jobs_run_to_their_conditions() {
         V,
         &["delete", "jobs", "--all", "--cascade=foreground", "--timeout=60s"],
     );
+
+    // A CronJob that fires every minute creates its Job at the next minute, named after it.
+    s.ok(
+        V,
+        &[
+            "create",
+            "cronjob",
+            "tick",
+            "--image=busybox",
+            "--schedule=* * * * *",
+            "--",
+            "true",
+        ],
+    );
+    let cj = json(s, &["get", "cronjob", "tick"]);
+    assert_eq!(cj["spec"]["concurrencyPolicy"], "Allow", "{cj}");
+    let job = wait_for(75, "the CronJob's first Job", || {
+        let jobs = json(s, &["get", "jobs"]);
+        jobs["items"].as_array().unwrap().first().cloned()
+    });
+    let name = job["metadata"]["name"].as_str().unwrap();
+    let minutes: u64 = name.strip_prefix("tick-").unwrap().parse().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60;
+    assert!(
+        now.abs_diff(minutes) <= 2,
+        "{name} is not named after this minute ({now})"
+    );
+    let scheduled = job["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"]
+        .as_str()
+        .unwrap();
+    assert!(scheduled.ends_with(":00Z"), "{job}");
+    assert_eq!(job["metadata"]["ownerReferences"][0]["kind"], "CronJob", "{job}");
+    s.ok(
+        V,
+        &[
+            "wait",
+            "--for=condition=complete",
+            &format!("job/{name}"),
+            "--timeout=120s",
+        ],
+    );
+    let cj = wait_for(30, "the CronJob's status", || {
+        let cj = json(s, &["get", "cronjob", "tick"]);
+        cj["status"]["lastSuccessfulTime"].is_string().then_some(cj)
+    });
+    assert!(cj["status"]["lastScheduleTime"].is_string(), "{cj}");
+    let row = s.ok(V, &["get", "cronjob", "tick", "--no-headers"]);
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells[..8],
+        ["tick", "*", "*", "*", "*", "*", "<none>", "False"],
+        "{row}"
+    );
+    s.ok(V, &["delete", "cronjob", "tick", "--timeout=60s"]);
 }
 
 #[test]
