@@ -5,21 +5,25 @@
 //! The machinery — shared informers, the work queue and controller runner, expectations,
 //! events, leader election, the discovery cache — is `r8s-client`'s; the rules on typed objects
 //! (selectors, owner references, pod readiness, tolerations) are `r8s-api`'s. Controllers, one
-//! module each: `replicaset`, `deployment`, `job` (with the TTL-after-finished part), `cronjob`, `disruption`, `gc` (garbage collector), `namespace`,
-//! `serviceaccount`, `nodeipam`, `nodelifecycle`, `clusterrole_aggregation`, `resourcequota`,
-//! `root_ca_cert_publisher`, `certificates`, `endpoints`, `endpointslice`; `claim` is the
-//! adoption and release of owned objects the ReplicaSet and Deployment controllers share.
+//! module each: `replicaset`, `deployment`, `job` (with the TTL-after-finished part), `cronjob`,
+//! `daemonset` and `statefulset` (both recording templates through `history`), `disruption`,
+//! `gc` (garbage collector), `namespace`, `serviceaccount`, `nodeipam`, `nodelifecycle`,
+//! `clusterrole_aggregation`, `resourcequota`, `root_ca_cert_publisher`, `certificates`,
+//! `endpoints`, `endpointslice`; `claim` is the adoption and release of owned objects the
+//! workload controllers share.
 
 pub mod certificates;
 pub mod claim;
 pub mod clusterrole_aggregation;
 pub mod credentials;
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod gc;
+pub mod history;
 pub mod job;
 pub mod namespace;
 pub mod nodeipam;
@@ -29,6 +33,7 @@ pub mod resourcequota;
 pub mod root_ca_cert_publisher;
 pub mod serviceaccount;
 pub mod servicelb;
+pub mod statefulset;
 
 use std::time::Duration;
 
@@ -142,6 +147,8 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "deployment-controller",
         "job-controller",
         "cronjob-controller",
+        "daemon-set-controller",
+        "statefulset-controller",
         "disruption-controller",
         "ttl-after-finished-controller",
         "namespace-controller",
@@ -178,6 +185,8 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         events.clone(),
     );
     let cronjobs = cronjob::CronJobController::new(&views["cronjob-controller"], events.clone());
+    let daemons = daemonset::DaemonSetController::new(&views["daemon-set-controller"], events.clone());
+    let stateful = statefulset::StatefulSetController::new(&views["statefulset-controller"], events.clone());
     let budgets = disruption::DisruptionController::new(&views["disruption-controller"], events.clone());
     let ns = namespace::NamespaceController::new(&views["namespace-controller"]);
     let sa = serviceaccount::ServiceAccountController::new(&views["service-account-controller"]);
@@ -219,6 +228,8 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         tokio::spawn(jobs.run(opts.workers, stop.clone())),
         tokio::spawn(budgets.run(opts.workers, stop.clone())),
         tokio::spawn(cronjobs.run(opts.workers, stop.clone())),
+        tokio::spawn(daemons.run(opts.workers, stop.clone())),
+        tokio::spawn(stateful.run(opts.workers, stop.clone())),
         tokio::spawn(ns.run(opts.workers, stop.clone())),
         tokio::spawn(sa.run(stop.clone())),
         tokio::spawn(aggregation.run(stop.clone())),

@@ -1,6 +1,8 @@
-//! The batch workloads and disruption budgets end to end, with real containers and the real
-//! kubectl: Jobs (NonIndexed, Indexed, failing, with a TTL) run to their conditions, and
-//! `kubectl drain` is refused by a PodDisruptionBudget, then allowed once the budget allows.
+//! The workloads beyond Deployments end to end, with real containers and the real kubectl:
+//! Jobs (NonIndexed, Indexed, failing, with a TTL) and CronJobs run to their conditions,
+//! DaemonSets follow nodes and taints and roll back, StatefulSets start in order and keep their
+//! names, and `kubectl drain` is refused by a PodDisruptionBudget, then allowed once the budget
+//! allows.
 
 use crate::support;
 
@@ -330,4 +332,228 @@ fn drain_is_refused_by_a_disruption_budget_then_allowed() {
     s.ok(V, &["uncordon", "drain-node"]);
     s.ok(V, &["rollout", "status", "deployment/web", "--timeout=120s"]);
     s.ok(V, &["delete", "deployment", "web", "--timeout=60s"]);
+}
+
+fn pod_names(s: &support::Server, selector: &str) -> Vec<String> {
+    let pods = json(s, &["get", "pods", "-l", selector]);
+    let mut names: Vec<String> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn daemonsets_follow_nodes_and_taints_and_roll_back() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("ds-node", "10.208.0.0/16", "r8sa");
+    let s = &c.s;
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                     "template": {"metadata": {"labels": {"app": "agent"}},
+                                  "spec": {"terminationGracePeriodSeconds": 1,
+                                           "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
+                                           "containers": [{"name": "a", "image": "busybox", "command": ["sleep", "3600"]}]}}}}"#,
+    );
+    s.ok(V, &["rollout", "status", "daemonset/agent", "--timeout=120s"]);
+    let ds = json(s, &["get", "ds", "agent"]);
+    for (k, v) in [
+        ("desiredNumberScheduled", 1),
+        ("currentNumberScheduled", 1),
+        ("numberReady", 1),
+        ("updatedNumberScheduled", 1),
+    ] {
+        assert_eq!(ds["status"][k], v, "{k}: {ds}");
+    }
+    let pods = json(s, &["get", "pods", "-l", "app=agent"]);
+    let pod = &pods["items"][0];
+    assert_eq!(pod["spec"]["nodeName"], "ds-node", "{pod}");
+    assert_eq!(
+        pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            ["nodeSelectorTerms"][0]["matchFields"][0]["values"][0],
+        "ds-node",
+        "{pod}"
+    );
+    let tolerated: Vec<&str> = pod["spec"]["tolerations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["key"].as_str())
+        .collect();
+    assert!(tolerated.contains(&"node.kubernetes.io/unschedulable"), "{pod}");
+    let table = s.ok("1.27", &["get", "ds"]);
+    assert!(
+        table.starts_with("NAME    DESIRED   CURRENT   READY   UP-TO-DATE   AVAILABLE   NODE SELECTOR   AGE"),
+        "{table}"
+    );
+
+    // A node joins (a Node object with no kubelet): it gets a daemon pod; it leaves: the pod goes.
+    s.ok_stdin(
+        V,
+        &["create", "-f", "-"],
+        r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ghost"}}"#,
+    );
+    wait_for(30, "a daemon pod for the new node", || {
+        let ds = json(s, &["get", "ds", "agent"]);
+        (ds["status"]["desiredNumberScheduled"] == 2 && pod_names(s, "app=agent").len() == 2).then_some(())
+    });
+    s.ok(V, &["delete", "node", "ghost"]);
+    wait_for(30, "the daemon pod of the gone node removed", || {
+        let ds = json(s, &["get", "ds", "agent"]);
+        (ds["status"]["desiredNumberScheduled"] == 1 && pod_names(s, "app=agent").len() == 1).then_some(())
+    });
+
+    // A taint the daemon does not tolerate removes it; lifting the taint brings it back.
+    s.ok(V, &["taint", "node", "ds-node", "dedicated=db:NoExecute"]);
+    wait_for(30, "the daemon pod gone from the tainted node", || {
+        pod_names(s, "app=agent").is_empty().then_some(())
+    });
+    let ds = json(s, &["get", "ds", "agent"]);
+    assert_eq!(ds["status"]["desiredNumberScheduled"], 0, "{ds}");
+    s.ok(V, &["taint", "node", "ds-node", "dedicated-"]);
+    s.ok(V, &["rollout", "status", "daemonset/agent", "--timeout=120s"]);
+    let first = pod_names(s, "app=agent");
+    assert_eq!(first.len(), 1);
+
+    // A new template rolls out as a new revision; undo brings the first one back.
+    s.ok(V, &["set", "env", "daemonset/agent", "VERSION=2"]);
+    s.ok(V, &["rollout", "status", "daemonset/agent", "--timeout=120s"]);
+    let second = pod_names(s, "app=agent");
+    assert_eq!(second.len(), 1);
+    assert_ne!(first, second, "the pod was replaced");
+    let pod = json(s, &["get", "pod", &second[0]]);
+    assert_eq!(pod["spec"]["containers"][0]["env"][0]["value"], "2", "{pod}");
+    let history = s.ok(V, &["rollout", "history", "daemonset/agent"]);
+    let revisions: Vec<&str> = history
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(revisions, ["1", "2"], "{history}");
+    let revs = json(s, &["get", "controllerrevisions", "-l", "app=agent"]);
+    assert_eq!(revs["items"].as_array().unwrap().len(), 2, "{revs}");
+    s.ok(V, &["rollout", "undo", "daemonset/agent"]);
+    s.ok(V, &["rollout", "status", "daemonset/agent", "--timeout=120s"]);
+    let ds = json(s, &["get", "ds", "agent"]);
+    assert!(
+        ds["spec"]["template"]["spec"]["containers"][0]["env"].is_null(),
+        "{ds}"
+    );
+    let history = s.ok(V, &["rollout", "history", "daemonset/agent"]);
+    let revisions: Vec<&str> = history
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        revisions,
+        ["2", "3"],
+        "the first revision came back as the third: {history}"
+    );
+    s.ok(V, &["delete", "daemonset", "agent", "--timeout=60s"]);
+    wait_for(60, "the daemon pods collected", || {
+        pod_names(s, "app=agent").is_empty().then_some(())
+    });
+}
+
+#[test]
+fn statefulsets_start_in_order_and_keep_their_names() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("sts-node", "10.209.0.0/16", "r8sc");
+    let s = &c.s;
+    s.ok(V, &["create", "service", "clusterip", "web", "--clusterip=None"]);
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "web"},
+            "spec": {"serviceName": "web", "replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"terminationGracePeriodSeconds": 1,
+                                           "containers": [{"name": "w", "image": "busybox", "command": ["sleep", "3600"]}]}}}}"#,
+    );
+    s.ok(V, &["rollout", "status", "statefulset/web", "--timeout=180s"]);
+    assert_eq!(pod_names(s, "app=web"), ["web-0", "web-1", "web-2"]);
+    // Each pod was created only once its predecessor was Ready.
+    let ready_at = |p: &Value| -> String {
+        p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()["lastTransitionTime"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    for (before, after) in [("web-0", "web-1"), ("web-1", "web-2")] {
+        let b = json(s, &["get", "pod", before]);
+        let a = json(s, &["get", "pod", after]);
+        let created = a["metadata"]["creationTimestamp"].as_str().unwrap().to_owned();
+        assert!(
+            ready_at(&b) <= created,
+            "{after} created at {created} before {before} was Ready at {}",
+            ready_at(&b)
+        );
+        assert_eq!(a["spec"]["hostname"], after, "{a}");
+        assert_eq!(a["spec"]["subdomain"], "web", "{a}");
+        assert_eq!(
+            a["metadata"]["labels"]["apps.kubernetes.io/pod-index"],
+            &after[4..],
+            "{a}"
+        );
+    }
+    let table = s.ok("1.27", &["get", "sts"]);
+    assert!(table.lines().nth(1).unwrap().starts_with("web    3/3"), "{table}");
+
+    // A deleted pod comes back under its own name.
+    let uid = json(s, &["get", "pod", "web-1"])["metadata"]["uid"].clone();
+    s.ok(V, &["delete", "pod", "web-1", "--timeout=60s"]);
+    wait_for(60, "web-1 back and Ready", || {
+        let p = json(
+            s,
+            &["get", "pods", "-l", "statefulset.kubernetes.io/pod-name=web-1"],
+        );
+        let p = p["items"].as_array()?.first()?.clone();
+        (p["metadata"]["uid"] != uid && ready_at_opt(&p)).then_some(())
+    });
+
+    // Scaling down removes the highest ordinals; an update rolls from the highest down.
+    s.ok(V, &["scale", "statefulset", "web", "--replicas=2"]);
+    wait_for(60, "web-2 removed", || {
+        (pod_names(s, "app=web") == ["web-0", "web-1"]).then_some(())
+    });
+    s.ok(V, &["set", "env", "statefulset/web", "VERSION=2"]);
+    s.ok(V, &["rollout", "status", "statefulset/web", "--timeout=180s"]);
+    let set = json(s, &["get", "sts", "web"]);
+    assert_eq!(
+        set["status"]["currentRevision"], set["status"]["updateRevision"],
+        "{set}"
+    );
+    assert_eq!(set["status"]["updatedReplicas"], 2, "{set}");
+    for name in ["web-0", "web-1"] {
+        let p = json(s, &["get", "pod", name]);
+        assert_eq!(p["spec"]["containers"][0]["env"][0]["value"], "2", "{p}");
+    }
+    s.ok(V, &["rollout", "undo", "statefulset/web"]);
+    s.ok(V, &["rollout", "status", "statefulset/web", "--timeout=180s"]);
+    let p = json(s, &["get", "pod", "web-0"]);
+    assert!(p["spec"]["containers"][0]["env"].is_null(), "{p}");
+    s.ok(V, &["delete", "statefulset", "web", "--timeout=60s"]);
+    wait_for(60, "the set's pods collected", || {
+        pod_names(s, "app=web").is_empty().then_some(())
+    });
+    s.ok(V, &["delete", "service", "web"]);
+}
+
+fn ready_at_opt(p: &Value) -> bool {
+    p["status"]["conditions"]
+        .as_array()
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }

@@ -1,0 +1,482 @@
+//! The StatefulSet controller (upstream `pkg/controller/statefulset`): pods with stable
+//! identities — `<set>-<ordinal>`, hostname the pod's name and subdomain the governing Service,
+//! so the headless Service gives each a DNS name — created in ordinal order and each only once
+//! its predecessors are Running and Ready (OrderedReady), or all at once (Parallel); removed
+//! from the highest ordinal down. Templates are recorded as ControllerRevisions; a RollingUpdate
+//! replaces pods from the highest ordinal down to `partition`, one at a time, each after its
+//! successor is Ready again; OnDelete replaces only pods someone deleted.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Pod, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams};
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::history::{self, REVISION_HASH};
+use crate::{Error, SyncResult};
+use r8s_api::owner::{controller_of, controller_ref};
+use r8s_client::events::Events;
+use r8s_client::informer::{key_of, lookup, Change, Factory, Informer};
+use r8s_client::queue::{run_controller, WorkQueue};
+
+pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+
+pub struct StatefulSetController {
+    client: Client,
+    sets: Arc<Informer<StatefulSet>>,
+    pods: Arc<Informer<Pod>>,
+    revisions: Arc<Informer<ControllerRevision>>,
+    set_store: Store<StatefulSet>,
+    pod_store: Store<Pod>,
+    revision_store: Store<ControllerRevision>,
+    queue: Arc<WorkQueue>,
+    events: Events,
+}
+
+fn owner_key(store: &Store<StatefulSet>, meta: &ObjectMeta) -> Option<String> {
+    let r = controller_of(meta)?;
+    if r.kind != "StatefulSet" || !r.api_version.starts_with("apps/") {
+        return None;
+    }
+    let key = format!("{}/{}", meta.namespace.as_deref().unwrap_or(""), r.name);
+    let set = lookup(store, &key)?;
+    (set.metadata.uid.as_deref() == Some(r.uid.as_str())).then_some(key)
+}
+
+/// The ordinal of a pod named `<set>-<n>`.
+pub fn ordinal_of(set: &str, pod: &str) -> Option<i32> {
+    pod.strip_prefix(set)?
+        .strip_prefix('-')?
+        .parse()
+        .ok()
+        .filter(|n: &i32| *n >= 0)
+}
+
+fn phase(p: &Pod) -> &str {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+}
+
+fn running_and_ready(p: &Pod) -> bool {
+    phase(p) == "Running" && crate::replicaset::pod_ready(p).0
+}
+
+/// The pod for `ordinal` of `set` from the template of `hash`.
+pub fn pod_for(
+    set: &StatefulSet,
+    ordinal: i32,
+    template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+    hash: &str,
+) -> Pod {
+    let name = format!("{}-{ordinal}", set.name_any());
+    let meta = template.metadata.clone().unwrap_or_default();
+    let mut labels = meta.labels.unwrap_or_default();
+    labels.insert(REVISION_HASH.into(), hash.into());
+    labels.insert(POD_NAME_LABEL.into(), name.clone());
+    labels.insert(POD_INDEX_LABEL.into(), ordinal.to_string());
+    let spec = set.spec.clone().unwrap_or_default();
+    let mut pod_spec = template.spec.clone().unwrap_or_default();
+    pod_spec.hostname = Some(name.clone());
+    if let Some(service) = spec.service_name.filter(|s| !s.is_empty()) {
+        pod_spec.subdomain = Some(service);
+    }
+    // Each claim template becomes the pod's own claim `<claim>-<set>-<ordinal>`.
+    for claim in spec.volume_claim_templates.iter().flatten() {
+        let claim_name = claim.metadata.name.clone().unwrap_or_default();
+        let volumes = pod_spec.volumes.get_or_insert_with(Vec::new);
+        volumes.retain(|v| v.name != claim_name);
+        volumes.push(Volume {
+            name: claim_name.clone(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: format!("{claim_name}-{name}"),
+                read_only: None,
+            }),
+            ..Default::default()
+        });
+    }
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: set.namespace(),
+            labels: Some(labels),
+            annotations: meta.annotations,
+            finalizers: meta.finalizers,
+            owner_references: Some(vec![controller_ref(set)]),
+            ..Default::default()
+        },
+        spec: Some(pod_spec),
+        status: None,
+    }
+}
+
+impl StatefulSetController {
+    pub fn new(factory: &Factory, events: Events) -> Arc<Self> {
+        let sets = factory.get::<StatefulSet>();
+        let pods = factory.get::<Pod>();
+        let revisions = factory.get::<ControllerRevision>();
+        let this = Arc::new(Self {
+            client: factory.client(),
+            set_store: sets.store(),
+            pod_store: pods.store(),
+            revision_store: revisions.store(),
+            sets,
+            pods,
+            revisions,
+            queue: WorkQueue::new("statefulset"),
+            events,
+        });
+        let q = this.queue.clone();
+        this.sets.add_handler(move |c| match c {
+            Change::Added(o) | Change::Deleted(o) => q.add(key_of(&**o)),
+            Change::Updated(_, o) => q.add(key_of(&**o)),
+        });
+        let weak = Arc::downgrade(&this);
+        this.pods.add_handler(move |c| {
+            let Some(this) = weak.upgrade() else { return };
+            let pod = match c {
+                Change::Added(p) | Change::Deleted(p) => p,
+                Change::Updated(_, p) => p,
+            };
+            match owner_key(&this.set_store, &pod.metadata) {
+                Some(key) => this.queue.add(key),
+                None if controller_of(&pod.metadata).is_none() => {
+                    for set in this.set_store.state() {
+                        if set.metadata.namespace == pod.metadata.namespace {
+                            this.queue.add(key_of(&*set));
+                        }
+                    }
+                }
+                None => {}
+            }
+        });
+        this
+    }
+
+    pub async fn run(self: Arc<Self>, workers: usize, stop: CancellationToken) {
+        let this = self.clone();
+        run_controller(
+            self.queue.clone(),
+            vec![
+                self.sets.clone().synced(),
+                self.pods.clone().synced(),
+                self.revisions.clone().synced(),
+            ],
+            workers,
+            stop,
+            move |key| {
+                let this = this.clone();
+                async move { this.sync(&key).await }
+            },
+        )
+        .await;
+    }
+
+    pub async fn sync(&self, key: &str) -> SyncResult {
+        let Some(set) = lookup(&self.set_store, key) else {
+            return Ok(None);
+        };
+        let ns = set.namespace().unwrap_or_default();
+        let name = set.name_any();
+        let spec = set.spec.clone().unwrap_or_default();
+        let uid = set.metadata.uid.clone().unwrap_or_default();
+        let matcher = crate::selector(Some(&spec.selector))?;
+        let sets_api: Api<StatefulSet> = Api::namespaced(self.client.clone(), &ns);
+        let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let candidates: Vec<Arc<Pod>> = self
+            .pod_store
+            .state()
+            .into_iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
+            .collect();
+        let pods = crate::claim::claim(&*set, &sets_api, &pods_api, &matcher, candidates).await?;
+
+        let revisions_api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &ns);
+        let ours = history::owned(self.revision_store.state().iter(), &uid);
+        let old_status = set.status.clone().unwrap_or_default();
+        let (update_revision, update_hash) = history::current(
+            &revisions_api,
+            controller_ref(&*set),
+            &name,
+            &ns,
+            &spec.template,
+            old_status.collision_count,
+            &ours,
+        )
+        .await?;
+        let update_name = update_revision.name_any();
+        // The current revision: what the pods were made from before this update began.
+        let current_name = old_status
+            .current_revision
+            .clone()
+            .filter(|c| !c.is_empty() && ours.iter().any(|r| r.name_any() == *c))
+            .unwrap_or_else(|| update_name.clone());
+        let current_template = ours
+            .iter()
+            .find(|r| r.name_any() == current_name)
+            .and_then(|r| r.data.as_ref())
+            .and_then(|d| serde_json::from_value(d.0["spec"]["template"].clone()).ok())
+            .unwrap_or_else(|| spec.template.clone());
+        let current_hash = ours
+            .iter()
+            .find(|r| r.name_any() == current_name)
+            .and_then(|r| r.labels().get(REVISION_HASH).cloned())
+            .unwrap_or_else(|| update_hash.clone());
+
+        let replicas = spec.replicas.unwrap_or(1).max(0);
+        let start = spec.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0).max(0);
+        let parallel = spec.pod_management_policy.as_deref() == Some("Parallel");
+        let strategy = spec.update_strategy.clone().unwrap_or_default();
+        let on_delete = strategy.type_.as_deref() == Some("OnDelete");
+        let partition = strategy
+            .rolling_update
+            .as_ref()
+            .and_then(|r| r.partition)
+            .unwrap_or(0);
+
+        let mut by_ordinal: BTreeMap<i32, Arc<Pod>> = BTreeMap::new();
+        let mut condemned: Vec<Arc<Pod>> = Vec::new();
+        for p in &pods {
+            match ordinal_of(&name, &p.name_any()) {
+                Some(o) if o >= start && o < start + replicas => {
+                    by_ordinal.insert(o, p.clone());
+                }
+                _ => condemned.push(p.clone()),
+            }
+        }
+        condemned.sort_by_key(|p| std::cmp::Reverse(ordinal_of(&name, &p.name_any()).unwrap_or(i32::MAX)));
+
+        let mut err: Option<Error> = None;
+        let mut waiting = false;
+        if set.metadata.deletion_timestamp.is_none() {
+            // Create what is missing, in order; replace failed pods.
+            for ordinal in start..start + replicas {
+                match by_ordinal.get(&ordinal) {
+                    Some(p) if phase(p) == "Failed" && p.metadata.deletion_timestamp.is_none() => {
+                        self.events.normal(
+                            &*set,
+                            "RecreatingFailedPod",
+                            format!(
+                                "StatefulSet {ns}/{name} is recreating failed Pod {}",
+                                p.name_any()
+                            ),
+                        );
+                        if let Err(e) = self.delete_pod(&set, &pods_api, p).await {
+                            err.get_or_insert(e);
+                        }
+                        if !parallel {
+                            waiting = true;
+                            break;
+                        }
+                    }
+                    Some(p) => {
+                        let healthy = running_and_ready(p) && p.metadata.deletion_timestamp.is_none();
+                        if !parallel && !healthy {
+                            // OrderedReady: nothing after a pod that is not Running and Ready.
+                            waiting = true;
+                            break;
+                        }
+                    }
+                    None => {
+                        // Below the partition (or OnDelete) a new pod still gets the current
+                        // revision; at and above it, the update revision.
+                        let (template, hash) = if on_delete || ordinal - start < partition {
+                            (&current_template, &current_hash)
+                        } else {
+                            (&spec.template, &update_hash)
+                        };
+                        let pod = pod_for(&set, ordinal, template, hash);
+                        match pods_api.create(&crate::post_params(), &pod).await {
+                            Ok(_) => self.events.normal(
+                                &*set,
+                                "SuccessfulCreate",
+                                format!("create Pod {} in StatefulSet {name} successful", pod.name_any()),
+                            ),
+                            Err(kube::Error::Api(e)) if e.code == 409 => {}
+                            Err(e) => {
+                                self.events.warning(
+                                    &*set,
+                                    "FailedCreate",
+                                    format!(
+                                        "create Pod {} in StatefulSet {name} failed error: {e}",
+                                        pod.name_any()
+                                    ),
+                                );
+                                err.get_or_insert(e.into());
+                            }
+                        }
+                        if !parallel {
+                            waiting = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            // Remove pods beyond the replicas: highest first, one at a time when ordered.
+            if !waiting || parallel {
+                for p in &condemned {
+                    if p.metadata.deletion_timestamp.is_some() {
+                        if !parallel {
+                            break;
+                        }
+                        continue;
+                    }
+                    if let Err(e) = self.delete_pod(&set, &pods_api, p).await {
+                        err.get_or_insert(e);
+                    }
+                    if !parallel {
+                        break;
+                    }
+                }
+            }
+            // The rolling update: highest ordinal first, down to the partition, one at a time.
+            let all_ready = by_ordinal.len() as i32 == replicas
+                && by_ordinal
+                    .values()
+                    .all(|p| running_and_ready(p) && p.metadata.deletion_timestamp.is_none());
+            if !on_delete && all_ready && condemned.is_empty() {
+                let stale = by_ordinal
+                    .iter()
+                    .rev()
+                    .filter(|(o, _)| **o - start >= partition)
+                    .find(|(_, p)| p.labels().get(REVISION_HASH) != Some(&update_hash));
+                if let Some((_, p)) = stale {
+                    self.events.normal(
+                        &*set,
+                        "SuccessfulDelete",
+                        format!("delete Pod {} in StatefulSet {name} successful", p.name_any()),
+                    );
+                    if let Err(e) = pods_api.delete(&p.name_any(), &DeleteParams::default()).await {
+                        if !r8s_client::is_not_found(&e) {
+                            err.get_or_insert(e.into());
+                        }
+                    }
+                }
+            }
+        }
+
+        // Old revisions no pod uses.
+        let in_use: HashSet<String> = pods
+            .iter()
+            .filter_map(|p| p.labels().get(REVISION_HASH).cloned())
+            .collect();
+        let ours = history::owned(self.revision_store.state().iter(), &uid);
+        let keep = [update_name.clone(), current_name.clone()];
+        let truncatable: Vec<Arc<ControllerRevision>> = ours
+            .into_iter()
+            .filter(|r| !keep.contains(&r.name_any()))
+            .collect();
+        history::truncate(
+            &revisions_api,
+            &truncatable,
+            &update_name,
+            &in_use,
+            spec.revision_history_limit.unwrap_or(10),
+        )
+        .await?;
+
+        // Status.
+        let live: Vec<&Arc<Pod>> = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        let min_ready = spec.min_ready_seconds.unwrap_or(0);
+        let now = jiff::Timestamp::now();
+        let count = |f: &dyn Fn(&Pod) -> bool| live.iter().filter(|p| f(p)).count() as i32;
+        let updated = count(&|p| p.labels().get(REVISION_HASH) == Some(&update_hash));
+        let current = count(&|p| p.labels().get(REVISION_HASH) == Some(&current_hash));
+        let mut status = StatefulSetStatus {
+            observed_generation: set.metadata.generation,
+            replicas: live.len() as i32,
+            ready_replicas: Some(count(&|p| crate::replicaset::pod_ready(p).0)),
+            available_replicas: Some(count(&|p| crate::replicaset::pod_available(p, min_ready, now))),
+            current_replicas: Some(current),
+            updated_replicas: Some(updated),
+            current_revision: Some(current_name.clone()),
+            update_revision: Some(update_name.clone()),
+            collision_count: old_status.collision_count,
+            conditions: old_status.conditions.clone(),
+        };
+        // Every pod at the update revision: the update is done.
+        if updated == replicas && live.len() as i32 == replicas {
+            status.current_revision = Some(update_name.clone());
+            status.current_replicas = Some(updated);
+        }
+        if set.status.as_ref() != Some(&status) {
+            let mut written = (*set).clone();
+            written.status = Some(status.clone());
+            match sets_api
+                .replace_status(&name, &crate::post_params(), &written)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if r8s_client::is_not_found(&e) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if min_ready > 0 && status.ready_replicas != status.available_replicas {
+            return Ok(Some(Duration::from_secs(min_ready as u64)));
+        }
+        Ok(None)
+    }
+
+    async fn delete_pod(&self, set: &StatefulSet, api: &Api<Pod>, p: &Pod) -> Result<(), Error> {
+        match api.delete(&p.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {
+                self.events.normal(
+                    set,
+                    "SuccessfulDelete",
+                    format!(
+                        "delete Pod {} in StatefulSet {} successful",
+                        p.name_any(),
+                        set.name_any()
+                    ),
+                );
+                Ok(())
+            }
+            Err(e) if r8s_client::is_not_found(&e) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pods_take_their_identity_from_the_set() {
+        assert_eq!(ordinal_of("web", "web-2"), Some(2));
+        assert_eq!(ordinal_of("web", "web-x"), None);
+        assert_eq!(ordinal_of("web", "webby-1"), None);
+        let set: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "u"},
+            "spec": {"serviceName": "nginx", "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+                     "volumeClaimTemplates": [{"metadata": {"name": "data"}}]}
+        }))
+        .unwrap();
+        let pod = pod_for(&set, 1, &set.spec.as_ref().unwrap().template, "abc");
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-1"));
+        let labels = pod.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[POD_NAME_LABEL], "web-1");
+        assert_eq!(labels[POD_INDEX_LABEL], "1");
+        assert_eq!(labels[REVISION_HASH], "abc");
+        let spec = pod.spec.unwrap();
+        assert_eq!(
+            (spec.hostname.as_deref(), spec.subdomain.as_deref()),
+            (Some("web-1"), Some("nginx"))
+        );
+        let claim = spec.volumes.unwrap()[0].persistent_volume_claim.clone().unwrap();
+        assert_eq!(claim.claim_name, "data-web-1");
+    }
+}
