@@ -5,7 +5,7 @@
 //! The machinery — shared informers, the work queue and controller runner, expectations,
 //! events, leader election, the discovery cache — is `r8s-client`'s; the rules on typed objects
 //! (selectors, owner references, pod readiness, tolerations) are `r8s-api`'s. Controllers, one
-//! module each: `replicaset`, `deployment`, `job` (with the TTL-after-finished part), `cronjob`,
+//! module each: `replicaset` (also the replication manager), `deployment`, `job` (with the TTL-after-finished part), `cronjob`,
 //! `daemonset` and `statefulset` (both recording templates through `history`), `disruption`,
 //! `gc` (garbage collector), `namespace`, `serviceaccount`, `nodeipam`, `nodelifecycle`,
 //! `clusterrole_aggregation`, `resourcequota`, `root_ca_cert_publisher`, `certificates`,
@@ -144,6 +144,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     let mut views = std::collections::HashMap::new();
     for name in [
         "replicaset-controller",
+        "replication-controller",
         "deployment-controller",
         "job-controller",
         "cronjob-controller",
@@ -178,6 +179,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         views.insert(name, factory.for_controller(c));
     }
     let rs = replicaset::ReplicaSetController::new(&views["replicaset-controller"], events.clone());
+    let rc = replicaset::ReplicationManager::new(&views["replication-controller"], events.clone());
     let deploy = deployment::DeploymentController::new(&views["deployment-controller"], events.clone());
     let jobs = job::JobController::new(
         &views["job-controller"],
@@ -224,6 +226,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     let informers = factory.start(&stop);
     let mut tasks = vec![
         tokio::spawn(rs.run(opts.workers, stop.clone())),
+        tokio::spawn(rc.run(opts.workers, stop.clone())),
         tokio::spawn(deploy.run(opts.workers, stop.clone())),
         tokio::spawn(jobs.run(opts.workers, stop.clone())),
         tokio::spawn(budgets.run(opts.workers, stop.clone())),

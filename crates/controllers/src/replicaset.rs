@@ -1,5 +1,7 @@
 //! The ReplicaSet controller (upstream `pkg/controller/replicaset`): keeps `spec.replicas` pods
-//! matching the selector, owned through a controller ownerReference.
+//! matching the selector, owned through a controller ownerReference. The same code keeps
+//! ReplicationControllers (upstream's replication manager is this controller over a conversion
+//! of each ReplicationController to a ReplicaSet; see [`Replicated`]).
 //!
 //! Per sync: claim pods (adopt matching orphans, release owned pods that stopped matching),
 //! then — if no earlier creates or deletes are still unobserved — create the missing pods in
@@ -12,9 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetStatus};
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetSpec, ReplicaSetStatus};
+use k8s_openapi::api::core::v1::{
+    Pod, ReplicationController, ReplicationControllerCondition, ReplicationControllerStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
 use kube::api::{Api, DeleteParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
@@ -25,33 +29,129 @@ use crate::SyncResult;
 use r8s_api::selector::{label_selector_as_selector, Selector};
 use r8s_client::events::Events;
 use r8s_client::expectations::Expectations;
-use r8s_client::informer::{key_of, lookup, Change, Factory, Informer};
+use r8s_client::informer::{key_of, lookup, Change, Factory, Informer, Object};
 use r8s_client::queue::{run_controller, WorkQueue};
 
 /// Upstream's `BurstReplicas`: at most this many creates or deletes per sync.
 pub const BURST_REPLICAS: usize = 500;
 
-pub struct ReplicaSetController {
+/// What the controller keeps replicas of: ReplicaSets, and ReplicationControllers seen as
+/// ReplicaSets (their map selector as `matchLabels`, their status as a ReplicaSet's).
+pub trait Replicated:
+    Object
+    + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+    + k8s_openapi::Resource
+    + k8s_openapi::Metadata<Ty = ObjectMeta>
+    + serde::Serialize
+{
+    /// The work queue's name.
+    const QUEUE: &'static str;
+    /// This object as a ReplicaSet (spec and status; metadata as it is).
+    fn as_replica_set(&self) -> ReplicaSet;
+    /// This object with the status of `status`.
+    fn with_status(&self, status: ReplicaSetStatus) -> Self;
+}
+
+impl Replicated for ReplicaSet {
+    const QUEUE: &'static str = "replicaset";
+    fn as_replica_set(&self) -> ReplicaSet {
+        self.clone()
+    }
+    fn with_status(&self, status: ReplicaSetStatus) -> Self {
+        let mut rs = self.clone();
+        rs.status = Some(status);
+        rs
+    }
+}
+
+impl Replicated for ReplicationController {
+    const QUEUE: &'static str = "replicationmanager";
+    fn as_replica_set(&self) -> ReplicaSet {
+        let spec = self.spec.clone().unwrap_or_default();
+        let status = self.status.clone();
+        ReplicaSet {
+            metadata: self.metadata.clone(),
+            spec: Some(ReplicaSetSpec {
+                min_ready_seconds: spec.min_ready_seconds,
+                replicas: spec.replicas,
+                selector: LabelSelector {
+                    match_labels: spec.selector,
+                    match_expressions: None,
+                },
+                template: spec.template,
+            }),
+            status: status.map(|s| ReplicaSetStatus {
+                available_replicas: s.available_replicas,
+                fully_labeled_replicas: s.fully_labeled_replicas,
+                observed_generation: s.observed_generation,
+                ready_replicas: s.ready_replicas,
+                replicas: s.replicas,
+                terminating_replicas: None,
+                conditions: s.conditions.map(|cs| {
+                    cs.into_iter()
+                        .map(|c| ReplicaSetCondition {
+                            last_transition_time: c.last_transition_time,
+                            message: c.message,
+                            reason: c.reason,
+                            status: c.status,
+                            type_: c.type_,
+                        })
+                        .collect()
+                }),
+            }),
+        }
+    }
+    fn with_status(&self, s: ReplicaSetStatus) -> Self {
+        let mut rc = self.clone();
+        rc.status = Some(ReplicationControllerStatus {
+            available_replicas: s.available_replicas,
+            fully_labeled_replicas: s.fully_labeled_replicas,
+            observed_generation: s.observed_generation,
+            ready_replicas: s.ready_replicas,
+            replicas: s.replicas,
+            conditions: s.conditions.map(|cs| {
+                cs.into_iter()
+                    .map(|c| ReplicationControllerCondition {
+                        last_transition_time: c.last_transition_time,
+                        message: c.message,
+                        reason: c.reason,
+                        status: c.status,
+                        type_: c.type_,
+                    })
+                    .collect()
+            }),
+        });
+        rc
+    }
+}
+
+/// The ReplicaSet controller.
+pub type ReplicaSetController = Replicas<ReplicaSet>;
+/// The replication manager: the same controller over ReplicationControllers.
+pub type ReplicationManager = Replicas<ReplicationController>;
+
+pub struct Replicas<K: Replicated> {
     client: Client,
-    rs_informer: Arc<Informer<ReplicaSet>>,
+    rs_informer: Arc<Informer<K>>,
     pod_informer: Arc<Informer<Pod>>,
-    rs_store: Store<ReplicaSet>,
+    rs_store: Store<K>,
     pod_store: Store<Pod>,
     queue: Arc<WorkQueue>,
     expectations: Arc<Expectations>,
     events: Events,
 }
 
-/// The key of the ReplicaSet in the store that `meta`'s controller reference names, if it is
+/// The key of the owner in the store that `meta`'s controller reference names, if it is
 /// really that object (same uid).
-fn owner_key(store: &Store<ReplicaSet>, meta: &ObjectMeta) -> Option<String> {
+fn owner_key<K: Replicated>(store: &Store<K>, meta: &ObjectMeta) -> Option<String> {
     let r = controller_of(meta)?;
-    if r.kind != "ReplicaSet" || !r.api_version.starts_with("apps/") {
+    let group = r.api_version.split_once('/').map_or("", |(g, _)| g);
+    if r.kind != K::KIND || group != K::GROUP {
         return None;
     }
     let key = format!("{}/{}", meta.namespace.as_deref().unwrap_or(""), r.name);
     let rs = lookup(store, &key)?;
-    (rs.metadata.uid.as_deref() == Some(r.uid.as_str())).then_some(key)
+    (rs.meta().uid.as_deref() == Some(r.uid.as_str())).then_some(key)
 }
 
 pub use r8s_api::owner::{controller_of, controller_ref};
@@ -66,9 +166,9 @@ fn error_message(e: &Error) -> String {
     }
 }
 
-impl ReplicaSetController {
+impl<K: Replicated> Replicas<K> {
     pub fn new(factory: &Factory, events: Events) -> Arc<Self> {
-        let rs_informer = factory.get::<ReplicaSet>();
+        let rs_informer = factory.get::<K>();
         let pod_informer = factory.get::<Pod>();
         let this = Arc::new(Self {
             client: factory.client(),
@@ -76,7 +176,7 @@ impl ReplicaSetController {
             pod_store: pod_informer.store(),
             rs_informer,
             pod_informer,
-            queue: WorkQueue::new("replicaset"),
+            queue: WorkQueue::new(K::QUEUE),
             expectations: Arc::new(Expectations::default()),
             events,
         });
@@ -154,11 +254,13 @@ impl ReplicaSetController {
     fn enqueue_matching(&self, pod: &Pod) {
         let ns = pod.metadata.namespace.as_deref();
         for rs in self.rs_store.state() {
-            if rs.metadata.namespace.as_deref() != ns {
+            if rs.meta().namespace.as_deref() != ns {
                 continue;
             }
-            let sel = rs.spec.as_ref().map(|s| &s.selector);
-            if label_selector_as_selector(sel).is_ok_and(|m| m.matches_labels(pod.metadata.labels.as_ref())) {
+            let sel = rs.as_replica_set().spec.map(|s| s.selector);
+            if label_selector_as_selector(sel.as_ref())
+                .is_ok_and(|m| m.matches_labels(pod.metadata.labels.as_ref()))
+            {
                 self.queue.add(key_of(&*rs));
             }
         }
@@ -189,10 +291,11 @@ impl ReplicaSetController {
     }
 
     pub async fn sync(&self, key: &str) -> SyncResult {
-        let Some(rs) = lookup(&self.rs_store, key) else {
+        let Some(obj) = lookup(&self.rs_store, key) else {
             self.expectations.forget(key);
             return Ok(None);
         };
+        let rs = obj.as_replica_set();
         let spec = rs.spec.clone().unwrap_or_default();
         let matcher = crate::selector(Some(&spec.selector))?;
         let ns = rs.namespace().unwrap_or_default();
@@ -203,18 +306,18 @@ impl ReplicaSetController {
             .into_iter()
             .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()) && is_pod_active(p))
             .collect();
-        let owned = self.claim_pods(&rs, &matcher, candidates).await?;
+        let owned = self.claim_pods(&obj, &matcher, candidates).await?;
         let desired = spec.replicas.unwrap_or(1).max(0) as usize;
         let mut manage_err = None;
         if needs_sync && rs.metadata.deletion_timestamp.is_none() {
-            manage_err = self.manage_replicas(key, &rs, &owned, desired).await.err();
+            manage_err = self.manage_replicas(key, &obj, &owned, desired).await.err();
         }
         let diff = owned.len() as i64 - desired as i64;
         let status = calculate_status(&rs, &owned, manage_err.as_ref().map(|e| (e, diff)));
         let ready = status.ready_replicas.unwrap_or(0);
         let available = status.available_replicas.unwrap_or(0);
         let replicas = status.replicas;
-        self.update_status(&rs, status).await?;
+        self.update_status(&obj, status).await?;
         if let Some(e) = manage_err {
             return Err(e);
         }
@@ -227,20 +330,20 @@ impl ReplicaSetController {
 
     async fn claim_pods(
         &self,
-        rs: &ReplicaSet,
+        rs: &K,
         matcher: &Selector,
         pods: Vec<Arc<Pod>>,
     ) -> Result<Vec<Arc<Pod>>, Error> {
         let ns = rs.namespace().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        let rs_api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &ns);
+        let rs_api: Api<K> = Api::namespaced(self.client.clone(), &ns);
         crate::claim::claim(rs, &rs_api, &api, matcher, pods).await
     }
 
     async fn manage_replicas(
         &self,
         key: &str,
-        rs: &ReplicaSet,
+        rs: &K,
         owned: &[Arc<Pod>],
         desired: usize,
     ) -> Result<(), Error> {
@@ -249,9 +352,9 @@ impl ReplicaSetController {
         if owned.len() < desired {
             let total = (desired - owned.len()).min(BURST_REPLICAS);
             let template = rs
+                .as_replica_set()
                 .spec
-                .as_ref()
-                .and_then(|s| s.template.clone())
+                .and_then(|s| s.template)
                 .unwrap_or_default();
             let meta = template.metadata.unwrap_or_default();
             let pod = Pod {
@@ -345,13 +448,12 @@ impl ReplicaSetController {
         Ok(())
     }
 
-    async fn update_status(&self, rs: &ReplicaSet, status: ReplicaSetStatus) -> Result<(), Error> {
-        if rs.status.as_ref() == Some(&status) {
+    async fn update_status(&self, rs: &K, status: ReplicaSetStatus) -> Result<(), Error> {
+        if rs.as_replica_set().status.as_ref() == Some(&status) {
             return Ok(());
         }
-        let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &rs.namespace().unwrap_or_default());
-        let mut updated = rs.clone();
-        updated.status = Some(status.clone());
+        let api: Api<K> = Api::namespaced(self.client.clone(), &rs.namespace().unwrap_or_default());
+        let updated = rs.with_status(status.clone());
         match api
             .replace_status(&rs.name_any(), &crate::post_params(), &updated)
             .await
@@ -360,13 +462,13 @@ impl ReplicaSetController {
             Err(e) if r8s_client::is_not_found(&e) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 // The cache is behind: write the status onto the current object once.
-                let Some(mut fresh) = api.get_opt(&rs.name_any()).await? else {
+                let Some(fresh) = api.get_opt(&rs.name_any()).await? else {
                     return Ok(());
                 };
-                if fresh.metadata.uid != rs.metadata.uid {
+                if fresh.meta().uid != rs.meta().uid {
                     return Ok(());
                 }
-                fresh.status = Some(status);
+                let fresh = fresh.with_status(status);
                 api.replace_status(&rs.name_any(), &crate::post_params(), &fresh)
                     .await?;
                 Ok(())

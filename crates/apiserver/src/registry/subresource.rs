@@ -47,9 +47,21 @@ impl View {
             }
             View::Scale => {
                 let m = &obj["metadata"];
-                let selector = meta::string_map(&obj["spec"]["selector"]["matchLabels"]);
-                let selector: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                let _ = def;
+                // A ReplicationController's selector is the label map itself.
+                let selector = if def.kind == "ReplicationController" {
+                    let m = meta::string_map(&obj["spec"]["selector"]);
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                } else {
+                    let s = super::apps::selector_string(&obj["spec"]["selector"]);
+                    if s == "<none>" {
+                        String::new()
+                    } else {
+                        s
+                    }
+                };
                 json!({
                     "kind": "Scale",
                     "apiVersion": "autoscaling/v1",
@@ -63,7 +75,7 @@ impl View {
                     "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
                     "status": {
                         "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0),
-                        "selector": selector.join(","),
+                        "selector": selector,
                     },
                 })
             }

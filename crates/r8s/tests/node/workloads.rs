@@ -332,6 +332,58 @@ fn drain_is_refused_by_a_disruption_budget_then_allowed() {
     s.ok(V, &["uncordon", "drain-node"]);
     s.ok(V, &["rollout", "status", "deployment/web", "--timeout=120s"]);
     s.ok(V, &["delete", "deployment", "web", "--timeout=60s"]);
+
+    // A ReplicationController, as older clients make them: kept at its replicas, scaled
+    // through its scale subresource, and its pods collected with it.
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "legacy"},
+            "spec": {"replicas": 2, "template": {"metadata": {"labels": {"app": "legacy"}},
+                     "spec": {"terminationGracePeriodSeconds": 1,
+                              "containers": [{"name": "l", "image": "busybox", "command": ["sleep", "3600"]}]}}}}"#,
+    );
+    wait_for(120, "the controller's two pods ready", || {
+        let rc = json(s, &["get", "rc", "legacy"]);
+        (rc["status"]["readyReplicas"] == 2).then_some(())
+    });
+    let rc = json(s, &["get", "rc", "legacy"]);
+    assert_eq!(
+        rc["spec"]["selector"],
+        serde_json::json!({"app": "legacy"}),
+        "defaulted from the template: {rc}"
+    );
+    let raw = s.ok(
+        V,
+        &[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/replicationcontrollers/legacy/scale",
+        ],
+    );
+    let scale: Value = serde_json::from_str(&raw).unwrap();
+    assert_eq!(scale["status"]["selector"], "app=legacy", "{scale}");
+    s.ok(V, &["scale", "rc", "legacy", "--replicas=1"]);
+    wait_for(60, "one pod left", || {
+        let pods = json(s, &["get", "pods", "-l", "app=legacy"]);
+        let live = pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .count();
+        (live == 1).then_some(())
+    });
+    let table = s.ok("1.27", &["get", "rc"]);
+    assert!(
+        table.starts_with("NAME     DESIRED   CURRENT   READY   AGE"),
+        "{table}"
+    );
+    s.ok(V, &["delete", "rc", "legacy", "--timeout=60s"]);
+    wait_for(60, "its pods collected", || {
+        let pods = json(s, &["get", "pods", "-l", "app=legacy"]);
+        pods["items"].as_array().unwrap().is_empty().then_some(())
+    });
 }
 
 fn pod_names(s: &support::Server, selector: &str) -> Vec<String> {
