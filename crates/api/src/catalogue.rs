@@ -209,6 +209,8 @@ static CATALOGUE: &[ResourceDef] = &[
          short: ["rc"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, SCALE]),
     res!("", "v1", "PodTemplate", "podtemplates", "podtemplate", true,
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("", "v1", "ComponentStatus", "componentstatuses", "componentstatus", false,
+         short: ["cs"], cat: [], verbs: &["get", "list"], sub: []),
     res!("apps", "v1", "Deployment", "deployments", "deployment", true,
          short: ["deploy"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, SCALE]),
     res!("apps", "v1", "ReplicaSet", "replicasets", "replicaset", true,

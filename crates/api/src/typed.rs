@@ -43,6 +43,7 @@ macro_rules! with_type {
             ("policy", "v1", "PodDisruptionBudget") => Some($f::<policy::v1::PodDisruptionBudget>($($arg),*)),
             ("", "v1", "ReplicationController") => Some($f::<core::v1::ReplicationController>($($arg),*)),
             ("", "v1", "PodTemplate") => Some($f::<core::v1::PodTemplate>($($arg),*)),
+            ("", "v1", "ComponentStatus") => Some($f::<core::v1::ComponentStatus>($($arg),*)),
             ("events.k8s.io", "v1", "Event") => Some($f::<events::v1::Event>($($arg),*)),
             ("discovery.k8s.io", "v1", "EndpointSlice") => Some($f::<discovery::v1::EndpointSlice>($($arg),*)),
             ("coordination.k8s.io", "v1", "Lease") => Some($f::<coordination::v1::Lease>($($arg),*)),

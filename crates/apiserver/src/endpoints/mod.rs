@@ -93,6 +93,9 @@ pub(crate) async fn resource(
         )
         .await;
     }
+    if def.kind == "ComponentStatus" && def.group.is_empty() {
+        return component_statuses(ctx, def, method, &info.verb, &info.name, headers, &query).await;
+    }
     match (method, info.verb.as_str()) {
         (_, "get") => get(ctx, def, ns, &info.name, headers, &query).await,
         (_, "list") => list(ctx, def, ns, headers, &query).await,
@@ -169,6 +172,50 @@ fn raw_list(def: &ResourceDef, page: registry::Page<impl AsRef<[u8]>>) -> Respon
     }
     body.extend_from_slice(b"]}");
     raw_json(StatusCode::OK, body)
+}
+
+/// ComponentStatuses: computed on each read, never stored, always with upstream's
+/// deprecation warning.
+async fn component_statuses(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    method: &Method,
+    verb: &str,
+    name: &str,
+    headers: &HeaderMap,
+    query: &Query,
+) -> Result<Response<Body>, ApiError> {
+    use registry::componentstatuses as cs;
+    let table = wants_table(headers);
+    let body = match verb {
+        "get" => {
+            let obj = cs::one(ctx, name).await?;
+            if table {
+                table::render(def, &[obj], None, query)
+            } else {
+                obj
+            }
+        }
+        "list" => {
+            let items = cs::all(ctx).await;
+            let meta = json!({});
+            if table {
+                table::render(def, &items, Some(meta), query)
+            } else {
+                list_of(def, registry::Page { items, meta })
+            }
+        }
+        _ => {
+            return Err(ApiError::method_not_allowed(
+                method.as_str(),
+                &def.group_resource(),
+            ))
+        }
+    };
+    Ok(crate::http::with_warnings(
+        json_response(StatusCode::OK, &body),
+        &[cs::DEPRECATED.to_owned()],
+    ))
 }
 
 async fn get(

@@ -113,6 +113,11 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             Arc::new(workloads::ReplicationControllers),
         ),
         ("", "podtemplates", Arc::new(workloads::PodTemplates)),
+        (
+            "",
+            "componentstatuses",
+            Arc::new(componentstatuses::ComponentStatuses),
+        ),
         ("batch", "jobs", Arc::new(batch::Jobs)),
         ("batch", "cronjobs", Arc::new(batch::CronJobs)),
         (

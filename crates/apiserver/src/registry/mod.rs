@@ -13,6 +13,7 @@ mod apps;
 mod batch;
 pub(crate) mod catalogue;
 mod certificates;
+pub(crate) mod componentstatuses;
 mod configmaps;
 pub(crate) mod convert;
 pub(crate) mod disruption;

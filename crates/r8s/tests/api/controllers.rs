@@ -824,3 +824,53 @@ fn recreate_scales_old_pods_to_zero_before_the_new_ones() {
         "Recreate never runs old and new ReplicaSets together"
     );
 }
+
+/// `kubectl get componentstatuses`: the datastore, the scheduler and the controller manager,
+/// healthy while they run, with upstream's deprecation warning; the workload kinds are listed
+/// with their short names.
+#[test]
+fn component_statuses_and_workload_kinds_are_served() {
+    let s = Server::start();
+    for v in ["1.27", "1.33"] {
+        let out = wait_for(60, "every component healthy", || {
+            let out = s.kubectl(v, &["get", "componentstatuses"]);
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            (text.lines().skip(1).filter(|l| l.contains(" Healthy ")).count() == 3).then_some(out)
+        });
+        let table = String::from_utf8_lossy(&out.stdout);
+        let names: Vec<&str> = table
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(names, ["controller-manager", "scheduler", "etcd-0"], "{table}");
+        assert!(table.starts_with("NAME"), "{table}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("v1 ComponentStatus is deprecated in v1.19+"),
+            "{err}"
+        );
+        let one = json(&s, v, &["get", "cs", "etcd-0"]);
+        assert_eq!(one["conditions"][0]["status"], "True", "{one}");
+    }
+    let resources = s.ok("1.33", &["api-resources"]);
+    for (name, short, gv) in [
+        ("jobs", "", "batch/v1"),
+        ("cronjobs", "cj", "batch/v1"),
+        ("daemonsets", "ds", "apps/v1"),
+        ("statefulsets", "sts", "apps/v1"),
+        ("controllerrevisions", "", "apps/v1"),
+        ("poddisruptionbudgets", "pdb", "policy/v1"),
+        ("replicationcontrollers", "rc", "v1"),
+        ("podtemplates", "", "v1"),
+    ] {
+        let line = resources
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing:\n{resources}"));
+        assert!(
+            line.contains(gv) && (short.is_empty() || line.contains(&format!(" {short} "))),
+            "{line}"
+        );
+    }
+}
