@@ -34,6 +34,8 @@ use r8s_client::queue::{run_controller, WorkQueue};
 
 pub const TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 pub const COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+/// How often an index failed before this pod (with `backoffLimitPerIndex`).
+pub const INDEX_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-failure-count";
 const BACKOFF_BASE: Duration = Duration::from_secs(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(600);
 const BURST: usize = 500;
@@ -81,6 +83,32 @@ fn index_of(p: &Pod) -> Option<i32> {
         .as_ref()
         .and_then(|a| a.get(COMPLETION_INDEX))
         .and_then(|i| i.parse().ok())
+}
+
+fn failure_count(p: &Pod) -> i32 {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(INDEX_FAILURE_COUNT))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The back-off before a replacement after `failures` failures: 10 s doubling, at most 10 min.
+fn backoff_delay(failures: usize) -> Duration {
+    if failures == 0 {
+        return Duration::ZERO;
+    }
+    BACKOFF_BASE
+        .checked_mul(1u32.checked_shl(failures as u32 - 1).unwrap_or(u32::MAX))
+        .unwrap_or(BACKOFF_MAX)
+        .min(BACKOFF_MAX)
+}
+
+/// What is left of `delay` since `since`.
+fn remaining(delay: Duration, since: jiff::Timestamp) -> Option<Duration> {
+    let elapsed = Duration::from_secs((jiff::Timestamp::now() - since).get_seconds().max(0) as u64);
+    delay.checked_sub(elapsed).filter(|d| !d.is_zero())
 }
 
 fn condition_true(job: &Job, type_: &str) -> bool {
@@ -407,6 +435,33 @@ impl JobController {
             status.start_time.get_or_insert(Time(now));
         }
 
+        // Indexes that failed more often than backoffLimitPerIndex allows.
+        let per_index = spec.backoff_limit_per_index.filter(|_| indexed);
+        let mut index_failures: BTreeMap<i32, (i32, Option<jiff::Timestamp>)> = BTreeMap::new();
+        let mut failed_indexes = parse_indexes(
+            status.failed_indexes.as_deref().unwrap_or(""),
+            completions.unwrap_or(0),
+        );
+        if let Some(limit) = per_index {
+            for p in &pods {
+                let failed_pod = phase(p) == "Failed"
+                    || (p.metadata.deletion_timestamp.is_some() && phase(p) != "Succeeded");
+                let Some(i) = index_of(p).filter(|_| failed_pod) else {
+                    continue;
+                };
+                let count = failure_count(p) + 1;
+                let entry = index_failures.entry(i).or_insert((0, None));
+                if count > entry.0 {
+                    *entry = (count, finish_time(p));
+                }
+            }
+            for (i, (count, _)) in &index_failures {
+                if *count > limit && !completed.contains(i) {
+                    failed_indexes.insert(*i);
+                }
+            }
+        }
+
         // 3. Failure and success.
         let restarts: i32 = active
             .iter()
@@ -433,6 +488,20 @@ impl JobController {
                     c.message.clone().unwrap_or_default(),
                 )
             });
+        let all_finished = completed.len() + failed_indexes.len() >= completions.unwrap_or(0).max(0) as usize;
+        if failure.is_none() && per_index.is_some() {
+            if spec
+                .max_failed_indexes
+                .is_some_and(|m| failed_indexes.len() as i32 > m)
+            {
+                failure = Some((
+                    "MaxFailedIndexesExceeded".into(),
+                    "Job has exceeded the specified maximal number of failed indexes".into(),
+                ));
+            } else if !failed_indexes.is_empty() && all_finished {
+                failure = Some(("FailedIndexes".into(), "Job has failed indexes".into()));
+            }
+        }
         if failure.is_none() {
             if failed > backoff_limit || (on_failure && restarts > 0 && restarts >= backoff_limit.max(1)) {
                 failure = Some((
@@ -459,6 +528,7 @@ impl JobController {
         };
         let mut pods_to_delete: Vec<Arc<Pod>> = Vec::new();
         let mut to_create: Vec<Option<i32>> = Vec::new();
+        let mut index_wait: Option<Duration> = None;
         if let Some((reason, message)) = &failure {
             set_condition(&mut conditions, condition("FailureTarget", reason, message));
             pods_to_delete = active.clone();
@@ -497,7 +567,9 @@ impl JobController {
                 let c = completions.unwrap_or(0);
                 let mut running: BTreeMap<i32, Vec<Arc<Pod>>> = BTreeMap::new();
                 for p in &active {
-                    match index_of(p).filter(|i| *i < c && !completed.contains(i)) {
+                    match index_of(p)
+                        .filter(|i| *i < c && !completed.contains(i) && !failed_indexes.contains(i))
+                    {
                         Some(i) => running.entry(i).or_default().push(p.clone()),
                         None => pods_to_delete.push(p.clone()),
                     }
@@ -512,7 +584,22 @@ impl JobController {
                         pods_to_delete.push(list[0].clone());
                     }
                 } else {
-                    let pending = (0..c).filter(|i| !completed.contains(i) && !running.contains_key(i));
+                    // An index that failed waits out its own back-off.
+                    let ready = |i: &i32| match index_failures.get(i) {
+                        Some((count, Some(at))) => match remaining(backoff_delay(*count as usize), *at) {
+                            Some(wait) => {
+                                index_wait = Some(index_wait.map_or(wait, |w: Duration| w.min(wait)));
+                                false
+                            }
+                            None => true,
+                        },
+                        _ => true,
+                    };
+                    let pending = (0..c)
+                        .filter(|i| {
+                            !completed.contains(i) && !failed_indexes.contains(i) && !running.contains_key(i)
+                        })
+                        .filter(ready);
                     to_create = pending
                         .take((parallelism - running_count) as usize)
                         .map(Some)
@@ -530,14 +617,24 @@ impl JobController {
                     to_create = vec![None; (want - have) as usize];
                 }
             }
-            if !to_create.is_empty() {
+            if let Some(wait) = index_wait {
+                requeue = Some(requeue.map_or(wait, |r: Duration| r.min(wait)));
+            }
+            if !to_create.is_empty() && per_index.is_none() {
                 if let Some(wait) = self.backoff(&pods) {
                     to_create.clear();
                     requeue = Some(requeue.map_or(wait, |r: Duration| r.min(wait)));
                 }
             }
         }
-        let create_err = self.manage(key, &job, &pods_api, to_create).await.err();
+        let wanted: Vec<(Option<i32>, Option<i32>)> = to_create
+            .into_iter()
+            .map(|i| {
+                let failures = per_index.map(|_| i.and_then(|i| index_failures.get(&i)).map_or(0, |f| f.0));
+                (i, failures)
+            })
+            .collect();
+        let create_err = self.manage(key, &job, &pods_api, wanted).await.err();
         let delete_err = self
             .delete_pods(key, &job, &pods_api, &pods_to_delete)
             .await
@@ -557,6 +654,9 @@ impl JobController {
         if indexed {
             let s = format_indexes(&completed);
             status.completed_indexes = (!s.is_empty()).then_some(s);
+            if per_index.is_some() {
+                status.failed_indexes = Some(format_indexes(&failed_indexes));
+            }
         }
         if job.status.as_ref() != Some(&status) {
             let written = self.write_status(&job, status).await?;
@@ -584,29 +684,24 @@ impl JobController {
             .filter_map(|p| finish_time(p))
             .filter(|t| last_success.is_none_or(|s| *t > s))
             .collect();
-        let n = failures.len();
         let last = failures.iter().max()?;
-        let delay = BACKOFF_BASE
-            .checked_mul(1u32.checked_shl(n as u32 - 1).unwrap_or(u32::MAX))
-            .unwrap_or(BACKOFF_MAX)
-            .min(BACKOFF_MAX);
-        let elapsed = Duration::from_secs((jiff::Timestamp::now() - *last).get_seconds().max(0) as u64);
-        delay.checked_sub(elapsed).filter(|d| !d.is_zero())
+        remaining(backoff_delay(failures.len()), *last)
     }
 
-    /// Create pods for the given completion indexes (`None`: a NonIndexed pod) in slow-start
+    /// Create pods for the given completion indexes (`None`: a NonIndexed pod; with each, the
+    /// failures of that index so far when backoffLimitPerIndex counts them) in slow-start
     /// batches.
     async fn manage(
         &self,
         key: &str,
         job: &Job,
         api: &Api<Pod>,
-        wanted: Vec<Option<i32>>,
+        wanted: Vec<(Option<i32>, Option<i32>)>,
     ) -> Result<(), Error> {
         if wanted.is_empty() {
             return Ok(());
         }
-        let wanted: Vec<Option<i32>> = wanted.into_iter().take(BURST).collect();
+        let wanted: Vec<(Option<i32>, Option<i32>)> = wanted.into_iter().take(BURST).collect();
         self.expectations.begin(key);
         let mut created = Vec::new();
         let mut first_err = None;
@@ -616,8 +711,14 @@ impl JobController {
             let (now, later) = rest.split_at(batch.min(rest.len()));
             rest = later;
             let pp = crate::post_params();
-            let results = join_all(now.iter().map(|i| {
-                let pod = pod_for(job, *i);
+            let results = join_all(now.iter().map(|(i, failures)| {
+                let mut pod = pod_for(job, *i);
+                if let Some(n) = failures {
+                    pod.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert(INDEX_FAILURE_COUNT.into(), n.to_string());
+                }
                 let pp = pp.clone();
                 async move { api.create(&pp, &pod).await }
             }))

@@ -154,6 +154,50 @@ fn jobs_run_to_their_conditions() {
         .lines()
         .any(|l| l.starts_with("broken") && l.contains("Failed")));
 
+    // Indexed with a limit per index: index 1 always fails, is retried once (after its own
+    // back-off), and fails the Job only once the other indexes have finished.
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "per-index"},
+            "spec": {"completions": 3, "parallelism": 3, "completionMode": "Indexed", "backoffLimitPerIndex": 1,
+                     "template": {"spec": {"restartPolicy": "Never", "containers": [
+                        {"name": "w", "image": "busybox", "command": ["sh", "-c", "test $JOB_COMPLETION_INDEX -ne 1"]}]}}}}"#,
+    );
+    s.ok(
+        V,
+        &[
+            "wait",
+            "--for=condition=failed",
+            "job/per-index",
+            "--timeout=120s",
+        ],
+    );
+    let job = json(s, &["get", "job", "per-index"]);
+    assert_eq!(job["status"]["completedIndexes"], "0,2", "{job}");
+    assert_eq!(job["status"]["failedIndexes"], "1", "{job}");
+    assert_eq!(job["status"]["failed"], 2, "index 1 ran twice: {job}");
+    let failed = job["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap();
+    assert_eq!(failed["reason"], "FailedIndexes", "{job}");
+    let pods = json(
+        s,
+        &["get", "pods", "-l", "batch.kubernetes.io/job-completion-index=1"],
+    );
+    let counts: Vec<&str> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["metadata"]["annotations"]["batch.kubernetes.io/job-index-failure-count"].as_str())
+        .collect();
+    let mut counts = counts;
+    counts.sort();
+    assert_eq!(counts, ["0", "1"], "{pods}");
+
     // Pods that restart always are refused with upstream's message.
     let out = s.kubectl_stdin(
         V,
