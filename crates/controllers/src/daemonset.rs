@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, DaemonSetStatus};
 use k8s_openapi::api::core::v1::{
     Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec,
@@ -19,7 +18,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -552,19 +551,13 @@ impl DaemonSetController {
         if let Some(g) = ds.annotations().get(TEMPLATE_GENERATION) {
             labels.insert(POD_TEMPLATE_GENERATION.into(), g.clone());
         }
-        self.expectations.begin(key);
-        let mut created = Vec::new();
-        let mut first_err = None;
-        let mut batch = 1usize;
-        let mut rest = nodes;
-        while !rest.is_empty() && first_err.is_none() {
-            let (now, later) = rest.split_at(batch.min(rest.len()));
-            rest = later;
-            let results = join_all(now.iter().map(|node| {
+        let pods = nodes
+            .iter()
+            .map(|node| {
                 let mut pod_spec = template.spec.clone().unwrap_or_default();
                 add_daemon_tolerations(&mut pod_spec);
                 pin_to_node(&mut pod_spec, node);
-                let pod = Pod {
+                Pod {
                     metadata: ObjectMeta {
                         generate_name: Some(format!("{}-", ds.name_any())),
                         namespace: ds.namespace(),
@@ -576,29 +569,11 @@ impl DaemonSetController {
                     },
                     spec: Some(pod_spec),
                     status: None,
-                };
-                let pp = crate::post_params();
-                async move { api.create(&pp, &pod).await }
-            }))
-            .await;
-            for r in results {
-                match r {
-                    Ok(p) => {
-                        let name = p.name_any();
-                        self.events
-                            .normal(ds, "SuccessfulCreate", format!("Created pod: {name}"));
-                        created.push(name);
-                    }
-                    Err(e) => {
-                        let e = Error::from(e);
-                        self.events
-                            .warning(ds, "FailedCreate", format!("Error creating: {e}"));
-                        first_err.get_or_insert(e);
-                    }
                 }
-            }
-            batch *= 2;
-        }
+            })
+            .collect();
+        self.expectations.begin(key);
+        let (created, first_err) = crate::pod_control::create(api, &self.events, ds, pods).await;
         self.expectations.record_adds(key, created);
         self.expectations.end(key);
         first_err.map_or(Ok(()), Err)
@@ -611,35 +586,11 @@ impl DaemonSetController {
         api: &Api<Pod>,
         pods: &[Arc<Pod>],
     ) -> Result<(), Error> {
-        let mut seen = HashSet::new();
-        let pods: Vec<&Arc<Pod>> = pods
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && seen.insert(p.name_any()))
-            .collect();
-        if pods.is_empty() {
+        if pods.iter().all(|p| p.metadata.deletion_timestamp.is_some()) {
             return Ok(());
         }
         self.expectations.begin(key);
-        let results = join_all(pods.iter().map(|p| {
-            let name = p.name_any();
-            async move { (name.clone(), api.delete(&name, &DeleteParams::default()).await) }
-        }))
-        .await;
-        let mut deleted = Vec::new();
-        let mut first_err = None;
-        for (name, r) in results {
-            match r {
-                Ok(_) => {
-                    self.events
-                        .normal(ds, "SuccessfulDelete", format!("Deleted pod: {name}"));
-                    deleted.push(name);
-                }
-                Err(e) if r8s_client::is_not_found(&e) => {}
-                Err(e) => {
-                    first_err.get_or_insert(Error::from(e));
-                }
-            }
-        }
+        let (deleted, first_err) = crate::pod_control::delete(api, &self.events, ds, pods).await;
         self.expectations.record_dels(key, deleted);
         self.expectations.end(key);
         first_err.map_or(Ok(()), Err)

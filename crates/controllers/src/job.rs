@@ -701,46 +701,22 @@ impl JobController {
         if wanted.is_empty() {
             return Ok(());
         }
-        let wanted: Vec<(Option<i32>, Option<i32>)> = wanted.into_iter().take(BURST).collect();
-        self.expectations.begin(key);
-        let mut created = Vec::new();
-        let mut first_err = None;
-        let mut batch = 1usize;
-        let mut rest = wanted.as_slice();
-        while !rest.is_empty() && first_err.is_none() {
-            let (now, later) = rest.split_at(batch.min(rest.len()));
-            rest = later;
-            let pp = crate::post_params();
-            let results = join_all(now.iter().map(|(i, failures)| {
-                let mut pod = pod_for(job, *i);
+        let pods = wanted
+            .into_iter()
+            .take(BURST)
+            .map(|(i, failures)| {
+                let mut pod = pod_for(job, i);
                 if let Some(n) = failures {
                     pod.metadata
                         .annotations
                         .get_or_insert_with(Default::default)
                         .insert(INDEX_FAILURE_COUNT.into(), n.to_string());
                 }
-                let pp = pp.clone();
-                async move { api.create(&pp, &pod).await }
-            }))
-            .await;
-            for r in results {
-                match r {
-                    Ok(p) => {
-                        let name = p.name_any();
-                        self.events
-                            .normal(job, "SuccessfulCreate", format!("Created pod: {name}"));
-                        created.push(name);
-                    }
-                    Err(e) => {
-                        let e = Error::from(e);
-                        self.events
-                            .warning(job, "FailedCreate", format!("Error creating: {e}"));
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
-            batch *= 2;
-        }
+                pod
+            })
+            .collect();
+        self.expectations.begin(key);
+        let (created, first_err) = crate::pod_control::create(api, &self.events, job, pods).await;
         self.expectations.record_adds(key, created);
         self.expectations.end(key);
         first_err.map_or(Ok(()), Err)
@@ -753,34 +729,11 @@ impl JobController {
         api: &Api<Pod>,
         pods: &[Arc<Pod>],
     ) -> Result<(), Error> {
-        let pods: Vec<&Arc<Pod>> = pods
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect();
-        if pods.is_empty() {
+        if pods.iter().all(|p| p.metadata.deletion_timestamp.is_some()) {
             return Ok(());
         }
         self.expectations.begin(key);
-        let results = join_all(pods.iter().map(|p| {
-            let name = p.name_any();
-            async move { (name.clone(), api.delete(&name, &DeleteParams::default()).await) }
-        }))
-        .await;
-        let mut deleted = Vec::new();
-        let mut first_err = None;
-        for (name, r) in results {
-            match r {
-                Ok(_) => {
-                    self.events
-                        .normal(job, "SuccessfulDelete", format!("Deleted pod: {name}"));
-                    deleted.push(name);
-                }
-                Err(e) if r8s_client::is_not_found(&e) => {}
-                Err(e) => {
-                    first_err.get_or_insert(Error::from(e));
-                }
-            }
-        }
+        let (deleted, first_err) = crate::pod_control::delete(api, &self.events, job, pods).await;
         self.expectations.record_dels(key, deleted);
         self.expectations.end(key);
         first_err.map_or(Ok(()), Err)

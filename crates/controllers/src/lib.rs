@@ -9,8 +9,9 @@
 //! `daemonset` and `statefulset` (both recording templates through `history`), `disruption`,
 //! `gc` (garbage collector), `namespace`, `serviceaccount`, `nodeipam`, `nodelifecycle`,
 //! `clusterrole_aggregation`, `resourcequota`, `root_ca_cert_publisher`, `certificates`,
-//! `endpoints`, `endpointslice`; `claim` is the adoption and release of owned objects the
-//! workload controllers share.
+//! `endpoints`, `endpointslice`; `claim` (adoption and release of owned objects) and
+//! `pod_control` (slow-start creates, deletes, their events) are what the workload controllers
+//! share.
 
 pub mod certificates;
 pub mod claim;
@@ -28,6 +29,7 @@ pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod pod_control;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod root_ca_cert_publisher;

@@ -13,13 +13,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::join_all;
 use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetCondition, ReplicaSetSpec, ReplicaSetStatus};
 use k8s_openapi::api::core::v1::{
     Pod, ReplicationController, ReplicationControllerCondition, ReplicationControllerStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
-use kube::api::{Api, DeleteParams};
+use kube::api::Api;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -159,12 +158,7 @@ pub use r8s_api::pod::{
     is_active as is_pod_active, is_available as pod_available, ready_condition as pod_ready,
 };
 
-fn error_message(e: &Error) -> String {
-    match e {
-        Error::Kube(kube::Error::Api(s)) => s.message.clone(),
-        other => other.to_string(),
-    }
-}
+use crate::pod_control::error_message;
 
 impl<K: Replicated> Replicas<K> {
     pub fn new(factory: &Factory, events: Events) -> Arc<Self> {
@@ -371,38 +365,8 @@ impl<K: Replicated> Replicas<K> {
                 status: None,
             };
             self.expectations.begin(key);
-            let mut created = Vec::new();
-            let mut first_err = None;
-            let mut batch = 1usize;
-            let mut remaining = total;
-            // Slow start: a batch only starts when the previous one fully succeeded, so a
-            // systematic failure (quota, admission) costs one request, not hundreds.
-            while remaining > 0 && first_err.is_none() {
-                let size = batch.min(remaining);
-                let pp = crate::post_params();
-                let results = join_all((0..size).map(|_| api.create(&pp, &pod))).await;
-                for r in results {
-                    match r {
-                        Ok(p) => {
-                            let name = p.name_any();
-                            self.events
-                                .normal(rs, "SuccessfulCreate", format!("Created pod: {name}"));
-                            created.push(name);
-                        }
-                        Err(e) => {
-                            let e = Error::from(e);
-                            self.events.warning(
-                                rs,
-                                "FailedCreate",
-                                format!("Error creating: {}", error_message(&e)),
-                            );
-                            first_err.get_or_insert(e);
-                        }
-                    }
-                }
-                remaining -= size;
-                batch *= 2;
-            }
+            let (created, first_err) =
+                crate::pod_control::create(&api, &self.events, rs, vec![pod; total]).await;
             self.expectations.record_adds(key, created);
             self.expectations.end(key);
             if let Some(e) = first_err {
@@ -412,33 +376,7 @@ impl<K: Replicated> Replicas<K> {
             let n = (owned.len() - desired).min(BURST_REPLICAS);
             let victims = pods_to_delete(owned, n);
             self.expectations.begin(key);
-            let results = join_all(victims.iter().map(|p| {
-                let api = api.clone();
-                let name = p.name_any();
-                async move { (name.clone(), api.delete(&name, &DeleteParams::default()).await) }
-            }))
-            .await;
-            let mut deleted = Vec::new();
-            let mut first_err = None;
-            for (name, r) in results {
-                match r {
-                    Ok(_) => {
-                        self.events
-                            .normal(rs, "SuccessfulDelete", format!("Deleted pod: {name}"));
-                        deleted.push(name);
-                    }
-                    Err(e) if r8s_client::is_not_found(&e) => {}
-                    Err(e) => {
-                        let e = Error::from(e);
-                        self.events.warning(
-                            rs,
-                            "FailedDelete",
-                            format!("Error deleting: {}", error_message(&e)),
-                        );
-                        first_err.get_or_insert(e);
-                    }
-                }
-            }
+            let (deleted, first_err) = crate::pod_control::delete(&api, &self.events, rs, &victims).await;
             self.expectations.record_dels(key, deleted);
             self.expectations.end(key);
             if let Some(e) = first_err {
