@@ -18,6 +18,7 @@ command -v nft >/dev/null || need+=(nftables)                # the Service proxy
 command -v ip >/dev/null && command -v bridge >/dev/null || need+=(iproute2)  # network namespaces; the overlay's tests read its entries
 command -v pgrep >/dev/null || need+=(procps)                # scripts/multi-node.sh finds and stops its nodes
 command -v nsenter >/dev/null || need+=(util-linux)           # ... and runs each in its own namespaces
+[ -d /usr/share/zoneinfo/America ] || need+=(tzdata)          # CronJobs' timeZone (the IANA database)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
