@@ -1,7 +1,8 @@
 //! Claiming dependents (upstream `ControllerRefManager`): a controller owns the objects whose
 //! controller reference is its uid and that its selector still matches; it adopts matching
 //! orphans (after a live read proves it is neither gone nor being deleted) and releases owned
-//! objects that stopped matching. Shared by the Deployment and ReplicaSet controllers.
+//! objects that stopped matching; and which owner a dependent's change concerns. Shared by the
+//! workload controllers.
 
 use std::sync::Arc;
 
@@ -10,9 +11,25 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use crate::Error;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::reflector::Store;
 use r8s_api::owner::{controller_of, controller_ref_to};
 use r8s_api::selector::Selector;
-use r8s_client::informer::Object;
+use r8s_client::informer::{lookup, Object};
+
+/// The store key of the `K` that `meta`'s controller reference names (same kind and API group),
+/// if the store holds that very object (same uid): the owner whose sync a dependent's change
+/// concerns.
+pub fn owner_key<K: Object + k8s_openapi::Resource>(store: &Store<K>, meta: &ObjectMeta) -> Option<String> {
+    let r = controller_of(meta)?;
+    let group = r.api_version.split_once('/').map_or("", |(g, _)| g);
+    if r.kind != K::KIND || group != K::GROUP {
+        return None;
+    }
+    let key = format!("{}/{}", meta.namespace.as_deref().unwrap_or(""), r.name);
+    let owner = lookup(store, &key)?;
+    (owner.meta().uid.as_deref() == Some(r.uid.as_str())).then_some(key)
+}
 
 /// The candidates `owner` owns after adoption and release.
 pub async fn claim<O: Object, C: Object>(

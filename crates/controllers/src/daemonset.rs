@@ -23,6 +23,7 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::claim::owner_key;
 use crate::history::{self, REVISION_HASH};
 use crate::{Error, SyncResult};
 use r8s_api::owner::{controller_of, controller_ref};
@@ -147,16 +148,6 @@ pub fn should_run(template: &PodTemplateSpec, node: &Node) -> (bool, bool) {
         return (false, evicting.is_none());
     }
     (true, true)
-}
-
-fn owner_key(store: &Store<DaemonSet>, meta: &ObjectMeta) -> Option<String> {
-    let r = controller_of(meta)?;
-    if r.kind != "DaemonSet" || !r.api_version.starts_with("apps/") {
-        return None;
-    }
-    let key = format!("{}/{}", meta.namespace.as_deref().unwrap_or(""), r.name);
-    let ds = lookup(store, &key)?;
-    (ds.metadata.uid.as_deref() == Some(r.uid.as_str())).then_some(key)
 }
 
 fn phase(p: &Pod) -> &str {

@@ -25,6 +25,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::claim::owner_key;
 use crate::{Error, SyncResult};
 use r8s_api::owner::{controller_of, controller_ref};
 use r8s_client::events::Events;
@@ -53,16 +54,6 @@ pub struct JobController {
     queue: Arc<WorkQueue>,
     expectations: Arc<Expectations>,
     events: Events,
-}
-
-fn owner_key(store: &Store<Job>, meta: &ObjectMeta) -> Option<String> {
-    let r = controller_of(meta)?;
-    if r.kind != "Job" || !r.api_version.starts_with("batch/") {
-        return None;
-    }
-    let key = format!("{}/{}", meta.namespace.as_deref().unwrap_or(""), r.name);
-    let job = lookup(store, &key)?;
-    (job.metadata.uid.as_deref() == Some(r.uid.as_str())).then_some(key)
 }
 
 fn has_finalizer(p: &Pod) -> bool {

@@ -23,6 +23,7 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::claim::owner_key;
 use crate::Error;
 use crate::SyncResult;
 use r8s_api::selector::{label_selector_as_selector, Selector};
@@ -138,19 +139,6 @@ pub struct Replicas<K: Replicated> {
     queue: Arc<WorkQueue>,
     expectations: Arc<Expectations>,
     events: Events,
-}
-
-/// The key of the owner in the store that `meta`'s controller reference names, if it is
-/// really that object (same uid).
-fn owner_key<K: Replicated>(store: &Store<K>, meta: &ObjectMeta) -> Option<String> {
-    let r = controller_of(meta)?;
-    let group = r.api_version.split_once('/').map_or("", |(g, _)| g);
-    if r.kind != K::KIND || group != K::GROUP {
-        return None;
-    }
-    let key = format!("{}/{}", meta.namespace.as_deref().unwrap_or(""), r.name);
-    let rs = lookup(store, &key)?;
-    (rs.meta().uid.as_deref() == Some(r.uid.as_str())).then_some(key)
 }
 
 pub use r8s_api::owner::{controller_of, controller_ref};

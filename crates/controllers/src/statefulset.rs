@@ -18,6 +18,7 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::claim::owner_key;
 use crate::history::{self, REVISION_HASH};
 use crate::{Error, SyncResult};
 use r8s_api::owner::{controller_of, controller_ref};
@@ -38,16 +39,6 @@ pub struct StatefulSetController {
     revision_store: Store<ControllerRevision>,
     queue: Arc<WorkQueue>,
     events: Events,
-}
-
-fn owner_key(store: &Store<StatefulSet>, meta: &ObjectMeta) -> Option<String> {
-    let r = controller_of(meta)?;
-    if r.kind != "StatefulSet" || !r.api_version.starts_with("apps/") {
-        return None;
-    }
-    let key = format!("{}/{}", meta.namespace.as_deref().unwrap_or(""), r.name);
-    let set = lookup(store, &key)?;
-    (set.metadata.uid.as_deref() == Some(r.uid.as_str())).then_some(key)
 }
 
 /// The ordinal of a pod named `<set>-<n>`.

@@ -355,6 +355,19 @@ pub(super) fn container_summary(template_spec: &Value) -> (String, String) {
     (names.join(","), images.join(","))
 }
 
+/// A label map as upstream's `labels.FormatLabels` prints it: `k=v` sorted by key,
+/// comma-separated; `<none>` when empty.
+pub(super) fn format_label_map(v: &Value) -> String {
+    let m = meta::string_map(v);
+    if m.is_empty() {
+        return "<none>".into();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// A label selector as upstream's `FormatLabelSelector` prints it: `k=v`, `k in (a,b)`,
 /// `k notin (a)`, `k`, `!k`, comma-separated; `<none>` when it selects everything.
 pub(super) fn selector_string(sel: &Value) -> String {

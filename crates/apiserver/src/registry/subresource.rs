@@ -47,20 +47,16 @@ impl View {
             }
             View::Scale => {
                 let m = &obj["metadata"];
-                // A ReplicationController's selector is the label map itself.
+                // A ReplicationController's selector is the label map itself; "" selects all.
                 let selector = if def.kind == "ReplicationController" {
-                    let m = meta::string_map(&obj["spec"]["selector"]);
-                    m.iter()
-                        .map(|(k, v)| format!("{k}={v}"))
-                        .collect::<Vec<_>>()
-                        .join(",")
+                    super::apps::format_label_map(&obj["spec"]["selector"])
                 } else {
-                    let s = super::apps::selector_string(&obj["spec"]["selector"]);
-                    if s == "<none>" {
-                        String::new()
-                    } else {
-                        s
-                    }
+                    super::apps::selector_string(&obj["spec"]["selector"])
+                };
+                let selector = if selector == "<none>" {
+                    String::new()
+                } else {
+                    selector
                 };
                 json!({
                     "kind": "Scale",

@@ -8,8 +8,8 @@ use r8s_api::validation::FieldError;
 use serde_json::{json, Value};
 
 use super::apps::{
-    container_summary, format_labels, go_int_or_string, int_or_percent, non_negative, replicas_not_negative,
-    selector_matches_template, selector_string,
+    container_summary, format_label_map, format_labels, go_int_or_string, int_or_percent, non_negative,
+    replicas_not_negative, selector_matches_template, selector_string,
 };
 use super::meta;
 use super::pods::{defaults as pod_defaults, validation as pod_validation};
@@ -381,8 +381,6 @@ impl Strategy for DaemonSets {
     fn cells(&self, obj: &Value) -> Vec<Value> {
         let (spec, status) = (&obj["spec"], &obj["status"]);
         let (containers, images) = container_summary(&spec["template"]["spec"]);
-        let node_selector = meta::string_map(&spec["template"]["spec"]["nodeSelector"]);
-        let node_selector: Vec<String> = node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
         vec![
             name_cell(obj),
             json!(int(&status["desiredNumberScheduled"])),
@@ -390,11 +388,7 @@ impl Strategy for DaemonSets {
             json!(int(&status["numberReady"])),
             json!(int(&status["updatedNumberScheduled"])),
             json!(int(&status["numberAvailable"])),
-            json!(if node_selector.is_empty() {
-                "<none>".to_owned()
-            } else {
-                node_selector.join(",")
-            }),
+            json!(format_label_map(&spec["template"]["spec"]["nodeSelector"])),
             age_cell(obj),
             json!(containers),
             json!(images),
@@ -558,8 +552,6 @@ impl Strategy for ReplicationControllers {
     fn cells(&self, obj: &Value) -> Vec<Value> {
         let (spec, status) = (&obj["spec"], &obj["status"]);
         let (containers, images) = container_summary(&spec["template"]["spec"]);
-        let selector = meta::string_map(&spec["selector"]);
-        let selector: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
         vec![
             name_cell(obj),
             json!(int(&spec["replicas"])),
@@ -568,11 +560,7 @@ impl Strategy for ReplicationControllers {
             age_cell(obj),
             json!(containers),
             json!(images),
-            json!(if selector.is_empty() {
-                "<none>".to_owned()
-            } else {
-                selector.join(",")
-            }),
+            json!(format_label_map(&spec["selector"])),
         ]
     }
 }
@@ -613,17 +601,11 @@ impl Strategy for PodTemplates {
 
     fn cells(&self, obj: &Value) -> Vec<Value> {
         let (containers, images) = container_summary(&obj["template"]["spec"]);
-        let labels = meta::string_map(&obj["template"]["metadata"]["labels"]);
-        let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         vec![
             name_cell(obj),
             json!(containers),
             json!(images),
-            json!(if labels.is_empty() {
-                "<none>".to_owned()
-            } else {
-                labels.join(",")
-            }),
+            json!(format_label_map(&obj["template"]["metadata"]["labels"])),
         ]
     }
 }
