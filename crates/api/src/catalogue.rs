@@ -221,6 +221,10 @@ static CATALOGUE: &[ResourceDef] = &[
          short: ["ds"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS]),
     res!("apps", "v1", "ControllerRevision", "controllerrevisions", "controllerrevision", true,
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler", true,
+         short: ["hpa"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS]),
+    res!("autoscaling", "v1", "HorizontalPodAutoscaler", "horizontalpodautoscalers", "horizontalpodautoscaler", true,
+         short: ["hpa"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS]),
     res!("batch", "v1", "Job", "jobs", "job", true,
          short: [], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS]),
     res!("batch", "v1", "CronJob", "cronjobs", "cronjob", true,
@@ -251,6 +255,11 @@ static CATALOGUE: &[ResourceDef] = &[
          short: [], cat: ["api-extensions"], verbs: STANDARD_VERBS, sub: []),
     res!("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "validatingwebhookconfiguration", false,
          short: [], cat: ["api-extensions"], verbs: STANDARD_VERBS, sub: []),
+    // Resource metrics, computed from the kubelets' figures, never stored (metrics-server's API).
+    res!("metrics.k8s.io", "v1beta1", "NodeMetrics", "nodes", "", false,
+         short: [], cat: [], verbs: &["get", "list"], sub: []),
+    res!("metrics.k8s.io", "v1beta1", "PodMetrics", "pods", "", true,
+         short: [], cat: [], verbs: &["get", "list"], sub: []),
     // Reviews: created to ask a question, answered in the response, never stored.
     res!("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", "selfsubjectaccessreview", false,
          short: [], cat: [], verbs: CREATE_ONLY, sub: []),

@@ -20,7 +20,7 @@ pub struct Decoded {
 /// without one.
 macro_rules! with_type {
     ($def:expr, $f:ident ( $($arg:expr),* )) => {{
-        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, batch, certificates, coordination, core, discovery, events, networking, policy, rbac, scheduling};
+        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates, coordination, core, discovery, events, networking, policy, rbac, scheduling};
         match ($def.group, $def.version, $def.kind) {
             ("", "v1", "Namespace") => Some($f::<core::v1::Namespace>($($arg),*)),
             ("", "v1", "Pod") => Some($f::<core::v1::Pod>($($arg),*)),
@@ -38,6 +38,8 @@ macro_rules! with_type {
             ("apps", "v1", "StatefulSet") => Some($f::<apps::v1::StatefulSet>($($arg),*)),
             ("apps", "v1", "DaemonSet") => Some($f::<apps::v1::DaemonSet>($($arg),*)),
             ("apps", "v1", "ControllerRevision") => Some($f::<apps::v1::ControllerRevision>($($arg),*)),
+            ("autoscaling", "v2", "HorizontalPodAutoscaler") => Some($f::<autoscaling::v2::HorizontalPodAutoscaler>($($arg),*)),
+            ("autoscaling", "v1", "HorizontalPodAutoscaler") => Some($f::<autoscaling::v1::HorizontalPodAutoscaler>($($arg),*)),
             ("batch", "v1", "Job") => Some($f::<batch::v1::Job>($($arg),*)),
             ("batch", "v1", "CronJob") => Some($f::<batch::v1::CronJob>($($arg),*)),
             ("policy", "v1", "PodDisruptionBudget") => Some($f::<policy::v1::PodDisruptionBudget>($($arg),*)),

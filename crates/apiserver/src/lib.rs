@@ -24,6 +24,7 @@ mod protobuf;
 pub mod rbac;
 mod registry;
 pub mod request_info;
+mod resource_metrics;
 mod server;
 pub mod status;
 mod watch_cache;
@@ -61,6 +62,9 @@ pub struct ApiServerConfig {
     /// The address other machines and pods reach this server at, which the `kubernetes`
     /// Service's endpoints name (absent: the bind address, unless that is unspecified).
     pub advertise_address: Option<IpAddr>,
+    /// How often kubelets are scraped for `metrics.k8s.io` while it is in use (metrics-server's
+    /// `--metric-resolution`).
+    pub metric_resolution: std::time::Duration,
 }
 
 /// State shared by every request.
@@ -78,6 +82,8 @@ pub(crate) struct Shared {
     pub service_account_tokens: Option<Arc<authn::service_account::ServiceAccountTokens>>,
     pub audit: Option<Arc<audit::Auditor>>,
     pub kubelet: Option<KubeletClient>,
+    /// The kubelets' resource usage, for `metrics.k8s.io`.
+    pub resource_metrics: Arc<resource_metrics::ResourceMetrics>,
 }
 
 /// A running API server.
@@ -142,6 +148,7 @@ impl ApiServer {
             rbac: config.rbac,
             service_account_tokens: config.service_account_tokens,
             kubelet: config.kubelet,
+            resource_metrics: Arc::new(resource_metrics::ResourceMetrics::new(config.metric_resolution)),
             advertise: local_addr.to_string(),
         });
         let task = tokio::spawn(server::serve(listener, tls.clone(), shared.clone()));

@@ -1,6 +1,11 @@
 //! Events as upstream's controllers emit them (ScalingReplicaSet, SuccessfulCreate, …), published
 //! through kube-rs's `Recorder` (events.k8s.io/v1, with series for repeats) off the sync path:
 //! a failed event never fails a sync, as upstream's broadcaster drops what it cannot send.
+//!
+//! kube-rs's recorder counts an event as a repeat of an earlier one with the same object, type
+//! and reason whatever its message; upstream's correlator repeats only identical events (the
+//! message included), so "New size: 3" and then "New size: 1" are two events. Repeats are
+//! therefore counted per message: one recorder (with its series cache) per message text.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -8,10 +13,14 @@ use kube::{Client, Resource};
 
 #[derive(Clone)]
 pub struct Events {
-    recorder: std::sync::Arc<Recorder>,
+    /// A recorder per message text (bounded: forgotten all at once past [`MAX_MESSAGES`]).
+    recorders: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<Recorder>>>>,
     client: Client,
     reporter: Reporter,
 }
+
+/// Message texts whose repeats are counted at once (upstream's correlator keeps 4096 events).
+const MAX_MESSAGES: usize = 1024;
 
 impl Events {
     pub fn new(client: Client, component: &str) -> Self {
@@ -20,7 +29,7 @@ impl Events {
             instance: std::env::var("HOSTNAME").ok(),
         };
         Self {
-            recorder: std::sync::Arc::new(Recorder::new(client.clone(), reporter.clone())),
+            recorders: Default::default(),
             client,
             reporter,
         }
@@ -42,7 +51,18 @@ impl Events {
     }
 
     pub fn emit(&self, reference: ObjectReference, type_: EventType, reason: &str, note: String) {
-        Self::publish(self.recorder.clone(), reference, type_, reason, note)
+        let recorder = {
+            let mut all = self.recorders.lock().unwrap_or_else(|e| e.into_inner());
+            if all.len() >= MAX_MESSAGES && !all.contains_key(&note) {
+                all.clear();
+            }
+            all.entry(note.clone())
+                .or_insert_with(|| {
+                    std::sync::Arc::new(Recorder::new(self.client.clone(), self.reporter.clone()))
+                })
+                .clone()
+        };
+        Self::publish(recorder, reference, type_, reason, note)
     }
 
     fn publish(

@@ -7,6 +7,7 @@
 //! (selectors, owner references, pod readiness, tolerations) are `r8s-api`'s. Controllers, one
 //! module each: `replicaset` (also the replication manager), `deployment`, `job` (with the TTL-after-finished part), `cronjob`,
 //! `daemonset` and `statefulset` (both recording templates through `history`), `disruption`,
+//! `podautoscaler` (the horizontal pod autoscaler, on `metrics.k8s.io`),
 //! `gc` (garbage collector), `namespace`, `serviceaccount`, `nodeipam`, `nodelifecycle`,
 //! `clusterrole_aggregation`, `resourcequota`, `root_ca_cert_publisher`, `certificates`,
 //! `endpoints`, `endpointslice`; `claim` (adoption and release of owned objects) and
@@ -30,6 +31,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod pod_control;
+pub mod podautoscaler;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod root_ca_cert_publisher;
@@ -102,6 +104,8 @@ pub struct Options {
     /// Give LoadBalancer Services the nodes' addresses (k3s's servicelb role; `r8s server`
     /// turns it on unless `--disable servicelb`).
     pub servicelb: bool,
+    /// The horizontal pod autoscaler's settings.
+    pub hpa: podautoscaler::HpaOptions,
 }
 
 impl Default for Options {
@@ -117,6 +121,7 @@ impl Default for Options {
             signing_ca: None,
             root_ca_pem: None,
             servicelb: false,
+            hpa: podautoscaler::HpaOptions::default(),
         }
     }
 }
@@ -153,6 +158,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "daemon-set-controller",
         "statefulset-controller",
         "disruption-controller",
+        "horizontal-pod-autoscaler",
         "ttl-after-finished-controller",
         "namespace-controller",
         "service-account-controller",
@@ -192,6 +198,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     let daemons = daemonset::DaemonSetController::new(&views["daemon-set-controller"], events.clone());
     let stateful = statefulset::StatefulSetController::new(&views["statefulset-controller"], events.clone());
     let budgets = disruption::DisruptionController::new(&views["disruption-controller"], events.clone());
+    let hpa = podautoscaler::HorizontalController::new(&views["horizontal-pod-autoscaler"], opts.hpa.clone());
     let ns = namespace::NamespaceController::new(&views["namespace-controller"]);
     let sa = serviceaccount::ServiceAccountController::new(&views["service-account-controller"]);
     let aggregation =
@@ -232,6 +239,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         tokio::spawn(deploy.run(opts.workers, stop.clone())),
         tokio::spawn(jobs.run(opts.workers, stop.clone())),
         tokio::spawn(budgets.run(opts.workers, stop.clone())),
+        tokio::spawn(hpa.run(opts.workers, stop.clone())),
         tokio::spawn(cronjobs.run(opts.workers, stop.clone())),
         tokio::spawn(daemons.run(opts.workers, stop.clone())),
         tokio::spawn(stateful.run(opts.workers, stop.clone())),

@@ -60,6 +60,7 @@ async fn start_api() -> TestApi {
         audit: None,
         kubelet: None,
         advertise_address: None,
+        metric_resolution: std::time::Duration::from_secs(15),
     })
     .await
     .unwrap();

@@ -553,6 +553,68 @@ impl Agent {
         self.runtime.list_sandboxes(Some(uid)).await
     }
 
+    /// The resource usage of the node, its pods and their running containers, read from the
+    /// cgroups now (`/metrics/resource`).
+    pub(crate) async fn resource_snapshot(&self) -> crate::stats::Snapshot {
+        use crate::stats::{ContainerUsage, PodUsage, Snapshot};
+        let mut snap = Snapshot {
+            timestamp_ms: jiff::Timestamp::now().as_millisecond(),
+            node: crate::stats::host_usage(),
+            ..Snapshot::default()
+        };
+        let containers = match self.runtime.list_containers(None).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(error = %e, "resource metrics: listing containers");
+                snap.scrape_error = true;
+                return snap;
+            }
+        };
+        let mut pods: std::collections::BTreeMap<String, Option<String>> = Default::default();
+        for c in containers
+            .iter()
+            .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+        {
+            let label = |k: &str| c.labels.get(k).cloned().unwrap_or_default();
+            let (uid, namespace, pod) = (
+                label(spec::POD_UID),
+                label(spec::POD_NAMESPACE),
+                label(spec::POD_NAME),
+            );
+            let container = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+            if uid.is_empty() || container.is_empty() {
+                continue;
+            }
+            let pod_path = pods.entry(uid.clone()).or_insert_with(|| {
+                let found = self.cgroups.pod_usage(&uid);
+                if let Some((path, usage)) = &found {
+                    snap.pods.push(PodUsage {
+                        namespace: namespace.clone(),
+                        pod: pod.clone(),
+                        usage: *usage,
+                    });
+                    return Some(path.clone());
+                }
+                None
+            });
+            let Some(pod_path) = pod_path else {
+                snap.scrape_error = true;
+                continue;
+            };
+            match self.cgroups.usage(&format!("{pod_path}/{}", c.id)) {
+                Some(usage) => snap.containers.push(ContainerUsage {
+                    namespace,
+                    pod,
+                    container,
+                    start_time: c.created_at as f64 / 1e9,
+                    usage,
+                }),
+                None => snap.scrape_error = true,
+            }
+        }
+        snap
+    }
+
     /// `kubelet_running_pods` and `kubelet_running_containers` from what the runtime runs now.
     pub(crate) async fn refresh_running_gauges(&self) {
         if let Ok(items) = self.runtime.list_sandboxes(None).await {

@@ -135,7 +135,7 @@ impl Layout {
     }
 
     /// Where cgroup `path` (relative to the hierarchy's root) of `controller` is on disk.
-    fn dir(&self, controller: &str, path: &str) -> Option<PathBuf> {
+    pub(crate) fn dir(&self, controller: &str, path: &str) -> Option<PathBuf> {
         match self {
             Layout::V1(hs) => {
                 let h = hs
@@ -270,6 +270,22 @@ impl CgroupManager {
         let path = self.pod_path(qos, uid);
         self.apply(&path, r.cpu_shares, r.cpu_quota, r.memory_limit)?;
         Ok(path)
+    }
+
+    /// Pod `uid`'s cgroup path (whatever its class) and its usage now, if it has one.
+    pub fn pod_usage(&self, uid: &str) -> Option<(String, crate::stats::Usage)> {
+        let layout = self.layout.as_ref()?;
+        [QosClass::Guaranteed, QosClass::Burstable, QosClass::BestEffort]
+            .into_iter()
+            .find_map(|q| {
+                let path = self.pod_path(q, uid);
+                crate::stats::cgroup_usage(layout, &path).map(|u| (path, u))
+            })
+    }
+
+    /// The usage of cgroup `path` now.
+    pub fn usage(&self, path: &str) -> Option<crate::stats::Usage> {
+        crate::stats::cgroup_usage(self.layout.as_ref()?, path)
     }
 
     /// Remove pod `uid`'s cgroup, whatever its class was (only once its containers are gone).

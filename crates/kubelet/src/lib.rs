@@ -18,7 +18,8 @@
 //!   configuration, `cgroups` and `qos` place pods by QoS class.
 //! - Pod features: `volumes`, `prober` (probes and hooks), `lifecycle`, `security`, `logs`,
 //!   `backoff`, `admission` (the general predicates of `r8s_api::predicates`).
-//! - `server`: the kubelet's HTTPS API (logs, exec, attach, port-forward, metrics);
+//! - `server`: the kubelet's HTTPS API (logs, exec, attach, port-forward, metrics, and the
+//!   resource metrics `stats` reads from the pods' cgroups);
 //!   `bootstrap`: joining a server with a token and a CertificateSigningRequest.
 
 pub mod actions;
@@ -45,6 +46,7 @@ pub mod runtime;
 pub mod security;
 pub mod server;
 pub mod spec;
+pub mod stats;
 pub mod status;
 pub mod volumes;
 pub mod wakeups;

@@ -321,6 +321,13 @@ async fn handle(
                 .body(Full::new(Bytes::from(agent.metrics().render())).boxed())
                 .expect("valid response")
         }
+        (&Method::GET, ["metrics", "resource"]) => Response::builder()
+            .header(
+                http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+            .body(Full::new(Bytes::from(agent.resource_snapshot().await.render())).boxed())
+            .expect("valid response"),
         (&Method::GET, ["pods"]) => {
             let pods: Vec<Pod> = agent.pods();
             let list =

@@ -367,6 +367,26 @@ struct ControllerArgs {
     #[arg(long, default_value_t = 5)]
     concurrent_syncs: usize,
 
+    /// How often each HorizontalPodAutoscaler is reconciled.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    horizontal_pod_autoscaler_sync_period: Duration,
+
+    /// How far the usage ratio may be from 1.0 before the autoscaler scales.
+    #[arg(long, default_value_t = 0.1)]
+    horizontal_pod_autoscaler_tolerance: f64,
+
+    /// How long after a pod starts its CPU usage may be skewed by start-up.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    horizontal_pod_autoscaler_cpu_initialization_period: Duration,
+
+    /// How long after a pod starts its readiness may still be changing.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    horizontal_pod_autoscaler_initial_readiness_delay: Duration,
+
+    /// The window whose highest recommendation a scale-down may not go below.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    horizontal_pod_autoscaler_downscale_stabilization: Duration,
+
     /// Run each controller as its own ServiceAccount in kube-system with upstream's
     /// system:controller:* role (as kubeadm sets it), rather than as the controller manager.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
@@ -413,6 +433,13 @@ impl ControllerArgs {
             identity: r8s_client::default_identity(),
             root_ca_pem,
             servicelb: false,
+            hpa: r8s_controllers::podautoscaler::HpaOptions {
+                sync_period: self.horizontal_pod_autoscaler_sync_period,
+                tolerance: self.horizontal_pod_autoscaler_tolerance,
+                cpu_initialization_period: self.horizontal_pod_autoscaler_cpu_initialization_period,
+                initial_readiness_delay: self.horizontal_pod_autoscaler_initial_readiness_delay,
+                downscale_stabilization: self.horizontal_pod_autoscaler_downscale_stabilization,
+            },
         })
     }
 }
@@ -442,6 +469,11 @@ struct ServerArgs {
     /// client URLs, e.g. http://127.0.0.1:2379,http://127.0.0.1:22379.
     #[arg(long, env = "R8S_DATASTORE_ENDPOINT")]
     datastore_endpoint: Option<String>,
+
+    /// How often kubelets are scraped for resource metrics (`metrics.k8s.io`, `kubectl top`)
+    /// while they are in use (metrics-server's --metric-resolution).
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    metric_resolution: Duration,
 
     /// How often the datastore's old revisions are compacted (0 turns it off).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
@@ -1000,6 +1032,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         } else {
             Some(args.bind_address)
         },
+        metric_resolution: args.metric_resolution,
     })
     .await
     .with_context(|| format!("serving on {}:{}", args.bind_address, args.https_listen_port))?;

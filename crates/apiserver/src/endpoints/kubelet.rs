@@ -271,7 +271,7 @@ fn container_of(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, 
 }
 
 /// The node's kubelet: its address and port.
-fn kubelet_endpoint(node: &Value) -> Option<(String, u16)> {
+pub(crate) fn kubelet_endpoint(node: &Value) -> Option<(String, u16)> {
     let addresses = node["status"]["addresses"].as_array()?;
     let address = ["InternalIP", "ExternalIP", "Hostname"].iter().find_map(|t| {
         addresses
@@ -671,6 +671,28 @@ async fn kubelet_of(ctx: &Ctx, node_name: &str) -> Result<(String, u16, KubeletC
             ApiError::service_unavailable("this API server has no kubelet client credentials")
         })?;
     Ok((host, port, kubelet))
+}
+
+/// The text a kubelet serves at `path` (at most 16 MiB), or why not; the connection is kept
+/// for the next request.
+pub(crate) async fn get_text(
+    kubelet: &KubeletClient,
+    host: &str,
+    port: u16,
+    path: &str,
+) -> Result<String, String> {
+    let (resp, sender) = get(kubelet, host, port, path).await?;
+    let code = resp.status();
+    let body = Limited::new(resp.into_body(), 16 << 20)
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    kubelet.checkin((host.to_owned(), port), sender);
+    if !code.is_success() {
+        return Err(format!("{code}: {}", String::from_utf8_lossy(&body).trim()));
+    }
+    String::from_utf8(body.to_vec()).map_err(|e| e.to_string())
 }
 
 /// A TLS connection to a kubelet, authenticated with this API server's client certificate.

@@ -6,6 +6,7 @@
 //! The request path: filters (`handler`) → these endpoints → registry → admission → store.
 
 pub(crate) mod kubelet;
+pub(crate) mod resource_metrics;
 pub(crate) mod watch;
 
 use bytes::Bytes;
@@ -92,6 +93,9 @@ pub(crate) async fn resource(
             body,
         )
         .await;
+    }
+    if def.group == "metrics.k8s.io" {
+        return resource_metrics::serve(ctx, def, method, &info.verb, ns, &info.name, headers, &query).await;
     }
     if def.kind == "ComponentStatus" && def.group.is_empty() {
         return component_statuses(ctx, def, method, &info.verb, &info.name, headers, &query).await;

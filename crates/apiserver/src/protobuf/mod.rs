@@ -647,7 +647,11 @@ mod tests {
 
     #[test]
     fn the_schema_covers_the_served_kinds() {
-        for def in r8s_api::catalogue() {
+        // Resource metrics are only read: no request carries one in a body.
+        for def in r8s_api::catalogue()
+            .iter()
+            .filter(|d| d.group != "metrics.k8s.io")
+        {
             let name = format!("{}.{}", module(&def.api_version()), def.kind);
             assert!(
                 schema().contains_key(name.as_str()),

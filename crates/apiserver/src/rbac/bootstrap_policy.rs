@@ -390,6 +390,12 @@ fn cluster_roles() -> Vec<ClusterRole> {
                 rule(READ, &[NETWORKING], "networkpolicies ingresses ingresses/status"),
             ],
         ),
+        // metrics-server's reader role (k3s ships it): resource metrics for whoever can view.
+        aggregates_to(
+            "view",
+            "system:aggregated-metrics-reader",
+            vec![rule("get list watch", &["metrics.k8s.io"], "pods nodes")],
+        ),
         cluster_role(
             "system:heapster",
             vec![rule(READ, &[CORE], "events pods nodes namespaces"), rule(READ, &[EXTENSIONS], "deployments")],
@@ -1213,8 +1219,9 @@ mod tests {
     #[test]
     fn counts_match_upstream_1_33_with_default_feature_gates() {
         let p = policy();
-        // 31 roles of policy.go and 35 controller roles.
-        assert_eq!(p.cluster_roles.len(), 66);
+        // 31 roles of policy.go and 35 controller roles, and metrics-server's reader role
+        // (served in-process here).
+        assert_eq!(p.cluster_roles.len(), 67);
         // 12 bindings of policy.go (system:node's without subjects) and one per controller.
         assert_eq!(p.cluster_role_bindings.len(), 47);
         assert_eq!(p.roles.len(), 7);

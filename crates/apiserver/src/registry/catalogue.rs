@@ -14,6 +14,9 @@ type ByResource = HashMap<String, Arc<dyn Strategy>>;
 /// (group, resource) → strategy.
 pub(crate) struct Catalogue {
     by_group: RwLock<HashMap<String, ByResource>>,
+    /// Strategies of one version of a resource served in several (autoscaling/v1
+    /// HorizontalPodAutoscalers, stored as v2): (group, version, resource).
+    by_version: Vec<(&'static str, &'static str, &'static str, Arc<dyn Strategy>)>,
     fallback: Arc<dyn Strategy>,
 }
 
@@ -22,16 +25,23 @@ impl Catalogue {
     pub fn empty() -> Self {
         Self {
             by_group: RwLock::new(HashMap::new()),
+            by_version: Vec::new(),
             fallback: Arc::new(Plain),
         }
     }
 
     /// The built-in resources' strategies.
     pub fn builtin() -> Self {
-        let c = Self::empty();
+        let mut c = Self::empty();
         for (group, resource, strategy) in builtin() {
             c.register(group, resource, strategy);
         }
+        c.by_version.push((
+            "autoscaling",
+            "v1",
+            "horizontalpodautoscalers",
+            Arc::new(super::autoscaling::HorizontalPodAutoscalers { v1: true }),
+        ));
         c
     }
 
@@ -57,6 +67,13 @@ impl Catalogue {
 
     /// The strategy of `def`: its own, else the plain one.
     pub fn strategy(&self, def: &ResourceDef) -> Arc<dyn Strategy> {
+        if let Some((.., s)) = self
+            .by_version
+            .iter()
+            .find(|(g, v, r, _)| *g == def.group && *v == def.version && *r == def.plural)
+        {
+            return s.clone();
+        }
         self.get(def.group, def.plural)
             .unwrap_or_else(|| self.fallback.clone())
     }
@@ -119,6 +136,21 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             Arc::new(componentstatuses::ComponentStatuses),
         ),
         ("batch", "jobs", Arc::new(batch::Jobs)),
+        (
+            "autoscaling",
+            "horizontalpodautoscalers",
+            Arc::new(autoscaling::HorizontalPodAutoscalers { v1: false }),
+        ),
+        (
+            "metrics.k8s.io",
+            "nodes",
+            Arc::new(resource_metrics::ResourceMetrics),
+        ),
+        (
+            "metrics.k8s.io",
+            "pods",
+            Arc::new(resource_metrics::ResourceMetrics),
+        ),
         ("batch", "cronjobs", Arc::new(batch::CronJobs)),
         (
             "policy",

@@ -10,6 +10,7 @@
 pub(crate) mod allocator;
 mod apply;
 mod apps;
+pub(crate) mod autoscaling;
 mod batch;
 pub(crate) mod catalogue;
 mod certificates;
@@ -31,6 +32,7 @@ pub(crate) mod pods;
 mod priorityclasses;
 mod quantities;
 mod rbac;
+pub(crate) mod resource_metrics;
 mod resourcequotas;
 pub(crate) mod reviews;
 mod secrets;

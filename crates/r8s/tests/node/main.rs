@@ -7,6 +7,7 @@
 mod support;
 
 mod agent;
+mod autoscaling;
 mod dns;
 mod exec;
 mod logs;
