@@ -139,6 +139,12 @@ const RESIZE: Subresource = Subresource {
     group_version: None,
     verbs: &["get", "patch", "update"],
 };
+const EPHEMERAL_CONTAINERS: Subresource = Subresource {
+    name: "ephemeralcontainers",
+    kind: "Pod",
+    group_version: None,
+    verbs: &["get", "patch", "update"],
+};
 const TOKEN: Subresource = Subresource {
     name: "token",
     kind: "TokenRequest",
@@ -186,7 +192,7 @@ static CATALOGUE: &[ResourceDef] = &[
     res!("", "v1", "Namespace", "namespaces", "namespace", false,
          short: ["ns"], cat: [], verbs: NAMESPACE_VERBS, sub: [STATUS, FINALIZE]),
     res!("", "v1", "Pod", "pods", "pod", true,
-         short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, ATTACH, BINDING, EVICTION, EXEC, LOG, PORTFORWARD, POD_PROXY, RESIZE]),
+         short: ["po"], cat: ["all"], verbs: STANDARD_VERBS, sub: [STATUS, ATTACH, BINDING, EPHEMERAL_CONTAINERS, EVICTION, EXEC, LOG, PORTFORWARD, POD_PROXY, RESIZE]),
     res!("", "v1", "Node", "nodes", "node", false,
          short: ["no"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS, PROXY]),
     res!("", "v1", "Service", "services", "service", true,

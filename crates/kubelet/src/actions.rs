@@ -149,6 +149,10 @@ pub struct ContainerPlan {
     pub previous: Option<String>,
     /// The newest instance's attempt.
     pub restarts: u32,
+    /// An ephemeral container's target (whose process namespace it joins), by name.
+    pub target: Option<String>,
+    /// That target's newest instance in the sandbox, if it has one.
+    pub target_id: Option<String>,
 }
 
 impl ContainerPlan {
@@ -162,6 +166,8 @@ impl ContainerPlan {
             latest: None,
             previous: None,
             restarts: 0,
+            target: None,
+            target_id: None,
         }
     }
 }
@@ -183,6 +189,10 @@ pub struct PodActions {
     pub initialized: bool,
     /// The app containers, in order (empty until initialized).
     pub containers: Vec<ContainerPlan>,
+    /// The ephemeral containers, in order: each started once, in a sandbox that is ready, and
+    /// never again (upstream's `EphemeralContainersToStart`), whether the pod is initialized
+    /// or not.
+    pub ephemeral: Vec<ContainerPlan>,
     /// Exited instances no longer reported, to remove.
     pub remove: Vec<String>,
 }
@@ -257,6 +267,7 @@ pub fn compute_pod_actions(pod: &Pod, rt: &PodRuntime, cx: &mut Context<'_>) -> 
         init: Vec::new(),
         initialized: false,
         containers: Vec::new(),
+        ephemeral: Vec::new(),
         remove: Vec::new(),
     };
     let running = |c: &&RuntimeContainer| c.state == State::Running;
@@ -318,6 +329,22 @@ pub fn compute_pod_actions(pod: &Pod, rt: &PodRuntime, cx: &mut Context<'_>) -> 
         v.sort_by_key(|c| std::cmp::Reverse(c.attempt));
         v
     };
+    if ready.is_some() {
+        for c in spec.ephemeral_containers.iter().flatten() {
+            let mut plan = ContainerPlan::new(&c.name, false);
+            let mine = instances(&c.name);
+            plan.latest = mine.first().map(|l| l.id.clone());
+            // Any instance ever, in any sandbox, means it ran: it is not started again.
+            if !rt.containers.iter().any(|x| x.name == c.name) {
+                plan.start = Some(0);
+            }
+            if let Some(t) = c.target_container_name.as_deref().filter(|t| !t.is_empty()) {
+                plan.target = Some(t.to_owned());
+                plan.target_id = instances(t).first().map(|l| l.id.clone());
+            }
+            actions.ephemeral.push(plan);
+        }
+    }
     // Init containers in order: a regular one must exit 0 before the next starts; a sidecar
     // must have started. The app containers wait for all of them.
     actions.initialized = true;
@@ -562,6 +589,27 @@ mod tests {
 
     fn kills(a: &PodActions) -> Vec<(&str, KillReason)> {
         a.kill.iter().map(|k| (k.id.as_str(), k.reason)).collect()
+    }
+
+    #[test]
+    fn ephemeral_containers_start_once_in_a_ready_sandbox_even_before_init() {
+        let mut p = pod("Always", &[("init", None)], &["app"]);
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(vec![
+            serde_json::from_value(json!({"name": "dbg", "image": "busybox", "targetContainerName": "init"}))
+                .unwrap(),
+            serde_json::from_value(json!({"name": "done", "image": "busybox"})).unwrap(),
+        ]);
+        // The init container still runs; the debugger targets it and starts; the one that ran
+        // (and exited) is not started again.
+        let rt = runtime(vec![running("i0", "init", 0), exited("d0", "done", 0, 0, 5)]);
+        let a = compute(&p, &rt);
+        assert_eq!(starts(&a.ephemeral), [("dbg", Some(0)), ("done", None)]);
+        assert_eq!(a.ephemeral[0].target_id.as_deref(), Some("i0"));
+        assert!(!a.initialized);
+        // Without a ready sandbox nothing ephemeral starts this round.
+        let mut no_sandbox = rt.clone();
+        no_sandbox.sandboxes[0].ready = false;
+        assert!(compute(&p, &no_sandbox).ephemeral.is_empty());
     }
 
     #[test]

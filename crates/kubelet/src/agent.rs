@@ -907,6 +907,20 @@ impl Agent {
             }
             init_statuses.push(st);
         }
+        let mut ephemeral_statuses = Vec::new();
+        for plan in &actions.ephemeral {
+            let Some(c) = crate::pod_sync::ephemeral_container(&pod, &plan.name) else {
+                continue;
+            };
+            let st = self
+                .container_status(&c, sandbox_id, waiting(&c.name), &uid)
+                .await?;
+            ephemeral_statuses.push(ContainerStatus {
+                ready: false,
+                restart_count: 0,
+                ..st
+            });
+        }
         if !actions.initialized {
             let statuses = spec
                 .containers
@@ -931,6 +945,7 @@ impl Agent {
                         pod_ip,
                         statuses,
                         init_statuses,
+                        ephemeral_statuses,
                         initialized: false,
                         failed: None,
                         resize_pending: None,
@@ -971,6 +986,7 @@ impl Agent {
                 pod_ip,
                 statuses,
                 init_statuses,
+                ephemeral_statuses,
                 initialized: true,
                 failed: None,
                 resize_pending,
@@ -1424,6 +1440,7 @@ impl Agent {
             pod_ip: old.pod_ip.clone().unwrap_or_default(),
             statuses,
             init_statuses: old.init_container_statuses.clone().unwrap_or_default(),
+            ephemeral_statuses: old.ephemeral_container_statuses.clone().unwrap_or_default(),
             initialized,
             failed: Some(("DeadlineExceeded", DEADLINE_MESSAGE)),
             resize_pending: None,
@@ -1464,6 +1481,11 @@ impl Agent {
             pod_ip: String::new(),
             statuses,
             init_statuses: inits,
+            ephemeral_statuses: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.ephemeral_container_statuses.clone())
+                .unwrap_or_default(),
             initialized,
             failed: None,
             resize_pending: None,
@@ -1574,6 +1596,7 @@ impl Agent {
             pod_ip,
             statuses,
             init_statuses,
+            ephemeral_statuses,
             initialized,
             failed,
             resize_pending,
@@ -1655,6 +1678,7 @@ impl Agent {
             "conditions": conditions,
             "containerStatuses": statuses,
             "initContainerStatuses": if init_statuses.is_empty() { None } else { Some(init_statuses) },
+            "ephemeralContainerStatuses": if ephemeral_statuses.is_empty() { None } else { Some(ephemeral_statuses) },
             "reason": failed.map(|f| f.0),
             "message": failed.map(|f| f.1),
         }});
@@ -1668,6 +1692,8 @@ impl Agent {
             || old.pod_ip.as_deref() != status["status"]["podIP"].as_str()
             || serde_json::to_value(&old.init_container_statuses).ok()
                 != Some(status["status"]["initContainerStatuses"].clone())
+            || serde_json::to_value(&old.ephemeral_container_statuses).ok()
+                != Some(status["status"]["ephemeralContainerStatuses"].clone())
             || old
                 .conditions
                 .as_ref()
@@ -1850,6 +1876,8 @@ struct Observed {
     pod_ip: String,
     statuses: Vec<ContainerStatus>,
     init_statuses: Vec<ContainerStatus>,
+    /// The ephemeral containers' statuses (never ready; each run once).
+    ephemeral_statuses: Vec<ContainerStatus>,
     initialized: bool,
     /// Why the kubelet failed the pod itself (reason, message), as for activeDeadlineSeconds.
     failed: Option<(&'static str, &'static str)>,

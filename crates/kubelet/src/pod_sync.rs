@@ -79,6 +79,23 @@ fn spec_container<'p>(pod: &'p Pod, name: &str) -> Option<&'p Container> {
     })
 }
 
+/// Ephemeral container `name` of `pod` as a Container (the fields they share; upstream casts
+/// `EphemeralContainerCommon` to `Container` the same way).
+pub fn ephemeral_container(pod: &Pod, name: &str) -> Option<Container> {
+    let ec = pod
+        .spec
+        .as_ref()?
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .find(|c| c.name == name)?;
+    let mut v = serde_json::to_value(ec).ok()?;
+    if let Some(o) = v.as_object_mut() {
+        o.remove("targetContainerName");
+    }
+    serde_json::from_value(v).ok()
+}
+
 /// What applying the actions gave.
 #[derive(Debug, Default)]
 pub struct Applied {
@@ -215,6 +232,27 @@ impl PodSync<'_> {
         };
         let mut waiting = HashMap::new();
         let mut wake_at: Option<SystemTime> = None;
+        // Ephemeral containers first, so a debugger starts even while an init container fails.
+        for plan in &actions.ephemeral {
+            let Some(attempt) = plan.start else { continue };
+            let Some(c) = ephemeral_container(pod, &plan.name) else {
+                continue;
+            };
+            if let (Some(target), None) = (&plan.target, &plan.target_id) {
+                let message = format!("unable to find target container {target}");
+                self.hooks
+                    .event(pod, "Warning", "Failed", &format!("Error: {message}"))
+                    .await;
+                waiting.insert(plan.name.clone(), ("CreateContainerConfigError".into(), message));
+                continue;
+            }
+            if let Err(w) = self
+                .start_container(pod, &c, attempt, &place, plan.target_id.as_deref())
+                .await
+            {
+                waiting.insert(plan.name.clone(), w);
+            }
+        }
         for plan in actions.init.iter().chain(&actions.containers) {
             if let Some(b) = plan.back_off {
                 wake_at = Some(wake_at.map_or(b.until, |w| w.min(b.until)));
@@ -224,7 +262,7 @@ impl PodSync<'_> {
             let Some(c) = spec_container(pod, &plan.name) else {
                 continue;
             };
-            if let Err(w) = self.start_container(pod, c, attempt, &place).await {
+            if let Err(w) = self.start_container(pod, c, attempt, &place, None).await {
                 waiting.insert(plan.name.clone(), w);
             }
         }
@@ -255,15 +293,29 @@ impl PodSync<'_> {
     }
 
     /// Create and start run `attempt` of container `c`, then its postStart hook, whose failure
-    /// kills it (upstream `startContainer`); or the reason and message it waits with.
+    /// kills it (upstream `startContainer`); or the reason and message it waits with. An
+    /// ephemeral container with a `target` joins that container's process namespace when the
+    /// pod's containers each have their own.
     pub async fn start_container(
         &self,
         pod: &Pod,
         c: &Container,
         attempt: u32,
         place: &Place<'_>,
+        target: Option<&str>,
     ) -> Result<(), (String, String)> {
         let mut config = self.hooks.container_config(pod, c, attempt, place).await?;
+        if let Some(target) = target {
+            let ns = config
+                .linux
+                .as_mut()
+                .and_then(|l| l.security_context.as_mut())
+                .and_then(|s| s.namespace_options.as_mut());
+            if let Some(ns) = ns.filter(|ns| ns.pid == cri::NamespaceMode::Container as i32) {
+                ns.pid = cri::NamespaceMode::Target as i32;
+                ns.target_id = target.to_owned();
+            }
+        }
         config
             .annotations
             .insert(actions::CONTAINER_HASH.to_string(), actions::container_hash(c));

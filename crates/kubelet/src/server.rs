@@ -499,6 +499,7 @@ fn not_started(pod: &Pod, container: &str) -> String {
             .iter()
             .flatten()
             .chain(s.init_container_statuses.iter().flatten())
+            .chain(s.ephemeral_container_statuses.iter().flatten())
             .find(|c| c.name == container)
             .cloned()
     });
@@ -535,6 +536,10 @@ async fn container_logs(
             .iter()
             .chain(s.init_containers.iter().flatten())
             .any(|c| c.name == container)
+            || s.ephemeral_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == container)
     });
     if !exists {
         return text(

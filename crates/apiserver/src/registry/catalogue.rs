@@ -236,6 +236,7 @@ mod tests {
         "finalize",
         "approval",
         "resize",
+        "ephemeralcontainers",
         "exec",
         "attach",
         "portforward",

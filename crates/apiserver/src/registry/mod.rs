@@ -907,7 +907,8 @@ async fn create_stored(
     }
     strategy.prepare_for_create(&ctx.user, &mut obj);
     let name = meta::name(&obj).to_owned();
-    let errs = strategy::validate(def, &obj);
+    let mut errs = strategy::validate(def, &obj);
+    errs.extend(strategy.validate_create(&obj));
     if !errs.is_empty() {
         return Err(invalid(def, &name, &errs));
     }

@@ -91,6 +91,12 @@ pub(crate) trait Strategy: Send + Sync {
         Vec::new()
     }
 
+    /// Checks of a create only (what an update may carry but a new object may not).
+    fn validate_create(&self, obj: &Value) -> Vec<FieldError> {
+        let _ = obj;
+        Vec::new()
+    }
+
     /// Checks that need the stored object (upstream's `ValidateUpdate`), for every write.
     fn validate_update(&self, obj: &Value, old: &Value) -> Vec<FieldError> {
         let _ = (obj, old);

@@ -24,6 +24,8 @@ pub(crate) enum View {
     /// Pods' `resize` (in-place vertical scaling): only the containers' cpu and memory
     /// requests and limits, and their resizePolicy.
     Resize,
+    /// Pods' `ephemeralcontainers`: only spec.ephemeralContainers, and only additions.
+    EphemeralContainers,
 }
 
 impl View {
@@ -35,6 +37,7 @@ impl View {
             "finalize" => View::Finalize,
             "approval" => View::Approval,
             "resize" => View::Resize,
+            "ephemeralcontainers" => View::EphemeralContainers,
             _ => return None,
         })
     }
@@ -42,9 +45,13 @@ impl View {
     /// What a client of this view sees of `obj`.
     pub fn project(view: View, def: &ResourceDef, obj: &Value) -> Value {
         match view {
-            View::Main | View::Apply | View::Status | View::Finalize | View::Approval | View::Resize => {
-                obj.clone()
-            }
+            View::Main
+            | View::Apply
+            | View::Status
+            | View::Finalize
+            | View::Approval
+            | View::Resize
+            | View::EphemeralContainers => obj.clone(),
             View::Scale => {
                 let m = &obj["metadata"];
                 // A ReplicationController's selector is the label map itself; "" selects all.
@@ -124,6 +131,7 @@ impl View {
                 full
             }
             View::Resize => resize(old, &new)?,
+            View::EphemeralContainers => super::pods::ephemeral::merge(def, old, &new)?,
         };
         let m = meta::meta_mut(&mut full);
         if rv.is_string() {

@@ -8,6 +8,7 @@ mod support;
 
 mod agent;
 mod autoscaling;
+mod debug;
 mod dns;
 mod exec;
 mod logs;

@@ -3,6 +3,7 @@
 //! node), field selectors, the table, and the subresources served by the kubelet.
 
 pub(crate) mod defaults;
+pub(crate) mod ephemeral;
 mod update;
 pub(crate) mod validation;
 
@@ -46,6 +47,10 @@ impl Strategy for Pods {
         let mut errs = Vec::new();
         validation::pod_spec(&mut errs, "spec", &obj["spec"]);
         errs
+    }
+
+    fn validate_create(&self, obj: &Value) -> Vec<FieldError> {
+        ephemeral::validate_create(obj)
     }
 
     fn validate_main_update(&self, obj: &Value, old: &Value) -> Vec<FieldError> {

@@ -148,7 +148,7 @@ fn set_or_remove(spec: &mut Value, key: &str, v: &Value) {
 
 /// The paths where `a` and `b` differ, as `- path: old` / `+ path: new` lines (a short
 /// stand-in for the Go diff upstream prints).
-fn json_diff(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
+pub(crate) fn json_diff(path: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
     if out.len() >= 20 || a == b {
         return;
     }

@@ -97,6 +97,19 @@ pub(crate) fn pod_spec(errs: &mut Vec<FieldError>, path: &str, spec: &Value) {
             false,
         );
     }
+    let targets: HashSet<String> = names.clone();
+    let ephemeral = spec.get("ephemeralContainers").and_then(Value::as_array);
+    if path != "spec" && ephemeral.is_some_and(|e| !e.is_empty()) {
+        errs.push(FieldError::forbidden(
+            format!("{path}.ephemeralContainers"),
+            "ephemeral containers not allowed in pod template",
+        ));
+    }
+    for (i, c) in ephemeral.into_iter().flatten().enumerate() {
+        let at = format!("{path}.ephemeralContainers[{i}]");
+        container(errs, &at, c, &volumes, &mut names, false);
+        super::ephemeral::validate(errs, &at, c, &targets);
+    }
     if let Some(p) = spec.get("restartPolicy").and_then(Value::as_str) {
         if !["Always", "OnFailure", "Never"].contains(&p) {
             errs.push(FieldError::not_supported(
