@@ -23,6 +23,8 @@ use kube::api::{Api, DeleteParams, Patch, PropagationPolicy};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use serde_json::json;
+#[cfg(test)]
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::claim::owner_key;
@@ -66,6 +68,112 @@ fn has_finalizer(p: &Pod) -> bool {
 
 fn phase(p: &Pod) -> &str {
     p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+}
+
+/// What a pod failure policy rule decided about a failed pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicyAction {
+    /// Fail the Job, with upstream's message.
+    FailJob(String),
+    /// Fail the pod's index (with backoffLimitPerIndex).
+    FailIndex,
+    /// Not counted against the backoff limit; replaced.
+    Ignore,
+    /// Counted as usual.
+    Count,
+}
+
+/// Upstream's `matchPodFailurePolicy`: the action of the first rule `pod` matches (a container,
+/// init containers after the others, that exited non-zero with a code the rule names, or a pod
+/// condition the rule names), and `None` if none does.
+pub fn match_pod_failure_policy(
+    policy: Option<&k8s_openapi::api::batch::v1::PodFailurePolicy>,
+    pod: &Pod,
+) -> Option<PolicyAction> {
+    let policy = policy?;
+    let status = pod.status.clone().unwrap_or_default();
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.name_any();
+    for (index, rule) in policy.rules.iter().enumerate() {
+        let message = if let Some(req) = &rule.on_exit_codes {
+            let matched = status
+                .container_statuses
+                .iter()
+                .flatten()
+                .chain(status.init_container_statuses.iter().flatten())
+                .filter(|c| req.container_name.as_ref().is_none_or(|n| *n == c.name))
+                .find_map(|c| {
+                    let code = c.state.as_ref()?.terminated.as_ref()?.exit_code;
+                    let listed = req.values.contains(&code);
+                    let hit = code != 0 && if req.operator == "In" { listed } else { !listed };
+                    hit.then(|| (c.name.clone(), code))
+                });
+            let Some((container, code)) = matched else {
+                continue;
+            };
+            format!(
+                "Container {container} for pod {ns}/{name} failed with exit code {code} matching {} rule at index {index}",
+                rule.action
+            )
+        } else if let Some(patterns) = &rule.on_pod_conditions {
+            let matched = patterns.iter().find_map(|pat| {
+                let want = pat.status.as_str();
+                status
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .find(|c| c.type_ == pat.type_ && c.status == want)
+                    .map(|c| c.type_.clone())
+            });
+            let Some(condition) = matched else { continue };
+            format!(
+                "Pod {ns}/{name} has condition {condition} matching {} rule at index {index}",
+                rule.action
+            )
+        } else {
+            continue;
+        };
+        return Some(match rule.action.as_str() {
+            "FailJob" => PolicyAction::FailJob(message),
+            "FailIndex" => PolicyAction::FailIndex,
+            "Ignore" => PolicyAction::Ignore,
+            _ => PolicyAction::Count,
+        });
+    }
+    None
+}
+
+/// Upstream's `matchSuccessPolicy` for an Indexed Job: the message of the first rule the
+/// succeeded indexes satisfy.
+pub fn match_success_policy(
+    policy: Option<&k8s_openapi::api::batch::v1::SuccessPolicy>,
+    completions: i32,
+    succeeded: &BTreeSet<i32>,
+) -> Option<String> {
+    let policy = policy?;
+    if succeeded.is_empty() {
+        return None;
+    }
+    for (index, rule) in policy.rules.iter().enumerate() {
+        let matched = match &rule.succeeded_indexes {
+            Some(text) => {
+                let required = parse_indexes(text, completions);
+                if required.is_empty() {
+                    continue;
+                }
+                let done = required.intersection(succeeded).count();
+                match rule.succeeded_count {
+                    Some(n) => done as i32 >= n,
+                    None => done == required.len(),
+                }
+            }
+            None => rule.succeeded_count.is_some_and(|n| succeeded.len() as i32 >= n),
+        };
+        if matched {
+            return Some(format!("Matched rules at index {index}"));
+        }
+    }
+    None
 }
 
 fn index_of(p: &Pod) -> Option<i32> {
@@ -316,6 +424,10 @@ impl JobController {
             status.completed_indexes.as_deref().unwrap_or(""),
             completions.unwrap_or(0),
         );
+        let policy = spec.pod_failure_policy.as_ref();
+        // With a failure policy (or podReplacementPolicy Failed) a pod has failed only once it
+        // is Failed, not while it terminates.
+        let wait_for_failed = policy.is_some() || spec.pod_replacement_policy.as_deref() == Some("Failed");
         let mut newly = Vec::new();
         for p in &pods {
             let uid = p.metadata.uid.clone().unwrap_or_default();
@@ -323,7 +435,7 @@ impl JobController {
                 "Succeeded" => Some(true),
                 "Failed" => Some(false),
                 // A pod deleted before it finished counts as failed.
-                _ if p.metadata.deletion_timestamp.is_some() => Some(false),
+                _ if p.metadata.deletion_timestamp.is_some() && !wait_for_failed => Some(false),
                 _ => None,
             };
             let Some(ok) = done else { continue };
@@ -337,7 +449,7 @@ impl JobController {
             }
             if ok {
                 unc_ok.insert(uid);
-            } else {
+            } else if match_pod_failure_policy(policy, p) != Some(PolicyAction::Ignore) {
                 unc_failed.insert(uid);
             }
             newly.push(p.clone());
@@ -436,11 +548,17 @@ impl JobController {
         if let Some(limit) = per_index {
             for p in &pods {
                 let failed_pod = phase(p) == "Failed"
-                    || (p.metadata.deletion_timestamp.is_some() && phase(p) != "Succeeded");
+                    || (!wait_for_failed
+                        && p.metadata.deletion_timestamp.is_some()
+                        && phase(p) != "Succeeded");
                 let Some(i) = index_of(p).filter(|_| failed_pod) else {
                     continue;
                 };
-                let count = failure_count(p) + 1;
+                let count = match match_pod_failure_policy(policy, p) {
+                    Some(PolicyAction::Ignore) => continue,
+                    Some(PolicyAction::FailIndex) => limit + 1,
+                    _ => failure_count(p) + 1,
+                };
                 let entry = index_failures.entry(i).or_insert((0, None));
                 if count > entry.0 {
                     *entry = (count, finish_time(p));
@@ -493,6 +611,17 @@ impl JobController {
                 failure = Some(("FailedIndexes".into(), "Job has failed indexes".into()));
             }
         }
+        if failure.is_none() && policy.is_some() {
+            failure =
+                pods.iter().filter(|p| phase(p) == "Failed").find_map(|p| {
+                    match match_pod_failure_policy(policy, p) {
+                        Some(PolicyAction::FailJob(message)) => {
+                            Some(("PodFailurePolicy".to_owned(), message))
+                        }
+                        _ => None,
+                    }
+                });
+        }
         if failure.is_none() {
             if failed > backoff_limit || (on_failure && restarts > 0 && restarts >= backoff_limit.max(1)) {
                 failure = Some((
@@ -513,10 +642,41 @@ impl JobController {
                 }
             }
         }
-        let complete = match completions {
-            None => succeeded > 0,
-            Some(c) => succeeded >= c,
-        };
+        // Success: once met it stays; by the success policy's rules (Indexed), or when the
+        // completions are reached.
+        let success: Option<(String, String)> = conditions
+            .iter()
+            .find(|c| c.type_ == "SuccessCriteriaMet" && c.status == "True")
+            .map(|c| {
+                (
+                    c.reason.clone().unwrap_or_default(),
+                    c.message.clone().unwrap_or_default(),
+                )
+            })
+            .or_else(|| {
+                indexed
+                    .then(|| {
+                        match_success_policy(
+                            spec.success_policy.as_ref(),
+                            completions.unwrap_or(0),
+                            &completed,
+                        )
+                    })
+                    .flatten()
+                    .map(|m| ("SuccessPolicy".to_owned(), m))
+            })
+            .or_else(|| {
+                let reached = match completions {
+                    None => succeeded > 0,
+                    Some(c) => succeeded >= c,
+                };
+                reached.then(|| {
+                    (
+                        "CompletionsReached".to_owned(),
+                        "Reached expected number of succeeded pods".to_owned(),
+                    )
+                })
+            });
         let mut pods_to_delete: Vec<Arc<Pod>> = Vec::new();
         let mut to_create: Vec<Option<i32>> = Vec::new();
         let mut index_wait: Option<Duration> = None;
@@ -527,25 +687,11 @@ impl JobController {
                 set_condition(&mut conditions, condition("Failed", reason, message));
                 self.events.warning(&*job, reason, message.clone());
             }
-        } else if complete {
-            set_condition(
-                &mut conditions,
-                condition(
-                    "SuccessCriteriaMet",
-                    "CompletionsReached",
-                    "Reached expected number of succeeded pods",
-                ),
-            );
+        } else if let Some((reason, message)) = &success {
+            set_condition(&mut conditions, condition("SuccessCriteriaMet", reason, message));
             pods_to_delete = active.clone();
             if active.is_empty() && terminating == 0 {
-                set_condition(
-                    &mut conditions,
-                    condition(
-                        "Complete",
-                        "CompletionsReached",
-                        "Reached expected number of succeeded pods",
-                    ),
-                );
+                set_condition(&mut conditions, condition("Complete", reason, message));
                 status.completion_time = Some(Time(now));
                 self.events.normal(&*job, "Completed", "Job completed".into());
             }
@@ -569,9 +715,20 @@ impl JobController {
                 for list in running.values() {
                     pods_to_delete.extend(list.iter().skip(1).cloned());
                 }
-                let running_count = running.len() as i32;
+                // podReplacementPolicy Failed: an index whose pod still terminates is busy.
+                if wait_for_failed {
+                    for p in pods.iter().filter(|p| {
+                        p.metadata.deletion_timestamp.is_some() && !matches!(phase(p), "Succeeded" | "Failed")
+                    }) {
+                        if let Some(i) = index_of(p) {
+                            running.entry(i).or_default();
+                        }
+                    }
+                }
+                let running_count = running.values().filter(|l| !l.is_empty()).count() as i32;
                 if running_count > parallelism {
-                    for (_, list) in running.iter().rev().take((running_count - parallelism) as usize) {
+                    let occupied = running.iter().rev().filter(|(_, l)| !l.is_empty());
+                    for (_, list) in occupied.take((running_count - parallelism) as usize) {
                         pods_to_delete.push(list[0].clone());
                     }
                 } else {
@@ -601,11 +758,14 @@ impl JobController {
                     None => parallelism,
                     Some(c) => parallelism.min(c - succeeded).max(0),
                 };
+                // podReplacementPolicy Failed: a replacement only once the pod it replaces is
+                // Failed, so terminating pods still hold their places.
+                let held = if wait_for_failed { terminating } else { 0 };
                 let have = active.len() as i32;
                 if have > want {
                     pods_to_delete = crate::replicaset::pods_to_delete(&active, (have - want) as usize);
                 } else {
-                    to_create = vec![None; (want - have) as usize];
+                    to_create = vec![None; (want - have - held).max(0) as usize];
                 }
             }
             if let Some(wait) = index_wait {
@@ -887,6 +1047,68 @@ pub fn pod_for(job: &Job, index: Option<i32>) -> Pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_failure_policy_rules_match_as_upstream() {
+        let policy: k8s_openapi::api::batch::v1::PodFailurePolicy = serde_json::from_value(json!({"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}},
+            {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [1]}}]}))
+        .unwrap();
+        let pod = |conditions: Value, code: i32| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p", "namespace": "ns"}, "status": {"phase": "Failed",
+                "conditions": conditions,
+                "containerStatuses": [{"name": "main", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": code}}}]}}))
+            .unwrap()
+        };
+        assert_eq!(
+            match_pod_failure_policy(
+                Some(&policy),
+                &pod(json!([{"type": "DisruptionTarget", "status": "True"}]), 42)
+            ),
+            Some(PolicyAction::Ignore)
+        );
+        assert_eq!(
+            match_pod_failure_policy(Some(&policy), &pod(json!([]), 42)),
+            Some(PolicyAction::FailJob(
+                "Container main for pod ns/p failed with exit code 42 matching FailJob rule at index 1"
+                    .into()
+            ))
+        );
+        assert_eq!(
+            match_pod_failure_policy(Some(&policy), &pod(json!([]), 3)),
+            Some(PolicyAction::Count)
+        );
+        assert_eq!(match_pod_failure_policy(Some(&policy), &pod(json!([]), 1)), None);
+        assert_eq!(match_pod_failure_policy(None, &pod(json!([]), 42)), None);
+    }
+
+    #[test]
+    fn success_policy_rules_match_as_upstream() {
+        let policy: k8s_openapi::api::batch::v1::SuccessPolicy = serde_json::from_value(json!({"rules": [
+            {"succeededIndexes": "0-2", "succeededCount": 2}, {"succeededIndexes": "4"}, {"succeededCount": 3}]}))
+        .unwrap();
+        let set = |v: &[i32]| v.iter().copied().collect::<BTreeSet<i32>>();
+        assert_eq!(match_success_policy(Some(&policy), 5, &set(&[0])), None);
+        assert_eq!(
+            match_success_policy(Some(&policy), 5, &set(&[0, 2])),
+            Some("Matched rules at index 0".into())
+        );
+        assert_eq!(
+            match_success_policy(Some(&policy), 5, &set(&[4])),
+            Some("Matched rules at index 1".into())
+        );
+        assert_eq!(
+            match_success_policy(Some(&policy), 5, &set(&[0, 3, 4])),
+            Some("Matched rules at index 1".into())
+        );
+        assert_eq!(
+            match_success_policy(Some(&policy), 8, &set(&[3, 5, 6])),
+            Some("Matched rules at index 2".into())
+        );
+        assert_eq!(match_success_policy(None, 5, &set(&[0, 1, 2])), None);
+    }
 
     #[test]
     fn completed_indexes_are_written_as_upstream_does() {

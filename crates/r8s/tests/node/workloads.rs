@@ -212,6 +212,67 @@ fn jobs_run_to_their_conditions() {
         ),
         "{err}"
     );
+    // A pod failure policy: exit code 42 fails the Job at once, whatever the backoff limit;
+    // the failure of a pod the policy ignores is not counted.
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "policy"},
+            "spec": {"backoffLimit": 6, "podFailurePolicy": {"rules": [
+                {"action": "FailJob", "onExitCodes": {"containerName": "w", "operator": "In", "values": [42]}}]},
+              "template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "w", "image": "busybox", "command": ["sh", "-c", "exit 42"]}]}}}}"#,
+    );
+    s.ok(
+        V,
+        &["wait", "--for=condition=failed", "job/policy", "--timeout=90s"],
+    );
+    let job = json(s, &["get", "job", "policy"]);
+    let failed = job["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .cloned()
+        .unwrap();
+    assert_eq!(failed["reason"], "PodFailurePolicy", "{job}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("failed with exit code 42 matching FailJob rule at index 0"),
+        "{job}"
+    );
+    assert_eq!(
+        job["status"]["failed"], 1,
+        "one pod, not the backoff limit: {job}"
+    );
+    // A success policy: index 0 is enough; the other indexes' pods are stopped.
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        r#"{"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "leader"},
+            "spec": {"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+              "successPolicy": {"rules": [{"succeededIndexes": "0"}]},
+              "template": {"spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [
+                {"name": "w", "image": "busybox", "command": ["sh", "-c", "[ $JOB_COMPLETION_INDEX = 0 ] || exec sleep 600"]}]}}}}"#,
+    );
+    s.ok(
+        V,
+        &["wait", "--for=condition=complete", "job/leader", "--timeout=120s"],
+    );
+    let job = json(s, &["get", "job", "leader"]);
+    let complete = job["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Complete")
+        .cloned()
+        .unwrap();
+    assert_eq!(complete["reason"], "SuccessPolicy", "{job}");
+    assert_eq!(complete["message"], "Matched rules at index 0", "{job}");
+    assert_eq!(job["status"]["completedIndexes"], "0", "{job}");
+    assert_eq!(job["status"]["active"], 0, "{job}");
     s.ok(
         V,
         &["delete", "jobs", "--all", "--cascade=foreground", "--timeout=60s"],

@@ -1,0 +1,287 @@
+//! Jobs on real containers, as the workloads issue asks: 100 Jobs × 10 completions of a trivial
+//! container (busybox `true`, parallelism 1 each, so 100 pods run at a time) through the whole
+//! of `r8s server` — API server, Job controller with its tracking finalizer, scheduler, agent,
+//! containerd, CNI — timed from the first create to the last Job Complete; and in the same run
+//! the floor: the same 1,000 pods (sandbox, container, wait for its exit, sandbox removed)
+//! straight through CRI on a bare containerd, 100 at a time.
+//!
+//!   cargo build --release -p r8s --bins --examples && target/release/examples/job-bench
+//!
+//! `--jobs N` and `--completions N` change the sizes. Runs as root; the images come from
+//! scripts/build-test-images.sh (target/test-images).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, PropagationPolicy};
+use r8s_kubelet::spec::{self, NodeContext};
+
+fn job(name: &str, completions: usize) -> Job {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"completions": completions, "parallelism": 1, "backoffLimit": 6,
+            "template": {"spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "work", "image": "busybox", "command": ["true"]}]}}}
+    }))
+    .unwrap()
+}
+
+fn complete(j: &Job) -> bool {
+    j.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Complete" && c.status == "True"))
+}
+
+/// (time to all Complete, pods that ran, server RSS at the end in MiB).
+async fn control_plane(images: &Path, jobs: usize, completions: usize) -> (Duration, usize, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let staged = dir.path().join("agent").join("images");
+    std::fs::create_dir_all(&staged).unwrap();
+    for e in std::fs::read_dir(images).unwrap().flatten() {
+        std::fs::copy(e.path(), staged.join(e.file_name())).unwrap();
+    }
+    let (mut server, client) = common::start_server(
+        dir.path(),
+        &[
+            "--node-name",
+            "bench-node",
+            "--pod-bridge",
+            "r8sjobs0",
+            "--cluster-cidr",
+            "10.193.0.0/16",
+            "--kubelet-address",
+            "127.0.0.1",
+            "--kubelet-port",
+            "0",
+        ],
+        None,
+    )
+    .await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    loop {
+        let ready = nodes.get_opt("bench-node").await.ok().flatten().is_some_and(|n| {
+            n.status
+                .and_then(|s| s.conditions)
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        if ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let api: Api<Job> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let started = Instant::now();
+    let creates = (0..jobs).map(|i| {
+        let api = api.clone();
+        async move {
+            api.create(&PostParams::default(), &job(&format!("j{i}"), completions))
+                .await
+                .unwrap();
+        }
+    });
+    futures::future::join_all(creates).await;
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    let elapsed = loop {
+        let list = api.list(&ListParams::default()).await.unwrap();
+        let done = list.items.iter().filter(|j| complete(j)).count();
+        if done == jobs {
+            break started.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {done} of {jobs} Jobs complete after 30 min"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let ran = pods
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    let rss = common::rss_mib(server.id());
+    // Jobs and their pods go (the pods' containers with them) before the server stops.
+    for i in 0..jobs {
+        let _ = api
+            .delete(
+                &format!("j{i}"),
+                &DeleteParams {
+                    propagation_policy: Some(PropagationPolicy::Background),
+                    ..Default::default()
+                },
+            )
+            .await;
+    }
+    let until = Instant::now() + Duration::from_secs(300);
+    while !pods
+        .list_metadata(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty()
+        && Instant::now() < until
+    {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let _ = server.wait();
+    (elapsed, ran, rss)
+}
+
+/// The same pods straight through CRI on a bare containerd, `parallel` at a time: the floor.
+async fn cri_floor(images: &Path, total: usize, parallel: usize) -> Duration {
+    use r8s_kubelet::cni::{self, CniOptions};
+    use r8s_kubelet::containerd::{Containerd, ContainerdOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = ContainerdOptions::new(dir.path().join("containerd"));
+    opts.sandbox_image = std::fs::read_to_string(images.join("pause-image.txt"))
+        .unwrap()
+        .trim()
+        .into();
+    let cni_opts = CniOptions {
+        conf_dir: opts.cni_conf_dir.clone(),
+        ipam_dir: dir.path().join("ipam"),
+        bridge: "r8sjfloor0".into(),
+        ip_masq: false,
+        mtu: None,
+    };
+    cni::write(&cni_opts, "10.192.0.0/24").unwrap();
+    let cgroup_parent = r8s_kubelet::cgroups::pod_parent("r8s-job-floor");
+    let containerd = Containerd::start(opts).unwrap();
+    r8s_kubelet::images::import_dir(&containerd.socket(), images).unwrap();
+    let cri_client = r8s_kubelet::cri::Cri::connect(&containerd.socket())
+        .await
+        .unwrap();
+    let node = NodeContext {
+        node_name: "floor".into(),
+        log_root: dir.path().join("logs").display().to_string(),
+        cgroup_parent: cgroup_parent.clone(),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let workers = (0..parallel).map(|w| {
+        let cri_client = cri_client.clone();
+        let node = node.clone();
+        async move {
+            let mut rt = cri_client.runtime.clone();
+            for i in (w..total).step_by(parallel) {
+                let pod: Pod = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("floor-{i}"), "namespace": "default", "uid": format!("floor-{i}")},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "busybox", "command": ["true"]}]}
+                }))
+                .unwrap();
+                let sc = spec::sandbox_config(&pod, 0, &node);
+                std::fs::create_dir_all(&sc.log_directory).unwrap();
+                let sb = rt
+                    .run_pod_sandbox(cri::RunPodSandboxRequest {
+                        config: Some(sc.clone()),
+                        runtime_handler: String::new(),
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .pod_sandbox_id;
+                let (cc, _) = spec::container_config(
+                    &pod,
+                    &pod.spec.as_ref().unwrap().containers[0],
+                    0,
+                    &node,
+                    &spec::ContainerInputs::default(),
+                )
+                .unwrap();
+                let id = rt
+                    .create_container(cri::CreateContainerRequest {
+                        pod_sandbox_id: sb.clone(),
+                        config: Some(cc),
+                        sandbox_config: Some(sc),
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .container_id;
+                rt.start_container(cri::StartContainerRequest {
+                    container_id: id.clone(),
+                })
+                .await
+                .unwrap();
+                // Until it has exited, as a kubelet's relist would see it.
+                loop {
+                    let st = rt
+                        .container_status(cri::ContainerStatusRequest {
+                            container_id: id.clone(),
+                            verbose: false,
+                        })
+                        .await
+                        .unwrap()
+                        .into_inner()
+                        .status
+                        .unwrap_or_default();
+                    if st.state == cri::ContainerState::ContainerExited as i32 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let _ = rt
+                    .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                        pod_sandbox_id: sb.clone(),
+                    })
+                    .await;
+                let _ = rt
+                    .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sb })
+                    .await;
+            }
+        }
+    });
+    futures::future::join_all(workers).await;
+    let elapsed = started.elapsed();
+    drop(containerd);
+    r8s_kubelet::cgroups::remove(&cgroup_parent);
+    cni::remove_bridge("r8sjfloor0");
+    elapsed
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    common::r8s_binary();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let images = root.join("target").join("test-images");
+    if !images.join("pause-image.txt").exists() {
+        let ok = std::process::Command::new("bash")
+            .arg(root.join("scripts/build-test-images.sh"))
+            .arg(&images)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+    let jobs = common::arg("--jobs", 100);
+    let completions = common::arg("--completions", 10);
+    let total = jobs * completions;
+    println!("job-bench: {jobs} Jobs × {completions} completions of busybox `true`");
+    let (elapsed, ran, rss) = control_plane(&images, jobs, completions).await;
+    println!(
+        "  r8s: all {jobs} Jobs Complete after {} ({ran} pods), {:.1} pods/s, server RSS {rss:.0} MiB",
+        common::ms(elapsed),
+        total as f64 / elapsed.as_secs_f64()
+    );
+    let floor = cri_floor(&images, total, jobs).await;
+    println!(
+        "  CRI floor: {total} pods run to exit after {}, {:.1} pods/s",
+        common::ms(floor),
+        total as f64 / floor.as_secs_f64()
+    );
+    println!(
+        "  ratio (r8s time / floor time): {:.2}",
+        elapsed.as_secs_f64() / floor.as_secs_f64()
+    );
+}
