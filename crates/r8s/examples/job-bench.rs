@@ -20,7 +20,6 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, PropagationPolicy};
-use r8s_kubelet::spec::{self, NodeContext};
 
 fn job(name: &str, completions: usize) -> Job {
     serde_json::from_value(serde_json::json!({
@@ -41,41 +40,8 @@ fn complete(j: &Job) -> bool {
 
 /// (time to all Complete, pods that ran, server RSS at the end in MiB).
 async fn control_plane(images: &Path, jobs: usize, completions: usize) -> (Duration, usize, f64) {
-    let dir = tempfile::tempdir().unwrap();
-    let staged = dir.path().join("agent").join("images");
-    std::fs::create_dir_all(&staged).unwrap();
-    for e in std::fs::read_dir(images).unwrap().flatten() {
-        std::fs::copy(e.path(), staged.join(e.file_name())).unwrap();
-    }
-    let (mut server, client) = common::start_server(
-        dir.path(),
-        &[
-            "--node-name",
-            "bench-node",
-            "--pod-bridge",
-            "r8sjobs0",
-            "--cluster-cidr",
-            "10.193.0.0/16",
-            "--kubelet-address",
-            "127.0.0.1",
-            "--kubelet-port",
-            "0",
-        ],
-        None,
-    )
-    .await;
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-    loop {
-        let ready = nodes.get_opt("bench-node").await.ok().flatten().is_some_and(|n| {
-            n.status
-                .and_then(|s| s.conditions)
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        });
-        if ready {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (_dir, mut server, client) =
+        common::start_node(images, "bench-node", "r8sjobs0", "10.193.0.0/16").await;
     let api: Api<Job> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let started = Instant::now();
@@ -140,80 +106,19 @@ async fn control_plane(images: &Path, jobs: usize, completions: usize) -> (Durat
 
 /// The same pods straight through CRI on a bare containerd, `parallel` at a time: the floor.
 async fn cri_floor(images: &Path, total: usize, parallel: usize) -> Duration {
-    use r8s_kubelet::cni::{self, CniOptions};
-    use r8s_kubelet::containerd::{Containerd, ContainerdOptions};
-    let dir = tempfile::tempdir().unwrap();
-    let mut opts = ContainerdOptions::new(dir.path().join("containerd"));
-    opts.sandbox_image = std::fs::read_to_string(images.join("pause-image.txt"))
-        .unwrap()
-        .trim()
-        .into();
-    let cni_opts = CniOptions {
-        conf_dir: opts.cni_conf_dir.clone(),
-        ipam_dir: dir.path().join("ipam"),
-        bridge: "r8sjfloor0".into(),
-        ip_masq: false,
-        mtu: None,
-    };
-    cni::write(&cni_opts, "10.192.0.0/24").unwrap();
-    let cgroup_parent = r8s_kubelet::cgroups::pod_parent("r8s-job-floor");
-    let containerd = Containerd::start(opts).unwrap();
-    r8s_kubelet::images::import_dir(&containerd.socket(), images).unwrap();
-    let cri_client = r8s_kubelet::cri::Cri::connect(&containerd.socket())
-        .await
-        .unwrap();
-    let node = NodeContext {
-        node_name: "floor".into(),
-        log_root: dir.path().join("logs").display().to_string(),
-        cgroup_parent: cgroup_parent.clone(),
-        ..Default::default()
-    };
+    let floor = common::Floor::start(images, "r8sjfloor0", "10.192.0.0/24", "r8s-job-floor").await;
     let started = Instant::now();
     let workers = (0..parallel).map(|w| {
-        let cri_client = cri_client.clone();
-        let node = node.clone();
+        let floor = &floor;
         async move {
-            let mut rt = cri_client.runtime.clone();
+            let mut rt = floor.cri.runtime.clone();
             for i in (w..total).step_by(parallel) {
                 let pod: Pod = serde_json::from_value(serde_json::json!({
                     "metadata": {"name": format!("floor-{i}"), "namespace": "default", "uid": format!("floor-{i}")},
                     "spec": {"restartPolicy": "Never", "containers": [{"name": "work", "image": "busybox", "command": ["true"]}]}
                 }))
                 .unwrap();
-                let sc = spec::sandbox_config(&pod, 0, &node);
-                std::fs::create_dir_all(&sc.log_directory).unwrap();
-                let sb = rt
-                    .run_pod_sandbox(cri::RunPodSandboxRequest {
-                        config: Some(sc.clone()),
-                        runtime_handler: String::new(),
-                    })
-                    .await
-                    .unwrap()
-                    .into_inner()
-                    .pod_sandbox_id;
-                let (cc, _) = spec::container_config(
-                    &pod,
-                    &pod.spec.as_ref().unwrap().containers[0],
-                    0,
-                    &node,
-                    &spec::ContainerInputs::default(),
-                )
-                .unwrap();
-                let id = rt
-                    .create_container(cri::CreateContainerRequest {
-                        pod_sandbox_id: sb.clone(),
-                        config: Some(cc),
-                        sandbox_config: Some(sc),
-                    })
-                    .await
-                    .unwrap()
-                    .into_inner()
-                    .container_id;
-                rt.start_container(cri::StartContainerRequest {
-                    container_id: id.clone(),
-                })
-                .await
-                .unwrap();
+                let (sb, id) = floor.run_pod(&pod).await;
                 // Until it has exited, as a kubelet's relist would see it.
                 loop {
                     let st = rt
@@ -231,39 +136,18 @@ async fn cri_floor(images: &Path, total: usize, parallel: usize) -> Duration {
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                let _ = rt
-                    .stop_pod_sandbox(cri::StopPodSandboxRequest {
-                        pod_sandbox_id: sb.clone(),
-                    })
-                    .await;
-                let _ = rt
-                    .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sb })
-                    .await;
+                floor.remove_sandbox(&sb).await;
             }
         }
     });
     futures::future::join_all(workers).await;
-    let elapsed = started.elapsed();
-    drop(containerd);
-    r8s_kubelet::cgroups::remove(&cgroup_parent);
-    cni::remove_bridge("r8sjfloor0");
-    elapsed
+    started.elapsed()
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     common::r8s_binary();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let images = root.join("target").join("test-images");
-    if !images.join("pause-image.txt").exists() {
-        let ok = std::process::Command::new("bash")
-            .arg(root.join("scripts/build-test-images.sh"))
-            .arg(&images)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    }
+    let images = common::test_images();
     let jobs = common::arg("--jobs", 100);
     let completions = common::arg("--completions", 10);
     let total = jobs * completions;

@@ -15,11 +15,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams, WatchEvent, WatchParams};
-use r8s_kubelet::spec::{self, NodeContext};
 
 fn deployment(name: &str, replicas: usize) -> Deployment {
     serde_json::from_value(serde_json::json!({
@@ -39,41 +37,8 @@ fn ready(p: &Pod) -> bool {
 }
 
 async fn control_plane(images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Duration>, Duration)> {
-    let dir = tempfile::tempdir().unwrap();
-    let staged = dir.path().join("agent").join("images");
-    std::fs::create_dir_all(&staged).unwrap();
-    for e in std::fs::read_dir(images).unwrap().flatten() {
-        std::fs::copy(e.path(), staged.join(e.file_name())).unwrap();
-    }
-    let (mut server, client) = common::start_server(
-        dir.path(),
-        &[
-            "--node-name",
-            "bench-node",
-            "--pod-bridge",
-            "r8sbench0",
-            "--cluster-cidr",
-            "10.195.0.0/16",
-            "--kubelet-address",
-            "127.0.0.1",
-            "--kubelet-port",
-            "0",
-        ],
-        None,
-    )
-    .await;
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-    loop {
-        let ready = nodes.get_opt("bench-node").await.ok().flatten().is_some_and(|n| {
-            n.status
-                .and_then(|s| s.conditions)
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        });
-        if ready {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (_dir, mut server, client) =
+        common::start_node(images, "bench-node", "r8sbench0", "10.195.0.0/16").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), "default");
     let mut results = Vec::new();
@@ -137,40 +102,12 @@ async fn control_plane(images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Durati
 
 /// The same pods straight through CRI on a bare containerd: the floor.
 async fn cri_floor(images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Duration>, Duration)> {
-    use r8s_kubelet::cni::{self, CniOptions};
-    use r8s_kubelet::containerd::{Containerd, ContainerdOptions};
-    let dir = tempfile::tempdir().unwrap();
-    let mut opts = ContainerdOptions::new(dir.path().join("containerd"));
-    opts.sandbox_image = std::fs::read_to_string(images.join("pause-image.txt"))
-        .unwrap()
-        .trim()
-        .into();
-    let cni_opts = CniOptions {
-        conf_dir: opts.cni_conf_dir.clone(),
-        ipam_dir: dir.path().join("ipam"),
-        bridge: "r8sfloor0".into(),
-        ip_masq: false,
-        mtu: None,
-    };
-    cni::write(&cni_opts, "10.194.0.0/24").unwrap();
-    let cgroup_parent = r8s_kubelet::cgroups::pod_parent("r8s-floor");
-    let containerd = Containerd::start(opts).unwrap();
-    r8s_kubelet::images::import_dir(&containerd.socket(), images).unwrap();
-    let cri_client = r8s_kubelet::cri::Cri::connect(&containerd.socket())
-        .await
-        .unwrap();
-    let node = NodeContext {
-        node_name: "floor".into(),
-        log_root: dir.path().join("logs").display().to_string(),
-        cgroup_parent: cgroup_parent.clone(),
-        ..Default::default()
-    };
+    let floor = common::Floor::start(images, "r8sfloor0", "10.194.0.0/24", "r8s-floor").await;
     let mut results = Vec::new();
     for &n in sizes {
         let started = Instant::now();
         let runs = (0..n).map(|i| {
-            let cri_client = cri_client.clone();
-            let node = node.clone();
+            let floor = &floor;
             async move {
                 let t = Instant::now();
                 let pod: Pod = serde_json::from_value(serde_json::json!({
@@ -178,34 +115,7 @@ async fn cri_floor(images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Duration>,
                     "spec": {"containers": [{"name": "nginx", "image": "nginx"}]}
                 }))
                 .unwrap();
-                let sc = spec::sandbox_config(&pod, 0, &node);
-                std::fs::create_dir_all(&sc.log_directory).unwrap();
-                let mut rt = cri_client.runtime.clone();
-                let sb = rt
-                    .run_pod_sandbox(cri::RunPodSandboxRequest { config: Some(sc.clone()), runtime_handler: String::new() })
-                    .await
-                    .unwrap()
-                    .into_inner()
-                    .pod_sandbox_id;
-                let (cc, _) = spec::container_config(
-                    &pod,
-                    &pod.spec.as_ref().unwrap().containers[0],
-                    0,
-                    &node,
-                    &spec::ContainerInputs::default(),
-                )
-                .unwrap();
-                let id = rt
-                    .create_container(cri::CreateContainerRequest {
-                        pod_sandbox_id: sb.clone(),
-                        config: Some(cc),
-                        sandbox_config: Some(sc),
-                    })
-                    .await
-                    .unwrap()
-                    .into_inner()
-                    .container_id;
-                rt.start_container(cri::StartContainerRequest { container_id: id }).await.unwrap();
+                let (sb, _) = floor.run_pod(&pod).await;
                 (t.elapsed(), sb)
             }
         });
@@ -214,38 +124,17 @@ async fn cri_floor(images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Duration>,
         let mut l: Vec<Duration> = done.iter().map(|(d, _)| *d).collect();
         l.sort();
         results.push((n, l, total));
-        let mut rt = cri_client.runtime.clone();
         for (_, sb) in done {
-            let _ = rt
-                .stop_pod_sandbox(cri::StopPodSandboxRequest {
-                    pod_sandbox_id: sb.clone(),
-                })
-                .await;
-            let _ = rt
-                .remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id: sb })
-                .await;
+            floor.remove_sandbox(&sb).await;
         }
     }
-    drop(containerd);
-    r8s_kubelet::cgroups::remove(&cgroup_parent);
-    cni::remove_bridge("r8sfloor0");
     results
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     common::r8s_binary();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let images = root.join("target").join("test-images");
-    if !images.join("pause-image.txt").exists() {
-        let ok = std::process::Command::new("bash")
-            .arg(root.join("scripts/build-test-images.sh"))
-            .arg(&images)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    }
+    let images = common::test_images();
     let sizes = [3usize, 30];
     println!("pod-bench: nginx pods, image present; create → Ready");
     let full = control_plane(&images, &sizes).await;

@@ -158,6 +158,19 @@ fn too_many_requests(cause: String, retry_after: i64) -> ApiError {
 
 /// POST pods/<name>/eviction: delete the pod if no disruption budget forbids it. Answers a
 /// Success Status (201), 429 when a budget forbids it now.
+/// The delete options with a resourceVersion precondition of `pod`'s, unless the client set
+/// one.
+fn with_version_precondition(opts: &Value, pod: &Value) -> Value {
+    let mut opts = opts.clone();
+    if opts["preconditions"]["resourceVersion"].is_null() {
+        if !opts["preconditions"].is_object() {
+            opts["preconditions"] = json!({});
+        }
+        opts["preconditions"]["resourceVersion"] = pod["metadata"]["resourceVersion"].clone();
+    }
+    opts
+}
+
 pub(crate) async fn evict(
     ctx: &Ctx,
     pods: &r8s_api::ResourceDef,
@@ -203,7 +216,22 @@ pub(crate) async fn evict(
         if matches!(phase, "Succeeded" | "Failed" | "Pending")
             || pod["metadata"]["deletionTimestamp"].is_string()
         {
-            super::delete_object(ctx, pods, ns, name, &opts).await?;
+            // A Pending pod may start meanwhile: deleted only as it was read (upstream's
+            // resourceVersion precondition), else looked at again.
+            let opts = if phase == "Pending" {
+                with_version_precondition(&opts, &pod)
+            } else {
+                opts.clone()
+            };
+            match super::delete_object(ctx, pods, ns, name, &opts).await {
+                Err(e)
+                    if e.code == 409
+                        && opts["preconditions"]["resourceVersion"] == pod["metadata"]["resourceVersion"] =>
+                {
+                    continue
+                }
+                r => r?,
+            };
             return Ok(success);
         }
         let budgets: Vec<Value> =
@@ -236,7 +264,18 @@ pub(crate) async fn evict(
         if !pod_ready(&pod) {
             let always = budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow";
             if always || (int("currentHealthy") >= int("desiredHealthy") && int("desiredHealthy") > 0) {
-                super::delete_object(ctx, pods, ns, name, &opts).await?;
+                // Deleted only while still unhealthy as read (upstream's precondition).
+                let opts = with_version_precondition(&opts, &pod);
+                match super::delete_object(ctx, pods, ns, name, &opts).await {
+                    Err(e)
+                        if e.code == 409
+                            && opts["preconditions"]["resourceVersion"]
+                                == pod["metadata"]["resourceVersion"] =>
+                    {
+                        continue
+                    }
+                    r => r?,
+                };
                 return Ok(success);
             }
         }
@@ -334,4 +373,26 @@ async fn mark_disruption_target(ctx: &Ctx, pods: &r8s_api::ResourceDef, ns: &str
             rv,
         )
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evictions_without_a_budget_check_are_pinned_to_the_version_read() {
+        let pod = json!({"metadata": {"name": "p", "resourceVersion": "42"}});
+        assert_eq!(
+            with_version_precondition(&json!({}), &pod),
+            json!({"preconditions": {"resourceVersion": "42"}})
+        );
+        // The client's own precondition stands.
+        let theirs = json!({"gracePeriodSeconds": 0, "preconditions": {"resourceVersion": "7", "uid": "u"}});
+        assert_eq!(with_version_precondition(&theirs, &pod), theirs);
+        let uid_only = json!({"preconditions": {"uid": "u"}});
+        assert_eq!(
+            with_version_precondition(&uid_only, &pod),
+            json!({"preconditions": {"uid": "u", "resourceVersion": "42"}})
+        );
+    }
 }

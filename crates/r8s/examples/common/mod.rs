@@ -195,3 +195,188 @@ pub async fn create_default_service_accounts(client: &Client) {
         sas.create(&Default::default(), &sa).await.unwrap();
     }
 }
+
+/// The kubelet's test images (target/test-images), built by scripts/build-test-images.sh when
+/// missing.
+pub fn test_images() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let images = root.join("target").join("test-images");
+    if !images.join("pause-image.txt").exists() {
+        let ok = Command::new("bash")
+            .arg(root.join("scripts/build-test-images.sh"))
+            .arg(&images)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "building the test images failed");
+    }
+    images
+}
+
+/// `r8s server` with its agent as node `node` (pods on `bridge` in `cidr`, the kubelet API on
+/// loopback), on the test images in `images`; returns once the node is Ready. The data
+/// directory lives as long as the returned TempDir.
+pub async fn start_node(
+    images: &Path,
+    node: &str,
+    bridge: &str,
+    cidr: &str,
+) -> (tempfile::TempDir, Child, Client) {
+    let dir = tempfile::tempdir().unwrap();
+    let staged = dir.path().join("agent").join("images");
+    std::fs::create_dir_all(&staged).unwrap();
+    for e in std::fs::read_dir(images).unwrap().flatten() {
+        std::fs::copy(e.path(), staged.join(e.file_name())).unwrap();
+    }
+    let (server, client) = start_server(
+        dir.path(),
+        &[
+            "--node-name",
+            node,
+            "--pod-bridge",
+            bridge,
+            "--cluster-cidr",
+            cidr,
+            "--kubelet-address",
+            "127.0.0.1",
+            "--kubelet-port",
+            "0",
+        ],
+        None,
+    )
+    .await;
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    loop {
+        let ready = nodes.get_opt(node).await.ok().flatten().is_some_and(|n| {
+            n.status
+                .and_then(|s| s.conditions)
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        if ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (dir, server, client)
+}
+
+/// A bare containerd on the test images, with the CNI bridge and a pod cgroup parent of its
+/// own and no control plane: the CRI floor the pod benchmarks compare against. Everything it
+/// made goes when it is dropped.
+pub struct Floor {
+    pub cri: r8s_kubelet::cri::Cri,
+    pub node: r8s_kubelet::spec::NodeContext,
+    containerd: Option<r8s_kubelet::containerd::Containerd>,
+    cgroup_parent: String,
+    bridge: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Floor {
+    /// Pods on `bridge` in `subnet`, their cgroups under `cgroup`.
+    pub async fn start(images: &Path, bridge: &str, subnet: &str, cgroup: &str) -> Self {
+        use r8s_kubelet::cni::{self, CniOptions};
+        use r8s_kubelet::containerd::{Containerd, ContainerdOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = ContainerdOptions::new(dir.path().join("containerd"));
+        opts.sandbox_image = std::fs::read_to_string(images.join("pause-image.txt"))
+            .unwrap()
+            .trim()
+            .into();
+        let cni_opts = CniOptions {
+            conf_dir: opts.cni_conf_dir.clone(),
+            ipam_dir: dir.path().join("ipam"),
+            bridge: bridge.into(),
+            ip_masq: false,
+            mtu: None,
+        };
+        cni::write(&cni_opts, subnet).unwrap();
+        let cgroup_parent = r8s_kubelet::cgroups::pod_parent(cgroup);
+        let containerd = Containerd::start(opts).unwrap();
+        r8s_kubelet::images::import_dir(&containerd.socket(), images).unwrap();
+        let cri = r8s_kubelet::cri::Cri::connect(&containerd.socket())
+            .await
+            .unwrap();
+        let node = r8s_kubelet::spec::NodeContext {
+            node_name: "floor".into(),
+            log_root: dir.path().join("logs").display().to_string(),
+            cgroup_parent: cgroup_parent.clone(),
+            ..Default::default()
+        };
+        Self {
+            cri,
+            node,
+            containerd: Some(containerd),
+            cgroup_parent,
+            bridge: bridge.into(),
+            _dir: dir,
+        }
+    }
+
+    /// Run `pod`'s sandbox and start its first container, as a kubelet would: (sandbox id,
+    /// container id).
+    pub async fn run_pod(&self, pod: &k8s_openapi::api::core::v1::Pod) -> (String, String) {
+        use k8s_cri::v1 as cri;
+        use r8s_kubelet::spec;
+        let sc = spec::sandbox_config(pod, 0, &self.node);
+        std::fs::create_dir_all(&sc.log_directory).unwrap();
+        let mut rt = self.cri.runtime.clone();
+        let sb = rt
+            .run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(sc.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .pod_sandbox_id;
+        let (cc, _) = spec::container_config(
+            pod,
+            &pod.spec.as_ref().unwrap().containers[0],
+            0,
+            &self.node,
+            &spec::ContainerInputs::default(),
+        )
+        .unwrap();
+        let id = rt
+            .create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: sb.clone(),
+                config: Some(cc),
+                sandbox_config: Some(sc),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .container_id;
+        rt.start_container(cri::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap();
+        (sb, id)
+    }
+
+    /// Stop and remove a sandbox (and its containers).
+    pub async fn remove_sandbox(&self, id: &str) {
+        use k8s_cri::v1 as cri;
+        let mut rt = self.cri.runtime.clone();
+        let _ = rt
+            .stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            })
+            .await;
+        let _ = rt
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            })
+            .await;
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        drop(self.containerd.take());
+        r8s_kubelet::cgroups::remove(&self.cgroup_parent);
+        r8s_kubelet::cni::remove_bridge(&self.bridge);
+    }
+}

@@ -9,12 +9,6 @@ use crate::support;
 use serde_json::Value;
 use support::cluster::*;
 
-fn json(s: &support::Server, args: &[&str]) -> Value {
-    let mut full = args.to_vec();
-    full.extend(["-o", "json"]);
-    serde_json::from_str(&s.ok(V, &full)).unwrap()
-}
-
 /// Millicores from `kubectl top`'s CPU cell ("123m").
 fn millicores(cell: &str) -> i64 {
     cell.trim_end_matches('m').parse().unwrap_or(-1)

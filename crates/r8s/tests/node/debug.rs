@@ -6,58 +6,7 @@
 
 use crate::support;
 
-use serde_json::Value;
 use support::cluster::*;
-
-/// kubectl with `input` on a standard input kept open until kubectl ends (a session whose
-/// input ends is detached from, as `kubectl attach -i` is on Ctrl-D), at most 90 s; its
-/// standard output.
-fn interactive(s: &support::Server, version: &str, args: &[&str], input: &str) -> String {
-    use std::io::{Read, Write};
-    use std::process::Stdio;
-    let mut child = s
-        .command(version, args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input.as_bytes()).unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut out = String::new();
-        let _ = stdout.read_to_string(&mut out);
-        out
-    });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            break child.wait().unwrap();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
-    drop(stdin);
-    let out = reader.join().unwrap();
-    let mut err = String::new();
-    let _ = stderr.read_to_string(&mut err);
-    assert!(
-        status.success(),
-        "kubectl {version} {args:?}: {status}\n{out}\n{err}"
-    );
-    out
-}
-
-fn json(s: &support::Server, args: &[&str]) -> Value {
-    let mut full = args.to_vec();
-    full.extend(["-o", "json"]);
-    serde_json::from_str(&s.ok(V, &full)).unwrap()
-}
 
 #[test]
 fn kubectl_debug_attaches_to_pods_and_nodes() {
@@ -77,8 +26,7 @@ fn kubectl_debug_attaches_to_pods_and_nodes() {
     );
 
     // kubectl 1.33: a named debugger targeting the app container sees its processes.
-    let out = interactive(
-        s,
+    let out = s.interactive(
         V,
         &[
             "debug",
@@ -133,8 +81,7 @@ fn kubectl_debug_attaches_to_pods_and_nodes() {
     );
 
     // kubectl 1.27 (SPDY, its own generated name) adds a second one beside it.
-    let out = interactive(
-        s,
+    let out = s.interactive(
         "1.27",
         &[
             "debug",
@@ -177,8 +124,7 @@ fn kubectl_debug_attaches_to_pods_and_nodes() {
     // kubectl debug node/…: a pod on that node in its namespaces, the host's root at /host.
     let marker = c.data.join("debug-marker");
     std::fs::write(&marker, "from the host\n").unwrap();
-    let out = interactive(
-        s,
+    let out = s.interactive(
         V,
         &[
             "debug",

@@ -9,12 +9,6 @@ use crate::support;
 use serde_json::Value;
 use support::cluster::*;
 
-fn json(s: &support::Server, args: &[&str]) -> Value {
-    let mut full = args.to_vec();
-    full.extend(["-o", "json"]);
-    serde_json::from_str(&s.ok(V, &full)).unwrap()
-}
-
 #[test]
 fn jobs_run_to_their_conditions() {
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());

@@ -233,6 +233,13 @@ pub fn start_prepared(
     }
 }
 
+/// kubectl (of version `V`) with `-o json`, which must succeed, parsed.
+pub fn json(s: &Server, args: &[&str]) -> Value {
+    let mut full = args.to_vec();
+    full.extend(["-o", "json"]);
+    serde_json::from_str(&s.ok(V, &full)).unwrap()
+}
+
 pub fn pod_json(s: &Server, name: &str) -> Option<Value> {
     serde_json::from_slice(&s.kubectl(V, &["get", "pod", name, "-o", "json"]).stdout).ok()
 }

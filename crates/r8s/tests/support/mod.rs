@@ -192,6 +192,49 @@ impl Server {
         child.wait_with_output().unwrap()
     }
 
+    /// kubectl with `input` on a standard input kept open until kubectl ends (a session whose
+    /// input ends is detached from, as `kubectl attach -i` is on Ctrl-D), at most 90 s; it
+    /// must succeed; its standard output.
+    pub fn interactive(&self, version: &str, args: &[&str], input: &str) -> String {
+        use std::io::{Read, Write};
+        let mut child = self
+            .command(version, args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let mut stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut out = String::new();
+            let _ = stdout.read_to_string(&mut out);
+            out
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break child.wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        drop(stdin);
+        let out = reader.join().unwrap();
+        let mut err = String::new();
+        let _ = stderr.read_to_string(&mut err);
+        assert!(
+            status.success(),
+            "kubectl {version} {args:?}: {status}\n{out}\n{err}"
+        );
+        out
+    }
+
     /// Run kubectl and insist it succeeds; returns stdout.
     pub fn ok(&self, version: &str, args: &[&str]) -> String {
         Self::succeeded(version, args, self.kubectl(version, args), &self.log())
