@@ -266,6 +266,11 @@ impl StatefulSetController {
                         }
                     }
                     Some(p) => {
+                        if p.metadata.deletion_timestamp.is_none() {
+                            if let Err(e) = self.repair_identity(&set, &pods_api, p, ordinal).await {
+                                err.get_or_insert(e);
+                            }
+                        }
                         let healthy = running_and_ready(p) && p.metadata.deletion_timestamp.is_none();
                         if !parallel && !healthy {
                             // OrderedReady: nothing after a pod that is not Running and Ready.
@@ -417,6 +422,51 @@ impl StatefulSetController {
             return Ok(Some(Duration::from_secs(min_ready as u64)));
         }
         Ok(None)
+    }
+
+    /// Upstream's `identityMatches`/`updateIdentity`: a pod whose name or index label was
+    /// changed or removed gets it back (the rest of its identity, name and hostname, cannot
+    /// change).
+    async fn repair_identity(
+        &self,
+        set: &StatefulSet,
+        api: &Api<Pod>,
+        p: &Pod,
+        ordinal: i32,
+    ) -> Result<(), Error> {
+        let name = p.name_any();
+        let index = ordinal.to_string();
+        let labels = p.labels();
+        if labels.get(POD_NAME_LABEL) == Some(&name) && labels.get(POD_INDEX_LABEL) == Some(&index) {
+            return Ok(());
+        }
+        let patch =
+            serde_json::json!({"metadata": {"labels": {POD_NAME_LABEL: name, POD_INDEX_LABEL: index}}});
+        match api
+            .patch(&name, &crate::patch_params(), &kube::api::Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                self.events.normal(
+                    set,
+                    "SuccessfulUpdate",
+                    format!("update Pod {name} in StatefulSet {} successful", set.name_any()),
+                );
+                Ok(())
+            }
+            Err(e) if r8s_client::is_not_found(&e) => Ok(()),
+            Err(e) => {
+                self.events.warning(
+                    set,
+                    "FailedUpdate",
+                    format!(
+                        "update Pod {name} in StatefulSet {} failed error: {e}",
+                        set.name_any()
+                    ),
+                );
+                Err(e.into())
+            }
+        }
     }
 
     async fn delete_pod(&self, set: &StatefulSet, api: &Api<Pod>, p: &Pod) -> Result<(), Error> {

@@ -675,6 +675,28 @@ fn statefulsets_start_in_order_and_keep_their_names() {
         (p["metadata"]["uid"] != uid && ready_at_opt(&p)).then_some(())
     });
 
+    // A pod whose identity label is taken away gets it back (the same pod, not a new one).
+    let uid = json(s, &["get", "pod", "web-0"])["metadata"]["uid"].clone();
+    s.ok(
+        V,
+        &[
+            "label",
+            "pod",
+            "web-0",
+            "statefulset.kubernetes.io/pod-name-",
+            "apps.kubernetes.io/pod-index=9",
+            "--overwrite",
+        ],
+    );
+    wait_for(30, "web-0's identity labels restored", || {
+        let p = json(s, &["get", "pod", "web-0"]);
+        let labels = &p["metadata"]["labels"];
+        (labels["statefulset.kubernetes.io/pod-name"] == "web-0"
+            && labels["apps.kubernetes.io/pod-index"] == "0")
+            .then_some(())
+    });
+    assert_eq!(json(s, &["get", "pod", "web-0"])["metadata"]["uid"], uid);
+
     // Scaling down removes the highest ordinals; an update rolls from the highest down.
     s.ok(V, &["scale", "statefulset", "web", "--replicas=2"]);
     wait_for(60, "web-2 removed", || {
