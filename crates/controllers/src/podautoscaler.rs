@@ -96,10 +96,36 @@ pub(crate) struct PodMetric {
     pub window: Duration,
 }
 
-/// Why a metric could not be computed: the condition's reason and the error.
+/// Why a metric could not be computed: the condition's reason, the error (what the event and
+/// the condition say) and what upstream wraps it in for the sync's error.
 struct MetricError {
     reason: &'static str,
     message: String,
+    /// e.g. "failed to get cpu resource metric value" (empty: not wrapped).
+    within: String,
+}
+
+impl MetricError {
+    fn new(reason: &'static str, message: String) -> Self {
+        Self {
+            reason,
+            message,
+            within: String::new(),
+        }
+    }
+
+    fn within(self, within: String) -> Self {
+        Self { within, ..self }
+    }
+
+    /// The error as the sync reports it.
+    fn full(&self) -> String {
+        if self.within.is_empty() {
+            self.message.clone()
+        } else {
+            format!("{}: {}", self.within, self.message)
+        }
+    }
 }
 
 fn milli(q: &ApiQuantity) -> Option<i64> {
@@ -683,7 +709,7 @@ impl HorizontalController {
         } else {
             "FailedGetResourceMetric"
         };
-        let fail = |message: String| MetricError { reason, message };
+        let fail = |message: String| MetricError::new(reason, message);
         let utilization = target.average_utilization;
         let wrap = |e: String| {
             if target.average_value.is_some() {
@@ -776,31 +802,32 @@ impl HorizontalController {
         spec: &MetricSpec,
     ) -> Result<(i32, String, MetricStatus), MetricError> {
         let no_api = |reason: &'static str, what: &str| {
-            MetricError {
-            reason,
-            message: format!(
-                "unable to get {what}: unable to fetch metrics from {} metrics API: the server could not find the requested resource",
-                if reason == "FailedGetExternalMetric" { "external" } else { "custom" }
-            ),
-        }
+            MetricError::new(
+                reason,
+                format!(
+                    "unable to get {what}: unable to fetch metrics from {} metrics API: the server could not find the requested resource",
+                    if reason == "FailedGetExternalMetric" { "external" } else { "custom" }
+                ),
+            )
+        };
+        let metric_name = |m: Option<&k8s_openapi::api::autoscaling::v2::MetricIdentifier>| {
+            m.map(|m| m.name.clone()).unwrap_or_default()
         };
         match spec.type_.as_str() {
             "Resource" => {
-                let r = spec.resource.as_ref().ok_or(MetricError {
-                    reason: "FailedGetResourceMetric",
-                    message: "invalid resource metric source".into(),
+                let r = spec.resource.as_ref().ok_or_else(|| {
+                    MetricError::new("FailedGetResourceMetric", "invalid resource metric source".into())
                 })?;
                 self.resource_metric(ns, selector_text, selector, current, &r.name, None, &r.target)
                     .await
-                    .map_err(|e| MetricError {
-                        reason: e.reason,
-                        message: format!("failed to get {} resource metric value: {}", r.name, e.message),
-                    })
+                    .map_err(|e| e.within(format!("failed to get {} resource metric value", r.name)))
             }
             "ContainerResource" => {
-                let r = spec.container_resource.as_ref().ok_or(MetricError {
-                    reason: "FailedGetContainerResourceMetric",
-                    message: "invalid container resource metric source".into(),
+                let r = spec.container_resource.as_ref().ok_or_else(|| {
+                    MetricError::new(
+                        "FailedGetContainerResourceMetric",
+                        "invalid container resource metric source".into(),
+                    )
                 })?;
                 self.resource_metric(
                     ns,
@@ -812,54 +839,29 @@ impl HorizontalController {
                     &r.target,
                 )
                 .await
-                .map_err(|e| MetricError {
-                    reason: e.reason,
-                    message: format!(
-                        "failed to get {} container metric value: {}",
-                        r.container, e.message
-                    ),
-                })
+                .map_err(|e| e.within(format!("failed to get {} container metric value", r.container)))
             }
             "Pods" => {
-                let name = spec
-                    .pods
-                    .as_ref()
-                    .map(|p| p.metric.name.clone())
-                    .unwrap_or_default();
-                let e = no_api("FailedGetPodsMetric", &format!("metric {name}"));
-                Err(MetricError {
-                    reason: e.reason,
-                    message: format!("failed to get pods metric value: {}", e.message),
-                })
+                let name = metric_name(spec.pods.as_ref().map(|p| &p.metric));
+                Err(no_api("FailedGetPodsMetric", &format!("metric {name}"))
+                    .within("failed to get pods metric value".into()))
             }
             "Object" => {
-                let name = spec
-                    .object
-                    .as_ref()
-                    .map(|p| p.metric.name.clone())
-                    .unwrap_or_default();
-                let e = no_api("FailedGetObjectMetric", &format!("metric {name}"));
-                Err(MetricError {
-                    reason: e.reason,
-                    message: format!("failed to get object metric value: {}", e.message),
-                })
+                let name = metric_name(spec.object.as_ref().map(|p| &p.metric));
+                Err(no_api("FailedGetObjectMetric", &format!("metric {name}"))
+                    .within("failed to get object metric value".into()))
             }
             "External" => {
-                let name = spec
-                    .external
-                    .as_ref()
-                    .map(|p| p.metric.name.clone())
-                    .unwrap_or_default();
-                let e = no_api("FailedGetExternalMetric", &format!("external metric {name}"));
-                Err(MetricError {
-                    reason: e.reason,
-                    message: format!("failed to get {name} external metric value: {}", e.message),
-                })
+                let name = metric_name(spec.external.as_ref().map(|p| &p.metric));
+                Err(
+                    no_api("FailedGetExternalMetric", &format!("external metric {name}"))
+                        .within(format!("failed to get {name} external metric value")),
+                )
             }
-            other => Err(MetricError {
-                reason: "InvalidMetricSourceType",
-                message: format!("unknown metric source type {other:?}"),
-            }),
+            other => Err(MetricError::new(
+                "InvalidMetricSourceType",
+                format!("unknown metric source type {other:?}"),
+            )),
         }
     }
 
@@ -1114,38 +1116,29 @@ impl HorizontalController {
                 Err(e) => {
                     invalid += 1;
                     // The event carries the inner error, as upstream's does.
-                    let inner = e
-                        .message
-                        .split_once(" metric value: ")
-                        .map_or(e.message.as_str(), |(_, rest)| rest)
-                        .to_owned();
-                    self.events.warning(hpa, e.reason, inner);
+                    self.events.warning(hpa, e.reason, e.message.clone());
                     first.get_or_insert(e);
                 }
             }
         }
         let statuses = (!statuses.is_empty()).then_some(statuses);
-        if let Some(e) = &first {
+        let partial = first.as_ref().map(|e| {
+            format!(
+                "invalid metrics ({invalid} invalid out of {}), first error is: {}",
+                specs.len(),
+                e.full()
+            )
+        });
+        if let (Some(e), Some(err)) = (&first, &partial) {
             if invalid >= specs.len() || replicas < current {
-                let inner = e
-                    .message
-                    .split_once(" metric value: ")
-                    .map_or(e.message.as_str(), |(_, rest)| rest);
                 set_condition(
                     conditions,
                     "ScalingActive",
                     "False",
                     e.reason,
-                    format!("the HPA was unable to compute the replica count: {inner}"),
+                    format!("the HPA was unable to compute the replica count: {}", e.message),
                 );
-                return Err((
-                    statuses,
-                    format!(
-                        "invalid metrics ({invalid} invalid out of {}), first error is: {}",
-                        specs.len(),
-                        e.message
-                    ),
-                ));
+                return Err((statuses, err.clone()));
             }
         }
         set_condition(
@@ -1155,13 +1148,6 @@ impl HorizontalController {
             "ValidMetricFound",
             format!("the HPA was able to successfully calculate a replica count from {metric}"),
         );
-        let partial = first.map(|e| {
-            format!(
-                "invalid metrics ({invalid} invalid out of {}), first error is: {}",
-                specs.len(),
-                e.message
-            )
-        });
         Ok((replicas, metric, statuses, partial))
     }
 

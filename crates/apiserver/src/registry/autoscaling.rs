@@ -430,63 +430,62 @@ fn validate_status(obj: &Value) -> Vec<FieldError> {
 
 // ---- autoscaling/v1 ⇄ v2 ----------------------------------------------------------------
 
+/// Set `key` of `out` to `v` unless `v` is null: a field absent in one form stays absent in
+/// the other.
+fn set_present(out: &mut Value, key: &str, v: &Value) {
+    if !v.is_null() {
+        out[key] = v.clone();
+    }
+}
+
+/// The source field of a Resource or ContainerResource metric.
+fn resource_field(ty: &str) -> &'static str {
+    if ty == "Resource" {
+        "resource"
+    } else {
+        "containerResource"
+    }
+}
+
 /// A v2 MetricSpec as v1's (the beta form the `metrics` annotation holds).
 fn spec_to_v1(m: &Value) -> Value {
     let ty = m["type"].as_str().unwrap_or("");
     let t = |src: &Value| src["target"].clone();
     match ty {
         "Resource" | "ContainerResource" => {
-            let field = if ty == "Resource" {
-                "resource"
-            } else {
-                "containerResource"
-            };
+            let field = resource_field(ty);
             let src = &m[field];
             let mut out = json!({"name": src["name"]});
-            if let Some(c) = src.get("container") {
-                out["container"] = c.clone();
-            }
+            set_present(&mut out, "container", &src["container"]);
             let target = t(src);
-            if !target["averageUtilization"].is_null() {
-                out["targetAverageUtilization"] = target["averageUtilization"].clone();
-            }
-            if !target["averageValue"].is_null() {
-                out["targetAverageValue"] = target["averageValue"].clone();
-            }
+            set_present(
+                &mut out,
+                "targetAverageUtilization",
+                &target["averageUtilization"],
+            );
+            set_present(&mut out, "targetAverageValue", &target["averageValue"]);
             json!({"type": ty, field: out})
         }
         "Pods" => {
             let src = &m["pods"];
             let mut out = json!({"metricName": src["metric"]["name"], "targetAverageValue": src["target"]["averageValue"]});
-            if !src["metric"]["selector"].is_null() {
-                out["selector"] = src["metric"]["selector"].clone();
-            }
+            set_present(&mut out, "selector", &src["metric"]["selector"]);
             json!({"type": ty, "pods": out})
         }
         "Object" => {
             let src = &m["object"];
             let mut out = json!({"target": src["describedObject"], "metricName": src["metric"]["name"],
                 "targetValue": src["target"]["value"]});
-            if !src["target"]["averageValue"].is_null() {
-                out["averageValue"] = src["target"]["averageValue"].clone();
-            }
-            if !src["metric"]["selector"].is_null() {
-                out["selector"] = src["metric"]["selector"].clone();
-            }
+            set_present(&mut out, "averageValue", &src["target"]["averageValue"]);
+            set_present(&mut out, "selector", &src["metric"]["selector"]);
             json!({"type": ty, "object": out})
         }
         "External" => {
             let src = &m["external"];
             let mut out = json!({"metricName": src["metric"]["name"]});
-            if !src["metric"]["selector"].is_null() {
-                out["metricSelector"] = src["metric"]["selector"].clone();
-            }
-            if !src["target"]["value"].is_null() {
-                out["targetValue"] = src["target"]["value"].clone();
-            }
-            if !src["target"]["averageValue"].is_null() {
-                out["targetAverageValue"] = src["target"]["averageValue"].clone();
-            }
+            set_present(&mut out, "metricSelector", &src["metric"]["selector"]);
+            set_present(&mut out, "targetValue", &src["target"]["value"]);
+            set_present(&mut out, "targetAverageValue", &src["target"]["averageValue"]);
             json!({"type": ty, "external": out})
         }
         _ => json!({"type": ty}),
@@ -498,11 +497,7 @@ fn spec_from_v1(m: &Value) -> Value {
     let ty = m["type"].as_str().unwrap_or("");
     match ty {
         "Resource" | "ContainerResource" => {
-            let field = if ty == "Resource" {
-                "resource"
-            } else {
-                "containerResource"
-            };
+            let field = resource_field(ty);
             let src = &m[field];
             let target = if !src["targetAverageUtilization"].is_null() {
                 json!({"type": "Utilization", "averageUtilization": src["targetAverageUtilization"]})
@@ -510,25 +505,19 @@ fn spec_from_v1(m: &Value) -> Value {
                 json!({"type": "AverageValue", "averageValue": src["targetAverageValue"]})
             };
             let mut out = json!({"name": src["name"], "target": target});
-            if let Some(c) = src.get("container") {
-                out["container"] = c.clone();
-            }
+            set_present(&mut out, "container", &src["container"]);
             json!({"type": ty, field: out})
         }
         "Pods" => {
             let src = &m["pods"];
             let mut metric = json!({"name": src["metricName"]});
-            if !src["selector"].is_null() {
-                metric["selector"] = src["selector"].clone();
-            }
+            set_present(&mut metric, "selector", &src["selector"]);
             json!({"type": ty, "pods": {"metric": metric, "target": {"type": "AverageValue", "averageValue": src["targetAverageValue"]}}})
         }
         "Object" => {
             let src = &m["object"];
             let mut metric = json!({"name": src["metricName"]});
-            if !src["selector"].is_null() {
-                metric["selector"] = src["selector"].clone();
-            }
+            set_present(&mut metric, "selector", &src["selector"]);
             let target = if src["averageValue"].is_null() {
                 json!({"type": "Value", "value": src["targetValue"]})
             } else {
@@ -539,9 +528,7 @@ fn spec_from_v1(m: &Value) -> Value {
         "External" => {
             let src = &m["external"];
             let mut metric = json!({"name": src["metricName"]});
-            if !src["metricSelector"].is_null() {
-                metric["selector"] = src["metricSelector"].clone();
-            }
+            set_present(&mut metric, "selector", &src["metricSelector"]);
             let target = if src["targetValue"].is_null() {
                 json!({"type": "AverageValue", "averageValue": src["targetAverageValue"]})
             } else {
@@ -558,19 +545,15 @@ fn status_to_v1(m: &Value) -> Value {
     let ty = m["type"].as_str().unwrap_or("");
     match ty {
         "Resource" | "ContainerResource" => {
-            let field = if ty == "Resource" {
-                "resource"
-            } else {
-                "containerResource"
-            };
+            let field = resource_field(ty);
             let src = &m[field];
             let mut out = json!({"name": src["name"], "currentAverageValue": src["current"]["averageValue"]});
-            if !src["current"]["averageUtilization"].is_null() {
-                out["currentAverageUtilization"] = src["current"]["averageUtilization"].clone();
-            }
-            if let Some(c) = src.get("container") {
-                out["container"] = c.clone();
-            }
+            set_present(
+                &mut out,
+                "currentAverageUtilization",
+                &src["current"]["averageUtilization"],
+            );
+            set_present(&mut out, "container", &src["container"]);
             json!({"type": ty, field: out})
         }
         "Pods" => {
@@ -595,20 +578,16 @@ fn status_from_v1(m: &Value) -> Value {
     let ty = m["type"].as_str().unwrap_or("");
     match ty {
         "Resource" | "ContainerResource" => {
-            let field = if ty == "Resource" {
-                "resource"
-            } else {
-                "containerResource"
-            };
+            let field = resource_field(ty);
             let src = &m[field];
             let mut current = json!({"averageValue": src["currentAverageValue"]});
-            if !src["currentAverageUtilization"].is_null() {
-                current["averageUtilization"] = src["currentAverageUtilization"].clone();
-            }
+            set_present(
+                &mut current,
+                "averageUtilization",
+                &src["currentAverageUtilization"],
+            );
             let mut out = json!({"name": src["name"], "current": current});
-            if let Some(c) = src.get("container") {
-                out["container"] = c.clone();
-            }
+            set_present(&mut out, "container", &src["container"]);
             json!({"type": ty, field: out})
         }
         "Pods" => {
@@ -868,11 +847,7 @@ fn targets(spec: &[Value], status: &[Value]) -> String {
         let cur = status.get(i).unwrap_or(&Value::Null);
         let text = match m["type"].as_str().unwrap_or("") {
             ty @ ("Resource" | "ContainerResource") => {
-                let field = if ty == "Resource" {
-                    "resource"
-                } else {
-                    "containerResource"
-                };
+                let field = resource_field(ty);
                 let (src, cur) = (&m[field], &cur[field]);
                 let name = src["name"].as_str().unwrap_or("");
                 let target = &src["target"];
