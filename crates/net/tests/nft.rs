@@ -17,6 +17,7 @@ fn service_ips() -> SetSpec {
         key_type: types::concat(&[types::IPV4_ADDR, types::INET_PROTO, types::INET_SERVICE]),
         fields: vec![4, 1, 2],
         verdict_map: true,
+        value: None,
         timeout_ms: None,
     }
 }
@@ -34,6 +35,7 @@ fn a_table_written_over_netlink_reads_back_as_nft_prints_it() {
             key_type: types::IPV4_ADDR,
             fields: vec![4],
             verdict_map: false,
+            value: None,
             timeout_ms: Some(10_800_000),
         });
         b.add_chain(

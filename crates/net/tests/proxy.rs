@@ -128,6 +128,7 @@ fn cfg() -> ProxyConfig {
         masquerade_bit: 14,
         node_name: "node".into(),
         local_service_ips: vec![],
+        keep_on_exit: false,
     }
 }
 
@@ -316,19 +317,18 @@ fn adding_one_service_to_many_is_one_small_transaction() {
     let t = std::time::Instant::now();
     w.node.run(|| p.full_sync(all)).unwrap();
     eprintln!("full sync of {n} Services: {:?}", t.elapsed());
-    let s = service("new", "10.43.9.9", None, false);
+    let s = service("new", "10.43.200.9", None, false);
     let t = std::time::Instant::now();
     let stats = w
         .node
-        .run(|| p.sync(vec![rules(&s, &[&slice("new", &["10.42.9.9"])])]))
+        .run(|| p.sync(vec![rules(&s, &[&slice("new", &["10.42.200.9"])])]))
         .unwrap();
     eprintln!("adding one to {n}: {:?} ({stats:?})", t.elapsed());
     assert!(stats.messages <= 10 && stats.bytes < 4096, "{stats:?}");
-    let listed = w.node.nft(&["list", "map", "ip", "r8s", "service-ips"]);
-    assert!(
-        listed.contains("10.43.9.9 . tcp . 80 : goto service-default/new/tcp/http"),
-        "{listed}"
-    );
+    // Only map elements: the kernel need not re-check the table's jumps.
+    assert!(stats.messages <= 4, "{stats:?}");
+    let listed = w.node.nft(&["list", "map", "ip", "r8s", "flat-counts"]);
+    assert!(listed.contains("10.43.200.9 . tcp . 80 : "), "{listed}");
     assert!(
         listed.contains("10.43.4.250 . tcp . 80"),
         "{}",

@@ -127,6 +127,7 @@ fn config() -> r8s_net::proxy::ProxyConfig {
         masquerade_bit: 14,
         node_name: "bench".into(),
         local_service_ips: vec![],
+        keep_on_exit: false,
     }
 }
 

@@ -312,6 +312,7 @@ fn proxy_config(
                 std::net::IpAddr::V6(_) => None,
             })
             .collect(),
+        keep_on_exit: false,
     })
 }
 
@@ -1172,12 +1173,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
                     .flatten()
                     .collect();
             let node_name = args.agent.options(data_dir.join("agent"))?.node_name;
-            Some(proxy_config(
+            let mut cfg = proxy_config(
                 &node_name,
                 &args.service_cidr,
                 &args.controllers.cluster_cidr,
                 local,
-            )?)
+            )?;
+            cfg.keep_on_exit = args.agent.keep_pods_on_exit;
+            Some(cfg)
         } else {
             None
         };
@@ -1484,12 +1487,9 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
         None
     } else {
         let local = if run_dns { vec![cluster_dns] } else { vec![] };
-        Some(proxy_config(
-            &opts.node_name,
-            &args.service_cidr,
-            &args.cluster_cidr,
-            local,
-        )?)
+        let mut cfg = proxy_config(&opts.node_name, &args.service_cidr, &args.cluster_cidr, local)?;
+        cfg.keep_on_exit = args.agent.keep_pods_on_exit;
+        Some(cfg)
     };
     let proxy_metrics = Arc::new(r8s_net::proxy::ProxyMetrics::default());
     if proxy_cfg.is_some() {

@@ -69,7 +69,7 @@ impl std::fmt::Display for ServiceCidr {
 }
 
 /// What is being allocated.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pool {
     ClusterIp(ServiceCidr),
     NodePort,

@@ -1094,12 +1094,34 @@ pub(crate) async fn apply_update(
             warnings: &ctx.warnings,
         })
         .await?;
-    strategy.begin_update(ctx, &obj, old).await?;
+    let finish = strategy.begin_update(ctx, &mut obj, old).await?;
+    let result = write_update(ctx, def, strategy.as_ref(), ns, name, obj, old, old_rv, dry_run).await;
+    if let Some(f) = finish {
+        f.finish(ctx, matches!(result, Ok((_, true)))).await;
+    }
+    result.map(|(obj, _)| obj)
+}
+
+/// The write at the end of an update: nothing for a no-op, the delete of an object whose
+/// last finalizer went, or the store's compare-and-swap. Returns the object and whether this
+/// version of it was stored.
+#[allow(clippy::too_many_arguments)]
+async fn write_update(
+    ctx: &Ctx,
+    def: &ResourceDef,
+    strategy: &dyn strategy::Strategy,
+    ns: &str,
+    name: &str,
+    mut obj: Value,
+    old: &Value,
+    old_rv: i64,
+    dry_run: bool,
+) -> Result<(Value, bool), ApiError> {
     let mut unchanged_check = obj.clone();
     meta::set_resource_version(&mut unchanged_check, old_rv);
     if unchanged_check == *old {
         // A no-op update writes nothing and keeps the resource version, as upstream.
-        return Ok(old.clone());
+        return Ok((old.clone(), false));
     }
     // An object being deleted whose last finalizer is removed goes away now (unless the
     // resource holds it longer: a namespace waits for its spec.finalizers).
@@ -1117,11 +1139,11 @@ pub(crate) async fn apply_update(
             // node ports) is released the same way.
             strategy.after_delete(ctx, old).await;
         }
-        return Ok(obj);
+        return Ok((obj, false));
     }
     if dry_run {
         meta::set_resource_version(&mut obj, old_rv);
-        return Ok(obj);
+        return Ok((obj, false));
     }
     let kv = ctx
         .shared
@@ -1130,7 +1152,7 @@ pub(crate) async fn apply_update(
         .await
         .map_err(|e| store_error(def, name, e))?;
     meta::set_resource_version(&mut obj, kv.mod_revision);
-    Ok(obj)
+    Ok((obj, true))
 }
 
 /// Delete one object, honouring preconditions, finalizers, graceful deletion and the

@@ -62,8 +62,14 @@ impl Strategy for Roles {
         Ok(None)
     }
 
-    async fn begin_update(&self, ctx: &Ctx, obj: &Value, old: &Value) -> Result<(), ApiError> {
-        crate::rbac::escalation::check_role(ctx, self.def(), meta::namespace(obj), obj, Some(old)).await
+    async fn begin_update(
+        &self,
+        ctx: &Ctx,
+        obj: &mut Value,
+        old: &Value,
+    ) -> Result<Option<Box<dyn Finish>>, ApiError> {
+        crate::rbac::escalation::check_role(ctx, self.def(), meta::namespace(obj), obj, Some(old)).await?;
+        Ok(None)
     }
 
     fn columns(&self) -> Vec<Column> {
@@ -119,8 +125,14 @@ impl Strategy for Bindings {
         Ok(None)
     }
 
-    async fn begin_update(&self, ctx: &Ctx, obj: &Value, old: &Value) -> Result<(), ApiError> {
-        crate::rbac::escalation::check_binding(ctx, self.def(), meta::namespace(obj), obj, Some(old)).await
+    async fn begin_update(
+        &self,
+        ctx: &Ctx,
+        obj: &mut Value,
+        old: &Value,
+    ) -> Result<Option<Box<dyn Finish>>, ApiError> {
+        crate::rbac::escalation::check_binding(ctx, self.def(), meta::namespace(obj), obj, Some(old)).await?;
+        Ok(None)
     }
 
     fn columns(&self) -> Vec<Column> {

@@ -118,10 +118,17 @@ pub(crate) trait Strategy: Send + Sync {
         Ok(None)
     }
 
-    /// Upstream's `BeginUpdate`: runs after validating admission, before the object is written.
-    async fn begin_update(&self, ctx: &Ctx, obj: &Value, old: &Value) -> Result<(), ApiError> {
+    /// Upstream's `BeginUpdate`: runs after validating admission, before the object is
+    /// written (e.g. a Service that now needs node ports gets them). The returned [`Finish`]
+    /// is told whether the object was stored.
+    async fn begin_update(
+        &self,
+        ctx: &Ctx,
+        obj: &mut Value,
+        old: &Value,
+    ) -> Result<Option<Box<dyn Finish>>, ApiError> {
         let _ = (ctx, obj, old);
-        Ok(())
+        Ok(None)
     }
 
     /// Whether an object must stay once its `metadata.finalizers` are gone (a namespace waits

@@ -62,6 +62,19 @@ pub enum Verdict {
     Goto(String),
 }
 
+/// What a map element carries: a verdict, or (in a data map) a value.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Data {
+    Verdict(Verdict),
+    Value(Vec<u8>),
+}
+
+impl From<Verdict> for Data {
+    fn from(v: Verdict) -> Self {
+        Data::Verdict(v)
+    }
+}
+
 impl Verdict {
     fn code(&self) -> u32 {
         match self {

@@ -8,7 +8,7 @@ pub mod wire;
 
 use std::io;
 
-pub use expr::{CmpOp, Expr, Verdict};
+pub use expr::{CmpOp, Data, Expr, Verdict};
 pub use wire::Family;
 use wire::{begin_msg, end_msg, MsgType, Writer, NFNL_SUBSYS_NFTABLES};
 use wire::{NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST};
@@ -28,6 +28,7 @@ pub mod types {
     pub const IPV4_ADDR: u32 = 7;
     pub const INET_PROTO: u32 = 12;
     pub const INET_SERVICE: u32 = 13;
+    pub const INTEGER: u32 = 4;
 
     pub const fn concat(fields: &[u32]) -> u32 {
         let mut v = 0;
@@ -74,6 +75,8 @@ pub struct SetSpec {
     pub fields: Vec<u32>,
     /// A verdict map rather than a set.
     pub verdict_map: bool,
+    /// A data map: each element carries a value of this (nft datatype, length in bytes).
+    pub value: Option<(u32, u32)>,
     /// Elements expire after this long (a dynamic set updated from the packet path).
     pub timeout_ms: Option<u64>,
 }
@@ -95,6 +98,12 @@ pub struct Batch {
     next_id: u32,
     /// (seq, where the message starts) of every message, to name a failing one.
     msgs: Vec<(u32, usize)>,
+}
+
+/// What one element being written carries.
+enum ElemData<'e> {
+    Verdict(&'e Verdict),
+    Value(&'e [u8]),
 }
 
 /// The largest element-list attribute put into one message (an attribute's length is a u16).
@@ -218,7 +227,7 @@ impl Batch {
     /// Create a named set or map if it does not exist (its properties must then be the same).
     pub fn add_set(&mut self, set: &SetSpec) {
         let mut flags = 0;
-        if set.verdict_map {
+        if set.verdict_map || set.value.is_some() {
             flags |= SET_MAP;
         }
         if set.fields.len() > 1 {
@@ -239,6 +248,9 @@ impl Batch {
         w.u32(5, set.key_len());
         if set.verdict_map {
             w.u32(6, DATA_VERDICT);
+        } else if let Some((ty, len)) = set.value {
+            w.u32(6, ty); // NFTA_SET_DATA_TYPE
+            w.u32(7, len); // NFTA_SET_DATA_LEN
         }
         w.u32(10, id);
         if let Some(t) = set.timeout_ms {
@@ -273,6 +285,26 @@ impl Batch {
         set: &str,
         elems: impl IntoIterator<Item = (&'e [u8], Option<&'e Verdict>)>,
     ) {
+        self.elems(
+            MsgType::NewSetElem,
+            set,
+            elems.into_iter().map(|(k, v)| (k, v.map(ElemData::Verdict))),
+        );
+    }
+
+    /// Add elements of a set, a verdict map or a data map.
+    pub fn add_data_elems<'e>(
+        &mut self,
+        set: &str,
+        elems: impl IntoIterator<Item = (&'e [u8], Option<&'e Data>)>,
+    ) {
+        let elems = elems.into_iter().map(|(k, d)| {
+            let d = d.map(|d| match d {
+                Data::Verdict(v) => ElemData::Verdict(v),
+                Data::Value(v) => ElemData::Value(v),
+            });
+            (k, d)
+        });
         self.elems(MsgType::NewSetElem, set, elems);
     }
 
@@ -285,7 +317,7 @@ impl Batch {
         &mut self,
         ty: MsgType,
         set: &str,
-        elems: impl IntoIterator<Item = (&'e [u8], Option<&'e Verdict>)>,
+        elems: impl IntoIterator<Item = (&'e [u8], Option<ElemData<'e>>)>,
     ) {
         let mut open: Option<(usize, usize)> = None;
         for (key, data) in elems {
@@ -315,10 +347,18 @@ impl Batch {
             let k = w.begin(1);
             w.bytes(1, key);
             w.end(k);
-            if let Some(v) = data {
-                let d = w.begin(2);
-                v.write(&mut w);
-                w.end(d);
+            match data {
+                Some(ElemData::Verdict(v)) => {
+                    let d = w.begin(2); // NFTA_SET_ELEM_DATA
+                    v.write(&mut w);
+                    w.end(d);
+                }
+                Some(ElemData::Value(v)) => {
+                    let d = w.begin(2);
+                    w.bytes(1, v); // NFTA_DATA_VALUE
+                    w.end(d);
+                }
+                None => {}
             }
             w.end(e);
         }
@@ -504,6 +544,7 @@ mod tests {
             key_type: types::concat(&[types::IPV4_ADDR, types::INET_PROTO, types::INET_SERVICE]),
             fields: vec![4, 1, 2],
             verdict_map: true,
+            value: None,
             timeout_ms: None,
         };
         assert_eq!(s.key_len(), 12);

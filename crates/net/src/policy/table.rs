@@ -19,6 +19,7 @@ fn addr_set(name: &str, verdict_map: bool) -> SetSpec {
         key_type: types::IPV4_ADDR,
         fields: vec![4],
         verdict_map,
+        value: None,
         timeout_ms: None,
     }
 }

@@ -16,8 +16,9 @@ use r8s_client::informer::{key_of, Change, Factory};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::health::HealthServers;
 use super::metrics::ProxyMetrics;
-use super::model::{service_rules, ProxyConfig, ServiceRules};
+use super::model::{health_check, service_rules, ProxyConfig, ServiceRules};
 use super::table::Proxier;
 
 use crate::dns::zone::SERVICE_NAME_LABEL;
@@ -56,6 +57,16 @@ impl State {
             .unwrap_or_default();
         service_rules(cfg, svc, &slices)
     }
+
+    fn health(&self, cfg: &ProxyConfig, key: &str) -> Option<(u16, usize)> {
+        let svc = self.services.get(key)?;
+        let slices: Vec<&EndpointSlice> = self
+            .slices
+            .get(key)
+            .map(|m| m.values().map(|s| s.as_ref()).collect())
+            .unwrap_or_default();
+        health_check(cfg, svc, &slices)
+    }
 }
 
 fn slice_service(s: &EndpointSlice) -> Option<String> {
@@ -77,7 +88,8 @@ pub async fn run(
         .map_err(|e| format!("nf_tables is not usable here ({e}): the Service proxy does not run"))?;
     let blackhole = match cfg.cluster_cidr {
         Some(net) => match route::add_blackhole(net).await {
-            Ok(added) => added.then_some(net),
+            // Already there: an earlier run's, left for this one (`keep_on_exit`).
+            Ok(_) => Some(net),
             Err(e) => {
                 tracing::warn!(error = %e, "proxy: no blackhole route for the cluster CIDR");
                 None
@@ -154,11 +166,15 @@ pub async fn run(
     }
 
     let mut need_full = true;
+    let mut health = HealthServers::new(std::net::Ipv4Addr::UNSPECIFIED.into());
     while !stop.is_cancelled() {
         if need_full {
             let all: Vec<(String, ServiceRules)> = {
                 let mut st = state.lock().unwrap();
                 st.dirty.clear();
+                for k in st.services.keys() {
+                    health.set(k, st.health(&cfg, k));
+                }
                 st.services
                     .keys()
                     .map(|k| (k.clone(), st.rules(&cfg, k)))
@@ -168,6 +184,7 @@ pub async fn run(
             match proxier.full_sync(all) {
                 Ok(stats) => {
                     need_full = false;
+                    health.set_healthy(true);
                     let took = started.elapsed().as_secs_f64();
                     metrics.sync.observe(took);
                     metrics.full_sync.observe(took);
@@ -178,6 +195,7 @@ pub async fn run(
                 }
                 Err(e) => {
                     metrics.failures.inc();
+                    health.set_healthy(false);
                     tracing::error!(error = %e, "proxy: full sync failed; retrying");
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -203,6 +221,9 @@ pub async fn run(
             let mut st = state.lock().unwrap();
             let dirty: Vec<String> = st.dirty.drain().collect();
             let triggers = dirty.iter().filter_map(|k| st.triggers.remove(k)).collect();
+            for k in &dirty {
+                health.set(k, st.health(&cfg, k));
+            }
             let changes = dirty
                 .into_iter()
                 .map(|k| {
@@ -215,6 +236,7 @@ pub async fn run(
         let started = Instant::now();
         match proxier.sync(changes) {
             Ok(stats) => {
+                health.set_healthy(true);
                 let took = started.elapsed().as_secs_f64();
                 metrics.sync.observe(took);
                 metrics.partial_sync.observe(took);
@@ -230,6 +252,7 @@ pub async fn run(
             }
             Err(e) => {
                 metrics.failures.inc();
+                health.set_healthy(false);
                 tracing::error!(error = %e, "proxy: sync failed; re-syncing the whole table");
                 need_full = true;
             }
@@ -237,6 +260,12 @@ pub async fn run(
     }
     for t in tasks {
         t.abort();
+    }
+    health.stop();
+    if cfg.keep_on_exit {
+        // The pods stay: their Services keep routing until the next start's full sync.
+        tracing::info!("proxy: leaving the table in place for the next start");
+        return Ok(());
     }
     if let Err(e) = proxier.remove() {
         tracing::warn!(error = %e, "proxy: could not remove its table");

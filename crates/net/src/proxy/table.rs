@@ -5,11 +5,12 @@
 //! in memory, so a sync never reads the kernel back.
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use super::model::*;
-use crate::nft::expr::{m, CmpOp, Expr, REG_1};
-use crate::nft::{types, BaseChain, Batch, ChainType, Conn, Error, Family, Hook, SetSpec, Verdict};
+use crate::nft::expr::{m, reg32, CmpOp, Expr, REG_1};
+use crate::nft::{types, BaseChain, Batch, ChainType, Conn, Data, Error, Family, Hook, SetSpec, Verdict};
 
 /// Fixed chains.
 const SERVICES: &str = "services";
@@ -17,6 +18,8 @@ const SERVICE_ENDPOINTS_CHECK: &str = "service-endpoints-check";
 const NODEPORT_ENDPOINTS_CHECK: &str = "nodeport-endpoints-check";
 const CLUSTER_IPS_CHECK: &str = "cluster-ips-check";
 const MASQUERADING: &str = "masquerading";
+const FLAT_SERVICES: &str = "flat-services";
+const FLAT_NODEPORTS: &str = "flat-nodeports";
 
 /// Chains no longer used are emptied at once and deleted this much later: before 6.2 the
 /// kernel notices a chain is unreferenced only a moment after the map element pointing at it
@@ -41,6 +44,8 @@ pub struct Proxier {
     owners: HashMap<(&'static str, Vec<u8>), String>,
     /// Emptied chains waiting to be deleted, with when they were emptied.
     stale: BTreeMap<String, Instant>,
+    /// How many Services have each address in the hairpin set.
+    hairpin: HashMap<Ipv4Addr, usize>,
 }
 
 fn base_chains() -> [(&'static str, BaseChain); 7] {
@@ -66,6 +71,7 @@ fn three_field_map(name: &str) -> SetSpec {
         key_type: types::concat(&[types::IPV4_ADDR, types::INET_PROTO, types::INET_SERVICE]),
         fields: vec![4, 1, 2],
         verdict_map: true,
+        value: None,
         timeout_ms: None,
     }
 }
@@ -76,8 +82,73 @@ fn two_field_map(name: &str) -> SetSpec {
         key_type: types::concat(&[types::INET_PROTO, types::INET_SERVICE]),
         fields: vec![1, 2],
         verdict_map: true,
+        value: None,
         timeout_ms: None,
     }
+}
+
+/// The flat path's sets and maps (see `model`).
+fn flat_sets() -> Vec<SetSpec> {
+    use types::*;
+    let set = |name: &str, fields: &[(u32, u32)], value: Option<(u32, u32)>| SetSpec {
+        name: name.into(),
+        key_type: concat(&fields.iter().map(|f| f.0).collect::<Vec<_>>()),
+        fields: fields.iter().map(|f| f.1).collect(),
+        verdict_map: false,
+        value,
+        timeout_ms: None,
+    };
+    let count = Some((INTEGER, 4));
+    let endpoint = Some((concat(&[IPV4_ADDR, INET_SERVICE]), 8));
+    let (addr, proto, port, bucket) = ((IPV4_ADDR, 4), (INET_PROTO, 1), (INET_SERVICE, 2), (INTEGER, 4));
+    vec![
+        set(FLAT_COUNTS, &[addr, proto, port], count),
+        set(FLAT_ENDPOINTS, &[addr, proto, port, bucket], endpoint),
+        set(FLAT_EXTERNAL, &[addr, proto, port], None),
+        set(FLAT_NODEPORT_COUNTS, &[proto, port], count),
+        set(FLAT_NODEPORT_ENDPOINTS, &[proto, port, bucket], endpoint),
+        set(FLAT_HAIRPIN, &[addr, addr], None),
+    ]
+}
+
+/// One rule per endpoint count `n`: the key (`width` registers from register 1 on) has `n`
+/// endpoints in `counts`; a bucket below `n` at random completes the key of `endpoints`,
+/// whose value (`addr . port`) is the DNAT target.
+fn flat_rules(key: &[Expr], width: u32, counts: &str, endpoints: &str) -> Vec<Vec<Expr>> {
+    (1..=FLAT_MAX_ENDPOINTS as u32)
+        .map(|n| {
+            let mut r = key.to_vec();
+            r.extend([
+                Expr::Lookup {
+                    set: counts.into(),
+                    sreg: REG_1,
+                    dreg: Some(reg32(4)),
+                    invert: false,
+                },
+                Expr::Cmp {
+                    sreg: reg32(4),
+                    op: CmpOp::Eq,
+                    data: n.to_ne_bytes().to_vec(),
+                },
+                Expr::NumgenRandom {
+                    dreg: reg32(width),
+                    modulus: n,
+                },
+                Expr::Lookup {
+                    set: endpoints.into(),
+                    sreg: REG_1,
+                    dreg: Some(REG_1),
+                    invert: false,
+                },
+                Expr::Dnat {
+                    family: 2,
+                    addr_reg: REG_1,
+                    proto_reg: Some(reg32(1)),
+                },
+            ]);
+            r
+        })
+        .collect()
 }
 
 fn affinity(name: &str) -> SetSpec {
@@ -86,6 +157,7 @@ fn affinity(name: &str) -> SetSpec {
         key_type: types::IPV4_ADDR,
         fields: vec![4],
         verdict_map: false,
+        value: None,
         // Each element gets the Service's timeout from the rule that adds it; this default
         // is never used but makes the set a timeout set.
         timeout_ms: Some(10_800_000),
@@ -114,6 +186,7 @@ impl Proxier {
             applied: HashMap::new(),
             owners: HashMap::new(),
             stale: BTreeMap::new(),
+            hairpin: HashMap::new(),
         })
     }
 
@@ -132,8 +205,12 @@ impl Proxier {
             key_type: types::IPV4_ADDR,
             fields: vec![4],
             verdict_map: false,
+            value: None,
             timeout_ms: None,
         });
+        for set in flat_sets() {
+            b.add_set(&set);
+        }
         b.add_set(&three_field_map(SERVICE_IPS));
         b.add_set(&three_field_map(NO_ENDPOINT_SERVICES));
         b.add_set(&two_field_map(SERVICE_NODEPORTS));
@@ -150,6 +227,12 @@ impl Proxier {
             set: set.into(),
             sreg: REG_1,
             dreg: Some(0),
+            invert: false,
+        };
+        let is_in = |set: &str| Expr::Lookup {
+            set: set.into(),
+            sreg: REG_1,
+            dreg: None,
             invert: false,
         };
         let mut cluster_ips_check = vec![
@@ -199,6 +282,20 @@ impl Proxier {
             (
                 MASQUERADING,
                 vec![
+                    // A pod that reached itself through a flat Service.
+                    vec![
+                        m::ip_saddr(REG_1),
+                        m::ip_daddr(reg32(1)),
+                        Expr::Lookup {
+                            set: FLAT_HAIRPIN.into(),
+                            sreg: REG_1,
+                            dreg: None,
+                            invert: false,
+                        },
+                        Expr::Masquerade {
+                            flags: crate::nft::expr::NAT_PROTO_RANDOM_FULLY,
+                        },
+                    ],
                     with(m::mark_clear(mark), [Expr::Verdict(Verdict::Return)]),
                     m::mark_xor(mark),
                     vec![Expr::Masquerade {
@@ -211,11 +308,55 @@ impl Proxier {
                 vec![
                     with(m::daddr_proto_port().to_vec(), [lookup(SERVICE_IPS)]),
                     with(
+                        m::daddr_proto_port().to_vec(),
+                        [
+                            is_in(FLAT_COUNTS),
+                            Expr::Verdict(Verdict::Goto(FLAT_SERVICES.into())),
+                        ],
+                    ),
+                    with(
                         with(m::fib_daddr_local(), not_loopback()),
                         with(m::proto_port().to_vec(), [lookup(SERVICE_NODEPORTS)]),
                     ),
+                    with(
+                        with(m::fib_daddr_local(), not_loopback()),
+                        with(
+                            m::proto_port().to_vec(),
+                            [
+                                is_in(FLAT_NODEPORT_COUNTS),
+                                Expr::Verdict(Verdict::Goto(FLAT_NODEPORTS.into())),
+                            ],
+                        ),
+                    ),
                 ],
             ),
+            (FLAT_SERVICES, {
+                // External IPs and load-balancer ingress are always masqueraded, cluster IPs
+                // when the source is off the cluster (as the service chains do).
+                let mut rules = vec![with(
+                    m::daddr_proto_port().to_vec(),
+                    with(vec![is_in(FLAT_EXTERNAL)], m::mark_or(mark)),
+                )];
+                rules.push(match self.cfg.cluster_cidr {
+                    Some((net, prefix)) => with(
+                        m::ip_in(m::ip_saddr(REG_1), net, prefix, CmpOp::Neq),
+                        m::mark_or(mark),
+                    ),
+                    None => m::mark_or(mark),
+                });
+                rules.extend(flat_rules(&m::daddr_proto_port(), 3, FLAT_COUNTS, FLAT_ENDPOINTS));
+                rules
+            }),
+            (FLAT_NODEPORTS, {
+                let mut rules = vec![m::mark_or(mark)];
+                rules.extend(flat_rules(
+                    &m::proto_port(),
+                    2,
+                    FLAT_NODEPORT_COUNTS,
+                    FLAT_NODEPORT_ENDPOINTS,
+                ));
+                rules
+            }),
             (
                 SERVICE_ENDPOINTS_CHECK,
                 vec![with(
@@ -232,11 +373,14 @@ impl Proxier {
             ),
             (CLUSTER_IPS_CHECK, cluster_ips_check),
         ];
-        for (chain, rules) in &fixed {
+        // All chains first: rules may jump to a chain listed after theirs.
+        for (chain, _) in &fixed {
             b.add_chain(chain, None);
             if existing {
                 b.flush_chain(chain);
             }
+        }
+        for (chain, rules) in &fixed {
             for r in rules {
                 b.add_rule(chain, r);
             }
@@ -327,9 +471,15 @@ impl Proxier {
                 b.add_chain(c, None);
             }
         }
+        let mut hairpin: HashMap<Ipv4Addr, usize> = HashMap::new();
         for (_, r) in &filtered {
             add_elems(&mut b, r.elems.iter().map(|((s, k), v)| (*s, k, v.as_ref())));
+            for ip in &r.hairpin {
+                *hairpin.entry(*ip).or_default() += 1;
+            }
         }
+        let keys: Vec<Vec<u8>> = hairpin.keys().map(|ip| hairpin_key(*ip)).collect();
+        add_elems(&mut b, keys.iter().map(|k| (FLAT_HAIRPIN, k, None)));
         for (_, r) in &filtered {
             for (c, rules) in &r.chains {
                 for rule in rules {
@@ -348,6 +498,7 @@ impl Proxier {
         self.applied = applied;
         self.owners = owners;
         self.stale.clear();
+        self.hairpin = hairpin;
         Ok(stats)
     }
 
@@ -386,7 +537,7 @@ impl Proxier {
         }
         // 2. Elements gone or changed, then elements new or changed.
         let mut dels: Vec<(&'static str, &Vec<u8>)> = Vec::new();
-        let mut adds: Vec<(&'static str, &Vec<u8>, Option<&Verdict>)> = Vec::new();
+        let mut adds: Vec<(&'static str, &Vec<u8>, Option<&Data>)> = Vec::new();
         for (key, new) in &next {
             let old = old_of(key);
             for ((set, k), v) in &old.elems {
@@ -401,6 +552,33 @@ impl Proxier {
                 }
             }
         }
+        // Hairpin addresses: an element while any Service has it.
+        let mut hairpin = self.hairpin.clone();
+        for (key, new) in &next {
+            let old = old_of(key);
+            for ip in old.hairpin.difference(&new.hairpin) {
+                if let Some(n) = hairpin.get_mut(ip) {
+                    *n -= 1;
+                }
+            }
+            for ip in new.hairpin.difference(&old.hairpin) {
+                *hairpin.entry(*ip).or_default() += 1;
+            }
+        }
+        hairpin.retain(|_, n| *n > 0);
+        let hairpin_gone: Vec<Vec<u8>> = self
+            .hairpin
+            .keys()
+            .filter(|ip| !hairpin.contains_key(ip))
+            .map(|ip| hairpin_key(*ip))
+            .collect();
+        let hairpin_new: Vec<Vec<u8>> = hairpin
+            .keys()
+            .filter(|ip| !self.hairpin.contains_key(ip))
+            .map(|ip| hairpin_key(*ip))
+            .collect();
+        dels.extend(hairpin_gone.iter().map(|k| (FLAT_HAIRPIN, k)));
+        adds.extend(hairpin_new.iter().map(|k| (FLAT_HAIRPIN, k, None)));
         del_elems(&mut b, dels);
         add_elems(&mut b, adds);
         // 3. Chains rewritten in place; chains no longer used emptied.
@@ -454,6 +632,7 @@ impl Proxier {
                 .collect();
             return Err(e);
         }
+        self.hairpin = hairpin;
         for c in due {
             self.stale.remove(&c);
         }
@@ -490,6 +669,7 @@ impl Proxier {
         self.applied.clear();
         self.owners.clear();
         self.stale.clear();
+        self.hairpin.clear();
         Ok(())
     }
 
@@ -527,16 +707,21 @@ fn claim(
 
 fn add_elems<'a>(
     b: &mut Batch,
-    elems: impl IntoIterator<Item = (&'static str, &'a Vec<u8>, Option<&'a Verdict>)>,
+    elems: impl IntoIterator<Item = (&'static str, &'a Vec<u8>, Option<&'a Data>)>,
 ) {
-    type Elem<'e> = (&'e [u8], Option<&'e Verdict>);
+    type Elem<'e> = (&'e [u8], Option<&'e Data>);
     let mut by_set: BTreeMap<&str, Vec<Elem>> = BTreeMap::new();
     for (s, k, v) in elems {
         by_set.entry(s).or_default().push((k, v));
     }
     for (s, es) in by_set {
-        b.add_elems(s, es);
+        b.add_data_elems(s, es);
     }
+}
+
+/// The hairpin set's key for `ip`: `ip . ip`.
+fn hairpin_key(ip: Ipv4Addr) -> Vec<u8> {
+    [ip.octets(), ip.octets()].concat()
 }
 
 fn del_elems<'a>(b: &mut Batch, elems: impl IntoIterator<Item = (&'static str, &'a Vec<u8>)>) {

@@ -838,6 +838,96 @@ fn services_get_cluster_ips_and_node_ports() {
             s.ok(v, &["get", "svc", &web, "-o", "jsonpath={.spec.clusterIP}"]),
             ip
         );
+        // A type change allocates what the new type needs (a node port; a health-check port
+        // for a LoadBalancer keeping client addresses) and gives back what it no longer does.
+        let fields = "jsonpath={.spec.clusterIP} {.spec.ports[0].nodePort} {.spec.externalTrafficPolicy} {.spec.healthCheckNodePort}";
+        s.ok(
+            v,
+            &["patch", "svc", &web, "-p", r#"{"spec":{"type":"NodePort"}}"#],
+        );
+        let got = s.ok(v, &["get", "svc", &web, "-o", fields]);
+        let parts: Vec<&str> = got.split(' ').collect();
+        assert_eq!(
+            (parts[0], parts[2], parts[3]),
+            (ip.as_str(), "Cluster", ""),
+            "{got}"
+        );
+        let node_port: u16 = parts[1].parse().unwrap();
+        assert!((30000..=32767).contains(&node_port), "{got}");
+        s.ok(
+            v,
+            &[
+                "patch",
+                "svc",
+                &web,
+                "-p",
+                r#"{"spec":{"type":"LoadBalancer","externalTrafficPolicy":"Local"}}"#,
+            ],
+        );
+        let got = s.ok(v, &["get", "svc", &web, "-o", fields]);
+        let parts: Vec<&str> = got.split(' ').collect();
+        assert_eq!(
+            (parts[1], parts[2]),
+            (node_port.to_string().as_str(), "Local"),
+            "{got}"
+        );
+        let health: u16 = parts[3].parse().unwrap();
+        assert!((30000..=32767).contains(&health) && health != node_port, "{got}");
+        let again = format!("again{}", v.replace('.', ""));
+        let reuse = format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: {again}\n  namespace: default\nspec:\n  type: LoadBalancer\n  externalTrafficPolicy: Local\n  healthCheckNodePort: {health}\n  ports:\n  - port: 80\n");
+        // A dry run that would give the health-check port up keeps it.
+        s.ok(
+            v,
+            &[
+                "patch",
+                "svc",
+                &web,
+                "-p",
+                r#"{"spec":{"externalTrafficPolicy":"Cluster"}}"#,
+                "--dry-run=server",
+            ],
+        );
+        let err = String::from_utf8(s.fails_stdin(v, &["create", "-f", "-"], &reuse)).unwrap();
+        assert!(err.contains("spec.healthCheckNodePort: Invalid value"), "{err}");
+        s.ok(
+            v,
+            &["patch", "svc", &web, "-p", r#"{"spec":{"type":"ClusterIP"}}"#],
+        );
+        assert_eq!(s.ok(v, &["get", "svc", &web, "-o", fields]), format!("{ip}   "));
+        // Both ports are free again.
+        s.ok(
+            v,
+            &[
+                "create",
+                "service",
+                "nodeport",
+                &again,
+                "--tcp=80:8080",
+                &format!("--node-port={node_port}"),
+            ],
+        );
+        s.ok(v, &["delete", "svc", &again]);
+        s.ok_stdin(v, &["create", "-f", "-"], &reuse);
+        s.ok(v, &["delete", "svc", &again]);
+        // Fields a type cannot have, in upstream's words.
+        let err = String::from_utf8_lossy(
+            &s.kubectl(
+                v,
+                &[
+                    "patch",
+                    "svc",
+                    &web,
+                    "-p",
+                    r#"{"spec":{"externalTrafficPolicy":"Local"}}"#,
+                ],
+            )
+            .stderr,
+        )
+        .to_string();
+        assert!(
+            err.contains("spec.externalTrafficPolicy: Invalid value: \"Local\": may only be set for externally-accessible services"),
+            "{err}"
+        );
         // Deleting gives the address back.
         s.ok(v, &["delete", "svc", &web]);
         s.ok_stdin(v, &["create", "-f", "-"], &taken);

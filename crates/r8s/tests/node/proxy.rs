@@ -298,7 +298,43 @@ fn pods_reach_services_by_address_and_name_through_the_proxy() {
     wait_for(20, "web-lb2's ingress", || {
         (ingress("web-lb2") == external.0).then_some(())
     });
+    // Keeping client addresses (externalTrafficPolicy Local): a health-check node port
+    // answers as kube-proxy's, and the ingress still routes (to this node's endpoints).
+    s.ok(
+        V,
+        &[
+            "patch",
+            "service",
+            "web-lb2",
+            "-p",
+            r#"{"spec":{"externalTrafficPolicy":"Local"}}"#,
+        ],
+    );
+    let health = s.ok(
+        V,
+        &[
+            "get",
+            "service",
+            "web-lb2",
+            "-o",
+            "jsonpath={.spec.healthCheckNodePort}",
+        ],
+    );
+    let health_url = format!("http://127.0.0.1:{health}/");
+    let answer = wait_for(20, "the health check answering", || {
+        let b = curl(&health_url);
+        b.contains("\"localEndpoints\": 2").then_some(b)
+    });
+    assert!(
+        answer.contains("\"name\": \"web-lb2\"") && answer.contains("\"serviceProxyHealthy\": true"),
+        "{answer}"
+    );
+    let body = curl(&format!("http://{}:8081/", external.0));
+    assert!(body == "web-1" || body == "web-2", "{body}");
     s.ok(V, &["delete", "service", "web-lb2"]);
+    wait_for(20, "the health check gone", || {
+        curl(&health_url).contains("curl: (7)").then_some(())
+    });
 
     // No endpoints: refused at once, not a timeout.
     let empty_ip = s.ok(

@@ -67,12 +67,42 @@ fn a_restarted_agent_adopts_its_running_pods() {
     for (_, _, ip, _) in &before {
         assert!(curl_ok(ip), "{ip} does not answer");
     }
+    // Their Service, reached from the node by its cluster IP.
+    c.s.ok(V, &["expose", "deployment", "web", "--port=80"]);
+    let cluster_ip =
+        c.s.ok(V, &["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    wait_for(30, "the web Service answering", || {
+        curl_ok(&cluster_ip).then_some(())
+    });
+
+    // Asked every 100 ms from here through the restart: a Service of pods kept running never
+    // stops routing (the table stays while the agent is down; the next start replaces it in
+    // one transaction).
+    let asking = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let poller = {
+        let (asking, bridge, ip) = (asking.clone(), bridge.clone(), cluster_ip.clone());
+        std::thread::spawn(move || {
+            let (mut asked, mut failed) = (0, 0);
+            while asking.load(std::sync::atomic::Ordering::Relaxed) {
+                asked += 1;
+                if !self::curl_ok(&bridge, &ip) {
+                    failed += 1;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            (asked, failed)
+        })
+    };
 
     // Down: the server (and its containerd) stop, the pods keep serving.
     c.s.kill();
     for (_, _, ip, _) in &before {
         assert!(curl_ok(ip), "{ip} stopped answering while the server was down");
     }
+    assert!(
+        curl_ok(&cluster_ip),
+        "the Service stopped routing while the server was down"
+    );
 
     // Up again: the same pods, containers and addresses; nothing restarted or recreated.
     let args: Vec<String> = c.args.clone();
@@ -100,6 +130,13 @@ fn a_restarted_agent_adopts_its_running_pods() {
         // The kubelet serves the adopted containers' logs too.
         assert!(c.s.kubectl(V, &["logs", name]).status.success());
     }
+    asking.store(false, std::sync::atomic::Ordering::Relaxed);
+    let (asked, failed) = poller.join().unwrap();
+    assert!(asked > 20, "asked {asked} times");
+    assert_eq!(
+        failed, 0,
+        "{failed} of {asked} requests to the Service failed across the restart"
+    );
 
     // Without the flag, a stop stops the pods: no container is left, nor the pod bridge.
     let plain: Vec<&str> = args
@@ -112,6 +149,12 @@ fn a_restarted_agent_adopts_its_running_pods() {
         after.iter().all(|(_, _, ip, _)| curl_ok(ip)).then_some(())
     });
     c.s.kill();
+    // A clean stop without the flag removes the proxy's table.
+    let table = Command::new("nft")
+        .args(["list", "table", "ip", "r8s"])
+        .output()
+        .unwrap();
+    assert!(!table.status.success(), "the proxy's table is left");
     let runc_root = c.data.join("agent/containerd/state/runc/k8s.io");
     let left = Command::new("runc")
         .arg("--root")

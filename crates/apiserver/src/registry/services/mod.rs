@@ -38,6 +38,7 @@ impl Strategy for Services {
 
     fn prepare_for_update(&self, obj: &mut Value, old: &Value) -> Result<(), ApiError> {
         keep_status(obj, old);
+        drop_type_dependent_fields(obj, old);
         keep_allocations(obj, old)
     }
 
@@ -57,8 +58,24 @@ impl Strategy for Services {
 
     /// The cluster IP and node ports, given back unless the service is stored.
     async fn begin_create(&self, ctx: &Ctx, obj: &mut Value) -> Result<Option<Box<dyn Finish>>, ApiError> {
-        let allocations = allocate(ctx, obj).await?;
+        let allocations = allocate(ctx, obj, &[]).await?;
         Ok(Some(Box::new(ReleaseUnlessStored(allocations))))
+    }
+
+    /// What the updated Service needs and does not hold yet (a type now needing node ports,
+    /// a health-check port, a cluster IP) is allocated; what it no longer holds is released
+    /// once the update is stored.
+    async fn begin_update(
+        &self,
+        ctx: &Ctx,
+        obj: &mut Value,
+        old: &Value,
+    ) -> Result<Option<Box<dyn Finish>>, ApiError> {
+        let before = allocations(ctx, old);
+        let added = allocate(ctx, obj, &before).await?;
+        let after = allocations(ctx, obj);
+        let released = before.into_iter().filter(|a| !after.contains(a)).collect();
+        Ok(Some(Box::new(UpdateAllocations { added, released })))
     }
 
     async fn after_delete(&self, ctx: &Ctx, old: &Value) {
@@ -166,6 +183,20 @@ impl Finish for ReleaseUnlessStored {
     }
 }
 
+/// On update: what was allocated for it (given back unless stored) and what it gave up
+/// (given back once stored).
+struct UpdateAllocations {
+    added: Vec<(Pool, String)>,
+    released: Vec<(Pool, String)>,
+}
+
+#[async_trait]
+impl Finish for UpdateAllocations {
+    async fn finish(self: Box<Self>, ctx: &Ctx, stored: bool) {
+        release(ctx, if stored { &self.released } else { &self.added }).await;
+    }
+}
+
 /// Upstream's `SetDefaults_Service`.
 fn default(obj: &mut Value) {
     let spec = &mut obj["spec"];
@@ -197,6 +228,17 @@ fn default(obj: &mut Value) {
             .is_none_or(Value::is_null)
     {
         spec["allocateLoadBalancerNodePorts"] = json!(true);
+    }
+    let kind = spec["type"].as_str().unwrap_or("").to_owned();
+    if matches!(kind.as_str(), "NodePort" | "LoadBalancer")
+        && spec.get("externalTrafficPolicy").is_none_or(Value::is_null)
+    {
+        spec["externalTrafficPolicy"] = json!("Cluster");
+    }
+    if matches!(kind.as_str(), "ClusterIP" | "NodePort" | "LoadBalancer")
+        && spec.get("internalTrafficPolicy").is_none_or(Value::is_null)
+    {
+        spec["internalTrafficPolicy"] = json!("Cluster");
     }
     if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
         for p in ports {
@@ -288,6 +330,43 @@ fn validate(errs: &mut Vec<FieldError>, obj: &Value) {
             }
         }
     }
+    // Upstream's validateServiceExternalTrafficPolicy.
+    let externally_accessible = matches!(kind, "NodePort" | "LoadBalancer")
+        || (kind == "ClusterIP" && spec["externalIPs"].as_array().is_some_and(|a| !a.is_empty()));
+    match spec["externalTrafficPolicy"].as_str() {
+        Some(etp) if !externally_accessible => errs.push(FieldError::invalid(
+            "spec.externalTrafficPolicy",
+            etp,
+            "may only be set for externally-accessible services",
+        )),
+        Some("Cluster" | "Local") | None => {}
+        Some(other) => errs.push(FieldError::not_supported(
+            "spec.externalTrafficPolicy",
+            other,
+            &["Cluster", "Local"],
+        )),
+    }
+    let hc = spec["healthCheckNodePort"].as_i64().unwrap_or(0);
+    if hc != 0 {
+        if !needs_health_check(obj) {
+            errs.push(FieldError::invalid_raw(
+                "spec.healthCheckNodePort",
+                &hc.to_string(),
+                "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'",
+            ));
+        } else {
+            pod_validation::port_number(errs, "spec.healthCheckNodePort", hc);
+        }
+    }
+    if let Some(itp) = spec["internalTrafficPolicy"].as_str() {
+        if !["Cluster", "Local"].contains(&itp) {
+            errs.push(FieldError::not_supported(
+                "spec.internalTrafficPolicy",
+                itp,
+                &["Cluster", "Local"],
+            ));
+        }
+    }
     // One port and protocol once (printed as Go prints the key upstream compares).
     let mut seen = HashSet::new();
     for (i, p) in ports.iter().enumerate() {
@@ -311,8 +390,93 @@ fn needs_cluster_ip(obj: &Value) -> bool {
     obj["spec"]["type"].as_str() != Some("ExternalName")
 }
 
+/// Upstream's `needsNodePort`: NodePort Services, and LoadBalancers unless
+/// `allocateLoadBalancerNodePorts` is false.
 fn needs_node_ports(obj: &Value) -> bool {
+    match obj["spec"]["type"].as_str() {
+        Some("NodePort") => true,
+        Some("LoadBalancer") => obj["spec"]["allocateLoadBalancerNodePorts"].as_bool() != Some(false),
+        _ => false,
+    }
+}
+
+/// Whether the ports a user names are node ports to allocate (even when none are needed).
+fn may_have_node_ports(obj: &Value) -> bool {
     matches!(obj["spec"]["type"].as_str(), Some("NodePort" | "LoadBalancer"))
+}
+
+/// Upstream's `NeedsHealthCheck`: a LoadBalancer keeping client addresses
+/// (`externalTrafficPolicy: Local`) gets a health-check node port.
+fn needs_health_check(obj: &Value) -> bool {
+    obj["spec"]["type"] == "LoadBalancer" && obj["spec"]["externalTrafficPolicy"] == "Local"
+}
+
+/// Upstream's `dropTypeDependentFields`: when an update changes the type, the values the
+/// old type had (perhaps allocated for it) and the new one cannot have are wiped — unless the
+/// user changed them too, in which case validation speaks.
+fn drop_type_dependent_fields(obj: &mut Value, old: &Value) {
+    let same = |obj: &Value, f: &str| obj["spec"][f] == old["spec"][f];
+    if needs_cluster_ip(old) && !needs_cluster_ip(obj) {
+        let spec = &mut obj["spec"];
+        if spec["clusterIP"] == old["spec"]["clusterIP"] && spec["clusterIPs"] == old["spec"]["clusterIPs"] {
+            remove(spec, &["clusterIP", "clusterIPs"]);
+        }
+        if spec["ipFamilies"] == old["spec"]["ipFamilies"] {
+            remove(spec, &["ipFamilies"]);
+        }
+        if spec["ipFamilyPolicy"] == old["spec"]["ipFamilyPolicy"] {
+            remove(spec, &["ipFamilyPolicy"]);
+        }
+    }
+    if needs_node_ports(old) && !needs_node_ports(obj) {
+        let node_ports = |o: &Value| -> Vec<Value> {
+            o["spec"]["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| p["nodePort"].clone())
+                .collect()
+        };
+        if node_ports(obj) == node_ports(old) {
+            for p in obj["spec"]["ports"].as_array_mut().into_iter().flatten() {
+                if let Some(p) = p.as_object_mut() {
+                    p.remove("nodePort");
+                }
+            }
+        }
+    }
+    if needs_health_check(old) && !needs_health_check(obj) && same(obj, "healthCheckNodePort") {
+        remove(&mut obj["spec"], &["healthCheckNodePort"]);
+    }
+    if old["spec"]["type"] == "LoadBalancer" && obj["spec"]["type"] != "LoadBalancer" {
+        if same(obj, "allocateLoadBalancerNodePorts") {
+            remove(&mut obj["spec"], &["allocateLoadBalancerNodePorts"]);
+        }
+        if same(obj, "loadBalancerClass") {
+            remove(&mut obj["spec"], &["loadBalancerClass"]);
+        }
+    }
+    let external = |o: &Value| matches!(o["spec"]["type"].as_str(), Some("NodePort" | "LoadBalancer"));
+    if external(old) && !external(obj) && same(obj, "externalTrafficPolicy") {
+        remove(&mut obj["spec"], &["externalTrafficPolicy"]);
+    }
+    // A load balancer's status goes with its type.
+    if obj["spec"]["type"] != "LoadBalancer" && obj["status"].is_object() {
+        obj["status"]["loadBalancer"] = json!({});
+    }
+}
+
+/// A port's protocol, TCP when not given (yet: updates are defaulted after this).
+fn protocol(port: &Value) -> &str {
+    port["protocol"].as_str().unwrap_or("TCP")
+}
+
+fn remove(v: &mut Value, fields: &[&str]) {
+    if let Some(m) = v.as_object_mut() {
+        for f in fields {
+            m.remove(*f);
+        }
+    }
 }
 
 fn api_error(obj: &Value, e: AllocError) -> ApiError {
@@ -324,8 +488,13 @@ fn api_error(obj: &Value, e: AllocError) -> ApiError {
     }
 }
 
-/// Allocate what `obj` needs. Returns the allocations, to release if the create fails.
-async fn allocate(ctx: &Ctx, obj: &mut Value) -> Result<Vec<(Pool, String)>, ApiError> {
+/// Allocate what `obj` needs and `held` (what it holds already, on update) does not cover.
+/// Returns the new allocations, to release if the write fails.
+async fn allocate(
+    ctx: &Ctx,
+    obj: &mut Value,
+    held: &[(Pool, String)],
+) -> Result<Vec<(Pool, String)>, ApiError> {
     let store = ctx.shared.store.as_ref();
     let owner = format!("{}/{}", meta::namespace(obj), meta::name(obj));
     let mut done = Vec::new();
@@ -335,8 +504,13 @@ async fn allocate(ctx: &Ctx, obj: &mut Value) -> Result<Vec<(Pool, String)>, Api
                 .as_str()
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned);
-            if requested.as_deref() != Some("None") {
-                let pool = Pool::ClusterIp(ctx.shared.service_cidr);
+            let pool = Pool::ClusterIp(ctx.shared.service_cidr);
+            let kept = requested
+                .as_ref()
+                .is_some_and(|ip| held.contains(&(pool, ip.clone())));
+            if requested.as_deref() == Some("None") {
+                obj["spec"]["clusterIPs"] = json!(["None"]);
+            } else if !kept {
                 let ip = allocator::allocate(store, pool, &owner, requested.as_deref(), "spec.clusterIPs")
                     .await
                     .map_err(|e| api_error(obj, e))?;
@@ -345,20 +519,25 @@ async fn allocate(ctx: &Ctx, obj: &mut Value) -> Result<Vec<(Pool, String)>, Api
                 obj["spec"]["clusterIPs"] = json!([ip]);
                 obj["spec"]["ipFamilies"] = json!(["IPv4"]);
                 obj["spec"]["ipFamilyPolicy"] = json!("SingleStack");
-            } else {
-                obj["spec"]["clusterIPs"] = json!(["None"]);
-            }
-            if obj["spec"]["internalTrafficPolicy"].is_null() {
-                obj["spec"]["internalTrafficPolicy"] = json!("Cluster");
             }
         }
-        if needs_node_ports(obj) {
+        if may_have_node_ports(obj) {
+            let needed = needs_node_ports(obj);
             let count = obj["spec"]["ports"].as_array().map(Vec::len).unwrap_or(0);
             for i in 0..count {
                 let requested = obj["spec"]["ports"][i]["nodePort"]
                     .as_i64()
                     .filter(|p| *p != 0)
                     .map(|p| p.to_string());
+                if requested.is_none() && !needed {
+                    continue;
+                }
+                let already = requested.as_ref().is_some_and(|p| {
+                    held.contains(&(Pool::NodePort, p.clone())) || done.contains(&(Pool::NodePort, p.clone()))
+                });
+                if already {
+                    continue;
+                }
                 let field = format!("spec.ports[{i}].nodePort");
                 let port = allocator::allocate(store, Pool::NodePort, &owner, requested.as_deref(), &field)
                     .await
@@ -366,8 +545,27 @@ async fn allocate(ctx: &Ctx, obj: &mut Value) -> Result<Vec<(Pool, String)>, Api
                 done.push((Pool::NodePort, port.clone()));
                 obj["spec"]["ports"][i]["nodePort"] = json!(port.parse::<i64>().unwrap_or(0));
             }
-            if obj["spec"]["externalTrafficPolicy"].is_null() {
-                obj["spec"]["externalTrafficPolicy"] = json!("Cluster");
+        }
+        if needs_health_check(obj) {
+            let requested = obj["spec"]["healthCheckNodePort"]
+                .as_i64()
+                .filter(|p| *p != 0)
+                .map(|p| p.to_string());
+            let already = requested
+                .as_ref()
+                .is_some_and(|p| held.contains(&(Pool::NodePort, p.clone())));
+            if !already {
+                let port = allocator::allocate(
+                    store,
+                    Pool::NodePort,
+                    &owner,
+                    requested.as_deref(),
+                    "spec.healthCheckNodePort",
+                )
+                .await
+                .map_err(|e| api_error(obj, e))?;
+                done.push((Pool::NodePort, port.clone()));
+                obj["spec"]["healthCheckNodePort"] = json!(port.parse::<i64>().unwrap_or(0));
             }
         }
         Ok::<(), ApiError>(())
@@ -402,45 +600,63 @@ fn allocations(ctx: &Ctx, obj: &Value) -> Vec<(Pool, String)> {
             out.push((Pool::NodePort, np.to_string()));
         }
     }
+    if let Some(hc) = obj["spec"]["healthCheckNodePort"].as_i64().filter(|n| *n != 0) {
+        out.push((Pool::NodePort, hc.to_string()));
+    }
     out
 }
 
-/// On update, allocated values stay: an omitted cluster IP or node port keeps the stored one,
-/// a different cluster IP is refused (it is immutable).
+/// Upstream's `patchAllocatedValues` on update: what the old and new types both need and the
+/// request left out keeps its allocated value (the cluster IP and its families, node ports by
+/// port and protocol, the health-check port); a different cluster IP is refused (it is
+/// immutable).
 fn keep_allocations(obj: &mut Value, old: &Value) -> Result<(), ApiError> {
-    let old_ip = old["spec"]["clusterIP"].as_str().unwrap_or("");
-    match obj["spec"]["clusterIP"].as_str().unwrap_or("") {
-        "" => {
-            obj["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
-            obj["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
+    if needs_cluster_ip(old) && needs_cluster_ip(obj) {
+        let old_ip = old["spec"]["clusterIP"].as_str().unwrap_or("");
+        match obj["spec"]["clusterIP"].as_str().unwrap_or("") {
+            "" => {
+                obj["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
+                obj["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
+            }
+            ip if !old_ip.is_empty() && ip != old_ip => {
+                let def = r8s_api::find("", "v1", "services").expect("in the catalogue");
+                return Err(super::invalid(
+                    def,
+                    meta::name(obj),
+                    &[r8s_api::validation::FieldError::invalid_raw(
+                        "spec.clusterIPs[0]",
+                        &format!("[]string{{\"{ip}\"}}"),
+                        "may not change once set",
+                    )],
+                ));
+            }
+            _ => {}
         }
-        ip if ip != old_ip => {
-            let def = r8s_api::find("", "v1", "services").expect("in the catalogue");
-            return Err(super::invalid(
-                def,
-                meta::name(obj),
-                &[r8s_api::validation::FieldError::invalid_raw(
-                    "spec.clusterIPs[0]",
-                    &format!("[]string{{\"{ip}\"}}"),
-                    "may not change once set",
-                )],
-            ));
+        for f in ["ipFamilies", "ipFamilyPolicy"] {
+            if obj["spec"][f].is_null() && !old["spec"][f].is_null() {
+                obj["spec"][f] = old["spec"][f].clone();
+            }
         }
-        _ => {}
     }
-    let old_ports = old["spec"]["ports"].as_array().cloned().unwrap_or_default();
-    if let Some(ports) = obj["spec"]["ports"].as_array_mut() {
-        for p in ports {
+    if needs_node_ports(old) && needs_node_ports(obj) {
+        let old_ports = old["spec"]["ports"].as_array().cloned().unwrap_or_default();
+        for p in obj["spec"]["ports"].as_array_mut().into_iter().flatten() {
             if p["nodePort"].as_i64().unwrap_or(0) == 0 {
                 if let Some(np) = old_ports
                     .iter()
-                    .find(|o| o["port"] == p["port"])
+                    .find(|o| o["port"] == p["port"] && protocol(o) == protocol(p))
                     .and_then(|o| o["nodePort"].as_i64())
                 {
                     p["nodePort"] = json!(np);
                 }
             }
         }
+    }
+    if needs_health_check(old)
+        && needs_health_check(obj)
+        && obj["spec"]["healthCheckNodePort"].as_i64().unwrap_or(0) == 0
+    {
+        obj["spec"]["healthCheckNodePort"] = old["spec"]["healthCheckNodePort"].clone();
     }
     Ok(())
 }
@@ -532,6 +748,59 @@ mod tests {
             errors(json!({"type": "ClusterIP", "sessionAffinity": "None",
                 "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30080}]})),
             ["spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'"]
+        );
+    }
+
+    #[test]
+    fn a_type_change_wipes_what_the_old_type_had_unless_the_user_changed_it() {
+        let old = json!({"spec": {"type": "LoadBalancer", "clusterIP": "10.43.0.5", "clusterIPs": ["10.43.0.5"],
+            "externalTrafficPolicy": "Local", "healthCheckNodePort": 31000, "allocateLoadBalancerNodePorts": true,
+            "ports": [{"port": 80, "protocol": "TCP", "nodePort": 30080}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}});
+        let mut obj = old.clone();
+        obj["spec"]["type"] = json!("ClusterIP");
+        drop_type_dependent_fields(&mut obj, &old);
+        assert_eq!(
+            obj,
+            json!({"spec": {"type": "ClusterIP", "clusterIP": "10.43.0.5", "clusterIPs": ["10.43.0.5"],
+                "ports": [{"port": 80, "protocol": "TCP"}]}, "status": {"loadBalancer": {}}})
+        );
+        // A node port the user changed in the same update stays (and validation refuses it).
+        let mut obj = old.clone();
+        obj["spec"]["type"] = json!("ClusterIP");
+        obj["spec"]["ports"][0]["nodePort"] = json!(30081);
+        drop_type_dependent_fields(&mut obj, &old);
+        assert_eq!(obj["spec"]["ports"][0]["nodePort"], 30081);
+        assert!(errors(obj["spec"].clone()).contains(
+            &"spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'".to_string()
+        ));
+        // To ExternalName: the cluster IP goes too.
+        let mut obj = old.clone();
+        obj["spec"]["type"] = json!("ExternalName");
+        obj["spec"]["externalName"] = json!("example.com");
+        drop_type_dependent_fields(&mut obj, &old);
+        assert!(obj["spec"]["clusterIP"].is_null() && obj["spec"]["clusterIPs"].is_null());
+    }
+
+    #[test]
+    fn traffic_policy_fields_only_where_upstream_allows_them() {
+        let spec = json!({"type": "ClusterIP", "externalTrafficPolicy": "Local", "sessionAffinity": "None",
+            "ports": [{"port": 80, "protocol": "TCP"}]});
+        assert_eq!(
+            errors(spec),
+            ["spec.externalTrafficPolicy: Invalid value: \"Local\": may only be set for externally-accessible services"]
+        );
+        let spec = json!({"type": "NodePort", "healthCheckNodePort": 31000, "sessionAffinity": "None",
+            "externalTrafficPolicy": "Cluster", "ports": [{"port": 80, "protocol": "TCP"}]});
+        assert_eq!(
+            errors(spec),
+            ["spec.healthCheckNodePort: Invalid value: 31000: may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"]
+        );
+        let spec = json!({"type": "NodePort", "externalTrafficPolicy": "Nearest", "sessionAffinity": "None",
+            "ports": [{"port": 80, "protocol": "TCP"}]});
+        assert_eq!(
+            errors(spec),
+            ["spec.externalTrafficPolicy: Unsupported value: \"Nearest\": supported values: \"Cluster\", \"Local\""]
         );
     }
 }
