@@ -8,9 +8,14 @@
 #                                                      logs to stdout/stderr), busybox for a shell
 #   DIR/pause.tar    docker.io/r8s/pause:0.1           crates/pause, built statically; the name is
 #                                                      also written to DIR/pause-image.txt
+#   DIR/dnsutils.tar registry.k8s.io/e2e-test-images/jessie-dnsutils:1.3
+#                                                      Debian's dig, host and nslookup (bind9-dnsutils)
+#                                                      with busybox: the image Kubernetes' "Debugging
+#                                                      DNS Resolution" page runs (bookworm's tools,
+#                                                      under the name its manifest uses)
 # The names are the ones `--image=busybox` and `--image=nginx` normalise to. Import one with
 #   ctr -n k8s.io images import DIR/nginx.tar
-# --push HOST:PORT also pushes the three images to a registry on loopback, over plain HTTP, with
+# --push HOST:PORT also pushes the images to a registry on loopback, over plain HTTP, with
 # curl (OCI distribution API). PAUSE_BIN=path puts that binary in the pause image instead of
 # building crates/pause with cargo.
 #
@@ -50,11 +55,12 @@ fi
 BUSYBOX_REF=docker.io/library/busybox:latest
 NGINX_REF=docker.io/library/nginx:latest
 PAUSE_REF=docker.io/r8s/pause:0.1
+DNSUTILS_REF=registry.k8s.io/e2e-test-images/jessie-dnsutils:1.3
 PATH_ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 # --- What the images are made of ----------------------------------------------------------------
 need=()
-for pkg in busybox-static nginx jq; do
+for pkg in busybox-static nginx jq bind9-dnsutils; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 [ -z "$registry" ] || command -v curl >/dev/null || need+=(curl)
@@ -300,8 +306,18 @@ image "$PAUSE_REF" "$root" "$(jq -cn --arg path "$PATH_ENV" '{
     Env: [$path], Entrypoint: ["/pause"], User: "65535:65535", WorkingDir: "/"}')" \
   "$work/pause.oci"
 
+log "dnsutils"
+root=$work/dnsutils
+base_rootfs "$root"
+add_busybox "$root"
+for prog in /usr/bin/dig /usr/bin/host /usr/bin/nslookup; do
+  add_program "$root" "$prog"
+done
+image "$DNSUTILS_REF" "$root" "$(jq -cn --arg path "$PATH_ENV" '{Env: [$path], Cmd: ["sh"]}')" \
+  "$work/dnsutils.oci"
+
 mkdir -p "$out"
-for name in busybox nginx pause; do
+for name in busybox nginx pause dnsutils; do
   pack "$work/$name.oci" "$out/$name.tar"
 done
 echo "$PAUSE_REF" >"$out/pause-image.txt"
@@ -310,8 +326,9 @@ if [ -n "$registry" ]; then
   push "$work/busybox.oci" "$BUSYBOX_REF"
   push "$work/nginx.oci" "$NGINX_REF"
   push "$work/pause.oci" "$PAUSE_REF"
+  push "$work/dnsutils.oci" "$DNSUTILS_REF"
 fi
 
-for name in busybox nginx pause; do
+for name in busybox nginx pause dnsutils; do
   echo "$(cd "$out" && pwd)/$name.tar"
 done

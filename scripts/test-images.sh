@@ -124,13 +124,13 @@ wait_for 20 curl -fsS "http://$registry/v2/" || fail "registry did not start: $(
 # --- Build and push -----------------------------------------------------------------------------
 step "building the images"
 scripts/build-test-images.sh "$X/images" --push "$registry" >"$X/built"
-for name in busybox nginx pause; do
+for name in busybox nginx pause dnsutils; do
   grep -qx "$X/images/$name.tar" "$X/built" || fail "build-test-images did not print $name.tar"
   printf '  %-8s %s bytes\n' "$name" "$(stat -c %s "$X/images/$name.tar")" >&2
 done
 [ "$(cat "$X/images/pause-image.txt")" = docker.io/r8s/pause:0.1 ] || fail "pause-image.txt"
-for repo in library/busybox library/nginx r8s/pause; do
-  curl -fsS "http://$registry/v2/$repo/tags/list" | grep -q '"tags":\["\(latest\|0.1\)"\]' ||
+for repo in library/busybox library/nginx r8s/pause e2e-test-images/jessie-dnsutils; do
+  curl -fsS "http://$registry/v2/$repo/tags/list" | grep -q '"tags":\["\(latest\|0.1\|1.3\)"\]' ||
     fail "registry has no tag for $repo"
 done
 
@@ -151,11 +151,12 @@ pids+=($!)
 wait_for 20 c version || fail "containerd did not start: $(tail -20 "$X/containerd.log")"
 
 step "importing"
-for name in busybox nginx pause; do
+for name in busybox nginx pause dnsutils; do
   c images import "$X/images/$name.tar" >&2
 done
 c images ls -q >"$X/images.ls"
-for ref in docker.io/library/busybox:latest docker.io/library/nginx:latest docker.io/r8s/pause:0.1; do
+for ref in docker.io/library/busybox:latest docker.io/library/nginx:latest docker.io/r8s/pause:0.1 \
+  registry.k8s.io/e2e-test-images/jessie-dnsutils:1.3; do
   grep -qxF "$ref" "$X/images.ls" || fail "$ref not in 'ctr images ls': $(cat "$X/images.ls")"
 done
 

@@ -10,7 +10,7 @@
 //! `podautoscaler` (the horizontal pod autoscaler, on `metrics.k8s.io`),
 //! `gc` (garbage collector), `namespace`, `serviceaccount`, `nodeipam`, `nodelifecycle`,
 //! `clusterrole_aggregation`, `resourcequota`, `root_ca_cert_publisher`, `certificates`,
-//! `endpoints`, `endpointslice`; `claim` (adoption and release of owned objects) and
+//! `endpoints`, `endpointslice`, `endpointslicemirroring`; `claim` (adoption and release of owned objects) and
 //! `pod_control` (slow-start creates, deletes, their events) are what the workload controllers
 //! share.
 
@@ -24,6 +24,7 @@ pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
+pub mod endpointslicemirroring;
 pub mod gc;
 pub mod history;
 pub mod job;
@@ -170,6 +171,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "root-ca-cert-publisher",
         "endpoint-controller",
         "endpointslice-controller",
+        "endpointslicemirroring-controller",
         "service-controller",
     ] {
         let c = loop {
@@ -222,6 +224,8 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     let quota = resourcequota::ResourceQuotaController::new(&views["resourcequota-controller"]);
     let endpoints = endpoints::EndpointsController::new(&views["endpoint-controller"]);
     let slices = endpointslice::EndpointSliceController::new(&views["endpointslice-controller"]);
+    let mirroring =
+        endpointslicemirroring::MirroringController::new(&views["endpointslicemirroring-controller"]);
     let root_ca = match &opts.root_ca_pem {
         Some(pem) => Some(root_ca_cert_publisher::RootCaCertPublisher::new(
             &views["root-ca-cert-publisher"],
@@ -256,6 +260,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     tasks.push(tokio::spawn(quota.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(endpoints.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(slices.run(opts.workers, stop.clone())));
+    tasks.push(tokio::spawn(mirroring.run(opts.workers, stop.clone())));
     if opts.servicelb {
         let lb = servicelb::ServiceLbController::new(&views["service-controller"], events.clone());
         tasks.push(tokio::spawn(lb.run(opts.workers, stop.clone())));

@@ -1290,8 +1290,8 @@ fn parse_v4_cidr(s: &str) -> anyhow::Result<(std::net::Ipv4Addr, u8)> {
 }
 
 /// Create `kube-system/kube-dns` (cluster IP `address`; DNS over UDP and TCP, and CoreDNS's
-/// metrics port) unless it exists: k3s's CoreDNS Service, without a selector (the agent
-/// serves DNS, no pod does).
+/// metrics port) and its Endpoints unless they exist: k3s's CoreDNS Service, without a
+/// selector (the agent serves DNS, no pod does).
 async fn ensure_kube_dns_service(admin: &kube::Client, address: std::net::IpAddr) -> anyhow::Result<()> {
     let services: kube::Api<k8s_openapi::api::core::v1::Service> =
         kube::Api::namespaced(admin.clone(), "kube-system");
@@ -1317,6 +1317,31 @@ async fn ensure_kube_dns_service(admin: &kube::Client, address: std::net::IpAddr
         },
     }))?;
     match services.create(&kube::api::PostParams::default(), &svc).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    // Its Endpoints: where cluster DNS answers. Every node's agent serves the cluster DNS
+    // address itself (NodeLocal DNSCache's layout), so that address is the one endpoint, on
+    // the DNS ports (the metrics port has no server behind it). The mirroring controller
+    // makes the EndpointSlice from it.
+    let endpoints: kube::Api<k8s_openapi::api::core::v1::Endpoints> =
+        kube::Api::namespaced(admin.clone(), "kube-system");
+    let ep: k8s_openapi::api::core::v1::Endpoints = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "kube-dns",
+            "namespace": "kube-system",
+            "labels": svc.metadata.labels,
+        },
+        "subsets": [{
+            "addresses": [{"ip": address.to_string()}],
+            "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP"},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+            ],
+        }],
+    }))?;
+    match endpoints.create(&kube::api::PostParams::default(), &ep).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e.into()),

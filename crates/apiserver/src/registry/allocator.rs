@@ -141,6 +141,9 @@ impl Pool {
     }
 }
 
+/// Random values tried before the free ones are listed.
+const RANDOM_TRIES: u32 = 8;
+
 /// Reserve `requested`, or a free value if none was asked for, for `owner` (ns/name). `field`
 /// names where the value goes, for errors.
 pub(crate) async fn allocate(
@@ -180,6 +183,30 @@ pub(crate) async fn allocate(
             Err(e) => Err(AllocError::Store(e.to_string())),
         };
     }
+    // A few values at random first, each reserved by a create that fails if it is taken:
+    // at the densities a range usually has, one or two tries, without reading what is used
+    // (a read of every allocation per create made creating the 10,000th Service 50 times
+    // slower than the 1,000th).
+    let mut seed = uuid::Uuid::new_v4().as_u128();
+    for _ in 0..RANDOM_TRIES.min(pool.len()) {
+        let candidate = pool.candidate(seed as u32);
+        seed >>= 32;
+        if seed == 0 {
+            seed = uuid::Uuid::new_v4().as_u128();
+        }
+        match store
+            .create(
+                &format!("{}{candidate}", pool.prefix()),
+                bytes::Bytes::from(owner.to_owned()),
+            )
+            .await
+        {
+            Ok(_) => return Ok(candidate),
+            Err(StoreError::AlreadyExists { .. }) => continue,
+            Err(e) => return Err(AllocError::Store(e.to_string())),
+        }
+    }
+    // A crowded range: the free values from what is used.
     let used = store
         .range(RangeRequest {
             prefix: pool.prefix().to_owned(),

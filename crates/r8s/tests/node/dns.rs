@@ -1,6 +1,8 @@
 //! Cluster DNS end to end: pods resolve Services by name through the resolv.conf the kubelet
 //! gives them (nameserver --cluster-dns, search <ns>.svc.cluster.local …), answered by the
-//! agent from the Services and EndpointSlices it follows; busybox's nslookup is the client.
+//! agent from the Services and EndpointSlices it follows; busybox's nslookup is the client,
+//! and dig (the dnsutils image of Kubernetes' DNS debugging page) for what nslookup cannot
+//! show: record types, TCP, NODATA against NXDOMAIN, names forwarded to the node's resolvers.
 
 use crate::support;
 
@@ -41,6 +43,12 @@ items:
     containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
 - apiVersion: v1
   kind: Pod
+  metadata: {name: dnsutils}
+  spec:
+    terminationGracePeriodSeconds: 1
+    containers: [{name: dnsutils, image: "registry.k8s.io/e2e-test-images/jessie-dnsutils:1.3", command: [sleep, "3600"]}]
+- apiVersion: v1
+  kind: Pod
   metadata: {name: plain}
   spec:
     dnsPolicy: Default
@@ -61,16 +69,101 @@ fn lookup(s: &support::Server, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// What `dig ARGS` prints in the dnsutils pod.
+fn dig(s: &support::Server, args: &[&str]) -> String {
+    let mut a = vec!["exec", "dnsutils", "--", "dig"];
+    a.extend_from_slice(args);
+    let out = s.kubectl(V, &a);
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout).trim(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    )
+}
+
+/// The node's own resolver, as far as cluster DNS knows it: a server on loopback that
+/// answers `outside.example.` with 192.0.2.55 and anything else with NXDOMAIN, until dropped.
+struct Upstream {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+const UPSTREAM: &str = "127.0.0.88";
+
+impl Upstream {
+    fn start() -> Self {
+        use hickory_proto::op::{Message, MessageType, ResponseCode};
+        use hickory_proto::rr::{rdata::A, RData, Record};
+        let socket = std::net::UdpSocket::bind((UPSTREAM, 53)).unwrap();
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_millis(100)))
+            .unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 1500];
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok((n, from)) = socket.recv_from(&mut buf) else {
+                    continue;
+                };
+                let Ok(q) = Message::from_vec(&buf[..n]) else {
+                    continue;
+                };
+                let mut a = Message::new();
+                a.set_id(q.id())
+                    .set_message_type(MessageType::Response)
+                    .set_recursion_desired(q.recursion_desired())
+                    .set_recursion_available(true)
+                    .add_queries(q.queries().to_vec());
+                match q.queries().first() {
+                    Some(query) if query.name().to_ascii() == "outside.example." => {
+                        a.add_answer(Record::from_rdata(
+                            query.name().clone(),
+                            30,
+                            RData::A(A::new(192, 0, 2, 55)),
+                        ));
+                    }
+                    _ => {
+                        a.set_response_code(ResponseCode::NXDomain);
+                    }
+                }
+                let _ = socket.send_to(&a.to_vec().unwrap(), from);
+            }
+        });
+        Upstream {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[test]
 fn pods_resolve_services_through_cluster_dns() {
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
     // Queries go to 10.43.0.10: should cluster DNS not hold it, they must not leave the host.
     let _guard = Blackhole::install("10.43.0.0/16");
-    let c = start("dns-node", "10.197.0.0/16", "r8sd");
+    let _upstream = Upstream::start();
+    let c = start_prepared("dns-node", "10.197.0.0/16", "r8sd", &[], |data| {
+        stage_image(data, "dnsutils.tar");
+        std::fs::write(
+            data.join("resolv.conf"),
+            format!("nameserver {UPSTREAM}\nsearch r8s-node.test\n"),
+        )
+        .unwrap();
+    });
     let s = &c.s;
     s.wait_for_default_service_account("default");
     s.ok_stdin(V, &["create", "-f", "-"], OBJECTS);
-    for name in ["db-0", "client", "plain"] {
+    for name in ["db-0", "client", "plain", "dnsutils"] {
         wait_for(90, &format!("{name} Running"), || {
             (pod_json(s, name)?["status"]["phase"] == "Running").then_some(())
         });
@@ -126,6 +219,38 @@ fn pods_resolve_services_through_cluster_dns() {
     // An ExternalName's CNAME, followed to its target inside the cluster.
     let (ok, out) = lookup(s, &["ext.default.svc.cluster.local"]);
     assert!(ok && out.contains(&format!("Address: {web_ip}")), "{out}");
+    // kube-dns's Endpoints (and the slice mirrored from them) name where DNS answers.
+    assert_eq!(
+        s.ok(
+            V,
+            &[
+                "get",
+                "endpoints",
+                "kube-dns",
+                "-n",
+                "kube-system",
+                "-o",
+                "jsonpath={.subsets[0].addresses[0].ip} {.subsets[0].ports[*].port}"
+            ],
+        ),
+        "10.43.0.10 53 53"
+    );
+    wait_for(30, "kube-dns's EndpointSlice", || {
+        let out = s.ok(
+            V,
+            &[
+                "get",
+                "endpointslices",
+                "-n",
+                "kube-system",
+                "-l",
+                "kubernetes.io/service-name=kube-dns",
+                "-o",
+                "jsonpath={.items[*].endpoints[*].addresses[0]}",
+            ],
+        );
+        (out == "10.43.0.10").then_some(())
+    });
     // The kube-dns Service names cluster DNS itself, as on k3s.
     let (ok, out) = lookup(s, &["kube-dns.kube-system.svc.cluster.local"]);
     assert!(ok && out.contains("Address: 10.43.0.10"), "{out}");
@@ -134,6 +259,39 @@ fn pods_resolve_services_through_cluster_dns() {
     let (ok, out) = lookup(s, &["nope.default.svc.cluster.local"]);
     assert!(!ok && out.contains("NXDOMAIN"), "{out}");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
+
+    // With dig: the answers' types and codes, as CoreDNS gives them.
+    assert_eq!(dig(s, &["+short", "web.default.svc.cluster.local"]), web_ip);
+    assert_eq!(
+        dig(s, &["+short", "+tcp", "web.default.svc.cluster.local"]),
+        web_ip
+    );
+    assert_eq!(
+        dig(s, &["+short", "-x", &web_ip]),
+        "web.default.svc.cluster.local."
+    );
+    let out = dig(s, &["+short", "-x", &db_ip]);
+    assert_eq!(out, "db-0.db.default.svc.cluster.local.", "{out}");
+    assert_eq!(
+        dig(s, &["+short", "TXT", "dns-version.cluster.local"]),
+        "\"1.1.0\""
+    );
+    assert_eq!(
+        dig(s, &["+short", "SRV", "_http._tcp.web.default.svc.cluster.local"]),
+        "0 100 80 web.default.svc.cluster.local."
+    );
+    // A name that exists without records of the type asked: NODATA (NOERROR, no answer).
+    let out = dig(s, &["AAAA", "web.default.svc.cluster.local"]);
+    assert!(
+        out.contains("status: NOERROR") && out.contains("ANSWER: 0"),
+        "{out}"
+    );
+    let out = dig(s, &["nope.default.svc.cluster.local"]);
+    assert!(out.contains("status: NXDOMAIN"), "{out}");
+    // Names outside the cluster go to the node's resolvers (here, the test's).
+    assert_eq!(dig(s, &["+short", "outside.example"]), "192.0.2.55");
+    let out = dig(s, &["elsewhere.example"]);
+    assert!(out.contains("status: NXDOMAIN"), "{out}");
 
     // A Service created now resolves within moments; deleted, it is gone.
     s.ok(V, &["create", "service", "clusterip", "late", "--tcp=8080:8080"]);

@@ -224,6 +224,48 @@ fn pods_reach_services_by_address_and_name_through_the_proxy() {
         }
     }
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec!["web-1", "web-2"]);
+    // A Service without a selector routes to the Endpoints someone writes for it (mirrored
+    // into an EndpointSlice, as upstream's mirroring controller does).
+    let web_1 = pod_json(s, "web-1").unwrap()["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.ok_stdin(
+        V,
+        &["create", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: manual\nspec:\n  ports:\n  - port: 80\n    targetPort: 8080\n---\napiVersion: v1\nkind: Endpoints\nmetadata:\n  name: manual\nsubsets:\n- addresses:\n  - ip: {web_1}\n  ports:\n  - port: 8080\n"
+        ),
+    );
+    let manual_ip = s.ok(
+        V,
+        &["get", "service", "manual", "-o", "jsonpath={.spec.clusterIP}"],
+    );
+    let body = wait_for(20, "the selector-less Service answering", || {
+        get(s, &manual_ip, 80).ok()
+    });
+    assert_eq!(body, "web-1");
+    let managed = s.ok(
+        V,
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=manual",
+            "-o",
+            "jsonpath={.items[*].metadata.labels.endpointslice\\.kubernetes\\.io/managed-by}",
+        ],
+    );
+    assert_eq!(managed, "endpointslicemirroring-controller.k8s.io");
+    // Deleting the Service takes its Endpoints (the endpoints controller's rule, selector or
+    // not) and the mirrored slice with it.
+    s.ok(V, &["delete", "service", "manual"]);
+    wait_for(20, "manual's Endpoints and slice gone", || {
+        let ep = s.kubectl(V, &["get", "endpoints", "manual"]);
+        let slices = s.ok(V, &["get", "endpointslices", "-l", "kubernetes.io/service-name=manual", "-o", "name"]);
+        (!ep.status.success() && slices.is_empty()).then_some(())
+    });
+
     // By name, through cluster DNS.
     for name in ["web", "web.default", "web.default.svc.cluster.local"] {
         let body = get(s, name, 80).unwrap_or_else(|e| panic!("GET {name}: {e}"));

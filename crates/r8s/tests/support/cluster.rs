@@ -27,7 +27,7 @@ pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T
 pub fn stage_images(data_dir: &Path) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let built = root.join("target").join("test-images");
-    if !built.join("pause-image.txt").exists() {
+    if !built.join("pause-image.txt").exists() || !built.join("dnsutils.tar").exists() {
         let ok = Command::new("bash")
             .arg(root.join("scripts/build-test-images.sh"))
             .arg(&built)
@@ -39,8 +39,18 @@ pub fn stage_images(data_dir: &Path) {
     let dest = data_dir.join("agent").join("images");
     std::fs::create_dir_all(&dest).unwrap();
     for e in std::fs::read_dir(&built).unwrap().flatten() {
-        std::fs::copy(e.path(), dest.join(e.file_name())).unwrap();
+        // The dnsutils image is large (bind's libraries): only the tests that run it take it.
+        if e.file_name() != "dnsutils.tar" {
+            std::fs::copy(e.path(), dest.join(e.file_name())).unwrap();
+        }
     }
+}
+
+/// Stage one more of the test images (`dnsutils.tar`) in a prepared data directory.
+pub fn stage_image(data_dir: &Path, name: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let built = root.join("target").join("test-images").join(name);
+    std::fs::copy(built, data_dir.join("agent").join("images").join(name)).unwrap();
 }
 
 /// The processes whose command line names `dir` (the test's containerd and shims), by pid.
