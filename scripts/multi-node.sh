@@ -48,7 +48,8 @@ start_node() { # i args...
   local d=$dir/node$i
   mkdir -p "$d/agent/images"
   if [ -d "$images" ]; then
-    cp -f "$images"/* "$d/agent/images/"
+    # Not the dnsutils image (bind's libraries, 23 MB): each node would import it at start.
+    find "$images" -maxdepth 1 -type f ! -name dnsutils.tar -exec cp -f {} "$d/agent/images/" \;
   fi
   # nsenter joins the node's network; unshare gives it a PID namespace (its first process
   # is the node's init: SIGKILL of it kills every process of the node) with a /proc of its
