@@ -19,6 +19,7 @@ command -v ip >/dev/null && command -v bridge >/dev/null || need+=(iproute2)  # 
 command -v pgrep >/dev/null || need+=(procps)                # scripts/multi-node.sh finds and stops its nodes
 command -v nsenter >/dev/null || need+=(util-linux)           # ... and runs each in its own namespaces
 [ -d /usr/share/zoneinfo/America ] || need+=(tzdata)          # CronJobs' timeZone (the IANA database)
+command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3 python3-venv)  # the official Python client's tests
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -35,3 +36,11 @@ fi
 # Debian's etcd-server starts a system etcd on 127.0.0.1:2379 where an init system runs;
 # r8s's tests start their own etcd processes on free ports and never use it.
 command -v cargo >/dev/null || { echo "setup: cargo (Rust stable) is required" >&2; exit 1; }
+# The official Python client (PyPI `kubernetes`), a judge of the end-to-end tests, in a venv of
+# the checkout's own.
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -x "$root/target/clients/python/bin/python" ] || ! "$root/target/clients/python/bin/python" -c 'import kubernetes' 2>/dev/null; then
+  echo "setup: installing the Python client (PyPI kubernetes) in target/clients/python"
+  python3 -m venv "$root/target/clients/python"
+  "$root/target/clients/python/bin/pip" install -q --disable-pip-version-check kubernetes
+fi

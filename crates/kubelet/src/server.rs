@@ -401,11 +401,23 @@ async fn stream(
         let Some(sandbox) = sandbox else {
             return text(StatusCode::NOT_FOUND, format!("pod {pod_name:?} is not running"));
         };
-        let port = query
-            .iter()
-            .filter(|(k, _)| k == "port")
-            .filter_map(|(_, v)| v.parse::<i32>().ok())
-            .collect();
+        // The ports a WebSocket client forwards are named in the request (SPDY clients name
+        // them per stream): `port=80&port=8080` or comma-separated, as upstream's
+        // `NewV4Options`; the containerd streaming server opens a channel pair per port.
+        let mut port = Vec::new();
+        for (_, v) in query.iter().filter(|(k, _)| k == "port") {
+            for p in v.split(',') {
+                match p.parse::<u16>() {
+                    Ok(p) if p >= 1 => port.push(i32::from(p)),
+                    _ => {
+                        return text(
+                            StatusCode::BAD_REQUEST,
+                            format!("unable to parse \"{v}\" as a port"),
+                        )
+                    }
+                }
+            }
+        }
         rt.port_forward(cri::PortForwardRequest {
             pod_sandbox_id: sandbox.id,
             port,

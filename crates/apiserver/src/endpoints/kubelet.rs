@@ -416,8 +416,24 @@ pub(crate) async fn stream(
     }
     let pods = r8s_api::find("", "v1", "pods").expect("pods are served");
     let pod = read(ctx, pods, ns, name).await?;
-    let raw_query = req.uri().query().unwrap_or("").to_owned();
+    let mut raw_query = req.uri().query().unwrap_or("").to_owned();
     let path = if sub == "portforward" {
+        // PodPortForwardOptions' `ports` (repeated or comma-separated) go to the kubelet as
+        // `port` values, as upstream's streamParams sends them.
+        let ports: Vec<String> = form_urlencoded::parse(raw_query.as_bytes())
+            .filter(|(k, _)| k == "ports")
+            .flat_map(|(_, v)| v.split(',').map(str::to_owned).collect::<Vec<_>>())
+            .collect();
+        for p in &ports {
+            if !p.parse::<u16>().is_ok_and(|n| n >= 1) {
+                return Err(ApiError::bad_request(format!(
+                    "invalid port {p:?}: must be between 1 and 65535, inclusive"
+                )));
+            }
+        }
+        raw_query = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(ports.iter().map(|p| ("port", p.as_str())))
+            .finish();
         format!("/portForward/{}/{}", enc(ns), enc(name))
     } else {
         let container = container_of(&pod, name, Query::parse(Some(&raw_query)).get("container"))?;

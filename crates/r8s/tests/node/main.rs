@@ -8,6 +8,7 @@ mod support;
 
 mod agent;
 mod autoscaling;
+mod clients;
 mod debug;
 mod dns;
 mod exec;

@@ -262,7 +262,17 @@ fn pods_reach_services_by_address_and_name_through_the_proxy() {
     s.ok(V, &["delete", "service", "manual"]);
     wait_for(20, "manual's Endpoints and slice gone", || {
         let ep = s.kubectl(V, &["get", "endpoints", "manual"]);
-        let slices = s.ok(V, &["get", "endpointslices", "-l", "kubernetes.io/service-name=manual", "-o", "name"]);
+        let slices = s.ok(
+            V,
+            &[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=manual",
+                "-o",
+                "name",
+            ],
+        );
         (!ep.status.success() && slices.is_empty()).then_some(())
     });
 

@@ -1,0 +1,79 @@
+"""The official Python client (PyPI `kubernetes`) against r8s, as its users call it: lists,
+watches, writes, errors, exec over WebSocket (with and without stdin), port-forward over
+WebSocket, logs. Every check asserts; the first failure ends the run with its traceback.
+Usage: python python_client.py KUBECONFIG"""
+
+import sys
+import time
+
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+from kubernetes.stream import portforward, stream
+
+config.load_kube_config(sys.argv[1])
+v1 = client.CoreV1Api()
+
+
+def check(name, ok, got):
+    if not ok:
+        raise AssertionError(f"{name}: got {got!r}")
+    print("ok", name)
+
+
+names = sorted(p.metadata.name for p in v1.list_namespaced_pod("default").items)
+check("list", names == ["sh", "web"], names)
+
+# watch=True on the wire: a stream of events, not a list.
+events = []
+for ev in watch.Watch().stream(v1.list_namespaced_pod, "default", timeout_seconds=2):
+    events.append((ev["type"], ev["object"].metadata.name))
+check("watch", sorted(events) == [("ADDED", "sh"), ("ADDED", "web")], events)
+
+out = stream(v1.connect_get_namespaced_pod_exec, "sh", "default",
+             command=["sh", "-c", "echo out; echo err >&2"],
+             stderr=True, stdin=False, stdout=True, tty=False)
+check("exec", out == "out\nerr\n", out)
+
+r = stream(v1.connect_get_namespaced_pod_exec, "sh", "default", command=["cat"],
+           stderr=True, stdin=True, stdout=True, tty=False, _preload_content=False)
+r.write_stdin("hello\n")
+got = ""
+deadline = time.time() + 10
+while time.time() < deadline and "hello" not in got:
+    r.update(timeout=1)
+    got += r.read_stdout() or ""
+r.close()
+check("exec with stdin", got == "hello\n", got)
+
+pf = portforward(v1.connect_get_namespaced_pod_portforward, "web", "default", ports="80")
+s = pf.socket(80)
+s.setblocking(True)
+s.sendall(b"GET / HTTP/1.0\r\nHost: web\r\n\r\n")
+data = b""
+while True:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    data += chunk
+s.close()
+check("port-forward", data.startswith(b"HTTP/1.1 200 OK") and b"nginx" in data, data[:200])
+check("port-forward error channel", pf.error(80) is None, pf.error(80))
+
+log = v1.read_namespaced_pod_log("web", "default")
+check("logs", isinstance(log, str) and len(log) > 0, log[:200])
+
+pod = v1.patch_namespaced_pod("sh", "default", {"metadata": {"labels": {"checked": "yes"}}})
+check("patch", pod.metadata.labels.get("checked") == "yes", pod.metadata.labels)
+
+svc = v1.create_namespaced_service("default", {
+    "metadata": {"name": "py"}, "spec": {"ports": [{"port": 80}], "selector": {"run": "web"}}})
+check("service status", svc.status is not None and svc.status.load_balancer is not None, svc.status)
+v1.delete_namespaced_service("py", "default")
+
+try:
+    v1.read_namespaced_pod("nope", "default")
+    check("404", False, "no error")
+except ApiException as e:
+    check("404", e.status == 404 and '"reason":"NotFound"' in e.body, (e.status, e.body))
+
+print("all ok")
