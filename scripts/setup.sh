@@ -20,6 +20,7 @@ command -v pgrep >/dev/null || need+=(procps)                # scripts/multi-nod
 command -v nsenter >/dev/null || need+=(util-linux)           # ... and runs each in its own namespaces
 [ -d /usr/share/zoneinfo/America ] || need+=(tzdata)          # CronJobs' timeZone (the IANA database)
 command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3 python3-venv)  # the official Python client's tests
+command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)  # ... and the JavaScript client's
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -43,4 +44,12 @@ if [ ! -x "$root/target/clients/python/bin/python" ] || ! "$root/target/clients/
   echo "setup: installing the Python client (PyPI kubernetes) in target/clients/python"
   python3 -m venv "$root/target/clients/python"
   "$root/target/clients/python/bin/pip" install -q --disable-pip-version-check kubernetes
+fi
+# The official JavaScript client (npm @kubernetes/client-node, 1.x: 2.x needs Node 22's zstd),
+# in the checkout's own node_modules.
+if [ ! -d "$root/target/clients/js/node_modules/@kubernetes/client-node" ]; then
+  echo "setup: installing the JavaScript client (npm @kubernetes/client-node) in target/clients/js"
+  mkdir -p "$root/target/clients/js"
+  (cd "$root/target/clients/js" && [ -f package.json ] || echo '{"private": true}' >package.json)
+  (cd "$root/target/clients/js" && npm install --silent --no-audit --no-fund '@kubernetes/client-node@1')
 fi

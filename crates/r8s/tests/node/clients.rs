@@ -1,7 +1,8 @@
-//! The official clients other than kubectl and kube-rs, driving r8s unchanged. The Python
+//! The official clients other than kubectl and kube-rs, driving r8s unchanged: the Python
 //! client (PyPI `kubernetes`, installed by `scripts/setup.sh` in `target/clients/python`) runs
-//! `clients/python_client.py`: lists, watches, writes, errors, exec and port-forward over
-//! WebSocket (the only transport it has), logs.
+//! `clients/python_client.py`, the JavaScript client (npm `@kubernetes/client-node`, in
+//! `target/clients/js`) `clients/js_client.mjs`: lists, watches, writes, errors, exec and
+//! port-forward over WebSocket (the only transport either has), logs.
 
 use crate::support;
 
@@ -29,13 +30,17 @@ items:
 "#;
 
 #[test]
-fn the_python_client_works_unchanged() {
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clients/python/bin/python");
-    assert!(
-        python.exists(),
-        "the Python client is not installed at {}: run scripts/setup.sh",
-        python.display()
-    );
+fn the_python_and_javascript_clients_work_unchanged() {
+    let clients = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clients");
+    let python = clients.join("python/bin/python");
+    let js = clients.join("js");
+    for installed in [&python, &js.join("node_modules/@kubernetes/client-node")] {
+        assert!(
+            installed.exists(),
+            "{} is not installed: run scripts/setup.sh",
+            installed.display()
+        );
+    }
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
     let c = start("py-node", "10.212.0.0/16", "r8sy");
     let s = &c.s;
@@ -51,16 +56,28 @@ fn the_python_client_works_unchanged() {
             ready.then_some(())
         });
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/clients/python_client.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .arg(&s.kubeconfig)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("all ok"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/clients");
+    let run = |what: &str, cmd: &mut Command| {
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("all ok"),
+            "{what}:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(
+        "the Python client",
+        Command::new(&python)
+            .arg(scripts.join("python_client.py"))
+            .arg(&s.kubeconfig),
+    );
+    // An ES module finds its packages from where it is: run next to node_modules.
+    let script = js.join("js_client.mjs");
+    std::fs::copy(scripts.join("js_client.mjs"), &script).unwrap();
+    // (The Python run deleted its Service again; its label on `sh` does not matter here.)
+    run(
+        "the JavaScript client",
+        Command::new("node").arg(&script).arg(&s.kubeconfig),
     );
 }
