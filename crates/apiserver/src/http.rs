@@ -67,6 +67,53 @@ pub(crate) fn content_type(headers: &HeaderMap) -> &str {
         .unwrap_or("")
 }
 
+/// What `Accept: application/json;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1` (first)
+/// asks for: objects cut down to their metadata (kube-rs's `get_metadata`, `list_metadata`,
+/// `watch_metadata`, `patch_metadata`; client-go's metadata client).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Partial {
+    One,
+    List,
+}
+
+pub(crate) fn wants_partial(headers: &HeaderMap) -> Option<Partial> {
+    let first = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())?
+        .split(',')
+        .next()?;
+    let params: Vec<&str> = first.split(';').map(str::trim).collect();
+    if !params.contains(&"g=meta.k8s.io") {
+        return None;
+    }
+    if params.contains(&"as=PartialObjectMetadataList") {
+        Some(Partial::List)
+    } else if params.contains(&"as=PartialObjectMetadata") {
+        Some(Partial::One)
+    } else {
+        None
+    }
+}
+
+/// `obj` as a `meta.k8s.io/v1` PartialObjectMetadata.
+pub(crate) fn partial_object(obj: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| serde_json::json!({})),
+    })
+}
+
+/// A PartialObjectMetadataList of `items` with the list's metadata.
+pub(crate) fn partial_list(meta: &serde_json::Value, items: &[serde_json::Value]) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "PartialObjectMetadataList",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "items": items.iter().map(partial_object).collect::<Vec<_>>(),
+    })
+}
+
 /// Whether the client asks for a Table (`Accept: application/json;as=Table;…` first).
 pub(crate) fn wants_table(headers: &HeaderMap) -> bool {
     headers

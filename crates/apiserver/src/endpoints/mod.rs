@@ -15,7 +15,10 @@ use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
 use crate::context::Ctx;
-use crate::http::{content_type, json_response, raw_json, wants_table, with_warnings, Body};
+use crate::http::{
+    content_type, json_response, partial_list, partial_object, raw_json, wants_partial, wants_table,
+    with_warnings, Body, Partial,
+};
 use crate::registry::strategy::Connect;
 use crate::registry::subresource::View;
 use crate::registry::{self, table, Filter, Query, Written};
@@ -100,15 +103,59 @@ pub(crate) async fn resource(
     if def.kind == "ComponentStatus" && def.group.is_empty() {
         return component_statuses(ctx, def, method, &info.verb, &info.name, headers, &query).await;
     }
+    let partial = wants_partial(headers);
+    // One object asked of a list, a list of one object: upstream's 406s.
+    let not_a_list = || {
+        ApiError::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "you requested PartialObjectMetadataList, but the requested object is not a list (*{}.{})",
+                internal_package(def),
+                def.kind
+            ),
+        )
+    };
+    match (partial, info.verb.as_str()) {
+        (Some(Partial::List), "get" | "create" | "update" | "patch" | "delete" | "watch") => {
+            return Err(not_a_list())
+        }
+        (Some(Partial::One), "list" | "deletecollection") => {
+            return Err(ApiError::new(
+                406,
+                "NotAcceptable",
+                format!(
+                    "you requested PartialObjectMetadata, but the requested object is a list (*{}.{}List)",
+                    internal_package(def),
+                    def.kind
+                ),
+            ))
+        }
+        _ => {}
+    }
     match (method, info.verb.as_str()) {
+        (_, "get") if partial.is_some() => {
+            let obj = registry::get(ctx, def, ns, &info.name, &query).await?;
+            Ok(json_response(StatusCode::OK, &partial_object(&obj)))
+        }
         (_, "get") => get(ctx, def, ns, &info.name, headers, &query).await,
+        (_, "list") if partial.is_some() => {
+            let filter = Filter::from_query(def, &query)?;
+            let page = registry::list(ctx, def, ns, &query, &filter).await?;
+            Ok(json_response(
+                StatusCode::OK,
+                &partial_list(&page.meta, &page.items),
+            ))
+        }
         (_, "list") => list(ctx, def, ns, headers, &query).await,
         (_, "watch") => watch::serve(ctx, def, ns, headers, &query).await,
-        (_, "create") => create(ctx, def, ns, &query, body).await,
-        (_, "update") => update(ctx, def, ns, &info.name, &query, body).await,
-        (_, "patch") => written(
-            registry::patch::patch(ctx, def, ns, &info.name, View::Main, headers, &query, body).await?,
-        ),
+        (_, "create") => as_partial(partial, create(ctx, def, ns, &query, body).await).await,
+        (_, "update") => as_partial(partial, update(ctx, def, ns, &info.name, &query, body).await).await,
+        (_, "patch") => {
+            let w =
+                registry::patch::patch(ctx, def, ns, &info.name, View::Main, headers, &query, body).await?;
+            as_partial(partial, written(w)).await
+        }
         (_, "delete") => {
             let opts = registry::delete_options(&query, &body)?;
             let (obj, gone) = registry::delete_object(ctx, def, ns, &info.name, &opts).await?;
@@ -117,6 +164,10 @@ pub(crate) async fn resource(
                 StatusCode::OK
             } else {
                 StatusCode::ACCEPTED
+            };
+            let obj = match partial {
+                Some(Partial::One) if obj["kind"] != "Status" => partial_object(&obj),
+                _ => obj,
             };
             Ok(json_response(code, &obj))
         }
@@ -127,6 +178,37 @@ pub(crate) async fn resource(
             Ok(json_response(StatusCode::OK, &list_of(def, deleted)))
         }
         (m, _) => Err(ApiError::method_not_allowed(m.as_str(), &def.group_resource())),
+    }
+}
+
+/// A write's answer, cut down to the object's metadata when the client asked for that (its
+/// status code and warnings kept).
+async fn as_partial(
+    partial: Option<Partial>,
+    resp: Result<Response<Body>, ApiError>,
+) -> Result<Response<Body>, ApiError> {
+    let resp = resp?;
+    if partial != Some(Partial::One) {
+        return Ok(resp);
+    }
+    let (parts, body) = resp.into_parts();
+    let bytes = http_body_util::BodyExt::collect(body)
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let obj: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let mut out = json_response(parts.status, &partial_object(&obj));
+    for w in parts.headers.get_all(http::header::WARNING) {
+        out.headers_mut().append(http::header::WARNING, w.clone());
+    }
+    Ok(out)
+}
+
+/// The Go package upstream's internal type of `def` lives in (for the 406 messages' `%T`).
+fn internal_package(def: &ResourceDef) -> &str {
+    match def.group {
+        "" => "core",
+        g => g.split('.').next().unwrap_or(g),
     }
 }
 

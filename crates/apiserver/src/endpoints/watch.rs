@@ -27,6 +27,8 @@ const CHUNK: usize = 64 * 1024;
 struct Emitter {
     tx: mpsc::Sender<Bytes>,
     table: Option<(&'static ResourceDef, Query)>,
+    /// Objects cut down to PartialObjectMetadata (bookmarks too, as upstream).
+    partial: bool,
 }
 
 impl Emitter {
@@ -52,11 +54,11 @@ impl Emitter {
     /// One change from the watch cache as this watcher sees it: the shared line when it sees
     /// the change as everyone does, else its own rendering.
     fn render_cached(&self, filter: &Filter, ev: &CachedEvent) -> Option<Bytes> {
-        if filter.is_empty() && self.table.is_none() {
+        if filter.is_empty() && self.table.is_none() && !self.partial {
             return Some(ev.line());
         }
         let kind = cached_type(filter, ev)?;
-        if self.table.is_none() {
+        if self.table.is_none() && !self.partial {
             return Some(Bytes::from(crate::watch_cache::line_around(
                 kind,
                 &ev.object.json,
@@ -68,6 +70,7 @@ impl Emitter {
     fn render(&self, kind: &str, obj: Value) -> Bytes {
         let obj = match &self.table {
             Some((def, q)) if kind != "BOOKMARK" && kind != "ERROR" => table::render(def, &[obj], None, q),
+            _ if self.partial && kind != "ERROR" => crate::http::partial_object(&obj),
             _ => obj,
         };
         crate::watch_cache::encode_line(kind, &obj)
@@ -140,6 +143,7 @@ pub(crate) async fn serve(
     let emitter = Emitter {
         tx,
         table: wants_table(headers).then(|| (def, Query::parse(ctx.query.as_deref()))),
+        partial: crate::http::wants_partial(headers).is_some(),
     };
     let ns = ns.to_owned();
     tokio::spawn(async move {

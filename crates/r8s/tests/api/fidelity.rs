@@ -327,3 +327,90 @@ async fn bad_input_never_answers_5xx() {
         "after {answered} bad requests"
     );
 }
+
+/// kube-rs's metadata calls (client-go's metadata client): `Accept: application/json;
+/// as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1` on get, list, watch and patch answers
+/// PartialObjectMetadata; the list form on a single object (and the reverse) is upstream's 406.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_reads_and_writes() {
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+
+    let server = Server::start();
+    let c = client(&server).await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "meta", "labels": {"a": "1"}}, "data": {"secret": "payload"}
+    }))
+    .unwrap();
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+
+    let got = cms.get_metadata("meta").await.unwrap();
+    assert_eq!(got.metadata.labels.unwrap()["a"], "1");
+    assert_eq!(got.types.unwrap().kind, "PartialObjectMetadata");
+    let list = cms
+        .list_metadata(&ListParams::default().fields("metadata.name=meta"))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].metadata.name.as_deref(), Some("meta"));
+
+    let patched = cms
+        .patch_metadata(
+            "meta",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"b": "2"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.metadata.labels.unwrap()["b"], "2");
+
+    let mut events = cms
+        .watch_metadata(
+            &WatchParams::default().fields("metadata.name=meta").timeout(2),
+            "0",
+        )
+        .await
+        .unwrap()
+        .boxed();
+    match events.try_next().await.unwrap() {
+        Some(WatchEvent::Added(m)) => assert_eq!(m.metadata.name.as_deref(), Some("meta")),
+        other => panic!("{other:?}"),
+    }
+
+    // The raw bodies: no data, upstream's kinds; mismatched forms refused.
+    let partial = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    let partial_list = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+    let get = |accept: &'static str, path: &'static str| {
+        let c = c.clone();
+        async move {
+            let req = Request::builder()
+                .uri(path)
+                .header("accept", accept)
+                .body(kube::client::Body::empty())
+                .unwrap();
+            let resp = c.send(req).await.unwrap();
+            let code = resp.status();
+            let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+            (code, serde_json::from_slice::<serde_json::Value>(&bytes).unwrap())
+        }
+    };
+    let (code, body) = get(partial, "/api/v1/namespaces/default/configmaps/meta").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(body["apiVersion"], "meta.k8s.io/v1");
+    assert!(body.get("data").is_none(), "{body}");
+    let (code, body) = get(partial_list, "/api/v1/namespaces/default/configmaps").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(body["kind"], "PartialObjectMetadataList");
+    assert_eq!(body["items"][0]["kind"], "PartialObjectMetadata");
+    let (code, body) = get(partial_list, "/api/v1/namespaces/default/configmaps/meta").await;
+    assert_eq!(code, StatusCode::NOT_ACCEPTABLE, "{body}");
+    assert_eq!(body["reason"], "NotAcceptable");
+    assert_eq!(
+        body["message"],
+        "you requested PartialObjectMetadataList, but the requested object is not a list (*core.ConfigMap)"
+    );
+    let (code, body) = get(partial, "/api/v1/namespaces/default/configmaps").await;
+    assert_eq!(code, StatusCode::NOT_ACCEPTABLE, "{body}");
+}
