@@ -43,6 +43,8 @@ macro_rules! with_type {
             ("batch", "v1", "Job") => Some($f::<batch::v1::Job>($($arg),*)),
             ("batch", "v1", "CronJob") => Some($f::<batch::v1::CronJob>($($arg),*)),
             ("policy", "v1", "PodDisruptionBudget") => Some($f::<policy::v1::PodDisruptionBudget>($($arg),*)),
+            ("", "v1", "PersistentVolumeClaim") => Some($f::<core::v1::PersistentVolumeClaim>($($arg),*)),
+            ("", "v1", "PersistentVolume") => Some($f::<core::v1::PersistentVolume>($($arg),*)),
             ("", "v1", "ReplicationController") => Some($f::<core::v1::ReplicationController>($($arg),*)),
             ("", "v1", "PodTemplate") => Some($f::<core::v1::PodTemplate>($($arg),*)),
             ("", "v1", "ComponentStatus") => Some($f::<core::v1::ComponentStatus>($($arg),*)),

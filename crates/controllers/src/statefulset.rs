@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaimVolumeSource, Pod, Volume};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
@@ -106,7 +106,126 @@ pub fn pod_for(
     }
 }
 
+/// The claims the pod of `ordinal` uses, one per claim template: `<claim>-<set>-<ordinal>`,
+/// labelled with the template's labels and the set's selector labels, owned by the set when
+/// its retention policy deletes claims with it (upstream's `getPersistentVolumeClaims` and
+/// `updateClaimOwnerRefForSetAndPod`).
+pub fn claims_for(set: &StatefulSet, ordinal: i32) -> Vec<PersistentVolumeClaim> {
+    let spec = set.spec.clone().unwrap_or_default();
+    let pod = format!("{}-{ordinal}", set.name_any());
+    let delete_with_set = spec
+        .persistent_volume_claim_retention_policy
+        .as_ref()
+        .and_then(|p| p.when_deleted.as_deref())
+        == Some("Delete");
+    spec.volume_claim_templates
+        .iter()
+        .flatten()
+        .map(|t| {
+            let mut claim = t.clone();
+            let template_name = t.metadata.name.clone().unwrap_or_default();
+            let mut labels = t.metadata.labels.clone().unwrap_or_default();
+            labels.extend(spec.selector.match_labels.clone().unwrap_or_default());
+            claim.metadata = ObjectMeta {
+                name: Some(format!("{template_name}-{pod}")),
+                namespace: set.namespace(),
+                labels: Some(labels).filter(|l| !l.is_empty()),
+                annotations: t.metadata.annotations.clone(),
+                owner_references: delete_with_set.then(|| vec![owner_ref(set)]),
+                ..Default::default()
+            };
+            claim.status = None;
+            claim
+        })
+        .collect()
+}
+
+/// A plain (not controller) ownerReference, as upstream's retention policy sets on claims.
+fn owner_ref<K: kube::Resource<DynamicType = ()> + k8s_openapi::Metadata<Ty = ObjectMeta>>(
+    o: &K,
+) -> OwnerReference {
+    OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: o.name_any(),
+        uid: o.meta().uid.clone().unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
 impl StatefulSetController {
+    /// Create the claims of the pod of `ordinal` that do not exist yet (upstream's
+    /// `createPersistentVolumeClaims`, before the pod).
+    async fn create_claims(&self, set: &StatefulSet, ordinal: i32) -> Result<(), Error> {
+        let api: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &set.namespace().unwrap_or_default());
+        let pod = format!("{}-{ordinal}", set.name_any());
+        for claim in claims_for(set, ordinal) {
+            let name = claim.name_any();
+            match api.create(&crate::post_params(), &claim).await {
+                Ok(_) => self.events.normal(
+                    set,
+                    "SuccessfulCreate",
+                    format!(
+                        "create Claim {name} Pod {pod} in StatefulSet {} success",
+                        set.name_any()
+                    ),
+                ),
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => {
+                    self.events.warning(
+                        set,
+                        "FailedCreate",
+                        format!(
+                            "create Claim {name} for Pod {pod} in StatefulSet {} failed error: {e}",
+                            set.name_any()
+                        ),
+                    );
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// With `whenScaled: Delete`, a pod removed by a scale-down takes its claims with it: the
+    /// claims get the pod as an owner before it is deleted.
+    async fn release_claims(&self, set: &StatefulSet, pod: &Pod) -> Result<(), Error> {
+        let when_scaled = set
+            .spec
+            .as_ref()
+            .and_then(|s| s.persistent_volume_claim_retention_policy.as_ref())
+            .and_then(|p| p.when_scaled.as_deref());
+        if when_scaled != Some("Delete") {
+            return Ok(());
+        }
+        let Some(ordinal) = ordinal_of(&set.name_any(), &pod.name_any()) else {
+            return Ok(());
+        };
+        let api: Api<PersistentVolumeClaim> =
+            Api::namespaced(self.client.clone(), &set.namespace().unwrap_or_default());
+        let by_pod = owner_ref(pod);
+        for claim in claims_for(set, ordinal) {
+            let Some(mut current) = api.get_opt(&claim.name_any()).await? else {
+                continue;
+            };
+            let refs = current.metadata.owner_references.get_or_insert_with(Vec::new);
+            if refs.iter().any(|r| r.uid == by_pod.uid) {
+                continue;
+            }
+            refs.push(by_pod.clone());
+            match api
+                .replace(&claim.name_any(), &crate::post_params(), &current)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if r8s_client::is_not_found(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
     pub fn new(factory: &Factory, events: Events) -> Arc<Self> {
         let sets = factory.get::<StatefulSet>();
         let pods = factory.get::<Pod>();
@@ -287,6 +406,10 @@ impl StatefulSetController {
                             (&spec.template, &update_hash)
                         };
                         let pod = pod_for(&set, ordinal, template, hash);
+                        if let Err(e) = self.create_claims(&set, ordinal).await {
+                            err.get_or_insert(e);
+                            break;
+                        }
                         match pods_api.create(&crate::post_params(), &pod).await {
                             Ok(_) => self.events.normal(
                                 &*set,
@@ -321,6 +444,10 @@ impl StatefulSetController {
                             break;
                         }
                         continue;
+                    }
+                    if let Err(e) = self.release_claims(&set, p).await {
+                        err.get_or_insert(e);
+                        break;
                     }
                     if let Err(e) = self.delete_pod(&set, &pods_api, p).await {
                         err.get_or_insert(e);

@@ -161,6 +161,29 @@ pub struct Cache {
     pub services: HashMap<String, (String, std::collections::BTreeMap<String, String>)>,
     /// ReplicaSets' and StatefulSets' selectors by `<Kind>/<ns>/<name>` — default spreading.
     pub controllers: HashMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// PersistentVolumeClaims by `<ns>/<name>`: whether each is bound to a volume.
+    pub claims: HashMap<String, bool>,
+}
+
+impl Cache {
+    /// Upstream's VolumeBinding PreFilter, as far as r8s has volumes: every claim the pod uses
+    /// must exist and be bound (nothing binds claims yet, so an unbound claim is one no
+    /// scheduling decision can help). The reason, when the pod cannot go anywhere.
+    pub fn volume_check(&self, pod: &Pod) -> Option<String> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let mut unbound = false;
+        for v in pod.spec.as_ref()?.volumes.iter().flatten() {
+            let Some(pvc) = &v.persistent_volume_claim else {
+                continue;
+            };
+            match self.claims.get(&format!("{ns}/{}", pvc.claim_name)) {
+                None => return Some(format!("persistentvolumeclaim \"{}\" not found", pvc.claim_name)),
+                Some(false) => unbound = true,
+                Some(true) => {}
+            }
+        }
+        unbound.then(|| "pod has unbound immediate PersistentVolumeClaims".to_owned())
+    }
 }
 
 fn has_required_anti_affinity(p: &PodInfo) -> bool {

@@ -19,7 +19,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod, Service};
+use k8s_openapi::api::core::v1::{
+    Binding, Namespace, Node, ObjectReference, PersistentVolumeClaim, Pod, Service,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
@@ -188,6 +190,8 @@ fn profile_name(pod: &Pod) -> &str {
 pub enum Decision {
     Node(String),
     Unschedulable(String),
+    /// Unschedulable whatever happens to other pods: preemption is not tried.
+    Unresolvable(String),
 }
 
 impl Scheduler {
@@ -328,6 +332,30 @@ impl Scheduler {
                 }
             }
         });
+        // Claims, for the volume check: a claim created or bound retries the pods waiting.
+        let claims = factory.get::<PersistentVolumeClaim>();
+        let weak = Arc::downgrade(&self);
+        claims.add_handler(move |c| {
+            if let Some(s) = weak.upgrade() {
+                let key = |pvc: &PersistentVolumeClaim| {
+                    format!("{}/{}", pvc.namespace().unwrap_or_default(), pvc.name_any())
+                };
+                match c {
+                    Change::Added(pvc) | Change::Updated(_, pvc) => {
+                        let bound = pvc
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.volume_name.as_deref())
+                            .is_some_and(|v| !v.is_empty());
+                        s.cache.lock().unwrap().claims.insert(key(pvc), bound);
+                    }
+                    Change::Deleted(pvc) => {
+                        s.cache.lock().unwrap().claims.remove(&key(pvc));
+                    }
+                }
+                s.queue.move_all_to_active();
+            }
+        });
         // Namespaces' labels, for affinity terms' namespaceSelector.
         let namespaces = factory.get::<Namespace>();
         let weak = Arc::downgrade(&self);
@@ -416,6 +444,12 @@ impl Scheduler {
         };
         let cache = self.cache.lock().unwrap();
         let total = cache.order.len();
+        if let Some(why) = cache.volume_check(&info.pod).filter(|_| total > 0) {
+            // No node can help, nor preemption (upstream's PreFilter failure).
+            return Decision::Unresolvable(format!(
+                "0/{total} nodes are available: {why}. preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling."
+            ));
+        }
         let want = match profile.percentage {
             Some(pct) if total >= 100 => (total * pct as usize / 100).clamp(100, total),
             _ => feasible_nodes_to_find(total),
@@ -494,6 +528,7 @@ impl Scheduler {
             .lock()
             .unwrap()
             .push(started.elapsed().as_micros() as u64);
+        let resolvable = !matches!(decision, Decision::Unresolvable(_));
         match decision {
             Decision::Node(node) => {
                 {
@@ -528,11 +563,11 @@ impl Scheduler {
                     }
                 });
             }
-            Decision::Unschedulable(mut msg) => {
+            Decision::Unschedulable(mut msg) | Decision::Unresolvable(mut msg) => {
                 self.metrics
                     .attempt("unschedulable", &profile, started.elapsed().as_secs_f64());
                 // PostFilter: make room by preempting lower-priority pods, if allowed.
-                if preemption::may_preempt(&info) {
+                if resolvable && preemption::may_preempt(&info) {
                     self.metrics.preemption_attempts.inc();
                     let plan = {
                         let cache = self.cache.lock().unwrap();

@@ -96,6 +96,12 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
         ("", "services", Arc::new(services::Services)),
         ("", "endpoints", Arc::new(endpoints::Endpoints)),
         ("", "configmaps", Arc::new(configmaps::ConfigMaps)),
+        (
+            "",
+            "persistentvolumeclaims",
+            Arc::new(storage::PersistentVolumeClaims),
+        ),
+        ("", "persistentvolumes", Arc::new(storage::PersistentVolumes)),
         ("", "secrets", Arc::new(secrets::Secrets)),
         ("", "serviceaccounts", Arc::new(serviceaccounts::ServiceAccounts)),
         (

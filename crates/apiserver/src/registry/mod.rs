@@ -38,6 +38,7 @@ pub(crate) mod reviews;
 mod secrets;
 mod serviceaccounts;
 mod services;
+mod storage;
 pub(crate) mod strategy;
 #[cfg(test)]
 mod strategy_tests;

@@ -874,3 +874,102 @@ fn component_statuses_and_workload_kinds_are_served() {
         );
     }
 }
+
+/// A StatefulSet's volumeClaimTemplates become one PersistentVolumeClaim per pod, created
+/// before the pod; with nothing to bind them, the pods wait with the scheduler's upstream
+/// reason. The retention policy's `whenDeleted: Delete` lets the claims go with the set.
+#[test]
+fn statefulset_claims_are_created_and_unbound_ones_hold_their_pods() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    s.ok_stdin("1.33", &["create", "-f", "-"], &node_manifest("n1"));
+    let set = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 2
+  podManagementPolicy: Parallel
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  persistentVolumeClaimRetentionPolicy: {whenDeleted: Delete, whenScaled: Retain}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: c, image: busybox}]
+  volumeClaimTemplates:
+  - metadata: {name: data, labels: {tier: storage}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+"#;
+    s.ok_stdin("1.33", &["apply", "-f", "-"], set);
+    let claims = wait_for(30, "two claims", || {
+        let c = items(&s, "1.33", &["get", "pvc", "-l", "app=db"]);
+        (c.len() == 2).then_some(c)
+    });
+    let names: Vec<&str> = claims
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["data-db-0", "data-db-1"]);
+    assert_eq!(claims[0]["metadata"]["labels"]["tier"], "storage");
+    assert_eq!(claims[0]["status"]["phase"], "Pending");
+    assert_eq!(claims[0]["spec"]["volumeMode"], "Filesystem");
+    assert_eq!(claims[0]["metadata"]["ownerReferences"][0]["kind"], "StatefulSet");
+    for v in VERSIONS {
+        let table = s.ok(v, &["get", "pvc", "data-db-0"]);
+        let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(&header[..3], ["NAME", "STATUS", "VOLUME"], "{table}");
+        assert!(table.lines().nth(1).unwrap().contains("Pending"), "{table}");
+    }
+    let pod = wait_for(30, "db-0 unschedulable", || {
+        let p = json(&s, "1.33", &["get", "pod", "db-0"]);
+        let c = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodScheduled")?
+            .clone();
+        (c["reason"] == "Unschedulable").then_some(c)
+    });
+    assert_eq!(
+        pod["message"],
+        "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.",
+    );
+    // A claim that is missing is named.
+    s.ok_stdin(
+        "1.33",
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: lone}\nspec:\n  containers: [{name: c, image: busybox}]\n  volumes: [{name: d, persistentVolumeClaim: {claimName: nowhere}}]\n",
+    );
+    wait_for(30, "lone unschedulable", || {
+        let p = json(&s, "1.33", &["get", "pod", "lone"]);
+        let c = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodScheduled")?
+            .clone();
+        c["message"]
+            .as_str()?
+            .contains("persistentvolumeclaim \"nowhere\" not found")
+            .then_some(())
+    });
+    // Invalid claims in upstream's words.
+    let err = String::from_utf8(s.fails_stdin(
+        "1.33",
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: bad}\nspec: {resources: {requests: {storage: 1Gi}}}\n",
+    ))
+    .unwrap();
+    assert!(
+        err.contains("spec.accessModes: Required value: at least 1 access mode is required"),
+        "{err}"
+    );
+    // The set deleted: its claims go with it (whenDeleted: Delete).
+    s.ok("1.33", &["delete", "statefulset", "db"]);
+    wait_for(60, "the claims gone", || {
+        items(&s, "1.33", &["get", "pvc", "-l", "app=db"])
+            .is_empty()
+            .then_some(())
+    });
+}
