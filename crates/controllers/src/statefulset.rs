@@ -189,7 +189,8 @@ impl StatefulSetController {
     }
 
     /// With `whenScaled: Delete`, a pod removed by a scale-down takes its claims with it: the
-    /// claims get the pod as an owner before it is deleted.
+    /// claims get the pod as their owner, in place of the set (an owner left in place would
+    /// keep them: the garbage collector only drops a missing owner beside a live one).
     async fn release_claims(&self, set: &StatefulSet, pod: &Pod) -> Result<(), Error> {
         let when_scaled = set
             .spec
@@ -210,9 +211,11 @@ impl StatefulSetController {
                 continue;
             };
             let refs = current.metadata.owner_references.get_or_insert_with(Vec::new);
-            if refs.iter().any(|r| r.uid == by_pod.uid) {
+            let set_uid = set.metadata.uid.clone().unwrap_or_default();
+            if refs.iter().any(|r| r.uid == by_pod.uid) && !refs.iter().any(|r| r.uid == set_uid) {
                 continue;
             }
+            refs.retain(|r| r.uid != set_uid && r.uid != by_pod.uid);
             refs.push(by_pod.clone());
             match api
                 .replace(&claim.name_any(), &crate::post_params(), &current)

@@ -965,6 +965,23 @@ spec:
         err.contains("spec.accessModes: Required value: at least 1 access mode is required"),
         "{err}"
     );
+    // whenScaled: Delete — a scale-down takes the removed pod's claim with it.
+    s.ok(
+        "1.33",
+        &[
+            "patch",
+            "statefulset",
+            "db",
+            "-p",
+            r#"{"spec":{"persistentVolumeClaimRetentionPolicy":{"whenScaled":"Delete"}}}"#,
+        ],
+    );
+    s.ok("1.33", &["scale", "statefulset", "db", "--replicas=1"]);
+    wait_for(60, "data-db-1 gone with db-1", || {
+        let c = items(&s, "1.33", &["get", "pvc", "-l", "app=db"]);
+        let names: Vec<&str> = c.iter().filter_map(|c| c["metadata"]["name"].as_str()).collect();
+        (names == ["data-db-0"]).then_some(())
+    });
     // The set deleted: its claims go with it (whenDeleted: Delete).
     s.ok("1.33", &["delete", "statefulset", "db"]);
     wait_for(60, "the claims gone", || {
