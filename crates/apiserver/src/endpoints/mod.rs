@@ -133,6 +133,13 @@ pub(crate) async fn resource(
         }
         _ => {}
     }
+    let shape = if partial == Some(Partial::One) {
+        Shape::Partial
+    } else if wants_table(headers) {
+        Shape::Table
+    } else {
+        Shape::Object
+    };
     match (method, info.verb.as_str()) {
         (_, "get") if partial.is_some() => {
             let obj = registry::get(ctx, def, ns, &info.name, &query).await?;
@@ -149,12 +156,20 @@ pub(crate) async fn resource(
         }
         (_, "list") => list(ctx, def, ns, headers, &query).await,
         (_, "watch") => watch::serve(ctx, def, ns, headers, &query).await,
-        (_, "create") => as_partial(partial, create(ctx, def, ns, &query, body).await).await,
-        (_, "update") => as_partial(partial, update(ctx, def, ns, &info.name, &query, body).await).await,
+        (_, "create") => shaped(def, &query, shape, create(ctx, def, ns, &query, body).await).await,
+        (_, "update") => {
+            shaped(
+                def,
+                &query,
+                shape,
+                update(ctx, def, ns, &info.name, &query, body).await,
+            )
+            .await
+        }
         (_, "patch") => {
             let w =
                 registry::patch::patch(ctx, def, ns, &info.name, View::Main, headers, &query, body).await?;
-            as_partial(partial, written(w)).await
+            shaped(def, &query, shape, written(w)).await
         }
         (_, "delete") => {
             let opts = registry::delete_options(&query, &body)?;
@@ -181,14 +196,24 @@ pub(crate) async fn resource(
     }
 }
 
-/// A write's answer, cut down to the object's metadata when the client asked for that (its
-/// status code and warnings kept).
-async fn as_partial(
-    partial: Option<Partial>,
+/// How a write's answer is shaped: the object, its metadata alone, or a Table row.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Object,
+    Partial,
+    Table,
+}
+
+/// A write's answer shaped as the client asked (`as=PartialObjectMetadata` or `as=Table`),
+/// its status code and warnings kept.
+async fn shaped(
+    def: &ResourceDef,
+    query: &Query,
+    shape: Shape,
     resp: Result<Response<Body>, ApiError>,
 ) -> Result<Response<Body>, ApiError> {
     let resp = resp?;
-    if partial != Some(Partial::One) {
+    if shape == Shape::Object {
         return Ok(resp);
     }
     let (parts, body) = resp.into_parts();
@@ -197,7 +222,11 @@ async fn as_partial(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let obj: Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    let mut out = json_response(parts.status, &partial_object(&obj));
+    let obj = match shape {
+        Shape::Table => table::render(def, &[obj], None, query),
+        _ => partial_object(&obj),
+    };
+    let mut out = json_response(parts.status, &obj);
     for w in parts.headers.get_all(http::header::WARNING) {
         out.headers_mut().append(http::header::WARNING, w.clone());
     }

@@ -413,4 +413,19 @@ async fn metadata_only_reads_and_writes() {
     );
     let (code, body) = get(partial, "/api/v1/namespaces/default/configmaps").await;
     assert_eq!(code, StatusCode::NOT_ACCEPTABLE, "{body}");
+
+    // A write answered as a Table (upstream renders every verb's object so).
+    let req = Request::builder()
+        .method(Method::PATCH)
+        .uri("/api/v1/namespaces/default/configmaps/meta")
+        .header("accept", "application/json;as=Table;g=meta.k8s.io;v=v1")
+        .header("content-type", "application/merge-patch+json")
+        .body(kube::client::Body::from(br#"{"metadata":{"labels":{"c":"3"}}}"#.to_vec()))
+        .unwrap();
+    let resp = c.send(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let table: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(table["kind"], "Table", "{table}");
+    assert_eq!(table["rows"][0]["cells"][0], "meta", "{table}");
 }
