@@ -41,6 +41,11 @@ pub(crate) async fn resource(
         return Err(ApiError::not_found_path());
     }
     let query = Query::parse(ctx.query.as_deref());
+    match info.verb.as_str() {
+        "list" | "watch" => query.check_integers(&["limit", "timeoutSeconds"])?,
+        "delete" | "deletecollection" => query.check_integers(&["gracePeriodSeconds"])?,
+        _ => {}
+    }
     // Bodies in Kubernetes' protobuf encoding (kubectl >= 1.32 sends typed objects so) are read
     // into JSON here; everything after works on JSON. Responses are always JSON.
     let body = if !body.is_empty() && content_type(headers).starts_with(crate::protobuf::MEDIA_TYPE) {

@@ -88,6 +88,31 @@ impl Query {
     pub fn dry_run(&self) -> bool {
         self.0.get("dryRun").is_some_and(|v| v == "All")
     }
+
+    /// Check that the integer parameters among `names` are integers, as upstream's parameter
+    /// decoding does (`strconv.ParseInt`): a 400 with Go's words otherwise.
+    pub fn check_integers(&self, names: &[&str]) -> Result<(), ApiError> {
+        for n in names {
+            if let Some(v) = self.0.get(*n).filter(|v| !v.is_empty()) {
+                if v.parse::<i64>().is_err() {
+                    let why = if v
+                        .trim_start_matches(['-', '+'])
+                        .chars()
+                        .all(|c| c.is_ascii_digit())
+                    {
+                        "value out of range"
+                    } else {
+                        "invalid syntax"
+                    };
+                    return Err(ApiError::bad_request(format!(
+                        "strconv.ParseInt: parsing {}: {why}",
+                        serde_json::Value::from(v.as_str())
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 pub(crate) fn key(def: &ResourceDef, namespace: &str, name: &str) -> String {
@@ -1364,6 +1389,24 @@ pub(crate) async fn delete_collection(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integer_parameters_are_decoded_as_upstream() {
+        let q = Query::parse(Some(
+            "limit=abc&timeoutSeconds=30&gracePeriodSeconds=99999999999999999999",
+        ));
+        assert_eq!(
+            q.check_integers(&["limit"]).unwrap_err().message,
+            "strconv.ParseInt: parsing \"abc\": invalid syntax"
+        );
+        assert!(q.check_integers(&["timeoutSeconds", "continue"]).is_ok());
+        let e = q.check_integers(&["gracePeriodSeconds"]).unwrap_err();
+        assert_eq!(e.code, 400);
+        assert_eq!(
+            e.message,
+            "strconv.ParseInt: parsing \"99999999999999999999\": value out of range"
+        );
+    }
 
     #[test]
     fn resource_versions_are_spliced_into_stored_objects() {

@@ -414,13 +414,27 @@ async fn metadata_only_reads_and_writes() {
     let (code, body) = get(partial, "/api/v1/namespaces/default/configmaps").await;
     assert_eq!(code, StatusCode::NOT_ACCEPTABLE, "{body}");
 
+    // An integer parameter that is not one: upstream's 400 with Go's words.
+    let (code, body) = get(
+        "application/json",
+        "/api/v1/namespaces/default/configmaps?limit=abc",
+    )
+    .await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        body["message"],
+        "strconv.ParseInt: parsing \"abc\": invalid syntax"
+    );
+
     // A write answered as a Table (upstream renders every verb's object so).
     let req = Request::builder()
         .method(Method::PATCH)
         .uri("/api/v1/namespaces/default/configmaps/meta")
         .header("accept", "application/json;as=Table;g=meta.k8s.io;v=v1")
         .header("content-type", "application/merge-patch+json")
-        .body(kube::client::Body::from(br#"{"metadata":{"labels":{"c":"3"}}}"#.to_vec()))
+        .body(kube::client::Body::from(
+            br#"{"metadata":{"labels":{"c":"3"}}}"#.to_vec(),
+        ))
         .unwrap();
     let resp = c.send(req).await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
