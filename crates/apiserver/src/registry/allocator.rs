@@ -194,16 +194,8 @@ pub(crate) async fn allocate(
         if seed == 0 {
             seed = uuid::Uuid::new_v4().as_u128();
         }
-        match store
-            .create(
-                &format!("{}{candidate}", pool.prefix()),
-                bytes::Bytes::from(owner.to_owned()),
-            )
-            .await
-        {
-            Ok(_) => return Ok(candidate),
-            Err(StoreError::AlreadyExists { .. }) => continue,
-            Err(e) => return Err(AllocError::Store(e.to_string())),
+        if reserve(store, pool, owner, &candidate).await? {
+            return Ok(candidate);
         }
     }
     // A crowded range: the free values from what is used.
@@ -225,23 +217,30 @@ pub(crate) async fn allocate(
         if used.contains(&candidate) {
             continue;
         }
-        match store
-            .create(
-                &format!("{}{candidate}", pool.prefix()),
-                bytes::Bytes::from(owner.to_owned()),
-            )
-            .await
-        {
-            Ok(_) => return Ok(candidate),
-            // Taken meanwhile by a concurrent create: try the next.
-            Err(StoreError::AlreadyExists { .. }) => continue,
-            Err(e) => return Err(AllocError::Store(e.to_string())),
+        // Taken meanwhile by a concurrent create: try the next.
+        if reserve(store, pool, owner, &candidate).await? {
+            return Ok(candidate);
         }
     }
     Err(AllocError::Full(match pool {
         Pool::ClusterIp(_) => "failed to allocate a serviceIP: range is full".to_owned(),
         Pool::NodePort => "failed to allocate a nodePort: range is full".to_owned(),
     }))
+}
+
+/// Reserve `candidate` for `owner`: false when someone holds it already.
+async fn reserve(store: &dyn Store, pool: Pool, owner: &str, candidate: &str) -> Result<bool, AllocError> {
+    match store
+        .create(
+            &format!("{}{candidate}", pool.prefix()),
+            bytes::Bytes::from(owner.to_owned()),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(StoreError::AlreadyExists { .. }) => Ok(false),
+        Err(e) => Err(AllocError::Store(e.to_string())),
+    }
 }
 
 /// Give a value back.

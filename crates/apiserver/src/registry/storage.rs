@@ -136,6 +136,12 @@ fn phase(obj: &Value) -> String {
     obj["status"]["phase"].as_str().unwrap_or("").to_owned()
 }
 
+/// A new claim's or volume's status: whatever the request said, `Pending`.
+fn pending(obj: &mut Value) {
+    drop_status(obj);
+    obj["status"] = json!({"phase": "Pending"});
+}
+
 pub(crate) struct PersistentVolumeClaims;
 
 impl Strategy for PersistentVolumeClaims {
@@ -151,8 +157,7 @@ impl Strategy for PersistentVolumeClaims {
 
     /// A new claim waits to be bound.
     fn prepare_for_create(&self, _user: &crate::authn::UserInfo, obj: &mut Value) {
-        drop_status(obj);
-        obj["status"] = json!({"phase": "Pending"});
+        pending(obj);
     }
 
     fn prepare_for_update(&self, obj: &mut Value, old: &Value) -> Result<(), ApiError> {
@@ -291,8 +296,7 @@ impl Strategy for PersistentVolumes {
 
     /// A new volume is `Pending` until the binder makes it `Available`.
     fn prepare_for_create(&self, _user: &crate::authn::UserInfo, obj: &mut Value) {
-        drop_status(obj);
-        obj["status"] = json!({"phase": "Pending"});
+        pending(obj);
     }
 
     fn prepare_for_update(&self, obj: &mut Value, old: &Value) -> Result<(), ApiError> {
