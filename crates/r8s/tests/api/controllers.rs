@@ -511,13 +511,16 @@ fn node_gets_pod_cidr_and_silent_node_is_tainted_and_its_pods_evicted() {
 fn standalone_controller_manager_killed_mid_sync_creates_no_duplicates() {
     let s = Server::start_with(&["--disable-controller-manager"]);
     let v = "1.33";
-    // Managers are killed whatever happens, also when an assertion fails.
+    // Managers are killed whatever happens, also when an assertion fails; the token
+    // directory a killed one could not remove goes too.
     struct Managers(Vec<Child>);
     impl Drop for Managers {
         fn drop(&mut self) {
             for c in &mut self.0 {
                 let _ = c.kill();
                 let _ = c.wait();
+                let tokens = std::env::temp_dir().join(format!("r8s-controller-manager-{}", c.id()));
+                let _ = std::fs::remove_dir_all(tokens);
             }
         }
     }

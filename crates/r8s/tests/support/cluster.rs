@@ -143,6 +143,50 @@ impl Drop for Leftovers {
                 .args(["route", "del", "blackhole", &self.cluster_cidr])
                 .stderr(std::process::Stdio::null())
                 .status();
+            remove_cni_masquerade(&self.cluster_cidr);
+        }
+    }
+}
+
+/// The masquerade rules and chains the CNI bridge plugin (`ipMasq`) made for pods in `cidr`,
+/// should a sandbox have been left without its CNI DEL (a server killed mid-way): removed.
+pub fn remove_cni_masquerade(cidr: &str) {
+    let Some((net, len)) = cidr.split_once('/') else {
+        return;
+    };
+    let (Ok(net), Ok(len)) = (net.parse::<std::net::Ipv4Addr>(), len.parse::<u32>()) else {
+        return;
+    };
+    let mask = if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - len.min(32))
+    };
+    let inside = |ip: std::net::Ipv4Addr| u32::from(ip) & mask == u32::from(net) & mask;
+    let Ok(out) = Command::new("nft")
+        .args(["-a", "list", "chain", "ip", "nat", "POSTROUTING"])
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = |w: &str| words.iter().position(|x| *x == w).and_then(|i| words.get(i + 1));
+        let (Some(saddr), Some(chain), Some(handle)) = (at("saddr"), at("jump"), at("handle")) else {
+            continue;
+        };
+        if !chain.starts_with("CNI-") || !saddr.parse().is_ok_and(inside) {
+            continue;
+        }
+        let _ = Command::new("nft")
+            .args(["delete", "rule", "ip", "nat", "POSTROUTING", "handle", handle])
+            .status();
+        for verb in ["flush", "delete"] {
+            let _ = Command::new("nft")
+                .args([verb, "chain", "ip", "nat", chain])
+                .stderr(std::process::Stdio::null())
+                .status();
         }
     }
 }
