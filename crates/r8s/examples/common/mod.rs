@@ -181,6 +181,17 @@ pub fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// `p50 … p99 … max …` of `took` (sorted here).
+pub fn spread(took: &mut [Duration]) -> String {
+    took.sort();
+    format!(
+        "p50 {} p99 {} max {}",
+        ms(pct(took, 0.50)),
+        ms(pct(took, 0.99)),
+        ms(took.last().copied().unwrap_or_default())
+    )
+}
+
 pub fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
