@@ -33,6 +33,12 @@ enum Command {
     Scheduler(SchedulerArgs),
     /// Run a node (kubelet) that joins a server with a join token.
     Agent(Box<AgentCmdArgs>),
+    /// The client: `r8s kubectl get pods` (also this binary invoked as `kubectl`).
+    #[command(disable_help_flag = true)]
+    Kubectl {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Args)]
@@ -1552,6 +1558,20 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    // `r8s kubectl …`, or this binary invoked as `kubectl` (the symlink scripts/run.sh
+    // installs): the client, with its own argument parsing and exit codes.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let invoked_as = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    if invoked_as == "kubectl" {
+        std::process::exit(r8s_kubectl::main(args));
+    }
+    if args.get(1).is_some_and(|a| a == "kubectl") {
+        std::process::exit(r8s_kubectl::main(args[1..].to_vec()));
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("R8S_LOG").unwrap_or_else(|_| "info".into()),
@@ -1568,6 +1588,7 @@ fn main() -> anyhow::Result<()> {
             Command::ControllerManager(args) => controller_manager(args).await,
             Command::Scheduler(args) => scheduler(args).await,
             Command::Agent(args) => agent(*args).await,
+            Command::Kubectl { .. } => unreachable!("dispatched before the runtime starts"),
         }
     })
 }

@@ -12,6 +12,7 @@ mod etcd_backend;
 mod fidelity;
 mod kube_rs;
 mod kubectl;
+mod kubectl_differential;
 mod scheduler;
 mod security;
 mod webhooks;

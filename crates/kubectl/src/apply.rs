@@ -1,0 +1,278 @@
+//! `kubectl apply -f`: client-side apply, keeping the applied configuration in the
+//! `kubectl.kubernetes.io/last-applied-configuration` annotation and patching the live object
+//! with the three-way difference (what the new configuration changes, and what the last one
+//! set that the new one drops); `--server-side` sends the object as an apply patch.
+//!
+//! kubectl's client-side patch is a strategic merge patch that merges lists such as
+//! `containers` by key; this one is a JSON merge patch, which replaces a changed list whole.
+//! The result differs only where someone else added items to a list the configuration
+//! also sets.
+
+use http::Method;
+use serde_json::{json, Map, Value};
+
+use crate::create::{print_result, target_namespace, Common, DryRun};
+use crate::error::{msg, Error, Result};
+use crate::printers;
+use crate::rest::JSON;
+use crate::{manifest, Output, Session};
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+#[derive(clap::Args)]
+pub struct ApplyArgs {
+    /// The files that contain the configurations to apply.
+    #[arg(short = 'f', long = "filename", required = true)]
+    filename: Vec<String>,
+    /// Process the directory used in -f, --filename recursively.
+    #[arg(short = 'R', long)]
+    recursive: bool,
+    /// If true, apply runs in the server instead of the client.
+    #[arg(long)]
+    server_side: bool,
+    /// If true, server-side apply will force the changes against conflicts.
+    #[arg(long)]
+    force_conflicts: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+pub async fn run(session: &Session, a: ApplyArgs) -> Result<i32> {
+    let dry = a.common.dry_run()?;
+    let output = Output::parse(a.common.output.as_deref())?;
+    let mut failed = false;
+    for m in manifest::read(&a.filename, a.recursive)? {
+        let source = m.source;
+        let result = if a.server_side {
+            server_side(session, m.object, &a, dry).await
+        } else {
+            client_side(session, m.object, &a, dry).await
+        };
+        match result {
+            Ok((r, obj, verb)) => print_result(&r, &obj, &output, verb, dry),
+            Err(Error::Api(e)) => {
+                eprintln!("{}", e.when("applying", &source).display());
+                failed = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(i32::from(failed))
+}
+
+type Applied = (crate::discovery::Resource, Value, &'static str);
+
+fn query(manager: &str, dry: DryRun) -> String {
+    let mut q = format!(
+        "fieldManager={}&fieldValidation=Strict",
+        crate::get::encode(manager)
+    );
+    if dry == DryRun::Server {
+        q.push_str("&dryRun=All");
+    }
+    q
+}
+
+async fn client_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryRun) -> Result<Applied> {
+    let r = session
+        .resource_for_kind(
+            obj["apiVersion"].as_str().unwrap_or(""),
+            obj["kind"].as_str().unwrap_or(""),
+        )
+        .await?;
+    let ns = target_namespace(session, &r, &mut obj)?;
+    if let Some(ns) = &ns {
+        obj["metadata"]["namespace"] = json!(ns);
+    }
+    let name = obj["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    if name.is_empty() {
+        return Err(msg(
+            "error when retrieving current configuration: resource name may not be empty",
+        ));
+    }
+    let modified = with_annotation(&obj);
+    let manager = a
+        .common
+        .field_manager
+        .as_deref()
+        .unwrap_or("kubectl-client-side-apply");
+    let path = format!("{}/{name}", r.collection_path(ns.as_deref()));
+    let current = match session.conn.rest.get(&path).await {
+        Ok(c) => c,
+        Err(Error::Api(e)) if e.is_not_found() => {
+            if dry == DryRun::Client {
+                return Ok((r, modified, "created"));
+            }
+            let uri = format!("{}?{}", r.collection_path(ns.as_deref()), query(manager, dry));
+            let body = serde_json::to_vec(&modified).map_err(|e| msg(e.to_string()))?;
+            let created = session
+                .conn
+                .rest
+                .json(Method::POST, &uri, JSON, Some((JSON, body)))
+                .await?;
+            return Ok((r, created, "created"));
+        }
+        Err(e) => return Err(e),
+    };
+    let original: Value = current["metadata"]["annotations"][LAST_APPLIED]
+        .as_str()
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or(Value::Object(Map::new()));
+    let patch = three_way(&original, &modified, &current);
+    if patch.is_empty() {
+        return Ok((r, current, "unchanged"));
+    }
+    if dry == DryRun::Client {
+        return Ok((r, current, "configured"));
+    }
+    let uri = format!("{path}?{}", query(manager, dry));
+    let body = serde_json::to_vec(&Value::Object(patch)).map_err(|e| msg(e.to_string()))?;
+    let patched = session
+        .conn
+        .rest
+        .json(
+            Method::PATCH,
+            &uri,
+            JSON,
+            Some(("application/merge-patch+json", body)),
+        )
+        .await?;
+    Ok((r, patched, "configured"))
+}
+
+async fn server_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryRun) -> Result<Applied> {
+    let r = session
+        .resource_for_kind(
+            obj["apiVersion"].as_str().unwrap_or(""),
+            obj["kind"].as_str().unwrap_or(""),
+        )
+        .await?;
+    let ns = target_namespace(session, &r, &mut obj)?;
+    let name = obj["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let manager = a.common.field_manager.as_deref().unwrap_or("kubectl");
+    let mut uri = format!(
+        "{}/{name}?{}",
+        r.collection_path(ns.as_deref()),
+        query(manager, dry)
+    );
+    if a.force_conflicts {
+        uri.push_str("&force=true");
+    }
+    let body = serde_json::to_vec(&obj).map_err(|e| msg(e.to_string()))?;
+    let applied = session
+        .conn
+        .rest
+        .json(
+            Method::PATCH,
+            &uri,
+            JSON,
+            Some(("application/apply-patch+yaml", body)),
+        )
+        .await?;
+    Ok((r, applied, "serverside-applied"))
+}
+
+/// The configuration with itself (minus any older copy) in the last-applied annotation, as
+/// kubectl writes it: Go's compact JSON with a trailing newline.
+fn with_annotation(obj: &Value) -> Value {
+    let mut bare = obj.clone();
+    if let Some(ann) = bare["metadata"]
+        .get_mut("annotations")
+        .and_then(Value::as_object_mut)
+    {
+        ann.remove(LAST_APPLIED);
+    } else {
+        bare["metadata"]["annotations"] = json!({});
+    }
+    let text = printers::json::compact(&bare) + "\n";
+    let mut out = bare;
+    out["metadata"]["annotations"][LAST_APPLIED] = json!(text);
+    out
+}
+
+/// The merge patch that takes `current` to `modified`, deleting what `original` (the last
+/// applied configuration) set and `modified` no longer does.
+fn three_way(original: &Value, modified: &Value, current: &Value) -> Map<String, Value> {
+    let mut patch = Map::new();
+    let empty = Map::new();
+    let m = modified.as_object().unwrap_or(&empty);
+    let o = original.as_object().unwrap_or(&empty);
+    let c = current.as_object().unwrap_or(&empty);
+    for (k, mv) in m {
+        match (mv, c.get(k)) {
+            (Value::Object(_), Some(cv @ Value::Object(_))) => {
+                let sub = three_way(o.get(k).unwrap_or(&Value::Null), mv, cv);
+                if !sub.is_empty() {
+                    patch.insert(k.clone(), Value::Object(sub));
+                }
+            }
+            // A list the configuration left as it was, and the live object still holds
+            // (with what the server defaulted in its items), is no change.
+            (Value::Array(_), Some(cv)) if subset(mv, cv) && o.get(k).is_none_or(|ov| ov == mv) => {}
+            (mv, cv) if cv != Some(mv) => {
+                patch.insert(k.clone(), mv.clone());
+            }
+            _ => {}
+        }
+    }
+    for k in o.keys() {
+        if !m.contains_key(k) && c.contains_key(k) {
+            patch.insert(k.clone(), Value::Null);
+        }
+    }
+    patch
+}
+
+/// Whether everything `m` sets is in `c` (which may hold more: defaults, others' fields).
+fn subset(m: &Value, c: &Value) -> bool {
+    match (m, c) {
+        (Value::Object(m), Value::Object(c)) => {
+            m.iter().all(|(k, v)| c.get(k).is_some_and(|cv| subset(v, cv)))
+        }
+        (Value::Array(m), Value::Array(c)) => {
+            m.len() == c.len() && m.iter().zip(c).all(|(a, b)| subset(a, b))
+        }
+        (m, c) => m == c,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn three_way_changes_and_deletes_only_what_the_configuration_owns() {
+        let original = json!({"data": {"a": "1", "b": "2"}, "metadata": {"labels": {"x": "1"}}});
+        let modified = json!({"data": {"a": "1", "c": "3"}, "metadata": {"labels": {"x": "1"}}});
+        let current = json!({"data": {"a": "1", "b": "2", "other": "kept"},
+            "metadata": {"labels": {"x": "1", "added-by-someone": "y"}, "uid": "u"}});
+        assert_eq!(
+            Value::Object(three_way(&original, &modified, &current)),
+            json!({"data": {"b": null, "c": "3"}})
+        );
+        assert!(three_way(&modified, &modified, &current_with(&modified)).is_empty());
+        // Lists: defaults in the live items are no change; a changed list goes whole.
+        let config = json!({"spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+        let live =
+            json!({"spec": {"containers": [{"name": "c", "image": "nginx", "imagePullPolicy": "Always"}]}});
+        assert!(three_way(&config, &config, &live).is_empty());
+        let newer = json!({"spec": {"containers": [{"name": "c", "image": "nginx:2"}]}});
+        assert_eq!(Value::Object(three_way(&config, &newer, &live)), newer);
+    }
+
+    fn current_with(v: &Value) -> Value {
+        let mut c = v.clone();
+        c["status"] = json!({"phase": "Running"});
+        c
+    }
+
+    #[test]
+    fn the_annotation_holds_the_configuration_as_go_marshals_it() {
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "default"}, "data": {"k": "v"}});
+        let out = with_annotation(&obj);
+        assert_eq!(
+            out["metadata"]["annotations"][LAST_APPLIED],
+            "{\"apiVersion\":\"v1\",\"data\":{\"k\":\"v\"},\"kind\":\"ConfigMap\",\"metadata\":{\"annotations\":{},\"name\":\"x\",\"namespace\":\"default\"}}\n"
+        );
+    }
+}

@@ -1,0 +1,390 @@
+//! `kubectl create`: objects from `-f`, or built by kubectl's generators (`create namespace`,
+//! `configmap`, `secret generic`, `serviceaccount`, `deployment`), sent with kubectl's field
+//! manager and strict field validation; `--dry-run=client|server`, `-o`.
+
+use http::Method;
+use serde_json::{json, Map, Value};
+
+use crate::discovery::Resource;
+use crate::error::{msg, Error, Result};
+use crate::printers;
+use crate::rest::JSON;
+use crate::{manifest, out, Output, Session};
+
+#[derive(clap::Args)]
+pub struct CreateArgs {
+    /// Filename, directory, or URL to files to use to create the resource.
+    #[arg(short = 'f', long = "filename", global = true)]
+    filename: Vec<String>,
+    /// Process the directory used in -f, --filename recursively.
+    #[arg(short = 'R', long, global = true)]
+    recursive: bool,
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    generator: Option<Generator>,
+}
+
+#[derive(clap::Args, Clone)]
+pub(crate) struct Common {
+    /// Output format: json, yaml, name.
+    #[arg(short = 'o', long, global = true)]
+    pub output: Option<String>,
+    /// Must be "none", "server", or "client".
+    #[arg(long, global = true, num_args = 0..=1, default_missing_value = "client")]
+    pub dry_run: Option<String>,
+    /// Name of the manager used to track field ownership.
+    #[arg(long, global = true)]
+    pub field_manager: Option<String>,
+}
+
+#[derive(clap::Subcommand)]
+enum Generator {
+    /// Create a namespace with the specified name.
+    #[command(alias = "ns")]
+    Namespace { name: String },
+    /// Create a config map from a local file, directory or literal value.
+    #[command(alias = "cm")]
+    Configmap {
+        name: String,
+        #[arg(long)]
+        from_literal: Vec<String>,
+        #[arg(long)]
+        from_file: Vec<String>,
+    },
+    /// Create a service account with the specified name.
+    #[command(alias = "sa")]
+    Serviceaccount { name: String },
+    /// Create a secret using a specified subcommand.
+    #[command(subcommand)]
+    Secret(SecretKind),
+    /// Create a deployment with the specified name.
+    #[command(alias = "deploy")]
+    Deployment {
+        name: String,
+        /// Image names to run. A deployment can have multiple images set for multi-container pod.
+        #[arg(long, required = true)]
+        image: Vec<String>,
+        /// Number of replicas to create. Default is 1.
+        #[arg(short = 'r', long, default_value_t = 1)]
+        replicas: i32,
+        /// The containerPort that this deployment exposes.
+        #[arg(long, default_value_t = -1)]
+        port: i32,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum SecretKind {
+    /// Create a secret from a local file, directory, or literal value.
+    Generic {
+        name: String,
+        #[arg(long)]
+        from_literal: Vec<String>,
+        #[arg(long)]
+        from_file: Vec<String>,
+        #[arg(long = "type")]
+        secret_type: Option<String>,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum DryRun {
+    None,
+    Client,
+    Server,
+}
+
+impl Common {
+    pub fn dry_run(&self) -> Result<DryRun> {
+        match self.dry_run.as_deref() {
+            None | Some("none") => Ok(DryRun::None),
+            Some("client") => Ok(DryRun::Client),
+            Some("server") => Ok(DryRun::Server),
+            Some(other) => Err(msg(format!(
+                "Invalid dry-run value ({other}). Must be \"none\", \"server\", or \"client\"."
+            ))),
+        }
+    }
+}
+
+pub async fn run(session: &Session, a: CreateArgs) -> Result<i32> {
+    let dry = a.common.dry_run()?;
+    let output = Output::parse(a.common.output.as_deref())?;
+    let objects: Vec<(Value, Option<String>)> = match &a.generator {
+        Some(g) => vec![(generate(session, g)?, None)],
+        None if !a.filename.is_empty() => manifest::read(&a.filename, a.recursive)?
+            .into_iter()
+            .map(|m| (m.object, Some(m.source)))
+            .collect(),
+        None => {
+            return Err(msg(
+                "must specify one of -f and -k\n\nerror: You must provide one or more resources by argument or filename.\nExample resource specifications include:\n   '-f rsrc.yaml'\n   '--filename=rsrc.json'\n   '<resource> <name>'\n   '<resource>'",
+            ))
+        }
+    };
+    let manager = a.common.field_manager.as_deref().unwrap_or("kubectl-create");
+    let mut failed = false;
+    for (obj, source) in objects {
+        match create_one(session, obj, dry, manager).await {
+            Ok((resource, created)) => print_result(&resource, &created, &output, "created", dry),
+            Err(Error::Api(e)) => {
+                let e = match &source {
+                    Some(file) => e.when("creating", file),
+                    None => e,
+                };
+                eprintln!("{}", e.display());
+                failed = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(i32::from(failed))
+}
+
+/// `configmap/x created`, or the object as `-o` asks.
+pub(crate) fn print_result(r: &Resource, obj: &Value, output: &Output, verb: &str, dry: DryRun) {
+    let name = obj["metadata"]["name"].as_str().unwrap_or("");
+    let suffix = match dry {
+        DryRun::None => "",
+        DryRun::Client => " (dry run)",
+        DryRun::Server => " (server dry run)",
+    };
+    let mut obj = obj.clone();
+    crate::get::strip_managed_fields(&mut obj);
+    match output {
+        Output::Yaml => out(&printers::yaml::to_string(&obj)),
+        Output::Json => out(&printers::json::to_string(&obj)),
+        Output::Name => out(&format!("{}/{name}\n", r.kind_prefix())),
+        Output::Table { .. } => out(&format!("{}/{name} {verb}{suffix}\n", r.kind_prefix())),
+    }
+}
+
+/// The namespace an object goes to: its own, else the session's; `-n` naming another is an
+/// error, as kubectl has it.
+pub(crate) fn target_namespace(session: &Session, r: &Resource, obj: &mut Value) -> Result<Option<String>> {
+    if !r.namespaced {
+        return Ok(None);
+    }
+    let own = obj["metadata"]["namespace"].as_str().map(str::to_owned);
+    match (own, &session.flags.namespace) {
+        (Some(own), Some(flag)) if !own.is_empty() && &own != flag => Err(msg(format!(
+            "the namespace from the provided object \"{own}\" does not match the namespace \"{flag}\". You must pass '--namespace={own}' to perform this operation."
+        ))),
+        (Some(own), _) if !own.is_empty() => Ok(Some(own)),
+        _ => Ok(Some(session.conn.namespace.clone())),
+    }
+}
+
+async fn create_one(
+    session: &Session,
+    mut obj: Value,
+    dry: DryRun,
+    manager: &str,
+) -> Result<(Resource, Value)> {
+    let r = session
+        .resource_for_kind(
+            obj["apiVersion"].as_str().unwrap_or(""),
+            obj["kind"].as_str().unwrap_or(""),
+        )
+        .await?;
+    let ns = target_namespace(session, &r, &mut obj)?;
+    if dry == DryRun::Client {
+        return Ok((r, obj));
+    }
+    let mut uri = format!(
+        "{}?fieldManager={}&fieldValidation=Strict",
+        r.collection_path(ns.as_deref()),
+        crate::get::encode(manager)
+    );
+    if dry == DryRun::Server {
+        uri.push_str("&dryRun=All");
+    }
+    let body = serde_json::to_vec(&obj).map_err(|e| msg(e.to_string()))?;
+    let created = session
+        .conn
+        .rest
+        .json(Method::POST, &uri, JSON, Some((JSON, body)))
+        .await?;
+    Ok((r, created))
+}
+
+/// kubectl's generated objects, field for field (creationTimestamp null, empty status).
+fn generate(session: &Session, g: &Generator) -> Result<Value> {
+    let meta = |name: &str, namespaced: bool| -> Value {
+        let mut m = json!({"name": name, "creationTimestamp": null});
+        if namespaced {
+            if let Some(ns) = &session.flags.namespace {
+                m["namespace"] = json!(ns);
+            }
+        }
+        m
+    };
+    Ok(match g {
+        Generator::Namespace { name } => json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": meta(name, false),
+            "spec": {}, "status": {}
+        }),
+        Generator::Serviceaccount { name } => json!({
+            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(name, true)
+        }),
+        Generator::Configmap {
+            name,
+            from_literal,
+            from_file,
+        } => {
+            let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, true)});
+            let data = key_values(from_literal, from_file)?;
+            let (text, binary): (Map<String, Value>, Map<String, Value>) = {
+                let mut t = Map::new();
+                let mut b = Map::new();
+                for (k, v) in data {
+                    match String::from_utf8(v) {
+                        Ok(s) => {
+                            t.insert(k, json!(s));
+                        }
+                        Err(e) => {
+                            b.insert(k, json!(base64(e.as_bytes())));
+                        }
+                    }
+                }
+                (t, b)
+            };
+            if !text.is_empty() {
+                cm["data"] = Value::Object(text);
+            }
+            if !binary.is_empty() {
+                cm["binaryData"] = Value::Object(binary);
+            }
+            cm
+        }
+        Generator::Secret(SecretKind::Generic {
+            name,
+            from_literal,
+            from_file,
+            secret_type,
+        }) => {
+            let mut s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta(name, true)});
+            let data: Map<String, Value> = key_values(from_literal, from_file)?
+                .into_iter()
+                .map(|(k, v)| (k, json!(base64(&v))))
+                .collect();
+            if !data.is_empty() {
+                s["data"] = Value::Object(data);
+            }
+            if let Some(t) = secret_type {
+                s["type"] = json!(t);
+            }
+            s
+        }
+        Generator::Deployment {
+            name,
+            image,
+            replicas,
+            port,
+        } => {
+            let labels = json!({"app": name});
+            let containers: Vec<Value> = image
+                .iter()
+                .map(|i| {
+                    let mut c = json!({"name": container_name(i), "image": i, "resources": {}});
+                    if *port >= 0 {
+                        c["ports"] = json!([{"containerPort": port}]);
+                    }
+                    c
+                })
+                .collect();
+            let mut m = meta(name, true);
+            m["labels"] = labels.clone();
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": m,
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"creationTimestamp": null, "labels": labels},
+                        "spec": {"containers": containers}
+                    },
+                    "strategy": {}
+                },
+                "status": {}
+            })
+        }
+    })
+}
+
+/// kubectl names a container after its image: the last path segment, without tag or digest.
+fn container_name(image: &str) -> String {
+    let base = image.rsplit('/').next().unwrap_or(image);
+    let base = base.split('@').next().unwrap_or(base);
+    let base = base.split(':').next().unwrap_or(base);
+    base.to_owned()
+}
+
+/// `--from-literal=k=v` and `--from-file=[key=]path` (a directory's regular files).
+fn key_values(literals: &[String], files: &[String]) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut add = |k: String, v: Vec<u8>| -> Result<()> {
+        if out.iter().any(|(e, _)| e == &k) {
+            return Err(msg(format!(
+                "cannot add key {k}, another key by that name already exists in Data for ConfigMap \"\""
+            )));
+        }
+        out.push((k, v));
+        Ok(())
+    };
+    for l in literals {
+        let Some((k, v)) = l.split_once('=') else {
+            return Err(msg(format!("invalid literal source {l}, expected key=value")));
+        };
+        add(k.to_owned(), v.as_bytes().to_vec())?;
+    }
+    for f in files {
+        let (key, path) = match f.split_once('=') {
+            Some((k, p)) => (Some(k.to_owned()), p.to_owned()),
+            None => (None, f.clone()),
+        };
+        let p = std::path::Path::new(&path);
+        if p.is_dir() {
+            let mut entries: Vec<_> = std::fs::read_dir(p)
+                .map_err(|e| msg(e.to_string()))?
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().is_file())
+                .collect();
+            entries.sort_by_key(|e| e.file_name());
+            for e in entries {
+                let data = std::fs::read(e.path()).map_err(|e| msg(e.to_string()))?;
+                add(e.file_name().to_string_lossy().into_owned(), data)?;
+            }
+        } else {
+            let data = std::fs::read(p)
+                .map_err(|_| msg(format!("error reading {path}: no such file or directory")))?;
+            let k = key.unwrap_or_else(|| {
+                p.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
+            add(k, data)?;
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn base64(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_names_and_base64() {
+        assert_eq!(container_name("docker.io/library/nginx:1.25"), "nginx");
+        assert_eq!(container_name("registry:5000/team/app@sha256:abc"), "app");
+        assert_eq!(base64(b"value"), "dmFsdWU=");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abc"), "YWJj");
+    }
+}

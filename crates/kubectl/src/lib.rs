@@ -1,0 +1,231 @@
+//! `r8s kubectl`: the reference document's first stage in the one binary. kubeconfig loading
+//! with kubectl's precedence and merge rules (`config`), aggregated discovery with kubectl's
+//! disk cache (`discovery`), and the commands, printing what the Go kubectl prints.
+
+pub mod config;
+pub mod discovery;
+pub mod error;
+pub mod printers;
+pub mod rest;
+
+mod apply;
+mod create;
+mod delete;
+mod get;
+mod info;
+mod manifest;
+
+use std::ffi::OsString;
+use std::io::Write;
+
+use clap::{Parser, Subcommand};
+
+use error::{Error, Result};
+
+#[derive(Parser)]
+#[command(
+    name = "kubectl",
+    about = "kubectl controls the Kubernetes cluster manager (r8s's own, in Rust).",
+    disable_version_flag = true
+)]
+struct Cli {
+    #[command(flatten)]
+    flags: config::Flags,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Display one or many resources.
+    Get(get::GetArgs),
+    /// Create a resource from a file or from stdin, or with a generator.
+    Create(create::CreateArgs),
+    /// Apply a configuration to a resource by file name or stdin.
+    Apply(apply::ApplyArgs),
+    /// Delete resources by file names, stdin, resources and names, or by resources and label selector.
+    Delete(delete::DeleteArgs),
+    /// Print the client and server version information.
+    Version(info::VersionArgs),
+    /// Print the supported API resources on the server.
+    ApiResources(info::ApiResourcesArgs),
+    /// Print the supported API versions on the server, in the form of "group/version".
+    ApiVersions,
+    /// Modify kubeconfig files.
+    #[command(subcommand)]
+    Config(info::ConfigCommand),
+}
+
+/// Run kubectl with `args` (the first is the program name); the process's exit code.
+pub fn main(args: Vec<OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            return match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                    let _ = e.print();
+                    0
+                }
+                ErrorKind::UnknownArgument => {
+                    let arg = e
+                        .get(clap::error::ContextKind::InvalidArg)
+                        .map(|v| v.to_string())
+                        .unwrap_or_default();
+                    eprintln!("error: unknown flag: {arg}\nSee 'kubectl --help' for usage.");
+                    1
+                }
+                _ => {
+                    let _ = e.print();
+                    1
+                }
+            };
+        }
+    };
+    // One thread: a CLI waits on the network, and a runtime with workers costs start-up time.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    let result = runtime.block_on(run(cli));
+    let _ = std::io::stdout().flush();
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<i32> {
+    let flags = cli.flags;
+    match cli.command {
+        Command::Config(c) => info::config(&flags, c),
+        Command::Version(a) => info::version(&flags, a).await,
+        command => {
+            let session = Session::open(&flags).await?;
+            match command {
+                Command::Get(a) => get::run(&session, a).await,
+                Command::Create(a) => create::run(&session, a).await,
+                Command::Apply(a) => apply::run(&session, a).await,
+                Command::Delete(a) => delete::run(&session, a).await,
+                Command::ApiResources(a) => info::api_resources(&session, a).await,
+                Command::ApiVersions => info::api_versions(&session).await,
+                Command::Config(_) | Command::Version(_) => unreachable!("handled above"),
+            }
+        }
+    }
+}
+
+/// What a command works with: the connection and the discovery cache, loaded lazily.
+pub(crate) struct Session {
+    pub conn: config::Connection,
+    pub flags: config::Flags,
+    discovery: tokio::sync::OnceCell<discovery::Discovery>,
+}
+
+impl Session {
+    async fn open(flags: &config::Flags) -> Result<Session> {
+        let files = config::files(flags)?;
+        let merged = config::load(&files)?;
+        let conn = config::connect(flags, &merged).await?;
+        Ok(Session {
+            conn,
+            flags: flags.clone(),
+            discovery: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    fn cache_dir(&self) -> std::path::PathBuf {
+        discovery::cache_dir_for(&config::cache_dir(&self.flags), &self.conn.server)
+    }
+
+    pub async fn discovery(&self) -> Result<&discovery::Discovery> {
+        self.discovery
+            .get_or_try_init(|| async {
+                discovery::Discovery::load(&self.conn.rest, &self.cache_dir()).await
+            })
+            .await
+    }
+
+    /// A resource by any of its names; a miss in a cached discovery refreshes it once, as
+    /// kubectl's deferred RESTMapper does.
+    pub async fn resource(&self, arg: &str) -> Result<discovery::Resource> {
+        let d = self.discovery().await?;
+        if let Some(r) = d.resolve(arg) {
+            return Ok(r.clone());
+        }
+        if d.from_cache {
+            let fresh = discovery::Discovery::refresh(&self.conn.rest, &self.cache_dir()).await?;
+            if let Some(r) = fresh.resolve(arg) {
+                return Ok(r.clone());
+            }
+        }
+        Err(error::msg(format!(
+            "the server doesn't have a resource type \"{arg}\""
+        )))
+    }
+
+    /// A resource by kind and apiVersion (a manifest's), as the RESTMapper maps them.
+    pub async fn resource_for_kind(&self, api_version: &str, kind: &str) -> Result<discovery::Resource> {
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", api_version),
+        };
+        let find = |d: &discovery::Discovery| {
+            d.resources
+                .iter()
+                .find(|r| r.group == group && r.version == version && r.kind == kind)
+                .cloned()
+        };
+        let d = self.discovery().await?;
+        if let Some(r) = find(d) {
+            return Ok(r);
+        }
+        if d.from_cache {
+            let fresh = discovery::Discovery::refresh(&self.conn.rest, &self.cache_dir()).await?;
+            if let Some(r) = find(&fresh) {
+                return Ok(r);
+            }
+        }
+        Err(Error::Message(format!(
+            "resource mapping not found for name: \"\" namespace: \"\" from \"\": no matches for kind \"{kind}\" in version \"{api_version}\"\nensure CRDs are installed first"
+        )))
+    }
+}
+
+/// kubectl's `-o` values other than the table.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Output {
+    Table { wide: bool },
+    Yaml,
+    Json,
+    Name,
+}
+
+impl Output {
+    pub fn parse(o: Option<&str>) -> Result<Output> {
+        Ok(match o.unwrap_or("") {
+            "" => Output::Table { wide: false },
+            "wide" => Output::Table { wide: true },
+            "yaml" => Output::Yaml,
+            "json" => Output::Json,
+            "name" => Output::Name,
+            other => {
+                return Err(error::msg(format!(
+                    "unable to match a printer suitable for the output format \"{other}\", allowed formats are: custom-columns,custom-columns-file,go-template,go-template-file,json,jsonpath,jsonpath-as-json,jsonpath-file,name,template,templatefile,wide,yaml"
+                )))
+            }
+        })
+    }
+}
+
+/// Print to stdout, ignoring a closed pipe (`| head`).
+pub(crate) fn out(s: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(s.as_bytes());
+}

@@ -1,0 +1,97 @@
+//! Requests to the API server over kube-rs's client (TLS, credentials, impersonation from the
+//! kubeconfig), with kubectl's content negotiation and its errors.
+
+use http::{Method, Request};
+use http_body_util::BodyExt;
+use serde_json::Value;
+
+use crate::error::{msg, ApiError, Error, Result};
+
+pub const JSON: &str = "application/json";
+/// What `kubectl get` asks for when it prints a table.
+pub const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+
+pub struct Rest {
+    client: kube::Client,
+    /// host:port, for kubectl's "The connection to the server … was refused".
+    host: String,
+}
+
+impl Rest {
+    pub fn new(client: kube::Client, host: String) -> Self {
+        Rest { client, host }
+    }
+
+    /// One request; the status code and body of any answer, an error only when there is none.
+    pub async fn send(
+        &self,
+        method: Method,
+        uri: &str,
+        accept: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Result<(u16, Vec<u8>)> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(http::header::ACCEPT, accept);
+        let body = match body {
+            Some((content_type, bytes)) => {
+                req = req.header(http::header::CONTENT_TYPE, content_type);
+                bytes
+            }
+            None => Vec::new(),
+        };
+        let req = req
+            .body(kube::client::Body::from(body))
+            .map_err(|e| msg(e.to_string()))?;
+        let resp = self
+            .client
+            .send(req)
+            .await
+            .map_err(|e| self.connection_error(e))?;
+        let code = resp.status().as_u16();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| msg(e.to_string()))?
+            .to_bytes();
+        Ok((code, bytes.to_vec()))
+    }
+
+    /// A request whose success is JSON; any other answer is the server's Status.
+    pub async fn json(
+        &self,
+        method: Method,
+        uri: &str,
+        accept: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Result<Value> {
+        let (code, bytes) = self.send(method, uri, accept, body).await?;
+        if !(200..300).contains(&code) {
+            return Err(Error::Api(ApiError::from_response(code, &bytes)));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| msg(format!("unable to decode the server's answer: {e}")))
+    }
+
+    pub async fn get(&self, uri: &str) -> Result<Value> {
+        self.json(Method::GET, uri, JSON, None).await
+    }
+
+    fn connection_error(&self, e: kube::Error) -> Error {
+        let mut text = e.to_string();
+        let mut source: Option<&dyn std::error::Error> = std::error::Error::source(&e);
+        while let Some(s) = source {
+            text = format!("{text}: {s}");
+            source = s.source();
+        }
+        if text.contains("Connection refused") || text.contains("connection refused") {
+            Error::Raw(format!(
+                "The connection to the server {} was refused - did you specify the right host or port?",
+                self.host
+            ))
+        } else {
+            Error::Raw(format!("Unable to connect to the server: {text}"))
+        }
+    }
+}

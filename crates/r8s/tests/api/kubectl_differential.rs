@@ -1,0 +1,318 @@
+//! r8s's own kubectl judged against the real one: each command runs with `r8s kubectl` and
+//! with kubectl 1.33 against the same `r8s server`, on twin objects (names ending `-r8x` and
+//! `-gox`), and stdout, stderr and the exit code must be the same once uids, resource
+//! versions, times and ages are set aside.
+
+use crate::support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use support::{kubectl_binary, Server};
+
+struct Twins<'a> {
+    server: &'a Server,
+    dir: PathBuf,
+}
+
+#[derive(Debug, PartialEq)]
+struct Run {
+    stdout: String,
+    stderr: String,
+    code: i32,
+}
+
+impl Twins<'_> {
+    fn command(&self, ours: bool) -> Command {
+        let mut cmd = if ours {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_r8s"));
+            c.arg("kubectl");
+            c
+        } else {
+            Command::new(kubectl_binary("1.33"))
+        };
+        let cache = self.dir.join(if ours { "cache-r8s" } else { "cache-go" });
+        cmd.arg("--kubeconfig")
+            .arg(&self.server.kubeconfig)
+            .env("KUBECACHEDIR", cache)
+            .env("HOME", &self.dir);
+        cmd
+    }
+
+    /// `args` with `-T` replaced by each twin's suffix; `stdin` likewise.
+    fn run(&self, ours: bool, args: &[&str], stdin: Option<&str>) -> Run {
+        let suffix = if ours { "-r8x" } else { "-gox" };
+        let args: Vec<String> = args.iter().map(|a| a.replace("-T", suffix)).collect();
+        let mut child = self
+            .command(ours)
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        if let Some(text) = stdin {
+            input.write_all(text.replace("-T", suffix).as_bytes()).unwrap();
+        }
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        Run {
+            stdout: normalise(&String::from_utf8_lossy(&out.stdout), suffix),
+            stderr: normalise(&String::from_utf8_lossy(&out.stderr), suffix),
+            code: out.status.code().unwrap_or(-1),
+        }
+    }
+
+    /// Both kubectls, the same answer; ours is returned.
+    fn same(&self, args: &[&str]) -> Run {
+        self.same_stdin(args, None)
+    }
+
+    fn same_stdin(&self, args: &[&str], stdin: Option<&str>) -> Run {
+        let go = self.run(false, args, stdin);
+        let ours = self.run(true, args, stdin);
+        assert_eq!(
+            ours, go,
+            "r8s kubectl (left) and kubectl 1.33 (right) differ on {args:?}\n--- r8s kubectl stdout:\n{}\n--- kubectl stdout:\n{}",
+            ours.stdout, go.stdout
+        );
+        ours
+    }
+}
+
+/// Set aside what differs between any two runs: the twin suffix, uids, resource versions,
+/// timestamps and ages (a table's columns are compared with single spaces when an age
+/// changes its width).
+fn normalise(text: &str, suffix: &str) -> String {
+    let mut out = String::new();
+    let aged = text.split([' ', '\n']).any(is_age);
+    for line in text.lines() {
+        let mut words: Vec<String> = Vec::new();
+        for word in line.split(' ') {
+            let mut w = word.replace(suffix, "-N");
+            if is_uid(w.trim_matches(|c| c == '"' || c == ',')) {
+                w = "UID".into();
+            } else if is_age(&w) {
+                w = "AGE".into();
+            } else if w.starts_with("\"20") && w.trim_end_matches(',').ends_with("Z\"") {
+                w = "TIME".into();
+            } else if w
+                .trim_matches(|c| c == '"' || c == ',')
+                .chars()
+                .all(|c| c.is_ascii_digit())
+                && matches!(
+                    words.last().map(String::as_str),
+                    Some("resourceVersion:" | "\"resourceVersion\":")
+                )
+            {
+                w = "RV".into();
+            }
+            words.push(w);
+        }
+        if aged {
+            words.retain(|w| !w.is_empty());
+        }
+        out.push_str(&words.join(" "));
+        out.push('\n');
+    }
+    out
+}
+
+fn is_uid(s: &str) -> bool {
+    s.len() == 36
+        && s.chars().filter(|&c| c == '-').count() == 4
+        && s.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
+/// `5s`, `9m30s`, `2d3h`, `<unknown>`.
+fn is_age(s: &str) -> bool {
+    if s == "<unknown>" {
+        return true;
+    }
+    let mut digits = false;
+    let mut any_unit = false;
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            digits = true;
+        } else if matches!(c, 's' | 'm' | 'h' | 'd' | 'y') && digits {
+            digits = false;
+            any_unit = true;
+        } else {
+            return false;
+        }
+    }
+    any_unit && !digits
+}
+
+const MANIFEST: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied-T\n  labels:\n    tier: web-T\ndata:\n  a: \"1\"\n  long: this is a long value with spaces that goes on and on and on past eighty columns for sure\n  script: |\n    echo one\n    echo two\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web-T\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {app: web-T}\n  template:\n    metadata:\n      labels: {app: web-T}\n    spec:\n      containers:\n      - name: c\n        image: nginx\n";
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    for suffix in ["-r8x", "-gox"] {
+        let file = dir.join(name.replace("-T", suffix));
+        std::fs::write(&file, text.replace("-T", suffix)).unwrap();
+    }
+    dir.join(name).to_string_lossy().into_owned()
+}
+
+#[test]
+fn r8s_kubectl_answers_as_kubectl_does() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let t = Twins {
+        server: &s,
+        dir: dir.path().to_owned(),
+    };
+
+    // Discovery, from the server and then from each one's cache (kubectl's layout).
+    t.same(&["api-versions"]);
+    t.same(&["api-resources"]);
+    t.same(&["api-resources", "--namespaced=false", "-o", "name"]);
+    assert!(dir
+        .path()
+        .join("cache-r8s/discovery")
+        .read_dir()
+        .unwrap()
+        .any(|e| e.unwrap().path().join("apps/v1/serverresources.json").is_file()));
+
+    // Reading, and its errors.
+    t.same(&["get"]);
+    t.same(&["get", "pods"]);
+    t.same(&["get", "nodes"]);
+    t.same(&["get", "nope"]);
+    t.same(&["get", "configmap", "nope"]);
+    t.same(&["get", "ns", "-o", "name"]);
+    t.same(&["get", "ns", "default", "-o", "yaml"]);
+    t.same(&["get", "sa", "-A"]);
+    t.same(&["--context", "nope", "get", "pods"]);
+
+    // Generators.
+    t.same(&["create", "namespace", "team-T"]);
+    t.same(&["create", "namespace", "team-T"]);
+    t.same(&[
+        "-n",
+        "team-T",
+        "create",
+        "configmap",
+        "cm-T",
+        "--from-literal=a=b",
+        "--from-literal=n=123",
+    ]);
+    t.same(&[
+        "create",
+        "deployment",
+        "d-T",
+        "--image=registry:5000/nginx:1.25",
+        "--replicas=2",
+        "--port=80",
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ]);
+    t.same(&[
+        "create",
+        "secret",
+        "generic",
+        "s-T",
+        "--from-literal=user=admin",
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ]);
+    t.same(&["-n", "team-T", "create", "serviceaccount", "robot-T"]);
+
+    // Reading what was made, in every format.
+    t.same(&["-n", "team-T", "get", "cm,sa"]);
+    t.same(&["-n", "team-T", "get", "cm", "cm-T", "-o", "yaml"]);
+    t.same(&["-n", "team-T", "get", "cm", "cm-T", "nope", "kube-root-ca.crt"]);
+    t.same(&["-n", "team-T", "get", "configmaps", "-o", "json"]);
+    t.same(&["-n", "team-T", "get", "sa/robot-T", "cm/cm-T", "-o", "name"]);
+
+    // Files: create, create again, apply (created, unchanged, configured), delete.
+    let manifest = write(dir.path(), "m-T.yaml", MANIFEST);
+    t.same(&["create", "-f", &manifest]);
+    t.same(&["create", "-f", &manifest]);
+    t.same(&["get", "configmaps", "applied-T", "-o", "yaml"]);
+    t.same(&["get", "cm", "-l", "tier=web-T", "--show-labels", "-L", "tier"]);
+    t.same(&["delete", "-f", &manifest]);
+    t.same(&["apply", "-f", &manifest]);
+    t.same(&["apply", "-f", &manifest]);
+    write(
+        dir.path(),
+        "m-T.yaml",
+        &MANIFEST
+            .replace("replicas: 1", "replicas: 2")
+            .replace("  a: \"1\"\n", ""),
+    );
+    t.same(&["apply", "-f", &manifest]);
+    t.same(&["get", "cm", "applied-T", "-o", "yaml"]);
+    t.same(&["get", "deployments.apps", "web-T", "-o", "jsonpath-not-yet"]);
+    t.same_stdin(
+        &["apply", "-f", "-"],
+        Some(
+            &MANIFEST
+                .replace("replicas: 1", "replicas: 2")
+                .replace("  a: \"1\"\n", ""),
+        ),
+    );
+
+    // Deleting, waiting for the namespace to go.
+    t.same(&["delete", "cm", "nope"]);
+    t.same(&["delete", "-f", &manifest]);
+    t.same(&["-n", "team-T", "delete", "cm", "-l", "nothing=here"]);
+    t.same(&["delete", "namespace", "team-T"]);
+    t.same(&["get", "ns", "team-T"]);
+
+    // kubeconfig.
+    t.same(&["config", "current-context"]);
+    t.same(&["config", "get-contexts"]);
+    t.same(&["config", "view"]);
+    t.same(&["config", "view", "--minify"]);
+}
+
+/// The binary invoked as `kubectl` is kubectl; `version` names what it follows.
+#[test]
+fn r8s_binary_answers_as_kubectl() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("kubectl");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_r8s"), &link).unwrap();
+    let out = Command::new(&link)
+        .arg("--kubeconfig")
+        .arg(&s.kubeconfig)
+        .args(["version"])
+        .env("KUBECACHEDIR", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("Client Version: v1.33."), "{text}");
+    assert!(text.contains("Server Version: v1.33.0"), "{text}");
+    // The server's machine needs no kubeconfig flag: KUBECONFIG names it here.
+    let out = Command::new(&link)
+        .args(["get", "ns", "kube-system", "-o", "name"])
+        .env("KUBECONFIG", &s.kubeconfig)
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "namespace/kube-system\n");
+}
+
+#[test]
+fn normalising_keeps_what_matters() {
+    assert_eq!(
+        normalise("NAME   AGE\nweb-r8x   5m3s\n", "-r8x"),
+        "NAME AGE\nweb-N AGE\n"
+    );
+    assert_eq!(
+        normalise("  uid: 384295cf-8eb8-494d-a4ed-ae98b3acf881\n", "-r"),
+        "  uid: UID\n"
+    );
+    assert_eq!(
+        normalise("  resourceVersion: \"193\"\n", "-r"),
+        "  resourceVersion: RV\n"
+    );
+    assert!(!is_age("deployment"));
+    assert!(is_age("2d3h"));
+}
