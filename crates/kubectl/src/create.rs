@@ -156,6 +156,8 @@ pub(crate) fn print_result(r: &Resource, obj: &Value, output: &Output, verb: &st
         Output::Yaml => out(&printers::yaml::to_string(&obj)),
         Output::Json => out(&printers::json::to_string(&obj)),
         Output::Name => out(&format!("{}/{name}\n", r.kind_prefix())),
+        Output::JsonPath(t) => out(&printers::jsonpath::execute(t, &obj)),
+        Output::CustomColumns(_) => out(&format!("{}/{name} {verb}{suffix}\n", r.kind_prefix())),
         Output::Table { .. } => out(&format!("{}/{name} {verb}{suffix}\n", r.kind_prefix())),
     }
 }

@@ -148,7 +148,12 @@ pub async fn run(session: &Session, a: DeleteArgs) -> Result<i32> {
                 if a.output.as_deref() == Some("name") {
                     out(&format!("{}/{name}\n", r.kind_prefix()));
                 } else {
-                    out(&format!("{} \"{name}\" deleted\n", r.kind_prefix()));
+                    let verb = if a.force && grace == 0 {
+                        "force deleted"
+                    } else {
+                        "deleted"
+                    };
+                    out(&format!("{} \"{name}\" {verb}\n", r.kind_prefix()));
                 }
                 let uid = v["metadata"]["uid"].as_str().unwrap_or("").to_owned();
                 deleted.push((r, ns, name, uid));

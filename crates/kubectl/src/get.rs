@@ -200,7 +200,32 @@ pub async fn run(session: &Session, a: GetArgs) -> Result<i32> {
             }
             printed_any = !items.is_empty();
         }
-        Output::Yaml | Output::Json => {
+        Output::CustomColumns(columns) => {
+            let mut lines = Vec::new();
+            if !a.no_headers {
+                lines.push(columns.iter().map(|(n, _)| n.clone()).collect());
+            }
+            for item in &items {
+                lines.push(
+                    columns
+                        .iter()
+                        .map(|(_, t)| {
+                            let v = printers::jsonpath::execute(t, item);
+                            if v.is_empty() {
+                                "<none>".to_owned()
+                            } else {
+                                v.replace(' ', ",")
+                            }
+                        })
+                        .collect(),
+                );
+            }
+            if !items.is_empty() {
+                out(&table::tabwrite(&lines));
+            }
+            printed_any = !items.is_empty();
+        }
+        Output::Yaml | Output::Json | Output::JsonPath(_) => {
             // One object named alone prints as itself; anything else as a List, even an
             // empty one, unless nothing was found and something failed.
             let doc = if single {
@@ -216,10 +241,10 @@ pub async fn run(session: &Session, a: GetArgs) -> Result<i32> {
                 if !a.show_managed_fields {
                     strip_managed_fields(&mut doc);
                 }
-                if output == Output::Yaml {
-                    out(&printers::yaml::to_string(&doc));
-                } else {
-                    out(&printers::json::to_string(&doc));
+                match &output {
+                    Output::Yaml => out(&printers::yaml::to_string(&doc)),
+                    Output::JsonPath(t) => out(&printers::jsonpath::execute(t, &doc)),
+                    _ => out(&printers::json::to_string(&doc)),
                 }
             }
             printed_any = true;

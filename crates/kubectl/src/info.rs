@@ -351,3 +351,181 @@ fn redact(doc: &mut Value) {
         }
     }
 }
+
+/// `cluster-info`: the control plane's address and the cluster services'
+/// (`kubernetes.io/cluster-service=true` in kube-system) through the API server's proxy.
+pub async fn cluster_info(session: &Session) -> Result<i32> {
+    let server = session.conn.server.trim_end_matches('/');
+    out(&format!("Kubernetes control plane is running at {server}\n"));
+    let list = session
+        .conn
+        .rest
+        .get("/api/v1/namespaces/kube-system/services?labelSelector=kubernetes.io%2Fcluster-service%3Dtrue")
+        .await?;
+    for svc in list["items"].as_array().into_iter().flatten() {
+        let name = svc["metadata"]["name"].as_str().unwrap_or("");
+        let shown = svc["metadata"]["labels"]["kubernetes.io/name"]
+            .as_str()
+            .unwrap_or(name);
+        for ingress in svc["status"]["loadBalancer"]["ingress"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(ip) = ingress["ip"].as_str().or(ingress["hostname"].as_str()) {
+                out(&format!("{shown} is running at http://{ip}\n"));
+            }
+        }
+        for port in svc["spec"]["ports"].as_array().into_iter().flatten() {
+            let p = port["name"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .unwrap_or_else(|| port["port"].to_string());
+            let scheme = if p == "https" { "https:" } else { "" };
+            out(&format!(
+                "{shown} is running at {server}/api/v1/namespaces/kube-system/services/{scheme}{name}:{p}/proxy\n"
+            ));
+        }
+    }
+    out("\nTo further debug and diagnose cluster problems, use 'kubectl cluster-info dump'.\n");
+    Ok(0)
+}
+
+#[derive(clap::Subcommand)]
+pub enum AuthCommand {
+    /// Check whether an action is allowed.
+    CanI {
+        /// VERB [TYPE | TYPE/NAME | NONRESOURCEURL]
+        args: Vec<String>,
+        /// If true, check the specified action in all namespaces.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+        /// SubResource such as pod/log or deployment/scale.
+        #[arg(long)]
+        subresource: Option<String>,
+        /// If true, suppress output and just return the exit code.
+        #[arg(short = 'q', long)]
+        quiet: bool,
+    },
+    /// Experimental: Check self subject attributes.
+    Whoami {
+        #[arg(short = 'o', long)]
+        output: Option<String>,
+    },
+}
+
+pub async fn auth(session: &Session, c: AuthCommand) -> Result<i32> {
+    match c {
+        AuthCommand::Whoami { output } => {
+            let review = session
+                .conn
+                .rest
+                .json(
+                    http::Method::POST,
+                    "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                    crate::rest::JSON,
+                    Some((
+                        crate::rest::JSON,
+                        br#"{"kind":"SelfSubjectReview","apiVersion":"authentication.k8s.io/v1","metadata":{"creationTimestamp":null},"status":{"userInfo":{}}}"#.to_vec(),
+                    )),
+                )
+                .await?;
+            match output.as_deref() {
+                Some("json") => out(&printers::json::to_string(&review)),
+                Some("yaml") => out(&printers::yaml::to_string(&review)),
+                _ => {
+                    let u = &review["status"]["userInfo"];
+                    let mut lines = vec![vec!["ATTRIBUTE".to_owned(), "VALUE".to_owned()]];
+                    if let Some(name) = u["username"].as_str() {
+                        lines.push(vec!["Username".into(), name.into()]);
+                    }
+                    if let Some(uid) = u["uid"].as_str().filter(|s| !s.is_empty()) {
+                        lines.push(vec!["UID".into(), uid.into()]);
+                    }
+                    if let Some(groups) = u["groups"].as_array() {
+                        let g: Vec<&str> = groups.iter().filter_map(Value::as_str).collect();
+                        lines.push(vec!["Groups".into(), format!("[{}]", g.join(" "))]);
+                    }
+                    if let Some(extra) = u["extra"].as_object() {
+                        let mut keys: Vec<&String> = extra.keys().collect();
+                        keys.sort();
+                        for k in keys {
+                            let v: Vec<&str> = extra[k.as_str()]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .filter_map(Value::as_str)
+                                .collect();
+                            lines.push(vec![format!("Extra: {k}"), format!("[{}]", v.join(" "))]);
+                        }
+                    }
+                    out(&table::tabwrite(&lines));
+                }
+            }
+            Ok(0)
+        }
+        AuthCommand::CanI {
+            args,
+            all_namespaces,
+            subresource,
+            quiet,
+        } => {
+            let (Some(verb), Some(target)) = (args.first(), args.get(1)) else {
+                return Err(msg("you must specify two arguments: verb resource or verb resource/resourceName.\nSee 'kubectl auth can-i -h' for help and examples"));
+            };
+            let spec = if target.starts_with('/') {
+                json!({"nonResourceAttributes": {"path": target, "verb": verb}})
+            } else {
+                let (kind, name) = match target.split_once('/') {
+                    Some((k, n)) => (k, n),
+                    None => (target.as_str(), ""),
+                };
+                let (group, resource) = match session.resource(kind).await {
+                    Ok(r) => (r.group, r.name),
+                    Err(_) => {
+                        if !quiet {
+                            eprintln!("Warning: the server doesn't have a resource type '{kind}'\n");
+                        }
+                        match kind.split_once('.') {
+                            Some((r, g)) => (g.to_owned(), r.to_owned()),
+                            None => (String::new(), kind.to_owned()),
+                        }
+                    }
+                };
+                let mut attrs = json!({"verb": verb, "group": group, "resource": resource});
+                if !all_namespaces {
+                    attrs["namespace"] = json!(session.conn.namespace);
+                }
+                if !name.is_empty() {
+                    attrs["name"] = json!(name);
+                }
+                if let Some(s) = &subresource {
+                    attrs["subresource"] = json!(s);
+                }
+                json!({"resourceAttributes": attrs})
+            };
+            let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": spec});
+            let review = session
+                .conn
+                .rest
+                .json(
+                    http::Method::POST,
+                    "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                    crate::rest::JSON,
+                    Some((crate::rest::JSON, serde_json::to_vec(&body).unwrap_or_default())),
+                )
+                .await?;
+            let allowed = review["status"]["allowed"].as_bool().unwrap_or(false);
+            if !quiet {
+                let reason = review["status"]["reason"].as_str().filter(|r| !r.is_empty());
+                match (allowed, reason) {
+                    (true, _) => out("yes\n"),
+                    (false, Some(r)) if review["status"]["denied"] == true => out(&format!("no - {r}\n")),
+                    (false, _) => out("no\n"),
+                }
+            }
+            Ok(if allowed { 0 } else { 1 })
+        }
+    }
+}

@@ -11,9 +11,12 @@ pub mod rest;
 mod apply;
 mod create;
 mod delete;
+mod exec;
 mod get;
 mod info;
 mod manifest;
+mod modify;
+mod run;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -45,6 +48,34 @@ enum Command {
     Apply(apply::ApplyArgs),
     /// Delete resources by file names, stdin, resources and names, or by resources and label selector.
     Delete(delete::DeleteArgs),
+    /// Run a particular image on the cluster.
+    Run(run::RunArgs),
+    /// Take a replication controller, service, deployment or pod and expose it as a new Kubernetes service.
+    Expose(run::ExposeArgs),
+    /// Print the logs for a container in a pod.
+    Logs(exec::LogsArgs),
+    /// Execute a command in a container.
+    Exec(exec::ExecArgs),
+    /// Update the labels on a resource.
+    Label(modify::MetaArgs),
+    /// Update the annotations on a resource.
+    Annotate(modify::MetaArgs),
+    /// Update fields of a resource.
+    Patch(modify::PatchArgs),
+    /// Set a new size for a deployment, replica set, replication controller, or stateful set.
+    Scale(modify::ScaleArgs),
+    /// Mark node as unschedulable.
+    Cordon { nodes: Vec<String> },
+    /// Mark node as schedulable.
+    Uncordon { nodes: Vec<String> },
+    /// Manage the rollout of a resource.
+    #[command(subcommand)]
+    Rollout(modify::RolloutCommand),
+    /// Display cluster information.
+    ClusterInfo,
+    /// Inspect authorization.
+    #[command(subcommand)]
+    Auth(info::AuthCommand),
     /// Print the client and server version information.
     Version(info::VersionArgs),
     /// Print the supported API resources on the server.
@@ -115,6 +146,19 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Delete(a) => delete::run(&session, a).await,
                 Command::ApiResources(a) => info::api_resources(&session, a).await,
                 Command::ApiVersions => info::api_versions(&session).await,
+                Command::Run(a) => run::run(&session, a).await,
+                Command::Expose(a) => run::expose(&session, a).await,
+                Command::Logs(a) => exec::logs(&session, a).await,
+                Command::Exec(a) => exec::exec(&session, a).await,
+                Command::Label(a) => modify::metadata(&session, a, true).await,
+                Command::Annotate(a) => modify::metadata(&session, a, false).await,
+                Command::Patch(a) => modify::patch_cmd(&session, a).await,
+                Command::Scale(a) => modify::scale(&session, a).await,
+                Command::Cordon { nodes } => modify::cordon(&session, nodes, true).await,
+                Command::Uncordon { nodes } => modify::cordon(&session, nodes, false).await,
+                Command::Rollout(c) => modify::rollout(&session, c).await,
+                Command::ClusterInfo => info::cluster_info(&session).await,
+                Command::Auth(c) => info::auth(&session, c).await,
                 Command::Config(_) | Command::Version(_) => unreachable!("handled above"),
             }
         }
@@ -201,10 +245,15 @@ impl Session {
 /// kubectl's `-o` values other than the table.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Output {
-    Table { wide: bool },
+    Table {
+        wide: bool,
+    },
     Yaml,
     Json,
     Name,
+    JsonPath(Vec<printers::jsonpath::NodeHandle>),
+    /// Column names and their JSONPath templates.
+    CustomColumns(Vec<(String, Vec<printers::jsonpath::NodeHandle>)>),
 }
 
 impl Output {
@@ -215,6 +264,38 @@ impl Output {
             "yaml" => Output::Yaml,
             "json" => Output::Json,
             "name" => Output::Name,
+            o if o.starts_with("jsonpath=") || o.starts_with("jsonpath-file=") => {
+                let (kind, arg) = o.split_once('=').unwrap_or((o, ""));
+                let template = if kind == "jsonpath-file" {
+                    std::fs::read_to_string(arg)
+                        .map_err(|e| error::msg(format!("error reading --template {arg}, {e}")))?
+                } else {
+                    arg.to_owned()
+                };
+                Output::JsonPath(printers::jsonpath::parse(&template).map_err(|e| {
+                    error::msg(format!("error parsing jsonpath {template}, {e}"))
+                })?)
+            }
+            o if o.starts_with("custom-columns=") => {
+                let spec = &o["custom-columns=".len()..];
+                let mut columns = Vec::new();
+                for col in spec.split(',') {
+                    let Some((name, path)) = col.split_once(':') else {
+                        return Err(error::msg(format!(
+                            "unexpected custom-columns spec: {col}, expected <header>:<json-path-expr>"
+                        )));
+                    };
+                    let template = if path.starts_with('{') {
+                        path.to_owned()
+                    } else {
+                        format!("{{{path}}}")
+                    };
+                    let nodes = printers::jsonpath::parse(&template)
+                        .map_err(|e| error::msg(format!("error parsing jsonpath {template}, {e}")))?;
+                    columns.push((name.to_owned(), nodes));
+                }
+                Output::CustomColumns(columns)
+            }
             other => {
                 return Err(error::msg(format!(
                     "unable to match a printer suitable for the output format \"{other}\", allowed formats are: custom-columns,custom-columns-file,go-template,go-template-file,json,jsonpath,jsonpath-as-json,jsonpath-file,name,template,templatefile,wide,yaml"

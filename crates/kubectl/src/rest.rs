@@ -22,6 +22,25 @@ impl Rest {
         Rest { client, host }
     }
 
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// A GET whose body is read as it comes (`logs -f`).
+    pub async fn stream(&self, method: Method, uri: &str) -> Result<(u16, kube::client::Body)> {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(kube::client::Body::empty())
+            .map_err(|e| msg(e.to_string()))?;
+        let resp = self
+            .client
+            .send(req)
+            .await
+            .map_err(|e| self.connection_error(e))?;
+        Ok((resp.status().as_u16(), resp.into_body()))
+    }
+
     /// One request; the status code and body of any answer, an error only when there is none.
     pub async fn send(
         &self,

@@ -1,6 +1,7 @@
 //! What `-o` prints: the server's Tables, YAML and JSON as Go writes them, `name`.
 
 pub mod json;
+pub mod jsonpath;
 pub mod table;
 pub mod yaml;
 

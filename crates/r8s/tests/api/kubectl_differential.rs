@@ -257,6 +257,109 @@ fn r8s_kubectl_answers_as_kubectl_does() {
         ),
     );
 
+    // Changing live objects.
+    t.same(&["label", "cm", "applied-T", "a=b"]);
+    t.same(&["label", "cm", "applied-T", "a=c"]);
+    t.same(&["label", "cm", "applied-T", "a=c", "--overwrite"]);
+    t.same(&["label", "cm", "applied-T", "a-"]);
+    t.same(&["label", "cm", "applied-T", "nope-"]);
+    t.same(&["annotate", "cm/applied-T", "note=x"]);
+    t.same(&["annotate", "cm/applied-T", "note-"]);
+    t.same(&["patch", "cm", "applied-T", "-p", r#"{"data":{"p":"1"}}"#]);
+    t.same(&["patch", "cm", "applied-T", "-p", r#"{"data":{"p":"1"}}"#]);
+    t.same(&[
+        "patch",
+        "cm",
+        "applied-T",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/data/p"}]"#,
+    ]);
+    t.same(&["scale", "deployment", "web-T", "--replicas=3"]);
+    t.same(&["rollout", "pause", "deployment/web-T"]);
+    t.same(&["rollout", "pause", "deployment/web-T"]);
+    t.same(&["rollout", "resume", "deployment/web-T"]);
+    t.same(&["rollout", "resume", "deployment/web-T"]);
+    t.same(&["rollout", "restart", "deployment/web-T"]);
+    t.same(&["rollout", "status", "deployment/web-T", "--watch=false"]);
+    t.same(&[
+        "get",
+        "deployment",
+        "web-T",
+        "-o",
+        "jsonpath={.spec.replicas} {.metadata.labels}",
+    ]);
+    t.same(&[
+        "get",
+        "cm",
+        "-l",
+        "tier=web-T",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}",
+    ]);
+    t.same(&[
+        "get",
+        "cm",
+        "applied-T",
+        "-o",
+        "custom-columns=NAME:.metadata.name,TIER:.metadata.labels.tier,NONE:.nope",
+    ]);
+    t.same(&[
+        "run",
+        "pod-T",
+        "--image=nginx",
+        "--port=80",
+        "--expose",
+        "--env=A=1",
+        "--labels=app=x-T",
+        "--dry-run=client",
+        "-o",
+        "yaml",
+        "--",
+        "sleep",
+        "10",
+    ]);
+    t.same(&[
+        "run",
+        "pod-T",
+        "--image=nginx",
+        "--port=80",
+        "--expose",
+        "--labels=app=pod-T",
+    ]);
+    t.same(&[
+        "expose",
+        "deployment",
+        "web-T",
+        "--port=80",
+        "--name=svc-T",
+        "--type=NodePort",
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ]);
+    t.same(&[
+        "expose",
+        "deployment/web-T",
+        "--port=8080",
+        "--target-port=80",
+        "--name=svc-T",
+    ]);
+    t.same(&["get", "svc", "svc-T", "pod-T", "-o", "jsonpath={.spec.ports}"]);
+    t.same(&["cluster-info"]);
+    t.same(&["auth", "whoami"]);
+    t.same(&["auth", "can-i", "create", "pods"]);
+    t.same(&["auth", "can-i", "get", "/logs"]);
+    t.same(&["logs", "nopod"]);
+    t.same(&[
+        "delete",
+        "svc/svc-T",
+        "svc/pod-T",
+        "pod/pod-T",
+        "--grace-period=0",
+        "--force",
+    ]);
+
     // Deleting, waiting for the namespace to go.
     t.same(&["delete", "cm", "nope"]);
     t.same(&["delete", "-f", &manifest]);

@@ -14,6 +14,7 @@ mod dns;
 mod exec;
 mod logs;
 mod multinode;
+mod own_kubectl;
 mod pod_workers;
 mod probes;
 mod proxy;

@@ -173,6 +173,33 @@ impl Server {
         cmd
     }
 
+    /// r8s's own kubectl (`r8s kubectl`) set up for this server, with its own discovery cache.
+    pub fn r8s_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_r8s"))
+            .arg("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .env("KUBECACHEDIR", self.dir.path().join("kubecache-r8s"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).unwrap();
+        }
+        drop(input);
+        child.wait_with_output().unwrap()
+    }
+
+    /// r8s's own kubectl, which must succeed; its standard output.
+    pub fn r8s_ok(&self, args: &[&str]) -> String {
+        Self::succeeded("r8s", args, self.r8s_kubectl(args, None), &self.log())
+    }
+
     /// Run kubectl of `version` against this server.
     pub fn kubectl(&self, version: &str, args: &[&str]) -> Output {
         self.command(version, args).stdin(Stdio::null()).output().unwrap()

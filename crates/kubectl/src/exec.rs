@@ -1,0 +1,427 @@
+//! `kubectl exec` and `kubectl logs`: the pod's container chosen as kubectl chooses it (`-c`,
+//! the `kubectl.kubernetes.io/default-container` annotation, else the first, saying so), the
+//! command run over the WebSocket exec protocol (kube-rs's v5/v4 channels) with standard
+//! input, a raw terminal for `-t` and its size, and the command's exit code as ours; logs
+//! streamed as they come.
+
+use std::io::Write;
+
+use http::Method;
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tokio::io::AsyncReadExt;
+
+use crate::error::{msg, ApiError, Error, Result};
+use crate::get::encode;
+use crate::Session;
+
+/// The pod `arg` names (`NAME`, `pod/NAME`, or `TYPE/NAME` of a workload: its first pod).
+async fn pod(session: &Session, arg: &str) -> Result<Value> {
+    let ns = &session.conn.namespace;
+    let (kind, name) = match arg.split_once('/') {
+        Some((k, n)) => (Some(k), n),
+        None => (None, arg),
+    };
+    let resource = match kind {
+        Some(k) => Some(session.resource(k).await?),
+        None => None,
+    };
+    if resource.as_ref().is_none_or(|r| r.name == "pods") {
+        return match session
+            .conn
+            .rest
+            .get(&format!("/api/v1/namespaces/{ns}/pods/{name}"))
+            .await
+        {
+            Err(Error::Api(e)) if e.is_not_found() => Err(msg(format!(
+                "error from server (NotFound): pods \"{name}\" not found in namespace \"{ns}\""
+            ))),
+            other => other,
+        };
+    }
+    let r = resource.unwrap_or_else(|| unreachable!("checked above"));
+    let obj = session
+        .conn
+        .rest
+        .get(&format!("{}/{name}", r.collection_path(Some(ns))))
+        .await?;
+    let labels = obj["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .or_else(|| obj["spec"]["selector"].as_object())
+        .cloned()
+        .unwrap_or_default();
+    let selector: Vec<String> = labels
+        .iter()
+        .filter_map(|(k, v)| v.as_str().map(|v| format!("{k}={v}")))
+        .collect();
+    let list = session
+        .conn
+        .rest
+        .get(&format!(
+            "/api/v1/namespaces/{ns}/pods?labelSelector={}",
+            encode(&selector.join(","))
+        ))
+        .await?;
+    let mut pods: Vec<Value> = list["items"].as_array().cloned().unwrap_or_default();
+    // Running pods first, then by name.
+    pods.sort_by_key(|p| {
+        (
+            p["status"]["phase"] != "Running",
+            p["metadata"]["name"].as_str().map(str::to_owned),
+        )
+    });
+    pods.into_iter()
+        .next()
+        .ok_or_else(|| msg(format!("no pods found for {}/{name}", r.kind_prefix())))
+}
+
+/// kubectl's default container: `-c`, the annotation, else the first (announced when the
+/// pod has several).
+fn container(pod: &Value, asked: Option<&str>) -> Result<String> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or("");
+    let names = |k: &str| -> Vec<String> {
+        pod["spec"][k]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let (containers, init, ephemeral) = (
+        names("containers"),
+        names("initContainers"),
+        names("ephemeralContainers"),
+    );
+    if let Some(c) = asked {
+        if containers.iter().chain(&init).chain(&ephemeral).any(|x| x == c) {
+            return Ok(c.to_owned());
+        }
+        return Err(msg(format!("container {c} is not valid for pod {name}")));
+    }
+    if let Some(d) = pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"].as_str() {
+        if containers.iter().any(|x| x == d) {
+            return Ok(d.to_owned());
+        }
+    }
+    let first = containers
+        .first()
+        .cloned()
+        .ok_or_else(|| msg(format!("pod {name} has no containers")))?;
+    if containers.len() + init.len() + ephemeral.len() > 1 {
+        let mut all: Vec<String> = containers.clone();
+        all.extend(init.iter().map(|c| format!("{c} (init)")));
+        all.extend(ephemeral.iter().map(|c| format!("{c} (ephem)")));
+        eprintln!("Defaulted container \"{first}\" out of: {}", all.join(", "));
+    }
+    Ok(first)
+}
+
+#[derive(clap::Args)]
+pub struct ExecArgs {
+    /// POD or TYPE/NAME, then -- COMMAND [args...]
+    #[arg(required = true)]
+    target: String,
+    #[arg(last = true)]
+    command: Vec<String>,
+    /// Container name. If omitted, use the kubectl.kubernetes.io/default-container annotation.
+    #[arg(short = 'c', long)]
+    container: Option<String>,
+    /// Pass stdin to the container.
+    #[arg(short = 'i', long)]
+    stdin: bool,
+    /// Stdin is a TTY.
+    #[arg(short = 't', long)]
+    tty: bool,
+    /// Only print output from the remote session.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+pub async fn exec(session: &Session, a: ExecArgs) -> Result<i32> {
+    if a.command.is_empty() {
+        return Err(msg("you must specify at least one command for the container"));
+    }
+    let pod = pod(session, &a.target).await?;
+    let name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let container = container(&pod, a.container.as_deref())?;
+    if pod["status"]["phase"] == "Succeeded" || pod["status"]["phase"] == "Failed" {
+        return Err(msg(format!(
+            "cannot exec into a container in a completed pod; current phase is {}",
+            pod["status"]["phase"].as_str().unwrap_or("")
+        )));
+    }
+    let terminal = a.tty && a.stdin && std::io::IsTerminal::is_terminal(&std::io::stdin());
+    if a.tty && !terminal && !a.quiet {
+        eprintln!("Unable to use a TTY - input is not a terminal or the right kind of file");
+    }
+    let mut query = vec![format!("container={}", encode(&container))];
+    for c in &a.command {
+        query.push(format!("command={}", encode(c)));
+    }
+    query.push(format!("stdin={}", a.stdin));
+    query.push("stdout=true".into());
+    query.push(format!("stderr={}", !terminal));
+    query.push(format!("tty={terminal}"));
+    let uri = format!(
+        "/api/v1/namespaces/{}/pods/{name}/exec?{}",
+        session.conn.namespace,
+        query.join("&")
+    );
+    let request = http::Request::get(uri)
+        .body(Vec::new())
+        .map_err(|e| msg(e.to_string()))?;
+    let connection = session
+        .conn
+        .rest
+        .client()
+        .connect(request)
+        .await
+        .map_err(exec_error)?;
+    let raw = if terminal { RawMode::enable() } else { None };
+    let status = stream(connection, a.stdin, terminal).await;
+    drop(raw);
+    let status = status?;
+    let Some(status) = status else {
+        return Ok(0);
+    };
+    if status["status"] == "Success" {
+        return Ok(0);
+    }
+    let code = status["details"]["causes"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["reason"] == "ExitCode"))
+        .and_then(|c| c["message"].as_str()?.parse::<i32>().ok());
+    match code {
+        Some(code) => {
+            eprintln!("command terminated with exit code {code}");
+            Ok(code)
+        }
+        None => Err(Error::Message(
+            status["message"].as_str().unwrap_or("").to_owned(),
+        )),
+    }
+}
+
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const STATUS: u8 = 3;
+const RESIZE: u8 = 4;
+const CLOSE: u8 = 255;
+
+/// The remote command protocol's channels over the upgraded connection, until the status
+/// comes (or the connection ends). kube-rs's own loop closes the whole connection at the end
+/// of standard input where the server does not speak v5 (containerd 1.6's streaming server
+/// answers v4), losing the output still to come; here the input just stays open then, as
+/// client-go's v4 executor leaves it, and v5's close signal is sent where it exists.
+async fn stream(
+    connection: kube::client::Connection,
+    with_stdin: bool,
+    terminal: bool,
+) -> Result<Option<Value>> {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let can_close = connection.supports_stream_close();
+    let (mut tx, mut rx) = connection.into_stream().split();
+    if terminal {
+        if let Some((width, height)) = terminal_size() {
+            let mut m = vec![RESIZE];
+            m.extend_from_slice(format!("{{\"Width\":{width},\"Height\":{height}}}").as_bytes());
+            let _ = tx.send(Message::binary(m)).await;
+        }
+    }
+    let mut stdin = tokio::io::stdin();
+    let mut stdin_open = with_stdin;
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            message = rx.next() => {
+                let bin = match message {
+                    Some(Ok(Message::Binary(bin))) => bin,
+                    Some(Ok(Message::Close(_))) | None => return Ok(None),
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(msg(format!("error reading from the container: {e}"))),
+                };
+                match bin.first() {
+                    Some(&STDOUT) => {
+                        let mut out = std::io::stdout().lock();
+                        let _ = out.write_all(&bin[1..]);
+                        let _ = out.flush();
+                    }
+                    Some(&STDERR) => {
+                        let _ = std::io::stderr().write_all(&bin[1..]);
+                    }
+                    Some(&STATUS) => {
+                        return Ok(serde_json::from_slice(&bin[1..]).ok());
+                    }
+                    _ => {}
+                }
+            }
+            read = stdin.read(&mut buf), if stdin_open => {
+                match read {
+                    Ok(0) | Err(_) => {
+                        stdin_open = false;
+                        if can_close {
+                            let _ = tx.send(Message::binary(vec![CLOSE, STDIN])).await;
+                        }
+                    }
+                    Ok(n) => {
+                        let mut m = Vec::with_capacity(n + 1);
+                        m.push(STDIN);
+                        m.extend_from_slice(&buf[..n]);
+                        if tx.send(Message::binary(m)).await.is_err() {
+                            stdin_open = false;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn exec_error(e: kube::Error) -> Error {
+    match e {
+        kube::Error::Api(s) => Error::Api(ApiError {
+            code: s.code,
+            reason: s.reason.clone(),
+            message: s.message.clone(),
+        }),
+        other => msg(other.to_string()),
+    }
+}
+
+fn terminal_size() -> Option<(u16, u16)> {
+    // SAFETY: TIOCGWINSZ fills a winsize for a terminal descriptor and touches nothing else.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(libc::STDIN_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    (ok && ws.ws_col > 0).then_some((ws.ws_col, ws.ws_row))
+}
+
+/// The local terminal in raw mode for `-it`, restored when dropped.
+struct RawMode(libc::termios);
+
+impl RawMode {
+    fn enable() -> Option<RawMode> {
+        // SAFETY: tcgetattr/tcsetattr on standard input with a termios they fill.
+        unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(libc::STDIN_FILENO, &mut t) != 0 {
+                return None;
+            }
+            let saved = t;
+            libc::cfmakeraw(&mut t);
+            if libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &t) != 0 {
+                return None;
+            }
+            Some(RawMode(saved))
+        }
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        // SAFETY: restores the attributes read in `enable`.
+        unsafe {
+            libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &self.0);
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct LogsArgs {
+    /// POD or TYPE/NAME, then optionally the container.
+    #[arg(required = true)]
+    target: String,
+    container_arg: Option<String>,
+    /// Print the logs of this container.
+    #[arg(short = 'c', long)]
+    container: Option<String>,
+    /// Specify if the logs should be streamed.
+    #[arg(short = 'f', long)]
+    follow: bool,
+    /// Lines of recent log file to display. Defaults to -1.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    tail: i64,
+    /// Include timestamps on each line in the log output.
+    #[arg(long)]
+    timestamps: bool,
+    /// If true, print the logs for the previous instance of the container in a pod if it exists.
+    #[arg(short = 'p', long)]
+    previous: bool,
+    /// Only return logs newer than a relative duration like 5s, 2m, or 3h.
+    #[arg(long)]
+    since: Option<String>,
+    /// Only return logs after a specific date (RFC3339).
+    #[arg(long)]
+    since_time: Option<String>,
+    /// Maximum bytes of logs to return.
+    #[arg(long)]
+    limit_bytes: Option<u64>,
+    /// Get all containers' logs in the pod(s).
+    #[arg(long)]
+    all_containers: bool,
+}
+
+pub async fn logs(session: &Session, a: LogsArgs) -> Result<i32> {
+    let pod = pod(session, &a.target).await?;
+    let name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let containers: Vec<String> = if a.all_containers {
+        ["initContainers", "containers", "ephemeralContainers"]
+            .iter()
+            .flat_map(|k| pod["spec"][*k].as_array().cloned().unwrap_or_default())
+            .filter_map(|c| c["name"].as_str().map(str::to_owned))
+            .collect()
+    } else {
+        vec![container(
+            &pod,
+            a.container.as_deref().or(a.container_arg.as_deref()),
+        )?]
+    };
+    let mut query = Vec::new();
+    if a.follow {
+        query.push("follow=true".to_owned());
+    }
+    if a.tail >= 0 {
+        query.push(format!("tailLines={}", a.tail));
+    }
+    if a.timestamps {
+        query.push("timestamps=true".to_owned());
+    }
+    if a.previous {
+        query.push("previous=true".to_owned());
+    }
+    if let Some(s) = &a.since {
+        let d = crate::modify::parse_duration(s)?.unwrap_or_default();
+        query.push(format!("sinceSeconds={}", d.as_secs_f64().ceil() as u64));
+    }
+    if let Some(t) = &a.since_time {
+        query.push(format!("sinceTime={}", encode(t)));
+    }
+    if let Some(b) = a.limit_bytes {
+        query.push(format!("limitBytes={b}"));
+    }
+    let ns = &session.conn.namespace;
+    for c in containers {
+        let mut q = query.clone();
+        q.push(format!("container={}", encode(&c)));
+        let uri = format!("/api/v1/namespaces/{ns}/pods/{name}/log?{}", q.join("&"));
+        let (code, mut body) = session.conn.rest.stream(Method::GET, &uri).await?;
+        if !(200..300).contains(&code) {
+            let bytes = body
+                .collect()
+                .await
+                .map(|b| b.to_bytes().to_vec())
+                .unwrap_or_default();
+            return Err(Error::Api(ApiError::from_response(code, &bytes)));
+        }
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { break };
+            if let Some(data) = frame.data_ref() {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(data);
+                let _ = out.flush();
+            }
+        }
+    }
+    Ok(0)
+}

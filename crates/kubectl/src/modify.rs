@@ -1,0 +1,635 @@
+//! The commands that change one field of live objects: `label`, `annotate`, `patch`,
+//! `scale`, `cordon`/`uncordon`, and `rollout restart|pause|resume|status`. Each sends a patch
+//! with kubectl's field manager and reports as kubectl does (`pod/x labeled`, `… patched (no
+//! change)`, `… already paused`).
+
+use std::time::{Duration, Instant};
+
+use http::Method;
+use serde_json::{json, Map, Value};
+
+use crate::discovery::Resource;
+use crate::error::{msg, Error, Result};
+use crate::get::{encode, requests};
+use crate::rest::JSON;
+use crate::{out, Session};
+
+const MERGE: &str = "application/merge-patch+json";
+const STRATEGIC: &str = "application/strategic-merge-patch+json";
+
+/// The objects `args` name (`TYPE NAME…` or `TYPE/NAME…`), with their paths.
+async fn targets(
+    session: &Session,
+    args: &[String],
+    all: bool,
+    selector: Option<&str>,
+) -> Result<Vec<(Resource, String, String)>> {
+    let mut out = Vec::new();
+    for req in requests(session, args).await? {
+        let r = req.resource;
+        let ns = r.namespaced.then(|| session.conn.namespace.clone());
+        let base = r.collection_path(ns.as_deref());
+        if req.names.is_empty() {
+            if !all && selector.is_none() {
+                return Err(msg("resource(s) were provided, but no name was specified"));
+            }
+            let mut uri = format!("{base}?limit=500");
+            if let Some(l) = selector {
+                uri.push_str(&format!("&labelSelector={}", encode(l)));
+            }
+            let list = session.conn.rest.get(&uri).await?;
+            for item in list["items"].as_array().into_iter().flatten() {
+                let name = item["metadata"]["name"].as_str().unwrap_or("").to_owned();
+                out.push((r.clone(), format!("{base}/{name}"), name));
+            }
+        } else {
+            for n in req.names {
+                out.push((r.clone(), format!("{base}/{n}"), n));
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn patch(
+    session: &Session,
+    path: &str,
+    content_type: &str,
+    body: &Value,
+    manager: &str,
+) -> Result<Value> {
+    let uri = format!("{path}?fieldManager={manager}");
+    session
+        .conn
+        .rest
+        .json(
+            Method::PATCH,
+            &uri,
+            JSON,
+            Some((content_type, serde_json::to_vec(body).unwrap_or_default())),
+        )
+        .await
+}
+
+#[derive(clap::Args)]
+pub struct MetaArgs {
+    /// TYPE NAME KEY_1=VAL_1 … KEY_N- …
+    args: Vec<String>,
+    /// If true, allow labels/annotations to be overwritten.
+    #[arg(long)]
+    overwrite: bool,
+    /// Select all resources, in the namespace of the specified resource types.
+    #[arg(long)]
+    all: bool,
+    /// Selector (label query) to filter on.
+    #[arg(short = 'l', long)]
+    selector: Option<String>,
+    /// Output format: name.
+    #[arg(short = 'o', long)]
+    output: Option<String>,
+}
+
+/// `label` (is_label) or `annotate`.
+pub async fn metadata(session: &Session, a: MetaArgs, is_label: bool) -> Result<i32> {
+    let field = if is_label { "labels" } else { "annotations" };
+    let what = if is_label { "label" } else { "annotation" };
+    let (changes, resources): (Vec<&String>, Vec<&String>) = a
+        .args
+        .iter()
+        .partition(|x| x.contains('=') || (x.ends_with('-') && !x.contains('/')));
+    // A bare `TYPE` ending in '-' is rare; kubectl reads trailing-dash words as removals too.
+    let resources: Vec<String> = resources.into_iter().cloned().collect();
+    if changes.is_empty() {
+        return Err(msg(format!("at least one {what} update is required")));
+    }
+    let mut set: Vec<(String, String)> = Vec::new();
+    let mut remove: Vec<String> = Vec::new();
+    for c in &changes {
+        if let Some((k, v)) = c.split_once('=') {
+            set.push((k.to_owned(), v.to_owned()));
+        } else {
+            remove.push(c.trim_end_matches('-').to_owned());
+        }
+    }
+    let manager = if is_label {
+        "kubectl-label"
+    } else {
+        "kubectl-annotate"
+    };
+    let mut failed = false;
+    for (r, path, name) in targets(session, &resources, a.all, a.selector.as_deref()).await? {
+        let current = match session.conn.rest.get(&path).await {
+            Ok(c) => c,
+            Err(e @ Error::Api(_)) => {
+                eprintln!("{e}");
+                failed = true;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let before = current["metadata"].get(field).cloned();
+        let mut after: Map<String, Value> = before
+            .as_ref()
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        for (k, v) in &set {
+            if let Some(old) = after.get(k).and_then(Value::as_str) {
+                if old != v && !a.overwrite {
+                    return Err(msg(format!(
+                        "'{k}' already has a value ({old}), and --overwrite is false"
+                    )));
+                }
+            }
+            after.insert(k.clone(), json!(v));
+        }
+        let mut removed = false;
+        for k in &remove {
+            if after.remove(k).is_none() {
+                if is_label {
+                    out(&format!("label \"{k}\" not found.\n"));
+                }
+            } else {
+                removed = true;
+            }
+        }
+        let changed = before.as_ref() != Some(&Value::Object(after.clone()));
+        if changed {
+            let mut patch_body = json!({"metadata": {field: {}}});
+            let before_map = before
+                .as_ref()
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            for (k, v) in &after {
+                if before_map.get(k) != Some(v) {
+                    patch_body["metadata"][field][k] = v.clone();
+                }
+            }
+            for k in before_map.keys() {
+                if !after.contains_key(k) {
+                    patch_body["metadata"][field][k] = Value::Null;
+                }
+            }
+            patch(session, &path, MERGE, &patch_body, manager).await?;
+        }
+        let verb = match (changed, is_label) {
+            (false, true) => "not labeled",
+            (false, false) => "not annotated",
+            (true, true) if removed && set.is_empty() => "unlabeled",
+            (true, true) => "labeled",
+            (true, false) => "annotated",
+        };
+        if a.output.as_deref() == Some("name") {
+            out(&format!("{}/{name}\n", r.kind_prefix()));
+        } else {
+            out(&format!("{}/{name} {verb}\n", r.kind_prefix()));
+        }
+    }
+    Ok(i32::from(failed))
+}
+
+#[derive(clap::Args)]
+pub struct PatchArgs {
+    args: Vec<String>,
+    /// The patch to be applied to the resource JSON file.
+    #[arg(short = 'p', long)]
+    patch: Option<String>,
+    /// A file containing a patch to be applied to the resource.
+    #[arg(long)]
+    patch_file: Option<String>,
+    /// The type of patch being provided; one of [json merge strategic].
+    #[arg(long = "type", default_value = "strategic")]
+    patch_type: String,
+    /// If specified, patch will operate on the subresource of the requested object.
+    #[arg(long)]
+    subresource: Option<String>,
+    /// Output format: yaml, json, name.
+    #[arg(short = 'o', long)]
+    output: Option<String>,
+}
+
+pub async fn patch_cmd(session: &Session, a: PatchArgs) -> Result<i32> {
+    let body = match (&a.patch, &a.patch_file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f).map_err(|e| msg(e.to_string()))?,
+        (None, None) => {
+            return Err(msg(
+                "must specify --patch or --patch-file containing the contents of the patch",
+            ))
+        }
+    };
+    let content_type = match a.patch_type.as_str() {
+        "json" => "application/json-patch+json",
+        "merge" => MERGE,
+        "strategic" => STRATEGIC,
+        other => {
+            return Err(msg(format!(
+                "--type must be one of [json merge strategic], not \"{other}\""
+            )))
+        }
+    };
+    // kubectl reads YAML or JSON patches alike.
+    let value: Value = serde_json::from_str(&body)
+        .or_else(|_| serde_saphyr::from_str(&body))
+        .map_err(|e| msg(format!("unable to parse \"{body}\": {e}")))?;
+    let output = crate::Output::parse(a.output.as_deref())?;
+    for (r, path, _) in targets(session, &a.args, false, None).await? {
+        let path = match &a.subresource {
+            Some(s) => format!("{path}/{s}"),
+            None => path,
+        };
+        let before = session.conn.rest.get(&path).await?;
+        let after = patch(session, &path, content_type, &value, "kubectl-patch").await?;
+        let verb = if before == after {
+            "patched (no change)"
+        } else {
+            "patched"
+        };
+        crate::create::print_result(&r, &after, &output, verb, crate::create::DryRun::None);
+    }
+    Ok(0)
+}
+
+#[derive(clap::Args)]
+pub struct ScaleArgs {
+    args: Vec<String>,
+    /// The new desired number of replicas. Required.
+    #[arg(long, required = true)]
+    replicas: i64,
+    /// Precondition for current size.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    current_replicas: i64,
+}
+
+pub async fn scale(session: &Session, a: ScaleArgs) -> Result<i32> {
+    if a.replicas < 0 {
+        return Err(msg(
+            "The --replicas=COUNT flag is required, and COUNT must be greater than or equal to 0",
+        ));
+    }
+    for (r, path, name) in targets(session, &a.args, false, None).await? {
+        let scale_path = format!("{path}/scale");
+        if a.current_replicas >= 0 {
+            let current = session.conn.rest.get(&scale_path).await?;
+            let now = current["spec"]["replicas"].as_i64().unwrap_or(0);
+            if now != a.current_replicas {
+                return Err(msg(format!(
+                    "Expected replicas to be {}, was {now}",
+                    a.current_replicas
+                )));
+            }
+        }
+        patch(
+            session,
+            &scale_path,
+            MERGE,
+            &json!({"spec": {"replicas": a.replicas}}),
+            "kubectl-scale",
+        )
+        .await?;
+        out(&format!("{}/{name} scaled\n", r.kind_prefix()));
+    }
+    Ok(0)
+}
+
+/// `cordon` (true) or `uncordon` (false) nodes.
+pub async fn cordon(session: &Session, nodes: Vec<String>, unschedulable: bool) -> Result<i32> {
+    let verb = if unschedulable { "cordoned" } else { "uncordoned" };
+    let mut args = vec!["nodes".to_owned()];
+    args.extend(nodes);
+    for (r, path, name) in targets(session, &args, false, None).await? {
+        let node = session.conn.rest.get(&path).await?;
+        if node["spec"]["unschedulable"].as_bool().unwrap_or(false) == unschedulable {
+            out(&format!("{}/{name} already {verb}\n", r.kind_prefix()));
+            continue;
+        }
+        let value = if unschedulable { json!(true) } else { Value::Null };
+        patch(
+            session,
+            &path,
+            STRATEGIC,
+            &json!({"spec": {"unschedulable": value}}),
+            "kubectl-cordon",
+        )
+        .await?;
+        out(&format!("{}/{name} {verb}\n", r.kind_prefix()));
+    }
+    Ok(0)
+}
+
+#[derive(clap::Subcommand)]
+pub enum RolloutCommand {
+    /// Restart a resource.
+    Restart { args: Vec<String> },
+    /// Mark the provided resource as paused.
+    Pause { args: Vec<String> },
+    /// Resume a paused resource.
+    Resume { args: Vec<String> },
+    /// Show the status of the rollout.
+    Status {
+        args: Vec<String>,
+        /// Watch the status of the rollout until it's done.
+        #[arg(short = 'w', long, default_value = "true", num_args = 0..=1, default_missing_value = "true")]
+        watch: String,
+        /// The length of time to wait before ending watch, zero means never.
+        #[arg(long, default_value = "0s")]
+        timeout: String,
+    },
+}
+
+pub async fn rollout(session: &Session, c: RolloutCommand) -> Result<i32> {
+    match c {
+        RolloutCommand::Restart { args } => {
+            for (r, path, name) in targets(session, &args, false, None).await? {
+                check_rollout_kind(&r, "restart")?;
+                let obj = session.conn.rest.get(&path).await?;
+                if obj["spec"]["paused"].as_bool() == Some(true) {
+                    return Err(msg(format!(
+                        "can't restart paused {} (run rollout resume first)",
+                        r.singular
+                    )));
+                }
+                let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+                let body = json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": now}}}}});
+                patch(session, &path, STRATEGIC, &body, "kubectl-rollout").await?;
+                out(&format!("{}/{name} restarted\n", r.kind_prefix()));
+            }
+            Ok(0)
+        }
+        RolloutCommand::Pause { args } => pause(session, &args, true).await,
+        RolloutCommand::Resume { args } => pause(session, &args, false).await,
+        RolloutCommand::Status { args, watch, timeout } => {
+            status(session, &args, watch != "false", &timeout).await
+        }
+    }
+}
+
+fn check_rollout_kind(r: &Resource, what: &str) -> Result<()> {
+    if r.group == "apps" && matches!(r.name.as_str(), "deployments" | "daemonsets" | "statefulsets") {
+        Ok(())
+    } else {
+        Err(msg(format!(
+            "{what}ing is not supported for {}",
+            r.group_resource()
+        )))
+    }
+}
+
+async fn pause(session: &Session, args: &[String], paused: bool) -> Result<i32> {
+    let verb = if paused { "paused" } else { "resumed" };
+    for (r, path, name) in targets(session, args, false, None).await? {
+        if r.group != "apps" || r.name != "deployments" {
+            return Err(msg(format!(
+                "{} is not supported for {}",
+                if paused { "pausing" } else { "resuming" },
+                r.group_resource()
+            )));
+        }
+        let obj = session.conn.rest.get(&path).await?;
+        if obj["spec"]["paused"].as_bool().unwrap_or(false) == paused {
+            return Err(msg(format!(
+                "{} \"{name}\" is {}",
+                r.group_resource(),
+                if paused { "already paused" } else { "not paused" }
+            )));
+        }
+        let value = if paused { json!(true) } else { Value::Null };
+        patch(
+            session,
+            &path,
+            STRATEGIC,
+            &json!({"spec": {"paused": value}}),
+            "kubectl-rollout",
+        )
+        .await?;
+        out(&format!("{}/{name} {verb}\n", r.kind_prefix()));
+    }
+    Ok(0)
+}
+
+/// `rollout status`: kubectl's status viewers for Deployments, DaemonSets and StatefulSets,
+/// printing each new message until the rollout is done.
+async fn status(session: &Session, args: &[String], watch: bool, timeout: &str) -> Result<i32> {
+    let limit = parse_duration(timeout)?;
+    let start = Instant::now();
+    for (r, path, _) in targets(session, args, false, None).await? {
+        check_rollout_kind(&r, "status")?;
+        let mut last = String::new();
+        loop {
+            let obj = session.conn.rest.get(&path).await?;
+            let (message, done) = status_message(&r, &obj)?;
+            if message != last {
+                out(&message);
+                last = message;
+            }
+            if done || !watch {
+                break;
+            }
+            if limit.is_some_and(|l| start.elapsed() >= l) {
+                return Err(msg("timed out waiting for the condition"));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    Ok(0)
+}
+
+fn status_message(r: &Resource, o: &Value) -> Result<(String, bool)> {
+    let name = o["metadata"]["name"].as_str().unwrap_or("");
+    let generation = o["metadata"]["generation"].as_i64().unwrap_or(0);
+    let st = &o["status"];
+    let observed = st["observedGeneration"].as_i64().unwrap_or(0);
+    let n = |v: &Value| v.as_i64().unwrap_or(0);
+    match r.name.as_str() {
+        "deployments" => {
+            if generation > observed {
+                return Ok((
+                    "Waiting for deployment spec update to be observed...\n".into(),
+                    false,
+                ));
+            }
+            let progressing = st["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Progressing"));
+            if progressing.is_some_and(|c| c["reason"] == "ProgressDeadlineExceeded") {
+                return Err(msg(format!(
+                    "deployment \"{name}\" exceeded its progress deadline"
+                )));
+            }
+            let spec = o["spec"]["replicas"].as_i64().unwrap_or(1);
+            let (updated, replicas, available) = (
+                n(&st["updatedReplicas"]),
+                n(&st["replicas"]),
+                n(&st["availableReplicas"]),
+            );
+            Ok(if updated < spec {
+                (format!("Waiting for deployment \"{name}\" rollout to finish: {updated} out of {spec} new replicas have been updated...\n"), false)
+            } else if replicas > updated {
+                (format!("Waiting for deployment \"{name}\" rollout to finish: {} old replicas are pending termination...\n", replicas - updated), false)
+            } else if available < updated {
+                (format!("Waiting for deployment \"{name}\" rollout to finish: {available} of {updated} updated replicas are available...\n"), false)
+            } else {
+                (format!("deployment \"{name}\" successfully rolled out\n"), true)
+            })
+        }
+        "daemonsets" => {
+            if o["spec"]["updateStrategy"]["type"]
+                .as_str()
+                .unwrap_or("RollingUpdate")
+                != "RollingUpdate"
+            {
+                return Err(msg(
+                    "rollout status is only available for RollingUpdate strategy type",
+                ));
+            }
+            if generation > observed {
+                return Ok((
+                    "Waiting for daemon set spec update to be observed...\n".into(),
+                    false,
+                ));
+            }
+            let (updated, desired, available) = (
+                n(&st["updatedNumberScheduled"]),
+                n(&st["desiredNumberScheduled"]),
+                n(&st["numberAvailable"]),
+            );
+            Ok(if updated < desired {
+                (format!("Waiting for daemon set \"{name}\" rollout to finish: {updated} out of {desired} new pods have been updated...\n"), false)
+            } else if available < desired {
+                (format!("Waiting for daemon set \"{name}\" rollout to finish: {available} of {desired} updated pods are available...\n"), false)
+            } else {
+                (format!("daemon set \"{name}\" successfully rolled out\n"), true)
+            })
+        }
+        _ => {
+            if o["spec"]["updateStrategy"]["type"]
+                .as_str()
+                .unwrap_or("RollingUpdate")
+                != "RollingUpdate"
+            {
+                return Err(msg(
+                    "rollout status is only available for RollingUpdate strategy type",
+                ));
+            }
+            if observed == 0 || generation > observed {
+                return Ok((
+                    "Waiting for statefulset spec update to be observed...\n".into(),
+                    false,
+                ));
+            }
+            let spec = o["spec"]["replicas"].as_i64().unwrap_or(1);
+            let ready = n(&st["readyReplicas"]);
+            if ready < spec {
+                return Ok((
+                    format!("Waiting for {} pods to be ready...\n", spec - ready),
+                    false,
+                ));
+            }
+            let partition = o["spec"]["updateStrategy"]["rollingUpdate"]["partition"]
+                .as_i64()
+                .unwrap_or(0);
+            let updated = n(&st["updatedReplicas"]);
+            if partition > 0 {
+                return Ok(if updated < spec - partition {
+                    (format!("Waiting for partitioned roll out to finish: {updated} out of {} new pods have been updated...\n", spec - partition), false)
+                } else {
+                    (
+                        format!("partitioned roll out complete: {updated} new pods have been updated...\n"),
+                        true,
+                    )
+                });
+            }
+            let (update_rev, current_rev) = (
+                st["updateRevision"].as_str().unwrap_or(""),
+                st["currentRevision"].as_str().unwrap_or(""),
+            );
+            Ok(if update_rev != current_rev {
+                (format!("waiting for statefulset rolling update to complete {updated} pods at revision {update_rev}...\n"), false)
+            } else {
+                (
+                    format!(
+                        "statefulset rolling update complete {} pods at revision {current_rev}...\n",
+                        n(&st["currentReplicas"])
+                    ),
+                    true,
+                )
+            })
+        }
+    }
+}
+
+/// Go durations as flags take them (`30s`, `5m`, `1h30m`); zero means none.
+pub(crate) fn parse_duration(s: &str) -> Result<Option<Duration>> {
+    let mut total = 0f64;
+    let mut num = String::new();
+    let mut chars = s.chars().peekable();
+    if s.is_empty() || s == "0" {
+        return Ok(None);
+    }
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            num.push(c);
+            continue;
+        }
+        let mut unit = c.to_string();
+        if c == 'm' && chars.peek() == Some(&'s') {
+            unit.push(chars.next().unwrap_or('s'));
+        }
+        let v: f64 = num
+            .parse()
+            .map_err(|_| msg(format!("time: invalid duration \"{s}\"")))?;
+        total += v * match unit.as_str() {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(msg(format!("time: unknown unit \"{unit}\" in duration \"{s}\""))),
+        };
+        num.clear();
+    }
+    if !num.is_empty() {
+        return Err(msg(format!("time: missing unit in duration \"{s}\"")));
+    }
+    Ok((total > 0.0).then(|| Duration::from_secs_f64(total)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("0s").unwrap(), None);
+        assert_eq!(parse_duration("1m30s").unwrap(), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("250ms").unwrap(), Some(Duration::from_millis(250)));
+        assert!(parse_duration("5").is_err());
+    }
+
+    #[test]
+    fn deployment_status_as_kubectl_words_it() {
+        let r = Resource {
+            group: "apps".into(),
+            version: "v1".into(),
+            name: "deployments".into(),
+            singular: "deployment".into(),
+            kind: "Deployment".into(),
+            namespaced: true,
+            verbs: vec![],
+            short_names: vec![],
+            categories: vec![],
+        };
+        let d = json!({"metadata": {"name": "web", "generation": 2}, "spec": {"replicas": 3},
+            "status": {"observedGeneration": 2, "replicas": 4, "updatedReplicas": 3, "availableReplicas": 2}});
+        assert_eq!(
+            status_message(&r, &d).unwrap().0,
+            "Waiting for deployment \"web\" rollout to finish: 1 old replicas are pending termination...\n"
+        );
+        let d = json!({"metadata": {"name": "web", "generation": 2}, "spec": {"replicas": 3},
+            "status": {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3, "availableReplicas": 3}});
+        assert_eq!(
+            status_message(&r, &d).unwrap(),
+            ("deployment \"web\" successfully rolled out\n".into(), true)
+        );
+    }
+}

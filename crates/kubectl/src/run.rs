@@ -1,0 +1,376 @@
+//! `kubectl run` and `kubectl expose`: kubectl's Pod and Service generators, field for field
+//! (`run=NAME` labels, `dnsPolicy: ClusterFirst`, `status: {loadBalancer: {}}`, ports found
+//! on the exposed object), created with the `kubectl-run` and `kubectl-expose` managers.
+
+use http::Method;
+use serde_json::{json, Map, Value};
+
+use crate::create::{print_result, target_namespace, Common, DryRun};
+use crate::error::{msg, Result};
+use crate::rest::JSON;
+use crate::{out, Output, Session};
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    name: String,
+    /// Arguments (or, with --command, the command) for the container.
+    #[arg(last = true)]
+    args: Vec<String>,
+    /// The image for the container to run.
+    #[arg(long, required = true)]
+    image: String,
+    /// The port that this container exposes.
+    #[arg(long)]
+    port: Option<String>,
+    /// If true, create a ClusterIP service associated with the pod. Requires `--port`.
+    #[arg(long)]
+    expose: bool,
+    /// The restart policy for this Pod. Legal values [Always, OnFailure, Never].
+    #[arg(long, default_value = "Always")]
+    restart: String,
+    /// Environment variables to set in the container.
+    #[arg(long)]
+    env: Vec<String>,
+    /// Comma separated labels to apply to the pod. Will override previous values.
+    #[arg(short = 'l', long)]
+    labels: Option<String>,
+    /// If true and extra arguments are present, use them as the 'command' field in the container.
+    #[arg(long)]
+    command: bool,
+    /// The image pull policy for the container.
+    #[arg(long)]
+    image_pull_policy: Option<String>,
+    /// An inline JSON override for the generated object.
+    #[arg(long)]
+    overrides: Option<String>,
+    /// Keep stdin open on the container in the pod (not yet in r8s kubectl).
+    #[arg(short = 'i', long)]
+    stdin: bool,
+    /// Allocate a TTY (not yet in r8s kubectl).
+    #[arg(short = 't', long)]
+    tty: bool,
+    /// Delete the pod after it exits (not yet in r8s kubectl).
+    #[arg(long)]
+    rm: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+fn key_values(s: &str, what: &str) -> Result<Map<String, Value>> {
+    let mut m = Map::new();
+    for kv in s.split(',').filter(|x| !x.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| msg(format!("invalid {what} spec: {kv}")))?;
+        m.insert(k.to_owned(), json!(v));
+    }
+    Ok(m)
+}
+
+pub async fn run(session: &Session, a: RunArgs) -> Result<i32> {
+    if a.stdin || a.tty || a.rm {
+        return Err(msg(
+            "r8s kubectl run does not attach yet (-i, -t, --rm): run the pod, then use exec or logs",
+        ));
+    }
+    if !matches!(a.restart.as_str(), "Always" | "OnFailure" | "Never") {
+        return Err(msg(format!("invalid restart policy: {}", a.restart)));
+    }
+    if a.expose && a.port.is_none() {
+        return Err(msg("--port must be set when exposing a service"));
+    }
+    let dry = a.common.dry_run()?;
+    let output = Output::parse(a.common.output.as_deref())?;
+    let labels = match &a.labels {
+        Some(l) => key_values(l, "label")?,
+        None => {
+            let mut m = Map::new();
+            m.insert("run".into(), json!(a.name));
+            m
+        }
+    };
+    let mut container = json!({"name": a.name, "image": a.image, "resources": {}});
+    if !a.args.is_empty() {
+        container[if a.command { "command" } else { "args" }] = json!(a.args);
+    }
+    if !a.env.is_empty() {
+        let env: Vec<Value> = a
+            .env
+            .iter()
+            .map(|e| {
+                let (k, v) = e.split_once('=').unwrap_or((e, ""));
+                json!({"name": k, "value": v})
+            })
+            .collect();
+        container["env"] = json!(env);
+    }
+    if let Some(p) = &a.image_pull_policy {
+        container["imagePullPolicy"] = json!(p);
+    }
+    let port: Option<i64> = match &a.port {
+        Some(p) => Some(p.parse().map_err(|_| msg(format!("invalid port: {p}")))?),
+        None => None,
+    };
+    if let Some(p) = port {
+        container["ports"] = json!([{"containerPort": p}]);
+    }
+    let mut metadata = json!({"name": a.name, "creationTimestamp": null, "labels": labels});
+    if let Some(ns) = &session.flags.namespace {
+        metadata["namespace"] = json!(ns);
+    }
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+        "spec": {"containers": [container], "restartPolicy": a.restart, "dnsPolicy": "ClusterFirst"},
+        "status": {}
+    });
+    if let Some(o) = &a.overrides {
+        let patch: Value = serde_json::from_str(o).map_err(|e| msg(format!("invalid --overrides: {e}")))?;
+        merge_patch(&mut pod, &patch);
+    }
+    if a.expose {
+        let p = port.unwrap_or_default();
+        let service = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": a.name, "creationTimestamp": null, "labels": labels},
+            "spec": {"ports": [{"port": p, "protocol": "TCP", "targetPort": p}], "selector": labels},
+            "status": {"loadBalancer": {}}
+        });
+        send(session, service, dry, &output, "kubectl-run", "created").await?;
+        if output == Output::Yaml {
+            // kubectl 1.33 separates the two documents so.
+            out("---\n---\n");
+        }
+    }
+    send(session, pod, dry, &output, "kubectl-run", "created").await?;
+    Ok(0)
+}
+
+/// RFC 7386 merge of `patch` into `target` (`--overrides`).
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            for (k, v) in p {
+                if v.is_null() {
+                    if let Some(t) = target.as_object_mut() {
+                        t.remove(k);
+                    }
+                } else {
+                    merge_patch(&mut target[k], v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+async fn send(
+    session: &Session,
+    mut obj: Value,
+    dry: DryRun,
+    output: &Output,
+    manager: &str,
+    verb: &str,
+) -> Result<Value> {
+    let r = session
+        .resource_for_kind(
+            obj["apiVersion"].as_str().unwrap_or(""),
+            obj["kind"].as_str().unwrap_or(""),
+        )
+        .await?;
+    let ns = target_namespace(session, &r, &mut obj)?;
+    let result = if dry == DryRun::Client {
+        obj
+    } else {
+        let mut uri = format!(
+            "{}?fieldManager={manager}&fieldValidation=Strict",
+            r.collection_path(ns.as_deref())
+        );
+        if dry == DryRun::Server {
+            uri.push_str("&dryRun=All");
+        }
+        session
+            .conn
+            .rest
+            .json(
+                Method::POST,
+                &uri,
+                JSON,
+                Some((JSON, serde_json::to_vec(&obj).unwrap_or_default())),
+            )
+            .await?
+    };
+    print_result(&r, &result, output, verb, dry);
+    Ok(result)
+}
+
+#[derive(clap::Args)]
+pub struct ExposeArgs {
+    /// TYPE NAME or TYPE/NAME of the object to expose.
+    args: Vec<String>,
+    /// The port that the service should serve on.
+    #[arg(long)]
+    port: Option<String>,
+    /// Name or number for the port on the container that the service should direct traffic to.
+    #[arg(long)]
+    target_port: Option<String>,
+    /// The network protocol for the service to be created.
+    #[arg(long)]
+    protocol: Option<String>,
+    /// Type for this service: ClusterIP, NodePort, LoadBalancer, or ExternalName.
+    #[arg(long = "type")]
+    service_type: Option<String>,
+    /// The name for the newly created object.
+    #[arg(long)]
+    name: Option<String>,
+    /// A label selector to use for this service.
+    #[arg(long)]
+    selector: Option<String>,
+    /// Labels to apply to the service created by this call.
+    #[arg(short = 'l', long)]
+    labels: Option<String>,
+    /// Additional external IP address (not managed by Kubernetes) to accept for the service.
+    #[arg(long)]
+    external_ip: Option<String>,
+    /// ClusterIP to be assigned to the service. Leave empty to auto-allocate, or set to 'None' to create a headless service.
+    #[arg(long)]
+    cluster_ip: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+pub async fn expose(session: &Session, a: ExposeArgs) -> Result<i32> {
+    let dry = a.common.dry_run()?;
+    let output = Output::parse(a.common.output.as_deref())?;
+    let reqs = crate::get::requests(session, &a.args).await?;
+    let Some(req) = reqs.first() else {
+        return Err(msg(
+            "You must provide one or more resources by argument or filename.",
+        ));
+    };
+    let Some(name) = req.names.first() else {
+        return Err(msg("resource(s) were provided, but no name was specified"));
+    };
+    let r = &req.resource;
+    let ns = r.namespaced.then(|| session.conn.namespace.clone());
+    let obj = session
+        .conn
+        .rest
+        .get(&format!("{}/{name}", r.collection_path(ns.as_deref())))
+        .await?;
+    let kind = r.kind.as_str();
+    let selector: Map<String, Value> = match &a.selector {
+        Some(s) => key_values(s, "selector")?,
+        None => match kind {
+            "Pod" => obj["metadata"]["labels"].as_object().cloned().unwrap_or_default(),
+            "Service" | "ReplicationController" => {
+                obj["spec"]["selector"].as_object().cloned().unwrap_or_default()
+            }
+            "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet" => {
+                if obj["spec"]["selector"]["matchExpressions"]
+                    .as_array()
+                    .is_some_and(|e| !e.is_empty())
+                {
+                    return Err(msg(format!(
+                        "couldn't retrieve selectors via --selector flag or introspection: {kind} has matchExpressions, which cannot be a Service's selector"
+                    )));
+                }
+                obj["spec"]["selector"]["matchLabels"]
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default()
+            }
+            _ => return Err(msg(format!("cannot expose a {kind}"))),
+        },
+    };
+    let protocol = a.protocol.clone().unwrap_or_else(|| "TCP".into());
+    let ports: Vec<Value> = match &a.port {
+        Some(p) => {
+            let port: i64 = p.parse().map_err(|_| msg(format!("invalid port: {p}")))?;
+            let target = match &a.target_port {
+                Some(t) => t.parse::<i64>().map(|n| json!(n)).unwrap_or_else(|_| json!(t)),
+                None => json!(port),
+            };
+            vec![json!({"port": port, "protocol": protocol, "targetPort": target})]
+        }
+        None => {
+            let found = object_ports(&obj, kind);
+            if found.is_empty() {
+                return Err(msg("couldn't find port via --port flag or introspection"));
+            }
+            let many = found.len() > 1;
+            found
+                .into_iter()
+                .enumerate()
+                .map(|(i, (port, proto))| {
+                    let mut p = json!({"port": port, "protocol": proto, "targetPort": port});
+                    if let Some(t) = &a.target_port {
+                        p["targetPort"] = t.parse::<i64>().map(|n| json!(n)).unwrap_or_else(|_| json!(t));
+                    }
+                    if many {
+                        p["name"] = json!(format!("port-{}", i + 1));
+                    }
+                    p
+                })
+                .collect()
+        }
+    };
+    let service_name = a.name.clone().unwrap_or_else(|| name.clone());
+    let labels = match &a.labels {
+        Some(l) => Value::Object(key_values(l, "label")?),
+        None => obj["metadata"]["labels"].clone(),
+    };
+    let mut metadata = json!({"name": service_name, "creationTimestamp": null});
+    if labels.as_object().is_some_and(|m| !m.is_empty()) {
+        metadata["labels"] = labels;
+    }
+    let mut spec = json!({"ports": ports, "selector": selector});
+    if let Some(t) = &a.service_type {
+        spec["type"] = json!(t);
+    }
+    if let Some(ip) = &a.external_ip {
+        spec["externalIPs"] = json!([ip]);
+    }
+    if let Some(ip) = &a.cluster_ip {
+        spec["clusterIP"] = json!(ip);
+    }
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec, "status": {"loadBalancer": {}}});
+    send(session, service, dry, &output, "kubectl-expose", "exposed").await?;
+    Ok(0)
+}
+
+/// The ports an object's pods declare (a Service's own ports), with their protocols.
+fn object_ports(obj: &Value, kind: &str) -> Vec<(i64, String)> {
+    if kind == "Service" {
+        return obj["spec"]["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                Some((
+                    p["port"].as_i64()?,
+                    p["protocol"].as_str().unwrap_or("TCP").to_owned(),
+                ))
+            })
+            .collect();
+    }
+    let spec = if kind == "Pod" {
+        &obj["spec"]
+    } else {
+        &obj["spec"]["template"]["spec"]
+    };
+    spec["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| {
+            Some((
+                p["containerPort"].as_i64()?,
+                p["protocol"].as_str().unwrap_or("TCP").to_owned(),
+            ))
+        })
+        .collect()
+}

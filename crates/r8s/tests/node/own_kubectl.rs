@@ -1,0 +1,126 @@
+//! The reference document's journey typed into r8s's own kubectl (`r8s kubectl`), with real
+//! containers: create a Deployment and watch its rollout, `run --expose`, read the pods,
+//! their logs, run commands in them (output, standard input, exit codes), scale, restart,
+//! delete. The Go kubectl only checks what r8s kubectl did.
+
+use crate::support;
+
+use support::cluster::*;
+
+#[test]
+fn the_journey_with_r8s_kubectl() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("own-kubectl", "10.214.0.0/16", "r8sj");
+    let s = &c.s;
+    let k = |args: &[&str]| s.r8s_ok(args);
+
+    assert_eq!(
+        k(&["create", "deployment", "nginx", "--image=nginx", "--replicas=2"]),
+        "deployment.apps/nginx created\n"
+    );
+    let status = k(&["rollout", "status", "deployment", "nginx", "--timeout=120s"]);
+    assert!(
+        status.ends_with("deployment \"nginx\" successfully rolled out\n"),
+        "{status}"
+    );
+    assert_eq!(
+        k(&[
+            "run",
+            "shell",
+            "--image=busybox",
+            "--port=8080",
+            "--expose",
+            "--command",
+            "--",
+            "sh",
+            "-c",
+            "echo started; sleep 3600"
+        ]),
+        "service/shell created\npod/shell created\n"
+    );
+    wait_for(90, "shell Running", || {
+        (k(&["get", "pod", "shell", "-o", "jsonpath={.status.phase}"]) == "Running").then_some(())
+    });
+    // What r8s kubectl lists is what the Go kubectl lists.
+    let names = k(&["get", "pods", "-o", "name"]);
+    assert_eq!(names, s.ok(V, &["get", "pods", "-o", "name"]));
+    assert_eq!(names.lines().count(), 3, "{names}");
+    let wide = k(&["get", "pods", "-o", "wide", "-l", "app=nginx"]);
+    assert!(wide.starts_with("NAME "), "{wide}");
+    assert!(
+        wide.lines()
+            .skip(1)
+            .all(|l| l.contains(" Running ") && l.contains("10.214.")),
+        "{wide}"
+    );
+    let endpoints = k(&[
+        "get",
+        "endpoints",
+        "shell",
+        "-o",
+        "jsonpath={.subsets[0].ports[0].port}",
+    ]);
+    assert_eq!(endpoints, "8080");
+
+    // Logs and exec.
+    wait_for(30, "the shell's log", || {
+        (k(&["logs", "shell"]) == "started\n").then_some(())
+    });
+    assert_eq!(k(&["logs", "pod/shell", "--tail=1", "-c", "shell"]), "started\n");
+    assert_eq!(
+        k(&["exec", "shell", "--", "sh", "-c", "echo hello from $(hostname)"]),
+        "hello from shell\n"
+    );
+    // Standard input reaches the command. (containerd 1.6's streaming server speaks the v4
+    // WebSocket protocol, which cannot say "end of input": a command reading to the end of
+    // its input would wait, so this one reads one line.)
+    let piped = s.r8s_kubectl(
+        &["exec", "-i", "shell", "--", "sh", "-c", "head -n1 | tr a-z A-Z"],
+        Some("piped text\n"),
+    );
+    assert_eq!(String::from_utf8_lossy(&piped.stdout), "PIPED TEXT\n");
+    let failed = s.r8s_kubectl(
+        &["exec", "shell", "--", "sh", "-c", "echo oops >&2; exit 3"],
+        None,
+    );
+    assert_eq!(failed.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        err.contains("oops") && err.contains("command terminated with exit code 3"),
+        "{err}"
+    );
+    let missing = s.r8s_kubectl(&["exec", "missing", "--", "true"], None);
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr),
+        "error: error from server (NotFound): pods \"missing\" not found in namespace \"default\"\n"
+    );
+    // A Deployment's logs are its first pod's.
+    let deploy_logs = s.r8s_kubectl(&["logs", "deployment/nginx", "--tail=0"], None);
+    assert!(deploy_logs.status.success(), "{deploy_logs:?}");
+
+    // Scale, restart, and the rollout that follows.
+    assert_eq!(
+        k(&["scale", "deployment", "nginx", "--replicas=1"]),
+        "deployment.apps/nginx scaled\n"
+    );
+    assert_eq!(
+        k(&["rollout", "restart", "deployment/nginx"]),
+        "deployment.apps/nginx restarted\n"
+    );
+    let status = k(&["rollout", "status", "deployment/nginx", "--timeout=120s"]);
+    assert!(status.ends_with("successfully rolled out\n"), "{status}");
+    let replicas = k(&["get", "deployment", "nginx", "-o", "jsonpath={.status.replicas}"]);
+    assert_eq!(replicas, "1");
+
+    // Deleting waits until the objects are gone.
+    assert_eq!(
+        k(&["delete", "pod/shell", "service/shell", "--grace-period=1"]),
+        "pod \"shell\" deleted\nservice \"shell\" deleted\n"
+    );
+    let gone = s.kubectl(V, &["get", "pod", "shell"]);
+    assert!(!gone.status.success());
+    assert_eq!(
+        k(&["delete", "deployment", "nginx"]),
+        "deployment.apps \"nginx\" deleted\n"
+    );
+}
