@@ -6,6 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo build --release --locked -p r8s
+# The client is in the binary (`r8s kubectl`), as k3s bundles kubectl: put `r8s` on the PATH,
+# and `kubectl` too where none is installed.
+bin_dir=/usr/local/bin
+[ "$(id -u)" = 0 ] || bin_dir=$HOME/.local/bin
+mkdir -p "$bin_dir"
+ln -sf "$PWD/target/release/r8s" "$bin_dir/r8s"
+command -v kubectl >/dev/null || ln -sf "$PWD/target/release/r8s" "$bin_dir/kubectl"
 # The data dir r8s will use (as `r8s server` picks it), so the agent finds its images there.
 data_dir=${R8S_DATA_DIR:-/var/lib/r8s}
 [ "$(id -u)" = 0 ] || data_dir=${R8S_DATA_DIR:-$HOME/.r8s}

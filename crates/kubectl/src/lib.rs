@@ -11,6 +11,7 @@ pub mod rest;
 mod apply;
 mod create;
 mod delete;
+mod describe;
 mod exec;
 mod get;
 mod info;
@@ -42,6 +43,8 @@ struct Cli {
 enum Command {
     /// Display one or many resources.
     Get(get::GetArgs),
+    /// Show details of a specific resource or group of resources.
+    Describe(describe::DescribeArgs),
     /// Create a resource from a file or from stdin, or with a generator.
     Create(create::CreateArgs),
     /// Apply a configuration to a resource by file name or stdin.
@@ -141,6 +144,7 @@ async fn run(cli: Cli) -> Result<i32> {
             let session = Session::open(&flags).await?;
             match command {
                 Command::Get(a) => get::run(&session, a).await,
+                Command::Describe(a) => describe::run(&session, a).await,
                 Command::Create(a) => create::run(&session, a).await,
                 Command::Apply(a) => apply::run(&session, a).await,
                 Command::Delete(a) => delete::run(&session, a).await,

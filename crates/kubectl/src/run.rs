@@ -129,12 +129,16 @@ pub async fn run(session: &Session, a: RunArgs) -> Result<i32> {
     }
     if a.expose {
         let p = port.unwrap_or_default();
-        let service = json!({
+        // The Service carries only the labels `--labels` names; its selector is the pod's.
+        let mut service = json!({
             "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": a.name, "creationTimestamp": null, "labels": labels},
+            "metadata": {"name": a.name, "creationTimestamp": null},
             "spec": {"ports": [{"port": p, "protocol": "TCP", "targetPort": p}], "selector": labels},
             "status": {"loadBalancer": {}}
         });
+        if a.labels.is_some() {
+            service["metadata"]["labels"] = json!(labels);
+        }
         send(session, service, dry, &output, "kubectl-run", "created").await?;
         if output == Output::Yaml {
             // kubectl 1.33 separates the two documents so.

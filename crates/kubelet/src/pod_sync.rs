@@ -325,10 +325,15 @@ impl PodSync<'_> {
             .await
             .map_err(|e| ("CreateContainerError".to_string(), runtime::message(&e)))?;
         self.hooks.created(pod, &id, &config);
+        // Upstream's words (kuberuntime's startContainer), which `kubectl describe` shows.
+        let created = format!("Created container: {}", c.name);
+        self.hooks.event(pod, "Normal", "Created", &created).await;
         self.runtime
             .start_container(&id)
             .await
             .map_err(|e| ("RunContainerError".to_string(), runtime::message(&e)))?;
+        let started = format!("Started container {}", c.name);
+        self.hooks.event(pod, "Normal", "Started", &started).await;
         if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             let ran = self
                 .hooks
@@ -619,9 +624,16 @@ mod tests {
                 "start_container app-3".to_string()
             ]
         );
+        // Started, killed, started again: each step an event with upstream's words.
         assert_eq!(
             hooks.events.lock().unwrap().as_slice(),
-            ["Killing: Container app failed liveness probe, will be restarted"]
+            [
+                "Created: Created container: app",
+                "Started: Started container app",
+                "Killing: Container app failed liveness probe, will be restarted",
+                "Created: Created container: app",
+                "Started: Started container app"
+            ]
         );
     }
 
@@ -669,7 +681,14 @@ mod tests {
             ]
         );
         assert_eq!((fake.sandbox_count(), fake.container_count()), (0, 0));
-        let mut events = hooks.events.lock().unwrap().clone();
+        let mut events: Vec<String> = hooks
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.starts_with("Killing"))
+            .cloned()
+            .collect();
         events.sort();
         assert_eq!(
             events,

@@ -110,34 +110,78 @@ fn cell_text(v: &Value) -> String {
     }
 }
 
-/// Go's text/tabwriter as kubectl configures it: every cell but a line's last is padded to
-/// its column's width (the widest cell plus 3, at least 6); the last cell is written as is.
-/// Several tables aligned separately are separate calls.
+/// A table's rows through Go's tabwriter as kubectl configures it for tables: minimum
+/// width 6, padding 3.
 pub fn tabwrite(lines: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = Vec::new();
+    let mut text = String::new();
     for line in lines {
-        for (i, cell) in line.iter().enumerate().take(line.len().saturating_sub(1)) {
-            let w = (cell.chars().count() + 3).max(6);
-            if widths.len() <= i {
-                widths.push(w);
-            } else if widths[i] < w {
-                widths[i] = w;
-            }
-        }
+        text.push_str(&line.join("\t"));
+        text.push('\n');
     }
+    tabwrite_with(&text, 6, 3)
+}
+
+/// Go's text/tabwriter (left-aligned, space padding, no flags), which kubectl's tables
+/// (minimum width 6, padding 3) and `describe` (0, 2) are laid out with. A line's cells are
+/// its tab-terminated pieces; the text after its last tab is not a cell. A column block is a
+/// run of consecutive lines that all have a cell in that column: its cells are padded to the
+/// widest cell of the block plus the padding (at least the minimum width), so a line with
+/// fewer cells ends the alignment of the columns it lacks, as Go's does.
+pub fn tabwrite_with(text: &str, minwidth: usize, padding: usize) -> String {
+    let lines: Vec<Vec<&str>> = text
+        .split_terminator('\n')
+        .map(|l| l.split('\t').collect())
+        .collect();
     let mut out = String::new();
-    for line in lines {
-        for (i, cell) in line.iter().enumerate() {
+    let mut widths = Vec::new();
+    format(&lines, 0, lines.len(), &mut widths, minwidth, padding, &mut out);
+    out
+}
+
+fn format(
+    lines: &[Vec<&str>],
+    mut line0: usize,
+    line1: usize,
+    widths: &mut Vec<usize>,
+    minwidth: usize,
+    padding: usize,
+    out: &mut String,
+) {
+    let column = widths.len();
+    let mut this = line0;
+    while this < line1 {
+        if column + 1 >= lines[this].len() {
+            this += 1;
+            continue;
+        }
+        // A cell in this column: print the lines before the block, then the block.
+        write_lines(lines, line0, this, widths, out);
+        line0 = this;
+        let mut width = minwidth;
+        while this < line1 && column + 1 < lines[this].len() {
+            width = width.max(lines[this][column].chars().count() + padding);
+            this += 1;
+        }
+        widths.push(width);
+        format(lines, line0, this, widths, minwidth, padding, out);
+        widths.pop();
+        line0 = this;
+    }
+    write_lines(lines, line0, line1, widths, out);
+}
+
+fn write_lines(lines: &[Vec<&str>], from: usize, to: usize, widths: &[usize], out: &mut String) {
+    for line in &lines[from..to] {
+        for (j, cell) in line.iter().enumerate() {
             out.push_str(cell);
-            if i + 1 < line.len() {
-                for _ in cell.chars().count()..widths[i] {
+            if j < widths.len() && j + 1 < line.len() {
+                for _ in cell.chars().count()..widths[j] {
                     out.push(' ');
                 }
             }
         }
         out.push('\n');
     }
-    out
 }
 
 #[cfg(test)]
@@ -154,6 +198,15 @@ mod tests {
           "rows": [
             {"cells": ["kube-root-ca.crt", 1, "40s", "x"], "object": {"metadata": {"namespace": "default"}}},
             {"cells": ["long", 10, "30s", "multi\nline"], "object": {"metadata": {"namespace": "default", "labels": {"b": "2", "a": "1"}}}}]})
+    }
+
+    #[test]
+    fn column_blocks_end_where_lines_have_fewer_cells() {
+        // As Go's tabwriter: the second column aligns within lines 1-2 only.
+        assert_eq!(
+            tabwrite_with("a\tb\tc\nlonger\tb\tc\nx\ty\nshort\tlonger-cell\tz\n", 0, 2),
+            "a       b  c\nlonger  b  c\nx       y\nshort   longer-cell  z\n"
+        );
     }
 
     #[test]

@@ -92,8 +92,15 @@ fn normalise(text: &str, suffix: &str) -> String {
         let mut words: Vec<String> = Vec::new();
         for word in line.split(' ') {
             let mut w = word.replace(suffix, "-N");
-            if is_uid(w.trim_matches(|c| c == '"' || c == ',')) {
+            let bare = w.trim_matches(|c| matches!(c, '"' | ',' | '(' | ')' | ':'));
+            if is_uid(bare) {
                 w = "UID".into();
+            } else if bare.parse::<std::net::Ipv4Addr>().is_ok() {
+                w = "IPADDR".into();
+            } else if let Some(suffix) = bare.strip_prefix("kube-api-access-").filter(|x| x.len() == 5) {
+                w = w.replace(suffix, "XXXXX");
+            } else if let Some(hash) = generated_hash(bare) {
+                w = w.replace(&hash, "HASH");
             } else if is_age(&w) {
                 w = "AGE".into();
             } else if w.starts_with("\"20") && w.trim_end_matches(',').ends_with("Z\"") {
@@ -118,6 +125,16 @@ fn normalise(text: &str, suffix: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A pod-template hash (`web-N-598dd6d5ff`) or generated pod suffix after a twin's name.
+fn generated_hash(word: &str) -> Option<String> {
+    let (_, rest) = word.split_once("-N-")?;
+    let hash = rest.split(['-', ':', '/']).next()?;
+    let looks_generated = (5..=10).contains(&hash.len())
+        && hash.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && hash.chars().any(|c| c.is_ascii_digit());
+    looks_generated.then(|| hash.to_owned())
 }
 
 fn is_uid(s: &str) -> bool {
@@ -221,6 +238,16 @@ fn r8s_kubectl_answers_as_kubectl_does() {
         "yaml",
     ]);
     t.same(&["-n", "team-T", "create", "serviceaccount", "robot-T"]);
+    t.same(&[
+        "-n",
+        "team-T",
+        "create",
+        "secret",
+        "generic",
+        "s-T",
+        "--from-literal=user=admin",
+    ]);
+    t.same(&["-n", "team-T", "describe", "secret", "s-T"]);
 
     // Reading what was made, in every format.
     t.same(&["-n", "team-T", "get", "cm,sa"]);
@@ -281,7 +308,6 @@ fn r8s_kubectl_answers_as_kubectl_does() {
     t.same(&["rollout", "resume", "deployment/web-T"]);
     t.same(&["rollout", "resume", "deployment/web-T"]);
     t.same(&["rollout", "restart", "deployment/web-T"]);
-    t.same(&["rollout", "status", "deployment/web-T", "--watch=false"]);
     t.same(&[
         "get",
         "deployment",
@@ -351,6 +377,34 @@ fn r8s_kubectl_answers_as_kubectl_does() {
     t.same(&["auth", "can-i", "create", "pods"]);
     t.same(&["auth", "can-i", "get", "/logs"]);
     t.same(&["logs", "nopod"]);
+    // A Deployment at rest (one still rolling out changes its conditions between the runs).
+    t.same(&["create", "deployment", "zero-T", "--image=nginx", "--replicas=0"]);
+    for suffix in ["-r8x", "-gox"] {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let reason = "jsonpath={.status.conditions[?(@.type==\"Progressing\")].reason}";
+        while s.ok(
+            "1.33",
+            &["get", "deployment", &format!("zero{suffix}"), "-o", reason],
+        ) != "NewReplicaSetAvailable"
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "zero{suffix} did not settle"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    t.same(&["describe", "deployment", "zero-T"]);
+    t.same(&["rollout", "status", "deployment/zero-T"]);
+    t.same(&["describe", "service", "svc-T"]);
+    t.same(&["describe", "svc/pod-T"]);
+    t.same(&["describe", "pod", "pod-T"]);
+    // (One key: the Go kubectl prints a ConfigMap's keys in map order, which varies.)
+    t.same(&["create", "configmap", "one-T", "--from-literal=k=v"]);
+    t.same(&["describe", "configmap", "one-T"]);
+    t.same(&["describe", "namespace", "default"]);
+    t.same(&["describe", "serviceaccount", "default"]);
+    t.same(&["describe", "pods", "nope"]);
     t.same(&[
         "delete",
         "svc/svc-T",

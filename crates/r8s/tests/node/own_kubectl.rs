@@ -62,6 +62,29 @@ fn the_journey_with_r8s_kubectl() {
     ]);
     assert_eq!(endpoints, "8080");
 
+    // describe shows the running container and the pod's events.
+    let described = wait_for(30, "the Started event", || {
+        let d = k(&["describe", "pod", "shell"]);
+        d.contains("Normal  Started").then_some(d)
+    });
+    for line in [
+        "Status:           Running",
+        "    State:          Running",
+        "    Ready:          True",
+        "    Restart Count:  0",
+        "      sh\n      -c\n      echo started; sleep 3600\n",
+        "Normal  Scheduled",
+    ] {
+        assert!(described.contains(line), "{line:?} missing from:\n{described}");
+    }
+    let described = k(&["describe", "deployment", "nginx"]);
+    assert!(
+        described.contains(
+            "Replicas:               2 desired | 2 updated | 2 total | 2 available | 0 unavailable"
+        ),
+        "{described}"
+    );
+
     // Logs and exec.
     wait_for(30, "the shell's log", || {
         (k(&["logs", "shell"]) == "started\n").then_some(())

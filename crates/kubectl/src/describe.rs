@@ -1,0 +1,1335 @@
+//! `kubectl describe`: kubectl's describers for pods, deployments, replica sets, services,
+//! namespaces, config maps, secrets and service accounts, laid out as kubectl lays them out
+//! (labelled lines indented two spaces a level, then Go's tabwriter with padding 2), with the
+//! object's events. Several objects are separated by two blank lines.
+
+use http::Method;
+use serde_json::Value;
+
+use crate::discovery::Resource;
+use crate::error::{msg, Error, Result};
+use crate::get::{encode, requests};
+use crate::printers::table::tabwrite_with;
+use crate::{out, Session};
+
+#[derive(clap::Args)]
+pub struct DescribeArgs {
+    /// TYPE [NAME_PREFIX] or TYPE/NAME.
+    args: Vec<String>,
+    /// Selector (label query) to filter on.
+    #[arg(short = 'l', long)]
+    selector: Option<String>,
+    /// If present, list the requested object(s) across all namespaces.
+    #[arg(short = 'A', long)]
+    all_namespaces: bool,
+    /// If true, display events related to the described object.
+    #[arg(long, default_value = "true", num_args = 0..=1, default_missing_value = "true")]
+    show_events: String,
+}
+
+/// kubectl's PrefixWriter: `level` steps of two spaces before each write.
+struct W(String);
+
+impl W {
+    fn w(&mut self, level: usize, s: &str) {
+        for _ in 0..level {
+            self.0.push_str("  ");
+        }
+        self.0.push_str(s);
+    }
+}
+
+pub async fn run(session: &Session, a: DescribeArgs) -> Result<i32> {
+    if a.args.is_empty() {
+        return Err(msg("You must specify the type of resource to describe. Use \"kubectl api-resources\" for a complete list of supported resources."));
+    }
+    let mut objects: Vec<(Resource, Value)> = Vec::new();
+    let mut errors = Vec::new();
+    for req in requests(session, &a.args).await? {
+        let r = req.resource;
+        let ns = (r.namespaced && !a.all_namespaces).then(|| session.conn.namespace.clone());
+        let base = r.collection_path(ns.as_deref());
+        let mut uri = format!("{base}?limit=500");
+        if let Some(l) = &a.selector {
+            uri.push_str(&format!("&labelSelector={}", encode(l)));
+        }
+        if req.names.is_empty() {
+            let list = session.conn.rest.get(&uri).await?;
+            for item in list["items"].as_array().cloned().unwrap_or_default() {
+                objects.push((r.clone(), item));
+            }
+            continue;
+        }
+        for name in &req.names {
+            match session.conn.rest.get(&format!("{base}/{name}")).await {
+                Ok(o) => objects.push((r.clone(), o)),
+                Err(Error::Api(e)) if e.is_not_found() => {
+                    // kubectl describes every object whose name starts with the argument.
+                    let list = session.conn.rest.get(&uri).await?;
+                    let matching: Vec<Value> = list["items"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|o| {
+                            o["metadata"]["name"]
+                                .as_str()
+                                .is_some_and(|n| n.starts_with(name.as_str()))
+                        })
+                        .cloned()
+                        .collect();
+                    if matching.is_empty() {
+                        errors.push(Error::Api(e));
+                    }
+                    objects.extend(matching.into_iter().map(|o| (r.clone(), o)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let events = a.show_events != "false";
+    let mut first = true;
+    for (r, o) in &objects {
+        let text = describe(session, r, o, events).await?;
+        if !first {
+            out("\n\n");
+        }
+        first = false;
+        out(&text);
+    }
+    if objects.is_empty() && errors.is_empty() {
+        let ns = &session.conn.namespace;
+        if a.all_namespaces {
+            eprintln!("No resources found");
+        } else {
+            eprintln!("No resources found in {ns} namespace.");
+        }
+    }
+    for e in &errors {
+        eprintln!("{e}");
+    }
+    Ok(i32::from(!errors.is_empty()))
+}
+
+async fn describe(session: &Session, r: &Resource, o: &Value, events: bool) -> Result<String> {
+    let mut w = W(String::new());
+    let meta = &o["metadata"];
+    let name = s(&meta["name"]);
+    let ns = s(&meta["namespace"]);
+    match (r.group.as_str(), r.name.as_str()) {
+        ("", "pods") => pod(&mut w, o),
+        ("apps", "deployments") => deployment(session, &mut w, o).await?,
+        ("apps", "replicasets") => replicaset(session, &mut w, o).await?,
+        ("", "services") => service(session, &mut w, o).await?,
+        ("", "namespaces") => {
+            w.w(0, &format!("Name:\t{name}\n"));
+            labels(&mut w, "Labels", &meta["labels"]);
+            annotations(&mut w, "Annotations", &meta["annotations"]);
+            w.w(0, &format!("Status:\t{}\n", s(&o["status"]["phase"])));
+            w.w(0, "\nNo resource quota.\n");
+            w.w(0, "\nNo LimitRange resource.\n");
+            return Ok(tabwrite_with(&w.0, 0, 2));
+        }
+        ("", "configmaps") => {
+            header(&mut w, o);
+            w.w(0, "\nData\n====\n");
+            for (k, v) in sorted(&o["data"]) {
+                w.w(0, &format!("{k}:\n----\n"));
+                w.w(0, &format!("{}\n", v.as_str().unwrap_or("")));
+                w.w(0, "\n");
+            }
+            w.w(0, "\nBinaryData\n====\n");
+            for (k, v) in sorted(&o["binaryData"]) {
+                let len = v
+                    .as_str()
+                    .map(|b| b.len() / 4 * 3 - b.matches('=').count())
+                    .unwrap_or(0);
+                w.w(0, &format!("{k}: {len} bytes\n"));
+            }
+            w.w(0, "\n");
+        }
+        ("", "secrets") => {
+            header(&mut w, o);
+            w.w(0, &format!("\nType:\t{}\n", s(&o["type"])));
+            w.w(0, "\nData\n====\n");
+            for (k, v) in sorted(&o["data"]) {
+                let b = v.as_str().unwrap_or("");
+                let len = (b.len() / 4 * 3).saturating_sub(b.chars().rev().take_while(|&c| c == '=').count());
+                w.w(0, &format!("{k}:\t{len} bytes\n"));
+            }
+            return Ok(tabwrite_with(&w.0, 0, 2));
+        }
+        ("", "serviceaccounts") => {
+            header(&mut w, o);
+            let names = |k: &str| -> String {
+                let v: Vec<String> = o[k]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|x| x["name"].as_str().map(str::to_owned))
+                    .collect();
+                if v.is_empty() {
+                    "<none>".into()
+                } else {
+                    v.join("\n\t")
+                }
+            };
+            w.w(
+                0,
+                &format!("Image pull secrets:\t{}\n", names("imagePullSecrets")),
+            );
+            w.w(0, &format!("Mountable secrets:\t{}\n", names("secrets")));
+            w.w(0, "Tokens:\t<none>\n");
+        }
+        _ => {
+            return Err(msg(format!(
+                "r8s kubectl describe does not know {} yet (get -o yaml shows it whole)",
+                r.group_resource()
+            )))
+        }
+    }
+    if events {
+        describe_events(session, &mut w, o, &ns).await?;
+    }
+    Ok(tabwrite_with(&w.0, 0, 2))
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(x) => x.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn sorted(v: &Value) -> Vec<(String, Value)> {
+    let mut pairs: Vec<(String, Value)> = v
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    pairs
+}
+
+/// Name, Namespace, Labels, Annotations.
+fn header(w: &mut W, o: &Value) {
+    w.w(0, &format!("Name:\t{}\n", s(&o["metadata"]["name"])));
+    w.w(0, &format!("Namespace:\t{}\n", s(&o["metadata"]["namespace"])));
+    labels(w, "Labels", &o["metadata"]["labels"]);
+    annotations(w, "Annotations", &o["metadata"]["annotations"]);
+}
+
+/// kubectl's printLabelsMultiline: one `k=v` a line, sorted, `<none>` when empty.
+fn labels(w: &mut W, title: &str, labels: &Value) {
+    w.w(0, &format!("{title}:\t"));
+    let pairs = sorted(labels);
+    if pairs.is_empty() {
+        w.w(0, "<none>\n");
+        return;
+    }
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            w.w(0, "\t");
+        }
+        w.w(0, &format!("{k}={}\n", s(v)));
+    }
+}
+
+/// kubectl's printAnnotationsMultiline (the last-applied configuration left out; long or
+/// multi-line values on lines of their own).
+fn annotations(w: &mut W, title: &str, annotations: &Value) {
+    w.w(0, &format!("{title}:\t"));
+    let pairs: Vec<(String, Value)> = sorted(annotations)
+        .into_iter()
+        .filter(|(k, _)| k != "kubectl.kubernetes.io/last-applied-configuration")
+        .collect();
+    if pairs.is_empty() {
+        w.w(0, "<none>\n");
+        return;
+    }
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            w.w(0, "\t");
+        }
+        let value = s(v);
+        let value = value.strip_suffix('\n').unwrap_or(&value);
+        if value.len() + k.len() + 2 > 140 || value.contains('\n') {
+            w.w(0, &format!("{k}:\n"));
+            for line in value.split('\n') {
+                let line = if line.len() > 138 {
+                    format!("{}...", &line[..line.floor_char_boundary(135)])
+                } else {
+                    line.to_owned()
+                };
+                w.w(0, &format!("\t  {line}\n"));
+            }
+        } else {
+            w.w(0, &format!("{k}: {value}\n"));
+        }
+    }
+}
+
+fn tolerations(w: &mut W, indent: &str, title: &str, tolerations: &Value) {
+    w.w(0, &format!("{indent}{title}:\t"));
+    let mut list: Vec<Value> = tolerations.as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        w.w(0, "<none>\n");
+        return;
+    }
+    list.sort_by(|a, b| s(&a["key"]).cmp(&s(&b["key"])));
+    for (i, t) in list.iter().enumerate() {
+        if i > 0 {
+            w.w(0, &format!("{indent}\t"));
+        }
+        let (key, value, effect) = (s(&t["key"]), s(&t["value"]), s(&t["effect"]));
+        let mut line = key.clone();
+        if !value.is_empty() {
+            line.push_str(&format!("={value}"));
+        }
+        if !effect.is_empty() {
+            line.push_str(&format!(":{effect}"));
+        }
+        if t["operator"] == "Exists" && value.is_empty() {
+            line.push_str(if !key.is_empty() || !effect.is_empty() {
+                " op=Exists"
+            } else {
+                "op=Exists"
+            });
+        }
+        if let Some(secs) = t["tolerationSeconds"].as_i64() {
+            line.push_str(&format!(" for {secs}s"));
+        }
+        w.w(0, &format!("{line}\n"));
+    }
+}
+
+/// RFC 1123 with a numeric zone, in local time, as Go's `time.RFC1123Z`.
+fn date(v: &Value) -> String {
+    let Some(t) = v.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {
+        return String::new();
+    };
+    t.to_zoned(jiff::tz::TimeZone::system())
+        .strftime("%a, %d %b %Y %H:%M:%S %z")
+        .to_string()
+}
+
+/// apimachinery's HumanDuration.
+pub(crate) fn human_duration(secs: i64) -> String {
+    if secs < -1 {
+        return "<invalid>".into();
+    }
+    if secs < 0 {
+        return "0s".into();
+    }
+    if secs < 120 {
+        return format!("{secs}s");
+    }
+    let minutes = secs / 60;
+    if minutes < 10 {
+        let s = secs % 60;
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = secs / 3600;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let h = hours % 24;
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{h}h", hours / 24)
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        let dy = (hours / 24) % 365;
+        return if dy == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{dy}d", hours / 24 / 365)
+        };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+fn since(v: &Value) -> String {
+    match v.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok()) {
+        Some(t) => human_duration(jiff::Timestamp::now().as_second() - t.as_second()),
+        None => "<unknown>".into(),
+    }
+}
+
+fn pod(w: &mut W, o: &Value) {
+    let (meta, spec, st) = (&o["metadata"], &o["spec"], &o["status"]);
+    w.w(0, &format!("Name:\t{}\n", s(&meta["name"])));
+    w.w(0, &format!("Namespace:\t{}\n", s(&meta["namespace"])));
+    if let Some(p) = spec["priority"].as_i64() {
+        w.w(0, &format!("Priority:\t{p}\n"));
+    }
+    if let Some(p) = spec["priorityClassName"].as_str().filter(|p| !p.is_empty()) {
+        w.w(0, &format!("Priority Class Name:\t{p}\n"));
+    }
+    if let Some(p) = spec["runtimeClassName"].as_str().filter(|p| !p.is_empty()) {
+        w.w(0, &format!("Runtime Class Name:\t{p}\n"));
+    }
+    if let Some(sa) = spec["serviceAccountName"].as_str().filter(|p| !p.is_empty()) {
+        w.w(0, &format!("Service Account:\t{sa}\n"));
+    }
+    match spec["nodeName"].as_str().filter(|n| !n.is_empty()) {
+        Some(n) => w.w(0, &format!("Node:\t{n}/{}\n", s(&st["hostIP"]))),
+        None => w.w(0, "Node:\t<none>\n"),
+    }
+    if !st["startTime"].is_null() {
+        w.w(0, &format!("Start Time:\t{}\n", date(&st["startTime"])));
+    }
+    labels(w, "Labels", &meta["labels"]);
+    annotations(w, "Annotations", &meta["annotations"]);
+    if !meta["deletionTimestamp"].is_null() {
+        w.w(
+            0,
+            &format!(
+                "Status:\tTerminating (lasts {})\n",
+                since(&meta["deletionTimestamp"])
+            ),
+        );
+        w.w(
+            0,
+            &format!(
+                "Termination Grace Period:\t{}s\n",
+                meta["deletionGracePeriodSeconds"].as_i64().unwrap_or(0)
+            ),
+        );
+    } else {
+        w.w(0, &format!("Status:\t{}\n", s(&st["phase"])));
+    }
+    if let Some(r) = st["reason"].as_str().filter(|r| !r.is_empty()) {
+        w.w(0, &format!("Reason:\t{r}\n"));
+    }
+    if let Some(m) = st["message"].as_str().filter(|r| !r.is_empty()) {
+        w.w(0, &format!("Message:\t{m}\n"));
+    }
+    w.w(0, &format!("IP:\t{}\n", s(&st["podIP"])));
+    match st["podIPs"].as_array().filter(|a| !a.is_empty()) {
+        Some(ips) => {
+            w.w(0, "IPs:\n");
+            for ip in ips {
+                w.w(1, &format!("IP:\t{}\n", s(&ip["ip"])));
+            }
+        }
+        None => w.w(0, "IPs:\t<none>\n"),
+    }
+    if let Some(c) = controller(meta) {
+        w.w(0, &format!("Controlled By:\t{c}\n"));
+    }
+    if let Some(n) = st["nominatedNodeName"].as_str().filter(|n| !n.is_empty()) {
+        w.w(0, &format!("NominatedNodeName:\t{n}\n"));
+    }
+    if spec["initContainers"].as_array().is_some_and(|a| !a.is_empty()) {
+        containers(
+            w,
+            "Init Containers",
+            &spec["initContainers"],
+            Some(&st["initContainerStatuses"]),
+            "",
+        );
+    }
+    containers(
+        w,
+        "Containers",
+        &spec["containers"],
+        Some(&st["containerStatuses"]),
+        "",
+    );
+    if let Some(conds) = st["conditions"].as_array().filter(|c| !c.is_empty()) {
+        w.w(0, "Conditions:\n  Type\tStatus\n");
+        for c in conds {
+            w.w(1, &format!("{} \t{} \n", s(&c["type"]), s(&c["status"])));
+        }
+    }
+    volumes(w, &spec["volumes"], "");
+    let qos = st["qosClass"]
+        .as_str()
+        .filter(|q| !q.is_empty())
+        .unwrap_or("BestEffort");
+    w.w(0, &format!("QoS Class:\t{qos}\n"));
+    labels(w, "Node-Selectors", &spec["nodeSelector"]);
+    tolerations(w, "", "Tolerations", &spec["tolerations"]);
+}
+
+fn controller(meta: &Value) -> Option<String> {
+    meta["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"] == true)
+        .map(|r| format!("{}/{}", s(&r["kind"]), s(&r["name"])))
+}
+
+fn ports(c: &Value, key: &str) -> String {
+    let list: Vec<String> = c["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p[key].as_i64().unwrap_or(0),
+                p["protocol"].as_str().unwrap_or("TCP")
+            )
+        })
+        .collect();
+    list.join(", ")
+}
+
+fn containers(w: &mut W, label: &str, list: &Value, statuses: Option<&Value>, space: &str) {
+    w.w(0, &format!("{space}{label}:\n"));
+    let name_indent = if space.is_empty() { "" } else { " " };
+    for c in list.as_array().into_iter().flatten() {
+        let name = s(&c["name"]);
+        let status = statuses
+            .and_then(|st| st.as_array())
+            .and_then(|st| st.iter().find(|x| x["name"] == name.as_str()));
+        w.w(1, &format!("{name_indent}{name}:\n"));
+        if let Some(st) = status {
+            w.w(2, &format!("Container ID:\t{}\n", s(&st["containerID"])));
+        }
+        w.w(2, &format!("Image:\t{}\n", s(&c["image"])));
+        if let Some(st) = status {
+            w.w(2, &format!("Image ID:\t{}\n", s(&st["imageID"])));
+        }
+        let p = ports(c, "containerPort");
+        if p.contains(',') {
+            w.w(2, &format!("Ports:\t{p}\n"));
+        } else {
+            w.w(
+                2,
+                &format!("Port:\t{}\n", if p.is_empty() { "<none>" } else { &p }),
+            );
+        }
+        let hp = ports(c, "hostPort");
+        if hp.contains(',') {
+            w.w(2, &format!("Host Ports:\t{hp}\n"));
+        } else {
+            w.w(
+                2,
+                &format!("Host Port:\t{}\n", if hp.is_empty() { "<none>" } else { &hp }),
+            );
+        }
+        if let Some(rp) = c["restartPolicy"].as_str() {
+            w.w(2, &format!("Restart Policy:\t{rp}\n"));
+        }
+        for (title, key) in [("Command", "command"), ("Args", "args")] {
+            if let Some(items) = c[key].as_array().filter(|a| !a.is_empty()) {
+                w.w(2, &format!("{title}:\n"));
+                for item in items {
+                    for line in s(item).split('\n') {
+                        w.w(3, &format!("{line}\n"));
+                    }
+                }
+            }
+        }
+        if let Some(st) = status {
+            state(w, "State", &st["state"]);
+            if !st["lastState"]["terminated"].is_null() {
+                state(w, "Last State", &st["lastState"]);
+            }
+            w.w(
+                2,
+                &format!("Ready:\t{}\n", if st["ready"] == true { "True" } else { "False" }),
+            );
+            w.w(
+                2,
+                &format!("Restart Count:\t{}\n", st["restartCount"].as_i64().unwrap_or(0)),
+            );
+        }
+        for (title, key) in [("Limits", "limits"), ("Requests", "requests")] {
+            let pairs = sorted(&c["resources"][key]);
+            if !pairs.is_empty() {
+                w.w(2, &format!("{title}:\n"));
+                for (k, v) in pairs {
+                    w.w(3, &format!("{k}:\t{}\n", s(&v)));
+                }
+            }
+        }
+        for (title, key) in [
+            ("Liveness", "livenessProbe"),
+            ("Readiness", "readinessProbe"),
+            ("Startup", "startupProbe"),
+        ] {
+            if !c[key].is_null() {
+                w.w(2, &format!("{title}:\t{}\n", probe(&c[key])));
+            }
+        }
+        if let Some(from) = c["envFrom"].as_array().filter(|a| !a.is_empty()) {
+            w.w(2, "Environment Variables from:\n");
+            for f in from {
+                let (kind, name, optional) = if !f["configMapRef"].is_null() {
+                    (
+                        "ConfigMap",
+                        s(&f["configMapRef"]["name"]),
+                        f["configMapRef"]["optional"] == true,
+                    )
+                } else {
+                    (
+                        "Secret",
+                        s(&f["secretRef"]["name"]),
+                        f["secretRef"]["optional"] == true,
+                    )
+                };
+                let prefix = s(&f["prefix"]);
+                if prefix.is_empty() {
+                    w.w(3, &format!("{name}\t{kind}\tOptional: {optional}\n"));
+                } else {
+                    w.w(
+                        3,
+                        &format!("{name}\t{kind} with prefix '{prefix}'\tOptional: {optional}\n"),
+                    );
+                }
+            }
+        }
+        match c["env"].as_array().filter(|a| !a.is_empty()) {
+            None => w.w(2, "Environment:\t<none>\n"),
+            Some(env) => {
+                w.w(2, "Environment:\n");
+                for e in env {
+                    let name = s(&e["name"]);
+                    let vf = &e["valueFrom"];
+                    if vf.is_null() {
+                        let v = s(&e["value"]);
+                        let mut lines = v.split('\n');
+                        w.w(3, &format!("{name}:\t{}\n", lines.next().unwrap_or("")));
+                        for l in lines {
+                            w.w(3, &format!("\t{l}\n"));
+                        }
+                    } else if !vf["fieldRef"].is_null() {
+                        w.w(
+                            3,
+                            &format!(
+                                "{name}:\t ({}:{})\n",
+                                s(&vf["fieldRef"]["apiVersion"]),
+                                s(&vf["fieldRef"]["fieldPath"])
+                            ),
+                        );
+                    } else if !vf["resourceFieldRef"].is_null() {
+                        w.w(
+                            3,
+                            &format!(
+                                "{name}:\t{} ({})\n",
+                                s(&vf["resourceFieldRef"]["containerName"]),
+                                s(&vf["resourceFieldRef"]["resource"])
+                            ),
+                        );
+                    } else if !vf["secretKeyRef"].is_null() {
+                        w.w(
+                            3,
+                            &format!(
+                                "{name}:\t<set to the key '{}' in secret '{}'>\tOptional: {}\n",
+                                s(&vf["secretKeyRef"]["key"]),
+                                s(&vf["secretKeyRef"]["name"]),
+                                vf["secretKeyRef"]["optional"] == true
+                            ),
+                        );
+                    } else if !vf["configMapKeyRef"].is_null() {
+                        w.w(
+                            3,
+                            &format!(
+                                "{name}:\t<set to the key '{}' of config map '{}'>\tOptional: {}\n",
+                                s(&vf["configMapKeyRef"]["key"]),
+                                s(&vf["configMapKeyRef"]["name"]),
+                                vf["configMapKeyRef"]["optional"] == true
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        match c["volumeMounts"].as_array().filter(|a| !a.is_empty()) {
+            None => w.w(2, "Mounts:\t<none>\n"),
+            Some(mounts) => {
+                w.w(2, "Mounts:\n");
+                let mut mounts = mounts.clone();
+                mounts.sort_by(|a, b| s(&a["mountPath"]).cmp(&s(&b["mountPath"])));
+                for m in mounts {
+                    let mut flags = vec![if m["readOnly"] == true { "ro" } else { "rw" }.to_owned()];
+                    if let Some(sp) = m["subPath"].as_str().filter(|x| !x.is_empty()) {
+                        flags.push(format!("path=\"{sp}\""));
+                    }
+                    w.w(
+                        3,
+                        &format!(
+                            "{} from {} ({})\n",
+                            s(&m["mountPath"]),
+                            s(&m["name"]),
+                            flags.join(",")
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn state(w: &mut W, title: &str, st: &Value) {
+    if !st["running"].is_null() {
+        w.w(2, &format!("{title}:\tRunning\n"));
+        w.w(3, &format!("Started:\t{}\n", date(&st["running"]["startedAt"])));
+    } else if !st["terminated"].is_null() {
+        let t = &st["terminated"];
+        w.w(2, &format!("{title}:\tTerminated\n"));
+        if let Some(r) = t["reason"].as_str().filter(|r| !r.is_empty()) {
+            w.w(3, &format!("Reason:\t{r}\n"));
+        }
+        if let Some(m) = t["message"].as_str().filter(|r| !r.is_empty()) {
+            w.w(3, &format!("Message:\t{m}\n"));
+        }
+        w.w(
+            3,
+            &format!("Exit Code:\t{}\n", t["exitCode"].as_i64().unwrap_or(0)),
+        );
+        if let Some(sig) = t["signal"].as_i64().filter(|s| *s > 0) {
+            w.w(3, &format!("Signal:\t{sig}\n"));
+        }
+        w.w(3, &format!("Started:\t{}\n", date(&t["startedAt"])));
+        w.w(3, &format!("Finished:\t{}\n", date(&t["finishedAt"])));
+    } else {
+        w.w(2, &format!("{title}:\tWaiting\n"));
+        if let Some(r) = st["waiting"]["reason"].as_str().filter(|r| !r.is_empty()) {
+            w.w(3, &format!("Reason:\t{r}\n"));
+        }
+    }
+}
+
+/// kubectl's probe summary: `http-get http://:80/ delay=0s timeout=1s period=10s #success=1 #failure=3`.
+fn probe(p: &Value) -> String {
+    let n = |k: &str, d: i64| p[k].as_i64().unwrap_or(d);
+    let attrs = format!(
+        "delay={}s timeout={}s period={}s #success={} #failure={}",
+        n("initialDelaySeconds", 0),
+        n("timeoutSeconds", 1),
+        n("periodSeconds", 10),
+        n("successThreshold", 1),
+        n("failureThreshold", 3)
+    );
+    let port = |v: &Value| s(v);
+    if !p["exec"].is_null() {
+        let cmd: Vec<String> = p["exec"]["command"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(s)
+            .collect();
+        format!("exec [{}] {attrs}", cmd.join(" "))
+    } else if !p["httpGet"].is_null() {
+        let h = &p["httpGet"];
+        let scheme = h["scheme"].as_str().unwrap_or("HTTP").to_lowercase();
+        format!(
+            "http-get {scheme}://{}:{}{} {attrs}",
+            s(&h["host"]),
+            port(&h["port"]),
+            s(&h["path"])
+        )
+    } else if !p["tcpSocket"].is_null() {
+        format!(
+            "tcp-socket {}:{} {attrs}",
+            s(&p["tcpSocket"]["host"]),
+            port(&p["tcpSocket"]["port"])
+        )
+    } else if !p["grpc"].is_null() {
+        format!(
+            "grpc <pod>:{} {} {attrs}",
+            port(&p["grpc"]["port"]),
+            s(&p["grpc"]["service"])
+        )
+    } else {
+        format!("unknown {attrs}")
+    }
+}
+
+fn volumes(w: &mut W, list: &Value, space: &str) {
+    let Some(vols) = list.as_array().filter(|a| !a.is_empty()) else {
+        w.w(0, &format!("{space}Volumes:\t<none>\n"));
+        return;
+    };
+    w.w(0, &format!("{space}Volumes:\n"));
+    let name_indent = if space.is_empty() { "" } else { " " };
+    for v in vols {
+        w.w(1, &format!("{name_indent}{}:\n", s(&v["name"])));
+        if !v["hostPath"].is_null() {
+            w.w(
+                2,
+                &format!(
+                    "Type:\tHostPath (bare host directory volume)\n    Path:\t{}\n    HostPathType:\t{}\n",
+                    s(&v["hostPath"]["path"]),
+                    s(&v["hostPath"]["type"])
+                ),
+            );
+        } else if !v["emptyDir"].is_null() {
+            let limit = v["emptyDir"]["sizeLimit"].as_str().unwrap_or("<unset>");
+            w.w(2, &format!("Type:\tEmptyDir (a temporary directory that shares a pod's lifetime)\n    Medium:\t{}\n    SizeLimit:\t{limit}\n", s(&v["emptyDir"]["medium"])));
+        } else if !v["secret"].is_null() {
+            w.w(2, &format!("Type:\tSecret (a volume populated by a Secret)\n    SecretName:\t{}\n    Optional:\t{}\n", s(&v["secret"]["secretName"]), v["secret"]["optional"] == true));
+        } else if !v["configMap"].is_null() {
+            w.w(2, &format!("Type:\tConfigMap (a volume populated by a ConfigMap)\n    Name:\t{}\n    Optional:\t{}\n", s(&v["configMap"]["name"]), v["configMap"]["optional"] == true));
+        } else if !v["persistentVolumeClaim"].is_null() {
+            w.w(2, &format!("Type:\tPersistentVolumeClaim (a reference to a PersistentVolumeClaim in the same namespace)\n    ClaimName:\t{}\n    ReadOnly:\t{}\n", s(&v["persistentVolumeClaim"]["claimName"]), v["persistentVolumeClaim"]["readOnly"] == true));
+        } else if !v["downwardAPI"].is_null() {
+            w.w(
+                2,
+                "Type:\tDownwardAPI (a volume populated by information about the pod)\n    Items:\n",
+            );
+            for item in v["downwardAPI"]["items"].as_array().into_iter().flatten() {
+                if !item["fieldRef"].is_null() {
+                    w.w(
+                        3,
+                        &format!("{} -> {}\n", s(&item["fieldRef"]["fieldPath"]), s(&item["path"])),
+                    );
+                }
+                if !item["resourceFieldRef"].is_null() {
+                    w.w(
+                        3,
+                        &format!(
+                            "{} -> {}\n",
+                            s(&item["resourceFieldRef"]["resource"]),
+                            s(&item["path"])
+                        ),
+                    );
+                }
+            }
+        } else if !v["projected"].is_null() {
+            w.w(
+                2,
+                "Type:\tProjected (a volume that contains injected data from multiple sources)\n",
+            );
+            for src in v["projected"]["sources"].as_array().into_iter().flatten() {
+                if !src["secret"].is_null() {
+                    w.w(2, &format!("SecretName:\t{}\n", s(&src["secret"]["name"])));
+                    w.w(2, &format!("Optional:\t{}\n", src["secret"]["optional"] == true));
+                } else if !src["downwardAPI"].is_null() {
+                    w.w(2, "DownwardAPI:\ttrue\n");
+                } else if !src["configMap"].is_null() {
+                    w.w(2, &format!("ConfigMapName:\t{}\n", s(&src["configMap"]["name"])));
+                    w.w(
+                        2,
+                        &format!("Optional:\t{}\n", src["configMap"]["optional"] == true),
+                    );
+                } else if !src["serviceAccountToken"].is_null() {
+                    w.w(
+                        2,
+                        &format!(
+                            "TokenExpirationSeconds:\t{}\n",
+                            src["serviceAccountToken"]["expirationSeconds"]
+                                .as_i64()
+                                .unwrap_or(3600)
+                        ),
+                    );
+                }
+            }
+        } else {
+            w.w(2, "<unknown>\n");
+        }
+    }
+}
+
+fn pod_template(w: &mut W, t: &Value) {
+    w.w(0, "Pod Template:\n");
+    labels(w, "  Labels", &t["metadata"]["labels"]);
+    if t["metadata"]["annotations"]
+        .as_object()
+        .is_some_and(|m| !m.is_empty())
+    {
+        annotations(w, "  Annotations", &t["metadata"]["annotations"]);
+    }
+    let spec = &t["spec"];
+    if let Some(sa) = spec["serviceAccountName"].as_str().filter(|x| !x.is_empty()) {
+        w.w(1, &format!("Service Account:\t{sa}\n"));
+    }
+    if spec["initContainers"].as_array().is_some_and(|a| !a.is_empty()) {
+        containers(w, "Init Containers", &spec["initContainers"], None, "  ");
+    }
+    containers(w, "Containers", &spec["containers"], None, "  ");
+    volumes(w, &spec["volumes"], "  ");
+    if let Some(p) = spec["priorityClassName"].as_str().filter(|x| !x.is_empty()) {
+        w.w(1, &format!("Priority Class Name:\t{p}\n"));
+    }
+    labels(w, "  Node-Selectors", &spec["nodeSelector"]);
+    tolerations(w, "  ", "Tolerations", &spec["tolerations"]);
+}
+
+fn selector(sel: &Value) -> String {
+    let mut parts: Vec<String> = sorted(&sel["matchLabels"])
+        .into_iter()
+        .map(|(k, v)| format!("{k}={}", s(&v)))
+        .collect();
+    for e in sel["matchExpressions"].as_array().into_iter().flatten() {
+        let values: Vec<String> = e["values"].as_array().into_iter().flatten().map(s).collect();
+        let key = s(&e["key"]);
+        parts.push(match e["operator"].as_str().unwrap_or("") {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key,
+            "DoesNotExist" => format!("!{key}"),
+            other => format!("{key} {other}"),
+        });
+    }
+    if parts.is_empty() {
+        "<none>".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// The replica sets a Deployment controls.
+async fn owned(session: &Session, o: &Value, resource: &str) -> Result<Vec<Value>> {
+    let ns = s(&o["metadata"]["namespace"]);
+    let uid = s(&o["metadata"]["uid"]);
+    let list = session
+        .conn
+        .rest
+        .get(&format!("/apis/apps/v1/namespaces/{ns}/{resource}"))
+        .await?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|rs| {
+            rs["metadata"]["ownerReferences"].as_array().is_some_and(|refs| {
+                refs.iter()
+                    .any(|r| r["uid"] == uid.as_str() && r["controller"] == true)
+            })
+        })
+        .cloned()
+        .collect())
+}
+
+async fn deployment(session: &Session, w: &mut W, o: &Value) -> Result<()> {
+    let (meta, spec, st) = (&o["metadata"], &o["spec"], &o["status"]);
+    w.w(0, &format!("Name:\t{}\n", s(&meta["name"])));
+    w.w(0, &format!("Namespace:\t{}\n", s(&meta["namespace"])));
+    w.w(
+        0,
+        &format!("CreationTimestamp:\t{}\n", date(&meta["creationTimestamp"])),
+    );
+    labels(w, "Labels", &meta["labels"]);
+    annotations(w, "Annotations", &meta["annotations"]);
+    w.w(0, &format!("Selector:\t{}\n", selector(&spec["selector"])));
+    let n = |v: &Value| v.as_i64().unwrap_or(0);
+    w.w(
+        0,
+        &format!(
+            "Replicas:\t{} desired | {} updated | {} total | {} available | {} unavailable\n",
+            spec["replicas"].as_i64().unwrap_or(1),
+            n(&st["updatedReplicas"]),
+            n(&st["replicas"]),
+            n(&st["availableReplicas"]),
+            n(&st["unavailableReplicas"])
+        ),
+    );
+    let strategy = s(&spec["strategy"]["type"]);
+    w.w(0, &format!("StrategyType:\t{strategy}\n"));
+    w.w(
+        0,
+        &format!(
+            "MinReadySeconds:\t{}\n",
+            spec["minReadySeconds"].as_i64().unwrap_or(0)
+        ),
+    );
+    let ru = &spec["strategy"]["rollingUpdate"];
+    if !ru.is_null() {
+        w.w(
+            0,
+            &format!(
+                "RollingUpdateStrategy:\t{} max unavailable, {} max surge\n",
+                s(&ru["maxUnavailable"]),
+                s(&ru["maxSurge"])
+            ),
+        );
+    }
+    pod_template(w, &spec["template"]);
+    if let Some(conds) = st["conditions"].as_array().filter(|c| !c.is_empty()) {
+        w.w(0, "Conditions:\n  Type\tStatus\tReason\n");
+        w.w(1, "----\t------\t------\n");
+        for c in conds {
+            w.w(
+                1,
+                &format!("{} \t{}\t{}\n", s(&c["type"]), s(&c["status"]), s(&c["reason"])),
+            );
+        }
+    }
+    let revision = s(&meta["annotations"]["deployment.kubernetes.io/revision"]);
+    let mut sets = owned(session, o, "replicasets").await?;
+    sets.sort_by(|a, b| s(&a["metadata"]["creationTimestamp"]).cmp(&s(&b["metadata"]["creationTimestamp"])));
+    let describe_sets = |list: Vec<&Value>| -> String {
+        let items: Vec<String> = list
+            .iter()
+            .map(|rs| {
+                format!(
+                    "{} ({}/{} replicas created)",
+                    s(&rs["metadata"]["name"]),
+                    rs["status"]["replicas"].as_i64().unwrap_or(0),
+                    rs["spec"]["replicas"].as_i64().unwrap_or(1)
+                )
+            })
+            .collect();
+        if items.is_empty() {
+            "<none>".into()
+        } else {
+            items.join(", ")
+        }
+    };
+    let is_new =
+        |rs: &Value| s(&rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]) == revision;
+    let old: Vec<&Value> = sets
+        .iter()
+        .filter(|rs| !is_new(rs) && rs["spec"]["replicas"].as_i64().unwrap_or(1) != 0)
+        .collect();
+    let new: Vec<&Value> = sets.iter().filter(|rs| is_new(rs)).collect();
+    if !sets.is_empty() {
+        w.w(0, &format!("OldReplicaSets:\t{}\n", describe_sets(old)));
+        w.w(0, &format!("NewReplicaSet:\t{}\n", describe_sets(new)));
+    }
+    Ok(())
+}
+
+async fn replicaset(session: &Session, w: &mut W, o: &Value) -> Result<()> {
+    let (meta, spec, st) = (&o["metadata"], &o["spec"], &o["status"]);
+    w.w(0, &format!("Name:\t{}\n", s(&meta["name"])));
+    w.w(0, &format!("Namespace:\t{}\n", s(&meta["namespace"])));
+    w.w(0, &format!("Selector:\t{}\n", selector(&spec["selector"])));
+    labels(w, "Labels", &meta["labels"]);
+    annotations(w, "Annotations", &meta["annotations"]);
+    if let Some(c) = controller(meta) {
+        w.w(0, &format!("Controlled By:\t{c}\n"));
+    }
+    w.w(
+        0,
+        &format!(
+            "Replicas:\t{} current / {} desired\n",
+            st["replicas"].as_i64().unwrap_or(0),
+            spec["replicas"].as_i64().unwrap_or(1)
+        ),
+    );
+    // Pods by phase, among those the set controls.
+    let ns = s(&meta["namespace"]);
+    let uid = s(&meta["uid"]);
+    let pods = session
+        .conn
+        .rest
+        .get(&format!(
+            "/api/v1/namespaces/{ns}/pods?labelSelector={}",
+            encode(&selector(&spec["selector"]))
+        ))
+        .await?;
+    let (mut running, mut waiting, mut succeeded, mut failed) = (0, 0, 0, 0);
+    for p in pods["items"].as_array().into_iter().flatten() {
+        let owned = p["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["uid"] == uid.as_str()));
+        if !owned {
+            continue;
+        }
+        match p["status"]["phase"].as_str().unwrap_or("") {
+            "Running" => running += 1,
+            "Pending" => waiting += 1,
+            "Succeeded" => succeeded += 1,
+            "Failed" => failed += 1,
+            _ => {}
+        }
+    }
+    w.w(
+        0,
+        &format!(
+            "Pods Status:\t{running} Running / {waiting} Waiting / {succeeded} Succeeded / {failed} Failed\n"
+        ),
+    );
+    pod_template(w, &spec["template"]);
+    if let Some(conds) = st["conditions"].as_array().filter(|c| !c.is_empty()) {
+        w.w(0, "Conditions:\n  Type\tStatus\tReason\n");
+        w.w(1, "----\t------\t------\n");
+        for c in conds {
+            w.w(
+                1,
+                &format!("{} \t{}\t{}\n", s(&c["type"]), s(&c["status"]), s(&c["reason"])),
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn service(session: &Session, w: &mut W, o: &Value) -> Result<()> {
+    let (meta, spec) = (&o["metadata"], &o["spec"]);
+    header(w, o);
+    let sel: Vec<String> = sorted(&spec["selector"])
+        .into_iter()
+        .map(|(k, v)| format!("{k}={}", s(&v)))
+        .collect();
+    w.w(
+        0,
+        &format!(
+            "Selector:\t{}\n",
+            if sel.is_empty() {
+                "<none>".into()
+            } else {
+                sel.join(",")
+            }
+        ),
+    );
+    w.w(0, &format!("Type:\t{}\n", s(&spec["type"])));
+    if let Some(p) = spec["ipFamilyPolicy"].as_str() {
+        w.w(0, &format!("IP Family Policy:\t{p}\n"));
+    }
+    if let Some(f) = spec["ipFamilies"].as_array().filter(|a| !a.is_empty()) {
+        let f: Vec<String> = f.iter().map(s).collect();
+        w.w(0, &format!("IP Families:\t{}\n", f.join(",")));
+    }
+    if spec["type"] != "ExternalName" {
+        w.w(0, &format!("IP:\t{}\n", s(&spec["clusterIP"])));
+        if let Some(ips) = spec["clusterIPs"].as_array().filter(|a| !a.is_empty()) {
+            let ips: Vec<String> = ips.iter().map(s).collect();
+            w.w(0, &format!("IPs:\t{}\n", ips.join(",")));
+        }
+    } else {
+        w.w(0, &format!("External Name:\t{}\n", s(&spec["externalName"])));
+    }
+    if let Some(ips) = spec["externalIPs"].as_array().filter(|a| !a.is_empty()) {
+        let ips: Vec<String> = ips.iter().map(s).collect();
+        w.w(0, &format!("External IPs:\t{}\n", ips.join(",")));
+    }
+    if let Some(ing) = o["status"]["loadBalancer"]["ingress"]
+        .as_array()
+        .filter(|a| !a.is_empty())
+    {
+        let list: Vec<String> = ing
+            .iter()
+            .map(|i| {
+                i["ip"]
+                    .as_str()
+                    .or(i["hostname"].as_str())
+                    .unwrap_or("")
+                    .to_owned()
+            })
+            .collect();
+        w.w(0, &format!("LoadBalancer Ingress:\t{}\n", list.join(", ")));
+    }
+    let ns = s(&meta["namespace"]);
+    let slices = session
+        .conn
+        .rest
+        .get(&format!(
+            "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices?labelSelector={}",
+            encode(&format!("kubernetes.io/service-name={}", s(&meta["name"])))
+        ))
+        .await
+        .map(|l| l["items"].as_array().cloned().unwrap_or_default())
+        .unwrap_or_default();
+    for p in spec["ports"].as_array().into_iter().flatten() {
+        let name = p["name"].as_str().filter(|n| !n.is_empty()).unwrap_or("<unset>");
+        let proto = p["protocol"].as_str().unwrap_or("TCP");
+        w.w(
+            0,
+            &format!("Port:\t{name}\t{}/{proto}\n", p["port"].as_i64().unwrap_or(0)),
+        );
+        w.w(0, &format!("TargetPort:\t{}/{proto}\n", s(&p["targetPort"])));
+        if let Some(np) = p["nodePort"].as_i64().filter(|n| *n != 0) {
+            w.w(0, &format!("NodePort:\t{name}\t{np}/{proto}\n"));
+        }
+        w.w(
+            0,
+            &format!(
+                "Endpoints:\t{}\n",
+                endpoints(&slices, p["name"].as_str().unwrap_or(""))
+            ),
+        );
+    }
+    w.w(
+        0,
+        &format!("Session Affinity:\t{}\n", s(&spec["sessionAffinity"])),
+    );
+    if let Some(p) = spec["externalTrafficPolicy"].as_str().filter(|x| !x.is_empty()) {
+        w.w(0, &format!("External Traffic Policy:\t{p}\n"));
+    }
+    if let Some(p) = spec["internalTrafficPolicy"].as_str() {
+        w.w(0, &format!("Internal Traffic Policy:\t{p}\n"));
+    }
+    if let Some(p) = spec["healthCheckNodePort"].as_i64().filter(|p| *p != 0) {
+        w.w(0, &format!("HealthCheck NodePort:\t{p}\n"));
+    }
+    Ok(())
+}
+
+/// kubectl's formatEndpointSlices: `ip:port` of the port's endpoints, three at most.
+fn endpoints(slices: &[Value], port_name: &str) -> String {
+    if slices.is_empty() {
+        return "<none>".into();
+    }
+    let mut list = Vec::new();
+    let mut count = 0;
+    for slice in slices {
+        let eps = slice["endpoints"].as_array().cloned().unwrap_or_default();
+        let ports = slice["ports"].as_array().cloned().unwrap_or_default();
+        if ports.is_empty() {
+            for ep in &eps {
+                if list.len() < 3 {
+                    list.push(s(&ep["addresses"][0]));
+                }
+                count += 1;
+            }
+            continue;
+        }
+        for port in ports
+            .iter()
+            .filter(|p| p["name"].as_str().unwrap_or("") == port_name)
+        {
+            for ep in &eps {
+                if list.len() < 3 {
+                    list.push(format!(
+                        "{}:{}",
+                        s(&ep["addresses"][0]),
+                        port["port"].as_i64().unwrap_or(0)
+                    ));
+                }
+                count += 1;
+            }
+        }
+    }
+    let shown = list.join(",");
+    if count > 3 {
+        format!("{shown} + {} more...", count - 3)
+    } else {
+        shown
+    }
+}
+
+/// The object's events, oldest first, as kubectl's DescribeEvents prints them.
+async fn describe_events(session: &Session, w: &mut W, o: &Value, ns: &str) -> Result<()> {
+    let meta = &o["metadata"];
+    let mut fields = vec![
+        format!("involvedObject.name={}", s(&meta["name"])),
+        format!("involvedObject.kind={}", s(&o["kind"])),
+        format!("involvedObject.uid={}", s(&meta["uid"])),
+    ];
+    if !ns.is_empty() {
+        fields.push(format!("involvedObject.namespace={ns}"));
+    }
+    let path = if ns.is_empty() {
+        "/api/v1/events".to_owned()
+    } else {
+        format!("/api/v1/namespaces/{ns}/events")
+    };
+    let list = session
+        .conn
+        .rest
+        .json(
+            Method::GET,
+            &format!("{path}?fieldSelector={}", encode(&fields.join(","))),
+            crate::rest::JSON,
+            None,
+        )
+        .await?;
+    let mut events: Vec<Value> = list["items"].as_array().cloned().unwrap_or_default();
+    if events.is_empty() {
+        w.w(0, "Events:\t<none>\n");
+        return Ok(());
+    }
+    let when = |e: &Value| -> String {
+        let t = s(&e["lastTimestamp"]);
+        if t.is_empty() {
+            s(&e["eventTime"])
+        } else {
+            t
+        }
+    };
+    events.sort_by_key(|e| when(e));
+    w.w(0, "Events:\n  Type\tReason\tAge\tFrom\tMessage\n");
+    w.w(1, "----\t------\t----\t----\t-------\n");
+    for e in &events {
+        let first = if e["firstTimestamp"].is_null() {
+            since(&e["eventTime"])
+        } else {
+            since(&e["firstTimestamp"])
+        };
+        let count = e["count"].as_i64().unwrap_or(0);
+        let interval = if count > 1 {
+            format!("{} (x{count} over {first})", since(&e["lastTimestamp"]))
+        } else if !e["series"].is_null() {
+            format!(
+                "{} (x{} over {first})",
+                since(&e["series"]["lastObservedTime"]),
+                e["series"]["count"].as_i64().unwrap_or(1)
+            )
+        } else {
+            first
+        };
+        let source = e["source"]["component"]
+            .as_str()
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .unwrap_or_else(|| s(&e["reportingComponent"]));
+        w.w(
+            1,
+            &format!(
+                "{}\t{}\t{interval}\t{source}\t{}\n",
+                s(&e["type"]),
+                s(&e["reason"]),
+                s(&e["message"]).trim()
+            ),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_as_apimachinery_words_them() {
+        assert_eq!(human_duration(5), "5s");
+        assert_eq!(human_duration(119), "119s");
+        assert_eq!(human_duration(150), "2m30s");
+        assert_eq!(human_duration(600), "10m");
+        assert_eq!(human_duration(3 * 3600 + 60), "3h1m");
+        assert_eq!(human_duration(30 * 3600), "30h");
+        assert_eq!(human_duration(3 * 86400 + 3600), "3d1h");
+        assert_eq!(human_duration(400 * 86400), "400d");
+    }
+
+    #[test]
+    fn pods_lay_out_as_kubectl() {
+        let pod_json = serde_json::json!({
+            "metadata": {"name": "p-k", "namespace": "default", "labels": {"run": "p-k"}},
+            "spec": {"priority": 0, "serviceAccountName": "default",
+                "containers": [{"name": "p-k", "image": "nginx", "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                    "volumeMounts": [{"name": "kube-api-access-jvccg", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}]}],
+                "volumes": [{"name": "kube-api-access-jvccg", "projected": {"sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt"}},
+                    {"downwardAPI": {}}]}}],
+                "tolerations": [
+                    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]},
+            "status": {"phase": "Pending", "qosClass": "BestEffort",
+                "conditions": [{"type": "PodScheduled", "status": "False"}]}
+        });
+        let mut w = W(String::new());
+        pod(&mut w, &pod_json);
+        // kubectl 1.33's `describe pod` of the same pod, up to its events.
+        let kubectl = "Name:             p-k\nNamespace:        default\nPriority:         0\nService Account:  default\nNode:             <none>\nLabels:           run=p-k\nAnnotations:      <none>\nStatus:           Pending\nIP:               \nIPs:              <none>\nContainers:\n  p-k:\n    Image:        nginx\n    Port:         80/TCP\n    Host Port:    0/TCP\n    Environment:  <none>\n    Mounts:\n      /var/run/secrets/kubernetes.io/serviceaccount from kube-api-access-jvccg (ro)\nConditions:\n  Type           Status\n  PodScheduled   False \nVolumes:\n  kube-api-access-jvccg:\n    Type:                    Projected (a volume that contains injected data from multiple sources)\n    TokenExpirationSeconds:  3607\n    ConfigMapName:           kube-root-ca.crt\n    Optional:                false\n    DownwardAPI:             true\nQoS Class:                   BestEffort\nNode-Selectors:              <none>\nTolerations:                 node.kubernetes.io/not-ready:NoExecute op=Exists for 300s\n                             node.kubernetes.io/unreachable:NoExecute op=Exists for 300s\n";
+        assert_eq!(tabwrite_with(&w.0, 0, 2), kubectl);
+    }
+}
