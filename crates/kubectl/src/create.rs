@@ -72,6 +72,33 @@ enum Generator {
         #[arg(long, default_value_t = -1)]
         port: i32,
     },
+    /// Create a job with the specified name.
+    Job(crate::generators::JobArgs),
+    /// Create a cron job with the specified name.
+    #[command(alias = "cj")]
+    Cronjob(crate::generators::CronJobArgs),
+    /// Create a service using a specified subcommand.
+    #[command(subcommand, alias = "svc")]
+    Service(crate::generators::ServiceKind),
+    /// Create a role with single rule.
+    Role(crate::generators::RoleArgs),
+    /// Create a cluster role.
+    Clusterrole(crate::generators::RoleArgs),
+    /// Create a role binding for a particular role or cluster role.
+    Rolebinding(crate::generators::BindingArgs),
+    /// Create a cluster role binding for a particular cluster role.
+    Clusterrolebinding(crate::generators::BindingArgs),
+    /// Create a quota with the specified name.
+    #[command(alias = "resourcequota")]
+    Quota(crate::generators::QuotaArgs),
+    /// Create a priority class with the specified name.
+    #[command(alias = "pc")]
+    Priorityclass(crate::generators::PriorityClassArgs),
+    /// Create a pod disruption budget with the specified name.
+    #[command(alias = "pdb")]
+    Poddisruptionbudget(crate::generators::PdbArgs),
+    /// Request a service account token.
+    Token(crate::generators::TokenArgs),
 }
 
 #[derive(clap::Subcommand)]
@@ -112,7 +139,8 @@ pub async fn run(session: &Session, a: CreateArgs) -> Result<i32> {
     let dry = a.common.dry_run()?;
     let output = Output::parse(a.common.output.as_deref())?;
     let objects: Vec<(Value, Option<String>)> = match &a.generator {
-        Some(g) => vec![(generate(session, g)?, None)],
+        Some(Generator::Token(t)) => return crate::generators::token(session, t).await,
+        Some(g) => vec![(generate(session, g).await?, None)],
         None if !a.filename.is_empty() => manifest::read(&a.filename, a.recursive)?
             .into_iter()
             .map(|m| (m.object, Some(m.source)))
@@ -129,11 +157,17 @@ pub async fn run(session: &Session, a: CreateArgs) -> Result<i32> {
         match create_one(session, obj, dry, manager).await {
             Ok((resource, created)) => print_result(&resource, &created, &output, "created", dry),
             Err(Error::Api(e)) => {
-                let e = match &source {
-                    Some(file) => e.when("creating", file),
-                    None => e,
-                };
-                eprintln!("{}", e.display());
+                match (&source, &a.generator) {
+                    (Some(file), _) => eprintln!("{}", e.when("creating", file).display()),
+                    // kubectl's job and cronjob generators wrap the server's message.
+                    (None, Some(Generator::Job(_))) => {
+                        eprintln!("error: failed to create job: {}", e.message)
+                    }
+                    (None, Some(Generator::Cronjob(_))) => {
+                        eprintln!("error: failed to create cronjob: {}", e.message)
+                    }
+                    (None, _) => eprintln!("{}", e.display()),
+                }
                 failed = true;
             }
             Err(e) => return Err(e),
@@ -212,7 +246,7 @@ async fn create_one(
 }
 
 /// kubectl's generated objects, field for field (creationTimestamp null, empty status).
-fn generate(session: &Session, g: &Generator) -> Result<Value> {
+async fn generate(session: &Session, g: &Generator) -> Result<Value> {
     let meta = |name: &str, namespaced: bool| -> Value {
         let mut m = json!({"name": name, "creationTimestamp": null});
         if namespaced {
@@ -312,6 +346,21 @@ fn generate(session: &Session, g: &Generator) -> Result<Value> {
                 "status": {}
             })
         }
+        Generator::Job(a) => crate::generators::job(meta(&a.name, true), a),
+        Generator::Cronjob(a) => crate::generators::cronjob(meta(&a.name, true), a),
+        Generator::Service(k) => crate::generators::service(k, |n| meta(n, true))?,
+        Generator::Role(a) => crate::generators::role(session, meta(&a.name, true), a, "Role").await?,
+        Generator::Clusterrole(a) => {
+            crate::generators::role(session, meta(&a.name, false), a, "ClusterRole").await?
+        }
+        Generator::Rolebinding(a) => crate::generators::binding(meta(&a.name, true), a, "RoleBinding")?,
+        Generator::Clusterrolebinding(a) => {
+            crate::generators::binding(meta(&a.name, false), a, "ClusterRoleBinding")?
+        }
+        Generator::Quota(a) => crate::generators::quota(meta(&a.name, true), a)?,
+        Generator::Priorityclass(a) => crate::generators::priority_class(meta(&a.name, false), a),
+        Generator::Poddisruptionbudget(a) => crate::generators::pdb(meta(&a.name, true), a)?,
+        Generator::Token(_) => unreachable!("requested before generating"),
     })
 }
 

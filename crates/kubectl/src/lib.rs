@@ -13,6 +13,7 @@ mod create;
 mod delete;
 mod describe;
 mod exec;
+mod generators;
 mod get;
 mod info;
 mod manifest;

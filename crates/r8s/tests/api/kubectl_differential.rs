@@ -238,6 +238,85 @@ fn r8s_kubectl_answers_as_kubectl_does() {
         "yaml",
     ]);
     t.same(&["-n", "team-T", "create", "serviceaccount", "robot-T"]);
+    let dry = ["--dry-run=client", "-o", "yaml"];
+    for generator in [
+        &["create", "job", "j-T", "--image=busybox", "--", "echo", "hi"][..],
+        &[
+            "create",
+            "cronjob",
+            "cj-T",
+            "--image=busybox",
+            "--schedule=*/1 * * * *",
+            "--",
+            "echo",
+            "hi",
+        ],
+        &["create", "service", "clusterip", "s-T", "--tcp=80:8080"],
+        &[
+            "create",
+            "service",
+            "nodeport",
+            "s-T",
+            "--tcp=80",
+            "--node-port=30080",
+        ],
+        &["create", "service", "loadbalancer", "s-T", "--tcp=80:8080,443"],
+        &[
+            "create",
+            "service",
+            "externalname",
+            "s-T",
+            "--external-name=example.com",
+        ],
+        &["create", "service", "clusterip", "s-T", "--clusterip=None"],
+        &[
+            "create",
+            "role",
+            "r-T",
+            "--verb=get,list",
+            "--resource=pods,deployments.apps,pods/log",
+            "--resource-name=a",
+        ],
+        &[
+            "create",
+            "clusterrole",
+            "cr-T",
+            "--verb=get",
+            "--non-resource-url=/logs",
+        ],
+        &[
+            "create",
+            "rolebinding",
+            "rb-T",
+            "--role=r",
+            "--user=bob",
+            "--serviceaccount=default:sa",
+            "--group=g",
+        ],
+        &[
+            "create",
+            "clusterrolebinding",
+            "crb-T",
+            "--clusterrole=cr",
+            "--user=bob",
+        ],
+        &["create", "quota", "q-T", "--hard=pods=10,cpu=2"],
+        &[
+            "create",
+            "priorityclass",
+            "pc-T",
+            "--value=100",
+            "--description=d",
+        ],
+        &["create", "pdb", "p-T", "--selector=app=x", "--min-available=1"],
+    ] {
+        t.same(&[generator, &dry[..]].concat());
+    }
+    t.same(&["create", "role", "bad-T", "--verb=get", "--resource=nope"]);
+    t.same(&["create", "job", "job-T", "--image=busybox"]);
+    t.same(&["create", "job", "job-T", "--image=busybox"]);
+    let token = s.r8s_ok(&["create", "token", "default", "--duration=10m"]);
+    assert!(token.starts_with("eyJ") && token.ends_with('\n'), "{token}");
     t.same(&[
         "-n",
         "team-T",

@@ -1,0 +1,422 @@
+//! The rest of `kubectl create`'s generators — job, cronjob, service (clusterip, nodeport,
+//! loadbalancer, externalname), role, clusterrole, rolebinding, clusterrolebinding, quota,
+//! priorityclass, poddisruptionbudget — building the objects field for field as kubectl's do,
+//! and `create token` (a TokenRequest).
+
+use http::Method;
+use serde_json::{json, Map, Value};
+
+use crate::error::{msg, Result};
+use crate::rest::JSON;
+use crate::{out, Session};
+
+#[derive(clap::Args)]
+pub struct JobArgs {
+    pub name: String,
+    /// Command (after --) for the container.
+    #[arg(last = true)]
+    command: Vec<String>,
+    /// Image name to run.
+    #[arg(long)]
+    image: Option<String>,
+    /// The name of the resource to create a Job from (only cronjob is supported).
+    #[arg(long)]
+    from: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct CronJobArgs {
+    pub name: String,
+    #[arg(last = true)]
+    command: Vec<String>,
+    /// Image name to run.
+    #[arg(long, required = true)]
+    image: String,
+    /// A schedule in the Cron format the job should be run with.
+    #[arg(long, required = true)]
+    schedule: String,
+    /// job's restart policy. supported values: OnFailure, Never
+    #[arg(long)]
+    restart: Option<String>,
+}
+
+fn pod_spec(name: &str, image: &str, command: &[String], restart: &str) -> Value {
+    let mut c = json!({"name": name, "image": image, "resources": {}});
+    if !command.is_empty() {
+        c["command"] = json!(command);
+    }
+    json!({"containers": [c], "restartPolicy": restart})
+}
+
+pub fn job(meta: Value, a: &JobArgs) -> Value {
+    let image = a.image.clone().unwrap_or_default();
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+        "spec": {"template": {"metadata": {"creationTimestamp": null},
+            "spec": pod_spec(&a.name, &image, &a.command, "Never")}},
+        "status": {}
+    })
+}
+
+pub fn cronjob(meta: Value, a: &CronJobArgs) -> Value {
+    let restart = a.restart.clone().unwrap_or_else(|| "OnFailure".into());
+    json!({
+        "apiVersion": "batch/v1", "kind": "CronJob", "metadata": meta,
+        "spec": {
+            "schedule": a.schedule,
+            "jobTemplate": {
+                "metadata": {"name": a.name, "creationTimestamp": null},
+                "spec": {"template": {"metadata": {"creationTimestamp": null},
+                    "spec": pod_spec(&a.name, &a.image, &a.command, &restart)}}
+            }
+        },
+        "status": {}
+    })
+}
+
+#[derive(clap::Subcommand)]
+pub enum ServiceKind {
+    /// Create a ClusterIP service.
+    Clusterip(ServiceArgs),
+    /// Create a NodePort service.
+    Nodeport(ServiceArgs),
+    /// Create a LoadBalancer service.
+    Loadbalancer(ServiceArgs),
+    /// Create an ExternalName service.
+    Externalname(ServiceArgs),
+}
+
+#[derive(clap::Args)]
+pub struct ServiceArgs {
+    name: String,
+    /// Port pairs can be specified as '<port>:<targetPort>'.
+    #[arg(long, value_delimiter = ',')]
+    tcp: Vec<String>,
+    /// Assign your own ClusterIP or set to 'None' for a 'headless' service (no loadbalancing).
+    #[arg(long)]
+    clusterip: Option<String>,
+    /// Port used to expose the service on each node in a cluster.
+    #[arg(long)]
+    node_port: Option<i64>,
+    /// External name of service.
+    #[arg(long)]
+    external_name: Option<String>,
+}
+
+pub fn service(kind: &ServiceKind, meta: impl Fn(&str) -> Value) -> Result<Value> {
+    let (a, type_) = match kind {
+        ServiceKind::Clusterip(a) => (a, "ClusterIP"),
+        ServiceKind::Nodeport(a) => (a, "NodePort"),
+        ServiceKind::Loadbalancer(a) => (a, "LoadBalancer"),
+        ServiceKind::Externalname(a) => (a, "ExternalName"),
+    };
+    if type_ == "ExternalName" && a.external_name.is_none() {
+        return Err(msg("external name must be specified"));
+    }
+    if type_ != "ExternalName" && a.tcp.is_empty() && a.clusterip.as_deref() != Some("None") {
+        return Err(msg("at least one tcp port specifier must be provided"));
+    }
+    let mut ports = Vec::new();
+    for spec in &a.tcp {
+        let (port, target) = spec.split_once(':').unwrap_or((spec, spec));
+        let p: i64 = port.parse().map_err(|_| msg(format!("invalid port: {port}")))?;
+        let t = target
+            .parse::<i64>()
+            .map(|n| json!(n))
+            .unwrap_or_else(|_| json!(target));
+        let name = if port == target {
+            port.to_owned()
+        } else {
+            format!("{port}-{target}")
+        };
+        let mut entry = json!({"name": name, "protocol": "TCP", "port": p, "targetPort": t});
+        if let Some(np) = a.node_port.filter(|_| type_ == "NodePort") {
+            entry["nodePort"] = json!(np);
+        }
+        ports.push(entry);
+    }
+    let mut m = meta(&a.name);
+    m["labels"] = json!({"app": a.name});
+    let mut spec = json!({"selector": {"app": a.name}, "type": type_});
+    if !ports.is_empty() {
+        spec["ports"] = json!(ports);
+    }
+    if let Some(ip) = &a.clusterip {
+        spec["clusterIP"] = json!(ip);
+    }
+    if let Some(n) = &a.external_name {
+        spec["externalName"] = json!(n);
+    }
+    Ok(
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": m, "spec": spec, "status": {"loadBalancer": {}}}),
+    )
+}
+
+#[derive(clap::Args)]
+pub struct RoleArgs {
+    pub name: String,
+    /// Verb that applies to the resources contained in the rule.
+    #[arg(long, value_delimiter = ',')]
+    verb: Vec<String>,
+    /// Resource that the rule applies to.
+    #[arg(long, value_delimiter = ',')]
+    resource: Vec<String>,
+    /// Resource in the white list that the rule applies to, repeat this flag for multiple items.
+    #[arg(long, value_delimiter = ',')]
+    resource_name: Vec<String>,
+    /// A partial url that user should have access to (ClusterRole only).
+    #[arg(long, value_delimiter = ',')]
+    non_resource_url: Vec<String>,
+}
+
+pub async fn role(session: &Session, meta: Value, a: &RoleArgs, kind: &str) -> Result<Value> {
+    if a.verb.is_empty() {
+        return Err(msg("at least one verb must be specified"));
+    }
+    if a.resource.is_empty() && a.non_resource_url.is_empty() {
+        return Err(msg("at least one resource must be specified"));
+    }
+    // Resources grouped by API group, groups in order.
+    let mut groups: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for r in &a.resource {
+        let (base, sub) = match r.split_once('/') {
+            Some((b, s)) => (b, Some(s)),
+            None => (r.as_str(), None),
+        };
+        let (group, name) = if base == "*" {
+            (String::new(), "*".to_owned())
+        } else {
+            // kubectl prints this one without its "error: " prefix.
+            let res = session.resource(base).await.map_err(|_| {
+                crate::error::Error::Raw(format!("the server doesn't have a resource type \"{base}\""))
+            })?;
+            (res.group, res.name)
+        };
+        let full = match sub {
+            Some(s) => format!("{name}/{s}"),
+            None => name,
+        };
+        groups.entry(group).or_default().push(full);
+    }
+    let mut rules = Vec::new();
+    for (group, resources) in groups {
+        let mut rule = json!({"verbs": a.verb, "apiGroups": [group], "resources": resources});
+        if !a.resource_name.is_empty() {
+            rule["resourceNames"] = json!(a.resource_name);
+        }
+        rules.push(rule);
+    }
+    if !a.non_resource_url.is_empty() {
+        rules.push(json!({"verbs": a.verb, "nonResourceURLs": a.non_resource_url}));
+    }
+    Ok(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "rules": rules}))
+}
+
+#[derive(clap::Args)]
+pub struct BindingArgs {
+    pub name: String,
+    /// Role this RoleBinding should reference.
+    #[arg(long)]
+    role: Option<String>,
+    /// ClusterRole this binding should reference.
+    #[arg(long)]
+    clusterrole: Option<String>,
+    /// Usernames to bind to the role.
+    #[arg(long, value_delimiter = ',')]
+    user: Vec<String>,
+    /// Groups to bind to the role.
+    #[arg(long, value_delimiter = ',')]
+    group: Vec<String>,
+    /// Service accounts to bind to the role, in the format <namespace>:<name>.
+    #[arg(long, value_delimiter = ',')]
+    serviceaccount: Vec<String>,
+}
+
+pub fn binding(meta: Value, a: &BindingArgs, kind: &str) -> Result<Value> {
+    let role_ref = match (&a.role, &a.clusterrole) {
+        (Some(r), None) if kind == "RoleBinding" => {
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": r})
+        }
+        (None, Some(r)) => json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": r}),
+        (Some(_), Some(_)) => return Err(msg("exactly one of clusterrole or role must be specified")),
+        _ if kind == "RoleBinding" => {
+            return Err(msg("exactly one of clusterrole or role must be specified"))
+        }
+        _ => return Err(msg("clusterrole must be specified")),
+    };
+    let mut subjects = Vec::new();
+    for u in &a.user {
+        subjects.push(json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}));
+    }
+    for g in &a.group {
+        subjects.push(json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}));
+    }
+    for sa in &a.serviceaccount {
+        let Some((ns, name)) = sa.split_once(':') else {
+            return Err(msg("serviceaccount must be <namespace>:<name>"));
+        };
+        subjects.push(json!({"kind": "ServiceAccount", "namespace": ns, "name": name}));
+    }
+    let mut b = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "roleRef": role_ref});
+    if !subjects.is_empty() {
+        b["subjects"] = json!(subjects);
+    }
+    Ok(b)
+}
+
+#[derive(clap::Args)]
+pub struct QuotaArgs {
+    pub name: String,
+    /// A comma-delimited set of resource=quantity pairs that define a hard limit.
+    #[arg(long)]
+    hard: Option<String>,
+    /// A comma-delimited set of quota scopes that must all match each object tracked by the quota.
+    #[arg(long)]
+    scopes: Option<String>,
+}
+
+pub fn quota(meta: Value, a: &QuotaArgs) -> Result<Value> {
+    let mut hard = Map::new();
+    for kv in a
+        .hard
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .filter(|x| !x.is_empty())
+    {
+        let (k, v) = kv.split_once('=').ok_or_else(|| {
+            msg(format!(
+                "invalid argument syntax {kv}, expected <resource>=<value>"
+            ))
+        })?;
+        hard.insert(k.to_owned(), json!(v));
+    }
+    let mut spec = json!({});
+    if !hard.is_empty() {
+        spec["hard"] = Value::Object(hard);
+    }
+    if let Some(s) = &a.scopes {
+        spec["scopes"] = json!(s.split(',').collect::<Vec<_>>());
+    }
+    Ok(json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": meta, "spec": spec, "status": {}}))
+}
+
+#[derive(clap::Args)]
+pub struct PriorityClassArgs {
+    pub name: String,
+    /// the value of this priority class.
+    #[arg(long, default_value_t = 0)]
+    value: i64,
+    /// description is an arbitrary string that usually provides guidelines on when this priority class should be used.
+    #[arg(long)]
+    description: Option<String>,
+    /// global-default specifies whether this PriorityClass should be considered as the default priority.
+    #[arg(long)]
+    global_default: bool,
+    /// preemption-policy is the policy for preempting pods with lower priority.
+    #[arg(long, default_value = "PreemptLowerPriority")]
+    preemption_policy: String,
+}
+
+pub fn priority_class(meta: Value, a: &PriorityClassArgs) -> Value {
+    let mut pc = json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": meta,
+        "value": a.value, "preemptionPolicy": a.preemption_policy});
+    if let Some(d) = &a.description {
+        pc["description"] = json!(d);
+    }
+    if a.global_default {
+        pc["globalDefault"] = json!(true);
+    }
+    pc
+}
+
+#[derive(clap::Args)]
+pub struct PdbArgs {
+    pub name: String,
+    /// A label selector to use for this budget.
+    #[arg(long)]
+    selector: Option<String>,
+    /// The minimum number or percentage of available pods this budget requires.
+    #[arg(long)]
+    min_available: Option<String>,
+    /// The maximum number or percentage of unavailable pods this budget requires.
+    #[arg(long)]
+    max_unavailable: Option<String>,
+}
+
+pub fn pdb(meta: Value, a: &PdbArgs) -> Result<Value> {
+    let Some(sel) = &a.selector else {
+        return Err(msg("a selector must be specified"));
+    };
+    let mut labels = Map::new();
+    for kv in sel.split(',').filter(|x| !x.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| msg(format!("unable to parse selector {sel}")))?;
+        labels.insert(k.to_owned(), json!(v));
+    }
+    let amount = |s: &str| s.parse::<i64>().map(|n| json!(n)).unwrap_or_else(|_| json!(s));
+    let mut spec = json!({"selector": {"matchLabels": labels}});
+    match (&a.min_available, &a.max_unavailable) {
+        (Some(m), None) => spec["minAvailable"] = amount(m),
+        (None, Some(m)) => spec["maxUnavailable"] = amount(m),
+        _ => return Err(msg("one of min-available or max-unavailable must be specified")),
+    }
+    Ok(
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta, "spec": spec,
+        "status": {"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0}}),
+    )
+}
+
+#[derive(clap::Args)]
+pub struct TokenArgs {
+    /// The service account.
+    name: String,
+    /// Audience of the requested token.
+    #[arg(long)]
+    audience: Vec<String>,
+    /// Requested lifetime of the issued token.
+    #[arg(long)]
+    duration: Option<String>,
+    /// Kind of an object to bind the token to (Pod, Secret, Node).
+    #[arg(long)]
+    bound_object_kind: Option<String>,
+    /// Name of an object to bind the token to.
+    #[arg(long)]
+    bound_object_name: Option<String>,
+}
+
+pub async fn token(session: &Session, a: &TokenArgs) -> Result<i32> {
+    let mut spec = json!({"audiences": a.audience});
+    if let Some(d) = &a.duration {
+        let secs = crate::modify::parse_duration(d)?
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        spec["expirationSeconds"] = json!(secs);
+    }
+    if let (Some(kind), Some(name)) = (&a.bound_object_kind, &a.bound_object_name) {
+        let api_version = if kind == "Node" || kind == "Pod" || kind == "Secret" {
+            "v1"
+        } else {
+            ""
+        };
+        spec["boundObjectRef"] = json!({"kind": kind, "apiVersion": api_version, "name": name});
+    }
+    let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec});
+    let uri = format!(
+        "/api/v1/namespaces/{}/serviceaccounts/{}/token",
+        session.conn.namespace, a.name
+    );
+    let v = session
+        .conn
+        .rest
+        .json(
+            Method::POST,
+            &uri,
+            JSON,
+            Some((JSON, serde_json::to_vec(&body).unwrap_or_default())),
+        )
+        .await?;
+    out(&format!("{}\n", v["status"]["token"].as_str().unwrap_or("")));
+    Ok(0)
+}
