@@ -68,6 +68,13 @@ enum Command {
     Patch(modify::PatchArgs),
     /// Set a new size for a deployment, replica set, replication controller, or stateful set.
     Scale(modify::ScaleArgs),
+    /// Experimental: Wait for a specific condition on one or many resources.
+    Wait(modify::WaitArgs),
+    /// Set specific features on objects.
+    #[command(subcommand)]
+    Set(modify::SetCommand),
+    /// Update the taints on one or more nodes.
+    Taint(modify::TaintArgs),
     /// Mark node as unschedulable.
     Cordon { nodes: Vec<String> },
     /// Mark node as schedulable.
@@ -159,6 +166,9 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Annotate(a) => modify::metadata(&session, a, false).await,
                 Command::Patch(a) => modify::patch_cmd(&session, a).await,
                 Command::Scale(a) => modify::scale(&session, a).await,
+                Command::Wait(a) => modify::wait(&session, a).await,
+                Command::Set(c) => modify::set(&session, c).await,
+                Command::Taint(a) => modify::taint(&session, a).await,
                 Command::Cordon { nodes } => modify::cordon(&session, nodes, true).await,
                 Command::Uncordon { nodes } => modify::cordon(&session, nodes, false).await,
                 Command::Rollout(c) => modify::rollout(&session, c).await,

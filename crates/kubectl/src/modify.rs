@@ -633,3 +633,279 @@ mod tests {
         );
     }
 }
+
+#[derive(clap::Args)]
+pub struct WaitArgs {
+    args: Vec<String>,
+    /// The condition to wait on: [create|delete|condition=condition-name[=condition-value]|jsonpath='{JSONPath expression}'=[JSONPath value]].
+    #[arg(long = "for", required = true)]
+    for_: String,
+    /// The length of time to wait before giving up. Zero means check once and don't wait.
+    #[arg(long, default_value = "30s")]
+    timeout: String,
+    /// Selector (label query) to filter on.
+    #[arg(short = 'l', long)]
+    selector: Option<String>,
+    /// Select all resources in the namespace of the specified resource types.
+    #[arg(long)]
+    all: bool,
+}
+
+enum Want {
+    Delete,
+    Create,
+    Condition(String, String),
+    JsonPath(Vec<crate::printers::jsonpath::NodeHandle>, Option<String>),
+}
+
+/// `kubectl wait`: until each object is deleted, has the condition (status `True` unless
+/// another value is named), or a JSONPath gives the value; `… condition met` for each.
+pub async fn wait(session: &Session, a: WaitArgs) -> Result<i32> {
+    let want = if a.for_ == "delete" {
+        Want::Delete
+    } else if a.for_ == "create" {
+        Want::Create
+    } else if let Some(c) = a.for_.strip_prefix("condition=") {
+        let (name, value) = c.split_once('=').unwrap_or((c, "true"));
+        Want::Condition(name.to_owned(), value.to_owned())
+    } else if let Some(j) = a.for_.strip_prefix("jsonpath=") {
+        // `{.status.phase}=Running`: the template ends at its last '}'.
+        let (template, value) = match j.rfind('}') {
+            Some(i) if j[i + 1..].starts_with('=') => (&j[..=i], Some(j[i + 2..].to_owned())),
+            _ => (j, None),
+        };
+        let nodes = crate::printers::jsonpath::parse(template)
+            .map_err(|e| msg(format!("unrecognized JSONPath expression: {template}: {e}")))?;
+        Want::JsonPath(nodes, value)
+    } else {
+        return Err(msg(format!("unrecognized condition: \"{}\"", a.for_)));
+    };
+    let limit = parse_duration(&a.timeout)?.unwrap_or_default();
+    let deadline = Instant::now() + limit;
+    let objects = match targets(session, &a.args, a.all, a.selector.as_deref()).await {
+        Ok(o) => o,
+        Err(e) => return Err(e),
+    };
+    for (r, path, name) in objects {
+        let mut uid: Option<String> = None;
+        loop {
+            let current = match session.conn.rest.get(&path).await {
+                Ok(o) => Some(o),
+                Err(Error::Api(e)) if e.is_not_found() => None,
+                Err(e) => return Err(e),
+            };
+            let met = match (&want, &current) {
+                (Want::Delete, None) => {
+                    if uid.is_none() {
+                        // Never there: nothing to wait for, nothing said.
+                        break;
+                    }
+                    true
+                }
+                (Want::Delete, Some(o)) => {
+                    let this = o["metadata"]["uid"].as_str().map(str::to_owned);
+                    if uid.is_some() && uid != this {
+                        true
+                    } else {
+                        uid = this;
+                        false
+                    }
+                }
+                (Want::Create, found) => found.is_some(),
+                (_, None) => {
+                    if uid.is_none() && !matches!(want, Want::Create) {
+                        return Err(Error::Api(crate::error::ApiError {
+                            code: 404,
+                            reason: "NotFound".into(),
+                            message: format!("{} \"{name}\" not found", r.group_resource()),
+                        }));
+                    }
+                    false
+                }
+                (Want::Condition(c, v), Some(o)) => o["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|x| {
+                        x["type"].as_str().is_some_and(|t| t.eq_ignore_ascii_case(c))
+                            && x["status"].as_str().is_some_and(|s| s.eq_ignore_ascii_case(v))
+                    }),
+                (Want::JsonPath(t, v), Some(o)) => {
+                    let got = crate::printers::jsonpath::execute(t, o);
+                    match v {
+                        Some(v) => &got == v,
+                        None => !got.is_empty(),
+                    }
+                }
+            };
+            if let Some(o) = &current {
+                uid.get_or_insert_with(|| o["metadata"]["uid"].as_str().unwrap_or("").to_owned());
+            }
+            if met {
+                out(&format!("{}/{name} condition met\n", r.kind_prefix()));
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(msg(format!(
+                    "timed out waiting for the condition on {}/{name}",
+                    r.name
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(0)
+}
+
+#[derive(clap::Subcommand)]
+pub enum SetCommand {
+    /// Update the image of a pod template.
+    Image {
+        /// TYPE NAME or TYPE/NAME, then CONTAINER=IMAGE pairs ('*' for all containers).
+        args: Vec<String>,
+    },
+}
+
+/// `set image`: a strategic merge patch naming each changed container; nothing said when
+/// nothing changes.
+pub async fn set(session: &Session, c: SetCommand) -> Result<i32> {
+    let SetCommand::Image { args } = c;
+    let (pairs, objects): (Vec<&String>, Vec<&String>) = args.iter().partition(|x| x.contains('='));
+    if pairs.is_empty() {
+        return Err(msg("at least one image update is required"));
+    }
+    let objects: Vec<String> = objects.into_iter().cloned().collect();
+    for (r, path, name) in targets(session, &objects, false, None).await? {
+        let obj = session.conn.rest.get(&path).await?;
+        let (spec_path, spec): (&[&str], &Value) = if r.name == "pods" {
+            (&["spec"], &obj["spec"])
+        } else if r.name == "cronjobs" {
+            (
+                &["spec", "jobTemplate", "spec", "template", "spec"],
+                &obj["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+            )
+        } else {
+            (&["spec", "template", "spec"], &obj["spec"]["template"]["spec"])
+        };
+        let mut changes: Map<String, Value> = Map::new();
+        for pair in &pairs {
+            let (container, image) = pair.split_once('=').unwrap_or((pair, ""));
+            let mut found = false;
+            for list in ["initContainers", "containers"] {
+                for c in spec[list].as_array().into_iter().flatten() {
+                    let cname = c["name"].as_str().unwrap_or("");
+                    if container == "*" || cname == container {
+                        found = true;
+                        if c["image"].as_str() != Some(image) {
+                            let entry = changes.entry(list.to_owned()).or_insert_with(|| json!([]));
+                            if let Some(a) = entry.as_array_mut() {
+                                a.push(json!({"name": cname, "image": image}));
+                            }
+                        }
+                    }
+                }
+            }
+            if !found {
+                return Err(msg(format!("unable to find container named \"{container}\"")));
+            }
+        }
+        if changes.is_empty() {
+            continue;
+        }
+        let mut body = Value::Object(changes);
+        for key in spec_path.iter().rev() {
+            body = json!({ *key: body });
+        }
+        patch(session, &path, STRATEGIC, &body, "kubectl-set").await?;
+        out(&format!("{}/{name} image updated\n", r.kind_prefix()));
+    }
+    Ok(0)
+}
+
+#[derive(clap::Args)]
+pub struct TaintArgs {
+    /// nodes NODE KEY_1=VAL_1:TAINT_EFFECT_1 … KEY_N-
+    args: Vec<String>,
+    /// If true, allow taints to be overwritten.
+    #[arg(long)]
+    overwrite: bool,
+}
+
+/// `taint nodes NODE key=value:Effect | key:Effect- | key-`.
+pub async fn taint(session: &Session, a: TaintArgs) -> Result<i32> {
+    // `nodes NODE …` or `node/NODE …`: what follows the objects are the taints.
+    let skip = if a.args.first().is_some_and(|x| x.contains('/')) {
+        1
+    } else {
+        2
+    };
+    let objects: Vec<&String> = a.args.iter().take(skip).collect();
+    let changes: Vec<&String> = a.args.iter().skip(skip).collect();
+    if changes.is_empty() {
+        return Err(msg("at least one taint update is required"));
+    }
+    let objects: Vec<String> = objects.into_iter().cloned().collect();
+    for (r, path, name) in targets(session, &objects, false, None).await? {
+        let node = session.conn.rest.get(&path).await?;
+        let mut taints: Vec<Value> = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
+        let (mut added, mut removed) = (false, false);
+        for change in &changes {
+            if let Some(spec) = change.strip_suffix('-') {
+                let (key, effect) = spec.split_once(':').unwrap_or((spec, ""));
+                let before = taints.len();
+                taints.retain(|t| !(t["key"] == key && (effect.is_empty() || t["effect"] == effect)));
+                if taints.len() == before {
+                    return Err(msg(format!("taint \"{spec}\" not found")));
+                }
+                removed = true;
+                continue;
+            }
+            let (kv, effect) = change
+                .rsplit_once(':')
+                .ok_or_else(|| msg(format!("invalid taint spec: {change}, unknown taint effect")))?;
+            if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+                return Err(msg(format!(
+                    "invalid taint effect: {effect}, unsupported taint effect"
+                )));
+            }
+            let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+            if let Some(t) = taints
+                .iter_mut()
+                .find(|t| t["key"] == key && t["effect"] == effect)
+            {
+                if !a.overwrite {
+                    return Err(msg(format!(
+                        "node {name} already has {key} taint(s) with same effect(s) and --overwrite is false"
+                    )));
+                }
+                *t = taint_value(key, value, effect);
+            } else {
+                taints.push(taint_value(key, value, effect));
+            }
+            added = true;
+        }
+        patch(
+            session,
+            &path,
+            STRATEGIC,
+            &json!({"spec": {"taints": taints}}),
+            "kubectl-taint",
+        )
+        .await?;
+        let verb = match (added, removed) {
+            (true, true) => "modified",
+            (false, true) => "untainted",
+            _ => "tainted",
+        };
+        out(&format!("{}/{name} {verb}\n", r.kind_prefix()));
+    }
+    Ok(0)
+}
+
+fn taint_value(key: &str, value: &str, effect: &str) -> Value {
+    let mut t = json!({"key": key, "effect": effect});
+    if !value.is_empty() {
+        t["value"] = json!(value);
+    }
+    t
+}

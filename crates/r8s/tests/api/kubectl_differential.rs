@@ -474,6 +474,24 @@ fn r8s_kubectl_answers_as_kubectl_does() {
         }
     }
     t.same(&["describe", "deployment", "zero-T"]);
+    t.same(&[
+        "wait",
+        "--for=condition=Available",
+        "deployment/zero-T",
+        "--timeout=10s",
+    ]);
+    t.same(&[
+        "wait",
+        "--for=condition=Available=false",
+        "deployment/zero-T",
+        "--timeout=1s",
+    ]);
+    t.same(&["wait", "--for=jsonpath={.spec.replicas}=0", "deployment/zero-T"]);
+    t.same(&["wait", "--for=delete", "configmap/nonexistent", "--timeout=1s"]);
+    t.same(&["wait", "--for=condition=Ready", "pod/nonexistent", "--timeout=1s"]);
+    t.same(&["set", "image", "deployment/zero-T", "nginx=nginx:2"]);
+    t.same(&["set", "image", "deployment/zero-T", "nginx=nginx:2"]);
+    t.same(&["set", "image", "deployment/zero-T", "nope=x"]);
     t.same(&["rollout", "status", "deployment/zero-T"]);
     t.same(&["describe", "service", "svc-T"]);
     t.same(&["describe", "svc/pod-T"]);

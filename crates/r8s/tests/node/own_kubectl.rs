@@ -135,6 +135,34 @@ fn the_journey_with_r8s_kubectl() {
     let replicas = k(&["get", "deployment", "nginx", "-o", "jsonpath={.status.replicas}"]);
     assert_eq!(replicas, "1");
 
+    // The node: taints, cordon.
+    assert_eq!(
+        k(&["taint", "nodes", "own-kubectl", "dedicated=x:NoSchedule"]),
+        "node/own-kubectl tainted\n"
+    );
+    let taints = s.ok(
+        V,
+        &["get", "node", "own-kubectl", "-o", "jsonpath={.spec.taints}"],
+    );
+    assert!(
+        taints.contains(r#""key":"dedicated""#) && taints.contains("NoSchedule"),
+        "{taints}"
+    );
+    assert_eq!(
+        k(&["taint", "node/own-kubectl", "dedicated:NoSchedule-"]),
+        "node/own-kubectl untainted\n"
+    );
+    assert_eq!(k(&["cordon", "own-kubectl"]), "node/own-kubectl cordoned\n");
+    assert_eq!(
+        k(&["cordon", "own-kubectl"]),
+        "node/own-kubectl already cordoned\n"
+    );
+    assert_eq!(k(&["uncordon", "own-kubectl"]), "node/own-kubectl uncordoned\n");
+    assert_eq!(
+        k(&["wait", "--for=condition=Ready", "pod/shell", "--timeout=60s"]),
+        "pod/shell condition met\n"
+    );
+
     // Deleting waits until the objects are gone.
     assert_eq!(
         k(&["delete", "pod/shell", "service/shell", "--grace-period=1"]),
