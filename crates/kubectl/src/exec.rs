@@ -13,7 +13,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::error::{msg, ApiError, Error, Result};
 use crate::get::encode;
-use crate::Session;
+use crate::{out, Session};
 
 /// The pod `arg` names (`NAME`, `pod/NAME`, or `TYPE/NAME` of a workload: its first pod).
 async fn pod(session: &Session, arg: &str) -> Result<Value> {
@@ -422,6 +422,101 @@ pub async fn logs(session: &Session, a: LogsArgs) -> Result<i32> {
                 let _ = out.flush();
             }
         }
+    }
+    Ok(0)
+}
+
+#[derive(clap::Args)]
+pub struct PortForwardArgs {
+    /// POD or TYPE/NAME, then [LOCAL_PORT:]REMOTE_PORT …
+    #[arg(required = true)]
+    target: String,
+    #[arg(required = true)]
+    ports: Vec<String>,
+    /// Addresses to listen on (comma separated). Only accepts IP addresses or localhost.
+    #[arg(long, value_delimiter = ',', default_value = "localhost")]
+    address: Vec<String>,
+}
+
+/// `kubectl port-forward`: a local listener per port; each connection gets its own stream
+/// to the pod's port over the WebSocket port-forward protocol.
+pub async fn port_forward(session: &Session, a: PortForwardArgs) -> Result<i32> {
+    let pod = pod(session, &a.target).await?;
+    if pod["status"]["phase"] != "Running" {
+        return Err(msg(format!(
+            "unable to forward port because pod is not running. Current status={}",
+            pod["status"]["phase"].as_str().unwrap_or("")
+        )));
+    }
+    let name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(session.conn.rest.client().clone(), &session.conn.namespace);
+    let mut listeners = Vec::new();
+    for spec in &a.ports {
+        let (local, remote) = match spec.split_once(':') {
+            Some((l, r)) => (l, r),
+            None => (spec.as_str(), spec.as_str()),
+        };
+        let remote: u16 = remote
+            .parse()
+            .map_err(|_| msg(format!("Error parsing remote port '{remote}'")))?;
+        let local: u16 = if local.is_empty() {
+            0
+        } else {
+            local
+                .parse()
+                .map_err(|_| msg(format!("Error parsing local port '{local}'")))?
+        };
+        for address in &a.address {
+            let hosts: &[&str] = if address == "localhost" {
+                &["127.0.0.1", "[::1]"]
+            } else {
+                &[address.as_str()]
+            };
+            for host in hosts {
+                let bind = format!("{host}:{local}");
+                match tokio::net::TcpListener::bind(bind.as_str()).await {
+                    Ok(l) => {
+                        let port = l.local_addr().map(|a| a.port()).unwrap_or(local);
+                        out(&format!("Forwarding from {host}:{port} -> {remote}\n"));
+                        listeners.push((l, remote));
+                    }
+                    Err(e) if *host == "[::1]" => {
+                        let _ = e;
+                    }
+                    Err(e) => return Err(msg(format!("unable to listen on port {local}: {e}"))),
+                }
+            }
+        }
+    }
+    let mut tasks = Vec::new();
+    for (listener, remote) in listeners {
+        let api = api.clone();
+        let name = name.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    break;
+                };
+                let local = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+                out(&format!("Handling connection for {local}\n"));
+                let api = api.clone();
+                let name = name.clone();
+                tokio::spawn(async move {
+                    let Ok(mut forwarder) = api.portforward(&name, &[remote]).await else {
+                        eprintln!("E0000 an error occurred forwarding {local} -> {remote}");
+                        return;
+                    };
+                    if let Some(mut upstream) = forwarder.take_stream(remote) {
+                        let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+                    }
+                    forwarder.abort();
+                });
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
     }
     Ok(0)
 }

@@ -60,6 +60,8 @@ enum Command {
     Logs(exec::LogsArgs),
     /// Execute a command in a container.
     Exec(exec::ExecArgs),
+    /// Forward one or more local ports to a pod.
+    PortForward(exec::PortForwardArgs),
     /// Update the labels on a resource.
     Label(modify::MetaArgs),
     /// Update the annotations on a resource.
@@ -162,6 +164,7 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Expose(a) => run::expose(&session, a).await,
                 Command::Logs(a) => exec::logs(&session, a).await,
                 Command::Exec(a) => exec::exec(&session, a).await,
+                Command::PortForward(a) => exec::port_forward(&session, a).await,
                 Command::Label(a) => modify::metadata(&session, a, true).await,
                 Command::Annotate(a) => modify::metadata(&session, a, false).await,
                 Command::Patch(a) => modify::patch_cmd(&session, a).await,
