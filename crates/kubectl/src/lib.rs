@@ -19,6 +19,7 @@ mod info;
 mod manifest;
 mod modify;
 mod run;
+mod top;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -84,6 +85,9 @@ enum Command {
     /// Manage the rollout of a resource.
     #[command(subcommand)]
     Rollout(modify::RolloutCommand),
+    /// Display resource (CPU/memory) usage.
+    #[command(subcommand)]
+    Top(top::TopCommand),
     /// Display cluster information.
     ClusterInfo,
     /// Inspect authorization.
@@ -176,6 +180,7 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Uncordon { nodes } => modify::cordon(&session, nodes, false).await,
                 Command::Rollout(c) => modify::rollout(&session, c).await,
                 Command::ClusterInfo => info::cluster_info(&session).await,
+                Command::Top(c) => top::top(&session, c).await,
                 Command::Auth(c) => info::auth(&session, c).await,
                 Command::Config(_) | Command::Version(_) => unreachable!("handled above"),
             }

@@ -165,6 +165,42 @@ fn the_journey_with_r8s_kubectl() {
     let replicas = k(&["get", "deployment", "nginx", "-o", "jsonpath={.status.replicas}"]);
     assert_eq!(replicas, "1");
 
+    // Usage from the metrics API, laid out as kubectl 1.33 lays it out.
+    let header = |text: &str| text.lines().next().unwrap_or("").to_owned();
+    let (ours, theirs) = wait_for(60, "kubectl top to have figures", || {
+        let ours = s.r8s_kubectl(&["top", "pods"], None);
+        let theirs = s.kubectl(V, &["top", "pods"]);
+        (ours.status.success() && theirs.status.success()).then(|| {
+            (
+                String::from_utf8_lossy(&ours.stdout).into_owned(),
+                String::from_utf8_lossy(&theirs.stdout).into_owned(),
+            )
+        })
+    });
+    assert_eq!(header(&ours), header(&theirs));
+    let names = |text: &str| {
+        text.lines()
+            .skip(1)
+            .map(|l| l.split(' ').next().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&ours), names(&theirs));
+    assert!(
+        ours.lines()
+            .skip(1)
+            .all(|l| l.contains("m ") && l.trim_end().ends_with("Mi")),
+        "{ours}"
+    );
+    let nodes = k(&["top", "nodes"]);
+    assert_eq!(header(&nodes), header(&s.ok(V, &["top", "nodes"])));
+    assert!(
+        nodes
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("own-kubectl ") && l.contains('%')),
+        "{nodes}"
+    );
+
     // The node: taints, cordon.
     assert_eq!(
         k(&["taint", "nodes", "own-kubectl", "dedicated=x:NoSchedule"]),
