@@ -182,6 +182,25 @@ pub fn merge(base: &mut Value, next: Value) {
     }
 }
 
+/// The fields clientcmd's v1 types always write (no `omitempty`): a context's cluster and
+/// user, a cluster's server.
+pub fn typed_form(doc: &mut Value) {
+    let fill = |list: &mut Value, inner: &str, keys: &[&str]| {
+        for e in list.as_array_mut().into_iter().flatten() {
+            if !e[inner].is_object() {
+                e[inner] = Value::Object(Map::new());
+            }
+            for k in keys {
+                if e[inner].get(*k).is_none() {
+                    e[inner][*k] = Value::String(String::new());
+                }
+            }
+        }
+    };
+    fill(&mut doc["contexts"], "context", &["cluster", "user"]);
+    fill(&mut doc["clusters"], "cluster", &["server"]);
+}
+
 fn named<'a>(config: &'a Value, list: &str, name: &str) -> Option<&'a Value> {
     config[list].as_array()?.iter().find(|e| e["name"] == name)
 }

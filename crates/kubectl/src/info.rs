@@ -178,6 +178,8 @@ pub enum ConfigCommand {
     },
     /// Set the current-context in a kubeconfig file.
     UseContext { name: String },
+    #[command(flatten)]
+    Edit(crate::kubeconfig_edit::EditCommand),
     /// Display merged kubeconfig settings or a specified kubeconfig file.
     View {
         /// Output format: yaml or json.
@@ -193,6 +195,9 @@ pub enum ConfigCommand {
 }
 
 pub fn config(flags: &Flags, c: ConfigCommand) -> Result<i32> {
+    if let ConfigCommand::Edit(e) = c {
+        return crate::kubeconfig_edit::edit(flags, e);
+    }
     let files = config::files(flags)?;
     let merged = config::load(&files)?;
     match c {
@@ -268,6 +273,7 @@ pub fn config(flags: &Flags, c: ConfigCommand) -> Result<i32> {
             std::fs::write(file, printers::yaml::to_string(&doc)).map_err(|e| msg(e.to_string()))?;
             out(&format!("Switched to context \"{name}\".\n"));
         }
+        ConfigCommand::Edit(_) => unreachable!("handled above"),
         ConfigCommand::View { output, minify, raw } => {
             let mut doc = merged.clone();
             for k in ["clusters", "contexts", "users"] {
@@ -300,6 +306,7 @@ pub fn config(flags: &Flags, c: ConfigCommand) -> Result<i32> {
             if !raw {
                 redact(&mut doc);
             }
+            config::typed_form(&mut doc);
             if doc["preferences"].is_null() {
                 doc["preferences"] = json!({});
             }

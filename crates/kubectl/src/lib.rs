@@ -16,6 +16,7 @@ mod exec;
 mod generators;
 mod get;
 mod info;
+mod kubeconfig_edit;
 mod manifest;
 mod modify;
 mod run;
@@ -32,7 +33,9 @@ use error::{Error, Result};
 #[command(
     name = "kubectl",
     about = "kubectl controls the Kubernetes cluster manager (r8s's own, in Rust).",
-    disable_version_flag = true
+    disable_version_flag = true,
+    // As pflag: a flag given twice takes the last value.
+    args_override_self = true
 )]
 struct Cli {
     #[command(flatten)]

@@ -518,7 +518,46 @@ fn r8s_kubectl_answers_as_kubectl_does() {
     t.same(&["delete", "namespace", "team-T"]);
     t.same(&["get", "ns", "team-T"]);
 
-    // kubeconfig.
+    // kubeconfig: each twin edits its own copy, and the files must come out the same.
+    for suffix in ["-r8x", "-gox"] {
+        std::fs::copy(&s.kubeconfig, dir.path().join(format!("kc{suffix}"))).unwrap();
+    }
+    let kc = dir.path().join("kc-T").to_string_lossy().into_owned();
+    for edit in [
+        &[
+            "config",
+            "set-context",
+            "dev",
+            "--cluster=default",
+            "--user=default",
+            "--namespace=team",
+        ][..],
+        &["config", "set-context", "dev", "--namespace=other"],
+        &[
+            "config",
+            "set-cluster",
+            "c2",
+            "--server=https://127.0.0.1:1",
+            "--insecure-skip-tls-verify",
+        ],
+        &["config", "set-credentials", "u2", "--token=abc"],
+        &["config", "rename-context", "dev", "dev2"],
+        &["config", "get-clusters"],
+        &["config", "get-users"],
+        &["config", "unset", "contexts.dev2.namespace"],
+        &["config", "use-context", "dev2"],
+        &["config", "delete-context", "dev2"],
+        &["config", "delete-cluster", "c2"],
+        &["config", "delete-cluster", "c2"],
+        &["config", "set-context", "--current", "--namespace=x"],
+        &["config", "use-context", "default"],
+        &["config", "view"],
+    ] {
+        t.same(&[edit, &["--kubeconfig", &kc][..]].concat());
+    }
+    let file = |suffix: &str| std::fs::read_to_string(dir.path().join(format!("kc{suffix}"))).unwrap();
+    assert_eq!(file("-r8x"), file("-gox"));
+
     t.same(&["config", "current-context"]);
     t.same(&["config", "get-contexts"]);
     t.same(&["config", "view"]);
