@@ -47,6 +47,12 @@ pub struct GetArgs {
     /// If true, keep the managedFields when printing objects in JSON or YAML format.
     #[arg(long)]
     show_managed_fields: bool,
+    /// After listing/getting the requested object, watch for changes.
+    #[arg(short = 'w', long)]
+    watch: bool,
+    /// Watch for changes to the requested object(s), without listing/getting first.
+    #[arg(long)]
+    watch_only: bool,
     /// Raw URI to request from the server.
     #[arg(long)]
     raw: Option<String>,
@@ -131,6 +137,10 @@ pub async fn run(session: &Session, a: GetArgs) -> Result<i32> {
     let ns = session.conn.namespace.clone();
     let namespace =
         |r: &Resource| -> Option<String> { (r.namespaced && !a.all_namespaces).then(|| ns.clone()) };
+    let watching = a.watch || a.watch_only;
+    if watching && reqs.len() != 1 {
+        return Err(msg("you may only specify a single resource type"));
+    }
     let mut errors: Vec<Error> = Vec::new();
     let mut printed_any = false;
     let mut items: Vec<Value> = Vec::new();
@@ -150,12 +160,20 @@ pub async fn run(session: &Session, a: GetArgs) -> Result<i32> {
                 };
                 let mut lines = Vec::new();
                 let mut header = true;
+                let mut version = String::new();
                 for t in fetch(session, &a, r, ns.as_deref(), &req.names, TABLE, &mut errors).await? {
                     let rows = table::rows(&t, &opts, header);
+                    version = t["metadata"]["resourceVersion"].as_str().unwrap_or("").to_owned();
                     if t["rows"].as_array().is_some_and(|rows| !rows.is_empty()) {
                         header = false;
                         lines.extend(rows);
                     }
+                }
+                if watching {
+                    if a.watch_only {
+                        lines.clear();
+                    }
+                    return watch(session, &a, r, ns.as_deref(), &opts, lines, &version).await;
                 }
                 if !lines.is_empty() {
                     if printed_any {
@@ -276,6 +294,118 @@ pub(crate) fn strip_managed_fields(doc: &mut Value) {
     }
     if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
+    }
+}
+
+/// `get -w`: the list, then a row for each change, columns as wide as any row so far (Go's
+/// tabwriter with RememberWidths, as kubectl's). Ends when the server or `--request-timeout`
+/// ends the watch.
+async fn watch(
+    session: &Session,
+    a: &GetArgs,
+    r: &Resource,
+    ns: Option<&str>,
+    opts: &table::TableOptions,
+    initial: Vec<Vec<String>>,
+    version: &str,
+) -> Result<i32> {
+    let mut widths: Vec<usize> = Vec::new();
+    let print = |lines: &[Vec<String>], widths: &mut Vec<usize>| {
+        for line in lines {
+            for (i, cell) in line.iter().enumerate().take(line.len().saturating_sub(1)) {
+                let w = (cell.chars().count() + 3).max(6);
+                if widths.len() <= i {
+                    widths.push(w);
+                } else if widths[i] < w {
+                    widths[i] = w;
+                }
+            }
+        }
+        let mut text = String::new();
+        for line in lines {
+            for (i, cell) in line.iter().enumerate() {
+                text.push_str(cell);
+                if i + 1 < line.len() {
+                    for _ in cell.chars().count()..widths[i] {
+                        text.push(' ');
+                    }
+                }
+            }
+            text.push('\n');
+        }
+        out(&text);
+    };
+    let mut header_due = initial.is_empty();
+    print(&initial, &mut widths);
+    let mut query = vec![
+        "watch=1".to_owned(),
+        format!("resourceVersion={version}"),
+        "allowWatchBookmarks=true".to_owned(),
+    ];
+    if let Some(l) = &a.selector {
+        query.push(format!("labelSelector={}", encode(l)));
+    }
+    if let Some(f) = &a.field_selector {
+        query.push(format!("fieldSelector={}", encode(f)));
+    }
+    let uri = format!("{}?{}", r.collection_path(ns), query.join("&"));
+    let (code, mut body) = session.conn.rest.stream_accept(Method::GET, &uri, TABLE).await?;
+    if !(200..300).contains(&code) {
+        use http_body_util::BodyExt;
+        let bytes = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes().to_vec())
+            .unwrap_or_default();
+        return Err(Error::Api(ApiError::from_response(code, &bytes)));
+    }
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        use http_body_util::BodyExt;
+        let Some(Ok(frame)) = body.frame().await else {
+            // The watch ended (the server closed it, or the request timed out): done.
+            return Ok(0);
+        };
+        let Some(data) = frame.data_ref() else { continue };
+        pending.extend_from_slice(data);
+        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let Ok(event) = serde_json::from_slice::<Value>(&line) else {
+                continue;
+            };
+            match event["type"].as_str() {
+                Some("BOOKMARK") => continue,
+                Some("ERROR") => {
+                    let st = serde_json::to_vec(&event["object"]).unwrap_or_default();
+                    return Err(Error::Api(ApiError::from_response(
+                        event["object"]["code"].as_u64().unwrap_or(500) as u16,
+                        &st,
+                    )));
+                }
+                _ => {}
+            }
+            if !a.names_match(&event["object"]) {
+                continue;
+            }
+            let rows = table::rows(&event["object"], opts, header_due);
+            header_due = false;
+            print(&rows, &mut widths);
+        }
+    }
+}
+
+impl GetArgs {
+    /// `get -w TYPE NAME` watches the collection but shows only the named objects.
+    fn names_match(&self, table: &Value) -> bool {
+        let names = &self.args[1.min(self.args.len())..];
+        if names.is_empty() || self.args[0].contains('/') {
+            return true;
+        }
+        table["rows"].as_array().into_iter().flatten().any(|r| {
+            r["object"]["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| names.iter().any(|x| x == n))
+        })
     }
 }
 

@@ -28,9 +28,20 @@ impl Rest {
 
     /// A GET whose body is read as it comes (`logs -f`).
     pub async fn stream(&self, method: Method, uri: &str) -> Result<(u16, kube::client::Body)> {
+        self.stream_accept(method, uri, "*/*").await
+    }
+
+    /// The same with an Accept header (`get -w` asks for Tables).
+    pub async fn stream_accept(
+        &self,
+        method: Method,
+        uri: &str,
+        accept: &str,
+    ) -> Result<(u16, kube::client::Body)> {
         let req = Request::builder()
             .method(method)
             .uri(uri)
+            .header(http::header::ACCEPT, accept)
             .body(kube::client::Body::empty())
             .map_err(|e| msg(e.to_string()))?;
         let resp = self

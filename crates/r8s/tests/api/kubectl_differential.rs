@@ -65,6 +65,39 @@ impl Twins<'_> {
         }
     }
 
+    /// `get -w` for three seconds while a ConfigMap comes, changes and goes.
+    fn watch(&self, ours: bool) -> Run {
+        let suffix = if ours { "-r8x" } else { "-gox" };
+        let name = format!("watched{suffix}");
+        let child = self
+            .command(ours)
+            .args([
+                "get",
+                "cm",
+                "-l",
+                &format!("watch={name}"),
+                "-w",
+                "--request-timeout=3s",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        let cm = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  labels:\n    watch: {name}\n"
+        );
+        self.server.ok_stdin("1.33", &["create", "-f", "-"], &cm);
+        self.server.ok("1.33", &["label", "cm", &name, "more=yes"]);
+        self.server.ok("1.33", &["delete", "cm", &name]);
+        let out = child.wait_with_output().unwrap();
+        Run {
+            stdout: normalise(&String::from_utf8_lossy(&out.stdout), suffix),
+            stderr: normalise(&String::from_utf8_lossy(&out.stderr), suffix),
+            code: out.status.code().unwrap_or(-1),
+        }
+    }
+
     /// Both kubectls, the same answer; ours is returned.
     fn same(&self, args: &[&str]) -> Run {
         self.same_stdin(args, None)
@@ -362,6 +395,11 @@ fn r8s_kubectl_answers_as_kubectl_does() {
                 .replace("  a: \"1\"\n", ""),
         ),
     );
+
+    // Watching: the list (nothing), then a row per change.
+    let (go, ours) = (t.watch(false), t.watch(true));
+    assert_eq!(ours, go);
+    assert_eq!(ours.stdout.lines().count(), 4, "{}", ours.stdout);
 
     // Changing live objects.
     t.same(&["label", "cm", "applied-T", "a=b"]);
