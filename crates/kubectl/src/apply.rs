@@ -276,3 +276,58 @@ mod tests {
         );
     }
 }
+
+#[derive(clap::Args)]
+pub struct ReplaceArgs {
+    /// The files that contain the configurations to replace.
+    #[arg(short = 'f', long = "filename", required = true)]
+    filename: Vec<String>,
+    /// Process the directory used in -f, --filename recursively.
+    #[arg(short = 'R', long)]
+    recursive: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// `kubectl replace -f`: each object PUT as it is in the file.
+pub async fn replace(session: &Session, a: ReplaceArgs) -> Result<i32> {
+    let dry = a.common.dry_run()?;
+    let output = Output::parse(a.common.output.as_deref())?;
+    let manager = a.common.field_manager.as_deref().unwrap_or("kubectl-replace");
+    let mut failed = false;
+    for m in manifest::read(&a.filename, a.recursive)? {
+        let mut obj = m.object;
+        let r = session
+            .resource_for_kind(
+                obj["apiVersion"].as_str().unwrap_or(""),
+                obj["kind"].as_str().unwrap_or(""),
+            )
+            .await?;
+        let ns = target_namespace(session, &r, &mut obj)?;
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        if dry == DryRun::Client {
+            print_result(&r, &obj, &output, "replaced", dry);
+            continue;
+        }
+        let uri = format!(
+            "{}/{name}?{}",
+            r.collection_path(ns.as_deref()),
+            query(manager, dry)
+        );
+        let body = serde_json::to_vec(&obj).map_err(|e| msg(e.to_string()))?;
+        match session
+            .conn
+            .rest
+            .json(Method::PUT, &uri, JSON, Some((JSON, body)))
+            .await
+        {
+            Ok(v) => print_result(&r, &v, &output, "replaced", dry),
+            Err(Error::Api(e)) => {
+                eprintln!("{}", e.when("replacing", &m.source).display());
+                failed = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(i32::from(failed))
+}

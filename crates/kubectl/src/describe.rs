@@ -1258,23 +1258,7 @@ async fn describe_events(session: &Session, w: &mut W, o: &Value, ns: &str) -> R
     w.w(0, "Events:\n  Type\tReason\tAge\tFrom\tMessage\n");
     w.w(1, "----\t------\t----\t----\t-------\n");
     for e in &events {
-        let first = if e["firstTimestamp"].is_null() {
-            since(&e["eventTime"])
-        } else {
-            since(&e["firstTimestamp"])
-        };
-        let count = e["count"].as_i64().unwrap_or(0);
-        let interval = if count > 1 {
-            format!("{} (x{count} over {first})", since(&e["lastTimestamp"]))
-        } else if !e["series"].is_null() {
-            format!(
-                "{} (x{} over {first})",
-                since(&e["series"]["lastObservedTime"]),
-                e["series"]["count"].as_i64().unwrap_or(1)
-            )
-        } else {
-            first
-        };
+        let interval = interval(e);
         let source = e["source"]["component"]
             .as_str()
             .filter(|c| !c.is_empty())
@@ -1332,4 +1316,113 @@ mod tests {
         let kubectl = "Name:             p-k\nNamespace:        default\nPriority:         0\nService Account:  default\nNode:             <none>\nLabels:           run=p-k\nAnnotations:      <none>\nStatus:           Pending\nIP:               \nIPs:              <none>\nContainers:\n  p-k:\n    Image:        nginx\n    Port:         80/TCP\n    Host Port:    0/TCP\n    Environment:  <none>\n    Mounts:\n      /var/run/secrets/kubernetes.io/serviceaccount from kube-api-access-jvccg (ro)\nConditions:\n  Type           Status\n  PodScheduled   False \nVolumes:\n  kube-api-access-jvccg:\n    Type:                    Projected (a volume that contains injected data from multiple sources)\n    TokenExpirationSeconds:  3607\n    ConfigMapName:           kube-root-ca.crt\n    Optional:                false\n    DownwardAPI:             true\nQoS Class:                   BestEffort\nNode-Selectors:              <none>\nTolerations:                 node.kubernetes.io/not-ready:NoExecute op=Exists for 300s\n                             node.kubernetes.io/unreachable:NoExecute op=Exists for 300s\n";
         assert_eq!(tabwrite_with(&w.0, 0, 2), kubectl);
     }
+}
+
+#[derive(clap::Args)]
+pub struct EventsArgs {
+    /// Filter events to only those pertaining to the specified resource.
+    #[arg(long = "for")]
+    for_: Option<String>,
+    /// If present, list the requested object(s) across all namespaces.
+    #[arg(short = 'A', long)]
+    all_namespaces: bool,
+    /// Output only events of given types.
+    #[arg(long, value_delimiter = ',')]
+    types: Vec<String>,
+    /// When using the default output format, don't print headers.
+    #[arg(long)]
+    no_headers: bool,
+}
+
+/// The event's interval as kubectl's `events` and `describe` word it.
+fn interval(e: &Value) -> String {
+    let first = if e["eventTime"].is_null() {
+        since(&e["firstTimestamp"])
+    } else {
+        since(&e["eventTime"])
+    };
+    let count = e["count"].as_i64().unwrap_or(0);
+    if !e["series"].is_null() {
+        format!(
+            "{} (x{} over {first})",
+            since(&e["series"]["lastObservedTime"]),
+            e["series"]["count"].as_i64().unwrap_or(1)
+        )
+    } else if count > 1 {
+        format!("{} (x{count} over {first})", since(&e["lastTimestamp"]))
+    } else {
+        first
+    }
+}
+
+/// `kubectl events`: the namespace's events, oldest first.
+pub async fn events(session: &Session, a: EventsArgs) -> Result<i32> {
+    let ns = &session.conn.namespace;
+    let mut fields = Vec::new();
+    if let Some(target) = &a.for_ {
+        let (kind, name) = target
+            .split_once('/')
+            .ok_or_else(|| msg(format!("--for must be in resource/name form, not {target}")))?;
+        let r = session.resource(kind).await?;
+        fields.push(format!("involvedObject.kind={}", r.kind));
+        fields.push(format!("involvedObject.apiVersion={}", r.api_version()));
+        fields.push(format!("involvedObject.name={name}"));
+    }
+    let mut path = if a.all_namespaces {
+        "/api/v1/events?limit=500".to_owned()
+    } else {
+        format!("/api/v1/namespaces/{ns}/events?limit=500")
+    };
+    if !fields.is_empty() {
+        path.push_str(&format!("&fieldSelector={}", encode(&fields.join(","))));
+    }
+    let list = session.conn.rest.get(&path).await?;
+    let mut items: Vec<Value> = list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| a.types.is_empty() || a.types.iter().any(|t| e["type"] == t.as_str()))
+        .collect();
+    if items.is_empty() {
+        if a.all_namespaces {
+            eprintln!("No events found.");
+        } else {
+            eprintln!("No events found in {ns} namespace.");
+        }
+        return Ok(0);
+    }
+    let when = |e: &Value| -> String {
+        if !e["series"].is_null() {
+            s(&e["series"]["lastObservedTime"])
+        } else if !e["lastTimestamp"].is_null() {
+            s(&e["lastTimestamp"])
+        } else {
+            s(&e["eventTime"])
+        }
+    };
+    items.sort_by_key(|e| when(e));
+    let mut text = String::new();
+    if !a.no_headers {
+        if a.all_namespaces {
+            text.push_str("NAMESPACE\t");
+        }
+        text.push_str("LAST SEEN\tTYPE\tREASON\tOBJECT\tMESSAGE\n");
+    }
+    for e in &items {
+        if a.all_namespaces {
+            text.push_str(&format!("{}\t", s(&e["metadata"]["namespace"])));
+        }
+        text.push_str(&format!(
+            "{}\t{}\t{}\t{}/{}\t{}\n",
+            interval(e),
+            s(&e["type"]),
+            s(&e["reason"]),
+            s(&e["involvedObject"]["kind"]),
+            s(&e["involvedObject"]["name"]),
+            s(&e["message"]).trim()
+        ));
+    }
+    out(&tabwrite_with(&text, 6, 3));
+    Ok(0)
 }

@@ -420,3 +420,97 @@ pub async fn token(session: &Session, a: &TokenArgs) -> Result<i32> {
     out(&format!("{}\n", v["status"]["token"].as_str().unwrap_or("")));
     Ok(0)
 }
+
+#[derive(clap::Args)]
+pub struct AutoscaleArgs {
+    /// TYPE NAME or TYPE/NAME of the object to autoscale.
+    args: Vec<String>,
+    /// The lower limit for the number of pods that can be set by the autoscaler.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    min: i64,
+    /// The upper limit for the number of pods that can be set by the autoscaler. Required.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    max: i64,
+    /// The target average CPU utilization (represented as a percent of requested CPU) over all the pods.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    cpu_percent: i64,
+    /// The name for the newly created object.
+    #[arg(long)]
+    name: Option<String>,
+    #[command(flatten)]
+    common: crate::create::Common,
+}
+
+/// `kubectl autoscale`: an autoscaling/v2 HorizontalPodAutoscaler for a scalable object.
+pub async fn autoscale(session: &Session, a: AutoscaleArgs) -> Result<i32> {
+    if a.max < 1 {
+        return Err(msg("--max=MAXPODS is required and must be at least 1, max: -1"));
+    }
+    if a.min > a.max {
+        return Err(msg(format!(
+            "--max=MAXPODS must be larger or equal to --min=MINPODS, max: {}, min: {}",
+            a.max, a.min
+        )));
+    }
+    let dry = a.common.dry_run()?;
+    let output = crate::Output::parse(a.common.output.as_deref())?;
+    let reqs = crate::get::requests(session, &a.args).await?;
+    let (Some(req), true) = (reqs.first(), reqs.len() == 1) else {
+        return Err(msg("you must specify exactly one resource to autoscale"));
+    };
+    let Some(target) = req.names.first() else {
+        return Err(msg("resource(s) were provided, but no name was specified"));
+    };
+    let r = &req.resource;
+    let ns = r.namespaced.then(|| session.conn.namespace.clone());
+    // The object must exist and be scalable.
+    session
+        .conn
+        .rest
+        .get(&format!("{}/{target}/scale", r.collection_path(ns.as_deref())))
+        .await?;
+    let name = a.name.clone().unwrap_or_else(|| target.clone());
+    let mut meta = json!({"name": name, "creationTimestamp": null});
+    if let Some(n) = &session.flags.namespace {
+        meta["namespace"] = json!(n);
+    }
+    let mut spec = json!({
+        "scaleTargetRef": {"apiVersion": r.api_version(), "kind": r.kind, "name": target},
+        "maxReplicas": a.max,
+    });
+    if a.min >= 0 {
+        spec["minReplicas"] = json!(a.min);
+    }
+    if a.cpu_percent >= 0 {
+        spec["metrics"] = json!([{"type": "Resource", "resource": {"name": "cpu",
+            "target": {"type": "Utilization", "averageUtilization": a.cpu_percent}}}]);
+    }
+    let hpa = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta,
+        "spec": spec, "status": {"currentMetrics": null, "desiredReplicas": 0}});
+    let hr = session
+        .resource_for_kind("autoscaling/v2", "HorizontalPodAutoscaler")
+        .await?;
+    let result = if dry == crate::create::DryRun::Client {
+        hpa
+    } else {
+        let mut uri = format!(
+            "{}?fieldManager=kubectl-autoscale&fieldValidation=Strict",
+            hr.collection_path(Some(&session.conn.namespace))
+        );
+        if dry == crate::create::DryRun::Server {
+            uri.push_str("&dryRun=All");
+        }
+        session
+            .conn
+            .rest
+            .json(
+                Method::POST,
+                &uri,
+                JSON,
+                Some((JSON, serde_json::to_vec(&hpa).unwrap_or_default())),
+            )
+            .await?
+    };
+    crate::create::print_result(&hr, &result, &output, "autoscaled", dry);
+    Ok(0)
+}

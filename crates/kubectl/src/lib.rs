@@ -54,6 +54,10 @@ enum Command {
     Create(create::CreateArgs),
     /// Apply a configuration to a resource by file name or stdin.
     Apply(apply::ApplyArgs),
+    /// Replace a resource by file name or stdin.
+    Replace(apply::ReplaceArgs),
+    /// Auto-scale a deployment, replica set, stateful set, or replication controller.
+    Autoscale(generators::AutoscaleArgs),
     /// Delete resources by file names, stdin, resources and names, or by resources and label selector.
     Delete(delete::DeleteArgs),
     /// Run a particular image on the cluster.
@@ -91,6 +95,8 @@ enum Command {
     /// Display resource (CPU/memory) usage.
     #[command(subcommand)]
     Top(top::TopCommand),
+    /// List events.
+    Events(describe::EventsArgs),
     /// Display cluster information.
     ClusterInfo,
     /// Inspect authorization.
@@ -164,6 +170,8 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Describe(a) => describe::run(&session, a).await,
                 Command::Create(a) => create::run(&session, a).await,
                 Command::Apply(a) => apply::run(&session, a).await,
+                Command::Replace(a) => apply::replace(&session, a).await,
+                Command::Autoscale(a) => generators::autoscale(&session, a).await,
                 Command::Delete(a) => delete::run(&session, a).await,
                 Command::ApiResources(a) => info::api_resources(&session, a).await,
                 Command::ApiVersions => info::api_versions(&session).await,
@@ -183,6 +191,7 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Uncordon { nodes } => modify::cordon(&session, nodes, false).await,
                 Command::Rollout(c) => modify::rollout(&session, c).await,
                 Command::ClusterInfo => info::cluster_info(&session).await,
+                Command::Events(a) => describe::events(&session, a).await,
                 Command::Top(c) => top::top(&session, c).await,
                 Command::Auth(c) => info::auth(&session, c).await,
                 Command::Config(_) | Command::Version(_) => unreachable!("handled above"),

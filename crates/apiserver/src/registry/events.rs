@@ -33,11 +33,24 @@ impl Strategy for Events {
             ("involvedObject.name", &["involvedObject", "name"]),
             ("involvedObject.namespace", &["involvedObject", "namespace"]),
             ("involvedObject.uid", &["involvedObject", "uid"]),
+            ("involvedObject.apiVersion", &["involvedObject", "apiVersion"]),
+            (
+                "involvedObject.resourceVersion",
+                &["involvedObject", "resourceVersion"],
+            ),
+            ("involvedObject.fieldPath", &["involvedObject", "fieldPath"]),
             ("reason", &["reason"]),
+            ("reportingComponent", &["reportingComponent"]),
             ("type", &["type"]),
         ] {
             f.insert(k.to_owned(), str_field(obj, path).unwrap_or("").to_owned());
         }
+        // Upstream's `source`: the source component, else the reporting controller.
+        let source = str_field(obj, &["source", "component"])
+            .filter(|s| !s.is_empty())
+            .or(str_field(obj, &["reportingComponent"]))
+            .unwrap_or("");
+        f.insert("source".to_owned(), source.to_owned());
     }
 
     fn columns(&self) -> Vec<Column> {

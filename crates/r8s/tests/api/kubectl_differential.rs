@@ -128,6 +128,17 @@ fn normalise(text: &str, suffix: &str) -> String {
             let bare = w.trim_matches(|c| matches!(c, '"' | ',' | '(' | ')' | ':'));
             if is_uid(bare) {
                 w = "UID".into();
+            } else if bare.len() == 8
+                && bare.bytes().enumerate().all(|(i, b)| {
+                    if i == 2 || i == 5 {
+                        b == b':'
+                    } else {
+                        b.is_ascii_digit()
+                    }
+                })
+            {
+                // A clock time, as `describe` dates (RFC 1123) show it.
+                w = "CLOCK".into();
             } else if bare.parse::<std::net::Ipv4Addr>().is_ok() {
                 w = "IPADDR".into();
             } else if let Some(suffix) = bare.strip_prefix("kube-api-access-").filter(|x| x.len() == 5) {
@@ -531,6 +542,28 @@ fn r8s_kubectl_answers_as_kubectl_does() {
     t.same(&["set", "image", "deployment/zero-T", "nginx=nginx:2"]);
     t.same(&["set", "image", "deployment/zero-T", "nope=x"]);
     t.same(&["rollout", "status", "deployment/zero-T"]);
+    t.same(&["events", "--for", "deployment/web-T"]);
+    t.same(&["events", "--for", "deployment/zero-T", "--types=Warning"]);
+    t.same(&[
+        "autoscale",
+        "deployment",
+        "zero-T",
+        "--min=1",
+        "--max=3",
+        "--cpu-percent=50",
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ]);
+    t.same(&["autoscale", "deployment/zero-T", "--max=2"]);
+    t.same(&["get", "hpa", "zero-T", "-o", "jsonpath={.spec}"]);
+    let replacement = write(
+        dir.path(),
+        "one-T.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: one-T\ndata:\n  k: replaced\n",
+    );
+    t.same(&["replace", "-f", &replacement]);
+    t.same(&["get", "cm", "one-T", "-o", "jsonpath={.data}"]);
     t.same(&["describe", "service", "svc-T"]);
     t.same(&["describe", "svc/pod-T"]);
     t.same(&["describe", "pod", "pod-T"]);
