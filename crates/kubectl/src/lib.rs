@@ -87,6 +87,8 @@ enum Command {
     Taint(modify::TaintArgs),
     /// Mark node as unschedulable.
     Cordon { nodes: Vec<String> },
+    /// Drain node in preparation for maintenance.
+    Drain(modify::DrainArgs),
     /// Mark node as schedulable.
     Uncordon { nodes: Vec<String> },
     /// Manage the rollout of a resource.
@@ -188,6 +190,7 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Set(c) => modify::set(&session, c).await,
                 Command::Taint(a) => modify::taint(&session, a).await,
                 Command::Cordon { nodes } => modify::cordon(&session, nodes, true).await,
+                Command::Drain(a) => modify::drain(&session, a).await,
                 Command::Uncordon { nodes } => modify::cordon(&session, nodes, false).await,
                 Command::Rollout(c) => modify::rollout(&session, c).await,
                 Command::ClusterInfo => info::cluster_info(&session).await,

@@ -909,3 +909,170 @@ fn taint_value(key: &str, value: &str, effect: &str) -> Value {
     }
     t
 }
+
+#[derive(clap::Args)]
+pub struct DrainArgs {
+    node: String,
+    /// Continue even if there are pods that do not declare a controller.
+    #[arg(long)]
+    force: bool,
+    /// Ignore DaemonSet-managed pods.
+    #[arg(long)]
+    ignore_daemonsets: bool,
+    /// Continue even if there are pods using emptyDir (local data that will be deleted when the node is drained).
+    #[arg(long)]
+    delete_emptydir_data: bool,
+    /// Period of time in seconds given to each pod to terminate gracefully. If negative, the default value specified in the pod will be used.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    grace_period: i64,
+    /// The length of time to wait before giving up, zero means infinite.
+    #[arg(long, default_value = "0s")]
+    timeout: String,
+    /// Label selector to filter pods on the node.
+    #[arg(long)]
+    pod_selector: Option<String>,
+}
+
+/// `kubectl drain`: cordon, then evict the node's pods through the Eviction subresource
+/// (which honours disruption budgets: 429s are retried), waiting until each is gone.
+pub async fn drain(session: &Session, a: DrainArgs) -> Result<i32> {
+    cordon(session, vec![a.node.clone()], true).await?;
+    let mut uri = format!(
+        "/api/v1/pods?fieldSelector={}",
+        encode(&format!("spec.nodeName={}", a.node))
+    );
+    if let Some(l) = &a.pod_selector {
+        uri.push_str(&format!("&labelSelector={}", encode(l)));
+    }
+    let pods = session.conn.rest.get(&uri).await?;
+    let mut evict: Vec<(String, String)> = Vec::new();
+    let (mut unmanaged, mut daemons, mut local) = (Vec::new(), Vec::new(), Vec::new());
+    for p in pods["items"].as_array().into_iter().flatten() {
+        let ns = p["metadata"]["namespace"].as_str().unwrap_or("").to_owned();
+        let name = p["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        let id = format!("{ns}/{name}");
+        if p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string() {
+            continue;
+        }
+        let finished = matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
+        let controller = p["metadata"]["ownerReferences"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["controller"] == true).cloned());
+        if controller.as_ref().is_some_and(|c| c["kind"] == "DaemonSet") {
+            daemons.push(id);
+            continue;
+        }
+        if controller.is_none() && !finished {
+            unmanaged.push(id.clone());
+        }
+        let has_empty_dir = p["spec"]["volumes"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|v| !v["emptyDir"].is_null()));
+        if has_empty_dir && !finished {
+            local.push(id.clone());
+        }
+        evict.push((ns, name));
+    }
+    let mut problems = Vec::new();
+    if !unmanaged.is_empty() && !a.force {
+        problems.push(format!(
+            "cannot delete Pods that declare no controller (use --force to override): {}",
+            unmanaged.join(", ")
+        ));
+    }
+    if !daemons.is_empty() && !a.ignore_daemonsets {
+        problems.push(format!(
+            "cannot delete DaemonSet-managed Pods (use --ignore-daemonsets to ignore): {}",
+            daemons.join(", ")
+        ));
+    }
+    if !local.is_empty() && !a.delete_emptydir_data {
+        problems.push(format!(
+            "cannot delete Pods with local storage (use --delete-emptydir-data to override): {}",
+            local.join(", ")
+        ));
+    }
+    if !problems.is_empty() {
+        return Err(msg(format!(
+            "unable to drain node \"{}\" due to error: {}, continuing command...\nThere are pending nodes to be drained:\n {}\n{}",
+            a.node,
+            problems.join(", "),
+            a.node,
+            problems.join("\n")
+        )));
+    }
+    if !daemons.is_empty() {
+        eprintln!("Warning: ignoring DaemonSet-managed Pods: {}", daemons.join(", "));
+    }
+    if !unmanaged.is_empty() {
+        eprintln!(
+            "Warning: deleting Pods that declare no controller: {}",
+            unmanaged.join(", ")
+        );
+    }
+    let limit = parse_duration(&a.timeout)?;
+    let start = Instant::now();
+    let mut uids = Vec::new();
+    for (ns, name) in &evict {
+        out(&format!("evicting pod {ns}/{name}\n"));
+        let mut body = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}});
+        if a.grace_period >= 0 {
+            body["deleteOptions"] = json!({"gracePeriodSeconds": a.grace_period});
+        }
+        let path = format!("/api/v1/namespaces/{ns}/pods/{name}");
+        let uid = session
+            .conn
+            .rest
+            .get(&path)
+            .await
+            .ok()
+            .and_then(|p| p["metadata"]["uid"].as_str().map(str::to_owned));
+        loop {
+            match session
+                .conn
+                .rest
+                .json(
+                    Method::POST,
+                    &format!("{path}/eviction"),
+                    JSON,
+                    Some((JSON, serde_json::to_vec(&body).unwrap_or_default())),
+                )
+                .await
+            {
+                Ok(_) => break,
+                Err(Error::Api(e)) if e.is_not_found() => break,
+                Err(Error::Api(e)) if e.code == 429 => {
+                    eprintln!(
+                        "error when evicting pods/\"{name}\" -n \"{ns}\" (will retry after 5s): {}",
+                        e.message
+                    );
+                    if limit.is_some_and(|l| start.elapsed() >= l) {
+                        return Err(msg(format!(
+                            "error when evicting pods/\"{name}\" -n \"{ns}\": global timeout reached"
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        uids.push((path, name.clone(), uid));
+    }
+    for (path, name, uid) in uids {
+        loop {
+            match session.conn.rest.get(&path).await {
+                Ok(p) if p["metadata"]["uid"].as_str().map(str::to_owned) == uid => {}
+                Ok(_) => break,
+                Err(Error::Api(e)) if e.is_not_found() => break,
+                Err(e) => return Err(e),
+            }
+            if limit.is_some_and(|l| start.elapsed() >= l) {
+                return Err(msg(format!("drain did not complete within {}", a.timeout)));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        out(&format!("pod/{name} evicted\n"));
+    }
+    out(&format!("node/{} drained\n", a.node));
+    Ok(0)
+}

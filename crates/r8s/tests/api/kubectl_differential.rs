@@ -504,7 +504,13 @@ fn r8s_kubectl_answers_as_kubectl_does() {
     t.same(&["auth", "whoami"]);
     t.same(&["--as=jane", "--as-group=devs", "auth", "whoami"]);
     t.same(&["--as=jane", "get", "pods"]);
-    t.same(&["--as=system:serviceaccount:default:default", "auth", "can-i", "list", "secrets"]);
+    t.same(&[
+        "--as=system:serviceaccount:default:default",
+        "auth",
+        "can-i",
+        "list",
+        "secrets",
+    ]);
     t.same(&["auth", "can-i", "create", "pods"]);
     t.same(&["auth", "can-i", "get", "/logs"]);
     t.same(&["logs", "nopod"]);

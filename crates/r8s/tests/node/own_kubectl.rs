@@ -236,6 +236,44 @@ fn the_journey_with_r8s_kubectl() {
     );
     let gone = s.kubectl(V, &["get", "pod", "shell"]);
     assert!(!gone.status.success());
+    // Drain: the bare pod is refused without --force; then every pod is evicted.
+    let bare = k(&[
+        "run",
+        "bare",
+        "--image=busybox",
+        "--command",
+        "--",
+        "sleep",
+        "3600",
+    ]);
+    assert_eq!(bare, "pod/bare created\n");
+    wait_for(90, "bare Running", || {
+        (k(&["get", "pod", "bare", "-o", "jsonpath={.status.phase}"]) == "Running").then_some(())
+    });
+    let refused = s.r8s_kubectl(&["drain", "own-kubectl"], None);
+    assert_eq!(refused.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("cannot delete Pods that declare no controller (use --force to override): default/bare"),
+        "{err}"
+    );
+    let drained = k(&[
+        "drain",
+        "own-kubectl",
+        "--force",
+        "--grace-period=1",
+        "--timeout=120s",
+    ]);
+    for line in [
+        "node/own-kubectl already cordoned",
+        "evicting pod default/bare",
+        "pod/bare evicted",
+        "node/own-kubectl drained",
+    ] {
+        assert!(drained.contains(line), "{line:?} missing from:\n{drained}");
+    }
+    assert!(!s.kubectl(V, &["get", "pod", "bare"]).status.success());
+    assert_eq!(k(&["uncordon", "own-kubectl"]), "node/own-kubectl uncordoned\n");
     assert_eq!(
         k(&["delete", "deployment", "nginx"]),
         "deployment.apps \"nginx\" deleted\n"
