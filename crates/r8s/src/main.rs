@@ -1061,7 +1061,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     println!("r8s server: API server listening on https://{}", api.local_addr);
     println!("r8s server: wrote kubeconfig {}", kubeconfig_path.display());
     println!(
-        "r8s server: try: kubectl --kubeconfig {} get nodes",
+        "r8s server: try: r8s kubectl --kubeconfig {} get nodes",
         kubeconfig_path.display()
     );
     // Agents on other machines join with the token written here.
