@@ -28,7 +28,22 @@ pub struct DescribeArgs {
 }
 
 /// kubectl's PrefixWriter: `level` steps of two spaces before each write.
-struct W(String);
+#[derive(Default)]
+pub(crate) struct W(String);
+
+pub(crate) type Writer = W;
+
+impl W {
+    /// What was written, tabs and all (before any tabwriter).
+    pub(crate) fn text(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A pod template as `describe` writes it (`rollout history --revision` prints it raw).
+pub(crate) fn write_pod_template(w: &mut W, t: &Value) {
+    pod_template(w, t)
+}
 
 impl W {
     fn w(&mut self, level: usize, s: &str) {

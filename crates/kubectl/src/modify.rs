@@ -326,6 +326,20 @@ pub enum RolloutCommand {
     Pause { args: Vec<String> },
     /// Resume a paused resource.
     Resume { args: Vec<String> },
+    /// View rollout history.
+    History {
+        args: Vec<String>,
+        /// See the details, including podTemplate of the revision specified.
+        #[arg(long, default_value_t = 0)]
+        revision: i64,
+    },
+    /// Undo a previous rollout.
+    Undo {
+        args: Vec<String>,
+        /// The revision to rollback to. Default to 0 (last revision).
+        #[arg(long, default_value_t = 0)]
+        to_revision: i64,
+    },
     /// Show the status of the rollout.
     Status {
         args: Vec<String>,
@@ -362,6 +376,8 @@ pub async fn rollout(session: &Session, c: RolloutCommand) -> Result<i32> {
         RolloutCommand::Status { args, watch, timeout } => {
             status(session, &args, watch != "false", &timeout).await
         }
+        RolloutCommand::History { args, revision } => history(session, &args, revision).await,
+        RolloutCommand::Undo { args, to_revision } => undo(session, &args, to_revision).await,
     }
 }
 
@@ -1074,5 +1090,121 @@ pub async fn drain(session: &Session, a: DrainArgs) -> Result<i32> {
         out(&format!("pod/{name} evicted\n"));
     }
     out(&format!("node/{} drained\n", a.node));
+    Ok(0)
+}
+
+/// A Deployment's ReplicaSets by revision (`deployment.kubernetes.io/revision`), oldest first.
+async fn revisions(session: &Session, r: &Resource, deployment: &Value) -> Result<Vec<(i64, Value)>> {
+    if r.group != "apps" || r.name != "deployments" {
+        return Err(msg(format!(
+            "r8s kubectl's rollout history and undo know deployments only, not {}",
+            r.group_resource()
+        )));
+    }
+    let ns = deployment["metadata"]["namespace"].as_str().unwrap_or("");
+    let uid = deployment["metadata"]["uid"].as_str().unwrap_or("");
+    let list = session
+        .conn
+        .rest
+        .get(&format!("/apis/apps/v1/namespaces/{ns}/replicasets"))
+        .await?;
+    let mut out: Vec<(i64, Value)> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|rs| {
+            rs["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|o| o.iter().any(|o| o["uid"] == uid && o["controller"] == true))
+        })
+        .filter_map(|rs| {
+            let rev = rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+                .as_str()?
+                .parse()
+                .ok()?;
+            Some((rev, rs.clone()))
+        })
+        .collect();
+    out.sort_by_key(|(rev, _)| *rev);
+    Ok(out)
+}
+
+async fn history(session: &Session, args: &[String], revision: i64) -> Result<i32> {
+    for (r, path, name) in targets(session, args, false, None).await? {
+        let d = session.conn.rest.get(&path).await?;
+        let revs = revisions(session, &r, &d).await?;
+        if revision > 0 {
+            let Some((_, rs)) = revs.iter().find(|(n, _)| *n == revision) else {
+                return Err(msg("unable to find the specified revision"));
+            };
+            let mut w = crate::describe::Writer::default();
+            crate::describe::write_pod_template(&mut w, &rs["spec"]["template"]);
+            out(&format!(
+                "{}/{name} with revision #{revision}\n{}\n",
+                r.kind_prefix(),
+                w.text()
+            ));
+            continue;
+        }
+        let mut text = String::from("REVISION\tCHANGE-CAUSE\n");
+        for (rev, rs) in &revs {
+            let cause = rs["metadata"]["annotations"]["kubernetes.io/change-cause"]
+                .as_str()
+                .unwrap_or("<none>");
+            text.push_str(&format!("{rev}\t{cause}\n"));
+        }
+        out(&format!(
+            "{}/{name} \n{}\n",
+            r.kind_prefix(),
+            crate::printers::table::tabwrite_with(&text, 0, 2)
+        ));
+    }
+    Ok(0)
+}
+
+async fn undo(session: &Session, args: &[String], to_revision: i64) -> Result<i32> {
+    for (r, path, name) in targets(session, args, false, None).await? {
+        let d = session.conn.rest.get(&path).await?;
+        let revs = revisions(session, &r, &d).await?;
+        let target = if to_revision > 0 {
+            revs.iter().find(|(n, _)| *n == to_revision).ok_or_else(|| {
+                msg(format!(
+                    "unable to find specified revision {to_revision} in history"
+                ))
+            })?
+        } else {
+            // The revision before the latest.
+            if revs.len() < 2 {
+                return Err(msg(format!("no rollout history found for deployment \"{name}\"")));
+            }
+            &revs[revs.len() - 2]
+        };
+        let mut template = target.1["spec"]["template"].clone();
+        if let Some(labels) = template["metadata"]["labels"].as_object_mut() {
+            labels.remove("pod-template-hash");
+        }
+        let mut current = d["spec"]["template"].clone();
+        if let Some(labels) = current["metadata"]["labels"].as_object_mut() {
+            labels.remove("pod-template-hash");
+        }
+        if current == template {
+            out(&format!(
+                "{}/{name} skipped rollback (current template already matches revision {})\n",
+                r.kind_prefix(),
+                target.0
+            ));
+            continue;
+        }
+        let body = json!([{"op": "replace", "path": "/spec/template", "value": template}]);
+        patch(
+            session,
+            &path,
+            "application/json-patch+json",
+            &body,
+            "kubectl-rollout",
+        )
+        .await?;
+        out(&format!("{}/{name} rolled back\n", r.kind_prefix()));
+    }
     Ok(0)
 }

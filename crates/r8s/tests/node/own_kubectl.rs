@@ -162,6 +162,28 @@ fn the_journey_with_r8s_kubectl() {
     );
     let status = k(&["rollout", "status", "deployment/nginx", "--timeout=120s"]);
     assert!(status.ends_with("successfully rolled out\n"), "{status}");
+    // History and undo, read the same by both kubectls.
+    let history = k(&["rollout", "history", "deployment/nginx"]);
+    assert_eq!(history, s.ok(V, &["rollout", "history", "deployment/nginx"]));
+    assert_eq!(
+        history,
+        "deployment.apps/nginx \nREVISION  CHANGE-CAUSE\n1         <none>\n2         <none>\n\n"
+    );
+    let revision = k(&["rollout", "history", "deployment/nginx", "--revision=1"]);
+    assert_eq!(
+        revision,
+        s.ok(V, &["rollout", "history", "deployment/nginx", "--revision=1"])
+    );
+    assert_eq!(
+        k(&["rollout", "undo", "deployment/nginx"]),
+        "deployment.apps/nginx rolled back\n"
+    );
+    let status = k(&["rollout", "status", "deployment/nginx", "--timeout=120s"]);
+    assert!(status.ends_with("successfully rolled out\n"), "{status}");
+    assert_eq!(
+        k(&["rollout", "history", "deployment/nginx"]),
+        "deployment.apps/nginx \nREVISION  CHANGE-CAUSE\n2         <none>\n3         <none>\n\n"
+    );
     let replicas = k(&["get", "deployment", "nginx", "-o", "jsonpath={.status.replicas}"]);
     assert_eq!(replicas, "1");
 
