@@ -15,7 +15,7 @@ use crate::create::{print_result, target_namespace, Common, DryRun};
 use crate::error::{msg, Error, Result};
 use crate::printers;
 use crate::rest::JSON;
-use crate::{manifest, Output, Session};
+use crate::{manifest, out, Output, Session};
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -260,6 +260,13 @@ mod tests {
         assert_eq!(Value::Object(three_way(&config, &newer, &live)), newer);
     }
 
+    #[test]
+    fn edits_become_merge_patches() {
+        let a = json!({"data": {"k": "v", "gone": "x"}, "metadata": {"name": "n", "labels": {"a": "1"}}});
+        let b = json!({"data": {"k": "w"}, "metadata": {"name": "n", "labels": {"a": "1"}}});
+        assert_eq!(two_way(&a, &b), json!({"data": {"k": "w", "gone": null}}));
+    }
+
     fn current_with(v: &Value) -> Value {
         let mut c = v.clone();
         c["status"] = json!({"phase": "Running"});
@@ -330,4 +337,115 @@ pub async fn replace(session: &Session, a: ReplaceArgs) -> Result<i32> {
         }
     }
     Ok(i32::from(failed))
+}
+
+#[derive(clap::Args)]
+pub struct EditArgs {
+    /// TYPE NAME or TYPE/NAME.
+    args: Vec<String>,
+    /// Output format: yaml (default) or json, for the file edited.
+    #[arg(short = 'o', long)]
+    output: Option<String>,
+}
+
+const EDIT_HEADER: &str = "# Please edit the object below. Lines beginning with a '#' will be ignored,\n# and an empty file will abort the edit. If an error occurs while saving this file will be\n# reopened with the relevant failures.\n#\n";
+
+/// `kubectl edit`: the object in `$KUBE_EDITOR`, `$EDITOR` or vi; what changed goes back as a
+/// merge patch.
+pub async fn edit(session: &Session, a: EditArgs) -> Result<i32> {
+    let reqs = crate::get::requests(session, &a.args).await?;
+    let editor = std::env::var("KUBE_EDITOR")
+        .or_else(|_| std::env::var("EDITOR"))
+        .unwrap_or_else(|_| "vi".into());
+    let json_out = a.output.as_deref() == Some("json");
+    for req in reqs {
+        let r = req.resource;
+        let ns = r.namespaced.then(|| session.conn.namespace.clone());
+        for name in &req.names {
+            let path = format!("{}/{name}", r.collection_path(ns.as_deref()));
+            let mut original = session.conn.rest.get(&path).await?;
+            crate::get::strip_managed_fields(&mut original);
+            let text = if json_out {
+                printers::json::to_string(&original)
+            } else {
+                printers::yaml::to_string(&original)
+            };
+            let file = std::env::temp_dir().join(format!(
+                "kubectl-edit-{}-{name}.{}",
+                std::process::id(),
+                if json_out { "json" } else { "yaml" }
+            ));
+            std::fs::write(&file, format!("{EDIT_HEADER}{text}")).map_err(|e| msg(e.to_string()))?;
+            // As kubectl: the editor string through a shell, with the file appended.
+            let status = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("{editor} \"{}\"", file.display()))
+                .status();
+            let edited = std::fs::read_to_string(&file).unwrap_or_default();
+            let _ = std::fs::remove_file(&file);
+            match status {
+                Ok(s) if s.success() => {}
+                _ => return Err(msg(format!("there was a problem with the editor \"{editor}\""))),
+            }
+            let body: String = edited
+                .lines()
+                .filter(|l| !l.trim_start().starts_with('#'))
+                .collect::<Vec<_>>()
+                .join("\n");
+            if body.trim().is_empty() {
+                eprintln!("Edit cancelled, saved file was empty.");
+                continue;
+            }
+            let changed: Value = serde_json::from_str(&body)
+                .or_else(|_| serde_saphyr::from_str(&body))
+                .map_err(|e| msg(format!("error parsing edited object: {e}")))?;
+            if changed == original {
+                eprintln!("Edit cancelled, no changes made.");
+                continue;
+            }
+            let patch = two_way(&original, &changed);
+            session
+                .conn
+                .rest
+                .json(
+                    Method::PATCH,
+                    &format!("{path}?fieldManager=kubectl-edit&fieldValidation=Strict"),
+                    JSON,
+                    Some((
+                        "application/merge-patch+json",
+                        serde_json::to_vec(&patch).unwrap_or_default(),
+                    )),
+                )
+                .await?;
+            out(&format!("{}/{name} edited\n", r.kind_prefix()));
+        }
+    }
+    Ok(0)
+}
+
+/// The merge patch from `a` to `b`.
+fn two_way(a: &Value, b: &Value) -> Value {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut patch = Map::new();
+            for (k, v) in y {
+                match x.get(k) {
+                    Some(old) if old == v => {}
+                    Some(old @ Value::Object(_)) if v.is_object() => {
+                        patch.insert(k.clone(), two_way(old, v));
+                    }
+                    _ => {
+                        patch.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            for k in x.keys() {
+                if !y.contains_key(k) {
+                    patch.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(patch)
+        }
+        (_, b) => b.clone(),
+    }
 }

@@ -158,12 +158,24 @@ pub async fn exec(session: &Session, a: ExecArgs) -> Result<i32> {
     for c in &a.command {
         query.push(format!("command={}", encode(c)));
     }
-    query.push(format!("stdin={}", a.stdin));
+    remote(session, &name, "exec", query, a.stdin, terminal).await
+}
+
+/// `exec` and `attach` alike: the upgraded connection, the terminal, the exit code.
+async fn remote(
+    session: &Session,
+    name: &str,
+    subresource: &str,
+    mut query: Vec<String>,
+    stdin: bool,
+    terminal: bool,
+) -> Result<i32> {
+    query.push(format!("stdin={stdin}"));
     query.push("stdout=true".into());
     query.push(format!("stderr={}", !terminal));
     query.push(format!("tty={terminal}"));
     let uri = format!(
-        "/api/v1/namespaces/{}/pods/{name}/exec?{}",
+        "/api/v1/namespaces/{}/pods/{name}/{subresource}?{}",
         session.conn.namespace,
         query.join("&")
     );
@@ -178,7 +190,7 @@ pub async fn exec(session: &Session, a: ExecArgs) -> Result<i32> {
         .await
         .map_err(exec_error)?;
     let raw = if terminal { RawMode::enable() } else { None };
-    let status = stream(connection, a.stdin, terminal).await;
+    let status = stream(connection, stdin, terminal).await;
     drop(raw);
     let status = status?;
     let Some(status) = status else {
@@ -200,6 +212,46 @@ pub async fn exec(session: &Session, a: ExecArgs) -> Result<i32> {
             status["message"].as_str().unwrap_or("").to_owned(),
         )),
     }
+}
+
+#[derive(clap::Args)]
+pub struct AttachArgs {
+    /// POD or TYPE/NAME.
+    target: String,
+    /// Container name. If omitted, use the kubectl.kubernetes.io/default-container annotation.
+    #[arg(short = 'c', long)]
+    container: Option<String>,
+    /// Pass stdin to the container.
+    #[arg(short = 'i', long)]
+    stdin: bool,
+    /// Stdin is a TTY.
+    #[arg(short = 't', long)]
+    tty: bool,
+    /// Only print output from the remote session.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+}
+
+/// `kubectl attach`: the container's own standard streams.
+pub async fn attach(session: &Session, a: AttachArgs) -> Result<i32> {
+    let pod = pod(session, &a.target).await?;
+    let name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let container = container(&pod, a.container.as_deref())?;
+    if pod["status"]["phase"] == "Succeeded" || pod["status"]["phase"] == "Failed" {
+        return Err(msg(format!(
+            "cannot attach a container in a completed pod; current phase is {}",
+            pod["status"]["phase"].as_str().unwrap_or("")
+        )));
+    }
+    let terminal = a.tty && a.stdin && std::io::IsTerminal::is_terminal(&std::io::stdin());
+    if a.tty && !terminal && !a.quiet {
+        eprintln!("Unable to use a TTY - input is not a terminal or the right kind of file");
+    }
+    if terminal && !a.quiet {
+        eprintln!("If you don't see a command prompt, try pressing enter.");
+    }
+    let query = vec![format!("container={}", encode(&container))];
+    remote(session, &name, "attach", query, a.stdin, terminal).await
 }
 
 const STDIN: u8 = 0;

@@ -54,6 +54,8 @@ enum Command {
     Create(create::CreateArgs),
     /// Apply a configuration to a resource by file name or stdin.
     Apply(apply::ApplyArgs),
+    /// Edit a resource on the server.
+    Edit(apply::EditArgs),
     /// Replace a resource by file name or stdin.
     Replace(apply::ReplaceArgs),
     /// Auto-scale a deployment, replica set, stateful set, or replication controller.
@@ -68,6 +70,8 @@ enum Command {
     Logs(exec::LogsArgs),
     /// Execute a command in a container.
     Exec(exec::ExecArgs),
+    /// Attach to a running container.
+    Attach(exec::AttachArgs),
     /// Forward one or more local ports to a pod.
     PortForward(exec::PortForwardArgs),
     /// Update the labels on a resource.
@@ -173,6 +177,7 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Create(a) => create::run(&session, a).await,
                 Command::Apply(a) => apply::run(&session, a).await,
                 Command::Replace(a) => apply::replace(&session, a).await,
+                Command::Edit(a) => apply::edit(&session, a).await,
                 Command::Autoscale(a) => generators::autoscale(&session, a).await,
                 Command::Delete(a) => delete::run(&session, a).await,
                 Command::ApiResources(a) => info::api_resources(&session, a).await,
@@ -182,6 +187,7 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Logs(a) => exec::logs(&session, a).await,
                 Command::Exec(a) => exec::exec(&session, a).await,
                 Command::PortForward(a) => exec::port_forward(&session, a).await,
+                Command::Attach(a) => exec::attach(&session, a).await,
                 Command::Label(a) => modify::metadata(&session, a, true).await,
                 Command::Annotate(a) => modify::metadata(&session, a, false).await,
                 Command::Patch(a) => modify::patch_cmd(&session, a).await,

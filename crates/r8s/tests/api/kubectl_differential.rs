@@ -42,10 +42,17 @@ impl Twins<'_> {
 
     /// `args` with `-T` replaced by each twin's suffix; `stdin` likewise.
     fn run(&self, ours: bool, args: &[&str], stdin: Option<&str>) -> Run {
+        self.run_env(ours, args, stdin, &[])
+    }
+
+    fn run_env(&self, ours: bool, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
         let suffix = if ours { "-r8x" } else { "-gox" };
         let args: Vec<String> = args.iter().map(|a| a.replace("-T", suffix)).collect();
-        let mut child = self
-            .command(ours)
+        let mut command = self.command(ours);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -96,6 +103,16 @@ impl Twins<'_> {
             stderr: normalise(&String::from_utf8_lossy(&out.stderr), suffix),
             code: out.status.code().unwrap_or(-1),
         }
+    }
+
+    /// Both kubectls with `EDITOR` set, the same answer.
+    fn same_editor(&self, args: &[&str], editor: &str) {
+        let go = self.run_env(false, args, None, &[("EDITOR", editor)]);
+        let ours = self.run_env(true, args, None, &[("EDITOR", editor)]);
+        assert_eq!(
+            ours, go,
+            "r8s kubectl (left) and kubectl 1.33 (right) differ on {args:?} with EDITOR={editor}"
+        );
     }
 
     /// Both kubectls, the same answer; ours is returned.
@@ -572,6 +589,10 @@ fn r8s_kubectl_answers_as_kubectl_does() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: one-T\ndata:\n  k: replaced\n",
     );
     t.same(&["replace", "-f", &replacement]);
+    t.same(&["get", "cm", "one-T", "-o", "jsonpath={.data}"]);
+    t.same_editor(&["edit", "cm", "one-T"], "true");
+    t.same_editor(&["edit", "cm/one-T"], "sed -i s/replaced/edited/");
+    t.same_editor(&["edit", "cm", "one-T"], "sed -i s/k:/k2:/");
     t.same(&["get", "cm", "one-T", "-o", "jsonpath={.data}"]);
     t.same(&["describe", "service", "svc-T"]);
     t.same(&["describe", "svc/pod-T"]);

@@ -151,6 +151,35 @@ fn the_journey_with_r8s_kubectl() {
     let _ = forward.wait();
     assert!(page.contains("Welcome to nginx"), "{page}");
 
+    // Attach: the container's own output as it comes.
+    k(&[
+        "run",
+        "ticker",
+        "--image=busybox",
+        "--command",
+        "--",
+        "sh",
+        "-c",
+        "while true; do echo tick; sleep 1; done",
+    ]);
+    wait_for(90, "ticker Running", || {
+        (k(&["get", "pod", "ticker", "-o", "jsonpath={.status.phase}"]) == "Running").then_some(())
+    });
+    let mut attach = std::process::Command::new(env!("CARGO_BIN_EXE_r8s"))
+        .args(["kubectl", "--kubeconfig"])
+        .arg(&s.kubeconfig)
+        .args(["attach", "ticker"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut ticks = std::io::BufRead::lines(std::io::BufReader::new(attach.stdout.take().unwrap()));
+    let tick = ticks.next().unwrap().unwrap();
+    let _ = attach.kill();
+    let _ = attach.wait();
+    assert_eq!(tick, "tick");
+    k(&["delete", "pod", "ticker", "--grace-period=1"]);
+
     // Scale, restart, and the rollout that follows.
     assert_eq!(
         k(&["scale", "deployment", "nginx", "--replicas=1"]),
