@@ -11,7 +11,7 @@
 use http::Method;
 use serde_json::{json, Map, Value};
 
-use crate::create::{print_result, target_namespace, Common, DryRun};
+use crate::create::{post, print_result, resource_of, target_namespace, write_query, Common, DryRun};
 use crate::error::{msg, Error, Result};
 use crate::printers;
 use crate::rest::JSON;
@@ -62,24 +62,8 @@ pub async fn run(session: &Session, a: ApplyArgs) -> Result<i32> {
 
 type Applied = (crate::discovery::Resource, Value, &'static str);
 
-fn query(manager: &str, dry: DryRun) -> String {
-    let mut q = format!(
-        "fieldManager={}&fieldValidation=Strict",
-        crate::get::encode(manager)
-    );
-    if dry == DryRun::Server {
-        q.push_str("&dryRun=All");
-    }
-    q
-}
-
 async fn client_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryRun) -> Result<Applied> {
-    let r = session
-        .resource_for_kind(
-            obj["apiVersion"].as_str().unwrap_or(""),
-            obj["kind"].as_str().unwrap_or(""),
-        )
-        .await?;
+    let r = resource_of(session, &obj).await?;
     let ns = target_namespace(session, &r, &mut obj)?;
     if let Some(ns) = &ns {
         obj["metadata"]["namespace"] = json!(ns);
@@ -100,16 +84,7 @@ async fn client_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryR
     let current = match session.conn.rest.get(&path).await {
         Ok(c) => c,
         Err(Error::Api(e)) if e.is_not_found() => {
-            if dry == DryRun::Client {
-                return Ok((r, modified, "created"));
-            }
-            let uri = format!("{}?{}", r.collection_path(ns.as_deref()), query(manager, dry));
-            let body = serde_json::to_vec(&modified).map_err(|e| msg(e.to_string()))?;
-            let created = session
-                .conn
-                .rest
-                .json(Method::POST, &uri, JSON, Some((JSON, body)))
-                .await?;
+            let created = post(session, &r, ns.as_deref(), modified, manager, dry).await?;
             return Ok((r, created, "created"));
         }
         Err(e) => return Err(e),
@@ -125,7 +100,7 @@ async fn client_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryR
     if dry == DryRun::Client {
         return Ok((r, current, "configured"));
     }
-    let uri = format!("{path}?{}", query(manager, dry));
+    let uri = format!("{path}?{}", write_query(manager, dry));
     let body = serde_json::to_vec(&Value::Object(patch)).map_err(|e| msg(e.to_string()))?;
     let patched = session
         .conn
@@ -141,19 +116,14 @@ async fn client_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryR
 }
 
 async fn server_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryRun) -> Result<Applied> {
-    let r = session
-        .resource_for_kind(
-            obj["apiVersion"].as_str().unwrap_or(""),
-            obj["kind"].as_str().unwrap_or(""),
-        )
-        .await?;
+    let r = resource_of(session, &obj).await?;
     let ns = target_namespace(session, &r, &mut obj)?;
     let name = obj["metadata"]["name"].as_str().unwrap_or("").to_owned();
     let manager = a.common.field_manager.as_deref().unwrap_or("kubectl");
     let mut uri = format!(
         "{}/{name}?{}",
         r.collection_path(ns.as_deref()),
-        query(manager, dry)
+        write_query(manager, dry)
     );
     if a.force_conflicts {
         uri.push_str("&force=true");
@@ -304,12 +274,7 @@ pub async fn replace(session: &Session, a: ReplaceArgs) -> Result<i32> {
     let mut failed = false;
     for m in manifest::read(&a.filename, a.recursive)? {
         let mut obj = m.object;
-        let r = session
-            .resource_for_kind(
-                obj["apiVersion"].as_str().unwrap_or(""),
-                obj["kind"].as_str().unwrap_or(""),
-            )
-            .await?;
+        let r = resource_of(session, &obj).await?;
         let ns = target_namespace(session, &r, &mut obj)?;
         let name = obj["metadata"]["name"].as_str().unwrap_or("").to_owned();
         if dry == DryRun::Client {
@@ -319,7 +284,7 @@ pub async fn replace(session: &Session, a: ReplaceArgs) -> Result<i32> {
         let uri = format!(
             "{}/{name}?{}",
             r.collection_path(ns.as_deref()),
-            query(manager, dry)
+            write_query(manager, dry)
         );
         let body = serde_json::to_vec(&obj).map_err(|e| msg(e.to_string()))?;
         match session

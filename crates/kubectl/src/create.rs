@@ -218,31 +218,54 @@ async fn create_one(
     dry: DryRun,
     manager: &str,
 ) -> Result<(Resource, Value)> {
-    let r = session
+    let r = resource_of(session, &obj).await?;
+    let ns = target_namespace(session, &r, &mut obj)?;
+    let created = post(session, &r, ns.as_deref(), obj, manager, dry).await?;
+    Ok((r, created))
+}
+
+/// The resource a manifest names by its apiVersion and kind.
+pub(crate) async fn resource_of(session: &Session, obj: &Value) -> Result<Resource> {
+    session
         .resource_for_kind(
             obj["apiVersion"].as_str().unwrap_or(""),
             obj["kind"].as_str().unwrap_or(""),
         )
-        .await?;
-    let ns = target_namespace(session, &r, &mut obj)?;
-    if dry == DryRun::Client {
-        return Ok((r, obj));
-    }
-    let mut uri = format!(
-        "{}?fieldManager={}&fieldValidation=Strict",
-        r.collection_path(ns.as_deref()),
+        .await
+}
+
+/// What every kubectl write carries: its field manager, strict field validation, and
+/// `dryRun=All` for a server dry run.
+pub(crate) fn write_query(manager: &str, dry: DryRun) -> String {
+    let mut q = format!(
+        "fieldManager={}&fieldValidation=Strict",
         crate::get::encode(manager)
     );
     if dry == DryRun::Server {
-        uri.push_str("&dryRun=All");
+        q.push_str("&dryRun=All");
     }
+    q
+}
+
+/// `obj` created in its collection; with a client dry run, `obj` as it is.
+pub(crate) async fn post(
+    session: &Session,
+    r: &Resource,
+    ns: Option<&str>,
+    obj: Value,
+    manager: &str,
+    dry: DryRun,
+) -> Result<Value> {
+    if dry == DryRun::Client {
+        return Ok(obj);
+    }
+    let uri = format!("{}?{}", r.collection_path(ns), write_query(manager, dry));
     let body = serde_json::to_vec(&obj).map_err(|e| msg(e.to_string()))?;
-    let created = session
+    session
         .conn
         .rest
         .json(Method::POST, &uri, JSON, Some((JSON, body)))
-        .await?;
-    Ok((r, created))
+        .await
 }
 
 /// kubectl's generated objects, field for field (creationTimestamp null, empty status).

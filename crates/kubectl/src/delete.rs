@@ -82,12 +82,7 @@ pub async fn run(session: &Session, a: DeleteArgs) -> Result<i32> {
     if !a.filename.is_empty() {
         for m in manifest::read(&a.filename, a.recursive)? {
             let mut obj = m.object;
-            let r = session
-                .resource_for_kind(
-                    obj["apiVersion"].as_str().unwrap_or(""),
-                    obj["kind"].as_str().unwrap_or(""),
-                )
-                .await?;
+            let r = crate::create::resource_of(session, &obj).await?;
             let ns = crate::create::target_namespace(session, &r, &mut obj)?;
             let name = obj["metadata"]["name"].as_str().unwrap_or("").to_owned();
             targets.push((r, ns, name));

@@ -490,27 +490,8 @@ pub async fn autoscale(session: &Session, a: AutoscaleArgs) -> Result<i32> {
     let hr = session
         .resource_for_kind("autoscaling/v2", "HorizontalPodAutoscaler")
         .await?;
-    let result = if dry == crate::create::DryRun::Client {
-        hpa
-    } else {
-        let mut uri = format!(
-            "{}?fieldManager=kubectl-autoscale&fieldValidation=Strict",
-            hr.collection_path(Some(&session.conn.namespace))
-        );
-        if dry == crate::create::DryRun::Server {
-            uri.push_str("&dryRun=All");
-        }
-        session
-            .conn
-            .rest
-            .json(
-                Method::POST,
-                &uri,
-                JSON,
-                Some((JSON, serde_json::to_vec(&hpa).unwrap_or_default())),
-            )
-            .await?
-    };
+    let ns = session.conn.namespace.clone();
+    let result = crate::create::post(session, &hr, Some(&ns), hpa, "kubectl-autoscale", dry).await?;
     crate::create::print_result(&hr, &result, &output, "autoscaled", dry);
     Ok(0)
 }

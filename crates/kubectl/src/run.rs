@@ -2,12 +2,10 @@
 //! (`run=NAME` labels, `dnsPolicy: ClusterFirst`, `status: {loadBalancer: {}}`, ports found
 //! on the exposed object), created with the `kubectl-run` and `kubectl-expose` managers.
 
-use http::Method;
 use serde_json::{json, Map, Value};
 
-use crate::create::{print_result, target_namespace, Common, DryRun};
+use crate::create::{post, print_result, resource_of, target_namespace, Common, DryRun};
 use crate::error::{msg, Result};
-use crate::rest::JSON;
 use crate::{out, Output, Session};
 
 #[derive(clap::Args)]
@@ -178,34 +176,9 @@ async fn send(
     manager: &str,
     verb: &str,
 ) -> Result<Value> {
-    let r = session
-        .resource_for_kind(
-            obj["apiVersion"].as_str().unwrap_or(""),
-            obj["kind"].as_str().unwrap_or(""),
-        )
-        .await?;
+    let r = resource_of(session, &obj).await?;
     let ns = target_namespace(session, &r, &mut obj)?;
-    let result = if dry == DryRun::Client {
-        obj
-    } else {
-        let mut uri = format!(
-            "{}?fieldManager={manager}&fieldValidation=Strict",
-            r.collection_path(ns.as_deref())
-        );
-        if dry == DryRun::Server {
-            uri.push_str("&dryRun=All");
-        }
-        session
-            .conn
-            .rest
-            .json(
-                Method::POST,
-                &uri,
-                JSON,
-                Some((JSON, serde_json::to_vec(&obj).unwrap_or_default())),
-            )
-            .await?
-    };
+    let result = post(session, &r, ns.as_deref(), obj, manager, dry).await?;
     print_result(&r, &result, output, verb, dry);
     Ok(result)
 }
