@@ -89,6 +89,12 @@ async fn client_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryR
         }
         Err(e) => return Err(e),
     };
+    if current["metadata"]["annotations"][LAST_APPLIED].is_null() {
+        eprintln!(
+            "Warning: resource {}/{name} is missing the {LAST_APPLIED} annotation which is required by kubectl apply. kubectl apply should only be used on resources created declaratively by either kubectl create --save-config or kubectl apply. The missing annotation will be patched automatically.",
+            r.name
+        );
+    }
     let original: Value = current["metadata"]["annotations"][LAST_APPLIED]
         .as_str()
         .and_then(|s| serde_json::from_str(s).ok())
@@ -413,4 +419,152 @@ fn two_way(a: &Value, b: &Value) -> Value {
         }
         (_, b) => b.clone(),
     }
+}
+
+#[derive(clap::Args)]
+pub struct DiffArgs {
+    /// Filename, directory, or URL to files contains the configuration to diff.
+    #[arg(short = 'f', long = "filename", required = true)]
+    filename: Vec<String>,
+    /// Process the directory used in -f, --filename recursively.
+    #[arg(short = 'R', long)]
+    recursive: bool,
+    /// If true, apply runs in the server instead of the client.
+    #[arg(long)]
+    server_side: bool,
+    /// If true, server-side apply will force the changes against conflicts.
+    #[arg(long)]
+    force_conflicts: bool,
+    /// Name of the manager used to track field ownership.
+    #[arg(long)]
+    field_manager: Option<String>,
+}
+
+/// `kubectl diff -f`: each object as it is live and as applying it would leave it (a server
+/// dry run of the same apply), written to two directories kubectl names and compared by
+/// `$KUBECTL_EXTERNAL_DIFF` or `diff -u -N`; its exit code is ours (1: differences).
+pub async fn diff(session: &Session, a: DiffArgs) -> Result<i32> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let live_dir = std::env::temp_dir().join(format!("LIVE-{}{stamp}", std::process::id()));
+    let merged_dir = std::env::temp_dir().join(format!("MERGED-{}{stamp}", std::process::id()));
+    let result = diff_into(session, &a, &live_dir, &merged_dir).await;
+    let code = match result {
+        Ok(()) => {
+            let program = std::env::var("KUBECTL_EXTERNAL_DIFF").unwrap_or_else(|_| "diff -u -N".into());
+            let mut words = program.split_whitespace();
+            let status = std::process::Command::new(words.next().unwrap_or("diff"))
+                .args(words)
+                .arg(&live_dir)
+                .arg(&merged_dir)
+                .status();
+            match status.map(|s| s.code()) {
+                Ok(Some(c)) if c <= 1 => Ok(c),
+                Ok(Some(c)) => Err(msg(format!("exit status {c}"))),
+                Ok(None) => Err(msg("diff was killed")),
+                Err(e) => Err(msg(format!("failed to run \"{program}\": {e}"))),
+            }
+        }
+        Err(e) => Err(e),
+    };
+    let _ = std::fs::remove_dir_all(&live_dir);
+    let _ = std::fs::remove_dir_all(&merged_dir);
+    code
+}
+
+async fn diff_into(
+    session: &Session,
+    a: &DiffArgs,
+    live_dir: &std::path::Path,
+    merged_dir: &std::path::Path,
+) -> Result<()> {
+    std::fs::create_dir_all(live_dir).map_err(|e| msg(e.to_string()))?;
+    std::fs::create_dir_all(merged_dir).map_err(|e| msg(e.to_string()))?;
+    let dry = DryRun::Server;
+    for m in manifest::read(&a.filename, a.recursive)? {
+        let mut obj = m.object;
+        let r = resource_of(session, &obj).await?;
+        let ns = target_namespace(session, &r, &mut obj)?;
+        if let Some(ns) = &ns {
+            obj["metadata"]["namespace"] = json!(ns);
+        }
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        let path = format!("{}/{name}", r.collection_path(ns.as_deref()));
+        let live = match session.conn.rest.get(&path).await {
+            Ok(v) => Some(v),
+            Err(Error::Api(e)) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        };
+        let merged = if a.server_side {
+            let manager = a.field_manager.as_deref().unwrap_or("kubectl");
+            let mut uri = format!("{path}?{}", write_query(manager, dry));
+            if a.force_conflicts {
+                uri.push_str("&force=true");
+            }
+            let body = serde_json::to_vec(&obj).map_err(|e| msg(e.to_string()))?;
+            session
+                .conn
+                .rest
+                .json(
+                    Method::PATCH,
+                    &uri,
+                    JSON,
+                    Some(("application/apply-patch+yaml", body)),
+                )
+                .await?
+        } else {
+            let manager = a.field_manager.as_deref().unwrap_or("kubectl-client-side-apply");
+            // As kubectl's diff: the configuration without the last-applied annotation (kept
+            // as an empty map for the patch, absent for a create).
+            let mut modified = with_annotation(&obj);
+            if let Some(ann) = modified["metadata"]["annotations"].as_object_mut() {
+                ann.remove(LAST_APPLIED);
+            }
+            match &live {
+                None => post(session, &r, ns.as_deref(), obj.clone(), manager, dry).await?,
+                Some(current) => {
+                    let original: Value = current["metadata"]["annotations"][LAST_APPLIED]
+                        .as_str()
+                        .and_then(|s| serde_json::from_str(s).ok())
+                        .unwrap_or(Value::Object(Map::new()));
+                    let patch = three_way(&original, &modified, current);
+                    if patch.is_empty() {
+                        current.clone()
+                    } else {
+                        let body =
+                            serde_json::to_vec(&Value::Object(patch)).map_err(|e| msg(e.to_string()))?;
+                        session
+                            .conn
+                            .rest
+                            .json(
+                                Method::PATCH,
+                                &format!("{path}?{}", write_query(manager, dry)),
+                                JSON,
+                                Some(("application/merge-patch+json", body)),
+                            )
+                            .await?
+                    }
+                }
+            }
+        };
+        // kubectl's file name: group.version.Kind.namespace.name.
+        let file = format!(
+            "{}.{}.{}.{name}",
+            r.api_version().replace('/', "."),
+            r.kind,
+            ns.as_deref().unwrap_or("")
+        );
+        let write = |dir: &std::path::Path, v: &Value| -> Result<()> {
+            let mut v = v.clone();
+            crate::get::strip_managed_fields(&mut v);
+            std::fs::write(dir.join(&file), printers::yaml::to_string(&v)).map_err(|e| msg(e.to_string()))
+        };
+        if let Some(live) = &live {
+            write(live_dir, live)?;
+        }
+        write(merged_dir, &merged)?;
+    }
+    Ok(())
 }

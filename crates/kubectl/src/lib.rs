@@ -54,6 +54,8 @@ enum Command {
     Create(create::CreateArgs),
     /// Apply a configuration to a resource by file name or stdin.
     Apply(apply::ApplyArgs),
+    /// Diff the live version against a would-be applied version.
+    Diff(apply::DiffArgs),
     /// Edit a resource on the server.
     Edit(apply::EditArgs),
     /// Replace a resource by file name or stdin.
@@ -178,6 +180,7 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Apply(a) => apply::run(&session, a).await,
                 Command::Replace(a) => apply::replace(&session, a).await,
                 Command::Edit(a) => apply::edit(&session, a).await,
+                Command::Diff(a) => apply::diff(&session, a).await,
                 Command::Autoscale(a) => generators::autoscale(&session, a).await,
                 Command::Delete(a) => delete::run(&session, a).await,
                 Command::ApiResources(a) => info::api_resources(&session, a).await,

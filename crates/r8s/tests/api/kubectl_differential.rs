@@ -400,6 +400,19 @@ fn r8s_kubectl_answers_as_kubectl_does() {
     let manifest = write(dir.path(), "m-T.yaml", MANIFEST);
     t.same(&["create", "-f", &manifest]);
     t.same(&["create", "-f", &manifest]);
+    // Applying over what `create` made warns and adds the annotation; diff shows nothing left.
+    t.same(&["apply", "-f", &manifest]);
+    let diff = [("KUBECTL_EXTERNAL_DIFF", "diff -u -N --label live --label merged")];
+    let diffs = |args: &[&str]| {
+        let go = t.run_env(false, args, None, &diff);
+        let ours = t.run_env(true, args, None, &diff);
+        assert_eq!(
+            ours, go,
+            "r8s kubectl (left) and kubectl 1.33 (right) differ on {args:?}"
+        );
+        ours
+    };
+    assert_eq!(diffs(&["diff", "-f", &manifest]).code, 0);
     t.same(&["get", "configmaps", "applied-T", "-o", "yaml"]);
     t.same(&["get", "cm", "-l", "tier=web-T", "--show-labels", "-L", "tier"]);
     t.same(&["delete", "-f", &manifest]);
