@@ -580,6 +580,11 @@ fn r8s_kubectl_answers_as_kubectl_does() {
     t.same(&["set", "image", "deployment/zero-T", "nginx=nginx:2"]);
     t.same(&["set", "image", "deployment/zero-T", "nginx=nginx:2"]);
     t.same(&["set", "image", "deployment/zero-T", "nope=x"]);
+    t.same(&["set", "env", "deployment/zero-T", "A=1", "B=2"]);
+    t.same(&["set", "env", "deployment/zero-T", "A=1"]);
+    t.same(&["set", "env", "deployment/zero-T", "B-"]);
+    t.same(&["set", "env", "deployment/zero-T", "--list"]);
+    t.same(&["set", "env", "deployment/zero-T", "-c", "nope", "X=1"]);
     t.same(&["rollout", "status", "deployment/zero-T"]);
     t.same(&["events", "--for", "deployment/web-T"]);
     t.same(&["events", "--for", "deployment/zero-T", "--types=Warning"]);
