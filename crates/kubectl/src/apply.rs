@@ -107,16 +107,10 @@ async fn client_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryR
         return Ok((r, current, "configured"));
     }
     let uri = format!("{path}?{}", write_query(manager, dry));
-    let body = serde_json::to_vec(&Value::Object(patch)).map_err(|e| msg(e.to_string()))?;
     let patched = session
         .conn
         .rest
-        .json(
-            Method::PATCH,
-            &uri,
-            JSON,
-            Some(("application/merge-patch+json", body)),
-        )
+        .patch(&uri, "application/merge-patch+json", &Value::Object(patch))
         .await?;
     Ok((r, patched, "configured"))
 }
@@ -134,16 +128,10 @@ async fn server_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryR
     if a.force_conflicts {
         uri.push_str("&force=true");
     }
-    let body = serde_json::to_vec(&obj).map_err(|e| msg(e.to_string()))?;
     let applied = session
         .conn
         .rest
-        .json(
-            Method::PATCH,
-            &uri,
-            JSON,
-            Some(("application/apply-patch+yaml", body)),
-        )
+        .patch(&uri, "application/apply-patch+yaml", &obj)
         .await?;
     Ok((r, applied, "serverside-applied"))
 }
@@ -375,18 +363,11 @@ pub async fn edit(session: &Session, a: EditArgs) -> Result<i32> {
                 continue;
             }
             let patch = two_way(&original, &changed);
+            let uri = format!("{path}?fieldManager=kubectl-edit&fieldValidation=Strict");
             session
                 .conn
                 .rest
-                .json(
-                    Method::PATCH,
-                    &format!("{path}?fieldManager=kubectl-edit&fieldValidation=Strict"),
-                    JSON,
-                    Some((
-                        "application/merge-patch+json",
-                        serde_json::to_vec(&patch).unwrap_or_default(),
-                    )),
-                )
+                .patch(&uri, "application/merge-patch+json", &patch)
                 .await?;
             out(&format!("{}/{name} edited\n", r.kind_prefix()));
         }
@@ -503,16 +484,10 @@ async fn diff_into(
             if a.force_conflicts {
                 uri.push_str("&force=true");
             }
-            let body = serde_json::to_vec(&obj).map_err(|e| msg(e.to_string()))?;
             session
                 .conn
                 .rest
-                .json(
-                    Method::PATCH,
-                    &uri,
-                    JSON,
-                    Some(("application/apply-patch+yaml", body)),
-                )
+                .patch(&uri, "application/apply-patch+yaml", &obj)
                 .await?
         } else {
             let manager = a.field_manager.as_deref().unwrap_or("kubectl-client-side-apply");
@@ -533,17 +508,12 @@ async fn diff_into(
                     if patch.is_empty() {
                         current.clone()
                     } else {
-                        let body =
-                            serde_json::to_vec(&Value::Object(patch)).map_err(|e| msg(e.to_string()))?;
+                        let uri = format!("{path}?{}", write_query(manager, dry));
+                        let body = Value::Object(patch);
                         session
                             .conn
                             .rest
-                            .json(
-                                Method::PATCH,
-                                &format!("{path}?{}", write_query(manager, dry)),
-                                JSON,
-                                Some(("application/merge-patch+json", body)),
-                            )
+                            .patch(&uri, "application/merge-patch+json", &body)
                             .await?
                     }
                 }

@@ -75,6 +75,32 @@ async fn pod(session: &Session, arg: &str) -> Result<Value> {
         .ok_or_else(|| msg(format!("no pods found for {}/{name}", r.kind_prefix())))
 }
 
+/// The pod `target` names and its container (`-c` or the default), for a command that joins
+/// a running container (`what`: "exec into", "attach"); whether standard input is a terminal
+/// to use (`-t` with `-i` on a TTY; kubectl's warning otherwise).
+async fn live_container(
+    session: &Session,
+    target: &str,
+    asked: Option<&str>,
+    what: &str,
+    (stdin, tty, quiet): (bool, bool, bool),
+) -> Result<(String, String, bool)> {
+    let pod = pod(session, target).await?;
+    let name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    let container = container(&pod, asked)?;
+    if pod["status"]["phase"] == "Succeeded" || pod["status"]["phase"] == "Failed" {
+        return Err(msg(format!(
+            "cannot {what} a container in a completed pod; current phase is {}",
+            pod["status"]["phase"].as_str().unwrap_or("")
+        )));
+    }
+    let terminal = tty && stdin && std::io::IsTerminal::is_terminal(&std::io::stdin());
+    if tty && !terminal && !quiet {
+        eprintln!("Unable to use a TTY - input is not a terminal or the right kind of file");
+    }
+    Ok((name, container, terminal))
+}
+
 /// kubectl's default container: `-c`, the annotation, else the first (announced when the
 /// pod has several).
 fn container(pod: &Value, asked: Option<&str>) -> Result<String> {
@@ -141,19 +167,14 @@ pub async fn exec(session: &Session, a: ExecArgs) -> Result<i32> {
     if a.command.is_empty() {
         return Err(msg("you must specify at least one command for the container"));
     }
-    let pod = pod(session, &a.target).await?;
-    let name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
-    let container = container(&pod, a.container.as_deref())?;
-    if pod["status"]["phase"] == "Succeeded" || pod["status"]["phase"] == "Failed" {
-        return Err(msg(format!(
-            "cannot exec into a container in a completed pod; current phase is {}",
-            pod["status"]["phase"].as_str().unwrap_or("")
-        )));
-    }
-    let terminal = a.tty && a.stdin && std::io::IsTerminal::is_terminal(&std::io::stdin());
-    if a.tty && !terminal && !a.quiet {
-        eprintln!("Unable to use a TTY - input is not a terminal or the right kind of file");
-    }
+    let (name, container, terminal) = live_container(
+        session,
+        &a.target,
+        a.container.as_deref(),
+        "exec into",
+        (a.stdin, a.tty, a.quiet),
+    )
+    .await?;
     let mut query = vec![format!("container={}", encode(&container))];
     for c in &a.command {
         query.push(format!("command={}", encode(c)));
@@ -234,19 +255,14 @@ pub struct AttachArgs {
 
 /// `kubectl attach`: the container's own standard streams.
 pub async fn attach(session: &Session, a: AttachArgs) -> Result<i32> {
-    let pod = pod(session, &a.target).await?;
-    let name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
-    let container = container(&pod, a.container.as_deref())?;
-    if pod["status"]["phase"] == "Succeeded" || pod["status"]["phase"] == "Failed" {
-        return Err(msg(format!(
-            "cannot attach a container in a completed pod; current phase is {}",
-            pod["status"]["phase"].as_str().unwrap_or("")
-        )));
-    }
-    let terminal = a.tty && a.stdin && std::io::IsTerminal::is_terminal(&std::io::stdin());
-    if a.tty && !terminal && !a.quiet {
-        eprintln!("Unable to use a TTY - input is not a terminal or the right kind of file");
-    }
+    let (name, container, terminal) = live_container(
+        session,
+        &a.target,
+        a.container.as_deref(),
+        "attach",
+        (a.stdin, a.tty, a.quiet),
+    )
+    .await?;
     if terminal && !a.quiet {
         eprintln!("If you don't see a command prompt, try pressing enter.");
     }

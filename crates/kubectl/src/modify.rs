@@ -59,16 +59,7 @@ async fn patch(
     manager: &str,
 ) -> Result<Value> {
     let uri = format!("{path}?fieldManager={manager}");
-    session
-        .conn
-        .rest
-        .json(
-            Method::PATCH,
-            &uri,
-            JSON,
-            Some((content_type, serde_json::to_vec(body).unwrap_or_default())),
-        )
-        .await
+    session.conn.rest.patch(&uri, content_type, body).await
 }
 
 #[derive(clap::Args)]
@@ -811,16 +802,7 @@ pub async fn set(session: &Session, c: SetCommand) -> Result<i32> {
     let objects: Vec<String> = objects.into_iter().cloned().collect();
     for (r, path, name) in targets(session, &objects, false, None).await? {
         let obj = session.conn.rest.get(&path).await?;
-        let (spec_path, spec): (&[&str], &Value) = if r.name == "pods" {
-            (&["spec"], &obj["spec"])
-        } else if r.name == "cronjobs" {
-            (
-                &["spec", "jobTemplate", "spec", "template", "spec"],
-                &obj["spec"]["jobTemplate"]["spec"]["template"]["spec"],
-            )
-        } else {
-            (&["spec", "template", "spec"], &obj["spec"]["template"]["spec"])
-        };
+        let (spec_path, spec) = template_spec(&r, &obj);
         let mut changes: Map<String, Value> = Map::new();
         for pair in &pairs {
             let (container, image) = pair.split_once('=').unwrap_or((pair, ""));
@@ -847,8 +829,8 @@ pub async fn set(session: &Session, c: SetCommand) -> Result<i32> {
             continue;
         }
         let mut body = Value::Object(changes);
-        for key in spec_path.iter().rev() {
-            body = json!({ *key: body });
+        for key in spec_path.trim_start_matches('/').split('/').rev() {
+            body = json!({ key: body });
         }
         patch(session, &path, STRATEGIC, &body, "kubectl-set").await?;
         out(&format!("{}/{name} image updated\n", r.kind_prefix()));

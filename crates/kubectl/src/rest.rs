@@ -104,6 +104,13 @@ impl Rest {
         serde_json::from_slice(&bytes).map_err(|e| msg(format!("unable to decode the server's answer: {e}")))
     }
 
+    /// A PATCH of `body` as `content_type` (merge, strategic, JSON or apply patch).
+    pub async fn patch(&self, uri: &str, content_type: &str, body: &Value) -> Result<Value> {
+        let bytes = serde_json::to_vec(body).map_err(|e| msg(e.to_string()))?;
+        self.json(Method::PATCH, uri, JSON, Some((content_type, bytes)))
+            .await
+    }
+
     pub async fn get(&self, uri: &str) -> Result<Value> {
         self.json(Method::GET, uri, JSON, None).await
     }
