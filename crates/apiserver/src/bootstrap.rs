@@ -85,7 +85,7 @@ pub(crate) async fn ensure_kubernetes_service(
             "clusterIPs": [ip],
             "type": "ClusterIP",
             "sessionAffinity": "None",
-            "ipFamilies": ["IPv4"],
+            "ipFamilies": [cidr.family().name()],
             "ipFamilyPolicy": "SingleStack",
             "internalTrafficPolicy": "Cluster",
         },

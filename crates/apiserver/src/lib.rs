@@ -35,7 +35,7 @@ use std::sync::Arc;
 use r8s_store::Store;
 
 pub use endpoints::kubelet::KubeletClient;
-pub use registry::allocator::ServiceCidr;
+pub use registry::allocator::{IpFamily, ServiceCidr, ServiceCidrs};
 pub use server::ServingConfig;
 
 /// The Kubernetes version r8s speaks.
@@ -48,8 +48,8 @@ pub struct ApiServerConfig {
     pub authenticators: authn::AuthenticatorChain,
     pub authorizers: authz::AuthorizerChain,
     pub admission: admission::AdmissionChain,
-    /// The range Service cluster IPs come from (`--service-cidr`).
-    pub service_cidr: ServiceCidr,
+    /// The ranges Service cluster IPs come from (`--service-cidr`, one per IP family).
+    pub service_cidrs: ServiceCidrs,
     /// RBAC, when it is one of the authorization modes: its default roles are created and
     /// reconciled at start, and writes of roles and bindings are checked for escalation.
     pub rbac: Option<Arc<rbac::Rbac>>,
@@ -76,7 +76,7 @@ pub(crate) struct Shared {
     /// `host:port` clients reach this server at, for discovery's serverAddressByClientCIDRs.
     pub advertise: String,
     pub watch_cache: Arc<watch_cache::WatchCache>,
-    pub service_cidr: ServiceCidr,
+    pub service_cidrs: ServiceCidrs,
     pub metrics: metrics::Metrics,
     pub rbac: Option<Arc<rbac::Rbac>>,
     pub service_account_tokens: Option<Arc<authn::service_account::ServiceAccountTokens>>,
@@ -114,9 +114,13 @@ impl ApiServer {
         let listener =
             tokio::net::TcpListener::bind((config.serving.bind_address, config.serving.port)).await?;
         let local_addr = listener.local_addr()?;
-        bootstrap::ensure_kubernetes_service(config.store.as_ref(), config.service_cidr, local_addr.port())
-            .await
-            .map_err(|e| std::io::Error::other(format!("creating the kubernetes service: {e}")))?;
+        bootstrap::ensure_kubernetes_service(
+            config.store.as_ref(),
+            config.service_cidrs.primary(),
+            local_addr.port(),
+        )
+        .await
+        .map_err(|e| std::io::Error::other(format!("creating the kubernetes service: {e}")))?;
         let advertise = config
             .advertise_address
             .or(Some(config.serving.bind_address).filter(|a| !a.is_unspecified()));
@@ -138,7 +142,7 @@ impl ApiServer {
         };
         let shared = Arc::new(Shared {
             watch_cache: Arc::new(watch_cache::WatchCache::new(config.store.clone())),
-            service_cidr: config.service_cidr,
+            service_cidrs: config.service_cidrs.clone(),
             metrics,
             audit,
             store: config.store,

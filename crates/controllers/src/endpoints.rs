@@ -338,9 +338,24 @@ pub fn endpoints_for(svc: &Service, pods: &[Arc<Pod>]) -> Endpoints {
     // Pods with the same resolved ports share a subset.
     let mut subsets: BTreeMap<Vec<ResolvedPort>, (Vec<EndpointAddress>, Vec<EndpointAddress>)> =
         BTreeMap::new();
+    let family =
+        spec.ip_families
+            .as_ref()
+            .and_then(|f| f.first())
+            .map(|f| if f == "IPv6" { "IPv6" } else { "IPv4" });
+    let cluster_ip = spec
+        .cluster_ip
+        .as_deref()
+        .filter(|ip| !ip.is_empty() && *ip != "None");
     for pod in pods {
         let status = pod.status.clone().unwrap_or_default();
-        let Some(ip) = status.pod_ip.filter(|ip| !ip.is_empty()) else {
+        // Upstream's podToEndpointAddressForService: the pod's address of the Service's
+        // primary family (from its families, else its cluster IP's, else the pod's own).
+        let pod_ip = status.pod_ip.clone().unwrap_or_default();
+        let family = family
+            .or(cluster_ip.map(crate::endpointslice::family_of))
+            .unwrap_or_else(|| crate::endpointslice::family_of(&pod_ip));
+        let Some(ip) = crate::endpointslice::pod_address(pod, family) else {
             continue;
         };
         let finished = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));

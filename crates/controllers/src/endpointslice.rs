@@ -126,14 +126,20 @@ impl EndpointSliceController {
                 && a.metadata.labels == b.metadata.labels
                 && a.metadata.owner_references == b.metadata.owner_references
         };
-        for (i, slice) in want.iter().enumerate() {
-            match existing.get(i) {
-                Some(cur) if same(cur, slice) => {}
+        // Each wanted slice takes an existing one of its address type (immutable), in name
+        // order; what is left over goes.
+        let mut unused = existing;
+        for slice in &want {
+            let cur = unused
+                .iter()
+                .position(|c| c.address_type == slice.address_type)
+                .map(|i| unused.remove(i));
+            match cur {
+                Some(cur) if same(&cur, slice) => {}
                 Some(cur) => {
-                    let mut next = (**cur).clone();
+                    let mut next = (*cur).clone();
                     next.endpoints = slice.endpoints.clone();
                     next.ports = slice.ports.clone();
-                    next.address_type = slice.address_type.clone();
                     next.metadata.labels = slice.metadata.labels.clone();
                     next.metadata.owner_references = slice.metadata.owner_references.clone();
                     set_trigger_time(&mut next.metadata, trigger);
@@ -151,7 +157,7 @@ impl EndpointSliceController {
                 },
             }
         }
-        for surplus in existing.iter().skip(want.len()) {
+        for surplus in &unused {
             match api.delete(&surplus.name_any(), &Default::default()).await {
                 Ok(_) => {}
                 Err(e) if r8s_client::is_not_found(&e) => {}
@@ -165,98 +171,149 @@ impl EndpointSliceController {
     }
 }
 
-/// The slices `svc` should have for the pods it selects (names to be generated).
+/// The address types a Service's slices have (upstream's `getAddressTypesForService`): its
+/// IP families; for a Service from before families were set, its cluster IP's, or both for a
+/// headless one.
+pub fn address_types(svc: &Service) -> Vec<&'static str> {
+    let spec = svc.spec.as_ref();
+    let mut out = Vec::new();
+    for family in spec.and_then(|s| s.ip_families.as_ref()).into_iter().flatten() {
+        let t = match family.as_str() {
+            "IPv4" => "IPv4",
+            "IPv6" => "IPv6",
+            _ => continue,
+        };
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    if !out.is_empty() {
+        return out;
+    }
+    match spec.and_then(|s| s.cluster_ip.as_deref()) {
+        Some(ip) if !ip.is_empty() && ip != "None" => vec![family_of(ip)],
+        _ => vec!["IPv4", "IPv6"],
+    }
+}
+
+pub(crate) fn family_of(ip: &str) -> &'static str {
+    if ip.contains(':') {
+        "IPv6"
+    } else {
+        "IPv4"
+    }
+}
+
+/// The pod's address of `address_type` (from status.podIPs, or podIP for older kubelets).
+pub(crate) fn pod_address(pod: &Pod, address_type: &str) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    status
+        .pod_ips
+        .iter()
+        .flatten()
+        .map(|p| p.ip.clone())
+        .chain(status.pod_ip.clone())
+        .find(|ip| !ip.is_empty() && family_of(ip) == address_type)
+}
+
+/// The slices `svc` should have for the pods it selects (names to be generated): per address
+/// type, the pods' addresses of that family grouped by the ports they resolve to, 100 to a
+/// slice, or one empty placeholder.
 pub fn slices_for(svc: &Service, pods: &[Arc<Pod>]) -> Vec<EndpointSlice> {
     let spec = svc.spec.clone().unwrap_or_default();
     let publish_not_ready = spec.publish_not_ready_addresses == Some(true);
-    let mut groups: BTreeMap<Vec<(String, i32, String)>, Vec<Endpoint>> = BTreeMap::new();
     let mut sorted: Vec<&Arc<Pod>> = pods.iter().collect();
     sorted.sort_by_key(|p| p.name_any());
-    for pod in sorted {
-        let status = pod.status.clone().unwrap_or_default();
-        let Some(ip) = status.pod_ip.filter(|ip| !ip.is_empty() && !ip.contains(':')) else {
-            continue;
-        };
-        if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
-            continue;
-        }
-        let terminating = pod.metadata.deletion_timestamp.is_some();
-        let serving = publish_not_ready || ready(pod);
-        let ports = spec
-            .ports
-            .iter()
-            .flatten()
-            .filter_map(|p| {
-                let target = target_port(p, pod)?;
-                Some((
-                    p.name.clone().unwrap_or_default(),
-                    target,
-                    p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-                ))
-            })
-            .collect();
-        groups.entry(ports).or_default().push(Endpoint {
-            addresses: vec![ip],
-            hostname: crate::endpoints::endpoint_hostname(svc, pod),
-            conditions: Some(EndpointConditions {
-                ready: Some(serving && !terminating),
-                serving: Some(serving),
-                terminating: Some(terminating),
-            }),
-            node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
-            target_ref: Some(ObjectReference {
-                kind: Some("Pod".into()),
-                namespace: pod.namespace(),
-                name: Some(pod.name_any()),
-                uid: pod.uid(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-    }
     let mut labels = svc.metadata.labels.clone().unwrap_or_default();
     labels.insert(SERVICE_NAME_LABEL.into(), svc.name_any());
     labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY.into());
     if spec.cluster_ip.as_deref() == Some("None") {
         labels.insert(HEADLESS_LABEL.into(), String::new());
     }
-    let slice = |ports: Option<Vec<EndpointPort>>, endpoints: Vec<Endpoint>| EndpointSlice {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{}-", svc.name_any())),
-            namespace: svc.namespace(),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".into(),
-                kind: "Service".into(),
-                name: svc.name_any(),
-                uid: svc.uid().unwrap_or_default(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
-            ..Default::default()
-        },
-        address_type: "IPv4".into(),
-        endpoints,
-        ports,
-    };
-    let mut out = Vec::new();
-    for (ports, endpoints) in groups {
-        let ports: Vec<EndpointPort> = ports
-            .into_iter()
-            .map(|(name, port, protocol)| EndpointPort {
-                name: Some(name),
-                port: Some(port),
-                protocol: Some(protocol),
+    let slice =
+        |address_type: &str, ports: Option<Vec<EndpointPort>>, endpoints: Vec<Endpoint>| EndpointSlice {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}-", svc.name_any())),
+                namespace: svc.namespace(),
+                labels: Some(labels.clone()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Service".into(),
+                    name: svc.name_any(),
+                    uid: svc.uid().unwrap_or_default(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]),
                 ..Default::default()
-            })
-            .collect();
-        for chunk in endpoints.chunks(MAX_ENDPOINTS) {
-            out.push(slice(Some(ports.clone()), chunk.to_vec()));
+            },
+            address_type: address_type.into(),
+            endpoints,
+            ports,
+        };
+    let mut out = Vec::new();
+    for address_type in address_types(svc) {
+        let mut groups: BTreeMap<Vec<(String, i32, String)>, Vec<Endpoint>> = BTreeMap::new();
+        for pod in &sorted {
+            let Some(ip) = pod_address(pod, address_type) else {
+                continue;
+            };
+            let status = pod.status.clone().unwrap_or_default();
+            if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+                continue;
+            }
+            let terminating = pod.metadata.deletion_timestamp.is_some();
+            let serving = publish_not_ready || ready(pod);
+            let ports = spec
+                .ports
+                .iter()
+                .flatten()
+                .filter_map(|p| {
+                    let target = target_port(p, pod)?;
+                    Some((
+                        p.name.clone().unwrap_or_default(),
+                        target,
+                        p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    ))
+                })
+                .collect();
+            groups.entry(ports).or_default().push(Endpoint {
+                addresses: vec![ip],
+                hostname: crate::endpoints::endpoint_hostname(svc, pod),
+                conditions: Some(EndpointConditions {
+                    ready: Some(serving && !terminating),
+                    serving: Some(serving),
+                    terminating: Some(terminating),
+                }),
+                node_name: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+                target_ref: Some(ObjectReference {
+                    kind: Some("Pod".into()),
+                    namespace: pod.namespace(),
+                    name: Some(pod.name_any()),
+                    uid: pod.uid(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
         }
-    }
-    if out.is_empty() {
-        // The placeholder: no endpoints, no ports.
-        out.push(slice(None, Vec::new()));
+        let before = out.len();
+        for (ports, endpoints) in groups {
+            let ports: Vec<EndpointPort> = ports
+                .into_iter()
+                .map(|(name, port, protocol)| EndpointPort {
+                    name: Some(name),
+                    port: Some(port),
+                    protocol: Some(protocol),
+                    ..Default::default()
+                })
+                .collect();
+            for chunk in endpoints.chunks(MAX_ENDPOINTS) {
+                out.push(slice(address_type, Some(ports.clone()), chunk.to_vec()));
+            }
+        }
+        if out.len() == before {
+            // The placeholder: no endpoints, no ports.
+            out.push(slice(address_type, None, Vec::new()));
+        }
     }
     out
 }
@@ -284,9 +341,55 @@ mod tests {
     fn service() -> Service {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web", "namespace": "default", "uid": "svc-uid", "labels": {"tier": "front"}},
-            "spec": {"selector": {"app": "web"}, "ports": [{"name": "web", "port": 80, "targetPort": "http", "protocol": "TCP"}]},
+            "spec": {"selector": {"app": "web"}, "ports": [{"name": "web", "port": 80, "targetPort": "http", "protocol": "TCP"}],
+                     "clusterIP": "10.43.0.9", "clusterIPs": ["10.43.0.9"], "ipFamilies": ["IPv4"]},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_dual_stack_service_has_slices_per_family() {
+        let mut svc = service();
+        let spec = svc.spec.as_mut().unwrap();
+        spec.ip_families = Some(vec!["IPv6".into(), "IPv4".into()]);
+        let mut dual = (*pod("a", "10.0.0.1", true, false)).clone();
+        dual.status.as_mut().unwrap().pod_ips = Some(vec![
+            k8s_openapi::api::core::v1::PodIP {
+                ip: "10.0.0.1".into(),
+            },
+            k8s_openapi::api::core::v1::PodIP { ip: "fd42::1".into() },
+        ]);
+        let pods = vec![Arc::new(dual), pod("b", "10.0.0.2", true, false)];
+        let slices = slices_for(&svc, &pods);
+        let got: Vec<(String, Vec<String>)> = slices
+            .iter()
+            .map(|s| {
+                (
+                    s.address_type.clone(),
+                    s.endpoints.iter().map(|e| e.addresses[0].clone()).collect(),
+                )
+            })
+            .collect();
+        // b has no IPv6 address: only its IPv4 one is an endpoint.
+        assert_eq!(
+            got,
+            [
+                ("IPv6".to_string(), vec!["fd42::1".to_string()]),
+                (
+                    "IPv4".to_string(),
+                    vec!["10.0.0.1".to_string(), "10.0.0.2".to_string()]
+                ),
+            ]
+        );
+        // No pods: a placeholder per family; a headless Service from before families: both.
+        assert_eq!(slices_for(&svc, &[]).len(), 2);
+        let mut old = service();
+        let spec = old.spec.as_mut().unwrap();
+        spec.ip_families = None;
+        spec.cluster_ip = Some("None".into());
+        assert_eq!(address_types(&old), ["IPv4", "IPv6"]);
+        old.spec.as_mut().unwrap().cluster_ip = Some("fd43::9".into());
+        assert_eq!(address_types(&old), ["IPv6"]);
     }
 
     #[test]

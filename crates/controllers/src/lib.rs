@@ -91,6 +91,8 @@ pub struct Options {
     /// Pod CIDR of the cluster, split into a /24 per node; `None` disables node IPAM.
     pub cluster_cidr: Option<String>,
     pub node_cidr_mask_size: u8,
+    /// The IPv6 node mask, for the IPv6 range of a dual-stack cluster CIDR.
+    pub node_cidr_mask_size_ipv6: u8,
     pub node_monitor_grace_period: Duration,
     pub leader_elect: bool,
     /// Identity in the leader-election Lease.
@@ -115,6 +117,7 @@ impl Default for Options {
             workers: 5,
             cluster_cidr: Some("10.42.0.0/16".into()),
             node_cidr_mask_size: 24,
+            node_cidr_mask_size_ipv6: 64,
             node_monitor_grace_period: Duration::from_secs(40),
             leader_elect: true,
             identity: r8s_client::default_identity(),
@@ -206,7 +209,12 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     let aggregation =
         clusterrole_aggregation::AggregationController::new(&views["clusterrole-aggregation-controller"]);
     let ipam = opts.cluster_cidr.as_deref().and_then(|c| {
-        match nodeipam::NodeIpamController::new(&views["node-controller"], c, opts.node_cidr_mask_size) {
+        match nodeipam::NodeIpamController::new(
+            &views["node-controller"],
+            c,
+            opts.node_cidr_mask_size,
+            opts.node_cidr_mask_size_ipv6,
+        ) {
             Ok(c) => Some(c),
             Err(e) => {
                 tracing::error!(error = %e, "node IPAM disabled");

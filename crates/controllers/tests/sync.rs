@@ -54,7 +54,7 @@ async fn start_api() -> TestApi {
         authenticators,
         authorizers,
         admission: r8s_apiserver::admission::AdmissionChain::default(),
-        service_cidr: r8s_apiserver::ServiceCidr::parse("10.43.0.0/16").unwrap(),
+        service_cidrs: r8s_apiserver::ServiceCidrs::parse("10.43.0.0/16").unwrap(),
         rbac: None,
         service_account_tokens: None,
         audit: None,

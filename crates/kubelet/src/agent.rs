@@ -369,10 +369,10 @@ impl Agent {
         });
         agent.register().await?;
         // The pod network comes from the node's podCIDR (node IPAM).
-        let cidr = agent.wait_pod_cidr(&stop).await;
-        if let Some(cidr) = &cidr {
-            cni::write(&cni_opts, cidr)?;
-            tracing::info!(%cidr, "agent: pod network configured");
+        let cidr = agent.wait_pod_cidrs(&stop).await;
+        if let Some(cidrs) = &cidr {
+            cni::write(&cni_opts, cidrs)?;
+            tracing::info!(cidrs = %cidrs.join(","), "agent: pod network configured");
         }
         agent.update_node_status(cidr.is_some()).await?;
         tracing::info!(address = %kubelet_address, port = kubelet_port, "agent: kubelet API listening");
@@ -884,6 +884,7 @@ impl Agent {
         }
         let sandbox_id = applied.sandbox_id.as_str();
         let pod_ip = applied.pod_ip.clone();
+        let pod_ips = applied.pod_ips.clone();
         let spec = pod.spec.clone().unwrap_or_default();
         let waiting = |name: &str| applied.waiting.get(name).cloned();
         // The init containers' statuses, up to the one the pod waits for.
@@ -942,7 +943,7 @@ impl Agent {
                 .report(
                     &pod,
                     Observed {
-                        pod_ip,
+                        pod_ips,
                         statuses,
                         init_statuses,
                         ephemeral_statuses,
@@ -983,7 +984,7 @@ impl Agent {
         self.report(
             &pod,
             Observed {
-                pod_ip,
+                pod_ips,
                 statuses,
                 init_statuses,
                 ephemeral_statuses,
@@ -1437,7 +1438,7 @@ impl Agent {
             .flatten()
             .any(|c| c.type_ == "Initialized" && c.status == "True");
         let observed = Observed {
-            pod_ip: old.pod_ip.clone().unwrap_or_default(),
+            pod_ips: old.pod_ips.iter().flatten().map(|p| p.ip.clone()).collect(),
             statuses,
             init_statuses: old.init_container_statuses.clone().unwrap_or_default(),
             ephemeral_statuses: old.ephemeral_container_statuses.clone().unwrap_or_default(),
@@ -1478,7 +1479,7 @@ impl Agent {
         let statuses = spec.containers.iter().map(|c| waiting(c, main_reason)).collect();
         let initialized = inits.is_empty();
         let observed = Observed {
-            pod_ip: String::new(),
+            pod_ips: Vec::new(),
             statuses,
             init_statuses: inits,
             ephemeral_statuses: pod
@@ -1593,7 +1594,7 @@ impl Agent {
     /// Phase, conditions, IPs and container statuses (upstream `generateAPIPodStatus`).
     async fn report(&self, pod: &Pod, observed: Observed) -> Result<(), Error> {
         let Observed {
-            pod_ip,
+            pod_ips,
             statuses,
             init_statuses,
             ephemeral_statuses,
@@ -1672,8 +1673,8 @@ impl Agent {
             "phase": phase,
             "hostIP": self.opts.node_ip,
             "hostIPs": [{"ip": self.opts.node_ip}],
-            "podIP": if pod_ip.is_empty() { None } else { Some(pod_ip.clone()) },
-            "podIPs": if pod_ip.is_empty() { None } else { Some(vec![PodIP { ip: pod_ip }]) },
+            "podIP": pod_ips.first(),
+            "podIPs": if pod_ips.is_empty() { None } else { Some(pod_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect::<Vec<_>>()) },
             "startTime": old.start_time.clone().unwrap_or_else(now),
             "conditions": conditions,
             "containerStatuses": statuses,
@@ -1873,7 +1874,8 @@ fn terminated_reason(cs: &cri::ContainerStatus) -> String {
 
 /// What a sync saw of a pod, for its status.
 struct Observed {
-    pod_ip: String,
+    /// The pod's addresses, its podIP first (none before its sandbox has one).
+    pod_ips: Vec<String>,
     statuses: Vec<ContainerStatus>,
     init_statuses: Vec<ContainerStatus>,
     /// The ephemeral containers' statuses (never ready; each run once).

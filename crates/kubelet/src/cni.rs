@@ -1,6 +1,7 @@
 //! The node's CNI configuration: a conflist in the conf dir containerd reads, run by the real
 //! plugins (Debian's containernetworking-plugins): `bridge` with `host-local` addresses from the
-//! node's spec.podCIDR (the gateway is the bridge), then `portmap` for hostPorts.
+//! node's spec.podCIDRs (the gateway is the bridge; one range per family on a dual-stack
+//! node, so each pod gets an address of each), then `portmap` for hostPorts.
 
 use std::path::PathBuf;
 
@@ -19,8 +20,14 @@ pub struct CniOptions {
 
 pub const CONFLIST: &str = "10-r8s.conflist";
 
-/// The conflist for a node whose pods take addresses from `pod_cidr`.
-pub fn conflist(opts: &CniOptions, pod_cidr: &str) -> serde_json::Value {
+/// The conflist for a node whose pods take addresses from `pod_cidrs` (the node's podCIDRs,
+/// primary first: the first address a pod gets is its podIP).
+pub fn conflist(opts: &CniOptions, pod_cidrs: &[String]) -> serde_json::Value {
+    let ranges: Vec<_> = pod_cidrs.iter().map(|c| json!([{"subnet": c}])).collect();
+    let routes: Vec<_> = pod_cidrs
+        .iter()
+        .map(|c| json!({"dst": if c.contains(':') { "::/0" } else { "0.0.0.0/0" }}))
+        .collect();
     let mut bridge = json!({
         "type": "bridge",
         "bridge": opts.bridge,
@@ -29,8 +36,8 @@ pub fn conflist(opts: &CniOptions, pod_cidr: &str) -> serde_json::Value {
         "hairpinMode": true,
         "ipam": {
             "type": "host-local",
-            "ranges": [[{"subnet": pod_cidr}]],
-            "routes": [{"dst": "0.0.0.0/0"}],
+            "ranges": ranges,
+            "routes": routes,
             "dataDir": opts.ipam_dir,
         },
     });
@@ -45,11 +52,11 @@ pub fn conflist(opts: &CniOptions, pod_cidr: &str) -> serde_json::Value {
 }
 
 /// Write the conflist (atomically: containerd watches the directory).
-pub fn write(opts: &CniOptions, pod_cidr: &str) -> std::io::Result<PathBuf> {
+pub fn write(opts: &CniOptions, pod_cidrs: &[String]) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&opts.conf_dir)?;
     let path = opts.conf_dir.join(CONFLIST);
     let tmp = opts.conf_dir.join(format!(".{CONFLIST}.tmp"));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&conflist(opts, pod_cidr))?)?;
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&conflist(opts, pod_cidrs))?)?;
     std::fs::rename(&tmp, &path)?;
     Ok(path)
 }
@@ -74,7 +81,7 @@ mod tests {
             ip_masq: true,
             mtu: None,
         };
-        let c = conflist(&opts, "10.42.3.0/24");
+        let c = conflist(&opts, &["10.42.3.0/24".into()]);
         assert_eq!(c["cniVersion"], "1.0.0");
         let plugins = c["plugins"].as_array().unwrap();
         assert_eq!(plugins[0]["type"], "bridge");
@@ -88,8 +95,19 @@ mod tests {
             conf_dir: dir.path().join("net.d"),
             ..opts
         };
-        let path = write(&opts, "10.42.3.0/24").unwrap();
+        let path = write(&opts, &["10.42.3.0/24".into()]).unwrap();
         let read: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         assert_eq!(read, c);
+        assert_eq!(c["plugins"][0]["ipam"]["routes"], json!([{"dst": "0.0.0.0/0"}]));
+        // Dual-stack: a range set and a default route per family, the primary first.
+        let dual = conflist(&opts, &["10.42.3.0/24".into(), "fd42:0:0:3::/64".into()]);
+        assert_eq!(
+            dual["plugins"][0]["ipam"]["ranges"],
+            json!([[{"subnet": "10.42.3.0/24"}], [{"subnet": "fd42:0:0:3::/64"}]])
+        );
+        assert_eq!(
+            dual["plugins"][0]["ipam"]["routes"],
+            json!([{"dst": "0.0.0.0/0"}, {"dst": "::/0"}])
+        );
     }
 }

@@ -101,6 +101,8 @@ pub fn ephemeral_container(pod: &Pod, name: &str) -> Option<Container> {
 pub struct Applied {
     pub sandbox_id: String,
     pub pod_ip: String,
+    /// Every address the sandbox got (one per family on a dual-stack node), `pod_ip` first.
+    pub pod_ips: Vec<String>,
     /// Containers that did not start, or wait for their back-off: (reason, message) by name.
     pub waiting: HashMap<String, (String, String)>,
     /// The earliest back-off's end.
@@ -210,19 +212,24 @@ impl PodSync<'_> {
                 self.runtime.run_sandbox(sandbox_config).await?
             }
         };
-        let pod_ip = self
+        let network = self
             .runtime
             .sandbox_status(&sandbox_id)
             .await?
             .and_then(|s| s.network)
-            .map(|n| n.ip)
             .unwrap_or_default();
+        let pod_ip = network.ip.clone();
+        let pod_ips: Vec<String> = std::iter::once(network.ip)
+            .chain(network.additional_ips.into_iter().map(|a| a.ip))
+            .filter(|ip| !ip.is_empty())
+            .collect();
         if matches!(actions.sandbox, SandboxAction::Create { .. }) && !pod_ip.is_empty() {
             self.hooks.sandbox_network_ready(pod, &pod_ip).await;
         }
         let mut applied = Applied {
             sandbox_id,
             pod_ip,
+            pod_ips,
             ..Default::default()
         };
         let place = Place {

@@ -107,7 +107,7 @@ async fn pod_runs_through_cri_and_answers_on_its_ip() {
         ip_masq: false,
         mtu: None,
     };
-    cni::write(&cni_opts, &subnet).unwrap();
+    cni::write(&cni_opts, std::slice::from_ref(&subnet)).unwrap();
     let containerd = Containerd::start(opts).expect("containerd starts");
     let socket = containerd.socket();
     guard.containerd = Some(containerd);

@@ -62,8 +62,8 @@ struct AgentCmdArgs {
 
     /// The cluster's Service range (the server's --service-cidr): the Service proxy keeps
     /// it from leaving the node.
-    #[arg(long, default_value = "10.43.0.0/16", value_parser = r8s_apiserver::ServiceCidr::parse)]
-    service_cidr: r8s_apiserver::ServiceCidr,
+    #[arg(long, default_value = "10.43.0.0/16", value_parser = r8s_apiserver::ServiceCidrs::parse)]
+    service_cidr: r8s_apiserver::ServiceCidrs,
 
     /// The cluster's pod range (the server's --cluster-cidr): the overlay masquerades what
     /// leaves it, the proxy keeps unassigned addresses in it from leaving the node.
@@ -301,13 +301,19 @@ fn spawn_service_network(
 /// in, and the Service addresses the node serves itself (no proxying to them).
 fn proxy_config(
     node_name: &str,
-    service_cidr: &r8s_apiserver::ServiceCidr,
+    service_cidrs: &r8s_apiserver::ServiceCidrs,
     cluster_cidr: &str,
     local_service_ips: Vec<std::net::IpAddr>,
 ) -> anyhow::Result<r8s_net::proxy::ProxyConfig> {
     Ok(r8s_net::proxy::ProxyConfig {
         table: "r8s".into(),
-        service_cidrs: vec![(service_cidr.network, service_cidr.prefix_len)],
+        service_cidrs: service_cidrs
+            .iter()
+            .filter_map(|c| match c.network {
+                std::net::IpAddr::V4(net) => Some((net, c.prefix_len)),
+                std::net::IpAddr::V6(_) => None,
+            })
+            .collect(),
         cluster_cidr: Some(parse_v4_cidr(cluster_cidr).context("--cluster-cidr")?),
         masquerade_bit: 14,
         node_name: node_name.to_owned(),
@@ -358,13 +364,19 @@ fn scheduler_config(path: &std::path::Path) -> anyhow::Result<r8s_scheduler::con
 /// Settings of the controller manager, in `r8s server` and `r8s controller-manager`.
 #[derive(Args, Clone)]
 struct ControllerArgs {
-    /// Pod IP range; each node gets a slice of it as spec.podCIDR.
+    /// Pod IP range; each node gets a slice of it as spec.podCIDR. Two ranges, one IPv4 and
+    /// one IPv6, separated by a comma, make the pod network dual-stack (each node gets one
+    /// of each in spec.podCIDRs).
     #[arg(long, default_value = "10.42.0.0/16")]
     cluster_cidr: String,
 
-    /// Prefix length of each node's pod CIDR.
-    #[arg(long, default_value_t = 24)]
+    /// Prefix length of each node's pod CIDR (its IPv4 one on a dual-stack cluster).
+    #[arg(long, visible_alias = "node-cidr-mask-size-ipv4", default_value_t = 24)]
     node_cidr_mask_size: u8,
+
+    /// Prefix length of each node's IPv6 pod CIDR, when --cluster-cidr has an IPv6 range.
+    #[arg(long, default_value_t = 64)]
+    node_cidr_mask_size_ipv6: u8,
 
     /// How long a node may stay silent before it is marked unreachable.
     #[arg(long, default_value = "40s", value_parser = parse_duration)]
@@ -435,6 +447,7 @@ impl ControllerArgs {
             workers: self.concurrent_syncs.max(1),
             cluster_cidr: Some(self.cluster_cidr.clone()),
             node_cidr_mask_size: self.node_cidr_mask_size,
+            node_cidr_mask_size_ipv6: self.node_cidr_mask_size_ipv6,
             node_monitor_grace_period: self.node_monitor_grace_period,
             leader_elect,
             identity: r8s_client::default_identity(),
@@ -609,9 +622,11 @@ struct ServerArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
 
-    /// The range Service cluster IPs are allocated from (k3s's default).
-    #[arg(long, default_value = "10.43.0.0/16", value_parser = r8s_apiserver::ServiceCidr::parse)]
-    service_cidr: r8s_apiserver::ServiceCidr,
+    /// The range Service cluster IPs are allocated from (k3s's default); two ranges, one IPv4
+    /// and one IPv6, separated by a comma, make Services dual-stack capable (the first is the
+    /// primary family).
+    #[arg(long, default_value = "10.43.0.0/16", value_parser = r8s_apiserver::ServiceCidrs::parse)]
+    service_cidr: r8s_apiserver::ServiceCidrs,
 
     /// Audit policy (audit.k8s.io/v1 Policy, YAML or JSON): which requests are recorded and
     /// how much of them. Without it (or without --audit-log-path) nothing is audited.
@@ -813,7 +828,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     sans.extend(host_name());
     // In-cluster clients reach the API server by the kubernetes Service: its cluster IP and
     // full name.
-    sans.push(args.service_cidr.first().to_string());
+    sans.extend(args.service_cidr.iter().map(|c| c.first().to_string()));
     sans.push(format!("kubernetes.default.svc.{}", args.agent.cluster_domain));
     if !args.bind_address.is_unspecified() && !args.bind_address.is_loopback() {
         sans.push(args.bind_address.to_string());
@@ -1022,7 +1037,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         authenticators,
         authorizers,
         admission,
-        service_cidr: args.service_cidr,
+        service_cidrs: args.service_cidr.clone(),
         rbac,
         service_account_tokens: Some(sa_tokens),
         audit,
@@ -1138,7 +1153,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // to its endpoint as any other.
     let mut api_local = None;
     if !args.disable_agent && args.bind_address.is_loopback() {
-        let ip = std::net::IpAddr::V4(args.service_cidr.first());
+        let ip = args.service_cidr.primary().first();
         match r8s_net::local::make_local(ip, API_LOCAL_LABEL).await {
             Ok(ours) => match tokio::net::TcpListener::bind((ip, 443)).await {
                 Ok(listener) => {
@@ -1282,7 +1297,13 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
 const API_LOCAL_LABEL: &str = "lo:r8s-api";
 
 /// An IPv4 CIDR `a.b.c.d/n`.
+/// The IPv4 range of a `--cluster-cidr` (one range, or one per family separated by a comma).
 fn parse_v4_cidr(s: &str) -> anyhow::Result<(std::net::Ipv4Addr, u8)> {
+    let s = s
+        .split(',')
+        .map(str::trim)
+        .find(|c| !c.contains(':'))
+        .ok_or_else(|| anyhow::anyhow!("{s:?} has no IPv4 range"))?;
     let (ip, len) = s
         .split_once('/')
         .ok_or_else(|| anyhow::anyhow!("{s:?} is not a CIDR (a.b.c.d/n)"))?;

@@ -2,7 +2,7 @@
 //! value in use is a key under `/registry/ranges/...` created with create-if-absent, so two
 //! concurrent creates can never get the same value, and released when its service goes.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use r8s_store::{RangeRequest, Store, StoreError};
 
@@ -17,10 +17,81 @@ pub(crate) enum AllocError {
     Store(String),
 }
 
-/// The range `--service-cidr` gives, for cluster IPs.
+/// An IP family, as Services name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IpFamily {
+    IPv4,
+    IPv6,
+}
+
+impl IpFamily {
+    pub fn of(ip: IpAddr) -> Self {
+        if ip.is_ipv4() {
+            IpFamily::IPv4
+        } else {
+            IpFamily::IPv6
+        }
+    }
+
+    /// The family of an address written as text (`None` when it is not an address).
+    pub fn of_str(ip: &str) -> Option<Self> {
+        ip.parse::<IpAddr>().ok().map(Self::of)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            IpFamily::IPv4 => "IPv4",
+            IpFamily::IPv6 => "IPv6",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "IPv4" => Some(IpFamily::IPv4),
+            "IPv6" => Some(IpFamily::IPv6),
+            _ => None,
+        }
+    }
+
+    pub fn other(self) -> Self {
+        match self {
+            IpFamily::IPv4 => IpFamily::IPv6,
+            IpFamily::IPv6 => IpFamily::IPv4,
+        }
+    }
+
+    fn bits(self) -> u8 {
+        match self {
+            IpFamily::IPv4 => 32,
+            IpFamily::IPv6 => 128,
+        }
+    }
+}
+
+impl std::fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn to_u128(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => u32::from(a) as u128,
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+fn from_u128(family: IpFamily, n: u128) -> IpAddr {
+    match family {
+        IpFamily::IPv4 => IpAddr::V4(Ipv4Addr::from(n as u32)),
+        IpFamily::IPv6 => IpAddr::V6(Ipv6Addr::from(n)),
+    }
+}
+
+/// One range `--service-cidr` gives, for cluster IPs of its family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServiceCidr {
-    pub network: Ipv4Addr,
+    pub network: IpAddr,
     pub prefix_len: u8,
 }
 
@@ -28,43 +99,127 @@ impl ServiceCidr {
     pub fn parse(s: &str) -> Result<Self, String> {
         let (ip, len) = s
             .split_once('/')
-            .ok_or_else(|| format!("invalid CIDR {s:?}: expected a.b.c.d/n"))?;
-        let ip: Ipv4Addr = ip
+            .ok_or_else(|| format!("invalid CIDR {s:?}: expected an address/prefix length"))?;
+        let ip: IpAddr = ip
             .parse()
             .map_err(|_| format!("invalid CIDR {s:?}: bad address"))?;
         let prefix_len: u8 = len
             .parse()
             .map_err(|_| format!("invalid CIDR {s:?}: bad prefix length"))?;
-        if !(8..=30).contains(&prefix_len) {
+        // IPv4 as upstream's allocator takes it; IPv6 from a /64 (upstream's ServiceCIDR
+        // allocator's widest) to a /126, leaving room for a few addresses.
+        let (lo, hi) = match ip {
+            IpAddr::V4(_) => (8, 30),
+            IpAddr::V6(_) => (64, 126),
+        };
+        if !(lo..=hi).contains(&prefix_len) {
             return Err(format!(
-                "invalid CIDR {s:?}: the prefix length must be between 8 and 30"
+                "invalid CIDR {s:?}: the prefix length must be between {lo} and {hi}"
             ));
         }
-        let mask = u32::MAX << (32 - prefix_len);
+        let family = IpFamily::of(ip);
+        let host_bits = family.bits() - prefix_len;
+        let mask = !((1u128 << host_bits) - 1) & (u128::MAX >> (128 - family.bits() as u32));
         Ok(Self {
-            network: Ipv4Addr::from(u32::from(ip) & mask),
+            network: from_u128(family, to_u128(ip) & mask),
             prefix_len,
         })
     }
 
-    fn size(&self) -> u32 {
-        1 << (32 - self.prefix_len)
+    pub fn family(&self) -> IpFamily {
+        IpFamily::of(self.network)
     }
 
-    fn contains(&self, ip: Ipv4Addr) -> bool {
-        let mask = u32::MAX << (32 - self.prefix_len);
-        u32::from(ip) & mask == u32::from(self.network)
+    fn host_bits(&self) -> u8 {
+        self.family().bits() - self.prefix_len
+    }
+
+    /// Addresses a Service may get: not the network address, not an IPv4 range's broadcast
+    /// address, not the first (the `kubernetes` Service's), and for wide IPv6 ranges only
+    /// the first 2^32 of them.
+    fn usable(&self) -> u32 {
+        let size = 1u128 << self.host_bits();
+        let reserved = if self.family() == IpFamily::IPv4 { 3 } else { 2 };
+        (size - reserved).min(u32::MAX as u128) as u32
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        IpFamily::of(ip) == self.family()
+            && to_u128(ip) >> self.host_bits() == to_u128(self.network) >> self.host_bits()
     }
 
     /// The first usable address, which upstream gives the `kubernetes` service.
-    pub fn first(&self) -> Ipv4Addr {
-        Ipv4Addr::from(u32::from(self.network) + 1)
+    pub fn first(&self) -> IpAddr {
+        from_u128(self.family(), to_u128(self.network) + 1)
+    }
+
+    fn nth(&self, n: u128) -> IpAddr {
+        from_u128(self.family(), to_u128(self.network) + n)
+    }
+
+    /// Whether `ip` may be asked for: inside, and neither the network nor (IPv4) the
+    /// broadcast address.
+    fn allocatable(&self, ip: IpAddr) -> bool {
+        let offset = to_u128(ip).wrapping_sub(to_u128(self.network));
+        let last = (1u128 << self.host_bits()) - 1;
+        self.contains(ip) && offset != 0 && !(self.family() == IpFamily::IPv4 && offset == last)
     }
 }
 
 impl std::fmt::Display for ServiceCidr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.network, self.prefix_len)
+    }
+}
+
+/// The cluster's Service ranges (`--service-cidr`, one range or two of different families
+/// separated by a comma, the first the primary family), as upstream's
+/// `--service-cluster-ip-range`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceCidrs(Vec<ServiceCidr>);
+
+impl ServiceCidrs {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let cidrs = s
+            .split(',')
+            .map(|c| ServiceCidr::parse(c.trim()))
+            .collect::<Result<Vec<_>, _>>()?;
+        match cidrs.as_slice() {
+            [_] => {}
+            [a, b] if a.family() != b.family() => {}
+            [_, _] => {
+                return Err(format!(
+                    "{s:?}: the two ranges must be of different IP families (one IPv4, one IPv6)"
+                ))
+            }
+            _ => return Err(format!("{s:?}: at most two ranges, one per IP family")),
+        }
+        Ok(Self(cidrs))
+    }
+
+    /// The primary range: the `kubernetes` Service's and single-stack Services' default.
+    pub fn primary(&self) -> ServiceCidr {
+        self.0[0]
+    }
+
+    pub fn of(&self, family: IpFamily) -> Option<ServiceCidr> {
+        self.0.iter().copied().find(|c| c.family() == family)
+    }
+
+    /// Whether the cluster is dual-stack.
+    pub fn dual(&self) -> bool {
+        self.0.len() == 2
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = ServiceCidr> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+impl std::fmt::Display for ServiceCidrs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(ToString::to_string).collect();
+        f.write_str(&parts.join(","))
     }
 }
 
@@ -95,14 +250,8 @@ impl Pool {
     /// Whether `value` is a valid member of this pool.
     fn check(&self, value: &str) -> Result<(), String> {
         match self {
-            Pool::ClusterIp(cidr) => match value.parse::<Ipv4Addr>() {
-                Ok(ip)
-                    if cidr.contains(ip)
-                        && ip != cidr.network
-                        && u32::from(ip) != u32::from(cidr.network) + cidr.size() - 1 =>
-                {
-                    Ok(())
-                }
+            Pool::ClusterIp(cidr) => match value.parse::<IpAddr>() {
+                Ok(ip) if cidr.allocatable(ip) => Ok(()),
                 Ok(_) => Err(format!(
                     "the provided IP ({value}) is not in the valid range. The range of valid IPs is {cidr}"
                 )),
@@ -123,10 +272,7 @@ impl Pool {
     fn candidate(&self, i: u32) -> String {
         match self {
             // Not the network or broadcast address, and .1 is the kubernetes service's.
-            Pool::ClusterIp(cidr) => {
-                let usable = cidr.size() - 3;
-                Ipv4Addr::from(u32::from(cidr.network) + 2 + (i % usable)).to_string()
-            }
+            Pool::ClusterIp(cidr) => cidr.nth(2 + (i % cidr.usable()) as u128).to_string(),
             Pool::NodePort => {
                 (NODE_PORTS.start() + i % (NODE_PORTS.end() - NODE_PORTS.start() + 1)).to_string()
             }
@@ -135,7 +281,7 @@ impl Pool {
 
     fn len(&self) -> u32 {
         match self {
-            Pool::ClusterIp(cidr) => cidr.size() - 3,
+            Pool::ClusterIp(cidr) => cidr.usable(),
             Pool::NodePort => NODE_PORTS.end() - NODE_PORTS.start() + 1,
         }
     }
@@ -261,11 +407,33 @@ mod tests {
     fn cidrs() {
         let c = ServiceCidr::parse("10.43.7.9/16").unwrap();
         assert_eq!(c.to_string(), "10.43.0.0/16");
-        assert_eq!(c.first(), Ipv4Addr::new(10, 43, 0, 1));
-        assert!(c.contains(Ipv4Addr::new(10, 43, 255, 254)));
-        assert!(!c.contains(Ipv4Addr::new(10, 44, 0, 1)));
+        assert_eq!(c.first(), IpAddr::from([10, 43, 0, 1]));
+        assert!(c.contains(IpAddr::from([10, 43, 255, 254])));
+        assert!(!c.contains(IpAddr::from([10, 44, 0, 1])));
         assert!(ServiceCidr::parse("10.43.0.0").is_err());
         assert!(ServiceCidr::parse("10.43.0.0/31").is_err());
+        let v6 = ServiceCidr::parse("fd43:0:0:1::9/112").unwrap();
+        assert_eq!(v6.to_string(), "fd43:0:0:1::/112");
+        assert_eq!(v6.family(), IpFamily::IPv6);
+        assert_eq!(v6.first().to_string(), "fd43:0:0:1::1");
+        assert!(v6.contains("fd43:0:0:1::ffff".parse().unwrap()));
+        assert!(!v6.contains("fd43:0:0:1::1:0".parse().unwrap()));
+        assert!(!v6.contains(IpAddr::from([10, 43, 0, 1])));
+        // An IPv6 range's last address is a host address (no broadcast).
+        assert!(v6.allocatable("fd43:0:0:1::ffff".parse().unwrap()));
+        assert!(!v6.allocatable("fd43:0:0:1::".parse().unwrap()));
+        assert!(ServiceCidr::parse("fd43::/48").is_err());
+        let dual = ServiceCidrs::parse("10.43.0.0/16,fd43::/112").unwrap();
+        assert!(dual.dual());
+        assert_eq!(dual.primary().family(), IpFamily::IPv4);
+        assert_eq!(
+            dual.of(IpFamily::IPv6),
+            Some(ServiceCidr::parse("fd43::/112").unwrap())
+        );
+        assert_eq!(dual.to_string(), "10.43.0.0/16,fd43::/112");
+        assert!(ServiceCidrs::parse("10.43.0.0/16,10.44.0.0/16").is_err());
+        assert!(ServiceCidrs::parse("10.43.0.0/16,fd43::/112,fd44::/112").is_err());
+        assert!(!ServiceCidrs::parse("fd43::/112").unwrap().dual());
     }
 
     #[tokio::test]
@@ -323,5 +491,31 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(outside, AllocError::Invalid(_)));
+        // An IPv6 range of 6 addresses (::/125 less the network and ::1): all different,
+        // the last one included, and the pools of both families apart.
+        let v6 = Pool::ClusterIp(ServiceCidr::parse("fd43::/125").unwrap());
+        let mut got = Vec::new();
+        for i in 0..6 {
+            got.push(
+                allocate(store.as_ref(), v6, &format!("ns/v{i}"), None, "spec.clusterIPs")
+                    .await
+                    .unwrap(),
+            );
+        }
+        got.sort();
+        got.dedup();
+        assert_eq!(got.len(), 6, "{got:?}");
+        assert!(
+            got.contains(&"fd43::7".to_owned()) && !got.contains(&"fd43::1".to_owned()),
+            "{got:?}"
+        );
+        assert!(matches!(
+            allocate(store.as_ref(), v6, "ns/v", None, "spec.clusterIPs").await,
+            Err(AllocError::Full(_))
+        ));
+        let wrong = allocate(store.as_ref(), v6, "ns/w", Some("10.43.0.3"), "spec.clusterIPs")
+            .await
+            .unwrap_err();
+        assert!(matches!(wrong, AllocError::Invalid(_)), "{wrong:?}");
     }
 }

@@ -217,11 +217,15 @@ impl Agent {
         Ok(())
     }
 
-    pub(super) async fn wait_pod_cidr(&self, stop: &CancellationToken) -> Option<String> {
+    /// The node's podCIDRs (one per family, primary first) once node IPAM has given them.
+    pub(super) async fn wait_pod_cidrs(&self, stop: &CancellationToken) -> Option<Vec<String>> {
         for _ in 0..300 {
             if let Ok(n) = self.node_api().get(&self.opts.node_name).await {
-                if let Some(c) = n.spec.and_then(|s| s.pod_cidr) {
-                    return Some(c);
+                let spec = n.spec.unwrap_or_default();
+                match (spec.pod_cidrs.filter(|c| !c.is_empty()), spec.pod_cidr) {
+                    (Some(cidrs), _) => return Some(cidrs),
+                    (None, Some(c)) => return Some(vec![c]),
+                    (None, None) => {}
                 }
             }
             tokio::select! {

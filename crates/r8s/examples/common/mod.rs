@@ -301,7 +301,7 @@ impl Floor {
             ip_masq: false,
             mtu: None,
         };
-        cni::write(&cni_opts, subnet).unwrap();
+        cni::write(&cni_opts, &[subnet.to_owned()]).unwrap();
         let cgroup_parent = r8s_kubelet::cgroups::pod_parent(cgroup);
         let containerd = Containerd::start(opts).unwrap();
         r8s_kubelet::images::import_dir(&containerd.socket(), images).unwrap();

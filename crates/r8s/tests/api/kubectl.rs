@@ -1455,3 +1455,222 @@ fn pod_specs_are_validated_and_quantities_canonical() {
         serde_json::json!({"requests": {"cpu": "250m", "memory": "1536Mi"}, "limits": {"cpu": "1", "memory": "2Gi"}})
     );
 }
+
+/// A dual-stack cluster (two --service-cidr and --cluster-cidr ranges, one per family):
+/// Services get the families their ipFamilyPolicy asks for, an address of each, upgrade and
+/// downgrade as upstream; nodes get a pod CIDR of each family; a dual-stack pod's addresses
+/// land in an EndpointSlice of each address type.
+#[test]
+fn dual_stack_services_nodes_and_slices() {
+    let s = Server::start_with(&[
+        "--service-cidr",
+        "10.96.0.0/24,fd96::/112",
+        "--cluster-cidr",
+        "10.244.0.0/16,fd44::/56",
+    ]);
+    let v = "1.33";
+    let svc = |name: &str, spec: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  selector:\n    app: dual\n  ports:\n  - port: 80\n{spec}"
+        )
+    };
+    let fields = |name: &str| {
+        s.ok(
+            v,
+            &[
+                "get",
+                "svc",
+                name,
+                "-o",
+                "jsonpath={.spec.ipFamilyPolicy} {.spec.ipFamilies} {.spec.clusterIPs}",
+            ],
+        )
+    };
+    s.ok_stdin(v, &["apply", "-f", "-"], &svc("single", ""));
+    s.ok_stdin(
+        v,
+        &["apply", "-f", "-"],
+        &svc("both", "  ipFamilyPolicy: RequireDualStack\n"),
+    );
+    s.ok_stdin(
+        v,
+        &["apply", "-f", "-"],
+        &svc("six", "  ipFamilyPolicy: PreferDualStack\n  ipFamilies: [IPv6]\n"),
+    );
+    let single = fields("single");
+    assert!(
+        single.starts_with("SingleStack [\"IPv4\"] [\"10.96.0."),
+        "{single}"
+    );
+    let both = fields("both");
+    assert!(
+        both.starts_with("RequireDualStack [\"IPv4\",\"IPv6\"] [\"10.96.0.") && both.contains("\"fd96::"),
+        "{both}"
+    );
+    let six = fields("six");
+    assert!(
+        six.starts_with("PreferDualStack [\"IPv6\",\"IPv4\"] [\"fd96::"),
+        "{six}"
+    );
+    let primary = s.ok(v, &["get", "svc", "six", "-o", "jsonpath={.spec.clusterIP}"]);
+    assert!(primary.starts_with("fd96::"), "{primary}");
+
+    // Downgrade: SingleStack releases the secondary address, which another Service can take.
+    let secondary = s.ok(v, &["get", "svc", "both", "-o", "jsonpath={.spec.clusterIPs[1]}"]);
+    s.ok(
+        v,
+        &[
+            "patch",
+            "svc",
+            "both",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"ipFamilyPolicy":"SingleStack"}}"#,
+        ],
+    );
+    let down = fields("both");
+    assert!(down.starts_with("SingleStack [\"IPv4\"] [\"10.96.0."), "{down}");
+    assert!(!down.contains("fd96"), "{down}");
+    s.ok_stdin(
+        v,
+        &["apply", "-f", "-"],
+        &svc(
+            "taker",
+            &format!("  ipFamilies: [IPv6]\n  clusterIP: {secondary}\n"),
+        ),
+    );
+    assert_eq!(
+        s.ok(v, &["get", "svc", "taker", "-o", "jsonpath={.spec.clusterIPs}"]),
+        format!("[\"{secondary}\"]")
+    );
+    // Upgrade: the policy adds an address of the other family, the first one stays.
+    let first = s.ok(v, &["get", "svc", "single", "-o", "jsonpath={.spec.clusterIP}"]);
+    s.ok(
+        v,
+        &[
+            "patch",
+            "svc",
+            "single",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"ipFamilyPolicy":"PreferDualStack"}}"#,
+        ],
+    );
+    let up = fields("single");
+    assert!(
+        up.starts_with(&format!(
+            "PreferDualStack [\"IPv4\",\"IPv6\"] [\"{first}\",\"fd96::"
+        )),
+        "{up}"
+    );
+    // The primary address cannot change; a policy that cannot hold two families says so.
+    let err = s.fails(
+        v,
+        &[
+            "patch",
+            "svc",
+            "single",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"clusterIP":"10.96.0.200","clusterIPs":["10.96.0.200"]}}"#,
+        ],
+    );
+    assert!(
+        err.contains("spec.clusterIPs[0]: Invalid value: []string{\"10.96.0.200\"}: may not change once set"),
+        "{err}"
+    );
+    let err = s.fails_stdin(
+        v,
+        &["apply", "-f", "-"],
+        &svc(
+            "bad",
+            "  ipFamilyPolicy: SingleStack\n  ipFamilies: [IPv4, IPv6]\n",
+        ),
+    );
+    let err = String::from_utf8_lossy(&err);
+    assert!(
+        err.contains("spec.ipFamilyPolicy: Invalid value: \"SingleStack\": must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"),
+        "{err}"
+    );
+
+    // A node gets a pod CIDR of each family.
+    s.ok_stdin(
+        v,
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: dual-node\n",
+    );
+    let mut cidrs = String::new();
+    for _ in 0..100 {
+        cidrs = s.ok(
+            v,
+            &["get", "node", "dual-node", "-o", "jsonpath={.spec.podCIDRs}"],
+        );
+        if !cidrs.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        cidrs.starts_with("[\"10.244.") && cidrs.contains("/24\",\"fd44:") && cidrs.ends_with("::/64\"]"),
+        "{cidrs}"
+    );
+
+    // A ready pod with an address of each family: one endpoint in a slice of each type.
+    s.ok_stdin(
+        v,
+        &["create", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: dual-pod\n  labels:\n    app: dual\nspec:\n  nodeName: dual-node\n  containers:\n  - name: c\n    image: busybox\n",
+    );
+    s.ok(
+        v,
+        &[
+            "patch",
+            "pod",
+            "dual-pod",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Running","podIP":"10.244.0.5","podIPs":[{"ip":"10.244.0.5"},{"ip":"fd44::5"}],"conditions":[{"type":"Ready","status":"True"}]}}"#,
+        ],
+    );
+    let mut got = String::new();
+    for _ in 0..100 {
+        got = s.ok(
+            v,
+            &[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=six",
+                "-o",
+                "jsonpath={range .items[*]}{.addressType}={.endpoints[*].addresses[0]};{end}",
+            ],
+        );
+        if got.contains("IPv6=fd44::5") && got.contains("IPv4=10.244.0.5") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut types: Vec<&str> = got.split(';').filter(|t| !t.is_empty()).collect();
+    types.sort();
+    assert_eq!(types, ["IPv4=10.244.0.5", "IPv6=fd44::5"], "{got}");
+    // The Endpoints of an IPv6-primary Service hold the pod's IPv6 address.
+    let mut ep = String::new();
+    for _ in 0..100 {
+        ep = s.ok(
+            v,
+            &[
+                "get",
+                "endpoints",
+                "six",
+                "-o",
+                "jsonpath={.subsets[0].addresses[0].ip}",
+            ],
+        );
+        if !ep.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(ep, "fd44::5");
+}

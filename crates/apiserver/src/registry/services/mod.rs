@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use r8s_api::validation::{dns1123_label, dns1123_subdomain, FieldError};
 use serde_json::{json, Value};
 
-use super::allocator::{self, AllocError, Pool};
+use super::allocator::{self, AllocError, IpFamily, Pool};
 use super::meta;
 use super::pods::validation as pod_validation;
 use super::strategy::{
@@ -34,12 +34,15 @@ impl Strategy for Services {
     fn prepare_for_create(&self, _user: &crate::authn::UserInfo, obj: &mut Value) {
         super::strategy::drop_status(obj);
         obj["status"] = json!({"loadBalancer": {}});
+        families::normalize_create(obj);
     }
 
     fn prepare_for_update(&self, obj: &mut Value, old: &Value) -> Result<(), ApiError> {
         keep_status(obj, old);
+        families::normalize_update(obj, old);
         drop_type_dependent_fields(obj, old);
-        keep_allocations(obj, old)
+        keep_allocations(obj, old);
+        Ok(())
     }
 
     fn default(&self, obj: &mut Value) {
@@ -53,12 +56,17 @@ impl Strategy for Services {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let mut errs = Vec::new();
         validate(&mut errs, obj);
+        errs.extend(families::validate(obj));
         errs
+    }
+
+    fn validate_update(&self, obj: &Value, old: &Value) -> Vec<FieldError> {
+        families::validate_update(obj, old)
     }
 
     /// The cluster IP and node ports, given back unless the service is stored.
     async fn begin_create(&self, ctx: &Ctx, obj: &mut Value) -> Result<Option<Box<dyn Finish>>, ApiError> {
-        let allocations = allocate(ctx, obj, &[]).await?;
+        let allocations = allocate(ctx, obj, &[], None).await?;
         Ok(Some(Box::new(ReleaseUnlessStored(allocations))))
     }
 
@@ -72,7 +80,7 @@ impl Strategy for Services {
         old: &Value,
     ) -> Result<Option<Box<dyn Finish>>, ApiError> {
         let before = allocations(ctx, old);
-        let added = allocate(ctx, obj, &before).await?;
+        let added = allocate(ctx, obj, &before, Some(old)).await?;
         let after = allocations(ctx, obj);
         let released = before.into_iter().filter(|a| !after.contains(a)).collect();
         Ok(Some(Box::new(UpdateAllocations { added, released })))
@@ -494,31 +502,47 @@ async fn allocate(
     ctx: &Ctx,
     obj: &mut Value,
     held: &[(Pool, String)],
+    old: Option<&Value>,
 ) -> Result<Vec<(Pool, String)>, ApiError> {
+    let def = r8s_api::find("", "v1", "services").expect("in the catalogue");
+    families::init(&ctx.shared.service_cidrs, obj, old)
+        .map_err(|e| super::invalid(def, meta::name(obj), &e))?;
+    if let Some(old) = old {
+        let errs = families::validate_update(obj, old);
+        if !errs.is_empty() {
+            return Err(super::invalid(def, meta::name(obj), &errs));
+        }
+    }
     let store = ctx.shared.store.as_ref();
     let owner = format!("{}/{}", meta::namespace(obj), meta::name(obj));
     let mut done = Vec::new();
     let result = async {
-        if needs_cluster_ip(obj) {
-            let requested = obj["spec"]["clusterIP"]
-                .as_str()
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned);
-            let pool = Pool::ClusterIp(ctx.shared.service_cidr);
-            let kept = requested
-                .as_ref()
-                .is_some_and(|ip| held.contains(&(pool, ip.clone())));
-            if requested.as_deref() == Some("None") {
-                obj["spec"]["clusterIPs"] = json!(["None"]);
-            } else if !kept {
+        if needs_cluster_ip(obj) && !families::headless(obj) {
+            let mut ips = families::cluster_ips(obj);
+            let old_ips = old.map(families::cluster_ips).unwrap_or_default();
+            for (i, family) in families::families(obj).iter().enumerate() {
+                let requested = ips.get(i).filter(|ip| !ip.is_empty()).cloned();
+                // What the Service holds already stays (even of a family the cluster no
+                // longer serves).
+                if requested.as_ref().is_some_and(|ip| old_ips.contains(ip)) {
+                    continue;
+                }
+                let Some(cidr) = IpFamily::parse(family).and_then(|f| ctx.shared.service_cidrs.of(f)) else {
+                    continue; // refused by the family checks before
+                };
+                let pool = Pool::ClusterIp(cidr);
                 let ip = allocator::allocate(store, pool, &owner, requested.as_deref(), "spec.clusterIPs")
                     .await
                     .map_err(|e| api_error(obj, e))?;
                 done.push((pool, ip.clone()));
-                obj["spec"]["clusterIP"] = json!(ip);
-                obj["spec"]["clusterIPs"] = json!([ip]);
-                obj["spec"]["ipFamilies"] = json!(["IPv4"]);
-                obj["spec"]["ipFamilyPolicy"] = json!("SingleStack");
+                match ips.get_mut(i) {
+                    Some(slot) => *slot = ip,
+                    None => ips.push(ip),
+                }
+            }
+            if let Some(first) = ips.first() {
+                obj["spec"]["clusterIP"] = json!(first);
+                obj["spec"]["clusterIPs"] = json!(ips);
             }
         }
         if may_have_node_ports(obj) {
@@ -589,11 +613,12 @@ async fn release(ctx: &Ctx, allocations: &[(Pool, String)]) {
 /// Everything a stored service holds, to release when it is deleted.
 fn allocations(ctx: &Ctx, obj: &Value) -> Vec<(Pool, String)> {
     let mut out = Vec::new();
-    if let Some(ip) = obj["spec"]["clusterIP"]
-        .as_str()
-        .filter(|ip| !ip.is_empty() && *ip != "None")
-    {
-        out.push((Pool::ClusterIp(ctx.shared.service_cidr), ip.to_owned()));
+    for ip in families::cluster_ips(obj) {
+        // An address of a family the cluster no longer serves is not released (upstream's).
+        let cidr = IpFamily::of_str(&ip).and_then(|f| ctx.shared.service_cidrs.of(f));
+        if let Some(cidr) = cidr {
+            out.push((Pool::ClusterIp(cidr), ip));
+        }
     }
     for p in obj["spec"]["ports"].as_array().into_iter().flatten() {
         if let Some(np) = p["nodePort"].as_i64().filter(|n| *n != 0) {
@@ -607,35 +632,16 @@ fn allocations(ctx: &Ctx, obj: &Value) -> Vec<(Pool, String)> {
 }
 
 /// Upstream's `patchAllocatedValues` on update: what the old and new types both need and the
-/// request left out keeps its allocated value (the cluster IP and its families, node ports by
-/// port and protocol, the health-check port); a different cluster IP is refused (it is
-/// immutable).
-fn keep_allocations(obj: &mut Value, old: &Value) -> Result<(), ApiError> {
+/// request left out keeps its allocated value (the cluster IPs, node ports by port and
+/// protocol, the health-check port). Changed addresses are refused later, by
+/// `families::validate_update`.
+fn keep_allocations(obj: &mut Value, old: &Value) {
     if needs_cluster_ip(old) && needs_cluster_ip(obj) {
-        let old_ip = old["spec"]["clusterIP"].as_str().unwrap_or("");
-        match obj["spec"]["clusterIP"].as_str().unwrap_or("") {
-            "" => {
-                obj["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
-                obj["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
-            }
-            ip if !old_ip.is_empty() && ip != old_ip => {
-                let def = r8s_api::find("", "v1", "services").expect("in the catalogue");
-                return Err(super::invalid(
-                    def,
-                    meta::name(obj),
-                    &[r8s_api::validation::FieldError::invalid_raw(
-                        "spec.clusterIPs[0]",
-                        &format!("[]string{{\"{ip}\"}}"),
-                        "may not change once set",
-                    )],
-                ));
-            }
-            _ => {}
+        if obj["spec"]["clusterIP"].as_str().unwrap_or("").is_empty() {
+            obj["spec"]["clusterIP"] = old["spec"]["clusterIP"].clone();
         }
-        for f in ["ipFamilies", "ipFamilyPolicy"] {
-            if obj["spec"][f].is_null() && !old["spec"][f].is_null() {
-                obj["spec"][f] = old["spec"][f].clone();
-            }
+        if families::cluster_ips(obj).is_empty() && !families::cluster_ips(old).is_empty() {
+            obj["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
         }
     }
     if needs_node_ports(old) && needs_node_ports(obj) {
@@ -658,7 +664,423 @@ fn keep_allocations(obj: &mut Value, old: &Value) -> Result<(), ApiError> {
     {
         obj["spec"]["healthCheckNodePort"] = old["spec"]["healthCheckNodePort"].clone();
     }
-    Ok(())
+}
+
+/// The Service's IP families and addresses (upstream's `pkg/registry/core/service/storage/
+/// alloc.go` and `ValidateServiceClusterIPsRelatedFields`): which families a Service gets on
+/// this cluster, from its ipFamilyPolicy, ipFamilies and clusterIPs.
+mod families {
+    use super::super::allocator::{IpFamily, ServiceCidrs};
+    use r8s_api::validation::FieldError;
+    use serde_json::{json, Value};
+
+    const POLICIES: [&str; 3] = ["PreferDualStack", "RequireDualStack", "SingleStack"];
+
+    fn strings(v: &Value) -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s.as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// A list as Go prints it in a field error (`[]string{"a", "b"}`).
+    pub(super) fn go_list(ty: &str, items: &[String]) -> String {
+        let quoted: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
+        format!("[]{ty}{{{}}}", quoted.join(", "))
+    }
+
+    pub(super) fn cluster_ips(obj: &Value) -> Vec<String> {
+        strings(&obj["spec"]["clusterIPs"])
+    }
+
+    pub(super) fn families(obj: &Value) -> Vec<String> {
+        strings(&obj["spec"]["ipFamilies"])
+    }
+
+    fn policy(obj: &Value) -> &str {
+        obj["spec"]["ipFamilyPolicy"].as_str().unwrap_or("")
+    }
+
+    pub(super) fn headless(obj: &Value) -> bool {
+        cluster_ips(obj) == ["None"]
+    }
+
+    fn selectorless(obj: &Value) -> bool {
+        obj["spec"]["selector"].as_object().is_none_or(|m| m.is_empty())
+    }
+
+    /// Upstream's `NormalizeClusterIPs` on create: a client that sets only `clusterIP` gets
+    /// `clusterIPs` from it.
+    pub(super) fn normalize_create(obj: &mut Value) {
+        let ip = obj["spec"]["clusterIP"].as_str().unwrap_or("").to_owned();
+        if !ip.is_empty() && cluster_ips(obj).is_empty() && obj["spec"].is_object() {
+            obj["spec"]["clusterIPs"] = json!([ip]);
+        }
+    }
+
+    /// Upstream's `NormalizeClusterIPs` on update: an old client that left `clusterIPs` out
+    /// keeps them; one that changed only `clusterIP` gets `clusterIPs` to match.
+    pub(super) fn normalize_update(obj: &mut Value, old: &Value) {
+        if !obj["spec"].is_object() {
+            return;
+        }
+        let (ip, old_ip) = (
+            obj["spec"]["clusterIP"].as_str().unwrap_or("").to_owned(),
+            old["spec"]["clusterIP"].as_str().unwrap_or("").to_owned(),
+        );
+        if !cluster_ips(old).is_empty() && cluster_ips(obj).is_empty() && ip == old_ip {
+            obj["spec"]["clusterIPs"] = old["spec"]["clusterIPs"].clone();
+        }
+        if ip != old_ip {
+            let same = cluster_ips(obj) == cluster_ips(old);
+            if !old_ip.is_empty() && ip.is_empty() && same {
+                obj["spec"]["clusterIPs"] = Value::Null;
+            }
+            if !ip.is_empty() && same {
+                obj["spec"]["clusterIPs"] = json!([ip]);
+            }
+        }
+    }
+
+    /// Upstream's `ValidateServiceClusterIPsRelatedFields`.
+    pub(super) fn validate(obj: &Value) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        if obj["spec"]["type"] == "ExternalName" {
+            return errs;
+        }
+        let ips = cluster_ips(obj);
+        let shown = go_list("string", &ips);
+        let ip = obj["spec"]["clusterIP"].as_str().unwrap_or("");
+        if !ip.is_empty() {
+            if ips.is_empty() {
+                errs.push(FieldError::required("spec.clusterIPs", ""));
+            } else if ips[0] != ip {
+                errs.push(FieldError::invalid_raw(
+                    "spec.clusterIPs",
+                    &shown,
+                    "first value must match `clusterIP`",
+                ));
+            }
+        } else if !ips.is_empty() {
+            errs.push(FieldError::invalid_raw(
+                "spec.clusterIPs",
+                &shown,
+                "must be empty when `clusterIP` is not specified",
+            ));
+        }
+        let fams = families(obj);
+        for (i, f) in fams.iter().enumerate() {
+            if IpFamily::parse(f).is_none() {
+                errs.push(FieldError::not_supported(
+                    format!("spec.ipFamilies[{i}]"),
+                    f,
+                    &["IPv4", "IPv6"],
+                ));
+            }
+            if fams[..i].contains(f) {
+                errs.push(FieldError::duplicate(format!("spec.ipFamilies[{i}]"), f));
+            }
+        }
+        let p = policy(obj);
+        if !obj["spec"]["ipFamilyPolicy"].is_null() && !POLICIES.contains(&p) {
+            errs.push(FieldError::not_supported("spec.ipFamilyPolicy", p, &POLICIES));
+        }
+        let mut bad_ips = false;
+        for (i, ip) in ips.iter().enumerate() {
+            if i == 0 && ip == "None" {
+                if ips.len() > 1 {
+                    bad_ips = true;
+                    errs.push(FieldError::invalid_raw(
+                        "spec.clusterIPs",
+                        &shown,
+                        "'None' must be the first and only value",
+                    ));
+                }
+                continue;
+            }
+            if IpFamily::of_str(ip).is_none() {
+                bad_ips = true;
+                errs.push(FieldError::invalid(
+                    format!("spec.clusterIPs[{i}]"),
+                    ip,
+                    "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                ));
+            }
+        }
+        if ips.len() > 2 {
+            errs.push(FieldError::invalid_raw(
+                "spec.clusterIPs",
+                &shown,
+                "may only hold up to 2 values",
+            ));
+        }
+        if bad_ips {
+            return errs;
+        }
+        if ips.len() > 1 {
+            let fams_of: Vec<_> = ips.iter().filter_map(|ip| IpFamily::of_str(ip)).collect();
+            if fams_of.len() != 2 || fams_of[0] == fams_of[1] {
+                errs.push(FieldError::invalid_raw(
+                    "spec.clusterIPs",
+                    &shown,
+                    "may specify no more than one IP for each IP family",
+                ));
+            }
+        }
+        if !headless(obj) {
+            for (i, (ip, f)) in ips.iter().zip(&fams).enumerate() {
+                let (Some(fam), Some(want)) = (IpFamily::of_str(ip), IpFamily::parse(f)) else {
+                    continue;
+                };
+                if fam != want {
+                    errs.push(FieldError::invalid(
+                        format!("spec.clusterIPs[{i}]"),
+                        ip,
+                        format!("expected an {want} value as indicated by `ipFamilies[{i}]`"),
+                    ));
+                }
+            }
+        }
+        errs
+    }
+
+    /// Upstream's `isMatchingPreferDualStackClusterIPFields`: an update of a PreferDualStack
+    /// Service that keeps its type, policy, addresses and families is left as it is, so a
+    /// cluster turned dual- or single-stack does not change its Services behind their backs.
+    fn unchanged_prefer_dual_stack(obj: &Value, old: &Value) -> bool {
+        obj["spec"]["type"] == old["spec"]["type"]
+            && matches!(
+                obj["spec"]["type"].as_str(),
+                Some("ClusterIP" | "NodePort" | "LoadBalancer")
+            )
+            && policy(obj) == "PreferDualStack"
+            && policy(old) == "PreferDualStack"
+            && cluster_ips(obj) == cluster_ips(old)
+            && families(obj) == families(old)
+    }
+
+    /// Upstream's `initIPFamilyFields`: default the policy, infer and check the families
+    /// against what the cluster serves, and add the second family where the policy wants it.
+    pub(super) fn init(
+        cidrs: &ServiceCidrs,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), Vec<FieldError>> {
+        if obj["spec"]["type"] == "ExternalName" || !obj["spec"].is_object() {
+            return Ok(());
+        }
+        if obj["spec"]["ipFamilyPolicy"].is_null() {
+            let from_old = old
+                .map(|o| o["spec"]["ipFamilyPolicy"].clone())
+                .filter(|p| !p.is_null());
+            obj["spec"]["ipFamilyPolicy"] = match from_old {
+                Some(p) => p,
+                None if obj["spec"]["clusterIP"] == "None" && selectorless(obj) => json!("RequireDualStack"),
+                None => json!("SingleStack"),
+            };
+        }
+        if let Some(old) = old {
+            if unchanged_prefer_dual_stack(obj, old) {
+                return Ok(());
+            }
+        }
+        let errs = validate(obj);
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        let mut errs = Vec::new();
+        let policy_shown = format!("{:?}", policy(obj));
+        let single = policy(obj) == "SingleStack";
+        if let Some(old) = old {
+            let (ips, fams) = (cluster_ips(obj), families(obj));
+            if single {
+                if ips == cluster_ips(old) && ips.len() > 1 {
+                    obj["spec"]["clusterIPs"] = json!([ips[0]]);
+                }
+                if fams == families(old) && fams.len() > 1 {
+                    obj["spec"]["ipFamilies"] = json!([fams[0]]);
+                }
+            } else {
+                if !ips.is_empty() && ips.len() < cluster_ips(old).len() {
+                    errs.push(FieldError::invalid_raw(
+                        "spec.ipFamilyPolicy",
+                        &policy_shown,
+                        "must be 'SingleStack' to release the secondary cluster IP",
+                    ));
+                }
+                if !fams.is_empty() && fams.len() < families(old).len() {
+                    errs.push(FieldError::invalid_raw(
+                        "spec.ipFamilyPolicy",
+                        &policy_shown,
+                        "must be 'SingleStack' to release the secondary IP family",
+                    ));
+                }
+            }
+        }
+        let ips = cluster_ips(obj);
+        let mut fams = families(obj);
+        if single {
+            if ips.len() == 2 {
+                errs.push(FieldError::invalid_raw(
+                    "spec.ipFamilyPolicy",
+                    &policy_shown,
+                    "must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified",
+                ));
+            }
+            if fams.len() == 2 {
+                errs.push(FieldError::invalid_raw(
+                    "spec.ipFamilyPolicy",
+                    &policy_shown,
+                    "must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified",
+                ));
+            }
+        }
+        for (i, ip) in ips.iter().enumerate() {
+            if ip == "None" {
+                break;
+            }
+            let Some(fam) = IpFamily::of_str(ip) else { continue };
+            if i >= fams.len() {
+                if cidrs.of(fam).is_none() {
+                    errs.push(FieldError::invalid_raw(
+                        format!("spec.clusterIPs[{i}]"),
+                        &go_list("string", &ips),
+                        format!("{fam} is not configured on this cluster"),
+                    ));
+                } else {
+                    fams.push(fam.name().to_owned());
+                }
+            }
+        }
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        let primary = cidrs.primary().family();
+        let other_of = |f: &str| IpFamily::parse(f).unwrap_or(primary).other().name().to_owned();
+        if obj["spec"]["clusterIP"] == "None" && selectorless(obj) {
+            // Headless without a selector may name both families even on a single-stack
+            // cluster: its endpoints are whatever its owner writes.
+            if fams.is_empty() {
+                fams.push(primary.name().to_owned());
+            }
+            if fams.len() < 2 && !single {
+                let other = other_of(&fams[0]);
+                fams.push(other);
+            }
+            obj["spec"]["ipFamilies"] = json!(fams);
+            return Ok(());
+        }
+        if policy(obj) == "RequireDualStack" && !cidrs.dual() {
+            errs.push(FieldError::invalid_raw(
+                "spec.ipFamilyPolicy",
+                &policy_shown,
+                "this cluster is not configured for dual-stack services",
+            ));
+        }
+        for (i, f) in fams.iter().enumerate() {
+            if IpFamily::parse(f).and_then(|f| cidrs.of(f)).is_none() {
+                errs.push(FieldError::invalid(
+                    format!("spec.ipFamilies[{i}]"),
+                    f,
+                    "not configured on this cluster",
+                ));
+            }
+        }
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        if fams.is_empty() {
+            fams.push(primary.name().to_owned());
+        }
+        if !single && fams.len() == 1 && cidrs.dual() {
+            let other = other_of(&fams[0]);
+            fams.push(other);
+        }
+        obj["spec"]["ipFamilies"] = json!(fams);
+        Ok(())
+    }
+
+    /// Upstream's `validateUpgradeDowngradeClusterIPs` and `…IPFamilies`: the addresses and
+    /// families a Service has keep their places; only a secondary may come or go, and only
+    /// a SingleStack policy releases one.
+    pub(super) fn validate_update(obj: &Value, old: &Value) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        if obj["spec"]["type"] == "ExternalName" || old["spec"]["type"] == "ExternalName" {
+            return errs;
+        }
+        let policy_shown = match obj["spec"]["ipFamilyPolicy"].as_str() {
+            Some(p) => format!("{p:?}"),
+            None => "\"null\"".to_owned(),
+        };
+        let single = policy(obj) == "SingleStack";
+        let (new_headless, old_headless) = (headless(obj), headless(old));
+        let (ips, old_ips) = (cluster_ips(obj), cluster_ips(old));
+        let ips_shown = go_list("string", &ips);
+        let changed = |at: &str, shown: &str| FieldError::invalid_raw(at, shown, "may not change once set");
+        if !(new_headless && old_headless) {
+            if ips.len() == old_ips.len() {
+                for i in 0..ips.len() {
+                    if ips[i] != old_ips[i] {
+                        errs.push(changed(&format!("spec.clusterIPs[{i}]"), &ips_shown));
+                    }
+                }
+            } else if ips.len() < old_ips.len() {
+                if ips.is_empty() {
+                    errs.push(FieldError::invalid_raw(
+                        "spec.clusterIPs[0]",
+                        &ips_shown,
+                        "primary clusterIP can not be unset",
+                    ));
+                } else if ips[0] != old_ips[0] {
+                    errs.push(changed("spec.clusterIPs[0]", &ips_shown));
+                }
+                if ips.len() == 1 && !single {
+                    errs.push(FieldError::invalid_raw(
+                        "spec.ipFamilyPolicy",
+                        &policy_shown,
+                        "must be set to 'SingleStack' when releasing the secondary clusterIP",
+                    ));
+                }
+            } else if !old_ips.is_empty() && ips[0] != old_ips[0] {
+                errs.push(changed("spec.clusterIPs[0]", &ips_shown));
+            }
+        }
+        if new_headless != old_headless || new_headless {
+            return errs;
+        }
+        let (fams, old_fams) = (families(obj), families(old));
+        let fams_shown = go_list("core.IPFamily", &fams);
+        if fams.len() == old_fams.len() {
+            for i in 0..fams.len() {
+                if fams[i] != old_fams[i] {
+                    errs.push(changed("spec.ipFamilies[0]", &fams_shown));
+                }
+            }
+        } else if fams.len() < old_fams.len() {
+            if ips.is_empty() {
+                errs.push(FieldError::invalid_raw(
+                    "spec.ipFamilies[0]",
+                    &fams_shown,
+                    "primary ipFamily can not be unset",
+                ));
+            }
+            // (Upstream shows the cluster IPs here.)
+            if !fams.is_empty() && fams[0] != old_fams[0] {
+                errs.push(changed("spec.ipFamilies[0]", &ips_shown));
+            }
+            if fams.len() == 1 && !single {
+                errs.push(FieldError::invalid_raw(
+                    "spec.ipFamilyPolicy",
+                    &policy_shown,
+                    "must be set to 'SingleStack' when releasing the secondary ipFamily",
+                ));
+            }
+        } else if !old_fams.is_empty() && !fams.is_empty() && fams[0] != old_fams[0] {
+            errs.push(changed("spec.ipFamilies[0]", &ips_shown));
+        }
+        errs
+    }
 }
 
 #[cfg(test)]
@@ -802,5 +1224,161 @@ mod tests {
             errors(spec),
             ["spec.externalTrafficPolicy: Unsupported value: \"Nearest\": supported values: \"Cluster\", \"Local\""]
         );
+    }
+
+    fn init(cidrs: &str, spec: Value, old: Option<Value>) -> Result<Value, Vec<String>> {
+        let cidrs = allocator::ServiceCidrs::parse(cidrs).unwrap();
+        let mut obj = json!({"spec": spec});
+        families::normalize_create(&mut obj);
+        match families::init(&cidrs, &mut obj, old.as_ref()) {
+            Ok(()) => Ok(json!({
+                "policy": obj["spec"]["ipFamilyPolicy"],
+                "families": obj["spec"]["ipFamilies"],
+                "ips": obj["spec"]["clusterIPs"],
+            })),
+            Err(e) => Err(e.iter().map(ToString::to_string).collect()),
+        }
+    }
+
+    #[test]
+    fn ip_families_on_a_single_stack_cluster() {
+        let v4 = "10.43.0.0/16";
+        let sel = json!({"app": "web"});
+        assert_eq!(
+            init(v4, json!({"type": "ClusterIP", "selector": sel}), None).unwrap(),
+            json!({"policy": "SingleStack", "families": ["IPv4"], "ips": null})
+        );
+        assert_eq!(
+            init(
+                v4,
+                json!({"type": "ClusterIP", "ipFamilyPolicy": "PreferDualStack"}),
+                None
+            )
+            .unwrap()["families"],
+            json!(["IPv4"])
+        );
+        assert_eq!(
+            init(v4, json!({"type": "ClusterIP", "ipFamilyPolicy": "RequireDualStack"}), None).unwrap_err(),
+            ["spec.ipFamilyPolicy: Invalid value: \"RequireDualStack\": this cluster is not configured for dual-stack services"]
+        );
+        assert_eq!(
+            init(v4, json!({"type": "ClusterIP", "ipFamilies": ["IPv6"]}), None).unwrap_err(),
+            ["spec.ipFamilies[0]: Invalid value: \"IPv6\": not configured on this cluster"]
+        );
+        assert_eq!(
+            init(v4, json!({"type": "ClusterIP", "clusterIP": "fd43::5"}), None).unwrap_err(),
+            ["spec.clusterIPs[0]: Invalid value: []string{\"fd43::5\"}: IPv6 is not configured on this cluster"]
+        );
+        // Headless: with a selector it follows the cluster; without one it may hold both.
+        assert_eq!(
+            init(
+                v4,
+                json!({"type": "ClusterIP", "clusterIP": "None", "selector": sel}),
+                None
+            )
+            .unwrap(),
+            json!({"policy": "SingleStack", "families": ["IPv4"], "ips": ["None"]})
+        );
+        assert_eq!(
+            init(v4, json!({"type": "ClusterIP", "clusterIP": "None"}), None).unwrap(),
+            json!({"policy": "RequireDualStack", "families": ["IPv4", "IPv6"], "ips": ["None"]})
+        );
+        assert_eq!(
+            init(
+                v4,
+                json!({"type": "ExternalName", "externalName": "example.com"}),
+                None
+            )
+            .unwrap(),
+            json!({"policy": null, "families": null, "ips": null})
+        );
+    }
+
+    #[test]
+    fn ip_families_on_a_dual_stack_cluster() {
+        let dual = "10.43.0.0/16,fd43::/112";
+        assert_eq!(
+            init(dual, json!({"type": "ClusterIP"}), None).unwrap()["families"],
+            json!(["IPv4"])
+        );
+        assert_eq!(
+            init(
+                dual,
+                json!({"type": "ClusterIP", "ipFamilyPolicy": "PreferDualStack"}),
+                None
+            )
+            .unwrap()["families"],
+            json!(["IPv4", "IPv6"])
+        );
+        assert_eq!(
+            init(
+                dual,
+                json!({"type": "ClusterIP", "ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv6"]}),
+                None
+            )
+            .unwrap()["families"],
+            json!(["IPv6", "IPv4"])
+        );
+        assert_eq!(
+            init(dual, json!({"type": "ClusterIP", "clusterIP": "fd43::5"}), None).unwrap()["families"],
+            json!(["IPv6"])
+        );
+        assert_eq!(
+            init(dual, json!({"type": "ClusterIP", "ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv4", "IPv6"]}), None)
+                .unwrap_err(),
+            ["spec.ipFamilyPolicy: Invalid value: \"SingleStack\": must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"]
+        );
+        assert_eq!(
+            init(
+                dual,
+                json!({"type": "ClusterIP", "ipFamilyPolicy": "RequireDualStack", "clusterIP": "10.43.0.5",
+                       "clusterIPs": ["10.43.0.5", "10.43.0.6"]}),
+                None
+            )
+            .unwrap_err(),
+            ["spec.clusterIPs: Invalid value: []string{\"10.43.0.5\", \"10.43.0.6\"}: may specify no more than one IP for each IP family"]
+        );
+        assert_eq!(
+            init(dual, json!({"type": "ClusterIP", "clusterIP": "10.43.0.5", "ipFamilies": ["IPv6"]}), None).unwrap_err(),
+            ["spec.clusterIPs[0]: Invalid value: \"10.43.0.5\": expected an IPv6 value as indicated by `ipFamilies[0]`"]
+        );
+        assert_eq!(
+            init(dual, json!({"type": "ClusterIP", "ipFamilyPolicy": "Both"}), None).unwrap_err(),
+            ["spec.ipFamilyPolicy: Unsupported value: \"Both\": supported values: \"PreferDualStack\", \"RequireDualStack\", \"SingleStack\""]
+        );
+
+        // Updates: a secondary family added by the policy; released only by SingleStack.
+        let single = json!({"spec": {"type": "ClusterIP", "clusterIP": "10.43.0.5", "clusterIPs": ["10.43.0.5"],
+            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack"}});
+        let up = json!({"type": "ClusterIP", "clusterIP": "10.43.0.5", "clusterIPs": ["10.43.0.5"],
+            "ipFamilies": ["IPv4"], "ipFamilyPolicy": "RequireDualStack"});
+        assert_eq!(
+            init(dual, up, Some(single.clone())).unwrap()["families"],
+            json!(["IPv4", "IPv6"])
+        );
+        let both = json!({"spec": {"type": "ClusterIP", "clusterIP": "10.43.0.5", "clusterIPs": ["10.43.0.5", "fd43::7"],
+            "ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "RequireDualStack"}});
+        let mut down = both["spec"].clone();
+        down["ipFamilyPolicy"] = json!("SingleStack");
+        assert_eq!(
+            init(dual, down, Some(both.clone())).unwrap(),
+            json!({"policy": "SingleStack", "families": ["IPv4"], "ips": ["10.43.0.5"]})
+        );
+        let mut cut = both["spec"].clone();
+        cut["clusterIPs"] = json!(["10.43.0.5"]);
+        assert_eq!(
+            init(dual, cut, Some(both.clone())).unwrap_err(),
+            ["spec.ipFamilyPolicy: Invalid value: \"RequireDualStack\": must be 'SingleStack' to release the secondary cluster IP"]
+        );
+        let mut moved = both.clone();
+        moved["spec"]["clusterIPs"] = json!(["10.43.0.5", "fd43::8"]);
+        assert_eq!(
+            families::validate_update(&moved, &both)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["spec.clusterIPs[1]: Invalid value: []string{\"10.43.0.5\", \"fd43::8\"}: may not change once set"]
+        );
+        assert!(families::validate_update(&single, &single).is_empty());
     }
 }
