@@ -44,7 +44,16 @@ fn world(tag: &str) -> Option<World> {
         ns.ip(&["addr", "add", ip, "dev", "eth0"]);
         ns.ip(&["link", "set", "eth0", "up"]);
         ns.ip(&["route", "add", "default", "via", "10.42.0.1"]);
+        // And an IPv6 address of the second family, as a dual-stack bridge gives pods.
+        let ip6 = if veth == "vpod" {
+            "fd42::2/64"
+        } else {
+            "fd42::3/64"
+        };
+        ns.ip(&["-6", "addr", "add", ip6, "dev", "eth0", "nodad"]);
+        ns.ip(&["-6", "route", "add", "default", "via", "fd42::1"]);
     }
+    node.ip(&["-6", "addr", "add", "fd42::1/64", "dev", "br0", "nodad"]);
     node.ip(&[
         "link",
         "add",
@@ -61,8 +70,34 @@ fn world(tag: &str) -> Option<World> {
     node.ip(&["link", "set", "vout", "up"]);
     node.ip(&["route", "add", "default", "via", "192.168.77.2"]);
     node.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    node.ip(&["-6", "addr", "add", "fd77::1/64", "dev", "vout", "nodad"]);
+    node.ip(&["-6", "route", "add", "default", "via", "fd77::2"]);
+    node.exec(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
     outside.ip(&["addr", "add", "192.168.77.2/24", "dev", "eth0"]);
+    outside.ip(&["-6", "addr", "add", "fd77::2/64", "dev", "eth0", "nodad"]);
     outside.ip(&["link", "set", "eth0", "up"]);
+    outside.exec(&["nft", "add", "table", "ip6", "count"]);
+    outside.exec(&[
+        "nft",
+        "add",
+        "chain",
+        "ip6",
+        "count",
+        "pre",
+        "{ type filter hook prerouting priority 0; }",
+    ]);
+    outside.exec(&[
+        "nft",
+        "add",
+        "rule",
+        "ip6",
+        "count",
+        "pre",
+        "ip6",
+        "daddr",
+        "fd42::-fd43::ffff",
+        "counter",
+    ]);
     // Count what arrives for the Service range and the cluster CIDR.
     outside.exec(&["nft", "add", "table", "ip", "count"]);
     outside.exec(&[
@@ -97,7 +132,12 @@ fn world(tag: &str) -> Option<World> {
 impl World {
     /// Packets that reached `outside` for the cluster's ranges.
     fn leaked(&self) -> u64 {
-        let listed = self.outside.nft(&["list", "chain", "ip", "count", "pre"]);
+        self.leaked_of("ip")
+    }
+
+    /// The same for the IPv6 ranges (`ip6`).
+    fn leaked_of(&self, family: &str) -> u64 {
+        let listed = self.outside.nft(&["list", "chain", family, "count", "pre"]);
         let at = listed.find("packets ").expect("counter");
         listed[at + 8..]
             .split_whitespace()
@@ -123,8 +163,9 @@ impl World {
 fn cfg() -> ProxyConfig {
     ProxyConfig {
         table: "r8s".into(),
-        service_cidrs: vec![(Ipv4Addr::new(10, 43, 0, 0), 16)],
-        cluster_cidr: Some((Ipv4Addr::new(10, 42, 0, 0), 16)),
+        family: r8s_net::nft::AddrFamily::V4,
+        service_cidrs: vec![(Ipv4Addr::new(10, 43, 0, 0).into(), 16)],
+        cluster_cidrs: vec![(Ipv4Addr::new(10, 42, 0, 0).into(), 16)],
         masquerade_bit: 14,
         node_name: "node".into(),
         local_service_ips: vec![],
@@ -146,13 +187,32 @@ fn service(name: &str, ip: &str, node_port: Option<u16>, affinity: bool) -> Serv
 }
 
 fn slice(svc: &str, ips: &[&str]) -> EndpointSlice {
+    slice_of(svc, ips, "IPv4")
+}
+
+fn cfg6() -> ProxyConfig {
+    ProxyConfig {
+        family: r8s_net::nft::AddrFamily::V6,
+        service_cidrs: vec![
+            (Ipv4Addr::new(10, 43, 0, 0).into(), 16),
+            ("fd43::".parse().unwrap(), 112),
+        ],
+        cluster_cidrs: vec![
+            (Ipv4Addr::new(10, 42, 0, 0).into(), 16),
+            ("fd42::".parse().unwrap(), 56),
+        ],
+        ..cfg()
+    }
+}
+
+fn slice_of(svc: &str, ips: &[&str], address_type: &str) -> EndpointSlice {
     let eps: Vec<_> = ips
         .iter()
         .map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}, "nodeName": "node"}))
         .collect();
     serde_json::from_value(json!({
         "metadata": {"namespace": "default", "name": format!("{svc}-x"), "labels": {"kubernetes.io/service-name": svc}},
-        "addressType": "IPv4",
+        "addressType": address_type,
         "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
         "endpoints": eps,
     }))
@@ -267,6 +327,96 @@ fn cluster_ips_node_ports_and_the_guard_route_real_traffic() {
 
     // A clean stop removes the table.
     w.node.run(|| proxier.remove()).unwrap();
+    assert!(!w.node.nft(&["list", "tables"]).contains("r8s"));
+}
+
+/// The IPv6 table of a dual-stack node (an `ip6` table beside the `ip` one, as kube-proxy
+/// runs a proxier per family): cluster IPs, node ports, refusals, affinity, hairpin and the
+/// guard, for IPv6 Services and endpoints.
+#[test]
+fn ipv6_services_route_beside_ipv4_ones() {
+    let Some(w) = world("p6") else { return };
+    w.serve(&w.pod, "[fd42::2]:8080", "pod-a");
+    w.serve(&w.pod2, "[fd42::3]:8080", "pod-b");
+    w.serve(&w.pod, "10.42.0.2:8080", "pod-a4");
+    let (mut v4, mut v6) = w.node.run(|| {
+        let mut v4 = Proxier::new(cfg()).unwrap();
+        v4.guard().unwrap();
+        let mut v6 = Proxier::new(cfg6()).unwrap();
+        v6.guard().unwrap();
+        (v4, v6)
+    });
+    // The guard: nothing for the IPv6 Service range or cluster CIDR leaves.
+    assert!(fetch(&w.node, "[fd43::99]:80").is_err());
+    assert!(fetch(&w.pod, "[fd43::99]:80").is_err());
+    assert_eq!(
+        w.leaked_of("ip6"),
+        0,
+        "packets for the IPv6 Service range left the node"
+    );
+
+    // A dual-stack Service: each family's table takes its own address and endpoints.
+    let mut web = service("web", "10.43.0.20", Some(30080), false);
+    web.spec.as_mut().unwrap().cluster_ips = Some(vec!["10.43.0.20".into(), "fd43::20".into()]);
+    let empty = service("empty", "fd43::21", None, false);
+    let one6 = slice_of("web", &["fd42::2"], "IPv6");
+    let one4 = slice("web", &["10.42.0.2"]);
+    let rules6 = |svc: &Service, slices: &[&EndpointSlice]| {
+        let key = format!("default/{}", svc.metadata.name.as_deref().unwrap());
+        (key, service_rules(&cfg6(), svc, slices))
+    };
+    // An IPv4 table ignores the IPv6 slice, and the reverse.
+    assert_eq!(service_rules(&cfg(), &empty, &[]), ServiceRules::default());
+    w.node
+        .run(|| {
+            v4.full_sync(vec![rules(&web, &[&one4, &one6])])?;
+            v6.full_sync(vec![rules6(&web, &[&one4, &one6]), rules6(&empty, &[])])
+        })
+        .unwrap();
+    assert_eq!(fetch(&w.pod, "[fd43::20]:80").as_deref(), Ok("pod-a"));
+    assert_eq!(fetch(&w.node, "[fd43::20]:80").as_deref(), Ok("pod-a"));
+    assert_eq!(fetch(&w.pod2, "10.43.0.20:80").as_deref(), Ok("pod-a4"));
+    assert_eq!(fetch(&w.outside, "[fd77::1]:30080").as_deref(), Ok("pod-a"));
+    // Hairpin: pod-a reaches itself through its Service (masqueraded back).
+    assert_eq!(fetch(&w.pod, "[fd43::20]:80").as_deref(), Ok("pod-a"));
+    let started = std::time::Instant::now();
+    assert_eq!(fetch(&w.pod, "[fd43::21]:80"), Err(ErrorKind::ConnectionRefused));
+    assert_eq!(
+        fetch(&w.pod, "[fd43::20]:81"),
+        Err(ErrorKind::ConnectionRefused),
+        "{}",
+        w.node.nft(&["list", "table", "ip6", "r8s"])
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1300),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(fetch(&w.pod, "[fd43::98]:80").is_err());
+
+    // Two endpoints: both answer; with ClientIP affinity one sticks.
+    let two = slice_of("web", &["fd42::2", "fd42::3"], "IPv6");
+    w.node.run(|| v6.sync(vec![rules6(&web, &[&two])])).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        seen.insert(fetch(&w.node, "[fd43::20]:80").unwrap());
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec!["pod-a", "pod-b"]);
+    let mut sticky = service("web", "10.43.0.20", Some(30080), true);
+    sticky.spec.as_mut().unwrap().cluster_ips = web.spec.as_ref().unwrap().cluster_ips.clone();
+    w.node.run(|| v6.sync(vec![rules6(&sticky, &[&two])])).unwrap();
+    let first = fetch(&w.node, "[fd43::20]:80").unwrap();
+    for _ in 0..10 {
+        assert_eq!(fetch(&w.node, "[fd43::20]:80").unwrap(), first);
+    }
+    assert_eq!(w.leaked_of("ip6"), 0);
+    assert_eq!(w.leaked(), 0);
+
+    // Both tables go on a clean stop.
+    w.node.run(|| v6.remove().and_then(|_| v4.remove())).unwrap();
     assert!(!w.node.nft(&["list", "tables"]).contains("r8s"));
 }
 

@@ -122,8 +122,9 @@ fn connect_latency(ip: Ipv4Addr, n: usize) -> (Duration, Duration) {
 fn config() -> r8s_net::proxy::ProxyConfig {
     r8s_net::proxy::ProxyConfig {
         table: "r8s".into(),
-        service_cidrs: vec![(Ipv4Addr::new(10, 43, 0, 0), 16)],
-        cluster_cidr: Some((Ipv4Addr::new(10, 42, 0, 0), 16)),
+        family: r8s_net::nft::AddrFamily::V4,
+        service_cidrs: vec![(Ipv4Addr::new(10, 43, 0, 0).into(), 16)],
+        cluster_cidrs: vec![(Ipv4Addr::new(10, 42, 0, 0).into(), 16)],
         masquerade_bit: 14,
         node_name: "bench".into(),
         local_service_ips: vec![],

@@ -297,35 +297,44 @@ fn spawn_service_network(
     (proxy, dns)
 }
 
-/// The proxy's settings on a node: the Service range it guards, the cluster CIDR it keeps
-/// in, and the Service addresses the node serves itself (no proxying to them).
+/// The proxy's settings on a node: the Service ranges it guards (a table per family), the
+/// cluster CIDRs it keeps in, and the Service addresses the node serves itself (no proxying
+/// to them).
 fn proxy_config(
     node_name: &str,
     service_cidrs: &r8s_apiserver::ServiceCidrs,
     cluster_cidr: &str,
     local_service_ips: Vec<std::net::IpAddr>,
 ) -> anyhow::Result<r8s_net::proxy::ProxyConfig> {
+    let cluster_cidrs = cluster_cidr
+        .split(',')
+        .map(|c| parse_cidr(c.trim()).context("--cluster-cidr"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(r8s_net::proxy::ProxyConfig {
         table: "r8s".into(),
-        service_cidrs: service_cidrs
-            .iter()
-            .filter_map(|c| match c.network {
-                std::net::IpAddr::V4(net) => Some((net, c.prefix_len)),
-                std::net::IpAddr::V6(_) => None,
-            })
-            .collect(),
-        cluster_cidr: Some(parse_v4_cidr(cluster_cidr).context("--cluster-cidr")?),
+        family: r8s_net::nft::AddrFamily::of(&service_cidrs.primary().network),
+        service_cidrs: service_cidrs.iter().map(|c| (c.network, c.prefix_len)).collect(),
+        cluster_cidrs,
         masquerade_bit: 14,
         node_name: node_name.to_owned(),
-        local_service_ips: local_service_ips
-            .into_iter()
-            .filter_map(|ip| match ip {
-                std::net::IpAddr::V4(v4) => Some(v4),
-                std::net::IpAddr::V6(_) => None,
-            })
-            .collect(),
+        local_service_ips,
         keep_on_exit: false,
     })
+}
+
+/// An IPv4 or IPv6 CIDR.
+fn parse_cidr(s: &str) -> anyhow::Result<(std::net::IpAddr, u8)> {
+    let (ip, len) = s
+        .split_once('/')
+        .ok_or_else(|| anyhow::anyhow!("{s:?} is not a CIDR (address/prefix length)"))?;
+    let ip: std::net::IpAddr = ip.parse().map_err(|_| anyhow::anyhow!("{s:?}: bad address"))?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    let len: u8 = len
+        .parse()
+        .ok()
+        .filter(|l| *l <= max)
+        .ok_or_else(|| anyhow::anyhow!("{s:?}: bad prefix length"))?;
+    Ok((ip, len))
 }
 
 fn dns_options(agent: &AgentArgs, address: std::net::IpAddr) -> r8s_net::dns::DnsOptions {

@@ -164,6 +164,8 @@ pub enum Expr {
     },
     /// ICMP port unreachable (in an `ip` table).
     RejectIcmpPortUnreachable,
+    /// ICMPv6 port unreachable (in an ip6 table).
+    RejectIcmpv6PortUnreachable,
     /// A TCP reset (for TCP packets only).
     RejectTcpReset,
     /// `numgen random mod modulus` into `dreg`.
@@ -193,7 +195,9 @@ impl Expr {
             Expr::Fib { .. } => "fib",
             Expr::Dnat { .. } => "nat",
             Expr::Masquerade { .. } => "masq",
-            Expr::RejectIcmpPortUnreachable | Expr::RejectTcpReset => "reject",
+            Expr::RejectIcmpPortUnreachable | Expr::RejectIcmpv6PortUnreachable | Expr::RejectTcpReset => {
+                "reject"
+            }
             Expr::NumgenRandom { .. } => "numgen",
             Expr::DynsetUpdate { .. } => "dynset",
             Expr::Counter => "counter",
@@ -307,6 +311,10 @@ impl Expr {
                 w.u32(1, 0); // NFT_REJECT_ICMP_UNREACH
                 w.u8(2, 3); // ICMP_PORT_UNREACH
             }
+            Expr::RejectIcmpv6PortUnreachable => {
+                w.u32(1, 0); // NFT_REJECT_ICMP_UNREACH (ICMPv6 in an ip6 table)
+                w.u8(2, 4); // ICMPV6_PORT_UNREACH
+            }
             Expr::RejectTcpReset => {
                 w.u32(1, 1); // NFT_REJECT_TCP_RST
                 w.u8(2, 0);
@@ -342,7 +350,104 @@ impl Expr {
 /// Expressions for the common matches, in nft's register layout.
 pub mod m {
     use super::*;
-    use std::net::Ipv4Addr;
+    use crate::nft::AddrFamily;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// `ip daddr` / `ip6 daddr` into `reg`.
+    pub fn daddr(f: AddrFamily, reg: u32) -> Expr {
+        match f {
+            AddrFamily::V4 => ip_daddr(reg),
+            AddrFamily::V6 => Expr::Payload {
+                dreg: reg,
+                base: BASE_NETWORK,
+                offset: 24,
+                len: 16,
+            },
+        }
+    }
+
+    /// `ip saddr` / `ip6 saddr` into `reg`.
+    pub fn saddr(f: AddrFamily, reg: u32) -> Expr {
+        match f {
+            AddrFamily::V4 => ip_saddr(reg),
+            AddrFamily::V6 => Expr::Payload {
+                dreg: reg,
+                base: BASE_NETWORK,
+                offset: 8,
+                len: 16,
+            },
+        }
+    }
+
+    /// `daddr . meta l4proto . th dport` from register 1 on.
+    pub fn daddr_proto_port_of(f: AddrFamily) -> Vec<Expr> {
+        let w = f.addr_regs();
+        vec![daddr(f, REG_1), l4proto(reg32(w)), th_dport(reg32(w + 1))]
+    }
+
+    /// `<load> == net` or `!=`, as a prefix match when `prefix` is shorter than the address
+    /// (IPv4 or IPv6, as `net` is).
+    pub fn addr_in(load: Expr, net: IpAddr, prefix: u8, op: CmpOp) -> Vec<Expr> {
+        let bytes = crate::nft::octets(&net);
+        let bits = bytes.len() * 8;
+        let mut v = vec![load];
+        if (prefix as usize) < bits {
+            let mask: Vec<u8> = (0..bytes.len())
+                .map(|i| {
+                    let have = (prefix as usize).saturating_sub(i * 8).min(8);
+                    if have == 0 {
+                        0
+                    } else {
+                        0xffu8 << (8 - have)
+                    }
+                })
+                .collect();
+            let masked: Vec<u8> = bytes.iter().zip(&mask).map(|(b, m)| b & m).collect();
+            v.push(Expr::Bitwise {
+                sreg: REG_1,
+                dreg: REG_1,
+                xor: vec![0; mask.len()],
+                mask,
+            });
+            v.push(Expr::Cmp {
+                sreg: REG_1,
+                op,
+                data: masked,
+            });
+        } else {
+            v.push(Expr::Cmp {
+                sreg: REG_1,
+                op,
+                data: bytes,
+            });
+        }
+        v
+    }
+
+    /// `meta l4proto <p> dnat to addr:port`, IPv4 or IPv6 as `addr` is.
+    pub fn dnat_to(proto: u8, addr: IpAddr, port: u16) -> Vec<Expr> {
+        vec![
+            l4proto(REG_1),
+            Expr::Cmp {
+                sreg: REG_1,
+                op: CmpOp::Eq,
+                data: vec![proto],
+            },
+            Expr::Immediate {
+                dreg: REG_1,
+                data: crate::nft::octets(&addr),
+            },
+            Expr::Immediate {
+                dreg: REG_2,
+                data: port.to_be_bytes().to_vec(),
+            },
+            Expr::Dnat {
+                family: AddrFamily::of(&addr).nfproto(),
+                addr_reg: REG_1,
+                proto_reg: Some(REG_2),
+            },
+        ]
+    }
 
     /// `ip daddr` (or saddr) into `reg`.
     pub fn ip_daddr(reg: u32) -> Expr {
@@ -392,29 +497,7 @@ pub mod m {
 
     /// `<reg> == addr` or `!=`, as a prefix match when `prefix < 32`.
     pub fn ip_in(load: Expr, net: Ipv4Addr, prefix: u8, op: CmpOp) -> Vec<Expr> {
-        let mut v = vec![load];
-        if prefix < 32 {
-            let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
-            v.push(Expr::Bitwise {
-                sreg: REG_1,
-                dreg: REG_1,
-                mask: mask.to_be_bytes().to_vec(),
-                xor: vec![0; 4],
-            });
-            let masked = u32::from(net) & mask;
-            v.push(Expr::Cmp {
-                sreg: REG_1,
-                op,
-                data: masked.to_be_bytes().to_vec(),
-            });
-        } else {
-            v.push(Expr::Cmp {
-                sreg: REG_1,
-                op,
-                data: net.octets().to_vec(),
-            });
-        }
-        v
+        addr_in(load, IpAddr::V4(net), prefix, op)
     }
 
     /// `<load> & mask <op> 0`, for host-order 4-byte values (ct state, mark).
@@ -583,26 +666,6 @@ pub mod m {
 
     /// `meta l4proto <p> dnat to addr:port`.
     pub fn dnat(proto: u8, addr: Ipv4Addr, port: u16) -> Vec<Expr> {
-        vec![
-            l4proto(REG_1),
-            Expr::Cmp {
-                sreg: REG_1,
-                op: CmpOp::Eq,
-                data: vec![proto],
-            },
-            Expr::Immediate {
-                dreg: REG_1,
-                data: addr.octets().to_vec(),
-            },
-            Expr::Immediate {
-                dreg: REG_2,
-                data: port.to_be_bytes().to_vec(),
-            },
-            Expr::Dnat {
-                family: 2,
-                addr_reg: REG_1,
-                proto_reg: Some(REG_2),
-            },
-        ]
+        dnat_to(proto, IpAddr::V4(addr), port)
     }
 }

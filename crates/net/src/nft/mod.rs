@@ -10,6 +10,83 @@ use std::io;
 
 pub use expr::{CmpOp, Data, Expr, Verdict};
 pub use wire::Family;
+
+/// One IP family's addresses as rules and sets see them: the table family they live in, the
+/// address's size in bytes and in 4-byte registers, its set datatype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AddrFamily {
+    V4,
+    V6,
+}
+
+impl AddrFamily {
+    pub fn of(ip: &std::net::IpAddr) -> Self {
+        if ip.is_ipv4() {
+            AddrFamily::V4
+        } else {
+            AddrFamily::V6
+        }
+    }
+
+    pub fn table(self) -> Family {
+        match self {
+            AddrFamily::V4 => Family::Ipv4,
+            AddrFamily::V6 => Family::Ipv6,
+        }
+    }
+
+    /// `NFPROTO_*`, as NAT expressions name the family of their addresses.
+    pub fn nfproto(self) -> u8 {
+        self.table() as u8
+    }
+
+    pub fn addr_len(self) -> u32 {
+        match self {
+            AddrFamily::V4 => 4,
+            AddrFamily::V6 => 16,
+        }
+    }
+
+    /// 4-byte registers an address takes in a concatenation.
+    pub fn addr_regs(self) -> u32 {
+        self.addr_len() / 4
+    }
+
+    pub fn addr_type(self) -> u32 {
+        match self {
+            AddrFamily::V4 => types::IPV4_ADDR,
+            AddrFamily::V6 => types::IPV6_ADDR,
+        }
+    }
+
+    pub fn bits(self) -> u8 {
+        (self.addr_len() * 8) as u8
+    }
+
+    /// The name Kubernetes gives it (ipFamilies, EndpointSlice addressType).
+    pub fn name(self) -> &'static str {
+        match self {
+            AddrFamily::V4 => "IPv4",
+            AddrFamily::V6 => "IPv6",
+        }
+    }
+
+    /// The loopback range.
+    pub fn loopback(self) -> (std::net::IpAddr, u8) {
+        match self {
+            AddrFamily::V4 => (std::net::Ipv4Addr::new(127, 0, 0, 0).into(), 8),
+            AddrFamily::V6 => (std::net::Ipv6Addr::LOCALHOST.into(), 128),
+        }
+    }
+}
+
+/// An address's bytes, network order (4 or 16).
+pub fn octets(ip: &std::net::IpAddr) -> Vec<u8> {
+    match ip {
+        std::net::IpAddr::V4(a) => a.octets().to_vec(),
+        std::net::IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
 use wire::{begin_msg, end_msg, MsgType, Writer, NFNL_SUBSYS_NFTABLES};
 use wire::{NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST};
 
@@ -26,6 +103,7 @@ const DATA_VERDICT: u32 = 0xffff_ff00;
 /// bits per field for concatenations.
 pub mod types {
     pub const IPV4_ADDR: u32 = 7;
+    pub const IPV6_ADDR: u32 = 8;
     pub const INET_PROTO: u32 = 12;
     pub const INET_SERVICE: u32 = 13;
     pub const INTEGER: u32 = 4;

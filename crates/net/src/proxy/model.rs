@@ -16,13 +16,13 @@
 //! count up to — keep kube-proxy's chain layout.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::nft::expr::{m, CmpOp, Expr, REG_1};
-use crate::nft::{Data, Verdict};
+use crate::nft::{octets, AddrFamily, Data, Verdict};
 
 /// The maps and sets of the table.
 pub const CLUSTER_IPS: &str = "cluster-ips";
@@ -50,18 +50,22 @@ pub const REJECT_CHAIN: &str = "reject-chain";
 /// What the proxy needs to know about the cluster and the node.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
-    /// The nftables table (family ip).
+    /// The nftables table's name (one table of that name per family: `ip` and `ip6`).
     pub table: String,
+    /// The family a proxier programs; `run` runs one per family of `service_cidrs` (the
+    /// rules of a family see only that family's addresses, as kube-proxy's).
+    pub family: AddrFamily,
     /// The Service range(s): addresses in them that no Service holds are dropped.
-    pub service_cidrs: Vec<(Ipv4Addr, u8)>,
-    /// The pod range: traffic from outside it to a Service is masqueraded.
-    pub cluster_cidr: Option<(Ipv4Addr, u8)>,
+    pub service_cidrs: Vec<(IpAddr, u8)>,
+    /// The pod range(s), one per family: traffic from outside it to a Service is
+    /// masqueraded.
+    pub cluster_cidrs: Vec<(IpAddr, u8)>,
     /// The packet mark bit meaning "masquerade this" (kube-proxy's --masquerade-bit).
     pub masquerade_bit: u32,
     /// This node's name (for traffic policy Local).
     pub node_name: String,
     /// Service addresses the agent serves itself (the cluster DNS address): not proxied.
-    pub local_service_ips: Vec<Ipv4Addr>,
+    pub local_service_ips: Vec<IpAddr>,
     /// Leave the table and the blackhole route in place on a clean stop (an agent that keeps
     /// its pods for the next start to adopt keeps their Services routing too).
     pub keep_on_exit: bool,
@@ -70,6 +74,40 @@ pub struct ProxyConfig {
 impl ProxyConfig {
     pub fn masquerade_mark(&self) -> u32 {
         1 << self.masquerade_bit
+    }
+
+    fn mine(&self, ip: &IpAddr) -> bool {
+        AddrFamily::of(ip) == self.family
+    }
+
+    /// The pod range of this family.
+    pub fn cluster_cidr(&self) -> Option<(IpAddr, u8)> {
+        self.cluster_cidrs.iter().copied().find(|(n, _)| self.mine(n))
+    }
+
+    /// The Service ranges of this family.
+    pub fn family_service_cidrs(&self) -> impl Iterator<Item = (IpAddr, u8)> + '_ {
+        self.service_cidrs.iter().copied().filter(|(n, _)| self.mine(n))
+    }
+
+    /// The families of the Service ranges, the primary first.
+    pub fn families(&self) -> Vec<AddrFamily> {
+        let mut out = Vec::new();
+        for (n, _) in &self.service_cidrs {
+            let f = AddrFamily::of(n);
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+        out
+    }
+
+    /// This configuration for one family.
+    pub fn for_family(&self, family: AddrFamily) -> ProxyConfig {
+        ProxyConfig {
+            family,
+            ..self.clone()
+        }
     }
 }
 
@@ -86,7 +124,7 @@ pub struct ServiceRules {
     /// Affinity sets (each element carries its own timeout, set by the rule that adds it).
     pub affinity_sets: BTreeSet<String>,
     /// This node's endpoints on flat paths (hairpin masquerade).
-    pub hairpin: BTreeSet<Ipv4Addr>,
+    pub hairpin: BTreeSet<IpAddr>,
 }
 
 /// A flat map's key: `key . bucket` (the bucket as `numgen` leaves it in a register).
@@ -97,8 +135,8 @@ pub fn bucket_key(key: &[u8], bucket: u32) -> Vec<u8> {
 }
 
 /// A flat endpoint map's value: `addr . port`.
-fn endpoint_value(ip: Ipv4Addr, port: u16) -> Data {
-    let mut v = ip.octets().to_vec();
+fn endpoint_value(ip: IpAddr, port: u16) -> Data {
+    let mut v = octets(&ip);
     v.extend_from_slice(&port.to_be_bytes());
     v.extend_from_slice(&[0, 0]);
     Data::Value(v)
@@ -127,7 +165,7 @@ fn flat_dispatch(
 /// One endpoint of a Service port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Endpoint {
-    ip: Ipv4Addr,
+    ip: IpAddr,
     port: u16,
     ready: bool,
     serving: bool,
@@ -145,9 +183,9 @@ fn protocol_number(p: Option<&str>) -> Option<(u8, &'static str)> {
 }
 
 /// The key `addr . proto . port` of the three-field maps.
-pub fn ip_key(ip: Ipv4Addr, proto: u8, port: u16) -> Vec<u8> {
-    let mut k = Vec::with_capacity(12);
-    k.extend_from_slice(&ip.octets());
+pub fn ip_key(ip: IpAddr, proto: u8, port: u16) -> Vec<u8> {
+    let mut k = Vec::with_capacity(24);
+    k.extend_from_slice(&octets(&ip));
     k.extend_from_slice(&[proto, 0, 0, 0]);
     k.extend_from_slice(&port.to_be_bytes());
     k.extend_from_slice(&[0, 0]);
@@ -173,8 +211,9 @@ fn usable<'a>(eps: impl Iterator<Item = &'a Endpoint> + Clone) -> Vec<&'a Endpoi
     eps.filter(|e| e.serving && e.terminating).collect()
 }
 
-/// The rules for `svc` with `slices` (its EndpointSlices). Headless and ExternalName
-/// Services, IPv6-only ones and addresses the agent serves itself get none.
+/// The rules for `svc` with `slices` (its EndpointSlices) in `cfg.family`. Headless and
+/// ExternalName Services, Services without an address of the family and addresses the agent
+/// serves itself get none.
 pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]) -> ServiceRules {
     let mut out = ServiceRules::default();
     let (Some(spec), Some(ns), Some(name)) = (
@@ -192,9 +231,10 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
         .iter()
         .flatten()
         .chain(spec.cluster_ip.iter())
-        .find_map(|ip| ip.parse::<Ipv4Addr>().ok());
+        .filter_map(|ip| ip.parse::<IpAddr>().ok())
+        .find(|ip| cfg.mine(ip));
     let Some(cluster_ip) = cluster_ip else {
-        return out; // headless, or IPv6 only
+        return out; // headless, or none of this family
     };
     if cfg.local_service_ips.contains(&cluster_ip) {
         return out;
@@ -214,7 +254,7 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
     let mark = || m::mark_or(cfg.masquerade_mark());
     let internal_local = spec.internal_traffic_policy.as_deref() == Some("Local");
     let external_local = spec.external_traffic_policy.as_deref() == Some("Local");
-    let external_ips: Vec<Ipv4Addr> = spec
+    let external_ips: Vec<IpAddr> = spec
         .external_ips
         .iter()
         .flatten()
@@ -229,6 +269,7 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
                 .filter(|i| i.ip_mode.as_deref() != Some("Proxy"))
                 .filter_map(|i| i.ip.as_deref()?.parse().ok()),
         )
+        .filter(|ip| cfg.mine(ip))
         .collect();
 
     for port in spec.ports.iter().flatten() {
@@ -260,8 +301,7 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
             && !(external_local && has_external)
             && (1..=FLAT_MAX_ENDPOINTS).contains(&cluster_eps.len())
         {
-            out.elems
-                .insert((CLUSTER_IPS, cluster_ip.octets().to_vec()), None);
+            out.elems.insert((CLUSTER_IPS, octets(&cluster_ip)), None);
             let key = ip_key(cluster_ip, proto, svc_port);
             flat_dispatch(&mut out, FLAT_COUNTS, FLAT_ENDPOINTS, &key, &cluster_eps);
             for ip in &external_ips {
@@ -287,10 +327,11 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
         let external_chain = format!("external-{base}");
         let local_chain = format!("local-{base}");
         // Hairpin (a pod reaching itself through its Service is masqueraded) and DNAT.
+        let family = cfg.family;
         let to_endpoint = |ep: &Endpoint| -> [Rule; 2] {
-            let mut hairpin = m::ip_in(m::ip_saddr(REG_1), ep.ip, 32, CmpOp::Eq);
+            let mut hairpin = m::addr_in(m::saddr(family, REG_1), ep.ip, family.bits(), CmpOp::Eq);
             hairpin.extend(mark());
-            [hairpin, m::dnat(proto, ep.ip, ep.port)]
+            [hairpin, m::dnat_to(proto, ep.ip, ep.port)]
         };
         let endpoint_chain = |ep: &Endpoint, out: &mut ServiceRules| -> String {
             let chain = format!("endpoint-{base}__{}/{}", ep.ip, ep.port);
@@ -303,7 +344,7 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
                 let set = affinity_set(&chain);
                 out.affinity_sets.insert(set.clone());
                 rules.push(vec![
-                    m::ip_saddr(REG_1),
+                    m::saddr(family, REG_1),
                     Expr::DynsetUpdate {
                         set,
                         sreg: REG_1,
@@ -322,7 +363,7 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
             if affinity_ms.is_some() {
                 for t in &targets {
                     let mut r = vec![
-                        m::ip_saddr(REG_1),
+                        m::saddr(family, REG_1),
                         Expr::Lookup {
                             set: affinity_set(t),
                             sreg: REG_1,
@@ -360,8 +401,7 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
             out.chains.insert(chain.to_owned(), rules);
         };
 
-        out.elems
-            .insert((CLUSTER_IPS, cluster_ip.octets().to_vec()), None);
+        out.elems.insert((CLUSTER_IPS, octets(&cluster_ip)), None);
         // Traffic to the cluster IP.
         let internal_eps = if internal_local { &local_eps } else { &cluster_eps };
         let cluster_key = ip_key(cluster_ip, proto, svc_port);
@@ -369,9 +409,9 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
             // Off-cluster sources (the node itself, other hosts) are masqueraded so replies
             // come back through this node.
             let mut masq = Vec::new();
-            match cfg.cluster_cidr {
+            match cfg.cluster_cidr() {
                 Some((net, prefix)) => {
-                    let mut r = m::ip_in(m::ip_saddr(REG_1), net, prefix, CmpOp::Neq);
+                    let mut r = m::addr_in(m::saddr(family, REG_1), net, prefix, CmpOp::Neq);
                     r.extend(mark());
                     masq.push(r);
                 }
@@ -413,8 +453,8 @@ pub fn service_rules(cfg: &ProxyConfig, svc: &Service, slices: &[&EndpointSlice]
             // Source address kept; pods and the node itself still go anywhere (upstream's
             // short circuits), others only to this node's endpoints.
             let mut rules = Vec::new();
-            if let Some((net, prefix)) = cfg.cluster_cidr {
-                let mut r = m::ip_in(m::ip_saddr(REG_1), net, prefix, CmpOp::Eq);
+            if let Some((net, prefix)) = cfg.cluster_cidr() {
+                let mut r = m::addr_in(m::saddr(family, REG_1), net, prefix, CmpOp::Eq);
                 r.push(Expr::Verdict(Verdict::Goto(service_chain.clone())));
                 rules.push(r);
             }
@@ -489,12 +529,12 @@ fn affinity_set(endpoint_chain: &str) -> String {
     format!("affinity-{}", endpoint_chain.trim_start_matches("endpoint-"))
 }
 
-/// The Service port's endpoints from its slices (IPv4 slices; ports matched by name and
-/// protocol).
+/// The Service port's endpoints from its slices (those of `cfg.family`; ports matched by
+/// name and protocol).
 fn endpoints(cfg: &ProxyConfig, slices: &[&EndpointSlice], port_name: &str, protocol: &str) -> Vec<Endpoint> {
     let mut out: Vec<Endpoint> = Vec::new();
     for slice in slices {
-        if slice.address_type != "IPv4" {
+        if slice.address_type != cfg.family.name() {
             continue;
         }
         let Some(port) = slice.ports.iter().flatten().find(|p| {
@@ -512,9 +552,12 @@ fn endpoints(cfg: &ProxyConfig, slices: &[&EndpointSlice], port_name: &str, prot
             let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
             let local = ep.node_name.as_deref() == Some(cfg.node_name.as_str());
             for addr in &ep.addresses {
-                let Ok(ip) = addr.parse::<Ipv4Addr>() else {
+                let Ok(ip) = addr.parse::<IpAddr>() else {
                     continue;
                 };
+                if !cfg.mine(&ip) {
+                    continue;
+                }
                 if out.iter().any(|e| e.ip == ip && e.port == port) {
                     continue; // the same endpoint in two slices (during a move)
                 }
@@ -537,15 +580,23 @@ fn endpoints(cfg: &ProxyConfig, slices: &[&EndpointSlice], port_name: &str, prot
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::net::Ipv4Addr;
 
     fn cfg() -> ProxyConfig {
         ProxyConfig {
             table: "r8s".into(),
-            service_cidrs: vec![(Ipv4Addr::new(10, 43, 0, 0), 16)],
-            cluster_cidr: Some((Ipv4Addr::new(10, 42, 0, 0), 16)),
+            family: AddrFamily::V4,
+            service_cidrs: vec![
+                (Ipv4Addr::new(10, 43, 0, 0).into(), 16),
+                ("fd43::".parse().unwrap(), 112),
+            ],
+            cluster_cidrs: vec![
+                (Ipv4Addr::new(10, 42, 0, 0).into(), 16),
+                ("fd42::".parse().unwrap(), 56),
+            ],
             masquerade_bit: 14,
             node_name: "n1".into(),
-            local_service_ips: vec![Ipv4Addr::new(10, 43, 0, 10)],
+            local_service_ips: vec![Ipv4Addr::new(10, 43, 0, 10).into()],
             keep_on_exit: false,
         }
     }
@@ -625,7 +676,7 @@ mod tests {
         // The flat path: no chains, only map elements; this node's endpoint is a hairpin.
         assert!(r.chains.is_empty(), "{:?}", r.chains.keys());
         let both = vec!["10.42.0.5:8080".to_string(), "10.42.1.7:8080".to_string()];
-        let key = ip_key(Ipv4Addr::new(10, 43, 0, 20), 6, 80);
+        let key = ip_key(Ipv4Addr::new(10, 43, 0, 20).into(), 6, 80);
         assert_eq!(flat(&r, FLAT_COUNTS, FLAT_ENDPOINTS, &key), (2, both.clone()));
         assert_eq!(
             flat(
@@ -636,7 +687,7 @@ mod tests {
             ),
             (2, both)
         );
-        assert_eq!(r.hairpin, [Ipv4Addr::new(10, 42, 0, 5)].into());
+        assert_eq!(r.hairpin, [IpAddr::from([10, 42, 0, 5])].into());
         assert!(!r.elems.contains_key(&(FLAT_EXTERNAL, key.clone())));
         assert!(!r
             .elems
@@ -698,7 +749,7 @@ mod tests {
         let eps: Vec<_> = (0..=FLAT_MAX_ENDPOINTS)
             .map(|i| json!({"addresses": [format!("10.42.2.{i}")]}))
             .collect();
-        let key = ip_key(Ipv4Addr::new(10, 43, 0, 20), 6, 80);
+        let key = ip_key(Ipv4Addr::new(10, 43, 0, 20).into(), 6, 80);
         let r = service_rules(&cfg(), &web(), &[&web_slice(json!(eps))]);
         assert!(r.elems.contains_key(&(SERVICE_IPS, key.clone())));
         assert_eq!(
@@ -716,7 +767,10 @@ mod tests {
     fn no_endpoints_rejects_and_terminating_ones_are_the_fallback() {
         let r = service_rules(&cfg(), &web(), &[]);
         assert_eq!(
-            r.elems[&(NO_ENDPOINT_SERVICES, ip_key(Ipv4Addr::new(10, 43, 0, 20), 6, 80))],
+            r.elems[&(
+                NO_ENDPOINT_SERVICES,
+                ip_key(Ipv4Addr::new(10, 43, 0, 20).into(), 6, 80)
+            )],
             Some(Verdict::Goto(REJECT_CHAIN.into()).into())
         );
         assert_eq!(
@@ -734,7 +788,7 @@ mod tests {
                 &r,
                 FLAT_COUNTS,
                 FLAT_ENDPOINTS,
-                &ip_key(Ipv4Addr::new(10, 43, 0, 20), 6, 80)
+                &ip_key(Ipv4Addr::new(10, 43, 0, 20).into(), 6, 80)
             ),
             (1, vec!["10.42.0.5:8080".to_string()])
         );
@@ -781,7 +835,10 @@ mod tests {
         let remote = web_slice(json!([{"addresses": ["10.42.1.7"], "nodeName": "n2"}]));
         let r = service_rules(&cfg(), &s, &[&remote]);
         assert_eq!(
-            r.elems[&(NO_ENDPOINT_SERVICES, ip_key(Ipv4Addr::new(10, 43, 0, 20), 6, 80))],
+            r.elems[&(
+                NO_ENDPOINT_SERVICES,
+                ip_key(Ipv4Addr::new(10, 43, 0, 20).into(), 6, 80)
+            )],
             Some(Verdict::Drop.into())
         );
         let both = web_slice(json!([
@@ -790,7 +847,7 @@ mod tests {
         ]));
         let r = service_rules(&cfg(), &s, &[&both]);
         assert_eq!(
-            r.elems[&(SERVICE_IPS, ip_key(Ipv4Addr::new(10, 43, 0, 20), 6, 80))],
+            r.elems[&(SERVICE_IPS, ip_key(Ipv4Addr::new(10, 43, 0, 20).into(), 6, 80))],
             Some(Verdict::Goto("local-default/web/tcp/http".into()).into())
         );
         assert_eq!(
@@ -808,7 +865,7 @@ mod tests {
         );
         let sl = web_slice(json!([{"addresses": ["10.42.0.5"], "nodeName": "n1"}]));
         let r = service_rules(&cfg(), &s, &[&sl]);
-        for ip in [Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(192, 0, 2, 11)] {
+        for ip in [IpAddr::from([192, 0, 2, 10]), IpAddr::from([192, 0, 2, 11])] {
             let key = ip_key(ip, 6, 80);
             assert_eq!(
                 flat(&r, FLAT_COUNTS, FLAT_ENDPOINTS, &key),
@@ -819,7 +876,7 @@ mod tests {
         // With externalTrafficPolicy Local: the external chain.
         s.spec.as_mut().unwrap().external_traffic_policy = Some("Local".into());
         let r = service_rules(&cfg(), &s, &[&sl]);
-        for ip in [Ipv4Addr::new(192, 0, 2, 10), Ipv4Addr::new(192, 0, 2, 11)] {
+        for ip in [IpAddr::from([192, 0, 2, 10]), IpAddr::from([192, 0, 2, 11])] {
             assert_eq!(
                 r.elems[&(SERVICE_IPS, ip_key(ip, 6, 80))],
                 Some(Verdict::Goto("external-default/web/tcp/http".into()).into())

@@ -5,7 +5,7 @@
 //! clean stop the table and the route go.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -75,29 +75,40 @@ fn slice_service(s: &EndpointSlice) -> Option<String> {
     Some(format!("{ns}/{svc}"))
 }
 
-/// Run the proxy until `stop`. An error is why it could not start (no nf_tables, no rights).
+/// Run the proxy until `stop`: one table per family of the Service ranges (`ip` and, on a
+/// dual-stack cluster, `ip6`), as kube-proxy runs a proxier per family. An error is why it
+/// could not start (no nf_tables, no rights).
 pub async fn run(
     client: kube::Client,
     cfg: ProxyConfig,
     metrics: Arc<ProxyMetrics>,
     stop: CancellationToken,
 ) -> Result<(), String> {
-    let mut proxier = Proxier::new(cfg.clone()).map_err(|e| format!("opening nf_tables: {e}"))?;
-    proxier
-        .guard()
-        .map_err(|e| format!("nf_tables is not usable here ({e}): the Service proxy does not run"))?;
-    let blackhole = match cfg.cluster_cidr {
-        Some(net) => match route::add_blackhole(net).await {
+    let families = cfg.families();
+    if families.is_empty() {
+        return Err("no Service range: the Service proxy does not run".into());
+    }
+    let mut proxiers = Vec::new();
+    for family in families {
+        let mut proxier =
+            Proxier::new(cfg.for_family(family)).map_err(|e| format!("opening nf_tables: {e}"))?;
+        proxier.guard().map_err(|e| {
+            format!(
+                "nf_tables is not usable here for {} ({e}): the Service proxy does not run",
+                family.name()
+            )
+        })?;
+        proxiers.push(proxier);
+    }
+    let mut blackholes = Vec::new();
+    for net in &cfg.cluster_cidrs {
+        match route::add_blackhole(*net).await {
             // Already there: an earlier run's, left for this one (`keep_on_exit`).
-            Ok(_) => Some(net),
-            Err(e) => {
-                tracing::warn!(error = %e, "proxy: no blackhole route for the cluster CIDR");
-                None
-            }
-        },
-        None => None,
-    };
-    tracing::info!(table = %cfg.table, "proxy: guard installed for the Service range");
+            Ok(_) => blackholes.push(*net),
+            Err(e) => tracing::warn!(error = %e, "proxy: no blackhole route for the cluster CIDR"),
+        }
+    }
+    tracing::info!(table = %cfg.table, families = proxiers.len(), "proxy: guard installed for the Service range");
 
     let state = Arc::new(Mutex::new(State::default()));
     let wake = Arc::new(Notify::new());
@@ -169,28 +180,36 @@ pub async fn run(
     let mut health = HealthServers::new(std::net::Ipv4Addr::UNSPECIFIED.into());
     while !stop.is_cancelled() {
         if need_full {
-            let all: Vec<(String, ServiceRules)> = {
+            let all: Vec<Vec<(String, ServiceRules)>> = {
                 let mut st = state.lock().unwrap();
                 st.dirty.clear();
                 for k in st.services.keys() {
                     health.set(k, st.health(&cfg, k));
                 }
-                st.services
-                    .keys()
-                    .map(|k| (k.clone(), st.rules(&cfg, k)))
+                proxiers
+                    .iter()
+                    .map(|p| {
+                        st.services
+                            .keys()
+                            .map(|k| (k.clone(), st.rules(p.config(), k)))
+                            .collect()
+                    })
                     .collect()
             };
             let started = Instant::now();
-            match proxier.full_sync(all) {
-                Ok(stats) => {
+            let result = proxiers.iter_mut().zip(all).try_fold((0, 0), |(m, b), (p, all)| {
+                p.full_sync(all).map(|s| (m + s.messages, b + s.bytes))
+            });
+            match result {
+                Ok((messages, bytes)) => {
                     need_full = false;
                     health.set_healthy(true);
                     let took = started.elapsed().as_secs_f64();
                     metrics.sync.observe(took);
                     metrics.full_sync.observe(took);
-                    synced(&proxier, &metrics);
+                    synced(&proxiers, &metrics);
                     state.lock().unwrap().triggers.clear();
-                    tracing::info!(services = proxier.services(), messages = stats.messages, bytes = stats.bytes,
+                    tracing::info!(services = proxiers[0].services(), messages, bytes,
                         took = ?started.elapsed(), "proxy: full sync");
                 }
                 Err(e) => {
@@ -205,7 +224,7 @@ pub async fn run(
                 }
             }
         }
-        let stale_due = proxier.next_stale_due();
+        let stale_due = proxiers.iter().filter_map(Proxier::next_stale_due).min();
         let wait_stale = async {
             match stale_due {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -217,30 +236,36 @@ pub async fn run(
             _ = wait_stale => {}
             _ = stop.cancelled() => break,
         }
-        let (changes, triggers): (Vec<(String, ServiceRules)>, Vec<Timestamp>) = {
+        let (changes, triggers): (Vec<Vec<(String, ServiceRules)>>, Vec<Timestamp>) = {
             let mut st = state.lock().unwrap();
             let dirty: Vec<String> = st.dirty.drain().collect();
             let triggers = dirty.iter().filter_map(|k| st.triggers.remove(k)).collect();
             for k in &dirty {
                 health.set(k, st.health(&cfg, k));
             }
-            let changes = dirty
-                .into_iter()
-                .map(|k| {
-                    let r = st.rules(&cfg, &k);
-                    (k, r)
+            let changes = proxiers
+                .iter()
+                .map(|p| {
+                    dirty
+                        .iter()
+                        .map(|k| (k.clone(), st.rules(p.config(), k)))
+                        .collect()
                 })
                 .collect();
             (changes, triggers)
         };
         let started = Instant::now();
-        match proxier.sync(changes) {
-            Ok(stats) => {
+        let result = proxiers
+            .iter_mut()
+            .zip(changes)
+            .try_fold(0, |m, (p, changes)| p.sync(changes).map(|s| m + s.messages));
+        match result {
+            Ok(messages) => {
                 health.set_healthy(true);
                 let took = started.elapsed().as_secs_f64();
                 metrics.sync.observe(took);
                 metrics.partial_sync.observe(took);
-                synced(&proxier, &metrics);
+                synced(&proxiers, &metrics);
                 let now = Timestamp::now();
                 for t in triggers {
                     // From the change the endpoint controller wrote to the rules being live.
@@ -248,7 +273,7 @@ pub async fn run(
                         metrics.programming.observe(d.as_secs_f64());
                     }
                 }
-                tracing::debug!(messages = stats.messages, took = ?started.elapsed(), "proxy: sync");
+                tracing::debug!(messages, took = ?started.elapsed(), "proxy: sync");
             }
             Err(e) => {
                 metrics.failures.inc();
@@ -267,10 +292,12 @@ pub async fn run(
         tracing::info!("proxy: leaving the table in place for the next start");
         return Ok(());
     }
-    if let Err(e) = proxier.remove() {
-        tracing::warn!(error = %e, "proxy: could not remove its table");
+    for proxier in &mut proxiers {
+        if let Err(e) = proxier.remove() {
+            tracing::warn!(error = %e, "proxy: could not remove its table");
+        }
     }
-    if let Some(net) = blackhole {
+    for net in blackholes {
         if let Err(e) = route::del_blackhole(net).await {
             tracing::warn!(error = %e, "proxy: could not remove the cluster CIDR's blackhole route");
         }
@@ -278,10 +305,15 @@ pub async fn run(
     Ok(())
 }
 
-/// The gauges after a successful sync.
-fn synced(proxier: &Proxier, metrics: &ProxyMetrics) {
-    let (chains, elements) = proxier.counts();
-    metrics.services.set(proxier.services() as i64);
+/// The gauges after a successful sync (chains and elements of every family's table).
+fn synced(proxiers: &[Proxier], metrics: &ProxyMetrics) {
+    let (chains, elements) = proxiers.iter().fold((0, 0), |(c, e), p| {
+        let (pc, pe) = p.counts();
+        (c + pc, e + pe)
+    });
+    metrics
+        .services
+        .set(proxiers.iter().map(Proxier::services).max().unwrap_or(0) as i64);
     metrics.chains.set(chains as i64);
     metrics.elements.set(elements as i64);
     let now = std::time::SystemTime::now()
@@ -297,15 +329,21 @@ pub mod route {
     use rtnetlink::packet_route::route::{RouteMessage, RouteType};
     use rtnetlink::RouteMessageBuilder;
 
-    fn message(net: (Ipv4Addr, u8)) -> RouteMessage {
-        RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(net.0, net.1)
-            .kind(RouteType::BlackHole)
-            .build()
+    fn message(net: (IpAddr, u8)) -> RouteMessage {
+        match net.0 {
+            IpAddr::V4(a) => RouteMessageBuilder::<Ipv4Addr>::new()
+                .destination_prefix(a, net.1)
+                .kind(RouteType::BlackHole)
+                .build(),
+            IpAddr::V6(a) => RouteMessageBuilder::<Ipv6Addr>::new()
+                .destination_prefix(a, net.1)
+                .kind(RouteType::BlackHole)
+                .build(),
+        }
     }
 
     /// Add it; false when it was already there (someone else's, or an earlier run's).
-    pub async fn add_blackhole(net: (Ipv4Addr, u8)) -> Result<bool, String> {
+    pub async fn add_blackhole(net: (IpAddr, u8)) -> Result<bool, String> {
         let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
         tokio::spawn(connection);
         match handle.route().add(message(net)).execute().await {
@@ -315,7 +353,7 @@ pub mod route {
         }
     }
 
-    pub async fn del_blackhole(net: (Ipv4Addr, u8)) -> Result<(), String> {
+    pub async fn del_blackhole(net: (IpAddr, u8)) -> Result<(), String> {
         let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
         tokio::spawn(connection);
         handle

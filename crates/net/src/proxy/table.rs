@@ -5,12 +5,14 @@
 //! in memory, so a sync never reads the kernel back.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use super::model::*;
 use crate::nft::expr::{m, reg32, CmpOp, Expr, REG_1};
-use crate::nft::{types, BaseChain, Batch, ChainType, Conn, Data, Error, Family, Hook, SetSpec, Verdict};
+use crate::nft::{
+    octets, types, AddrFamily, BaseChain, Batch, ChainType, Conn, Data, Error, Hook, SetSpec, Verdict,
+};
 
 /// Fixed chains.
 const SERVICES: &str = "services";
@@ -45,7 +47,7 @@ pub struct Proxier {
     /// Emptied chains waiting to be deleted, with when they were emptied.
     stale: BTreeMap<String, Instant>,
     /// How many Services have each address in the hairpin set.
-    hairpin: HashMap<Ipv4Addr, usize>,
+    hairpin: HashMap<IpAddr, usize>,
 }
 
 fn base_chains() -> [(&'static str, BaseChain); 7] {
@@ -65,11 +67,11 @@ fn base_chains() -> [(&'static str, BaseChain); 7] {
     ]
 }
 
-fn three_field_map(name: &str) -> SetSpec {
+fn three_field_map(f: AddrFamily, name: &str) -> SetSpec {
     SetSpec {
         name: name.into(),
-        key_type: types::concat(&[types::IPV4_ADDR, types::INET_PROTO, types::INET_SERVICE]),
-        fields: vec![4, 1, 2],
+        key_type: types::concat(&[f.addr_type(), types::INET_PROTO, types::INET_SERVICE]),
+        fields: vec![f.addr_len(), 1, 2],
         verdict_map: true,
         value: None,
         timeout_ms: None,
@@ -88,7 +90,7 @@ fn two_field_map(name: &str) -> SetSpec {
 }
 
 /// The flat path's sets and maps (see `model`).
-fn flat_sets() -> Vec<SetSpec> {
+fn flat_sets(f: AddrFamily) -> Vec<SetSpec> {
     use types::*;
     let set = |name: &str, fields: &[(u32, u32)], value: Option<(u32, u32)>| SetSpec {
         name: name.into(),
@@ -99,8 +101,13 @@ fn flat_sets() -> Vec<SetSpec> {
         timeout_ms: None,
     };
     let count = Some((INTEGER, 4));
-    let endpoint = Some((concat(&[IPV4_ADDR, INET_SERVICE]), 8));
-    let (addr, proto, port, bucket) = ((IPV4_ADDR, 4), (INET_PROTO, 1), (INET_SERVICE, 2), (INTEGER, 4));
+    let endpoint = Some((concat(&[f.addr_type(), INET_SERVICE]), f.addr_len() + 4));
+    let (addr, proto, port, bucket) = (
+        (f.addr_type(), f.addr_len()),
+        (INET_PROTO, 1),
+        (INET_SERVICE, 2),
+        (INTEGER, 4),
+    );
     vec![
         set(FLAT_COUNTS, &[addr, proto, port], count),
         set(FLAT_ENDPOINTS, &[addr, proto, port, bucket], endpoint),
@@ -113,8 +120,8 @@ fn flat_sets() -> Vec<SetSpec> {
 
 /// One rule per endpoint count `n`: the key (`width` registers from register 1 on) has `n`
 /// endpoints in `counts`; a bucket below `n` at random completes the key of `endpoints`,
-/// whose value (`addr . port`) is the DNAT target.
-fn flat_rules(key: &[Expr], width: u32, counts: &str, endpoints: &str) -> Vec<Vec<Expr>> {
+/// whose value (`addr . port`, the address `f`'s) is the DNAT target.
+fn flat_rules(f: AddrFamily, key: &[Expr], width: u32, counts: &str, endpoints: &str) -> Vec<Vec<Expr>> {
     (1..=FLAT_MAX_ENDPOINTS as u32)
         .map(|n| {
             let mut r = key.to_vec();
@@ -122,11 +129,11 @@ fn flat_rules(key: &[Expr], width: u32, counts: &str, endpoints: &str) -> Vec<Ve
                 Expr::Lookup {
                     set: counts.into(),
                     sreg: REG_1,
-                    dreg: Some(reg32(4)),
+                    dreg: Some(reg32(width + 1)),
                     invert: false,
                 },
                 Expr::Cmp {
-                    sreg: reg32(4),
+                    sreg: reg32(width + 1),
                     op: CmpOp::Eq,
                     data: n.to_ne_bytes().to_vec(),
                 },
@@ -141,9 +148,9 @@ fn flat_rules(key: &[Expr], width: u32, counts: &str, endpoints: &str) -> Vec<Ve
                     invert: false,
                 },
                 Expr::Dnat {
-                    family: 2,
+                    family: f.nfproto(),
                     addr_reg: REG_1,
-                    proto_reg: Some(reg32(1)),
+                    proto_reg: Some(reg32(f.addr_regs())),
                 },
             ]);
             r
@@ -151,11 +158,11 @@ fn flat_rules(key: &[Expr], width: u32, counts: &str, endpoints: &str) -> Vec<Ve
         .collect()
 }
 
-fn affinity(name: &str) -> SetSpec {
+fn affinity(f: AddrFamily, name: &str) -> SetSpec {
     SetSpec {
         name: name.into(),
-        key_type: types::IPV4_ADDR,
-        fields: vec![4],
+        key_type: f.addr_type(),
+        fields: vec![f.addr_len()],
         verdict_map: false,
         value: None,
         // Each element gets the Service's timeout from the rule that adds it; this default
@@ -199,30 +206,32 @@ impl Proxier {
     /// chains re-made, so connections keep their routing until the first full sync).
     fn write_fixed(&self, b: &mut Batch, existing: bool) {
         let mark = self.cfg.masquerade_mark();
+        let f = self.cfg.family;
         b.add_table();
         b.add_set(&SetSpec {
             name: CLUSTER_IPS.into(),
-            key_type: types::IPV4_ADDR,
-            fields: vec![4],
+            key_type: f.addr_type(),
+            fields: vec![f.addr_len()],
             verdict_map: false,
             value: None,
             timeout_ms: None,
         });
-        for set in flat_sets() {
+        for set in flat_sets(f) {
             b.add_set(&set);
         }
-        b.add_set(&three_field_map(SERVICE_IPS));
-        b.add_set(&three_field_map(NO_ENDPOINT_SERVICES));
+        b.add_set(&three_field_map(f, SERVICE_IPS));
+        b.add_set(&three_field_map(f, NO_ENDPOINT_SERVICES));
         b.add_set(&two_field_map(SERVICE_NODEPORTS));
         b.add_set(&two_field_map(NO_ENDPOINT_NODEPORTS));
         let not_loopback = || {
-            m::ip_in(
-                m::ip_daddr(REG_1),
-                std::net::Ipv4Addr::new(127, 0, 0, 0),
-                8,
-                CmpOp::Neq,
-            )
+            let (net, prefix) = f.loopback();
+            m::addr_in(m::daddr(f, REG_1), net, prefix, CmpOp::Neq)
         };
+        let port_unreachable = || match f {
+            AddrFamily::V4 => Expr::RejectIcmpPortUnreachable,
+            AddrFamily::V6 => Expr::RejectIcmpv6PortUnreachable,
+        };
+        let daddr_proto_port = || m::daddr_proto_port_of(f);
         let lookup = |set: &str| Expr::Lookup {
             set: set.into(),
             sreg: REG_1,
@@ -239,22 +248,23 @@ impl Proxier {
             // Addresses the node holds itself (the cluster DNS address) are delivered here,
             // never routed out.
             with(m::fib_daddr_local(), [Expr::Verdict(Verdict::Return)]),
-            // A Service's address on a port it does not have: refused.
+            // A Service's address on a port it does not have: refused (TCP with a reset, as
+            // the reject chain does: an ICMP error may be lost to the per-host budget).
             vec![
-                m::ip_daddr(REG_1),
+                m::daddr(f, REG_1),
                 Expr::Lookup {
                     set: CLUSTER_IPS.into(),
                     sreg: REG_1,
                     dreg: None,
                     invert: false,
                 },
-                Expr::RejectIcmpPortUnreachable,
+                Expr::Verdict(Verdict::Goto(REJECT_CHAIN.into())),
             ],
         ];
-        for (net, prefix) in &self.cfg.service_cidrs {
+        for (net, prefix) in self.cfg.family_service_cidrs() {
             // An address of the range no Service holds: dropped, never sent out.
             cluster_ips_check.push(with(
-                m::ip_in(m::ip_daddr(REG_1), *net, *prefix, CmpOp::Eq),
+                m::addr_in(m::daddr(f, REG_1), net, prefix, CmpOp::Eq),
                 [Expr::Verdict(Verdict::Drop)],
             ));
         }
@@ -275,7 +285,7 @@ impl Proxier {
                         },
                         Expr::RejectTcpReset,
                     ],
-                    vec![Expr::RejectIcmpPortUnreachable],
+                    vec![port_unreachable()],
                 ],
             ),
             (MARK_FOR_MASQUERADE, vec![m::mark_or(mark)]),
@@ -284,8 +294,8 @@ impl Proxier {
                 vec![
                     // A pod that reached itself through a flat Service.
                     vec![
-                        m::ip_saddr(REG_1),
-                        m::ip_daddr(reg32(1)),
+                        m::saddr(f, REG_1),
+                        m::daddr(f, reg32(f.addr_regs())),
                         Expr::Lookup {
                             set: FLAT_HAIRPIN.into(),
                             sreg: REG_1,
@@ -306,9 +316,9 @@ impl Proxier {
             (
                 SERVICES,
                 vec![
-                    with(m::daddr_proto_port().to_vec(), [lookup(SERVICE_IPS)]),
+                    with(daddr_proto_port(), [lookup(SERVICE_IPS)]),
                     with(
-                        m::daddr_proto_port().to_vec(),
+                        daddr_proto_port(),
                         [
                             is_in(FLAT_COUNTS),
                             Expr::Verdict(Verdict::Goto(FLAT_SERVICES.into())),
@@ -334,22 +344,29 @@ impl Proxier {
                 // External IPs and load-balancer ingress are always masqueraded, cluster IPs
                 // when the source is off the cluster (as the service chains do).
                 let mut rules = vec![with(
-                    m::daddr_proto_port().to_vec(),
+                    daddr_proto_port(),
                     with(vec![is_in(FLAT_EXTERNAL)], m::mark_or(mark)),
                 )];
-                rules.push(match self.cfg.cluster_cidr {
+                rules.push(match self.cfg.cluster_cidr() {
                     Some((net, prefix)) => with(
-                        m::ip_in(m::ip_saddr(REG_1), net, prefix, CmpOp::Neq),
+                        m::addr_in(m::saddr(f, REG_1), net, prefix, CmpOp::Neq),
                         m::mark_or(mark),
                     ),
                     None => m::mark_or(mark),
                 });
-                rules.extend(flat_rules(&m::daddr_proto_port(), 3, FLAT_COUNTS, FLAT_ENDPOINTS));
+                rules.extend(flat_rules(
+                    f,
+                    &daddr_proto_port(),
+                    f.addr_regs() + 2,
+                    FLAT_COUNTS,
+                    FLAT_ENDPOINTS,
+                ));
                 rules
             }),
             (FLAT_NODEPORTS, {
                 let mut rules = vec![m::mark_or(mark)];
                 rules.extend(flat_rules(
+                    f,
                     &m::proto_port(),
                     2,
                     FLAT_NODEPORT_COUNTS,
@@ -359,10 +376,7 @@ impl Proxier {
             }),
             (
                 SERVICE_ENDPOINTS_CHECK,
-                vec![with(
-                    m::daddr_proto_port().to_vec(),
-                    [lookup(NO_ENDPOINT_SERVICES)],
-                )],
+                vec![with(daddr_proto_port(), [lookup(NO_ENDPOINT_SERVICES)])],
             ),
             (
                 NODEPORT_ENDPOINTS_CHECK,
@@ -431,14 +445,14 @@ impl Proxier {
     /// addressed to the Service range leaves the node. A table from an earlier run keeps its
     /// Services until the first full sync.
     pub fn guard(&mut self) -> Result<(), Error> {
-        let mut b = Batch::new(Family::Ipv4, &self.cfg.table);
+        let mut b = Batch::new(self.cfg.family.table(), &self.cfg.table);
         self.write_fixed(&mut b, true);
         match self.conn.apply(b) {
             Ok(()) => Ok(()),
             Err(e) => {
                 // A table of another layout (an older r8s): replaced whole.
                 tracing::info!(error = %e, "proxy: replacing an incompatible table");
-                let mut b = Batch::new(Family::Ipv4, &self.cfg.table);
+                let mut b = Batch::new(self.cfg.family.table(), &self.cfg.table);
                 b.add_table();
                 b.del_table();
                 self.write_fixed(&mut b, false);
@@ -450,7 +464,7 @@ impl Proxier {
     /// Replace the whole table with `all` (Service key → rules), in one transaction: after a
     /// start, or when an incremental sync failed and the kernel's state is in doubt.
     pub fn full_sync(&mut self, all: Vec<(String, ServiceRules)>) -> Result<SyncStats, Error> {
-        let mut b = Batch::new(Family::Ipv4, &self.cfg.table);
+        let mut b = Batch::new(self.cfg.family.table(), &self.cfg.table);
         b.add_table();
         b.del_table();
         self.write_fixed(&mut b, false);
@@ -465,13 +479,13 @@ impl Proxier {
         }
         for (_, r) in &filtered {
             for s in &r.affinity_sets {
-                b.add_set(&affinity(s));
+                b.add_set(&affinity(self.cfg.family, s));
             }
             for c in r.chains.keys() {
                 b.add_chain(c, None);
             }
         }
-        let mut hairpin: HashMap<Ipv4Addr, usize> = HashMap::new();
+        let mut hairpin: HashMap<IpAddr, usize> = HashMap::new();
         for (_, r) in &filtered {
             add_elems(&mut b, r.elems.iter().map(|((s, k), v)| (*s, k, v.as_ref())));
             for ip in &r.hairpin {
@@ -505,7 +519,7 @@ impl Proxier {
     /// Apply what changed: each (Service key, its rules now; empty when it is gone).
     pub fn sync(&mut self, changes: Vec<(String, ServiceRules)>) -> Result<SyncStats, Error> {
         let now = Instant::now();
-        let mut b = Batch::new(Family::Ipv4, &self.cfg.table);
+        let mut b = Batch::new(self.cfg.family.table(), &self.cfg.table);
         // Claims are made in place (no copy of every element's owner per sync); a refused
         // transaction puts them back from what is applied.
         let empty = ServiceRules::default();
@@ -526,7 +540,7 @@ impl Proxier {
         for (key, new) in &next {
             let old = old_of(key);
             for s in new.affinity_sets.difference(&old.affinity_sets) {
-                b.add_set(&affinity(s));
+                b.add_set(&affinity(self.cfg.family, s));
             }
             for c in new.chains.keys() {
                 if !old.chains.contains_key(c) {
@@ -662,7 +676,7 @@ impl Proxier {
 
     /// Remove the table (a clean stop).
     pub fn remove(&mut self) -> Result<(), Error> {
-        let mut b = Batch::new(Family::Ipv4, &self.cfg.table);
+        let mut b = Batch::new(self.cfg.family.table(), &self.cfg.table);
         b.add_table();
         b.del_table();
         self.conn.apply(b)?;
@@ -720,8 +734,8 @@ fn add_elems<'a>(
 }
 
 /// The hairpin set's key for `ip`: `ip . ip`.
-fn hairpin_key(ip: Ipv4Addr) -> Vec<u8> {
-    [ip.octets(), ip.octets()].concat()
+fn hairpin_key(ip: IpAddr) -> Vec<u8> {
+    [octets(&ip), octets(&ip)].concat()
 }
 
 fn del_elems<'a>(b: &mut Batch, elems: impl IntoIterator<Item = (&'static str, &'a Vec<u8>)>) {
