@@ -11,6 +11,7 @@ mod autoscaling;
 mod clients;
 mod debug;
 mod dns;
+mod dual_stack;
 mod exec;
 mod logs;
 mod multinode;

@@ -123,10 +123,12 @@ impl Drop for Leftovers {
             .status();
         r8s_kubelet::cgroups::remove(&r8s_kubelet::cgroups::pod_parent("r8s-pods"));
         // The Service proxy's table and its route, if the server died before removing them.
-        let _ = Command::new("nft")
-            .args(["delete", "table", "ip", "r8s"])
-            .stderr(std::process::Stdio::null())
-            .status();
+        for family in ["ip", "ip6"] {
+            let _ = Command::new("nft")
+                .args(["delete", "table", family, "r8s"])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
         // The overlay's device and masquerade table (a node whose address is not loopback).
         let _ = Command::new("ip")
             .args(["link", "del", "r8s.1"])
@@ -138,33 +140,38 @@ impl Drop for Leftovers {
                 .stderr(std::process::Stdio::null())
                 .status();
         }
-        if !self.cluster_cidr.is_empty() {
+        // One range per family on a dual-stack cluster.
+        for cidr in self.cluster_cidr.split(',').filter(|c| !c.is_empty()) {
             let _ = Command::new("ip")
-                .args(["route", "del", "blackhole", &self.cluster_cidr])
+                .args(["route", "del", "blackhole", cidr])
                 .stderr(std::process::Stdio::null())
                 .status();
-            remove_cni_masquerade(&self.cluster_cidr);
+            remove_cni_masquerade(cidr);
         }
     }
 }
 
-/// The masquerade rules and chains the CNI bridge plugin (`ipMasq`) made for pods in `cidr`,
-/// should a sandbox have been left without its CNI DEL (a server killed mid-way): removed.
+/// The masquerade rules and chains the CNI bridge plugin (`ipMasq`) made for pods in `cidr`
+/// (IPv4 or IPv6), should a sandbox have been left without its CNI DEL (a server killed
+/// mid-way): removed.
 pub fn remove_cni_masquerade(cidr: &str) {
     let Some((net, len)) = cidr.split_once('/') else {
         return;
     };
-    let (Ok(net), Ok(len)) = (net.parse::<std::net::Ipv4Addr>(), len.parse::<u32>()) else {
+    let (Ok(net), Ok(len)) = (net.parse::<std::net::IpAddr>(), len.parse::<u32>()) else {
         return;
     };
-    let mask = if len == 0 {
-        0
-    } else {
-        u32::MAX << (32 - len.min(32))
+    let (family, bits) = if net.is_ipv4() { ("ip", 32) } else { ("ip6", 128) };
+    let num = |ip: std::net::IpAddr| match ip {
+        std::net::IpAddr::V4(a) => u32::from(a) as u128,
+        std::net::IpAddr::V6(a) => u128::from(a),
     };
-    let inside = |ip: std::net::Ipv4Addr| u32::from(ip) & mask == u32::from(net) & mask;
+    let host = bits - len.min(bits);
+    let inside = |ip: std::net::IpAddr| {
+        ip.is_ipv4() == net.is_ipv4() && (host == 128 || num(ip) >> host == num(net) >> host)
+    };
     let Ok(out) = Command::new("nft")
-        .args(["-a", "list", "chain", "ip", "nat", "POSTROUTING"])
+        .args(["-a", "list", "chain", family, "nat", "POSTROUTING"])
         .stderr(std::process::Stdio::null())
         .output()
     else {
@@ -180,12 +187,32 @@ pub fn remove_cni_masquerade(cidr: &str) {
             continue;
         }
         let _ = Command::new("nft")
-            .args(["delete", "rule", "ip", "nat", "POSTROUTING", "handle", handle])
+            .args(["delete", "rule", family, "nat", "POSTROUTING", "handle", handle])
             .status();
         for verb in ["flush", "delete"] {
             let _ = Command::new("nft")
-                .args([verb, "chain", "ip", "nat", chain])
+                .args([verb, "chain", family, "nat", chain])
                 .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+    // The plugin makes the nat table (iptables-nft) and leaves it behind with its empty
+    // base chain: removed when it holds no rule.
+    if let Ok(out) = Command::new("nft")
+        .args(["list", "table", family, "nat"])
+        .output()
+    {
+        let text = String::from_utf8_lossy(&out.stdout);
+        let rules = text.lines().map(str::trim).filter(|l| {
+            !l.is_empty()
+                && !l.starts_with("table ")
+                && !l.starts_with("chain ")
+                && !l.starts_with("type ")
+                && *l != "}"
+        });
+        if out.status.success() && rules.count() == 0 {
+            let _ = Command::new("nft")
+                .args(["delete", "table", family, "nat"])
                 .status();
         }
     }
