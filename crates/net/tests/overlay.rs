@@ -7,7 +7,8 @@
 mod netns;
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::Command;
 use std::time::Duration;
 
 use netns::Netns;
@@ -15,12 +16,15 @@ use r8s_net::overlay::dataplane::Dataplane;
 use r8s_net::overlay::{Backend, OverlayConfig, Peer};
 
 const CLUSTER: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 244, 0, 0), 16);
+const CLUSTER6: (Ipv6Addr, u8) = (Ipv6Addr::new(0xfd44, 0, 0, 0, 0, 0, 0, 0), 48);
 
 struct Node {
     ns: Netns,
     pod: Netns,
     ip: Ipv4Addr,
     subnet: (Ipv4Addr, u8),
+    /// The pod's IPv6 subnet (a dual-stack node).
+    subnet6: (Ipv6Addr, u8),
 }
 
 impl Node {
@@ -29,8 +33,14 @@ impl Node {
         Ipv4Addr::new(o[0], o[1], o[2], 2)
     }
 
+    fn pod_ip6(&self) -> Ipv6Addr {
+        Ipv6Addr::from(u128::from(self.subnet6.0) + 2)
+    }
+
     fn cfg(&self, backend: Backend, name: &str) -> OverlayConfig {
-        OverlayConfig::new(backend, name, self.ip, CLUSTER)
+        let mut cfg = OverlayConfig::new(backend, name, self.ip, CLUSTER);
+        cfg.cluster_cidr6 = Some(CLUSTER6);
+        cfg
     }
 
     /// Run `f` against this node's dataplane (opened in its namespace, on a runtime of its
@@ -42,14 +52,14 @@ impl Node {
         f: impl FnOnce(Dataplane, Option<[u8; 6]>) -> futures::future::BoxFuture<'static, T> + Send,
     ) -> T {
         let cfg = self.cfg(backend, name);
-        let subnet = self.subnet;
+        let (subnet, subnet6) = (self.subnet, self.subnet6);
         self.ns.run(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let (dp, mac) = Dataplane::open(cfg, subnet).await.expect("open");
+                let (dp, mac) = Dataplane::open(cfg, subnet, Some(subnet6)).await.expect("open");
                 f(dp, mac).await
             })
         })
@@ -65,6 +75,16 @@ fn two_nodes(tag: &str) -> Option<(Node, Node)> {
         "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", &n2.name,
     ]);
     let mk = |ns: Netns, ip: Ipv4Addr, third: u8| {
+        // No duplicate detection on the node's links: a node's bridge is long up when pods
+        // talk, but here the first packet would come while its link-local address is still
+        // tentative (and the kernel sends no neighbour solicitation without one).
+        for conf in ["all", "default", "pod"] {
+            let _ = Command::new("ip")
+                .args(["netns", "exec", &ns.name, "sysctl", "-qw"])
+                .arg(format!("net.ipv6.conf.{conf}.accept_dad=0"))
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
         ns.ip(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
         ns.ip(&["link", "set", "eth0", "up"]);
         let pod = Netns::new(&format!("{tag}p{third}")).unwrap();
@@ -76,11 +96,38 @@ fn two_nodes(tag: &str) -> Option<(Node, Node)> {
         pod.ip(&["addr", "add", &format!("10.244.{third}.2/24"), "dev", "eth0"]);
         pod.ip(&["link", "set", "eth0", "up"]);
         pod.ip(&["route", "add", "default", "via", &format!("10.244.{third}.1")]);
+        ns.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("fd44:0:0:{third}::1/64"),
+            "dev",
+            "pod",
+            "nodad",
+        ]);
+        pod.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("fd44:0:0:{third}::2/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        pod.ip(&[
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("fd44:0:0:{third}::1"),
+        ]);
         Node {
             ns,
             pod,
             ip,
             subnet: (Ipv4Addr::new(10, 244, third, 0), 24),
+            subnet6: (Ipv6Addr::new(0xfd44, 0, 0, third as u16, 0, 0, 0, 0), 64),
         }
     };
     Some((
@@ -93,6 +140,7 @@ fn peer(n: &Node, name: &str, mac: Option<[u8; 6]>) -> Peer {
     Peer {
         name: name.into(),
         subnet: n.subnet,
+        subnet6: mac.map(|_| n.subnet6),
         public_ip: n.ip,
         vtep_mac: mac,
     }
@@ -101,6 +149,13 @@ fn peer(n: &Node, name: &str, mac: Option<[u8; 6]>) -> Peer {
 /// A TCP exchange from `from` to `to:port` (listening in `to_ns`): the address the server
 /// saw the client come from, or the error.
 fn tcp(from: &Netns, to_ns: &Netns, to: Ipv4Addr, port: u16) -> Result<Ipv4Addr, String> {
+    match tcp_ip(from, to_ns, to.into(), port)? {
+        IpAddr::V4(a) => Ok(a),
+        other => Err(format!("from {other}")),
+    }
+}
+
+fn tcp_ip(from: &Netns, to_ns: &Netns, to: IpAddr, port: u16) -> Result<IpAddr, String> {
     let listener = to_ns.run(|| TcpListener::bind((to, port)).unwrap());
     let server = std::thread::spawn(move || {
         listener.set_nonblocking(false).unwrap();
@@ -108,10 +163,7 @@ fn tcp(from: &Netns, to_ns: &Netns, to: Ipv4Addr, port: u16) -> Result<Ipv4Addr,
         let mut buf = [0u8; 4];
         s.read_exact(&mut buf).ok()?;
         s.write_all(b"pong").ok()?;
-        match peer {
-            SocketAddr::V4(a) => Some(*a.ip()),
-            _ => None,
-        }
+        Some(peer.ip())
     });
     let client = from.run(|| {
         let mut s = TcpStream::connect_timeout(&SocketAddr::from((to, port)), Duration::from_secs(2))
@@ -202,6 +254,22 @@ fn vxlan_joins_pods_of_two_nodes_and_masquerades_only_what_leaves_the_cluster() 
     assert!(tcp(&a.ns, &b.pod, b.pod_ip(), 7005).is_ok());
     // A pod reaching outside the cluster (the other node's underlay address) is masqueraded.
     assert_eq!(tcp(&a.pod, &b.ns, b.ip, 7006), Ok(a.ip));
+    // IPv6 pods ride the same tunnel over the IPv4 underlay, with their own addresses.
+    let routes6 = a.ns.ip(&["-6", "route", "show", "fd44:0:0:2::/64"]);
+    let gateway = format!("via {} dev r8s.1", r8s_net::overlay::dataplane::link_local(mac_b));
+    assert!(
+        routes6.contains(&gateway) && routes6.contains("onlink"),
+        "{routes6}"
+    );
+    assert_eq!(
+        tcp_ip(&a.pod, &b.pod, b.pod_ip6().into(), 7008),
+        Ok(a.pod_ip6().into())
+    );
+    assert_eq!(
+        tcp_ip(&b.pod, &a.pod, a.pod_ip6().into(), 7009),
+        Ok(b.pod_ip6().into())
+    );
+    assert!(a.ns.nft(&["list", "tables"]).contains("table ip6 r8s-overlay"));
 
     // The peer goes: its entries and route go, the pods are apart again.
     let b_mac = mac_b;
@@ -212,6 +280,17 @@ fn vxlan_joins_pods_of_two_nodes_and_masquerades_only_what_leaves_the_cluster() 
         })
     });
     assert!(a.ns.ip(&["route", "show", "10.244.2.0/24"]).trim().is_empty());
+    assert!(a
+        .ns
+        .ip(&["-6", "route", "show", "fd44:0:0:2::/64"])
+        .trim()
+        .is_empty());
+    let neigh = a.ns.ip(&["-6", "neigh", "show", "dev", "r8s.1"]);
+    assert!(
+        !neigh.contains(&r8s_net::overlay::dataplane::link_local(mac_b).to_string()),
+        "{neigh}"
+    );
+    assert!(tcp_ip(&a.pod, &b.pod, b.pod_ip6().into(), 7010).is_err());
     assert!(!a
         .ns
         .exec(&["bridge", "fdb", "show", "dev", "r8s.1"])
@@ -235,6 +314,7 @@ fn peer_static(mac: [u8; 6]) -> Peer {
     Peer {
         name: "b".into(),
         subnet: (Ipv4Addr::new(10, 244, 2, 0), 24),
+        subnet6: Some((Ipv6Addr::new(0xfd44, 0, 0, 2, 0, 0, 0, 0), 64)),
         public_ip: Ipv4Addr::new(192, 168, 77, 2),
         vtep_mac: Some(mac),
     }

@@ -139,7 +139,7 @@ fn with_dataplane<T: Send + 'static>(
             .build()
             .unwrap();
         rt.block_on(async move {
-            let (dp, mac) = Dataplane::open(cfg, subnet).await.unwrap();
+            let (dp, mac) = Dataplane::open(cfg, subnet, None).await.unwrap();
             f(dp, mac).await
         })
     })
@@ -151,6 +151,7 @@ fn program(a: &Node, b: &Node, backend: Backend) {
     let (ma, mb) = (mac(a), mac(b));
     for (n, other, name, vtep_mac) in [(a, b, "b", mb), (b, a, "a", ma)] {
         let peer = Peer {
+            subnet6: None,
             name: name.into(),
             subnet: other.subnet,
             public_ip: other.ip,

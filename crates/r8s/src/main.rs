@@ -217,12 +217,12 @@ impl AgentArgs {
                 .map_err(|e| anyhow::anyhow!("--flannel-backend {}: {e}", self.flannel_backend.as_str()))?,
         );
         opts.cni_ip_masq = false;
-        Ok(Some(OverlayConfig::new(
-            self.flannel_backend,
-            &opts.node_name,
-            ip,
-            cidr,
-        )))
+        let mut cfg = OverlayConfig::new(self.flannel_backend, &opts.node_name, ip, cidr);
+        // A dual-stack cluster's IPv6 range: its pods ride the same tunnel.
+        cfg.cluster_cidr6 = cluster_cidr
+            .split(',')
+            .find_map(|c| r8s_net::overlay::parse_cidr6(c.trim()));
+        Ok(Some(cfg))
     }
 }
 

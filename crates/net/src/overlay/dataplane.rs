@@ -4,7 +4,7 @@
 //! masquerade table.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use futures::TryStreamExt;
 use rtnetlink::packet_route::address::AddressAttribute;
@@ -32,6 +32,8 @@ pub struct Dataplane {
     underlay: u32,
     /// What is programmed, by peer name.
     installed: BTreeMap<String, Peer>,
+    /// This node's IPv6 pod subnet (dual-stack, vxlan).
+    subnet6: Option<(Ipv6Addr, u8)>,
     /// The masquerade table is ours to remove.
     masq: bool,
 }
@@ -54,7 +56,13 @@ impl Dataplane {
     /// configuration is kept, so its MAC — what the other nodes know — survives a restart)
     /// with `subnet`'s network address, and for both backends the masquerade table.
     /// Returns the dataplane and the VTEP MAC (vxlan).
-    pub async fn open(cfg: OverlayConfig, subnet: (Ipv4Addr, u8)) -> Result<(Self, Option<[u8; 6]>), String> {
+    pub async fn open(
+        cfg: OverlayConfig,
+        subnet: (Ipv4Addr, u8),
+        subnet6: Option<(Ipv6Addr, u8)>,
+    ) -> Result<(Self, Option<[u8; 6]>), String> {
+        // IPv6 pods ride the VXLAN device only; host-gw routes IPv4.
+        let subnet6 = subnet6.filter(|_| cfg.backend == Backend::Vxlan && cfg.cluster_cidr6.is_some());
         let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
         tokio::spawn(connection);
         let (underlay, underlay_mtu) = link_with_address(&handle, cfg.node_ip).await?;
@@ -64,6 +72,7 @@ impl Dataplane {
             device: None,
             underlay,
             installed: BTreeMap::new(),
+            subnet6,
             masq: false,
         };
         let mut mac = None;
@@ -80,6 +89,11 @@ impl Dataplane {
             conn.apply(masquerade_batch(&dp.cfg, subnet))
                 .map_err(|e| format!("the overlay's masquerade table: {e}"))?;
             dp.masq = true;
+            if let (Some(s6), Some(c6)) = (dp.subnet6, dp.cfg.cluster_cidr6) {
+                enable_forwarding6();
+                conn.apply(masquerade_batch6(&dp.cfg, c6, s6))
+                    .map_err(|e| format!("the overlay's IPv6 masquerade table: {e}"))?;
+            }
         }
         Ok((dp, mac))
     }
@@ -147,24 +161,40 @@ impl Dataplane {
         // The subnet's network address (as flannel), the source for what the node itself
         // sends to other nodes' pods; another address of an earlier subnet goes.
         let mut addrs = h.address().get().set_link_index_filter(index).execute();
-        let mut have = false;
+        // (IPv6 needs no global address on the device: peers' routes go to their link-local
+        // addresses, and what the node sends to other nodes' pods leaves from its bridge's
+        // address. Link-local stays.)
+        let want: Vec<(IpAddr, u8)> = vec![(IpAddr::V4(subnet.0), 32)];
+        let mut have = Vec::new();
         while let Some(a) = addrs
             .try_next()
             .await
             .map_err(|e| nl("listing the device's addresses", e))?
         {
             let ip = a.attributes.iter().find_map(|x| match x {
-                AddressAttribute::Address(IpAddr::V4(v4)) => Some(*v4),
+                AddressAttribute::Address(IpAddr::V6(v6)) if v6.segments()[0] & 0xffc0 == 0xfe80 => None,
+                AddressAttribute::Address(ip) => Some(*ip),
                 _ => None,
             });
-            if ip == Some(subnet.0) && a.header.prefix_len == 32 {
-                have = true;
-            } else if ip.is_some() {
+            let Some(ip) = ip else { continue };
+            if want.contains(&(ip, a.header.prefix_len)) {
+                have.push(ip);
+            } else {
                 let _ = h.address().del(a).execute().await;
             }
         }
-        if !have {
-            match h.address().add(index, IpAddr::V4(subnet.0), 32).execute().await {
+        for (ip, len) in want {
+            if have.contains(&ip) {
+                continue;
+            }
+            let mut add = h.address().add(index, ip, len);
+            if ip.is_ipv6() {
+                // No duplicate detection: the address is this node's alone.
+                add.message_mut().attributes.push(AddressAttribute::Flags(
+                    rtnetlink::packet_route::address::AddressFlags::Nodad,
+                ));
+            }
+            match add.execute().await {
                 Ok(()) => {}
                 Err(e) if exists(&e) => {}
                 Err(e) => return Err(nl("addressing the VXLAN device", e)),
@@ -253,8 +283,39 @@ impl Dataplane {
         }
     }
 
+    /// The route to a peer's IPv6 subnet through the device, via the link-local address
+    /// the peer's device has from its MAC (resolved by the NDP entry). Not the subnet's
+    /// network address as for IPv4: in IPv6 that is the subnet-router anycast address the
+    /// node's own bridge answers for.
+    fn route6(&self, p: &Peer) -> Option<RouteMessage> {
+        let (dev, s6) = (self.device?, p.subnet6.filter(|_| self.subnet6.is_some())?);
+        Some(
+            RouteMessageBuilder::<Ipv6Addr>::new()
+                .destination_prefix(s6.0, s6.1)
+                .gateway(link_local(p.vtep_mac?))
+                .output_interface(dev)
+                .onlink()
+                .build(),
+        )
+    }
+
     async fn add_peer(&self, p: &Peer) -> Result<(), String> {
         let h = &self.handle;
+        if let (Some(route6), Some(dev), Some(mac)) = (self.route6(p), self.device, p.vtep_mac) {
+            h.neighbours()
+                .add(dev, IpAddr::V6(link_local(mac)))
+                .link_layer_address(&mac)
+                .replace()
+                .execute()
+                .await
+                .map_err(|e| nl(&format!("NDP entry for {}", p.name), e))?;
+            h.route()
+                .add(route6)
+                .replace()
+                .execute()
+                .await
+                .map_err(|e| nl(&format!("IPv6 route to {}'s pods", p.name), e))?;
+        }
         if let (Some(dev), Some(mac)) = (self.device, p.vtep_mac) {
             h.neighbours()
                 .add(dev, IpAddr::V4(p.subnet.0))
@@ -289,6 +350,19 @@ impl Dataplane {
             Err(e) => Err(nl(what, e)),
         };
         let mut result = ok_if_gone(h.route().del(self.route(p)).execute().await, "removing a route");
+        if let (Some(route6), Some(dev), Some(mac)) = (self.route6(p), self.device, p.vtep_mac) {
+            let r = ok_if_gone(h.route().del(route6).execute().await, "removing an IPv6 route");
+            result = result.and(r);
+            let mut ndp = NeighbourMessage::default();
+            ndp.header.family = AddressFamily::Inet6;
+            ndp.header.ifindex = dev;
+            ndp.attributes
+                .push(NeighbourAttribute::Destination(NeighbourAddress::Inet6(
+                    link_local(mac),
+                )));
+            let r = ok_if_gone(h.neighbours().del(ndp).execute().await, "removing an NDP entry");
+            result = result.and(r);
+        }
         if let (Some(dev), Some(mac)) = (self.device, p.vtep_mac) {
             let mut arp = NeighbourMessage::default();
             arp.header.family = AddressFamily::Inet;
@@ -338,13 +412,16 @@ impl Dataplane {
             }
         }
         if self.masq {
-            let mut b = Batch::new(Family::Ipv4, &self.cfg.masq_table);
-            b.del_table();
-            let r = Conn::new()
-                .map_err(|e| e.to_string())
-                .and_then(|c| c.apply(b).map_err(|e| e.to_string()));
-            if let Err(e) = r {
-                result = result.and(Err(format!("removing the masquerade table: {e}")));
+            let families = std::iter::once(Family::Ipv4).chain(self.subnet6.map(|_| Family::Ipv6));
+            for family in families {
+                let mut b = Batch::new(family, &self.cfg.masq_table);
+                b.del_table();
+                let r = Conn::new()
+                    .map_err(|e| e.to_string())
+                    .and_then(|c| c.apply(b).map_err(|e| e.to_string()));
+                if let Err(e) = r {
+                    result = result.and(Err(format!("removing the masquerade table: {e}")));
+                }
             }
         }
         result
@@ -402,6 +479,34 @@ fn enable_forwarding() {
     {
         if let Err(e) = std::fs::write(path, "1") {
             tracing::warn!(error = %e, "overlay: could not turn on IPv4 forwarding");
+        }
+    }
+}
+
+/// The link-local address a device with `mac` gives itself (modified EUI-64).
+pub fn link_local(mac: [u8; 6]) -> Ipv6Addr {
+    let m = mac;
+    Ipv6Addr::new(
+        0xfe80,
+        0,
+        0,
+        0,
+        u16::from_be_bytes([m[0] ^ 0x02, m[1]]),
+        u16::from_be_bytes([m[2], 0xff]),
+        u16::from_be_bytes([0xfe, m[3]]),
+        u16::from_be_bytes([m[4], m[5]]),
+    )
+}
+
+/// The same for IPv6 (a dual-stack node's pods).
+fn enable_forwarding6() {
+    let path = "/proc/sys/net/ipv6/conf/all/forwarding";
+    if std::fs::read_to_string(path)
+        .map(|v| v.trim() != "1")
+        .unwrap_or(false)
+    {
+        if let Err(e) = std::fs::write(path, "1") {
+            tracing::warn!(error = %e, "overlay: could not turn on IPv6 forwarding");
         }
     }
 }
@@ -525,6 +630,56 @@ pub fn masquerade_batch(cfg: &OverlayConfig, subnet: (Ipv4Addr, u8)) -> Batch {
     b
 }
 
+/// [`masquerade_batch`] for a dual-stack cluster's IPv6 pods: the same rules in an `ip6`
+/// table of the same name (multicast is ff00::/8).
+pub fn masquerade_batch6(cfg: &OverlayConfig, cluster: (Ipv6Addr, u8), subnet: (Ipv6Addr, u8)) -> Batch {
+    use crate::nft::AddrFamily::V6;
+    let mut b = Batch::new(Family::Ipv6, &cfg.masq_table);
+    b.add_table();
+    b.del_table();
+    b.add_table();
+    b.add_chain(
+        "postrouting",
+        Some(BaseChain {
+            hook: Hook::Postrouting,
+            priority: 100,
+            kind: ChainType::Nat,
+        }),
+    );
+    let (cnet, cpre) = (IpAddr::V6(cluster.0), cluster.1);
+    let saddr = |op| m::addr_in(m::saddr(V6, REG_1), cnet, cpre, op);
+    let daddr = |net: IpAddr, pre: u8, op| m::addr_in(m::daddr(V6, REG_1), net, pre, op);
+    let masq = Expr::Masquerade {
+        flags: crate::nft::expr::NAT_PROTO_RANDOM_FULLY,
+    };
+    let multicast = IpAddr::V6(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0));
+    let rules: [Vec<Expr>; 4] = [
+        [
+            saddr(CmpOp::Eq),
+            daddr(cnet, cpre, CmpOp::Eq),
+            vec![Expr::Verdict(Verdict::Return)],
+        ]
+        .concat(),
+        [
+            saddr(CmpOp::Eq),
+            daddr(multicast, 8, CmpOp::Neq),
+            vec![masq.clone()],
+        ]
+        .concat(),
+        [
+            saddr(CmpOp::Neq),
+            daddr(IpAddr::V6(subnet.0), subnet.1, CmpOp::Eq),
+            vec![Expr::Verdict(Verdict::Return)],
+        ]
+        .concat(),
+        [saddr(CmpOp::Neq), daddr(cnet, cpre, CmpOp::Eq), vec![masq]].concat(),
+    ];
+    for r in &rules {
+        b.add_rule("postrouting", r);
+    }
+    b
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -535,5 +690,11 @@ mod tests {
         assert!(!kernel_before("5.7.0", (5, 7)));
         assert!(!kernel_before("6.18.44-fc-v782", (5, 7)));
         assert!(kernel_before("garbage", (5, 7)));
+    }
+
+    #[test]
+    fn link_local_addresses_follow_the_mac() {
+        let mac = [0x92, 0xeb, 0x35, 0xea, 0xd9, 0x21];
+        assert_eq!(super::link_local(mac).to_string(), "fe80::90eb:35ff:feea:d921");
     }
 }

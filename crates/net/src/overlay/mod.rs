@@ -14,13 +14,20 @@
 //! Pod traffic leaving the cluster CIDR is masqueraded (and nothing between pods), in a small
 //! nf_tables table of the overlay's own ([`dataplane::masquerade_batch`]).
 //!
+//! On a dual-stack cluster (a node with an IPv6 podCIDR too) the VXLAN device also carries
+//! IPv6 pod traffic over the same IPv4 underlay: per other node an NDP entry (its IPv6
+//! subnet's network address → its VTEP MAC) and a route to its IPv6 subnet through the
+//! device, and an `ip6` masquerade table. (flannel instead runs a second VXLAN device over an
+//! IPv6 underlay, which needs every node to have an IPv6 address; an Ethernet tunnel carries
+//! either family, so r8s needs none.) host-gw routes IPv4 only.
+//!
 //! [`peers`] is the pure part (Nodes → what to program), [`dataplane`] programs it over
 //! netlink, [`run`] follows the Nodes.
 
 pub mod dataplane;
 pub mod run;
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 use k8s_openapi::api::core::v1::Node;
@@ -72,6 +79,8 @@ pub struct OverlayConfig {
     pub node_ip: Ipv4Addr,
     /// The whole pod range: masquerade for what leaves it, never inside it.
     pub cluster_cidr: (Ipv4Addr, u8),
+    /// The IPv6 pod range of a dual-stack cluster.
+    pub cluster_cidr6: Option<(Ipv6Addr, u8)>,
     /// The VXLAN device's name, network identifier and UDP port.
     pub device: String,
     pub vni: u32,
@@ -87,6 +96,7 @@ impl OverlayConfig {
             node_name: node_name.to_owned(),
             node_ip,
             cluster_cidr,
+            cluster_cidr6: None,
             device: "r8s.1".into(),
             vni: 1,
             port: 8472,
@@ -101,6 +111,8 @@ pub struct Peer {
     pub name: String,
     /// Its pod subnet (network address, prefix length).
     pub subnet: (Ipv4Addr, u8),
+    /// Its IPv6 pod subnet, on a dual-stack cluster (vxlan backend only).
+    pub subnet6: Option<(Ipv6Addr, u8)>,
     /// Its address on the underlay.
     pub public_ip: Ipv4Addr,
     /// Its VXLAN tunnel endpoint's MAC (vxlan backend only).
@@ -117,6 +129,38 @@ pub fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
     }
     let mask = if n == 0 { 0 } else { u32::MAX << (32 - n) };
     Some((Ipv4Addr::from(u32::from(a) & mask), n))
+}
+
+/// An IPv6 CIDR → its network address and prefix length (host bits cleared).
+pub fn parse_cidr6(s: &str) -> Option<(Ipv6Addr, u8)> {
+    let (a, n) = s.split_once('/')?;
+    let a: Ipv6Addr = a.parse().ok()?;
+    let n: u8 = n.parse().ok()?;
+    if n > 128 {
+        return None;
+    }
+    let mask = if n == 0 { 0 } else { u128::MAX << (128 - n) };
+    Some((Ipv6Addr::from(u128::from(a) & mask), n))
+}
+
+/// A subnet: network address and prefix length.
+pub type Subnet<A> = (A, u8);
+
+/// A node's pod subnets: its IPv4 one (from podCIDRs, or podCIDR) and its IPv6 one.
+pub fn node_subnets(node: &Node) -> (Option<Subnet<Ipv4Addr>>, Option<Subnet<Ipv6Addr>>) {
+    let Some(spec) = node.spec.as_ref() else {
+        return (None, None);
+    };
+    let all: Vec<&String> = spec
+        .pod_cidrs
+        .iter()
+        .flatten()
+        .chain(spec.pod_cidr.iter())
+        .collect();
+    (
+        all.iter().find_map(|c| parse_cidr(c)),
+        all.iter().find_map(|c| parse_cidr6(c)),
+    )
 }
 
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
@@ -164,7 +208,8 @@ pub fn peers<'a>(cfg: &OverlayConfig, nodes: impl IntoIterator<Item = &'a Node>)
         .filter(|n| n.metadata.deletion_timestamp.is_none())
         .filter_map(|n| {
             let name = n.metadata.name.clone()?;
-            let subnet = parse_cidr(n.spec.as_ref()?.pod_cidr.as_deref()?)?;
+            let (subnet, subnet6) = node_subnets(n);
+            let subnet = subnet?;
             let public_ip = public_ip(n)?;
             let vtep_mac = match cfg.backend {
                 Backend::Vxlan => {
@@ -180,6 +225,7 @@ pub fn peers<'a>(cfg: &OverlayConfig, nodes: impl IntoIterator<Item = &'a Node>)
             Some(Peer {
                 name,
                 subnet,
+                subnet6: subnet6.filter(|_| cfg.backend == Backend::Vxlan),
                 public_ip,
                 vtep_mac,
             })
@@ -262,6 +308,14 @@ mod tests {
         assert_eq!(got[0].subnet, (Ipv4Addr::new(10, 42, 1, 0), 24));
         assert_eq!(got[0].public_ip, Ipv4Addr::new(192, 168, 0, 2));
         assert_eq!(got[0].vtep_mac, Some([0, 0, 0, 0, 0, 2]));
+        assert_eq!(got[0].subnet6, None);
+        // A dual-stack node: its IPv6 subnet from podCIDRs.
+        let mut dual = node("h", Some("10.42.7.0/24"), "192.168.0.8", vx("00:00:00:00:00:08"));
+        dual.spec.as_mut().unwrap().pod_cidrs = Some(vec!["10.42.7.0/24".into(), "fd42:0:0:7::/64".into()]);
+        let got = peers(&cfg(Backend::Vxlan), [&dual]);
+        assert_eq!(got[0].subnet6, Some(("fd42:0:0:7::".parse().unwrap(), 64)));
+        assert_eq!(parse_cidr6("fd42::7:1/64"), Some(("fd42::".parse().unwrap(), 64)));
+        assert_eq!(parse_cidr6("10.42.0.0/16"), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::dataplane::Dataplane;
-use super::{backend_data, parse_cidr, peers, Backend, OverlayConfig};
+use super::{backend_data, node_subnets, peers, Backend, OverlayConfig};
 use super::{
     ANNOTATION_BACKEND_DATA, ANNOTATION_BACKEND_TYPE, ANNOTATION_PUBLIC_IP, ANNOTATION_SUBNET_MANAGER,
 };
@@ -37,11 +37,8 @@ pub async fn run(client: kube::Client, cfg: OverlayConfig, stop: CancellationTok
             .state()
             .into_iter()
             .find(|n| n.metadata.name.as_deref() == Some(cfg.node_name.as_str()));
-        if let Some(s) = own
-            .and_then(|n| n.spec.as_ref()?.pod_cidr.clone())
-            .and_then(|c| parse_cidr(&c))
-        {
-            break s;
+        if let (Some(s), s6) = own.map(|n| node_subnets(&n)).unwrap_or_default() {
+            break (s, s6);
         }
         tokio::select! {
             _ = wake.notified() => {}
@@ -51,8 +48,10 @@ pub async fn run(client: kube::Client, cfg: OverlayConfig, stop: CancellationTok
             }
         }
     };
-    let (mut dp, mac) = Dataplane::open(cfg.clone(), subnet).await?;
-    tracing::info!(backend = cfg.backend.as_str(), subnet = %format!("{}/{}", subnet.0, subnet.1), "overlay: this node's side is up");
+    let (subnet, subnet6) = subnet;
+    let (mut dp, mac) = Dataplane::open(cfg.clone(), subnet, subnet6).await?;
+    tracing::info!(backend = cfg.backend.as_str(), subnet = %format!("{}/{}", subnet.0, subnet.1),
+        subnet6 = ?subnet6, "overlay: this node's side is up");
     let mut annotations = serde_json::Map::new();
     annotations.insert(ANNOTATION_BACKEND_TYPE.into(), cfg.backend.as_str().into());
     annotations.insert(ANNOTATION_PUBLIC_IP.into(), cfg.node_ip.to_string().into());

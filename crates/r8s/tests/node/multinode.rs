@@ -29,6 +29,11 @@ fn script() -> PathBuf {
 
 impl Harness {
     fn up(n: usize, server_args: &str) -> Harness {
+        Self::up_with(n, server_args, "")
+    }
+
+    /// With `node_args` for every node (server and agents).
+    fn up_with(n: usize, server_args: &str, node_args: &str) -> Harness {
         let dir = tempfile::Builder::new()
             .prefix("r8s-mn")
             .tempdir()
@@ -48,6 +53,7 @@ impl Harness {
             .env("R8S_BIN", env!("CARGO_BIN_EXE_r8s"))
             .env("R8S_IMAGES", &images)
             .env("R8S_MN_SERVER_ARGS", server_args)
+            .env("R8S_MN_ARGS", node_args)
             .output()
             .unwrap();
         assert!(
@@ -706,4 +712,97 @@ spec:
         "cgroups left: {}",
         String::from_utf8_lossy(&cgroups.stdout)
     );
+}
+
+/// Two dual-stack nodes (`--cluster-cidr` and `--service-cidr` with an IPv6 range each, on
+/// every node): each node's IPv6 pod subnet is routed through the VXLAN tunnel over the IPv4
+/// underlay, so a pod reaches a pod of the other node by its IPv6 address, keeping its own,
+/// and through a RequireDualStack Service's IPv6 cluster IP.
+#[test]
+fn dual_stack_pods_reach_each_other_across_nodes() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the multi-node harness needs root");
+        return;
+    }
+    let h = Harness::up_with(
+        2,
+        "",
+        "--cluster-cidr 10.42.0.0/16,fd42::/56 --service-cidr 10.43.0.0/16,fd43::/112",
+    );
+    let nodes = h.json(&["get", "nodes"]);
+    for n in nodes["items"].as_array().unwrap() {
+        let cidrs = n["spec"]["podCIDRs"].to_string();
+        assert!(cidrs.contains("fd42:"), "{cidrs}");
+    }
+    h.apply(
+        r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: web}
+  spec:
+    replicas: 2
+    selector: {matchLabels: {app: web}}
+    template:
+      metadata: {labels: {app: web}}
+      spec:
+        terminationGracePeriodSeconds: 1
+        affinity:
+          podAntiAffinity:
+            requiredDuringSchedulingIgnoredDuringExecution:
+            - topologyKey: kubernetes.io/hostname
+              labelSelector: {matchLabels: {app: web}}
+        containers:
+        - name: c
+          image: busybox
+          command: [sh, -c, "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"]
+          readinessProbe:
+            tcpSocket: {port: 8080}
+            periodSeconds: 1
+- apiVersion: v1
+  kind: Service
+  metadata: {name: web}
+  spec:
+    ipFamilyPolicy: RequireDualStack
+    ipFamilies: [IPv6, IPv4]
+    selector: {app: web}
+    ports: [{port: 80, targetPort: 8080}]
+"#,
+    );
+    let pods = wait_for(120, "2 web pods Ready on 2 nodes", || {
+        let p = ready_web_pods(&h);
+        let mut nodes: Vec<&str> = p.iter().map(|(_, n, _)| n.as_str()).collect();
+        nodes.sort();
+        nodes.dedup();
+        (p.len() == 2 && nodes.len() == 2).then_some(p)
+    });
+    let ip6 = |pod: &str| -> String {
+        let p = h.json(&["get", "pod", pod]);
+        p["status"]["podIPs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|i| i["ip"].as_str())
+            .find(|i| i.contains(':'))
+            .unwrap_or_else(|| panic!("{pod} has no IPv6 address: {p}"))
+            .to_owned()
+    };
+    let (a, b) = (&pods[0].0, &pods[1].0);
+    let (a6, b6) = (ip6(a), ip6(b));
+    assert!(a6.starts_with("fd42:") && b6.starts_with("fd42:"), "{a6} {b6}");
+    // Pod to pod across the nodes by IPv6, both ways.
+    assert_eq!(gets(&h, a, &b6, 8080, 1), [b.as_str()]);
+    assert_eq!(gets(&h, b, &a6, 8080, 1), [a.as_str()]);
+    // Through the Service's IPv6 cluster IP (its primary family here): both replicas.
+    let cluster_ip = h.ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    assert!(cluster_ip.starts_with("fd43::"), "{cluster_ip}");
+    let mut seen: Vec<String> = gets(&h, a, &cluster_ip, 80, 20);
+    seen.sort();
+    seen.dedup();
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    assert_eq!(seen, want, "both replicas through fd43");
 }
