@@ -58,6 +58,7 @@ async fn authenticated(
             headers: req.headers(),
             peer_certificates: &peer_certificates,
             path: req.uri().path(),
+            audiences: None,
         })
         .await;
     let begin_audit = |user: Option<&UserInfo>, req: &Request<Incoming>| match &shared.audit {

@@ -110,6 +110,7 @@ mod tests {
                 headers: h,
                 peer_certificates: &[],
                 path: "/api",
+                audiences: None,
             })
             .await
         }

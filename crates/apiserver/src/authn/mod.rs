@@ -34,6 +34,9 @@ pub struct AuthnRequest<'a> {
     pub peer_certificates: &'a [CertificateDer<'static>],
     /// The request path (anonymous requests are allowed only to some).
     pub path: &'a str,
+    /// The audiences a token must be meant for, when not the API server's own (a
+    /// TokenReview's `spec.audiences`).
+    pub audiences: Option<&'a [String]>,
 }
 
 pub enum AuthnOutcome {
@@ -48,6 +51,12 @@ pub enum AuthnOutcome {
 pub trait Authenticator: Send + Sync {
     fn name(&self) -> &'static str;
     async fn authenticate(&self, req: &AuthnRequest<'_>) -> AuthnOutcome;
+    /// Whether its credentials name their audiences (service-account tokens) and it checks
+    /// them against `AuthnRequest::audiences`; the others' credentials are good for the API
+    /// server's audiences only (upstream's audience-agnostic wrapper).
+    fn audience_aware(&self) -> bool {
+        false
+    }
 }
 
 /// The ordered authenticators.
@@ -93,6 +102,45 @@ impl AuthenticatorChain {
                     .strip_prefix(p.as_str())
                     .is_some_and(|rest| rest.starts_with('/'))
         })
+    }
+
+    /// A TokenReview's authentication (upstream's `WithAudiences` context): the user and the
+    /// audiences the credentials are good for among `audiences` — for audience-aware
+    /// authenticators `None` (the caller reads them from the token); for the others the API
+    /// server's own among those asked, and they are not tried when there are none.
+    pub async fn authenticate_for(
+        &self,
+        req: &AuthnRequest<'_>,
+        audiences: &[String],
+        api_audiences: &[String],
+    ) -> Result<(UserInfo, Option<Vec<String>>), Vec<String>> {
+        let implicit: Vec<String> = api_audiences
+            .iter()
+            .filter(|a| audiences.contains(a))
+            .cloned()
+            .collect();
+        let req = AuthnRequest {
+            audiences: Some(audiences),
+            ..*req
+        };
+        let mut errors = Vec::new();
+        for a in &self.authenticators {
+            let aware = a.audience_aware();
+            if !aware && implicit.is_empty() {
+                continue;
+            }
+            match a.authenticate(&req).await {
+                AuthnOutcome::Authenticated(mut user) => {
+                    if !user.groups.iter().any(|g| g == "system:authenticated") {
+                        user.groups.push("system:authenticated".into());
+                    }
+                    return Ok((user, (!aware).then(|| implicit.clone())));
+                }
+                AuthnOutcome::NotApplicable => {}
+                AuthnOutcome::Rejected(e) => errors.push(format!("{}: {e}", a.name())),
+            }
+        }
+        Err(errors)
     }
 
     /// The user, or the aggregate of every authenticator's complaint.
@@ -158,6 +206,7 @@ mod tests {
                 headers: &h,
                 peer_certificates: &c,
                 path: "/api",
+                audiences: None,
             })
             .await
             .unwrap();
@@ -172,6 +221,7 @@ mod tests {
                 headers: &h,
                 peer_certificates: &c,
                 path: "/api",
+                audiences: None,
             })
             .await
             .unwrap_err();
@@ -188,6 +238,7 @@ mod tests {
             headers: &h,
             peer_certificates: &c,
             path,
+            audiences: None,
         };
         let user = chain.authenticate(&at("/healthz")).await.unwrap();
         assert_eq!(user, anonymous_user());

@@ -334,8 +334,20 @@ pub(crate) fn now() -> i64 {
         .unwrap_or(0)
 }
 
-/// The `iss` of a JWT, read without verifying it, to tell our tokens from others'.
-fn unverified_issuer(token: &str) -> Option<String> {
+/// The `aud` of a JWT (a string or a list), read without verifying it (for a token already
+/// verified).
+pub fn token_audiences(token: &str) -> Vec<String> {
+    let Some(v) = unverified_claims(token) else {
+        return Vec::new();
+    };
+    match &v["aud"] {
+        Value::String(a) => vec![a.clone()],
+        Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn unverified_claims(token: &str) -> Option<Value> {
     let mut parts = token.split('.');
     let (_, payload, _) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() {
@@ -344,8 +356,12 @@ fn unverified_issuer(token: &str) -> Option<String> {
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload.trim_end_matches('='))
         .ok()?;
-    let v: Value = serde_json::from_slice(&bytes).ok()?;
-    v["iss"].as_str().map(str::to_owned)
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The `iss` of a JWT, read without verifying it, to tell our tokens from others'.
+fn unverified_issuer(token: &str) -> Option<String> {
+    unverified_claims(token)?["iss"].as_str().map(str::to_owned)
 }
 
 /// A public key (SPKI PEM) as a JSON Web Key.
@@ -387,11 +403,16 @@ impl Authenticator for ServiceAccountAuthenticator {
         "serviceaccount"
     }
 
+    fn audience_aware(&self) -> bool {
+        true
+    }
+
     async fn authenticate(&self, req: &AuthnRequest<'_>) -> AuthnOutcome {
         let Some(token) = super::token_file::bearer_token(req.headers) else {
             return AuthnOutcome::NotApplicable;
         };
-        match self.0.authenticate_token(token, &self.0.api_audiences).await {
+        let audiences = req.audiences.unwrap_or(&self.0.api_audiences);
+        match self.0.authenticate_token(token, audiences).await {
             None => AuthnOutcome::NotApplicable,
             Some(Ok(user)) => AuthnOutcome::Authenticated(user),
             Some(Err(e)) => AuthnOutcome::Rejected(e),

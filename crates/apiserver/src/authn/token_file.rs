@@ -133,6 +133,7 @@ mod tests {
             headers: &h,
             peer_certificates: &certs,
             path: "/api",
+            audiences: None,
         };
         assert!(matches!(a.authenticate(&r).await, AuthnOutcome::Authenticated(u) if u.name == "alice"));
         h.insert(http::header::AUTHORIZATION, "Bearer wrong".parse().unwrap());
@@ -140,6 +141,7 @@ mod tests {
             headers: &h,
             peer_certificates: &certs,
             path: "/api",
+            audiences: None,
         };
         assert!(matches!(a.authenticate(&r).await, AuthnOutcome::NotApplicable));
     }

@@ -179,6 +179,8 @@ fn rules_review(ctx: &Ctx, spec: &Value) -> Result<Value, ApiError> {
     }))
 }
 
+/// Upstream's TokenReview: the token checked for the audiences asked (or the API server's
+/// own), and `status.audiences` those it is good for.
 async fn token_review(ctx: &Ctx, spec: &Value) -> Value {
     let token = spec["token"].as_str().unwrap_or_default();
     let mut headers = http::HeaderMap::new();
@@ -189,14 +191,50 @@ async fn token_review(ctx: &Ctx, spec: &Value) -> Value {
         headers: &headers,
         peer_certificates: &[],
         path: "",
+        audiences: None,
     };
-    match ctx.shared.authenticators.authenticate(&req).await {
-        Ok(user) if !token.is_empty() => json!({
-            "authenticated": true,
-            "user": user_info_json(&user),
-            "audiences": spec["audiences"].as_array().cloned().unwrap_or_default(),
-        }),
-        Ok(_) => json!({"authenticated": false, "user": {}, "error": "token is empty"}),
+    let api_audiences: Vec<String> = ctx
+        .shared
+        .service_account_tokens
+        .as_ref()
+        .map(|t| t.api_audiences.clone())
+        .unwrap_or_default();
+    let asked: Vec<String> = spec["audiences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    let audiences = if asked.is_empty() {
+        api_audiences.clone()
+    } else {
+        asked
+    };
+    if token.is_empty() {
+        return json!({"authenticated": false, "user": {}, "error": "token is empty"});
+    }
+    match ctx
+        .shared
+        .authenticators
+        .authenticate_for(&req, &audiences, &api_audiences)
+        .await
+    {
+        Ok((user, good_for)) => {
+            let good_for = good_for.unwrap_or_else(|| {
+                crate::authn::service_account::token_audiences(token)
+                    .into_iter()
+                    .filter(|a| audiences.contains(a))
+                    .collect()
+            });
+            json!({
+                "authenticated": true,
+                "user": user_info_json(&user),
+                "audiences": good_for,
+            })
+        }
+        // Nothing took the token (an audience-agnostic credential asked for other
+        // audiences): unauthenticated, with no error, as upstream.
+        Err(errors) if errors.is_empty() => json!({"authenticated": false, "user": {}}),
         Err(errors) => json!({"authenticated": false, "user": {}, "error": errors.join(", ")}),
     }
 }

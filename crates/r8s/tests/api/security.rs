@@ -896,3 +896,64 @@ fn initializers_hold_new_objects_until_initialized() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("initializers"), "{}", stderr(&out));
 }
+
+/// TokenReview checks a token for the audiences asked (the API server's own when none) and
+/// says which of them it is good for (`status.audiences`), as upstream: a service-account
+/// token for its own audiences, a token-file token only for the API server's.
+#[test]
+fn token_reviews_check_and_report_audiences() {
+    let s = server();
+    s.wait_for_default_service_account("default");
+    let review = |token: &str, audiences: &[&str]| -> serde_json::Value {
+        let body = serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": audiences},
+        });
+        let out = s.ok_stdin("1.33", &["create", "-f", "-", "-o", "json"], &body.to_string());
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["status"].clone()
+    };
+    let api = "https://kubernetes.default.svc.cluster.local";
+    let plain = s.ok("1.33", &["create", "token", "default"]);
+    let vault = s.ok(
+        "1.33",
+        &[
+            "create",
+            "token",
+            "default",
+            "--audience",
+            "vault",
+            "--audience",
+            "other",
+        ],
+    );
+
+    let r = review(&plain, &[]);
+    assert_eq!(r["authenticated"], true, "{r}");
+    assert_eq!(r["audiences"], serde_json::json!([api]), "{r}");
+    assert_eq!(r["user"]["username"], "system:serviceaccount:default:default");
+    // Meant for vault: good for vault (not for what it was not asked about), not for the API.
+    let r = review(&vault, &["vault", "elsewhere"]);
+    assert_eq!(r["authenticated"], true, "{r}");
+    assert_eq!(r["audiences"], serde_json::json!(["vault"]), "{r}");
+    let r = review(&vault, &[]);
+    assert_eq!(r["authenticated"], false, "{r}");
+    assert!(
+        r["error"].as_str().unwrap_or_default().contains("audience"),
+        "{r}"
+    );
+    let r = review(&plain, &["vault"]);
+    assert_eq!(r["authenticated"], false, "{r}");
+    // A token-file token is good for the API server's audiences only.
+    let r = review("janetoken", &[]);
+    assert_eq!(
+        (r["authenticated"].clone(), r["audiences"].clone()),
+        (true.into(), serde_json::json!([api])),
+        "{r}"
+    );
+    let r = review("janetoken", &["vault"]);
+    assert_eq!(r["authenticated"], false, "{r}");
+    assert!(r["error"].is_null(), "no error, only unauthenticated: {r}");
+    let r = review("nonsense", &[]);
+    assert_eq!(r["authenticated"], false, "{r}");
+}
