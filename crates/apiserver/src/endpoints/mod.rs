@@ -468,7 +468,27 @@ async fn subresource(
             _ => Err(not_allowed()),
         };
     };
-    match *method {
+    // As upstream's handlers: a Table (the resource's columns for its status, the Scale's
+    // own for scale — `kubectl get --subresource`) or the metadata alone when asked.
+    let shape = match (wants_partial(headers), wants_table(headers)) {
+        (Some(Partial::List), _) => return Err(ApiError::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "you requested PartialObjectMetadataList, but the requested object is not a list (*{}.{})",
+                if view == View::Scale {
+                    "autoscaling"
+                } else {
+                    internal_package(def)
+                },
+                if view == View::Scale { "Scale" } else { def.kind }
+            ),
+        )),
+        (Some(Partial::One), _) => Shape::Partial,
+        (None, true) => Shape::Table,
+        (None, false) => Shape::Object,
+    };
+    let resp = match *method {
         Method::GET => Ok(json_response(
             StatusCode::OK,
             &registry::subresource::get(ctx, def, ns, name, view).await?,
@@ -482,5 +502,16 @@ async fn subresource(
             written(registry::patch::patch(ctx, def, ns, name, view, headers, query, body).await?)
         }
         _ => Err(not_allowed()),
+    };
+    if view == View::Scale && shape == Shape::Table {
+        let resp = resp?;
+        let (parts, body) = resp.into_parts();
+        let bytes = http_body_util::BodyExt::collect(body)
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let obj: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        return Ok(json_response(parts.status, &table::render_scale(&obj, query)));
     }
+    shaped(def, query, shape, resp).await
 }

@@ -8,8 +8,53 @@ use super::{strategy, Query};
 
 pub(crate) fn render(def: &ResourceDef, objects: &[Value], list_meta: Option<Value>, query: &Query) -> Value {
     let strategy = strategy::of(def);
-    let columns: Vec<Value> = strategy
-        .columns()
+    render_with(
+        &strategy.columns(),
+        |o| strategy.cells(o),
+        objects,
+        list_meta,
+        query,
+    )
+}
+
+/// A `scale` subresource's Table (upstream's printScale): the replicas wanted and had.
+pub(crate) fn render_scale(scale: &Value, query: &Query) -> Value {
+    let columns = [
+        strategy::Column {
+            format: "",
+            ..strategy::NAME
+        },
+        strategy::col(
+            "Desired",
+            "integer",
+            "replicas is the desired number of instances for the scaled object.",
+        ),
+        strategy::col(
+            "Available",
+            "integer",
+            "replicas is the actual number of observed instances of the scaled object.",
+        ),
+        strategy::AGE,
+    ];
+    let cells = |o: &Value| {
+        vec![
+            strategy::name_cell(o),
+            json!(o["spec"]["replicas"].as_i64().unwrap_or(0)),
+            json!(o["status"]["replicas"].as_i64().unwrap_or(0)),
+            strategy::age_cell(o),
+        ]
+    };
+    render_with(&columns, cells, std::slice::from_ref(scale), None, query)
+}
+
+fn render_with(
+    columns: &[strategy::Column],
+    cells: impl Fn(&Value) -> Vec<Value>,
+    objects: &[Value],
+    list_meta: Option<Value>,
+    query: &Query,
+) -> Value {
+    let columns: Vec<Value> = columns
         .iter()
         .map(|c| {
             json!({
@@ -25,7 +70,7 @@ pub(crate) fn render(def: &ResourceDef, objects: &[Value], list_meta: Option<Val
     let rows: Vec<Value> = objects
         .iter()
         .map(|obj| {
-            let mut row = json!({"cells": strategy.cells(obj)});
+            let mut row = json!({"cells": cells(obj)});
             match include {
                 "None" => {}
                 "Object" => row["object"] = obj.clone(),

@@ -1674,3 +1674,32 @@ fn dual_stack_services_nodes_and_slices() {
     }
     assert_eq!(ep, "fd44::5");
 }
+
+/// `kubectl get --subresource`: the status subresource is shown with the resource's own
+/// columns, the scale subresource with upstream's Scale columns (and as the Scale object
+/// with `-o yaml`).
+#[test]
+fn get_shows_subresources_as_upstream_tables() {
+    let s = Server::start();
+    let v = "1.33";
+    s.ok(
+        v,
+        &["create", "deployment", "web", "--image=busybox", "--replicas=3"],
+    );
+    let status = s.ok(v, &["get", "deploy", "web", "--subresource=status"]);
+    let header: Vec<&str> = status.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+        "{status}"
+    );
+    let scale = s.ok(v, &["get", "deploy", "web", "--subresource=scale"]);
+    let lines: Vec<Vec<&str>> = scale.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines[0], ["NAME", "DESIRED", "AVAILABLE", "AGE"], "{scale}");
+    assert_eq!(lines[1][..2], ["web", "3"], "{scale}");
+    let yaml = s.ok(v, &["get", "deploy", "web", "--subresource=scale", "-o", "yaml"]);
+    assert!(
+        yaml.contains("kind: Scale") && yaml.contains("replicas: 3"),
+        "{yaml}"
+    );
+}
