@@ -1,8 +1,10 @@
 //! The official clients other than kubectl and kube-rs, driving r8s unchanged: the Python
 //! client (PyPI `kubernetes`, installed by `scripts/setup.sh` in `target/clients/python`) runs
 //! `clients/python_client.py`, the JavaScript client (npm `@kubernetes/client-node`, in
-//! `target/clients/js`) `clients/js_client.mjs`: lists, watches, writes, errors, exec and
-//! port-forward over WebSocket (the only transport either has), logs.
+//! `target/clients/js`) `clients/js_client.mjs`: lists (paged with limit and continue),
+//! watches (from a list's resourceVersion), the JavaScript client's informer, writes (merge
+//! patch, server-side apply), errors, exec and port-forward over WebSocket (the only transport
+//! either has), logs.
 
 use crate::support;
 

@@ -90,6 +90,65 @@ const svc = await v1.createNamespacedService({
 check('service status', svc.status && svc.status.loadBalancer !== undefined, svc.status);
 await v1.deleteNamespacedService({ name: 'js', namespace: 'default' });
 
+// An informer (list, then watch from the list's resourceVersion) follows adds, updates and
+// deletes of ConfigMaps with a label.
+const seenByInformer = [];
+const informer = k8s.makeInformer(
+  kc,
+  '/api/v1/namespaces/default/configmaps',
+  () => v1.listNamespacedConfigMap({ namespace: 'default', labelSelector: 'js=yes' }),
+  'js=yes',
+);
+for (const verb of ['add', 'update', 'delete']) {
+  informer.on(verb, (obj) => seenByInformer.push(`${verb} ${obj.metadata.name}`));
+}
+await informer.start();
+await v1.createNamespacedConfigMap({
+  namespace: 'default', body: { metadata: { name: 'js-cm', labels: { js: 'yes' } }, data: { a: '1' } },
+});
+await until('informer add', () => seenByInformer.includes('add js-cm'));
+await v1.patchNamespacedConfigMap(
+  { name: 'js-cm', namespace: 'default', body: { data: { a: '2' } } },
+  k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch),
+);
+await until('informer update', () => seenByInformer.includes('update js-cm'));
+check('informer cache', informer.get('js-cm', 'default')?.data?.a === '2', informer.list());
+await v1.deleteNamespacedConfigMap({ name: 'js-cm', namespace: 'default' });
+await until('informer delete', () => seenByInformer.includes('delete js-cm'));
+await informer.stop();
+check('informer', JSON.stringify(seenByInformer) === '["add js-cm","update js-cm","delete js-cm"]', seenByInformer);
+
+// Paging with limit and _continue.
+for (let i = 0; i < 5; i++) {
+  await v1.createNamespacedConfigMap({
+    namespace: 'default', body: { metadata: { name: `jspage-${i}`, labels: { jspaged: 'yes' } } },
+  });
+}
+const paged = [];
+let token;
+let pages = 0;
+do {
+  const page = await v1.listNamespacedConfigMap({
+    namespace: 'default', labelSelector: 'jspaged=yes', limit: 2, _continue: token,
+  });
+  paged.push(...page.items.map((c) => c.metadata.name));
+  token = page.metadata._continue;
+  pages += 1;
+} while (token);
+check('paging', paged.join() === 'jspage-0,jspage-1,jspage-2,jspage-3,jspage-4' && pages === 3, [paged, pages]);
+
+// Server-side apply.
+const applied = await v1.patchNamespacedConfigMap(
+  {
+    name: 'jsapplied', namespace: 'default', fieldManager: 'js-apply', force: true,
+    body: { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'jsapplied' }, data: { k: 'v' } },
+  },
+  k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.ServerSideApply),
+);
+check('server-side apply', applied.data.k === 'v'
+  && applied.metadata.managedFields.some((m) => m.manager === 'js-apply' && m.operation === 'Apply'),
+applied.metadata.managedFields);
+
 try {
   await v1.readNamespacedPod({ name: 'nope', namespace: 'default' });
   check('404', false, 'no error');

@@ -70,6 +70,39 @@ svc = v1.create_namespaced_service("default", {
 check("service status", svc.status is not None and svc.status.load_balancer is not None, svc.status)
 v1.delete_namespaced_service("py", "default")
 
+# Paging: limit and _continue until the list is whole, as chunked list callers do.
+for i in range(5):
+    v1.create_namespaced_config_map("default", {"metadata": {"name": f"page-{i}", "labels": {"paged": "yes"}}})
+seen, token, pages = [], None, 0
+while True:
+    page = v1.list_namespaced_config_map("default", label_selector="paged=yes", limit=2, _continue=token)
+    seen += [c.metadata.name for c in page.items]
+    pages += 1
+    token = page.metadata._continue
+    if not token:
+        break
+check("paging", seen == [f"page-{i}" for i in range(5)] and pages == 3, (seen, pages))
+
+# Server-side apply: created, then changed, with the field manager recorded.
+cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"a": "1"}}
+v1.patch_namespaced_config_map("applied", "default", cm, field_manager="py-apply",
+                               _content_type="application/apply-patch+yaml")
+cm["data"] = {"a": "2", "b": "3"}
+got = v1.patch_namespaced_config_map("applied", "default", cm, field_manager="py-apply",
+                                     _content_type="application/apply-patch+yaml")
+managers = [m.manager for m in got.metadata.managed_fields]
+check("server-side apply", got.data == {"a": "2", "b": "3"} and "py-apply" in managers, (got.data, managers))
+
+# A watch from a list's resourceVersion (an informer's list-then-watch) sees what follows.
+rv = v1.list_namespaced_config_map("default").metadata.resource_version
+v1.delete_namespaced_config_map("page-0", "default")
+v1.patch_namespaced_config_map("page-1", "default", {"data": {"x": "y"}})
+seen = []
+for ev in watch.Watch().stream(v1.list_namespaced_config_map, "default", resource_version=rv,
+                               timeout_seconds=2):
+    seen.append((ev["type"], ev["object"].metadata.name))
+check("watch from a resourceVersion", seen == [("DELETED", "page-0"), ("MODIFIED", "page-1")], seen)
+
 try:
     v1.read_namespaced_pod("nope", "default")
     check("404", False, "no error")
