@@ -471,10 +471,11 @@ async fn subresource(
     // As upstream's handlers: a Table (the resource's columns for its status, the Scale's
     // own for scale — `kubectl get --subresource`) or the metadata alone when asked.
     let shape = match (wants_partial(headers), wants_table(headers)) {
-        (Some(Partial::List), _) => return Err(ApiError::new(
-            406,
-            "NotAcceptable",
-            format!(
+        (Some(Partial::List), _) => {
+            return Err(ApiError::new(
+                406,
+                "NotAcceptable",
+                format!(
                 "you requested PartialObjectMetadataList, but the requested object is not a list (*{}.{})",
                 if view == View::Scale {
                     "autoscaling"
@@ -483,7 +484,8 @@ async fn subresource(
                 },
                 if view == View::Scale { "Scale" } else { def.kind }
             ),
-        )),
+            ))
+        }
         (Some(Partial::One), _) => Shape::Partial,
         (None, true) => Shape::Table,
         (None, false) => Shape::Object,

@@ -44,7 +44,18 @@ fn the_python_and_javascript_clients_work_unchanged() {
         );
     }
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
-    let c = start("py-node", "10.212.0.0/16", "r8sy");
+    // Compacted often, so a watch from revision 1 is answered 410 Gone.
+    let c = start_with(
+        "py-node",
+        "10.212.0.0/16",
+        "r8sy",
+        &[
+            "--datastore-compaction-interval",
+            "1s",
+            "--datastore-compaction-retain",
+            "100",
+        ],
+    );
     let s = &c.s;
     s.wait_for_default_service_account("default");
     s.ok_stdin(V, &["create", "-f", "-"], PODS);

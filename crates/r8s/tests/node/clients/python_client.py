@@ -103,6 +103,15 @@ for ev in watch.Watch().stream(v1.list_namespaced_config_map, "default", resourc
     seen.append((ev["type"], ev["object"].metadata.name))
 check("watch from a resourceVersion", seen == [("DELETED", "page-0"), ("MODIFIED", "page-1")], seen)
 
+# A watch from a compacted resourceVersion: 410 Gone, which informers answer by relisting.
+try:
+    for ev in watch.Watch().stream(v1.list_namespaced_config_map, "default", resource_version="1",
+                                   timeout_seconds=2):
+        check("410 for a compacted resourceVersion", False, ev)
+    check("410 for a compacted resourceVersion", False, "the watch ended without an error")
+except ApiException as e:
+    check("410 for a compacted resourceVersion", e.status == 410, (e.status, e.reason))
+
 try:
     v1.read_namespaced_pod("nope", "default")
     check("404", False, "no error")
