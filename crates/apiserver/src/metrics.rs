@@ -24,6 +24,14 @@ pub struct RequestLabels {
     pub code: String,
 }
 
+/// Upstream's `apiserver_cache_list_total` labels: the resource's storage prefix and the
+/// index used (none here).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheListLabels {
+    pub resource_prefix: String,
+    pub index: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabels {
     pub plugin: String,
@@ -53,6 +61,8 @@ pub type MetricsSource = Box<dyn Fn() -> String + Send + Sync>;
 pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
+    /// LIST requests the watch cache answered.
+    pub cache_lists: Family<CacheListLabels, Counter>,
     pub audit: AuditMetrics,
     extra: Mutex<Vec<MetricsSource>>,
 }
@@ -65,6 +75,12 @@ impl Default for Metrics {
             "apiserver_request",
             "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
             requests.clone(),
+        );
+        let cache_lists = Family::<CacheListLabels, Counter>::default();
+        registry.register(
+            "apiserver_cache_list",
+            "Number of LIST requests served from watch cache",
+            cache_lists.clone(),
         );
         let audit = AuditMetrics::default();
         registry.register(
@@ -85,6 +101,7 @@ impl Default for Metrics {
         Self {
             registry: Mutex::new(registry),
             requests,
+            cache_lists,
             audit,
             extra: Mutex::new(Vec::new()),
         }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use r8s_api::ResourceDef;
-use r8s_store::{EventKind, RangeRequest, Store};
+use r8s_store::{EventKind, RangeRequest, Store, WatchItem};
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
@@ -128,6 +128,8 @@ pub(crate) struct ResourceCache {
     tx: broadcast::Sender<Arc<CachedEvent>>,
     /// The revision applied so far, for reads that wait for the cache to catch up.
     applied: tokio::sync::watch::Sender<i64>,
+    /// Asks the datastore watch to say how far it has come (consistent reads).
+    progress: Option<r8s_store::ProgressRequester>,
 }
 
 /// What a watcher gets: the history it missed, then live events.
@@ -161,14 +163,39 @@ impl ResourceCache {
         min_revision: i64,
         keep: impl Fn(&CachedObject) -> bool,
     ) -> Option<(Vec<Arc<CachedObject>>, i64)> {
+        self.list_within(key_prefix, min_revision, Duration::from_millis(100), keep)
+            .await
+    }
+
+    /// A consistent list (upstream's ConsistentListFromCache): the objects as of `current`
+    /// (the datastore's revision when the request came), once the cache has applied it —
+    /// asking the datastore watch for progress when nothing under this resource changed since
+    /// — or `None` if that takes longer than a second (then the datastore answers).
+    pub async fn list_consistent(
+        &self,
+        key_prefix: &str,
+        current: i64,
+        keep: impl Fn(&CachedObject) -> bool,
+    ) -> Option<(Vec<Arc<CachedObject>>, i64)> {
+        if *self.applied.borrow() < current {
+            self.progress.as_ref()?.request();
+        }
+        self.list_within(key_prefix, current, Duration::from_secs(1), keep)
+            .await
+    }
+
+    async fn list_within(
+        &self,
+        key_prefix: &str,
+        min_revision: i64,
+        wait: Duration,
+        keep: impl Fn(&CachedObject) -> bool,
+    ) -> Option<(Vec<Arc<CachedObject>>, i64)> {
         let mut applied = self.applied.subscribe();
-        tokio::time::timeout(
-            Duration::from_millis(100),
-            applied.wait_for(|r| *r >= min_revision),
-        )
-        .await
-        .ok()?
-        .ok()?;
+        tokio::time::timeout(wait, applied.wait_for(|r| *r >= min_revision))
+            .await
+            .ok()?
+            .ok()?;
         let w = self.window.read().unwrap_or_else(|e| e.into_inner());
         let items = w
             .objects
@@ -234,6 +261,7 @@ impl WatchCache {
             }),
             tx,
             applied: tokio::sync::watch::Sender::new(revision),
+            progress: watch.progress_requester(),
         });
         {
             let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
@@ -247,8 +275,9 @@ impl WatchCache {
         let feeding = cache.clone();
         tokio::spawn(async move {
             loop {
-                match watch.next().await {
-                    Some(Ok(batch)) => feeding.apply(batch),
+                match watch.next_item().await {
+                    Some(Ok(WatchItem::Events(batch))) => feeding.apply(batch),
+                    Some(Ok(WatchItem::Progress(revision))) => feeding.progressed(revision),
                     other => {
                         // The datastore watch ended: drop this cache so its watchers end and
                         // reconnect; the next watch starts a fresh one.
@@ -267,6 +296,22 @@ impl WatchCache {
 }
 
 impl ResourceCache {
+    /// Every change under this resource up to `revision` is applied: lists may be served at it.
+    fn progressed(&self, revision: i64) {
+        let mut w = self.window.write().unwrap_or_else(|e| e.into_inner());
+        if revision > w.revision {
+            w.revision = revision;
+            drop(w);
+            self.applied.send_if_modified(|r| {
+                let newer = revision > *r;
+                if newer {
+                    *r = revision;
+                }
+                newer
+            });
+        }
+    }
+
     fn apply(&self, batch: Vec<r8s_store::Event>) {
         let mut w = self.window.write().unwrap_or_else(|e| e.into_inner());
         for ev in batch {

@@ -457,7 +457,7 @@ impl Store for EtcdStore {
         if start_revision > 0 {
             opts = opts.with_start_revision(start_revision);
         }
-        let mut stream = self
+        let stream = self
             .client
             .watch_client()
             .max_decoding_message_size(MAX_MESSAGE)
@@ -466,10 +466,21 @@ impl Store for EtcdStore {
             .map_err(|e| map_error(&e))?;
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
         let requested = start_revision;
+        let (mut sender, mut stream) = stream.split();
+        // Progress requests go on the watch's own stream (etcd answers once the watch is
+        // synced, after the events it has sent).
+        let (progress_tx, mut progress_rx) = mpsc::unbounded_channel::<()>();
+        let progress = crate::ProgressRequester::new(move || {
+            let _ = progress_tx.send(());
+        });
         tokio::spawn(async move {
             loop {
                 let msg = tokio::select! {
                     msg = stream.message() => msg,
+                    Some(()) = progress_rx.recv() => {
+                        let _ = sender.request_progress().await;
+                        continue;
+                    }
                     _ = tx.closed() => return,
                 };
                 let resp = match msg {
@@ -497,6 +508,18 @@ impl Store for EtcdStore {
                     let _ = tx.send(Err(err)).await;
                     return;
                 }
+                if resp.events().is_empty() && !resp.created() {
+                    if let Some(h) = resp.header() {
+                        if tx
+                            .send(Ok(crate::WatchItem::Progress(h.revision())))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    continue;
+                }
                 let mut events = Vec::with_capacity(resp.events().len());
                 for ev in resp.events() {
                     let Some(kv) = ev.kv() else { continue };
@@ -518,12 +541,12 @@ impl Store for EtcdStore {
                         }
                     }
                 }
-                if !events.is_empty() && tx.send(Ok(events)).await.is_err() {
+                if !events.is_empty() && tx.send(Ok(crate::WatchItem::Events(events))).await.is_err() {
                     return;
                 }
             }
         });
-        Ok(Watch::new(rx, Arc::new(AtomicBool::new(false))))
+        Ok(Watch::new(rx, Arc::new(AtomicBool::new(false)), Some(progress)))
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {

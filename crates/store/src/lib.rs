@@ -148,28 +148,73 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// What a watch delivers: a batch of events, or a progress notification — every change under
+/// the watch's prefix up to that revision has been delivered before it (etcd's progress
+/// notify; what upstream's watch cache needs to serve consistent reads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchItem {
+    Events(Vec<Event>),
+    Progress(Revision),
+}
+
+/// Asks a watch for a progress notification (answered on the watch, in order, soon).
+#[derive(Clone)]
+pub struct ProgressRequester(Arc<dyn Fn() + Send + Sync>);
+
+impl ProgressRequester {
+    pub(crate) fn new(f: impl Fn() + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    pub fn request(&self) {
+        (self.0)()
+    }
+}
+
 /// An open watch: batches of events in revision order, each change exactly once.
 ///
 /// Dropping it cancels the watch.
 pub struct Watch {
-    rx: mpsc::Receiver<Result<Vec<Event>>>,
+    rx: mpsc::Receiver<Result<WatchItem>>,
     /// Set by the backend when it closed this watch for falling behind.
     lagged: Arc<AtomicBool>,
+    progress: Option<ProgressRequester>,
 }
 
 impl Watch {
-    pub(crate) fn new(rx: mpsc::Receiver<Result<Vec<Event>>>, lagged: Arc<AtomicBool>) -> Self {
-        Self { rx, lagged }
+    pub(crate) fn new(
+        rx: mpsc::Receiver<Result<WatchItem>>,
+        lagged: Arc<AtomicBool>,
+        progress: Option<ProgressRequester>,
+    ) -> Self {
+        Self { rx, lagged, progress }
     }
 
     /// The next batch of events (never empty), an error that ends the watch, or `None` once the
-    /// store has shut down.
+    /// store has shut down. Progress notifications are skipped.
     pub async fn next(&mut self) -> Option<Result<Vec<Event>>> {
+        loop {
+            match self.next_item().await? {
+                Ok(WatchItem::Events(events)) => return Some(Ok(events)),
+                Ok(WatchItem::Progress(_)) => continue,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// The next batch of events or progress notification, an error that ends the watch, or
+    /// `None` once the store has shut down.
+    pub async fn next_item(&mut self) -> Option<Result<WatchItem>> {
         match self.rx.recv().await {
             Some(item) => Some(item),
             None if self.lagged.swap(false, Ordering::SeqCst) => Some(Err(StoreError::WatchLagged)),
             None => None,
         }
+    }
+
+    /// How to ask this watch for progress notifications (it may be moved elsewhere).
+    pub fn progress_requester(&self) -> Option<ProgressRequester> {
+        self.progress.clone()
     }
 }
 

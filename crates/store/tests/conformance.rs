@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use r8s_store::{EventKind, RangeRequest, Store, StoreError};
+use r8s_store::{EventKind, RangeRequest, Store, StoreError, WatchItem};
 
 fn b(s: &str) -> Bytes {
     Bytes::copy_from_slice(s.as_bytes())
@@ -47,6 +47,7 @@ conformance!(
     watch_replays_history_then_live_changes_exactly_once,
     watch_from_now_sees_only_later_changes,
     watch_below_compaction_is_compacted,
+    progress_notifications_follow_the_events_before_them,
 );
 
 async fn revisions_versions_and_history(s: &dyn Store) {
@@ -434,4 +435,47 @@ async fn watch_below_compaction_is_compacted(s: &dyn Store) {
     assert_eq!(events[0].kv.value, b("2"));
     assert_eq!(events[1].kv.value, b("3"));
     assert_eq!(events[1].prev.as_ref().unwrap().value, b("2"));
+}
+
+async fn next(w: &mut r8s_store::Watch) -> WatchItem {
+    tokio::time::timeout(Duration::from_secs(10), w.next_item())
+        .await
+        .expect("an item in time")
+        .unwrap()
+        .unwrap()
+}
+
+/// A progress notification asked of a watch comes after every change under its prefix up to
+/// its revision, and that revision covers changes elsewhere too (what a watch cache needs to
+/// know it is current).
+async fn progress_notifications_follow_the_events_before_them(s: &dyn Store) {
+    let mut watch = s.watch("/registry/p/", 0).await.unwrap();
+    let progress = watch.progress_requester().expect("progress requests");
+    let mine = s.create("/registry/p/a", b("1")).await.unwrap();
+    let other = s.create("/registry/q/b", b("2")).await.unwrap();
+    // Watches are synced as soon as they start delivering live events: ask once the event
+    // is in, as a cache would.
+    match next(&mut watch).await {
+        WatchItem::Events(events) => assert_eq!(events[0].kv, mine),
+        other => panic!("expected the event first, got {other:?}"),
+    }
+    progress.request();
+    loop {
+        match next(&mut watch).await {
+            WatchItem::Progress(rev) if rev >= other.mod_revision => break,
+            WatchItem::Progress(_) => progress.request(),
+            other => panic!("expected progress, got {other:?}"),
+        }
+    }
+    // Later events still come, after it.
+    let later = s.create("/registry/p/c", b("3")).await.unwrap();
+    loop {
+        match next(&mut watch).await {
+            WatchItem::Events(events) => {
+                assert_eq!(events[0].kv, later);
+                break;
+            }
+            WatchItem::Progress(_) => {}
+        }
+    }
 }

@@ -598,10 +598,11 @@ async fn wait_for_revision(ctx: &Ctx, query: &Query) -> Result<(), ApiError> {
 }
 
 /// A list from the watch cache when it can be served from it: a list at any revision ("0",
-/// what informers ask for) or not older than one the cache has applied, without paging. A list
-/// at the latest revision (no resourceVersion) is read from the datastore: the cache cannot yet
-/// prove it is current (that needs progress notifications from the datastore). Items are JSON
-/// with their resourceVersion.
+/// what informers ask for), not older than one the cache has applied, or at the latest
+/// revision (no resourceVersion: upstream's ConsistentListFromCache — the datastore's
+/// current revision is read, and the cache answers once it has applied it, asking its
+/// datastore watch for progress when needed); never paged lists. Items are JSON with their
+/// resourceVersion. `None`: the datastore answers.
 pub(crate) async fn list_cached(
     ctx: &Ctx,
     def: &'static ResourceDef,
@@ -609,28 +610,44 @@ pub(crate) async fn list_cached(
     query: &Query,
     filter: &Filter,
 ) -> Result<Option<Page<Bytes>>, ApiError> {
-    if query.get("limit").is_some()
+    if query.get("limit").is_some_and(|l| l != "0")
         || query.get("continue").is_some()
         || query.get("resourceVersionMatch") == Some("Exact")
     {
         return Ok(None);
     }
     let min_revision = match query.get("resourceVersion") {
-        None => return Ok(None),
-        Some("0") => 0,
-        Some(rv) => rv
-            .parse()
-            .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))?,
+        None | Some("") => None,
+        Some("0") => Some(0),
+        Some(rv) => Some(
+            rv.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))?,
+        ),
     };
     let Some(cache) = ctx.shared.watch_cache.get(def).await else {
         return Ok(None);
     };
-    let Some((items, revision)) = cache
-        .list(&prefix(def, ns), min_revision, |o| filter.matches_cached(o))
-        .await
-    else {
+    let keep = |o: &crate::watch_cache::CachedObject| filter.matches_cached(o);
+    let listed = match min_revision {
+        Some(min) => cache.list(&prefix(def, ns), min, keep).await,
+        None => {
+            let Ok(current) = ctx.shared.store.current_revision().await else {
+                return Ok(None);
+            };
+            cache.list_consistent(&prefix(def, ns), current, keep).await
+        }
+    };
+    let Some((items, revision)) = listed else {
         return Ok(None);
     };
+    ctx.shared
+        .metrics
+        .cache_lists
+        .get_or_create(&crate::metrics::CacheListLabels {
+            resource_prefix: format!("/{}", def.plural),
+            index: String::new(),
+        })
+        .inc();
     let items = items.iter().map(|o| o.json.clone()).collect();
     Ok(Some(page(items, revision, None, None)))
 }

@@ -6,7 +6,7 @@
 //! pile up is dropped with `WatchLagged` rather than letting memory grow; it resumes by
 //! watching again from the last revision it saw.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redb::ReadTransaction;
@@ -15,7 +15,12 @@ use tokio::sync::mpsc::error::TrySendError;
 
 use super::record::Record;
 use super::{Shared, LOG};
-use crate::{Event, EventKind, Result, Revision, StoreError, Watch, WATCH_BUFFER};
+use crate::{
+    Event, EventKind, ProgressRequester, Result, Revision, StoreError, Watch, WatchItem, WATCH_BUFFER,
+};
+
+/// Watch ids, for progress requests to find their watch's slot.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Records replayed per message when catching up.
 const CATCH_UP_CHUNK: usize = 256;
@@ -26,10 +31,11 @@ pub(crate) struct Hub {
 }
 
 struct Slot {
+    id: u64,
     prefix: String,
     /// Events below this revision are not for this watcher (a watch from a future revision).
     from: Revision,
-    tx: mpsc::Sender<Result<Vec<Event>>>,
+    tx: mpsc::Sender<Result<WatchItem>>,
     lagged: Arc<AtomicBool>,
 }
 
@@ -51,7 +57,7 @@ impl Hub {
             if mine.is_empty() {
                 return true;
             }
-            match slot.tx.try_send(Ok(mine)) {
+            match slot.tx.try_send(Ok(WatchItem::Events(mine))) {
                 Ok(()) => true,
                 Err(TrySendError::Full(_)) => {
                     tracing::warn!(prefix = %slot.prefix, "closing a watch that fell behind");
@@ -79,14 +85,27 @@ pub(crate) fn register(shared: Arc<Shared>, prefix: &str, start: Revision) -> Re
         });
     }
     let (live_tx, live_rx) = mpsc::channel(WATCH_BUFFER);
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    // A progress notification is queued behind everything already published: the hub is
+    // held, and publication updates the index and broadcasts under the hub.
+    let weak = Arc::downgrade(&shared);
+    let progress = ProgressRequester::new(move || {
+        let Some(shared) = weak.upgrade() else { return };
+        let hub = shared.hub.lock().unwrap_or_else(|e| e.into_inner());
+        let current = shared.index().current;
+        if let Some(slot) = hub.slots.iter().find(|s| s.id == id) {
+            let _ = slot.tx.try_send(Ok(WatchItem::Progress(current)));
+        }
+    });
     hub.slots.push(Slot {
+        id,
         prefix: prefix.to_owned(),
         from: start,
         tx: live_tx,
         lagged: lagged.clone(),
     });
     if start > current {
-        return Ok(Watch::new(live_rx, lagged));
+        return Ok(Watch::new(live_rx, lagged, Some(progress)));
     }
     // Everything up to `current` is committed; the snapshot holds it even if compaction runs.
     let snapshot = shared.db.begin_read().map_err(|e| shared.io(e))?;
@@ -105,7 +124,7 @@ pub(crate) fn register(shared: Arc<Shared>, prefix: &str, start: Revision) -> Re
             }
         }
     });
-    Ok(Watch::new(out_rx, lagged))
+    Ok(Watch::new(out_rx, lagged, Some(progress)))
 }
 
 /// Replay the log from `start` to `current` (inclusive) for keys under `prefix`.
@@ -115,7 +134,7 @@ async fn catch_up(
     prefix: &str,
     start: Revision,
     current: Revision,
-    out: &mpsc::Sender<Result<Vec<Event>>>,
+    out: &mpsc::Sender<Result<WatchItem>>,
 ) -> Result<()> {
     let log = snapshot.open_table(LOG).map_err(|e| shared.io(e))?;
     let mut next = start;
@@ -157,7 +176,7 @@ async fn catch_up(
                 break;
             }
         }
-        if !chunk.is_empty() && out.send(Ok(chunk)).await.is_err() {
+        if !chunk.is_empty() && out.send(Ok(WatchItem::Events(chunk))).await.is_err() {
             return Ok(());
         }
     }
