@@ -468,30 +468,62 @@ pub async fn logs(session: &Session, a: LogsArgs) -> Result<i32> {
     if let Some(b) = a.limit_bytes {
         query.push(format!("limitBytes={b}"));
     }
-    let ns = &session.conn.namespace;
     for c in containers {
         let mut q = query.clone();
         q.push(format!("container={}", encode(&c)));
-        let uri = format!("/api/v1/namespaces/{ns}/pods/{name}/log?{}", q.join("&"));
-        let (code, mut body) = session.conn.rest.stream(Method::GET, &uri).await?;
-        if !(200..300).contains(&code) {
-            let bytes = body
-                .collect()
-                .await
-                .map(|b| b.to_bytes().to_vec())
-                .unwrap_or_default();
-            return Err(Error::Api(ApiError::from_response(code, &bytes)));
-        }
-        while let Some(frame) = body.frame().await {
-            let Ok(frame) = frame else { break };
-            if let Some(data) = frame.data_ref() {
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(data);
-                let _ = out.flush();
-            }
-        }
+        copy_log(session, &name, &q).await?;
     }
     Ok(0)
+}
+
+/// A container's log (`query` names it) copied to standard output as it comes.
+async fn copy_log(session: &Session, name: &str, query: &[String]) -> Result<()> {
+    let ns = &session.conn.namespace;
+    let uri = format!("/api/v1/namespaces/{ns}/pods/{name}/log?{}", query.join("&"));
+    let (code, mut body) = session.conn.rest.stream(Method::GET, &uri).await?;
+    if !(200..300).contains(&code) {
+        let bytes = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes().to_vec())
+            .unwrap_or_default();
+        return Err(Error::Api(ApiError::from_response(code, &bytes)));
+    }
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { break };
+        if let Some(data) = frame.data_ref() {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(data);
+            let _ = out.flush();
+        }
+    }
+    Ok(())
+}
+
+/// `kubectl run -i`'s session with the new pod's container: attached as `kubectl attach`
+/// does, or — when the pod has already completed — its log (kubectl's fallback).
+pub(crate) async fn attach_new_pod(
+    session: &Session,
+    pod: &Value,
+    container: &str,
+    stdin: bool,
+    tty: bool,
+    quiet: bool,
+) -> Result<i32> {
+    let name = pod["metadata"]["name"].as_str().unwrap_or("");
+    if matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed")) {
+        copy_log(session, name, &[format!("container={}", encode(container))]).await?;
+        return Ok(0);
+    }
+    let terminal = tty && stdin && std::io::IsTerminal::is_terminal(&std::io::stdin());
+    if tty && !terminal && !quiet {
+        eprintln!("Unable to use a TTY - input is not a terminal or the right kind of file");
+    }
+    if terminal && !quiet {
+        eprintln!("If you don't see a command prompt, try pressing enter.");
+    }
+    let query = vec![format!("container={}", encode(container))];
+    remote(session, name, "attach", query, stdin, terminal).await
 }
 
 #[derive(clap::Args)]

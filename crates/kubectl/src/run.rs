@@ -5,7 +5,7 @@
 use serde_json::{json, Map, Value};
 
 use crate::create::{post, print_result, resource_of, target_namespace, Common, DryRun};
-use crate::error::{msg, Result};
+use crate::error::{msg, Error, Result};
 use crate::{out, Output, Session};
 
 #[derive(clap::Args)]
@@ -41,15 +41,24 @@ pub struct RunArgs {
     /// An inline JSON override for the generated object.
     #[arg(long)]
     overrides: Option<String>,
-    /// Keep stdin open on the container in the pod (not yet in r8s kubectl).
+    /// Keep stdin open on the container in the pod, and attach to it.
     #[arg(short = 'i', long)]
     stdin: bool,
-    /// Allocate a TTY (not yet in r8s kubectl).
+    /// Allocate a TTY for the container in the pod.
     #[arg(short = 't', long)]
     tty: bool,
-    /// Delete the pod after it exits (not yet in r8s kubectl).
+    /// If true, wait for the Pod to start running, and then attach to it as if 'kubectl attach ...' were called.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    attach: Option<bool>,
+    /// If true, delete the pod after it exits. Only valid when attaching to the container.
     #[arg(long)]
     rm: bool,
+    /// If true, suppress prompt messages.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+    /// The length of time (like 5s, 2m, or 3h, higher than zero) to wait until at least one pod is running.
+    #[arg(long, default_value = "1m0s")]
+    pod_running_timeout: String,
     #[command(flatten)]
     common: Common,
 }
@@ -66,10 +75,19 @@ fn key_values(s: &str, what: &str) -> Result<Map<String, Value>> {
 }
 
 pub async fn run(session: &Session, a: RunArgs) -> Result<i32> {
-    if a.stdin || a.tty || a.rm {
-        return Err(msg(
-            "r8s kubectl run does not attach yet (-i, -t, --rm): run the pod, then use exec or logs",
+    // kubectl's checks, in its order and words.
+    let attach = a.attach.unwrap_or(a.stdin);
+    let usage = |m: &str| Error::Raw(format!("error: {m}\nSee 'kubectl run -h' for help and examples"));
+    if a.stdin && a.common.dry_run()? != DryRun::None {
+        return Err(usage(
+            "--dry-run=[server|client] can't be used with attached containers options (--attach, --stdin, or --tty)",
         ));
+    }
+    if a.tty && !a.stdin {
+        return Err(usage("-i/--stdin is required for containers with -t/--tty=true"));
+    }
+    if a.rm && !attach {
+        return Err(usage("--rm should only be used for attached containers"));
     }
     if !matches!(a.restart.as_str(), "Always" | "OnFailure" | "Never") {
         return Err(msg(format!("invalid restart policy: {}", a.restart)));
@@ -104,6 +122,15 @@ pub async fn run(session: &Session, a: RunArgs) -> Result<i32> {
     }
     if let Some(p) = &a.image_pull_policy {
         container["imagePullPolicy"] = json!(p);
+    }
+    if a.stdin {
+        container["stdin"] = json!(true);
+        if attach {
+            container["stdinOnce"] = json!(true);
+        }
+    }
+    if a.tty {
+        container["tty"] = json!(true);
     }
     let port: Option<i64> = match &a.port {
         Some(p) => Some(p.parse().map_err(|_| msg(format!("invalid port: {p}")))?),
@@ -143,8 +170,111 @@ pub async fn run(session: &Session, a: RunArgs) -> Result<i32> {
             out("---\n---\n");
         }
     }
-    send(session, pod, dry, &output, "kubectl-run", "created").await?;
-    Ok(0)
+    if !attach {
+        send(session, pod, dry, &output, "kubectl-run", "created").await?;
+        return Ok(0);
+    }
+    // Attached: created without a word, joined once it runs, its exit code returned, and with
+    // --rm deleted (with the Service) at the end, as kubectl does.
+    let r = resource_of(session, &pod).await?;
+    let ns = target_namespace(session, &r, &mut pod)?;
+    let created = post(session, &r, ns.as_deref(), pod, "kubectl-run", dry).await?;
+    let result = attached(session, &a, &created).await;
+    if a.rm {
+        let ns = &session.conn.namespace;
+        let mut gone = vec![("pods", "pod")];
+        if a.expose {
+            gone.insert(0, ("services", "service"));
+        }
+        for (plural, kind) in gone {
+            let uri = format!("/api/v1/namespaces/{ns}/{plural}/{}", a.name);
+            match session
+                .conn
+                .rest
+                .json(http::Method::DELETE, &uri, crate::rest::JSON, None)
+                .await
+            {
+                Ok(_) => out(&format!("{kind} \"{}\" deleted\n", a.name)),
+                Err(e) => eprintln!("{e}"),
+            }
+        }
+    }
+    result
+}
+
+/// The attached part of `kubectl run`: wait for the pod to run, attach (or show the log of a
+/// pod already done), then for restart policies that end, wait for the end and answer with
+/// the container's exit code.
+async fn attached(session: &Session, a: &RunArgs, created: &Value) -> Result<i32> {
+    let timeout = crate::modify::parse_duration(&a.pod_running_timeout)?
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| msg("--pod-running-timeout must be higher than zero"))?;
+    let ns = session.conn.namespace.clone();
+    let name = created["metadata"]["name"].as_str().unwrap_or(&a.name).to_owned();
+    let uri = format!("/api/v1/namespaces/{ns}/pods/{name}");
+    let running_or_done = |p: &Value| {
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+            || (p["status"]["phase"] == "Running" && ready)
+    };
+    let pod = wait_pod(session, &uri, timeout, running_or_done).await?;
+    let container = created["spec"]["containers"][0]["name"]
+        .as_str()
+        .unwrap_or(&a.name)
+        .to_owned();
+    let code = crate::exec::attach_new_pod(session, &pod, &container, a.stdin, a.tty, a.quiet).await?;
+    let ends = a.restart == "Never" || a.restart == "OnFailure";
+    if !ends {
+        return Ok(code);
+    }
+    let done = |p: &Value| match a.restart.as_str() {
+        "OnFailure" => p["status"]["phase"] == "Succeeded",
+        _ => matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")),
+    };
+    let pod = wait_pod(session, &uri, timeout, done).await?;
+    match pod["status"]["phase"].as_str().unwrap_or("") {
+        "Succeeded" => Ok(0),
+        "Failed" => {
+            let terminated = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+            let rc = terminated["exitCode"].as_i64().unwrap_or(0);
+            if rc == 0 {
+                return Err(msg(format!("pod {ns}/{name} failed with unknown exit code")));
+            }
+            let mut text = format!(
+                "pod {ns}/{name} terminated ({})\n{}",
+                terminated["reason"].as_str().unwrap_or(""),
+                terminated["message"].as_str().unwrap_or("")
+            );
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            eprint!("{text}");
+            Ok(rc as i32)
+        }
+        phase => Err(msg(format!("pod {ns}/{name} left in phase {phase}"))),
+    }
+}
+
+/// Poll the pod until `ready` holds (kubectl watches; a poll every 200 ms shows the same).
+async fn wait_pod(
+    session: &Session,
+    uri: &str,
+    timeout: std::time::Duration,
+    ready: impl Fn(&Value) -> bool,
+) -> Result<Value> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let pod = session.conn.rest.get(uri).await?;
+        if ready(&pod) {
+            return Ok(pod);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(msg("timed out waiting for the condition"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// RFC 7386 merge of `patch` into `target` (`--overrides`).

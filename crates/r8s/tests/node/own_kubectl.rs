@@ -117,6 +117,61 @@ fn the_journey_with_r8s_kubectl() {
         String::from_utf8_lossy(&missing.stderr),
         "error: error from server (NotFound): pods \"missing\" not found in namespace \"default\"\n"
     );
+    // `run -i --rm`: attached once running, the exit code returned, the pod deleted after.
+    let once = s.r8s_kubectl(
+        &[
+            "run",
+            "-i",
+            "--rm",
+            "--restart=Never",
+            "once",
+            "--image=busybox",
+            "--",
+            "sh",
+            "-c",
+            "sleep 2; echo hi; exit 3",
+        ],
+        None,
+    );
+    let (out, err) = (
+        String::from_utf8_lossy(&once.stdout),
+        String::from_utf8_lossy(&once.stderr),
+    );
+    assert_eq!(once.status.code(), Some(3), "{out}{err}");
+    assert_eq!(out, "hi\npod \"once\" deleted\n", "{err}");
+    assert!(err.contains("pod default/once terminated (Error)"), "{err}");
+    // (kubectl does not wait for the deletion; the kubelet confirms it soon.)
+    wait_for(30, "the run pod gone", || {
+        (!s.kubectl(V, &["get", "pod", "once"]).status.success()).then_some(())
+    });
+    // Its standard input reaches the container (one line: see exec above).
+    let reader = s.r8s_kubectl(
+        &[
+            "run",
+            "-i",
+            "--rm",
+            "--restart=Never",
+            "reader",
+            "--image=busybox",
+            "--",
+            "sh",
+            "-c",
+            "head -n1 | tr a-z A-Z",
+        ],
+        Some("piped line\n"),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&reader.stdout),
+        "PIPED LINE\npod \"reader\" deleted\n",
+        "{}",
+        String::from_utf8_lossy(&reader.stderr)
+    );
+    assert_eq!(reader.status.code(), Some(0));
+    let misuse = s.r8s_kubectl(&["run", "--rm", "x", "--image=busybox"], None);
+    assert_eq!(
+        String::from_utf8_lossy(&misuse.stderr),
+        "error: --rm should only be used for attached containers\nSee 'kubectl run -h' for help and examples\n"
+    );
     // A Deployment's logs are its first pod's.
     let deploy_logs = s.r8s_kubectl(&["logs", "deployment/nginx", "--tail=0"], None);
     assert!(deploy_logs.status.success(), "{deploy_logs:?}");
