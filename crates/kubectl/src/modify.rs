@@ -782,6 +782,20 @@ pub enum SetCommand {
         #[arg(long)]
         list: bool,
     },
+    /// Update resource requests/limits on objects with pod templates.
+    Resources {
+        /// TYPE NAME or TYPE/NAME of the objects.
+        args: Vec<String>,
+        /// The names of containers in the selected pod templates to change.
+        #[arg(short = 'c', long, default_value = "*")]
+        containers: String,
+        /// The resource requirement limits for this container, e.g. 'cpu=200m,memory=512Mi'.
+        #[arg(long)]
+        limits: Option<String>,
+        /// The resource requirement requests for this container, e.g. 'cpu=100m,memory=256Mi'.
+        #[arg(long)]
+        requests: Option<String>,
+    },
 }
 
 /// `set image`: a strategic merge patch naming each changed container; nothing said when
@@ -794,6 +808,12 @@ pub async fn set(session: &Session, c: SetCommand) -> Result<i32> {
             containers,
             list,
         } => return set_env(session, &args, &containers, list).await,
+        SetCommand::Resources {
+            args,
+            containers,
+            limits,
+            requests,
+        } => return set_resources(session, &args, &containers, limits, requests).await,
     };
     let (pairs, objects): (Vec<&String>, Vec<&String>) = args.iter().partition(|x| x.contains('='));
     if pairs.is_empty() {
@@ -1219,6 +1239,82 @@ fn template_spec<'a>(r: &Resource, obj: &'a Value) -> (&'static str, &'a Value) 
         ),
         _ => ("/spec/template/spec", &obj["spec"]["template"]["spec"]),
     }
+}
+
+/// `NAME=QUANTITY,…` of `--limits`/`--requests`.
+fn resource_list(flag: &str, spec: Option<&str>) -> Result<Map<String, Value>> {
+    let mut m = Map::new();
+    for kv in spec.unwrap_or("").split(',').filter(|x| !x.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .filter(|(k, v)| !k.is_empty() && !v.is_empty())
+            .ok_or_else(|| msg(format!("invalid argument syntax {kv} for {flag}")))?;
+        m.insert(k.to_owned(), json!(v));
+    }
+    Ok(m)
+}
+
+/// `set resources`: the chosen containers' (and init containers') limits and requests set,
+/// key by key, in a strategic merge patch naming each changed container; nothing said when
+/// nothing changes.
+async fn set_resources(
+    session: &Session,
+    objects: &[String],
+    containers: &str,
+    limits: Option<String>,
+    requests: Option<String>,
+) -> Result<i32> {
+    let limits = resource_list("--limits", limits.as_deref())?;
+    let requests = resource_list("--requests", requests.as_deref())?;
+    if limits.is_empty() && requests.is_empty() {
+        return Err(msg(
+            "you must specify an update to requests or limits (in the form of --requests/--limits)",
+        ));
+    }
+    for (r, path, name) in targets(session, objects, false, None).await? {
+        let obj = session.conn.rest.get(&path).await?;
+        let (spec_path, spec) = template_spec(&r, &obj);
+        let mut changes: Map<String, Value> = Map::new();
+        let mut matched = false;
+        for list in ["initContainers", "containers"] {
+            for c in spec[list].as_array().into_iter().flatten() {
+                let cname = c["name"].as_str().unwrap_or("");
+                if containers != "*" && containers != cname {
+                    continue;
+                }
+                matched = true;
+                let mut resources = Map::new();
+                for (kind, wanted) in [("limits", &limits), ("requests", &requests)] {
+                    let differs = wanted.iter().any(|(k, v)| c["resources"][kind][k.as_str()] != *v);
+                    if differs {
+                        resources.insert(kind.to_owned(), Value::Object(wanted.clone()));
+                    }
+                }
+                if !resources.is_empty() {
+                    let entry = changes.entry(list.to_owned()).or_insert_with(|| json!([]));
+                    if let Some(a) = entry.as_array_mut() {
+                        a.push(json!({"name": cname, "resources": resources}));
+                    }
+                }
+            }
+        }
+        if !matched {
+            return Err(msg(format!("unable to find container named {containers}")));
+        }
+        if changes.is_empty() {
+            continue;
+        }
+        let mut body = Value::Object(changes);
+        for key in spec_path.trim_start_matches('/').split('/').rev() {
+            body = json!({ key: body });
+        }
+        patch(session, &path, STRATEGIC, &body, "kubectl-set").await?;
+        out(&format!(
+            "{}/{name} resource requirements updated\n",
+            r.kind_prefix()
+        ));
+    }
+    Ok(0)
 }
 
 /// `set env`: each chosen container's env set (`K=V`) or cleared (`K-`), sent as a JSON patch

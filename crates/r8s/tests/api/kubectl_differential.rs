@@ -585,6 +585,35 @@ fn r8s_kubectl_answers_as_kubectl_does() {
     t.same(&["set", "env", "deployment/zero-T", "B-"]);
     t.same(&["set", "env", "deployment/zero-T", "--list"]);
     t.same(&["set", "env", "deployment/zero-T", "-c", "nope", "X=1"]);
+    t.same(&[
+        "set",
+        "resources",
+        "deployment/zero-T",
+        "--limits=cpu=200m,memory=512Mi",
+    ]);
+    t.same(&[
+        "set",
+        "resources",
+        "deployment/zero-T",
+        "--limits=cpu=200m",
+        "--requests=cpu=100m",
+    ]);
+    t.same(&["set", "resources", "deployment/zero-T", "--limits=cpu=200m"]);
+    t.same(&[
+        "get",
+        "deployment/zero-T",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].resources}",
+    ]);
+    t.same(&[
+        "set",
+        "resources",
+        "deployment/zero-T",
+        "-c",
+        "nope",
+        "--limits=cpu=1",
+    ]);
+    t.same(&["set", "resources", "deployment/zero-T"]);
     t.same(&["rollout", "status", "deployment/zero-T"]);
     t.same(&["events", "--for", "deployment/web-T"]);
     t.same(&["events", "--for", "deployment/zero-T", "--types=Warning"]);
