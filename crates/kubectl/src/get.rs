@@ -56,6 +56,10 @@ pub struct GetArgs {
     /// Raw URI to request from the server.
     #[arg(long)]
     raw: Option<String>,
+    /// If non-empty, sort list types using this field specification (a JSONPath expression,
+    /// e.g. '{.metadata.name}').
+    #[arg(long)]
+    sort_by: Option<String>,
 }
 
 /// What one argument asks for: a resource and its names (none: list).
@@ -161,7 +165,23 @@ pub async fn run(session: &Session, a: GetArgs) -> Result<i32> {
                 let mut lines = Vec::new();
                 let mut header = true;
                 let mut version = String::new();
-                for t in fetch(session, &a, r, ns.as_deref(), &req.names, TABLE, &mut errors).await? {
+                let mut tables = fetch(session, &a, r, ns.as_deref(), &req.names, TABLE, &mut errors).await?;
+                if let Some(field) = &a.sort_by {
+                    // All rows in one table, ordered by the field of their objects.
+                    let mut rows: Vec<Value> = tables
+                        .iter_mut()
+                        .flat_map(|t| t["rows"].as_array_mut().map(std::mem::take).unwrap_or_default())
+                        .collect();
+                    // (kubectl 1.33 prints no table at all when no row has the field.)
+                    if rows.len() > 1 && sort_by_field(&mut rows, field, |row| &row["object"]).is_err() {
+                        rows.clear();
+                    }
+                    if let Some(first) = tables.first_mut() {
+                        first["rows"] = Value::Array(rows);
+                        tables.truncate(1);
+                    }
+                }
+                for t in tables {
                     let rows = table::rows(&t, &opts, header);
                     version = t["metadata"]["resourceVersion"].as_str().unwrap_or("").to_owned();
                     if t["rows"].as_array().is_some_and(|rows| !rows.is_empty()) {
@@ -200,6 +220,11 @@ pub async fn run(session: &Session, a: GetArgs) -> Result<i32> {
                     }
                 }
             }
+        }
+    }
+    if let (Some(field), false) = (&a.sort_by, matches!(output, Output::Table { .. })) {
+        if !single {
+            sort_by_field(&mut items, field, |item| item)?;
         }
     }
     match &output {
@@ -283,6 +308,86 @@ pub async fn run(session: &Session, a: GetArgs) -> Result<i32> {
         eprintln!("{e}");
     }
     Ok(1)
+}
+
+/// `--sort-by`: `items` ordered (stably) by the JSONPath `field` of what `object` picks from
+/// each, compared as kubectl 1.33's sorter does: numbers by value, strings as quantities when
+/// both are, else byte by byte; an item without the field first. (Later kubectls compare
+/// strings in natural order.)
+fn sort_by_field(items: &mut [Value], field: &str, object: impl Fn(&Value) -> &Value) -> Result<()> {
+    let template = if field.starts_with('{') {
+        field.to_owned()
+    } else {
+        format!("{{{field}}}")
+    };
+    let mut keys: Vec<Option<Value>> = Vec::with_capacity(items.len());
+    for i in items.iter() {
+        let found = printers::jsonpath::values(&template, object(i)).map_err(msg)?;
+        keys.push(found.into_iter().next());
+    }
+    if !items.is_empty() && keys.iter().all(Option::is_none) {
+        return Err(msg(format!(
+            "couldn't find any field with path \"{template}\" in the list of objects"
+        )));
+    }
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&x, &y| compare_keys(keys[x].as_ref(), keys[y].as_ref()));
+    let sorted: Vec<Value> = order.iter().map(|&i| items[i].clone()).collect();
+    for (slot, v) in items.iter_mut().zip(sorted) {
+        *slot = v;
+    }
+    Ok(())
+}
+
+fn compare_keys(a: Option<&Value>, b: Option<&Value>) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    match (a, b) {
+        (None, None) => Ordering::Equal,
+        (None, _) => Ordering::Less,
+        (_, None) => Ordering::Greater,
+        (Some(Value::Number(x)), Some(Value::Number(y))) => {
+            x.as_f64().partial_cmp(&y.as_f64()).unwrap_or(Ordering::Equal)
+        }
+        (Some(Value::String(x)), Some(Value::String(y))) => match (quantity(x), quantity(y)) {
+            (Some(qx), Some(qy)) => qx.partial_cmp(&qy).unwrap_or(Ordering::Equal),
+            _ => x.cmp(y),
+        },
+        (Some(Value::Bool(x)), Some(Value::Bool(y))) => x.cmp(y),
+        (Some(x), Some(y)) => x.to_string().cmp(&y.to_string()),
+    }
+}
+
+/// A resource quantity's value (`100m`, `1Gi`, `2e3`), if the string is one.
+fn quantity(s: &str) -> Option<f64> {
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(split);
+    if number.is_empty() || number == "+" || number == "-" {
+        return None;
+    }
+    let n: f64 = number.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        e if e.starts_with(['e', 'E']) => 10f64.powi(e[1..].parse().ok()?),
+        _ => return None,
+    };
+    Some(n * scale)
 }
 
 /// kubectl hides `metadata.managedFields` unless `--show-managed-fields`.
@@ -447,7 +552,16 @@ async fn fetch(
     }
     let mut cont = String::new();
     loop {
-        let mut query = vec![format!("limit={}", a.chunk_size)];
+        // Sorting needs every item at once: no chunks, as kubectl.
+        let chunk_size = if a.sort_by.is_some() { 0 } else { a.chunk_size };
+        let mut query = Vec::new();
+        if chunk_size > 0 {
+            query.push(format!("limit={chunk_size}"));
+        }
+        if a.sort_by.is_some() && accept == TABLE {
+            // Rows are sorted by their objects' fields.
+            query.push("includeObject=Object".to_owned());
+        }
         if let Some(l) = &a.selector {
             query.push(format!("labelSelector={}", encode(l)));
         }
@@ -457,11 +571,15 @@ async fn fetch(
         if !cont.is_empty() {
             query.push(format!("continue={}", encode(&cont)));
         }
-        let uri = format!("{path}?{}", query.join("&"));
+        let uri = if query.is_empty() {
+            path.clone()
+        } else {
+            format!("{path}?{}", query.join("&"))
+        };
         let doc = session.conn.rest.json(Method::GET, &uri, accept, None).await?;
         cont = doc["metadata"]["continue"].as_str().unwrap_or("").to_owned();
         docs.push(doc);
-        if cont.is_empty() || a.chunk_size == 0 {
+        if cont.is_empty() || chunk_size == 0 {
             break;
         }
     }
@@ -479,4 +597,38 @@ pub(crate) fn encode(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod sort_tests {
+    use super::*;
+
+    #[test]
+    fn sort_keys_compare_as_kubectl_1_33() {
+        assert_eq!(quantity("100m"), Some(0.1));
+        assert_eq!(quantity("1Ki"), Some(1024.0));
+        assert_eq!(quantity("2e3"), Some(2000.0));
+        assert_eq!(quantity("s10"), None);
+        let mut items = vec![
+            json!({"n": "1Ki", "name": "s10"}),
+            json!({"n": "100m", "name": "s2"}),
+            json!({"name": "s0"}),
+            json!({"n": "2", "name": "s1"}),
+        ];
+        sort_by_field(&mut items, ".n", |i| i).unwrap();
+        let names: Vec<&str> = items.iter().map(|i| i["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["s0", "s2", "s1", "s10"],
+            "missing first, then by quantity"
+        );
+        sort_by_field(&mut items, "{.name}", |i| i).unwrap();
+        let names: Vec<&str> = items.iter().map(|i| i["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["s0", "s1", "s10", "s2"], "byte order, as kubectl 1.33");
+        let err = sort_by_field(&mut items, ".nope", |i| i).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "error: couldn't find any field with path \"{.nope}\" in the list of objects"
+        );
+    }
 }

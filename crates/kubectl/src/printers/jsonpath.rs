@@ -97,6 +97,19 @@ pub fn execute(template: &[NodeHandle], data: &Value) -> String {
     out
 }
 
+/// The values the template's first path finds in `data` (for `--sort-by`); an error for a
+/// template that does not parse.
+pub fn values(template: &str, data: &Value) -> Result<Vec<Value>, String> {
+    let nodes = parse(template)?;
+    Ok(nodes
+        .iter()
+        .find_map(|n| match &n.0 {
+            Node::Path(steps) => Some(eval(steps, data)),
+            _ => None,
+        })
+        .unwrap_or_default())
+}
+
 fn run(node: &Node, data: &Value, out: &mut String) {
     match node {
         Node::Text(t) => out.push_str(t),

@@ -415,6 +415,35 @@ fn r8s_kubectl_answers_as_kubectl_does() {
     assert_eq!(diffs(&["diff", "-f", &manifest]).code, 0);
     t.same(&["get", "configmaps", "applied-T", "-o", "yaml"]);
     t.same(&["get", "cm", "-l", "tier=web-T", "--show-labels", "-L", "tier"]);
+    // --sort-by: natural order of names, quantities by value, a missing field first.
+    for (name, n) in [("s10-T", "2"), ("s2-T", "100m"), ("s1-T", "1Ki")] {
+        t.same(&["create", "configmap", name, &format!("--from-literal=n={n}")]);
+        t.same(&["label", "configmap", name, "sorted=s-T"]);
+    }
+    t.same(&["create", "configmap", "s0-T"]);
+    t.same(&["label", "configmap", "s0-T", "sorted=s-T"]);
+    t.same(&["get", "cm", "-l", "sorted=s-T", "--sort-by=.metadata.name"]);
+    t.same(&[
+        "get",
+        "cm",
+        "-l",
+        "sorted=s-T",
+        "--sort-by={.data.n}",
+        "-o",
+        "name",
+    ]);
+    t.same(&[
+        "get",
+        "cm",
+        "-l",
+        "sorted=s-T",
+        "--sort-by=.data.n",
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ]);
+    t.same(&["get", "cm", "-l", "sorted=s-T", "--sort-by=.nope"]);
+    t.same(&["get", "cm", "-l", "sorted=s-T", "--sort-by=.nope", "-o", "name"]);
+    t.same(&["get", "cm", "s2-T", "--sort-by=.nope"]);
     t.same(&["delete", "-f", &manifest]);
     t.same(&["apply", "-f", &manifest]);
     t.same(&["apply", "-f", &manifest]);
