@@ -1114,38 +1114,67 @@ pub async fn drain(session: &Session, a: DrainArgs) -> Result<i32> {
 }
 
 /// A Deployment's ReplicaSets by revision (`deployment.kubernetes.io/revision`), oldest first.
-async fn revisions(session: &Session, r: &Resource, deployment: &Value) -> Result<Vec<(i64, Value)>> {
-    if r.group != "apps" || r.name != "deployments" {
+/// An object's rollout history, oldest first: (revision, the pod template it had, its
+/// change cause) — a Deployment's from its ReplicaSets, a StatefulSet's or DaemonSet's from its
+/// ControllerRevisions (whose data is the patch that puts the template back).
+async fn revisions(session: &Session, r: &Resource, obj: &Value) -> Result<Vec<(i64, Value, String)>> {
+    if r.group != "apps" || !matches!(r.name.as_str(), "deployments" | "statefulsets" | "daemonsets") {
         return Err(msg(format!(
-            "r8s kubectl's rollout history and undo know deployments only, not {}",
-            r.group_resource()
+            "no history viewer has been implemented for {:?}",
+            r.kind
         )));
     }
-    let ns = deployment["metadata"]["namespace"].as_str().unwrap_or("");
-    let uid = deployment["metadata"]["uid"].as_str().unwrap_or("");
-    let list = session
-        .conn
-        .rest
-        .get(&format!("/apis/apps/v1/namespaces/{ns}/replicasets"))
-        .await?;
-    let mut out: Vec<(i64, Value)> = list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|rs| {
-            rs["metadata"]["ownerReferences"]
-                .as_array()
-                .is_some_and(|o| o.iter().any(|o| o["uid"] == uid && o["controller"] == true))
-        })
-        .filter_map(|rs| {
-            let rev = rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
-                .as_str()?
-                .parse()
-                .ok()?;
-            Some((rev, rs.clone()))
-        })
-        .collect();
-    out.sort_by_key(|(rev, _)| *rev);
+    let ns = obj["metadata"]["namespace"].as_str().unwrap_or("");
+    let uid = obj["metadata"]["uid"].as_str().unwrap_or("");
+    let owned = |o: &Value| {
+        o["metadata"]["ownerReferences"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| o["uid"] == uid && o["controller"] == true))
+    };
+    let cause = |o: &Value| {
+        o["metadata"]["annotations"]["kubernetes.io/change-cause"]
+            .as_str()
+            .unwrap_or("<none>")
+            .to_owned()
+    };
+    let mut out: Vec<(i64, Value, String)> = if r.name == "deployments" {
+        let list = session
+            .conn
+            .rest
+            .get(&format!("/apis/apps/v1/namespaces/{ns}/replicasets"))
+            .await?;
+        list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|rs| owned(rs))
+            .filter_map(|rs| {
+                let rev = rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+                    .as_str()?
+                    .parse()
+                    .ok()?;
+                Some((rev, rs["spec"]["template"].clone(), cause(rs)))
+            })
+            .collect()
+    } else {
+        let list = session
+            .conn
+            .rest
+            .get(&format!("/apis/apps/v1/namespaces/{ns}/controllerrevisions"))
+            .await?;
+        list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|cr| owned(cr))
+            .filter_map(|cr| {
+                let mut template = cr["data"]["spec"]["template"].clone();
+                template.as_object_mut()?.remove("$patch");
+                Some((cr["revision"].as_i64()?, template, cause(cr)))
+            })
+            .collect()
+    };
+    out.sort_by_key(|(rev, _, _)| *rev);
     Ok(out)
 }
 
@@ -1154,11 +1183,11 @@ async fn history(session: &Session, args: &[String], revision: i64) -> Result<i3
         let d = session.conn.rest.get(&path).await?;
         let revs = revisions(session, &r, &d).await?;
         if revision > 0 {
-            let Some((_, rs)) = revs.iter().find(|(n, _)| *n == revision) else {
+            let Some((_, template, _)) = revs.iter().find(|(n, _, _)| *n == revision) else {
                 return Err(msg("unable to find the specified revision"));
             };
             let mut w = crate::describe::Writer::default();
-            crate::describe::write_pod_template(&mut w, &rs["spec"]["template"]);
+            crate::describe::write_pod_template(&mut w, template);
             out(&format!(
                 "{}/{name} with revision #{revision}\n{}\n",
                 r.kind_prefix(),
@@ -1166,11 +1195,15 @@ async fn history(session: &Session, args: &[String], revision: i64) -> Result<i3
             ));
             continue;
         }
+        if revs.is_empty() {
+            out(&format!(
+                "{}/{name} \nNo rollout history found.\n",
+                r.kind_prefix()
+            ));
+            continue;
+        }
         let mut text = String::from("REVISION\tCHANGE-CAUSE\n");
-        for (rev, rs) in &revs {
-            let cause = rs["metadata"]["annotations"]["kubernetes.io/change-cause"]
-                .as_str()
-                .unwrap_or("<none>");
+        for (rev, _, cause) in &revs {
             text.push_str(&format!("{rev}\t{cause}\n"));
         }
         out(&format!(
@@ -1187,7 +1220,7 @@ async fn undo(session: &Session, args: &[String], to_revision: i64) -> Result<i3
         let d = session.conn.rest.get(&path).await?;
         let revs = revisions(session, &r, &d).await?;
         let target = if to_revision > 0 {
-            revs.iter().find(|(n, _)| *n == to_revision).ok_or_else(|| {
+            revs.iter().find(|(n, _, _)| *n == to_revision).ok_or_else(|| {
                 msg(format!(
                     "unable to find specified revision {to_revision} in history"
                 ))
@@ -1195,11 +1228,15 @@ async fn undo(session: &Session, args: &[String], to_revision: i64) -> Result<i3
         } else {
             // The revision before the latest.
             if revs.len() < 2 {
-                return Err(msg(format!("no rollout history found for deployment \"{name}\"")));
+                return Err(msg(if r.name == "deployments" {
+                    format!("no rollout history found for deployment \"{name}\"")
+                } else {
+                    "no last revision to roll back to".to_owned()
+                }));
             }
             &revs[revs.len() - 2]
         };
-        let mut template = target.1["spec"]["template"].clone();
+        let mut template = target.1.clone();
         if let Some(labels) = template["metadata"]["labels"].as_object_mut() {
             labels.remove("pod-template-hash");
         }

@@ -495,6 +495,48 @@ fn r8s_kubectl_answers_as_kubectl_does() {
     t.same(&["rollout", "resume", "deployment/web-T"]);
     t.same(&["rollout", "resume", "deployment/web-T"]);
     t.same(&["rollout", "restart", "deployment/web-T"]);
+    // A StatefulSet's and a DaemonSet's history live in ControllerRevisions.
+    for kind in ["StatefulSet", "DaemonSet"] {
+        let lower = kind.to_lowercase();
+        let short = if kind == "StatefulSet" { "sts" } else { "ds" };
+        let service = if kind == "StatefulSet" {
+            format!("\n  serviceName: hist{short}-T")
+        } else {
+            String::new()
+        };
+        t.same_stdin(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "apiVersion: apps/v1\nkind: {kind}\nmetadata:\n  name: hist{short}-T\nspec:{service}\n  selector:\n    matchLabels:\n      app: hist{short}-T\n  template:\n    metadata:\n      labels:\n        app: hist{short}-T\n    spec:\n      containers:\n      - name: c\n        image: busybox:1\n"
+            )),
+        );
+        let target = format!("{lower}/hist{short}-T");
+        t.same(&["rollout", "undo", &target]);
+        t.same(&["set", "image", &target, "c=busybox:2"]);
+        // The controller records the new revision.
+        for _ in 0..50 {
+            let revs = t
+                .server
+                .kubectl("1.33", &["get", "controllerrevisions", "-o", "name"]);
+            let text = String::from_utf8_lossy(&revs.stdout).to_string();
+            if text.matches(&format!("hist{short}-")).count() >= 4 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        t.same(&["rollout", "history", &target]);
+        t.same(&["rollout", "history", &target, "--revision=1"]);
+        t.same(&["rollout", "history", &target, "--revision=7"]);
+        t.same(&["rollout", "undo", &target, "--to-revision=7"]);
+        t.same(&["rollout", "undo", &target]);
+        t.same(&[
+            "get",
+            &target,
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ]);
+        t.same(&["rollout", "undo", &target, "--to-revision=2"]);
+    }
     t.same(&[
         "get",
         "deployment",
