@@ -211,7 +211,8 @@ async fn remote(
         .await
         .map_err(exec_error)?;
     let raw = if terminal { RawMode::enable() } else { None };
-    let status = stream(connection, stdin, terminal).await;
+    let input: Option<Input> = stdin.then(|| Box::pin(tokio::io::stdin()) as Input);
+    let status = stream(connection, input, None, terminal).await;
     drop(raw);
     let status = status?;
     let Some(status) = status else {
@@ -270,6 +271,67 @@ pub async fn attach(session: &Session, a: AttachArgs) -> Result<i32> {
     remote(session, &name, "attach", query, a.stdin, terminal).await
 }
 
+/// What a remote command reads as its standard input.
+pub(crate) type Input = std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>;
+
+/// Run `command` in `container` of pod `name` without a terminal: `input` as its standard
+/// input, its standard output collected, its standard error passed on. The collected output
+/// and the exit code (0, or the command's).
+pub(crate) async fn run_in(
+    session: &Session,
+    ns: &str,
+    name: &str,
+    container: &str,
+    command: &[&str],
+    input: Option<Input>,
+) -> Result<(Vec<u8>, i32)> {
+    let mut query = vec![format!("container={}", encode(container))];
+    for c in command {
+        query.push(format!("command={}", encode(c)));
+    }
+    query.push(format!("stdin={}", input.is_some()));
+    query.push("stdout=true".into());
+    query.push("stderr=true".into());
+    query.push("tty=false".into());
+    let uri = format!("/api/v1/namespaces/{ns}/pods/{name}/exec?{}", query.join("&"));
+    let request = http::Request::get(uri)
+        .body(Vec::new())
+        .map_err(|e| msg(e.to_string()))?;
+    let connection = session
+        .conn
+        .rest
+        .client()
+        .connect(request)
+        .await
+        .map_err(exec_error)?;
+    let mut output = Vec::new();
+    let status = stream(connection, input, Some(&mut output), false).await?;
+    let code = match status {
+        Some(s) if s["status"] != "Success" => s["details"]["causes"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["reason"] == "ExitCode"))
+            .and_then(|c| c["message"].as_str()?.parse::<i32>().ok())
+            .unwrap_or(1),
+        _ => 0,
+    };
+    Ok((output, code))
+}
+
+/// The container of pod `ns/name` for `kubectl cp` (`-c` or kubectl's default).
+pub(crate) async fn pod_container(
+    session: &Session,
+    ns: &str,
+    name: &str,
+    asked: Option<&str>,
+) -> Result<String> {
+    let pod = session
+        .conn
+        .rest
+        .get(&format!("/api/v1/namespaces/{ns}/pods/{name}"))
+        .await?;
+    container(&pod, asked)
+}
+
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
 const STDERR: u8 = 2;
@@ -284,7 +346,8 @@ const CLOSE: u8 = 255;
 /// client-go's v4 executor leaves it, and v5's close signal is sent where it exists.
 async fn stream(
     connection: kube::client::Connection,
-    with_stdin: bool,
+    input: Option<Input>,
+    mut capture: Option<&mut Vec<u8>>,
     terminal: bool,
 ) -> Result<Option<Value>> {
     use futures::{SinkExt, StreamExt};
@@ -298,8 +361,8 @@ async fn stream(
             let _ = tx.send(Message::binary(m)).await;
         }
     }
-    let mut stdin = tokio::io::stdin();
-    let mut stdin_open = with_stdin;
+    let mut stdin_open = input.is_some();
+    let mut stdin: Input = input.unwrap_or_else(|| Box::pin(tokio::io::empty()));
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         tokio::select! {
@@ -311,11 +374,14 @@ async fn stream(
                     Some(Err(e)) => return Err(msg(format!("error reading from the container: {e}"))),
                 };
                 match bin.first() {
-                    Some(&STDOUT) => {
-                        let mut out = std::io::stdout().lock();
-                        let _ = out.write_all(&bin[1..]);
-                        let _ = out.flush();
-                    }
+                    Some(&STDOUT) => match capture.as_deref_mut() {
+                        Some(buf) => buf.extend_from_slice(&bin[1..]),
+                        None => {
+                            let mut out = std::io::stdout().lock();
+                            let _ = out.write_all(&bin[1..]);
+                            let _ = out.flush();
+                        }
+                    },
                     Some(&STDERR) => {
                         let _ = std::io::stderr().write_all(&bin[1..]);
                     }

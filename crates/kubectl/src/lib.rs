@@ -9,6 +9,7 @@ pub mod printers;
 pub mod rest;
 
 mod apply;
+mod cp;
 mod create;
 mod delete;
 mod describe;
@@ -74,6 +75,8 @@ enum Command {
     Exec(exec::ExecArgs),
     /// Attach to a running container.
     Attach(exec::AttachArgs),
+    /// Copy files and directories to and from containers.
+    Cp(cp::CpArgs),
     /// Forward one or more local ports to a pod.
     PortForward(exec::PortForwardArgs),
     /// Update the labels on a resource.
@@ -191,6 +194,7 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Exec(a) => exec::exec(&session, a).await,
                 Command::PortForward(a) => exec::port_forward(&session, a).await,
                 Command::Attach(a) => exec::attach(&session, a).await,
+                Command::Cp(a) => cp::run(&session, a).await,
                 Command::Label(a) => modify::metadata(&session, a, true).await,
                 Command::Annotate(a) => modify::metadata(&session, a, false).await,
                 Command::Patch(a) => modify::patch_cmd(&session, a).await,

@@ -117,6 +117,33 @@ fn the_journey_with_r8s_kubectl() {
         String::from_utf8_lossy(&missing.stderr),
         "error: error from server (NotFound): pods \"missing\" not found in namespace \"default\"\n"
     );
+    // `cp` both ways through tar in the container: a directory up, back down, one file.
+    let local = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(local.path().join("up/sub")).unwrap();
+    std::fs::write(local.path().join("up/a.txt"), "alpha\n").unwrap();
+    std::fs::write(local.path().join("up/sub/b.txt"), "beta\n").unwrap();
+    let up = local.path().join("up").display().to_string();
+    k(&["cp", &up, "shell:/tmp/up"]);
+    assert_eq!(
+        k(&["exec", "shell", "--", "cat", "/tmp/up/a.txt", "/tmp/up/sub/b.txt"]),
+        "alpha\nbeta\n"
+    );
+    // Into an existing directory: under the source's name.
+    let one = local.path().join("up/a.txt").display().to_string();
+    k(&["cp", &one, "shell:/tmp"]);
+    assert_eq!(k(&["exec", "shell", "--", "cat", "/tmp/a.txt"]), "alpha\n");
+    let down = local.path().join("down");
+    k(&["cp", "shell:/tmp/up", &down.display().to_string()]);
+    assert_eq!(std::fs::read_to_string(down.join("a.txt")).unwrap(), "alpha\n");
+    assert_eq!(std::fs::read_to_string(down.join("sub/b.txt")).unwrap(), "beta\n");
+    let host = local.path().join("hostname");
+    k(&["cp", "default/shell:/etc/hostname", &host.display().to_string()]);
+    assert_eq!(std::fs::read_to_string(&host).unwrap(), "shell\n");
+    let missing = s.r8s_kubectl(&["cp", "/nonexistent-r8s", "shell:/tmp"], None);
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr),
+        "error: /nonexistent-r8s doesn't exist in local filesystem\n"
+    );
     // `run -i --rm`: attached once running, the exit code returned, the pod deleted after.
     let once = s.r8s_kubectl(
         &[
