@@ -195,17 +195,141 @@ async fn describe(session: &Session, r: &Resource, o: &Value, events: bool) -> R
             w.w(0, &format!("Mountable secrets:\t{}\n", names("secrets")));
             w.w(0, "Tokens:\t<none>\n");
         }
+        // Everything else as kubectl's generic describer lays out what it has no describer
+        // for (custom resources, leases, controller revisions, webhook configurations …).
+        // (kubectl has its own layouts for nodes, jobs, stateful sets, daemon sets, claims,
+        // endpoints and a few more; r8s shows those generically for now.)
         _ => {
-            return Err(msg(format!(
-                "r8s kubectl describe does not know {} yet (get -o yaml shows it whole)",
-                r.group_resource()
-            )))
+            w.w(0, &format!("Name:\t{name}\n"));
+            w.w(0, &format!("Namespace:\t{ns}\n"));
+            labels(&mut w, "Labels", &meta["labels"]);
+            annotations(&mut w, "Annotations", &meta["annotations"]);
+            if let Some(content) = o.as_object() {
+                unstructured(
+                    &mut w,
+                    0,
+                    content,
+                    "",
+                    &[
+                        ".metadata.managedFields",
+                        ".metadata.name",
+                        ".metadata.namespace",
+                        ".metadata.labels",
+                        ".metadata.annotations",
+                    ],
+                );
+            }
         }
     }
     if events {
         describe_events(session, &mut w, o, &ns).await?;
     }
     Ok(tabwrite_with(&w.0, 0, 2))
+}
+
+/// kubectl's printUnstructuredContent: fields sorted, with smart labels; maps nested a level
+/// deeper, list items (maps or values) a level deeper with no marker between them.
+fn unstructured(
+    w: &mut W,
+    level: usize,
+    content: &serde_json::Map<String, Value>,
+    prefix: &str,
+    skip: &[&str],
+) {
+    let mut fields: Vec<&String> = content.keys().collect();
+    fields.sort();
+    for field in fields {
+        let path = format!("{prefix}.{field}");
+        if skip.contains(&path.as_str()) {
+            continue;
+        }
+        match &content[field] {
+            Value::Object(m) => {
+                w.w(level, &format!("{}:\n", smart_label(field)));
+                unstructured(w, level + 1, m, &path, skip);
+            }
+            Value::Array(items) => {
+                w.w(level, &format!("{}:\n", smart_label(field)));
+                for item in items {
+                    match item {
+                        Value::Object(m) => unstructured(w, level + 1, m, &path, skip),
+                        other => w.w(level + 1, &format!("{}\n", go_value(other))),
+                    }
+                }
+            }
+            other => w.w(level, &format!("{}:\t{}\n", smart_label(field), go_value(other))),
+        }
+    }
+}
+
+/// A JSON value as Go's `%v` prints what the unstructured decoder made of it.
+fn go_value(v: &Value) -> String {
+    match v {
+        Value::Null => "<nil>".into(),
+        Value::String(s) => s.clone(),
+        Value::Number(n) if n.is_f64() => crate::printers::yaml::go_format_g(n.as_f64().unwrap_or(0.0)),
+        other => other.to_string(),
+    }
+}
+
+/// kubectl's smartLabelFor: a camelCase field as capitalised words (`creationTimestamp` →
+/// `Creation Timestamp`, common acronyms upper-cased: `apiVersion` → `API Version`); a field
+/// with anything but letters and '-' as it is. Split as fatih/camelcase splits.
+fn smart_label(field: &str) -> String {
+    if field.chars().any(|c| !c.is_alphabetic() && c != '-') {
+        return field.to_owned();
+    }
+    #[derive(PartialEq, Clone, Copy)]
+    enum Class {
+        Lower,
+        Upper,
+        Digit,
+        Other,
+    }
+    let class = |c: char| {
+        if c.is_lowercase() {
+            Class::Lower
+        } else if c.is_uppercase() {
+            Class::Upper
+        } else if c.is_ascii_digit() {
+            Class::Digit
+        } else {
+            Class::Other
+        }
+    };
+    let mut runs: Vec<(Class, Vec<char>)> = Vec::new();
+    for c in field.chars() {
+        match runs.last_mut() {
+            Some((k, run)) if *k == class(c) => run.push(c),
+            _ => runs.push((class(c), vec![c])),
+        }
+    }
+    // An upper-case run followed by a lower-case one gives its last letter to it ("HTMLParser").
+    for i in 0..runs.len().saturating_sub(1) {
+        if runs[i].0 == Class::Upper && runs[i + 1].0 == Class::Lower {
+            if let Some(last) = runs[i].1.pop() {
+                runs[i + 1].1.insert(0, last);
+            }
+        }
+    }
+    const ACRONYMS: [&str; 5] = ["API", "URL", "UID", "OSB", "GUID"];
+    runs.iter()
+        .map(|(_, r)| r.iter().collect::<String>())
+        .filter(|p| !p.is_empty() && p != "_")
+        .map(|p| {
+            let upper = p.to_uppercase();
+            if ACRONYMS.contains(&upper.as_str()) {
+                upper
+            } else {
+                let mut chars = p.chars();
+                match chars.next() {
+                    Some(f) => f.to_uppercase().chain(chars).collect(),
+                    None => p,
+                }
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn s(v: &Value) -> String {
@@ -1440,4 +1564,21 @@ pub async fn events(session: &Session, a: EventsArgs) -> Result<i32> {
     }
     out(&tabwrite_with(&text, 6, 3));
     Ok(0)
+}
+
+#[cfg(test)]
+mod generic_tests {
+    use super::*;
+
+    #[test]
+    fn smart_labels_split_as_kubectl() {
+        assert_eq!(smart_label("creationTimestamp"), "Creation Timestamp");
+        assert_eq!(smart_label("apiVersion"), "API Version");
+        assert_eq!(smart_label("uid"), "UID");
+        assert_eq!(smart_label("podIP"), "Pod IP");
+        assert_eq!(smart_label("HTMLParser"), "HTML Parser");
+        assert_eq!(smart_label("$patch"), "$patch");
+        assert_eq!(smart_label("k8s.io/x"), "k8s.io/x");
+        assert_eq!(smart_label("leaseDurationSeconds"), "Lease Duration Seconds");
+    }
 }
