@@ -148,6 +148,9 @@ impl Drop for Leftovers {
                 .status();
             remove_cni_masquerade(cidr);
         }
+        // The data directory: its own removal (before these clean-ups) stops at what was
+        // still mounted or in use, and leaves the rest behind.
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

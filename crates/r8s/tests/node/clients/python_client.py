@@ -62,6 +62,12 @@ check("port-forward error channel", pf.error(80) is None, pf.error(80))
 log = v1.read_namespaced_pod_log("web", "default")
 check("logs", isinstance(log, str) and len(log) > 0, log[:200])
 
+# Following the log: a stream that starts with what is there and stays open.
+followed = v1.read_namespaced_pod_log("web", "default", follow=True, _preload_content=False)
+first = next(followed.stream(1024))
+followed.release_conn()
+check("logs follow", len(first) > 0 and first.decode(errors="replace") in log, first[:200])
+
 pod = v1.patch_namespaced_pod("sh", "default", {"metadata": {"labels": {"checked": "yes"}}})
 check("patch", pod.metadata.labels.get("checked") == "yes", pod.metadata.labels)
 
