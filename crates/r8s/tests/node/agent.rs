@@ -294,8 +294,9 @@ fn an_agent_joins_with_the_token_and_runs_pods() {
         bridge: bridge.clone(),
         // The joined agent shares the host's network with the server: the server's Service
         // proxy, DNS and network policy serve it, its own are off (the multi-node test runs
-        // them).
-        cluster_cidr: String::new(),
+        // them). The cluster CIDR is both nodes' (the server has no guard of its own here):
+        // CNI masquerade rules a sandbox left behind go with it.
+        cluster_cidr: "10.198.0.0/16".into(),
         netns_before: netns_entries(),
     };
     let log = std::fs::File::create(agent_dir.path().join("agent.log")).unwrap();
