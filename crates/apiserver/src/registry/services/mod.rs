@@ -507,12 +507,6 @@ async fn allocate(
     let def = r8s_api::find("", "v1", "services").expect("in the catalogue");
     families::init(&ctx.shared.service_cidrs, obj, old)
         .map_err(|e| super::invalid(def, meta::name(obj), &e))?;
-    if let Some(old) = old {
-        let errs = families::validate_update(obj, old);
-        if !errs.is_empty() {
-            return Err(super::invalid(def, meta::name(obj), &errs));
-        }
-    }
     let store = ctx.shared.store.as_ref();
     let owner = format!("{}/{}", meta::namespace(obj), meta::name(obj));
     let mut done = Vec::new();
