@@ -86,13 +86,22 @@ impl Dataplane {
         if dp.cfg.backend != Backend::None {
             enable_forwarding();
             let conn = Conn::new().map_err(|e| format!("nf_tables: {e}"))?;
-            conn.apply(masquerade_batch(&dp.cfg, subnet))
-                .map_err(|e| format!("the overlay's masquerade table: {e}"))?;
+            let (cnet, cpre) = dp.cfg.cluster_cidr;
+            conn.apply(masquerade_batch(
+                &dp.cfg,
+                (cnet.into(), cpre),
+                (subnet.0.into(), subnet.1),
+            ))
+            .map_err(|e| format!("the overlay's masquerade table: {e}"))?;
             dp.masq = true;
             if let (Some(s6), Some(c6)) = (dp.subnet6, dp.cfg.cluster_cidr6) {
                 enable_forwarding6();
-                conn.apply(masquerade_batch6(&dp.cfg, c6, s6))
-                    .map_err(|e| format!("the overlay's IPv6 masquerade table: {e}"))?;
+                conn.apply(masquerade_batch(
+                    &dp.cfg,
+                    (c6.0.into(), c6.1),
+                    (s6.0.into(), s6.1),
+                ))
+                .map_err(|e| format!("the overlay's IPv6 masquerade table: {e}"))?;
             }
         }
         Ok((dp, mac))
@@ -579,14 +588,15 @@ fn tx_checksum_off(dev: &str) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The masquerade table (flannel's rules): pod traffic between pods keeps its addresses;
-/// pod traffic leaving the cluster CIDR is masqueraded (not multicast); traffic from outside
-/// the cluster to other nodes' pods is masqueraded too, so their answers come back here;
-/// traffic from outside into this node's own pods keeps its source. The table is deleted and
-/// made again in the same transaction, so an earlier run's rules never linger.
-pub fn masquerade_batch(cfg: &OverlayConfig, subnet: (Ipv4Addr, u8)) -> Batch {
-    let (cnet, cpre) = cfg.cluster_cidr;
-    let mut b = Batch::new(Family::Ipv4, &cfg.masq_table);
+/// The masquerade table (flannel's rules) of one family, `cluster` and `subnet` of it: pod
+/// traffic between pods keeps its addresses; pod traffic leaving the cluster CIDR is
+/// masqueraded (not multicast); traffic from outside the cluster to other nodes' pods is
+/// masqueraded too, so their answers come back here; traffic from outside into this node's own
+/// pods keeps its source. The table (`ip`, or `ip6` for a dual-stack cluster's IPv6 pods) is
+/// deleted and made again in the same transaction, so an earlier run's rules never linger.
+pub fn masquerade_batch(cfg: &OverlayConfig, cluster: (IpAddr, u8), subnet: (IpAddr, u8)) -> Batch {
+    let family = crate::nft::AddrFamily::of(&cluster.0);
+    let mut b = Batch::new(family.table(), &cfg.masq_table);
     b.add_table();
     b.del_table();
     b.add_table();
@@ -598,8 +608,13 @@ pub fn masquerade_batch(cfg: &OverlayConfig, subnet: (Ipv4Addr, u8)) -> Batch {
             kind: ChainType::Nat,
         }),
     );
-    let saddr = |op| m::ip_in(m::ip_saddr(REG_1), cnet, cpre, op);
-    let daddr = |net: Ipv4Addr, pre: u8, op| m::ip_in(m::ip_daddr(REG_1), net, pre, op);
+    let (cnet, cpre) = cluster;
+    let saddr = |op| m::addr_in(m::saddr(family, REG_1), cnet, cpre, op);
+    let daddr = |net: IpAddr, pre: u8, op| m::addr_in(m::daddr(family, REG_1), net, pre, op);
+    let multicast = match family {
+        crate::nft::AddrFamily::V4 => (IpAddr::V4(Ipv4Addr::new(224, 0, 0, 0)), 4),
+        crate::nft::AddrFamily::V6 => (IpAddr::V6(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0)), 8),
+    };
     let masq = Expr::Masquerade {
         flags: crate::nft::expr::NAT_PROTO_RANDOM_FULLY,
     };
@@ -612,63 +627,13 @@ pub fn masquerade_batch(cfg: &OverlayConfig, subnet: (Ipv4Addr, u8)) -> Batch {
         .concat(),
         [
             saddr(CmpOp::Eq),
-            daddr(Ipv4Addr::new(224, 0, 0, 0), 4, CmpOp::Neq),
+            daddr(multicast.0, multicast.1, CmpOp::Neq),
             vec![masq.clone()],
         ]
         .concat(),
         [
             saddr(CmpOp::Neq),
             daddr(subnet.0, subnet.1, CmpOp::Eq),
-            vec![Expr::Verdict(Verdict::Return)],
-        ]
-        .concat(),
-        [saddr(CmpOp::Neq), daddr(cnet, cpre, CmpOp::Eq), vec![masq]].concat(),
-    ];
-    for r in &rules {
-        b.add_rule("postrouting", r);
-    }
-    b
-}
-
-/// [`masquerade_batch`] for a dual-stack cluster's IPv6 pods: the same rules in an `ip6`
-/// table of the same name (multicast is ff00::/8).
-pub fn masquerade_batch6(cfg: &OverlayConfig, cluster: (Ipv6Addr, u8), subnet: (Ipv6Addr, u8)) -> Batch {
-    use crate::nft::AddrFamily::V6;
-    let mut b = Batch::new(Family::Ipv6, &cfg.masq_table);
-    b.add_table();
-    b.del_table();
-    b.add_table();
-    b.add_chain(
-        "postrouting",
-        Some(BaseChain {
-            hook: Hook::Postrouting,
-            priority: 100,
-            kind: ChainType::Nat,
-        }),
-    );
-    let (cnet, cpre) = (IpAddr::V6(cluster.0), cluster.1);
-    let saddr = |op| m::addr_in(m::saddr(V6, REG_1), cnet, cpre, op);
-    let daddr = |net: IpAddr, pre: u8, op| m::addr_in(m::daddr(V6, REG_1), net, pre, op);
-    let masq = Expr::Masquerade {
-        flags: crate::nft::expr::NAT_PROTO_RANDOM_FULLY,
-    };
-    let multicast = IpAddr::V6(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0));
-    let rules: [Vec<Expr>; 4] = [
-        [
-            saddr(CmpOp::Eq),
-            daddr(cnet, cpre, CmpOp::Eq),
-            vec![Expr::Verdict(Verdict::Return)],
-        ]
-        .concat(),
-        [
-            saddr(CmpOp::Eq),
-            daddr(multicast, 8, CmpOp::Neq),
-            vec![masq.clone()],
-        ]
-        .concat(),
-        [
-            saddr(CmpOp::Neq),
-            daddr(IpAddr::V6(subnet.0), subnet.1, CmpOp::Eq),
             vec![Expr::Verdict(Verdict::Return)],
         ]
         .concat(),
