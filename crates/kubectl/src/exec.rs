@@ -187,29 +187,12 @@ async fn remote(
     session: &Session,
     name: &str,
     subresource: &str,
-    mut query: Vec<String>,
+    query: Vec<String>,
     stdin: bool,
     terminal: bool,
 ) -> Result<i32> {
-    query.push(format!("stdin={stdin}"));
-    query.push("stdout=true".into());
-    query.push(format!("stderr={}", !terminal));
-    query.push(format!("tty={terminal}"));
-    let uri = format!(
-        "/api/v1/namespaces/{}/pods/{name}/{subresource}?{}",
-        session.conn.namespace,
-        query.join("&")
-    );
-    let request = http::Request::get(uri)
-        .body(Vec::new())
-        .map_err(|e| msg(e.to_string()))?;
-    let connection = session
-        .conn
-        .rest
-        .client()
-        .connect(request)
-        .await
-        .map_err(exec_error)?;
+    let ns = session.conn.namespace.clone();
+    let connection = connect(session, &ns, name, subresource, query, stdin, terminal).await?;
     let raw = if terminal { RawMode::enable() } else { None };
     let input: Option<Input> = stdin.then(|| Box::pin(tokio::io::stdin()) as Input);
     let status = stream(connection, input, None, terminal).await;
@@ -271,6 +254,37 @@ pub async fn attach(session: &Session, a: AttachArgs) -> Result<i32> {
     remote(session, &name, "attach", query, a.stdin, terminal).await
 }
 
+/// The upgraded connection of an exec or attach (`query` names the container and command;
+/// stderr is its own stream unless there is a terminal).
+async fn connect(
+    session: &Session,
+    ns: &str,
+    name: &str,
+    subresource: &str,
+    mut query: Vec<String>,
+    stdin: bool,
+    terminal: bool,
+) -> Result<kube::client::Connection> {
+    query.push(format!("stdin={stdin}"));
+    query.push("stdout=true".into());
+    query.push(format!("stderr={}", !terminal));
+    query.push(format!("tty={terminal}"));
+    let uri = format!(
+        "/api/v1/namespaces/{ns}/pods/{name}/{subresource}?{}",
+        query.join("&")
+    );
+    let request = http::Request::get(uri)
+        .body(Vec::new())
+        .map_err(|e| msg(e.to_string()))?;
+    session
+        .conn
+        .rest
+        .client()
+        .connect(request)
+        .await
+        .map_err(exec_error)
+}
+
 /// What a remote command reads as its standard input.
 pub(crate) type Input = std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>;
 
@@ -289,21 +303,7 @@ pub(crate) async fn run_in(
     for c in command {
         query.push(format!("command={}", encode(c)));
     }
-    query.push(format!("stdin={}", input.is_some()));
-    query.push("stdout=true".into());
-    query.push("stderr=true".into());
-    query.push("tty=false".into());
-    let uri = format!("/api/v1/namespaces/{ns}/pods/{name}/exec?{}", query.join("&"));
-    let request = http::Request::get(uri)
-        .body(Vec::new())
-        .map_err(|e| msg(e.to_string()))?;
-    let connection = session
-        .conn
-        .rest
-        .client()
-        .connect(request)
-        .await
-        .map_err(exec_error)?;
+    let connection = connect(session, ns, name, "exec", query, input.is_some(), false).await?;
     let mut output = Vec::new();
     let status = stream(connection, input, Some(&mut output), false).await?;
     let code = match status {
