@@ -848,11 +848,7 @@ pub async fn set(session: &Session, c: SetCommand) -> Result<i32> {
         if changes.is_empty() {
             continue;
         }
-        let mut body = Value::Object(changes);
-        for key in spec_path.trim_start_matches('/').split('/').rev() {
-            body = json!({ key: body });
-        }
-        patch(session, &path, STRATEGIC, &body, "kubectl-set").await?;
+        patch_containers(session, &path, spec_path, changes).await?;
         out(&format!("{}/{name} image updated\n", r.kind_prefix()));
     }
     Ok(0)
@@ -1278,6 +1274,22 @@ fn template_spec<'a>(r: &Resource, obj: &'a Value) -> (&'static str, &'a Value) 
     }
 }
 
+/// `set image`'s and `set resources`' change: the changed containers (by list) as a
+/// strategic merge patch at the pod template's path.
+async fn patch_containers(
+    session: &Session,
+    path: &str,
+    spec_path: &str,
+    changes: Map<String, Value>,
+) -> Result<()> {
+    let mut body = Value::Object(changes);
+    for key in spec_path.trim_start_matches('/').split('/').rev() {
+        body = json!({ key: body });
+    }
+    patch(session, path, STRATEGIC, &body, "kubectl-set").await?;
+    Ok(())
+}
+
 /// `NAME=QUANTITY,…` of `--limits`/`--requests`.
 fn resource_list(flag: &str, spec: Option<&str>) -> Result<Map<String, Value>> {
     let mut m = Map::new();
@@ -1341,11 +1353,7 @@ async fn set_resources(
         if changes.is_empty() {
             continue;
         }
-        let mut body = Value::Object(changes);
-        for key in spec_path.trim_start_matches('/').split('/').rev() {
-            body = json!({ key: body });
-        }
-        patch(session, &path, STRATEGIC, &body, "kubectl-set").await?;
+        patch_containers(session, &path, spec_path, changes).await?;
         out(&format!(
             "{}/{name} resource requirements updated\n",
             r.kind_prefix()
