@@ -10,9 +10,9 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::Api;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -146,14 +146,23 @@ impl DisruptionController {
             self.events.normal(pdb, "NoPods", "No matching pods found".into());
         }
         let spec = pdb.spec.clone().unwrap_or_default();
+        let expected_scale = || async {
+            self.expected_scale(pdb, &pods).await.inspect_err(|e| {
+                self.events.warning(
+                    pdb,
+                    "CalculateExpectedPodCountFailed",
+                    format!("Failed to calculate the number of expected pods: {e}"),
+                )
+            })
+        };
         let (expected, desired) = if let Some(max) = &spec.max_unavailable {
-            let expected = self.expected_scale(&ns, &pods).await?;
+            let expected = expected_scale().await?;
             (expected, (expected - scaled(max, expected)?).max(0))
         } else {
             match &spec.min_available {
                 Some(IntOrString::Int(n)) => (pods.len() as i32, *n),
                 Some(min) => {
-                    let expected = self.expected_scale(&ns, &pods).await?;
+                    let expected = expected_scale().await?;
                     (expected, scaled(min, expected)?)
                 }
                 None => (0, 0),
@@ -219,8 +228,12 @@ impl DisruptionController {
         Ok(recheck)
     }
 
-    /// The replicas the pods' controllers want, each controller once.
-    async fn expected_scale(&self, ns: &str, pods: &[Arc<Pod>]) -> Result<i32, Error> {
+    /// The replicas the pods' controllers want, each controller once (upstream's
+    /// `getExpectedScale`): pods without a controller are left out, with upstream's warning
+    /// event; a pod whose controller cannot be found fails the budget.
+    async fn expected_scale(&self, pdb: &PodDisruptionBudget, pods: &[Arc<Pod>]) -> Result<i32, Error> {
+        let ns = pdb.namespace().unwrap_or_default();
+        let ns = ns.as_str();
         let mut seen = HashSet::new();
         let mut total = 0;
         let mut unmanaged = Vec::new();
@@ -229,59 +242,135 @@ impl DisruptionController {
                 unmanaged.push(pod.name_any());
                 continue;
             };
-            if !seen.insert(r.uid.clone()) {
+            if seen.contains(&r.uid) {
                 continue;
             }
+            let same = |uid: Option<&String>| uid == Some(&r.uid);
             let group = r.api_version.split_once('/').map(|(g, _)| g).unwrap_or("");
-            let replicas = match (group, r.kind.as_str()) {
+            let found = match (group, r.kind.as_str()) {
                 ("", "ReplicationController") => {
                     Api::<ReplicationController>::namespaced(self.client.clone(), ns)
                         .get_opt(&r.name)
                         .await?
-                        .filter(|o| o.metadata.uid.as_deref() == Some(r.uid.as_str()))
-                        .map(|o| o.spec.and_then(|s| s.replicas).unwrap_or(1))
+                        .filter(|o| same(o.metadata.uid.as_ref()))
+                        .map(|o| (r.uid.clone(), o.spec.and_then(|s| s.replicas).unwrap_or(1)))
                 }
                 ("apps", "StatefulSet") => Api::<StatefulSet>::namespaced(self.client.clone(), ns)
                     .get_opt(&r.name)
                     .await?
-                    .filter(|o| o.metadata.uid.as_deref() == Some(r.uid.as_str()))
-                    .map(|o| o.spec.and_then(|s| s.replicas).unwrap_or(1)),
+                    .filter(|o| same(o.metadata.uid.as_ref()))
+                    .map(|o| (r.uid.clone(), o.spec.and_then(|s| s.replicas).unwrap_or(1))),
                 ("apps", "ReplicaSet") => {
                     let rs = Api::<ReplicaSet>::namespaced(self.client.clone(), ns)
                         .get_opt(&r.name)
                         .await?
-                        .filter(|o| o.metadata.uid.as_deref() == Some(r.uid.as_str()));
+                        .filter(|o| same(o.metadata.uid.as_ref()));
                     match rs {
                         None => None,
-                        Some(rs) => match controller_of(&rs.metadata).filter(|d| d.kind == "Deployment") {
-                            Some(d) => {
-                                let uid = d.uid.clone();
-                                if !seen.insert(uid.clone()) {
-                                    continue;
-                                }
-                                Api::<Deployment>::namespaced(self.client.clone(), ns)
+                        // A ReplicaSet of a Deployment counts as its Deployment; one whose
+                        // Deployment is gone, as itself.
+                        Some(rs) => {
+                            let deployment = match controller_of(&rs.metadata)
+                                .filter(|d| d.kind == "Deployment")
+                            {
+                                Some(d) => Api::<Deployment>::namespaced(self.client.clone(), ns)
                                     .get_opt(&d.name)
                                     .await?
-                                    .filter(|o| o.metadata.uid.as_deref() == Some(uid.as_str()))
-                                    .map(|o| o.spec.and_then(|s| s.replicas).unwrap_or(1))
-                            }
-                            None => rs.spec.and_then(|s| s.replicas),
-                        },
+                                    .filter(|o| o.metadata.uid.as_deref() == Some(d.uid.as_str()))
+                                    .map(|o| (d.uid.clone(), o.spec.and_then(|s| s.replicas).unwrap_or(1))),
+                                None => None,
+                            };
+                            deployment.or_else(|| {
+                                Some((r.uid.clone(), rs.spec.and_then(|s| s.replicas).unwrap_or(1)))
+                            })
+                        }
                     }
                 }
-                _ => {
-                    return Err(Error::Other(format!(
-                        "found no controllers for pod {:?}",
-                        pod.name_any()
-                    )))
-                }
+                _ => self.scale_of(ns, r).await?.map(|n| (r.uid.clone(), n)),
             };
-            total += replicas.unwrap_or(0);
+            let Some((uid, replicas)) = found else {
+                let e = format!("found no controllers for pod {:?}", pod.name_any());
+                self.events.warning(pdb, "NoControllers", e.clone());
+                return Err(Error::Other(e));
+            };
+            if seen.insert(uid) {
+                total += replicas;
+            }
+            seen.insert(r.uid.clone());
         }
         if !unmanaged.is_empty() {
             tracing::debug!(pods = ?unmanaged, "unmanaged pods under a disruption budget");
+            self.events.warning(
+                pdb,
+                "UnmanagedPods",
+                format!(
+                    "Pods selected by this PodDisruptionBudget (selector: {}) were found to be unmanaged. \
+                     As a result, the status of the PDB cannot be calculated correctly, which may result in \
+                     undefined behavior. To account for these pods please set \".spec.minAvailable\" field \
+                     of the PDB to an integer value.",
+                    go_selector(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()))
+                ),
+            );
         }
         Ok(total)
+    }
+
+    /// The replicas of any other controller through its scale subresource (upstream's
+    /// `getScaleController`), found through discovery: a kind the server does not serve is
+    /// RESTMapper's "no matches for kind"; one without a scale subresource (a DaemonSet, a Job)
+    /// fails the budget with upstream's words, so only an integer minAvailable covers such pods.
+    async fn scale_of(&self, ns: &str, r: &OwnerReference) -> Result<Option<i32>, Error> {
+        let (group, version) = match r.api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", r.api_version.as_str()),
+        };
+        let list = if group.is_empty() {
+            self.client.list_core_api_resources(&r.api_version).await
+        } else {
+            self.client.list_api_group_resources(&r.api_version).await
+        };
+        let no_match = || {
+            Error::Other(format!(
+                "no matches for kind {:?} in version {:?}",
+                r.kind, r.api_version
+            ))
+        };
+        let list = match list {
+            Ok(l) => l,
+            Err(kube::Error::Api(e)) if e.code == 404 => return Err(no_match()),
+            Err(e) => return Err(e.into()),
+        };
+        let plural = list
+            .resources
+            .iter()
+            .find(|res| res.kind == r.kind && !res.name.contains('/'))
+            .map(|res| res.name.clone())
+            .ok_or_else(no_match)?;
+        if !list
+            .resources
+            .iter()
+            .any(|res| res.name == format!("{plural}/scale"))
+        {
+            let resource = if group.is_empty() {
+                plural
+            } else {
+                format!("{plural}.{group}")
+            };
+            return Err(Error::Other(format!(
+                "{resource} does not implement the scale subresource"
+            )));
+        }
+        let gvk = GroupVersionKind::gvk(group, version, &r.kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &ar);
+        match api.get_scale(&r.name).await {
+            Ok(scale) if scale.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
+                Ok(Some(scale.spec.and_then(|s| s.replicas).unwrap_or(0)))
+            }
+            Ok(_) => Ok(None),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn write_status(
@@ -305,6 +394,35 @@ impl DisruptionController {
 }
 
 /// The DisruptionAllowed condition (its transition time kept while its status stays).
+/// A label selector as Go's generated `String()` prints it (`%v` of a `*LabelSelector`), which
+/// upstream's UnmanagedPods event embeds: `&LabelSelector{MatchLabels:map[string]string{app: web,},
+/// MatchExpressions:[]LabelSelectorRequirement{},}`.
+fn go_selector(sel: Option<&LabelSelector>) -> String {
+    let Some(sel) = sel else {
+        return "nil".into();
+    };
+    let labels: String = sel
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}: {v},"))
+        .collect();
+    let exprs: String = sel
+        .match_expressions
+        .iter()
+        .flatten()
+        .map(|e| {
+            format!(
+                "LabelSelectorRequirement{{Key:{},Operator:{},Values:[{}],}},",
+                e.key,
+                e.operator,
+                e.values.clone().unwrap_or_default().join(" ")
+            )
+        })
+        .collect();
+    format!("&LabelSelector{{MatchLabels:map[string]string{{{labels}}},MatchExpressions:[]LabelSelectorRequirement{{{exprs}}},}}")
+}
+
 fn set_condition(status: &mut PodDisruptionBudgetStatus, value: &str, reason: &str, message: &str) {
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     let generation = status.observed_generation;
@@ -333,6 +451,20 @@ fn set_condition(status: &mut PodDisruptionBudgetStatus, value: &str, reason: &s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selectors_print_as_go_prints_them() {
+        let sel: LabelSelector = serde_json::from_value(serde_json::json!({
+            "matchLabels": {"b": "2", "a": "1"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["x", "y"]}]
+        }))
+        .unwrap();
+        assert_eq!(
+            go_selector(Some(&sel)),
+            "&LabelSelector{MatchLabels:map[string]string{a: 1,b: 2,},MatchExpressions:[]LabelSelectorRequirement{LabelSelectorRequirement{Key:tier,Operator:In,Values:[x y],},},}"
+        );
+        assert_eq!(go_selector(None), "nil");
+    }
 
     #[test]
     fn percentages_round_up() {

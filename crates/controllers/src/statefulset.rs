@@ -37,6 +37,8 @@ pub struct StatefulSetController {
     set_store: Store<StatefulSet>,
     pod_store: Store<Pod>,
     revision_store: Store<ControllerRevision>,
+    claims: Arc<Informer<PersistentVolumeClaim>>,
+    claim_store: Store<PersistentVolumeClaim>,
     queue: Arc<WorkQueue>,
     events: Events,
 }
@@ -140,6 +142,47 @@ pub fn claims_for(set: &StatefulSet, ordinal: i32) -> Vec<PersistentVolumeClaim>
         .collect()
 }
 
+/// The owner references a claim of `pod` should have under the set's retention policy, or
+/// `None` when it has them already (upstream's `claimOwnerMatchesSetAndPod` and
+/// `updateClaimOwnerRefForSetAndPod`): the set owns it when claims go with the set and the pod
+/// is in range; the pod owns it, in place of the set, when claims go with a scale-down and the
+/// pod is being scaled away; otherwise neither. Other owners are kept.
+pub fn claim_owners(
+    set: &StatefulSet,
+    pod: &Pod,
+    claim: &PersistentVolumeClaim,
+    scaled_down: bool,
+) -> Option<Vec<OwnerReference>> {
+    let policy = set
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_claim_retention_policy.as_ref());
+    let deletes = |f: Option<&String>| f.map(String::as_str) == Some("Delete");
+    let when_deleted = deletes(policy.and_then(|p| p.when_deleted.as_ref()));
+    let when_scaled = deletes(policy.and_then(|p| p.when_scaled.as_ref()));
+    let by_pod = when_scaled && scaled_down;
+    let by_set = when_deleted && !by_pod;
+    let set_uid = set.metadata.uid.as_deref().unwrap_or_default();
+    let pod_uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let refs = claim.metadata.owner_references.clone().unwrap_or_default();
+    let has = |uid: &str| refs.iter().any(|r| r.uid == uid);
+    if has(set_uid) == by_set && has(pod_uid) == by_pod {
+        return None;
+    }
+    let mut refs: Vec<OwnerReference> = refs
+        .iter()
+        .filter(|r| r.uid != set_uid && r.uid != pod_uid)
+        .cloned()
+        .collect();
+    if by_set {
+        refs.push(owner_ref(set));
+    }
+    if by_pod {
+        refs.push(owner_ref(pod));
+    }
+    Some(refs)
+}
+
 /// A plain (not controller) ownerReference, as upstream's retention policy sets on claims.
 fn owner_ref<K: kube::Resource<DynamicType = ()> + k8s_openapi::Metadata<Ty = ObjectMeta>>(
     o: &K,
@@ -188,35 +231,31 @@ impl StatefulSetController {
         Ok(())
     }
 
-    /// With `whenScaled: Delete`, a pod removed by a scale-down takes its claims with it: the
-    /// claims get the pod as their owner, in place of the set (an owner left in place would
-    /// keep them: the garbage collector only drops a missing owner beside a live one).
-    async fn release_claims(&self, set: &StatefulSet, pod: &Pod) -> Result<(), Error> {
-        let when_scaled = set
-            .spec
-            .as_ref()
-            .and_then(|s| s.persistent_volume_claim_retention_policy.as_ref())
-            .and_then(|p| p.when_scaled.as_deref());
-        if when_scaled != Some("Delete") {
-            return Ok(());
-        }
+    /// Keep the claims of a live pod as the set's retention policy wants them (upstream's
+    /// `UpdatePodClaimForRetentionPolicy`, run for every pod and every condemned one): a
+    /// claim of a pod in range that is missing is created again; an existing one gets the
+    /// owners [`claim_owners`] computes — the set for `whenDeleted: Delete`, the pod in place
+    /// of the set for a pod being scaled away under `whenScaled: Delete`, and back to the set
+    /// when a scale-up takes that pod back in range (an owner left in place would keep a claim:
+    /// the garbage collector only drops a missing owner beside a live one).
+    async fn fix_claims(&self, set: &StatefulSet, pod: &Pod, scaled_down: bool) -> Result<(), Error> {
         let Some(ordinal) = ordinal_of(&set.name_any(), &pod.name_any()) else {
             return Ok(());
         };
-        let api: Api<PersistentVolumeClaim> =
-            Api::namespaced(self.client.clone(), &set.namespace().unwrap_or_default());
-        let by_pod = owner_ref(pod);
+        let ns = set.namespace().unwrap_or_default();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+        let mut missing = false;
         for claim in claims_for(set, ordinal) {
-            let Some(mut current) = api.get_opt(&claim.name_any()).await? else {
+            let key = format!("{ns}/{}", claim.name_any());
+            let Some(current) = lookup(&self.claim_store, &key) else {
+                missing = true;
                 continue;
             };
-            let refs = current.metadata.owner_references.get_or_insert_with(Vec::new);
-            let set_uid = set.metadata.uid.clone().unwrap_or_default();
-            if refs.iter().any(|r| r.uid == by_pod.uid) && !refs.iter().any(|r| r.uid == set_uid) {
+            let Some(refs) = claim_owners(set, pod, &current, scaled_down) else {
                 continue;
-            }
-            refs.retain(|r| r.uid != set_uid && r.uid != by_pod.uid);
-            refs.push(by_pod.clone());
+            };
+            let mut current = (*current).clone();
+            current.metadata.owner_references = Some(refs).filter(|r| !r.is_empty());
             match api
                 .replace(&claim.name_any(), &crate::post_params(), &current)
                 .await
@@ -226,6 +265,9 @@ impl StatefulSetController {
                 Err(e) => return Err(e.into()),
             }
         }
+        if missing && !scaled_down && pod.metadata.deletion_timestamp.is_none() {
+            self.create_claims(set, ordinal).await?;
+        }
         Ok(())
     }
 
@@ -233,11 +275,14 @@ impl StatefulSetController {
         let sets = factory.get::<StatefulSet>();
         let pods = factory.get::<Pod>();
         let revisions = factory.get::<ControllerRevision>();
+        let claims = factory.get::<PersistentVolumeClaim>();
         let this = Arc::new(Self {
             client: factory.client(),
             set_store: sets.store(),
             pod_store: pods.store(),
             revision_store: revisions.store(),
+            claim_store: claims.store(),
+            claims,
             sets,
             pods,
             revisions,
@@ -268,6 +313,29 @@ impl StatefulSetController {
                 None => {}
             }
         });
+        // A claim of a set's pod that goes away is created again by the set's next sync.
+        let weak = Arc::downgrade(&this);
+        this.claims.add_handler(move |c| {
+            let (Some(this), Change::Deleted(claim)) = (weak.upgrade(), c) else {
+                return;
+            };
+            let name = claim.name_any();
+            for set in this.set_store.state() {
+                if set.metadata.namespace != claim.metadata.namespace {
+                    continue;
+                }
+                let templates = set.spec.as_ref().and_then(|s| s.volume_claim_templates.as_ref());
+                let ours = templates.into_iter().flatten().any(|t| {
+                    let prefix = format!("{}-", t.metadata.name.as_deref().unwrap_or_default());
+                    name.strip_prefix(&prefix)
+                        .and_then(|pod| ordinal_of(&set.name_any(), pod))
+                        .is_some()
+                });
+                if ours {
+                    this.queue.add(key_of(&*set));
+                }
+            }
+        });
         this
     }
 
@@ -279,6 +347,7 @@ impl StatefulSetController {
                 self.sets.clone().synced(),
                 self.pods.clone().synced(),
                 self.revisions.clone().synced(),
+                self.claims.clone().synced(),
             ],
             workers,
             stop,
@@ -392,6 +461,9 @@ impl StatefulSetController {
                             if let Err(e) = self.repair_identity(&set, &pods_api, p, ordinal).await {
                                 err.get_or_insert(e);
                             }
+                            if let Err(e) = self.fix_claims(&set, p, false).await {
+                                err.get_or_insert(e);
+                            }
                         }
                         let healthy = running_and_ready(p) && p.metadata.deletion_timestamp.is_none();
                         if !parallel && !healthy {
@@ -448,7 +520,7 @@ impl StatefulSetController {
                         }
                         continue;
                     }
-                    if let Err(e) = self.release_claims(&set, p).await {
+                    if let Err(e) = self.fix_claims(&set, p, true).await {
                         err.get_or_insert(e);
                         break;
                     }
@@ -623,6 +695,90 @@ impl StatefulSetController {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn claim_owners_follow_the_retention_policy() {
+        let set = |deleted: &str, scaled: &str| -> StatefulSet {
+            serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": "default", "uid": "set"},
+                "spec": {"selector": {}, "template": {},
+                         "persistentVolumeClaimRetentionPolicy": {"whenDeleted": deleted, "whenScaled": scaled}}
+            }))
+            .unwrap()
+        };
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "web-1", "uid": "pod"}})).unwrap();
+        let claim = |owners: &[&str]| -> PersistentVolumeClaim {
+            let refs: Vec<_> = owners
+                .iter()
+                .map(|u| json!({"apiVersion": "v1", "kind": "X", "name": u, "uid": u}))
+                .collect();
+            serde_json::from_value(json!({"metadata": {"name": "data-web-1", "ownerReferences": refs}}))
+                .unwrap()
+        };
+        let uids = |r: Option<Vec<OwnerReference>>| -> Option<Vec<String>> {
+            r.map(|r| r.into_iter().map(|r| r.uid).collect())
+        };
+        // Retain/Retain: no owner of ours, other owners kept.
+        assert_eq!(
+            uids(claim_owners(
+                &set("Retain", "Retain"),
+                &pod,
+                &claim(&["set", "other"]),
+                false
+            )),
+            Some(vec!["other".into()])
+        );
+        assert_eq!(
+            claim_owners(&set("Retain", "Retain"), &pod, &claim(&[]), true),
+            None
+        );
+        // Delete with the set: the set owns it, scaled down or not when scaling retains.
+        assert_eq!(
+            uids(claim_owners(&set("Delete", "Retain"), &pod, &claim(&[]), false)),
+            Some(vec!["set".into()])
+        );
+        assert_eq!(
+            claim_owners(&set("Delete", "Retain"), &pod, &claim(&["set"]), true),
+            None
+        );
+        // Delete on scale-down: the pod owns it while it is scaled away, nobody otherwise.
+        assert_eq!(
+            uids(claim_owners(&set("Retain", "Delete"), &pod, &claim(&[]), true)),
+            Some(vec!["pod".into()])
+        );
+        assert_eq!(
+            uids(claim_owners(
+                &set("Retain", "Delete"),
+                &pod,
+                &claim(&["pod"]),
+                false
+            )),
+            Some(vec![])
+        );
+        // Both: the pod in place of the set on a scale-down, the set back on a scale-up.
+        assert_eq!(
+            uids(claim_owners(
+                &set("Delete", "Delete"),
+                &pod,
+                &claim(&["set"]),
+                true
+            )),
+            Some(vec!["pod".into()])
+        );
+        assert_eq!(
+            uids(claim_owners(
+                &set("Delete", "Delete"),
+                &pod,
+                &claim(&["pod"]),
+                false
+            )),
+            Some(vec!["set".into()])
+        );
+        assert_eq!(
+            claim_owners(&set("Delete", "Delete"), &pod, &claim(&["set"]), false),
+            None
+        );
+    }
 
     #[test]
     fn pods_take_their_identity_from_the_set() {

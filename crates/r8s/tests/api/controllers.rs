@@ -957,6 +957,47 @@ spec:
             .contains("persistentvolumeclaim \"nowhere\" not found")
             .then_some(())
     });
+    // The policy changed on a live set: its claims' owners follow (upstream's
+    // UpdatePodClaimForRetentionPolicy), and a claim of a live pod that is removed comes back.
+    let owners = |claim: &str| {
+        json(&s, "1.33", &["get", "pvc", claim])["metadata"]["ownerReferences"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .filter_map(|r| r["kind"].as_str().map(str::to_owned))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let retention = |deleted: &str| {
+        s.ok(
+            "1.33",
+            &[
+                "patch",
+                "statefulset",
+                "db",
+                "-p",
+                &format!(
+                    r#"{{"spec":{{"persistentVolumeClaimRetentionPolicy":{{"whenDeleted":"{deleted}"}}}}}}"#
+                ),
+            ],
+        );
+    };
+    retention("Retain");
+    wait_for(30, "the set's ownership dropped", || {
+        (owners("data-db-0").is_empty() && owners("data-db-1").is_empty()).then_some(())
+    });
+    let first = json(&s, "1.33", &["get", "pvc", "data-db-1"])["metadata"]["uid"].clone();
+    s.ok("1.33", &["delete", "pvc", "data-db-1", "--wait=false"]);
+    wait_for(30, "data-db-1 created again", || {
+        let c = items(&s, "1.33", &["get", "pvc", "-l", "app=db"]);
+        let c = c.iter().find(|c| c["metadata"]["name"] == "data-db-1")?;
+        (c["metadata"]["uid"] != first).then_some(())
+    });
+    retention("Delete");
+    wait_for(30, "the set owns its claims again", || {
+        (owners("data-db-0") == ["StatefulSet"] && owners("data-db-1") == ["StatefulSet"]).then_some(())
+    });
     // Invalid claims in upstream's words.
     let err = String::from_utf8(s.fails_stdin(
         "1.33",
@@ -990,6 +1031,137 @@ spec:
     wait_for(60, "the claims gone", || {
         items(&s, "1.33", &["get", "pvc", "-l", "app=db"])
             .is_empty()
+            .then_some(())
+    });
+}
+
+/// A budget counts pods by their controllers' scale (upstream's `getExpectedScale`): a
+/// ReplicaSet's own, and for other kinds the scale subresource found through discovery. A
+/// DaemonSet has none, so a percentage budget over its pods fails with upstream's words and
+/// allows nothing; an integer minAvailable needs no scale. Bare pods are left out, with
+/// upstream's UnmanagedPods warning.
+#[test]
+fn disruption_budgets_over_controllers_without_a_scale() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    s.ok_stdin("1.33", &["create", "-f", "-"], &node_manifest("n1"));
+    let manifests = r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: c, image: busybox}]
+---
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: web}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web, tier: rs}}
+  template:
+    metadata: {labels: {app: web, tier: rs}}
+    spec:
+      containers: [{name: c, image: busybox}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bare, labels: {app: web}}
+spec:
+  containers: [{name: c, image: busybox}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: agent-pct}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app: agent}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: agent-int}
+spec:
+  minAvailable: 0
+  selector: {matchLabels: {app: agent}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web-pct}
+spec:
+  minAvailable: 50%
+  selector: {matchLabels: {app: web}}
+"#;
+    s.ok_stdin("1.33", &["apply", "-f", "-"], manifests);
+    wait_for(30, "the DaemonSet's pod", || {
+        (items(&s, "1.33", &["get", "pods", "-l", "app=agent"]).len() == 1).then_some(())
+    });
+    let condition = |pdb: &str| {
+        let p = json(&s, "1.33", &["get", "pdb", pdb]);
+        let c = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "DisruptionAllowed")?
+            .clone();
+        Some((p, c))
+    };
+    let (p, c) = wait_for(30, "agent-pct failed", || {
+        condition("agent-pct").filter(|(_, c)| c["reason"] == "SyncFailed")
+    });
+    assert_eq!(c["status"], "False");
+    assert_eq!(
+        c["message"],
+        "daemonsets.apps does not implement the scale subresource"
+    );
+    assert_eq!(p["status"]["disruptionsAllowed"], 0);
+    wait_for(30, "the budget's warning", || {
+        let events = items(
+            &s,
+            "1.33",
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=agent-pct",
+            ],
+        );
+        events
+            .iter()
+            .any(|e| {
+                e["reason"] == "CalculateExpectedPodCountFailed"
+                    && e["message"]
+                        == "Failed to calculate the number of expected pods: daemonsets.apps does not implement the scale subresource"
+            })
+            .then_some(())
+    });
+    // An integer minAvailable counts the pods it sees: no scale needed.
+    let (p, _) = wait_for(30, "agent-int computed", || {
+        condition("agent-int")
+            .filter(|(_, c)| c["reason"] == "SufficientPods" || c["reason"] == "InsufficientPods")
+    });
+    assert_eq!(p["status"]["expectedPods"], 1, "{p}");
+    // The ReplicaSet's 3 replicas are expected; the bare pod is not counted, and warned of.
+    let (p, _) = wait_for(30, "web-pct computed", || {
+        condition("web-pct").filter(|(p, _)| p["status"]["expectedPods"] == 3)
+    });
+    assert_eq!(p["status"]["desiredHealthy"], 2, "{p}");
+    wait_for(30, "the unmanaged pods warning", || {
+        let events = items(
+            &s,
+            "1.33",
+            &["get", "events", "--field-selector", "involvedObject.name=web-pct"],
+        );
+        events
+            .iter()
+            .any(|e| {
+                e["reason"] == "UnmanagedPods"
+                    && e["type"] == "Warning"
+                    && e["message"].as_str().is_some_and(|m| {
+                        m.starts_with("Pods selected by this PodDisruptionBudget (selector: &LabelSelector{MatchLabels:map[string]string{app: web,},MatchExpressions:[]LabelSelectorRequirement{},}) were found to be unmanaged.")
+                    })
+            })
             .then_some(())
     });
 }
