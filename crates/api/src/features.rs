@@ -11,6 +11,15 @@ pub fn initializers() -> bool {
     INITIALIZERS.load(Ordering::Relaxed)
 }
 
+static MAX_UNAVAILABLE_STATEFUL_SET: AtomicBool = AtomicBool::new(false);
+
+/// The `MaxUnavailableStatefulSet` gate (alpha in 1.33, off by default as upstream's): a
+/// StatefulSet's `rollingUpdate.maxUnavailable` is kept and its rolling update replaces that
+/// many pods at once; with the gate off the field is dropped from new objects.
+pub fn max_unavailable_stateful_set() -> bool {
+    MAX_UNAVAILABLE_STATEFUL_SET.load(Ordering::Relaxed)
+}
+
 /// Set gates from `Name=true,Other=false`; unknown names are an error.
 pub fn set(spec: &str) -> Result<(), String> {
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -24,6 +33,7 @@ pub fn set(spec: &str) -> Result<(), String> {
         })?;
         match name {
             "Initializers" => INITIALIZERS.store(on, Ordering::Relaxed),
+            "MaxUnavailableStatefulSet" => MAX_UNAVAILABLE_STATEFUL_SET.store(on, Ordering::Relaxed),
             other => return Err(format!("unrecognized feature gate: {other}")),
         }
     }

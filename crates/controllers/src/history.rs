@@ -112,7 +112,8 @@ pub async fn current(
     }
 }
 
-/// Delete the oldest revisions beyond `limit` that no live pod uses (`in_use`: hashes).
+/// Delete the oldest revisions beyond `limit` that no live pod uses (`in_use`: the pods'
+/// revision labels — hashes for DaemonSets, revision names for StatefulSets).
 pub async fn truncate(
     api: &Api<ControllerRevision>,
     existing: &[Arc<ControllerRevision>],
@@ -123,6 +124,7 @@ pub async fn truncate(
     let old: Vec<&Arc<ControllerRevision>> = existing
         .iter()
         .filter(|r| r.name_any() != current_name)
+        .filter(|r| !in_use.contains(&r.name_any()))
         .filter(|r| r.labels().get(REVISION_HASH).is_none_or(|h| !in_use.contains(h)))
         .collect();
     let excess = old.len().saturating_sub(limit.max(0) as usize);

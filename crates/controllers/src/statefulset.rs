@@ -13,6 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
@@ -50,6 +51,28 @@ pub fn ordinal_of(set: &str, pod: &str) -> Option<i32> {
         .parse()
         .ok()
         .filter(|n: &i32| *n >= 0)
+}
+
+/// An int-or-percent of `total`, a percentage rounded down (upstream's
+/// `GetScaledValueFromIntOrPercent(…, false)`); a malformed one counts as 1.
+fn scaled_down(v: &IntOrString, total: i32) -> i32 {
+    match v {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(s) => s
+            .strip_suffix('%')
+            .and_then(|n| n.parse::<i64>().ok())
+            .map(|pct| (pct * total as i64 / 100) as i32)
+            .unwrap_or(1),
+    }
+}
+
+/// Whether a pod was made from the revision `name` (upstream labels a StatefulSet's pods with
+/// the ControllerRevision's name, `<set>-<hash>`; pods made by an older r8s carry the bare
+/// hash, which is taken as the same revision rather than rolling every set on an upgrade).
+fn at_revision(p: &Pod, name: &str, hash: &str) -> bool {
+    p.labels()
+        .get(REVISION_HASH)
+        .is_some_and(|l| l == name || l == hash)
 }
 
 fn phase(p: &Pod) -> &str {
@@ -475,12 +498,12 @@ impl StatefulSetController {
                     None => {
                         // Below the partition (or OnDelete) a new pod still gets the current
                         // revision; at and above it, the update revision.
-                        let (template, hash) = if on_delete || ordinal - start < partition {
-                            (&current_template, &current_hash)
+                        let (template, revision) = if on_delete || ordinal - start < partition {
+                            (&current_template, &current_name)
                         } else {
-                            (&spec.template, &update_hash)
+                            (&spec.template, &update_name)
                         };
-                        let pod = pod_for(&set, ordinal, template, hash);
+                        let pod = pod_for(&set, ordinal, template, revision);
                         if let Err(e) = self.create_claims(&set, ordinal).await {
                             err.get_or_insert(e);
                             break;
@@ -537,12 +560,50 @@ impl StatefulSetController {
                 && by_ordinal
                     .values()
                     .all(|p| running_and_ready(p) && p.metadata.deletion_timestamp.is_none());
-            if !on_delete && all_ready && condemned.is_empty() {
+            if !on_delete && condemned.is_empty() && r8s_api::features::max_unavailable_stateful_set() {
+                // With the MaxUnavailableStatefulSet gate (upstream's
+                // `updateStatefulSetAfterInvariantEstablished`): up to maxUnavailable pods (of
+                // the replicas, rounded down, at least 1) may be down at once, counting those
+                // that are already; stale pods go from the highest ordinal down.
+                let max = strategy
+                    .rolling_update
+                    .as_ref()
+                    .and_then(|r| r.max_unavailable.as_ref())
+                    .map(|m| scaled_down(m, replicas))
+                    .unwrap_or(1)
+                    .max(1);
+                let healthy = by_ordinal
+                    .values()
+                    .filter(|p| running_and_ready(p) && p.metadata.deletion_timestamp.is_none())
+                    .count() as i32;
+                let budget = max - (replicas - healthy);
+                let stale: Vec<&Arc<Pod>> = by_ordinal
+                    .iter()
+                    .rev()
+                    .filter(|(o, _)| **o - start >= partition)
+                    .map(|(_, p)| p)
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .filter(|p| !at_revision(p, &update_name, &update_hash))
+                    .take(budget.max(0) as usize)
+                    .collect();
+                for p in stale {
+                    self.events.normal(
+                        &*set,
+                        "SuccessfulDelete",
+                        format!("delete Pod {} in StatefulSet {name} successful", p.name_any()),
+                    );
+                    if let Err(e) = pods_api.delete(&p.name_any(), &DeleteParams::default()).await {
+                        if !r8s_client::is_not_found(&e) {
+                            err.get_or_insert(e.into());
+                        }
+                    }
+                }
+            } else if !on_delete && all_ready && condemned.is_empty() {
                 let stale = by_ordinal
                     .iter()
                     .rev()
                     .filter(|(o, _)| **o - start >= partition)
-                    .find(|(_, p)| p.labels().get(REVISION_HASH) != Some(&update_hash));
+                    .find(|(_, p)| !at_revision(p, &update_name, &update_hash));
                 if let Some((_, p)) = stale {
                     self.events.normal(
                         &*set,
@@ -586,8 +647,8 @@ impl StatefulSetController {
         let min_ready = spec.min_ready_seconds.unwrap_or(0);
         let now = jiff::Timestamp::now();
         let count = |f: &dyn Fn(&Pod) -> bool| live.iter().filter(|p| f(p)).count() as i32;
-        let updated = count(&|p| p.labels().get(REVISION_HASH) == Some(&update_hash));
-        let current = count(&|p| p.labels().get(REVISION_HASH) == Some(&current_hash));
+        let updated = count(&|p| at_revision(p, &update_name, &update_hash));
+        let current = count(&|p| at_revision(p, &current_name, &current_hash));
         let mut status = StatefulSetStatus {
             observed_generation: set.metadata.generation,
             replicas: live.len() as i32,

@@ -486,6 +486,10 @@ struct ControllerManagerArgs {
 
     #[command(flatten)]
     controllers: ControllerArgs,
+
+    /// Feature gates, e.g. MaxUnavailableStatefulSet=true (as the API server's).
+    #[arg(long, default_value = "")]
+    feature_gates: String,
 }
 
 #[derive(Args)]
@@ -609,7 +613,8 @@ struct ServerArgs {
     service_account_max_token_expiration: Option<Duration>,
 
     /// Feature gates, e.g. Initializers=true (the reference document's Initializers stage,
-    /// alpha and off by default; removed upstream in 1.14).
+    /// alpha and off by default; removed upstream in 1.14) or MaxUnavailableStatefulSet=true
+    /// (a StatefulSet's rollingUpdate.maxUnavailable; alpha and off in 1.33).
     #[arg(long, default_value = "")]
     feature_gates: String,
 
@@ -1474,6 +1479,7 @@ async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
 }
 
 async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
+    r8s_api::features::set(&args.feature_gates).map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
     let config = config_from_kubeconfig(&args.kubeconfig).await?;
     let client = kube::Client::try_from(config.clone())?;
     // The controllers' tokens live only as long as this process.

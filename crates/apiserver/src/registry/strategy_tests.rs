@@ -632,6 +632,37 @@ fn stateful_sets_default_and_keep_their_identity_fields() {
         messages(&validate(sts, &s)),
         [r#"spec.podManagementPolicy: Invalid value: "Random": must be 'OrderedReady' or 'Parallel'"#]
     );
+    s["spec"]["podManagementPolicy"] = json!("Parallel");
+    // maxUnavailable: validated as upstream, and dropped from new objects while the
+    // MaxUnavailableStatefulSet gate is off (its default), unless the old object has it.
+    for (v, message) in [
+        (json!(0), "spec.updateStrategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}: cannot be 0"),
+        (json!("150%"), "spec.updateStrategy.rollingUpdate.maxUnavailable: Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:\"150%\"}: must not be greater than 100%"),
+    ] {
+        let mut bad = s.clone();
+        bad["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] = v;
+        assert_eq!(messages(&validate(sts, &bad)), [message]);
+    }
+    let mut new = s.clone();
+    new["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] = json!(2);
+    let mut created = new.clone();
+    prepare_for_create(sts, &mut created);
+    assert_eq!(
+        created["spec"]["updateStrategy"]["rollingUpdate"],
+        json!({"partition": 0})
+    );
+    let mut updated = new.clone();
+    strategy::of(sts).prepare_for_update(&mut updated, &s).unwrap();
+    assert_eq!(
+        updated["spec"]["updateStrategy"]["rollingUpdate"],
+        json!({"partition": 0})
+    );
+    let mut kept = new.clone();
+    strategy::of(sts).prepare_for_update(&mut kept, &new).unwrap();
+    assert_eq!(
+        kept["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
+        2
+    );
 }
 
 #[test]

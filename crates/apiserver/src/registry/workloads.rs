@@ -71,6 +71,18 @@ fn immutable_selector(obj: &Value, old: &Value) -> Vec<FieldError> {
     )]
 }
 
+/// Upstream's `dropStatefulSetDisabledFields`: `rollingUpdate.maxUnavailable` is kept only
+/// with the MaxUnavailableStatefulSet gate on, or when the old object has it already.
+fn drop_disabled_max_unavailable(obj: &mut Value, old: &Value) {
+    let in_use = !old["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"].is_null();
+    if r8s_api::features::max_unavailable_stateful_set() || in_use {
+        return;
+    }
+    if let Some(ru) = obj["spec"]["updateStrategy"]["rollingUpdate"].as_object_mut() {
+        ru.remove("maxUnavailable");
+    }
+}
+
 /// StatefulSets.
 pub(crate) struct StatefulSets;
 
@@ -89,6 +101,17 @@ impl Strategy for StatefulSets {
 
     fn validate_name(&self, name: &str) -> Vec<String> {
         r8s_api::validation::dns1123_label(name)
+    }
+
+    fn prepare_for_create(&self, _user: &UserInfo, obj: &mut Value) {
+        super::strategy::drop_status(obj);
+        drop_disabled_max_unavailable(obj, &Value::Null);
+    }
+
+    fn prepare_for_update(&self, obj: &mut Value, old: &Value) -> Result<(), ApiError> {
+        super::strategy::keep_status(obj, old);
+        drop_disabled_max_unavailable(obj, old);
+        Ok(())
     }
 
     fn default(&self, obj: &mut Value) {
@@ -146,12 +169,20 @@ impl Strategy for StatefulSets {
                 );
                 let mu = &us["rollingUpdate"]["maxUnavailable"];
                 if !mu.is_null() {
-                    let n = int_or_percent(&mut errs, mu, "spec.updateStrategy.rollingUpdate.maxUnavailable");
+                    let field = "spec.updateStrategy.rollingUpdate.maxUnavailable";
+                    let n = int_or_percent(&mut errs, mu, field);
                     if n == 0 {
                         errs.push(FieldError::invalid_raw(
-                            "spec.updateStrategy.rollingUpdate.maxUnavailable",
+                            field,
                             &go_int_or_string(mu),
-                            "must be greater than 0",
+                            "cannot be 0",
+                        ));
+                    }
+                    if mu.is_string() && n > 100 {
+                        errs.push(FieldError::invalid_raw(
+                            field,
+                            &go_int_or_string(mu),
+                            "must not be greater than 100%",
                         ));
                     }
                 }

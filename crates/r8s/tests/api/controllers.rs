@@ -1165,3 +1165,68 @@ spec:
             .then_some(())
     });
 }
+
+/// StatefulSet `rollingUpdate.maxUnavailable` under the MaxUnavailableStatefulSet gate
+/// (alpha and off in 1.33, as upstream): with it on, a template change takes down that many
+/// stale pods at once, highest ordinals first; with it off the field is dropped on create.
+#[test]
+fn statefulset_max_unavailable_behind_its_gate() {
+    let set = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: web}
+spec:
+  replicas: 4
+  podManagementPolicy: Parallel
+  serviceName: web
+  selector: {matchLabels: {app: web}}
+  updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 50%}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, image: busybox}]
+"#;
+    // Gate off: the field is dropped, as upstream's dropStatefulSetDisabledFields.
+    let off = Server::start();
+    off.wait_for_default_service_account("default");
+    off.ok_stdin("1.33", &["apply", "-f", "-"], set);
+    let got = json(&off, "1.33", &["get", "sts", "web"]);
+    assert_eq!(
+        got["spec"]["updateStrategy"]["rollingUpdate"],
+        serde_json::json!({"partition": 0})
+    );
+    drop(off);
+
+    let s = Server::start_with(&["--feature-gates", "MaxUnavailableStatefulSet=true"]);
+    s.wait_for_default_service_account("default");
+    s.ok_stdin("1.33", &["create", "-f", "-"], &node_manifest("n1"));
+    s.ok_stdin("1.33", &["apply", "-f", "-"], set);
+    let got = json(&s, "1.33", &["get", "sts", "web"]);
+    assert_eq!(
+        got["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
+        "50%"
+    );
+    wait_for(30, "four pods ready", || {
+        mark_ready(&s, "1.33", "default", "app=web");
+        (json(&s, "1.33", &["get", "sts", "web"])["status"]["readyReplicas"] == 4).then_some(())
+    });
+    s.ok("1.33", &["set", "env", "sts/web", "V=2"]);
+    // The two highest ordinals are replaced at once; with them not ready (no kubelet), the
+    // two others wait: two are unavailable already.
+    let updated = || -> Vec<String> {
+        let revision = json(&s, "1.33", &["get", "sts", "web"])["status"]["updateRevision"].clone();
+        items(&s, "1.33", &["get", "pods", "-l", "app=web"])
+            .iter()
+            .filter(|p| p["metadata"]["labels"]["controller-revision-hash"] == revision)
+            .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    wait_for(30, "two pods replaced", || (updated().len() == 2).then_some(()));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(updated(), ["web-2", "web-3"]);
+    // Once they are ready, the other two go together.
+    wait_for(30, "all four replaced", || {
+        mark_ready(&s, "1.33", "default", "app=web");
+        (updated().len() == 4).then_some(())
+    });
+}
