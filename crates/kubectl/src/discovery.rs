@@ -208,28 +208,36 @@ impl Discovery {
     /// `resource.version.group`, where resource may be plural, singular, a short name or
     /// the kind. None when nothing matches.
     pub fn resolve(&self, arg: &str) -> Option<&Resource> {
+        // Names and kinds match in any case, short names only as they are (kubectl's
+        // shortcut expander compares before the RESTMapper lowercases): `DEPLOY` is unknown.
         let lower = arg.to_lowercase();
         // resource.version.group first (only when the version is one the group serves).
-        if let Some((res, rest)) = lower.split_once('.') {
+        if let (Some((res, rest)), Some((orig, _))) = (lower.split_once('.'), arg.split_once('.')) {
             if let Some((version, group)) = rest.split_once('.') {
-                if let Some(r) = self.find(res, Some(group), Some(version)) {
+                if let Some(r) = self.find(res, orig, Some(group), Some(version)) {
                     return Some(r);
                 }
             }
-            if let Some(r) = self.find(res, Some(rest), None) {
+            if let Some(r) = self.find(res, orig, Some(rest), None) {
                 return Some(r);
             }
         }
-        self.find(&lower, None, None)
+        self.find(&lower, arg, None, None)
     }
 
-    fn find(&self, res: &str, group: Option<&str>, version: Option<&str>) -> Option<&Resource> {
-        let matches = |r: &Resource| {
-            r.name == res
-                || r.singular == res
-                || r.kind.to_lowercase() == res
-                || r.short_names.iter().any(|s| s == res)
-        };
+    /// `resource` or `resource.group` only (a GroupResource, as `explain` parses its
+    /// argument's prefixes).
+    pub fn resolve_group_resource(&self, arg: &str) -> Option<&Resource> {
+        let lower = arg.to_lowercase();
+        match (lower.split_once('.'), arg.split_once('.')) {
+            (Some((res, group)), Some((orig, _))) => self.find(res, orig, Some(group), None),
+            _ => self.find(&lower, arg, None, None),
+        }
+    }
+
+    fn find(&self, res: &str, orig: &str, group: Option<&str>, version: Option<&str>) -> Option<&Resource> {
+        let named = |r: &Resource| r.name == res || r.singular == res || r.kind.to_lowercase() == res;
+        let matches = |r: &Resource| named(r) || r.short_names.iter().any(|s| s == orig);
         match (group, version) {
             (Some(g), Some(v)) => self
                 .resources
@@ -245,7 +253,7 @@ impl Discovery {
                 // Plural and singular names before short names, as the shortcut expander
                 // only applies when the name is not a resource itself.
                 self.preferred()
-                    .find(|r| r.name == res || r.singular == res || r.kind.to_lowercase() == res)
+                    .find(|r| named(r))
                     .or_else(|| self.preferred().find(|r| matches(r)))
             }
         }
@@ -450,6 +458,15 @@ mod tests {
         );
         assert_eq!(r("pods/log"), None);
         assert_eq!(r("nope"), None);
+        // Names and kinds in any case; short names only as they are.
+        assert_eq!(r("PODS"), Some(("", "v1", "pods")));
+        assert_eq!(r("PO"), None);
+        assert_eq!(r("DEPLOY"), None);
+        // explain's prefixes: resource or resource.group, never with a version.
+        let g = |a: &str| d.resolve_group_resource(a).map(|r| r.name.as_str());
+        assert_eq!(g("deployments.apps"), Some("deployments"));
+        assert_eq!(g("deployments.v1.apps"), None);
+        assert_eq!(g("deploy"), Some("deployments"));
         let all: Vec<&str> = d.category("all").iter().map(|r| r.name.as_str()).collect();
         assert_eq!(all, ["pods", "deployments"]);
     }

@@ -14,6 +14,7 @@ mod create;
 mod delete;
 mod describe;
 mod exec;
+mod explain;
 mod generators;
 mod get;
 mod info;
@@ -115,6 +116,8 @@ enum Command {
     Auth(info::AuthCommand),
     /// Print the client and server version information.
     Version(info::VersionArgs),
+    /// Get documentation for a resource.
+    Explain(explain::ExplainArgs),
     /// Print the supported API resources on the server.
     ApiResources(info::ApiResourcesArgs),
     /// Print the supported API versions on the server, in the form of "group/version".
@@ -188,6 +191,7 @@ async fn run(cli: Cli) -> Result<i32> {
                 Command::Delete(a) => delete::run(&session, a).await,
                 Command::ApiResources(a) => info::api_resources(&session, a).await,
                 Command::ApiVersions => info::api_versions(&session).await,
+                Command::Explain(a) => explain::run(&session, a).await,
                 Command::Run(a) => run::run(&session, a).await,
                 Command::Expose(a) => run::expose(&session, a).await,
                 Command::Logs(a) => exec::logs(&session, a).await,

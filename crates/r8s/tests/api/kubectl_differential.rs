@@ -790,6 +790,55 @@ fn r8s_kubectl_answers_as_kubectl_does() {
     t.same(&["config", "view", "--minify"]);
 }
 
+/// `explain` from the server's OpenAPI v3 documents: kinds, fields through refs, arrays and
+/// maps, enums, required marks, `--recursive`, `--api-version`, group-qualified names, and
+/// the errors — the same text as kubectl 1.33 prints. A document is read once and then from
+/// the cache, under its content hash.
+#[test]
+fn explain_answers_as_kubectl_does() {
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let t = Twins {
+        server: &s,
+        dir: dir.path().to_owned(),
+    };
+    for args in [
+        &["explain", "pods"][..],
+        &["explain", "deploy.spec.strategy"],
+        &["explain", "deployments.apps.spec.replicas"],
+        &["explain", "svc.spec.type"],
+        &["explain", "pods.spec.containers.ports"],
+        &["explain", "deploy.metadata.labels"],
+        &["explain", "jobs.spec.podFailurePolicy.rules"],
+        &["explain", "hpa.spec.metrics"],
+        &["explain", "pods.spec.containers", "--recursive"],
+        &["explain", "deploy", "--recursive"],
+        &["explain", "hpa.spec", "--api-version=autoscaling/v1"],
+        &["explain", "hpa", "--api-version=v2"],
+        &["explain", "pods", "--api-version=apps/v1"],
+        &["explain", "deploy.spec.foo"],
+        &["explain", "deployments.v1.apps.spec"],
+        &["explain", "DEPLOY"],
+        &["explain", "nope"],
+        &["explain"],
+    ] {
+        t.same(args);
+    }
+    let cached: Vec<String> = std::fs::read_dir(dir.path().join("cache-r8s/discovery"))
+        .unwrap()
+        .flat_map(|server| std::fs::read_dir(server.unwrap().path().join("openapi")).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        cached
+            .iter()
+            .any(|n| n.starts_with("openapi_v3_apis_apps_v1_") && n.ends_with(".json")),
+        "{cached:?}"
+    );
+    // From the cache, the same answer.
+    t.same(&["explain", "deploy.spec.strategy"]);
+}
+
 /// The binary invoked as `kubectl` is kubectl; `version` names what it follows.
 #[test]
 fn r8s_binary_answers_as_kubectl() {
