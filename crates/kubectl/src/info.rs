@@ -414,6 +414,12 @@ pub enum AuthCommand {
         /// If true, suppress output and just return the exit code.
         #[arg(short = 'q', long)]
         quiet: bool,
+        /// If true, prints all allowed actions.
+        #[arg(long)]
+        list: bool,
+        /// If true, prints allowed actions without headers.
+        #[arg(long)]
+        no_headers: bool,
     },
     /// Experimental: Check self subject attributes.
     Whoami {
@@ -477,7 +483,12 @@ pub async fn auth(session: &Session, c: AuthCommand) -> Result<i32> {
             all_namespaces,
             subresource,
             quiet,
+            list,
+            no_headers,
         } => {
+            if list {
+                return access_list(session, no_headers).await;
+            }
             let (Some(verb), Some(target)) = (args.first(), args.get(1)) else {
                 return Err(msg("you must specify two arguments: verb resource or verb resource/resourceName.\nSee 'kubectl auth can-i -h' for help and examples"));
             };
@@ -534,5 +545,182 @@ pub async fn auth(session: &Session, c: AuthCommand) -> Result<i32> {
             }
             Ok(if allowed { 0 } else { 1 })
         }
+    }
+}
+
+/// One broken-down rule of `auth can-i --list` (kubectl's `rbacv1.PolicyRule` after
+/// `BreakdownRule`: one group, resource and name, or one non-resource URL).
+#[derive(Debug, Clone, PartialEq)]
+struct Rule {
+    verbs: Vec<String>,
+    groups: Vec<String>,
+    resources: Vec<String>,
+    names: Vec<String>,
+    urls: Vec<String>,
+}
+
+impl Rule {
+    /// Go's generated `PolicyRule.String()`, which kubectl sorts the list by.
+    fn go_string(&self) -> String {
+        let l = |v: &[String]| format!("[{}]", v.join(" "));
+        format!(
+            "&PolicyRule{{Verbs:{},APIGroups:{},Resources:{},ResourceNames:{},NonResourceURLs:{},}}",
+            l(&self.verbs),
+            l(&self.groups),
+            l(&self.resources),
+            l(&self.names),
+            l(&self.urls)
+        )
+    }
+}
+
+/// kubectl's rule list from a SelfSubjectRulesReview status: each rule broken down to one
+/// verb, group, resource and name (`BreakdownRule`), those naming the same resource merged
+/// with their verbs in order (`CompactRules`), sorted by their Go string.
+fn compact_rules(status: &Value) -> Vec<Rule> {
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut compacted: Vec<Rule> = Vec::new();
+    let mut simple: Vec<Rule> = Vec::new();
+    for r in status["resourceRules"].as_array().into_iter().flatten() {
+        let names = strings(&r["resourceNames"]);
+        let names: Vec<Option<String>> = if names.is_empty() {
+            vec![None]
+        } else {
+            names.into_iter().map(Some).collect()
+        };
+        for g in strings(&r["apiGroups"]) {
+            for res in strings(&r["resources"]) {
+                for verb in strings(&r["verbs"]) {
+                    for name in &names {
+                        let key = |x: &Rule| {
+                            x.groups[0] == g && x.resources[0] == res && x.names.first() == name.as_ref()
+                        };
+                        match simple.iter_mut().find(|x| key(x)) {
+                            Some(existing) => {
+                                if !existing.verbs.contains(&verb) {
+                                    existing.verbs.push(verb.clone());
+                                }
+                            }
+                            None => simple.push(Rule {
+                                verbs: vec![verb.clone()],
+                                groups: vec![g.clone()],
+                                resources: vec![res.clone()],
+                                names: name.iter().cloned().collect(),
+                                urls: vec![],
+                            }),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for r in status["nonResourceRules"].as_array().into_iter().flatten() {
+        for url in strings(&r["nonResourceURLs"]) {
+            for verb in strings(&r["verbs"]) {
+                compacted.push(Rule {
+                    verbs: vec![verb],
+                    groups: vec![],
+                    resources: vec![],
+                    names: vec![],
+                    urls: vec![url.clone()],
+                });
+            }
+        }
+    }
+    compacted.extend(simple);
+    compacted.sort_by_cached_key(Rule::go_string);
+    compacted
+}
+
+/// `auth can-i --list`: a SelfSubjectRulesReview of the namespace, as kubectl prints it.
+async fn access_list(session: &Session, no_headers: bool) -> Result<i32> {
+    let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+                      "spec": {"namespace": session.conn.namespace}});
+    let review = session
+        .conn
+        .rest
+        .json(
+            http::Method::POST,
+            "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+            crate::rest::JSON,
+            Some((crate::rest::JSON, serde_json::to_vec(&body).unwrap_or_default())),
+        )
+        .await?;
+    let status = &review["status"];
+    if status["incomplete"] == true {
+        eprintln!(
+            "Warning: the list may be incomplete: {}",
+            status["evaluationError"].as_str().unwrap_or_default()
+        );
+    }
+    let mut lines = Vec::new();
+    if !no_headers {
+        lines.push(
+            ["Resources", "Non-Resource URLs", "Resource Names", "Verbs"]
+                .map(str::to_owned)
+                .to_vec(),
+        );
+    }
+    let list = |v: &[String]| format!("[{}]", v.join(" "));
+    for r in compact_rules(status) {
+        // kubectl's CombineResourceGroup: `resource.group/subresource`.
+        let resource = match r.resources.first() {
+            None => String::new(),
+            Some(res) => {
+                let (base, sub) = match res.split_once('/') {
+                    Some((b, s)) => (b, Some(s)),
+                    None => (res.as_str(), None),
+                };
+                let mut s = base.to_string();
+                if let Some(g) = r.groups.first().filter(|g| !g.is_empty()) {
+                    s = format!("{s}.{g}");
+                }
+                if let Some(sub) = sub {
+                    s = format!("{s}/{sub}");
+                }
+                s
+            }
+        };
+        lines.push(vec![resource, list(&r.urls), list(&r.names), list(&r.verbs)]);
+    }
+    out(&table::tabwrite(&lines));
+    Ok(0)
+}
+
+#[cfg(test)]
+mod can_i_tests {
+    use super::*;
+
+    #[test]
+    fn rules_break_down_compact_and_sort_as_kubectl() {
+        let status = json!({
+            "resourceRules": [
+                {"verbs": ["get", "list"], "apiGroups": ["", "apps"], "resources": ["pods"]},
+                {"verbs": ["watch", "get"], "apiGroups": [""], "resources": ["pods"]},
+                {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]},
+                {"verbs": ["update"], "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["a", "b"]},
+            ],
+            "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*"]}],
+        });
+        let rules: Vec<String> = compact_rules(&status).iter().map(Rule::go_string).collect();
+        assert_eq!(
+            rules,
+            [
+                "&PolicyRule{Verbs:[*],APIGroups:[*],Resources:[*],ResourceNames:[],NonResourceURLs:[],}",
+                "&PolicyRule{Verbs:[get list watch],APIGroups:[],Resources:[pods],ResourceNames:[],NonResourceURLs:[],}",
+                "&PolicyRule{Verbs:[get list],APIGroups:[apps],Resources:[pods],ResourceNames:[],NonResourceURLs:[],}",
+                "&PolicyRule{Verbs:[get],APIGroups:[],Resources:[],ResourceNames:[],NonResourceURLs:[/api/*],}",
+                "&PolicyRule{Verbs:[get],APIGroups:[],Resources:[],ResourceNames:[],NonResourceURLs:[/api],}",
+                "&PolicyRule{Verbs:[update],APIGroups:[],Resources:[configmaps],ResourceNames:[a],NonResourceURLs:[],}",
+                "&PolicyRule{Verbs:[update],APIGroups:[],Resources:[configmaps],ResourceNames:[b],NonResourceURLs:[],}",
+            ]
+        );
     }
 }

@@ -149,8 +149,11 @@ async fn access_review(
     })
 }
 
-/// What the requesting user may do in a namespace, as RBAC's rules say. Other authorizers
-/// cannot list their rules, so the answer is `incomplete` unless RBAC alone decides.
+/// What the requesting user may do in a namespace, as RBAC's rules say, with the union of
+/// every authorizer's answer as upstream's `unionRuleResolver` makes it: the Node authorizer
+/// cannot list a node's rules and the webhook none at all, each with upstream's error in
+/// `evaluationError`; ABAC's policy rules are not listed here, so it makes the answer
+/// `incomplete` without an error; AlwaysAllow allows everything.
 fn rules_review(ctx: &Ctx, spec: &Value) -> Result<Value, ApiError> {
     let ns = spec["namespace"].as_str().unwrap_or_default();
     if ns.is_empty() {
@@ -172,11 +175,42 @@ fn rules_review(ctx: &Ctx, spec: &Value) -> Result<Value, ApiError> {
             non_resource_rules.push(json!({"verbs": r.verbs, "nonResourceURLs": r.non_resource_urls}));
         }
     }
-    Ok(json!({
+    let mut incomplete = false;
+    let mut errors: Vec<&str> = Vec::new();
+    for name in ctx.shared.authorizers.names() {
+        match name {
+            "Node" => {
+                let is_node = ctx.user.name.starts_with("system:node:")
+                    && ctx.user.groups.iter().any(|g| g == "system:nodes");
+                if is_node {
+                    incomplete = true;
+                    errors.push("node authorizer does not support user rule resolution");
+                }
+            }
+            "Webhook" => {
+                incomplete = true;
+                errors.push("webhook authorizer does not support user rule resolution");
+            }
+            "ABAC" => incomplete = true,
+            "AlwaysAllow" => {
+                resource_rules.insert(0, json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}));
+                non_resource_rules.insert(0, json!({"verbs": ["*"], "nonResourceURLs": ["*"]}));
+            }
+            _ => {}
+        }
+    }
+    let mut status = json!({
         "resourceRules": resource_rules,
         "nonResourceRules": non_resource_rules,
-        "incomplete": ctx.shared.authorizers.names().iter().any(|n| *n != "RBAC" && *n != "privileged-groups"),
-    }))
+        "incomplete": incomplete,
+    });
+    // utilerrors.NewAggregate's message: one error as it is, several as `[a, b]`.
+    match errors.as_slice() {
+        [] => {}
+        [one] => status["evaluationError"] = json!(one),
+        many => status["evaluationError"] = json!(format!("[{}]", many.join(", "))),
+    }
+    Ok(status)
 }
 
 /// Upstream's TokenReview: the token checked for the audiences asked (or the API server's

@@ -839,6 +839,52 @@ fn explain_answers_as_kubectl_does() {
     t.same(&["explain", "deploy.spec.strategy"]);
 }
 
+/// `auth can-i --list`: the server's SelfSubjectRulesReview (RBAC's rules, and the Node
+/// authorizer's "incomplete" for a node) printed as kubectl breaks down, compacts and sorts it.
+#[test]
+fn can_i_list_answers_as_kubectl_does() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    let dir = tempfile::tempdir().unwrap();
+    let t = Twins {
+        server: &s,
+        dir: dir.path().to_owned(),
+    };
+    let admin = t.same(&["auth", "can-i", "--list"]);
+    assert!(
+        admin.stdout.lines().nth(1).unwrap().starts_with("*.* "),
+        "{}",
+        admin.stdout
+    );
+    assert!(admin.stderr.is_empty(), "{}", admin.stderr);
+    t.same(&["auth", "can-i", "--list", "--no-headers"]);
+    t.same(&[
+        "auth",
+        "can-i",
+        "--list",
+        "--as=system:serviceaccount:default:default",
+    ]);
+    t.same(&[
+        "auth",
+        "can-i",
+        "--list",
+        "-n",
+        "kube-system",
+        "--as=system:serviceaccount:kube-system:coredns",
+    ]);
+    let node = t.same(&[
+        "auth",
+        "can-i",
+        "--list",
+        "--as=system:node:n1",
+        "--as-group=system:nodes",
+    ]);
+    assert_eq!(
+        node.stderr,
+        "Warning: the list may be incomplete: node authorizer does not support user rule resolution\n"
+    );
+}
+
 /// The binary invoked as `kubectl` is kubectl; `version` names what it follows.
 #[test]
 fn r8s_binary_answers_as_kubectl() {
