@@ -33,23 +33,104 @@ pub struct ApplyArgs {
     /// If true, server-side apply will force the changes against conflicts.
     #[arg(long)]
     force_conflicts: bool,
+    /// Automatically delete resource objects that do not appear in the configs and are
+    /// created by either apply or create --save-config. Should be used with either -l or --all.
+    #[arg(long)]
+    prune: bool,
+    /// Overwrite the default allowlist with <group/version/kind> for --prune.
+    #[arg(long = "prune-allowlist", alias = "prune-whitelist")]
+    prune_allowlist: Vec<String>,
+    /// Selector (label query) to filter on.
+    #[arg(short = 'l', long)]
+    selector: Option<String>,
+    /// Select all resources in the namespace of the specified resource types.
+    #[arg(long)]
+    all: bool,
     #[command(flatten)]
     common: Common,
 }
 
+/// What `--prune` looks at when no allowlist is given (kubectl 1.33's default list): kind,
+/// group, version, namespaced.
+const PRUNE_DEFAULTS: &[(&str, &str, &str, bool)] = &[
+    ("", "v1", "ConfigMap", true),
+    ("", "v1", "Endpoints", true),
+    ("", "v1", "Namespace", false),
+    ("", "v1", "PersistentVolumeClaim", true),
+    ("", "v1", "PersistentVolume", false),
+    ("", "v1", "Pod", true),
+    ("", "v1", "ReplicationController", true),
+    ("", "v1", "Secret", true),
+    ("", "v1", "Service", true),
+    ("batch", "v1", "Job", true),
+    ("batch", "v1", "CronJob", true),
+    ("networking.k8s.io", "v1", "Ingress", true),
+    ("apps", "v1", "DaemonSet", true),
+    ("apps", "v1", "Deployment", true),
+    ("apps", "v1", "ReplicaSet", true),
+    ("apps", "v1", "StatefulSet", true),
+];
+
 pub async fn run(session: &Session, a: ApplyArgs) -> Result<i32> {
     let dry = a.common.dry_run()?;
     let output = Output::parse(a.common.output.as_deref())?;
+    let selector = match &a.selector {
+        Some(s) => Some(r8s_api::selector::parse_label_selector(s).map_err(msg)?),
+        None => None,
+    };
+    if a.prune && a.selector.is_none() && !a.all {
+        return Err(msg("all resources selected for prune without explicitly passing --all. To prune all resources, pass the --all flag. If you did not mean to prune all resources, specify a label selector"));
+    }
+    // An allowlist is checked before anything is applied.
+    let mut allowlist = Vec::new();
+    for gvk in &a.prune_allowlist {
+        let parts: Vec<&str> = gvk.split('/').collect();
+        let [group, version, kind] = parts[..] else {
+            return Err(msg(format!(
+                "invalid GroupVersionKind format: {gvk}, please follow <group/version/kind>"
+            )));
+        };
+        let group = if group == "core" { "" } else { group };
+        let api_version = if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        };
+        let r = session
+            .resource_for_kind(&api_version, kind)
+            .await
+            .map_err(|_| msg(format!("no matches for kind {kind:?} in version {api_version:?}")))?;
+        allowlist.push(r);
+    }
     let mut failed = false;
+    let mut visited_uids = std::collections::HashSet::new();
+    let mut visited_namespaces = std::collections::BTreeSet::new();
     for m in manifest::read(&a.filename, a.recursive)? {
         let source = m.source;
+        if let Some(sel) = &selector {
+            let labels: std::collections::BTreeMap<String, String> =
+                serde_json::from_value(m.object["metadata"]["labels"].clone()).unwrap_or_default();
+            if !sel.matches(&labels) {
+                continue;
+            }
+        }
         let result = if a.server_side {
             server_side(session, m.object, &a, dry).await
         } else {
             client_side(session, m.object, &a, dry).await
         };
         match result {
-            Ok((r, obj, verb)) => print_result(&r, &obj, &output, verb, dry),
+            Ok((r, obj, verb)) => {
+                if let Some(uid) = obj["metadata"]["uid"].as_str() {
+                    visited_uids.insert(uid.to_string());
+                }
+                if r.namespaced {
+                    if let Some(ns) = obj["metadata"]["namespace"].as_str() {
+                        visited_namespaces.insert(ns.to_string());
+                    }
+                }
+                print_result(&r, &obj, &output, verb, dry)
+            }
             Err(Error::Api(e)) => {
                 eprintln!("{}", e.when("applying", &source).display());
                 failed = true;
@@ -57,7 +138,106 @@ pub async fn run(session: &Session, a: ApplyArgs) -> Result<i32> {
             Err(e) => return Err(e),
         }
     }
+    if a.prune && !failed {
+        if a.prune_allowlist.is_empty() {
+            allowlist = default_prune_list(session).await?;
+        }
+        let pruner = Pruner {
+            session,
+            selector: a.selector.as_deref(),
+            visited_uids: &visited_uids,
+            dry,
+            output: &output,
+        };
+        for ns in &visited_namespaces {
+            for r in allowlist.iter().filter(|r| r.namespaced) {
+                pruner.prune(r, Some(ns)).await?;
+            }
+        }
+        for r in allowlist.iter().filter(|r| !r.namespaced) {
+            pruner.prune(r, None).await?;
+        }
+    }
     Ok(i32::from(failed))
+}
+
+/// kubectl's default prune list, each kind mapped through discovery (upstream's
+/// `GetRESTMappings`, with its warning that cluster-scoped kinds will one day need naming).
+async fn default_prune_list(session: &Session) -> Result<Vec<crate::discovery::Resource>> {
+    // klog's warning line, as kubectl prints it (the namespace is always known to it).
+    let now = jiff::Zoned::now();
+    eprintln!(
+        "W{} {:>7} prune.go:71] Deprecated: kubectl apply will no longer prune non-namespaced resources by default when used with the --namespace flag in a future release. To preserve the current behaviour, list the resources you want to target explicitly in the --prune-allowlist flag.",
+        now.strftime("%m%d %H:%M:%S%.6f"),
+        std::process::id()
+    );
+    let mut list = Vec::new();
+    for (group, version, kind, namespaced) in PRUNE_DEFAULTS {
+        let api_version = if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        };
+        let r = session.resource_for_kind(&api_version, kind).await.map_err(|_| {
+            msg(format!(
+                "error retrieving RESTMappings to prune: invalid resource {group}/{version}, Kind={kind}, Namespaced={namespaced}: no matches for kind {kind:?} in version {api_version:?}"
+            ))
+        })?;
+        list.push(r);
+    }
+    Ok(list)
+}
+
+/// `--prune`: objects of a kind, matching the selector, made by apply (they carry its
+/// annotation) and not among those just applied, are deleted (upstream's `pruner`).
+struct Pruner<'a> {
+    session: &'a Session,
+    selector: Option<&'a str>,
+    visited_uids: &'a std::collections::HashSet<String>,
+    dry: DryRun,
+    output: &'a Output,
+}
+
+impl Pruner<'_> {
+    async fn prune(&self, r: &crate::discovery::Resource, ns: Option<&str>) -> Result<()> {
+        let mut path = r.collection_path(ns);
+        if let Some(sel) = self.selector {
+            path = format!("{path}?labelSelector={}", crate::get::encode(sel));
+        }
+        let list = self.session.conn.rest.get(&path).await?;
+        for obj in list["items"].as_array().into_iter().flatten() {
+            if obj["metadata"]["annotations"][LAST_APPLIED].is_null() {
+                continue;
+            }
+            if obj["metadata"]["uid"]
+                .as_str()
+                .is_some_and(|u| self.visited_uids.contains(u))
+            {
+                continue;
+            }
+            let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+            if self.dry != DryRun::Client {
+                let mut uri = format!("{}/{name}", r.collection_path(ns));
+                if self.dry == DryRun::Server {
+                    uri.push_str("?dryRun=All");
+                }
+                let body =
+                    json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"});
+                self.session
+                    .conn
+                    .rest
+                    .json(
+                        http::Method::DELETE,
+                        &uri,
+                        crate::rest::JSON,
+                        Some((crate::rest::JSON, serde_json::to_vec(&body).unwrap_or_default())),
+                    )
+                    .await?;
+            }
+            print_result(r, obj, self.output, "pruned", self.dry);
+        }
+        Ok(())
+    }
 }
 
 type Applied = (crate::discovery::Resource, Value, &'static str);
@@ -89,6 +269,11 @@ async fn client_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryR
         }
         Err(e) => return Err(e),
     };
+    // A client-side dry run of an existing object neither warns nor compares: kubectl says
+    // "configured" whatever would change.
+    if dry == DryRun::Client {
+        return Ok((r, current, "configured"));
+    }
     if current["metadata"]["annotations"][LAST_APPLIED].is_null() {
         eprintln!(
             "Warning: resource {}/{name} is missing the {LAST_APPLIED} annotation which is required by kubectl apply. kubectl apply should only be used on resources created declaratively by either kubectl create --save-config or kubectl apply. The missing annotation will be patched automatically.",
@@ -102,9 +287,6 @@ async fn client_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryR
     let patch = three_way(&original, &modified, &current);
     if patch.is_empty() {
         return Ok((r, current, "unchanged"));
-    }
-    if dry == DryRun::Client {
-        return Ok((r, current, "configured"));
     }
     let uri = format!("{path}?{}", write_query(manager, dry));
     let patched = session

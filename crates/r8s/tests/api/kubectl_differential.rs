@@ -885,6 +885,89 @@ fn can_i_list_answers_as_kubectl_does() {
     );
 }
 
+/// `apply --prune`: objects of the allowlisted kinds that match the selector, were made by
+/// apply and are no longer in the configuration are deleted ("pruned"); `-l` also filters
+/// what is applied; the flag's errors as kubectl's.
+#[test]
+fn apply_prune_answers_as_kubectl_does() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    let dir = tempfile::tempdir().unwrap();
+    let t = Twins {
+        server: &s,
+        dir: dir.path().to_owned(),
+    };
+    let cm = |name: &str, label: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  labels: {{app: {label}}}\ndata: {{k: v}}\n")
+    };
+    let both = format!(
+        "{}---\n{}---\n{}",
+        cm("a-T", "p-T"),
+        cm("b-T", "p-T"),
+        cm("c-T", "q-T")
+    );
+    let allow = "--prune-allowlist=core/v1/ConfigMap";
+    t.same_stdin(&["apply", "--prune", "-f", "-"], Some(&both));
+    // -l picks what is applied: c-T is not.
+    t.same_stdin(
+        &["apply", "--prune", "-l", "app=p-T", allow, "-f", "-"],
+        Some(&both),
+    );
+    t.same(&["get", "cm", "c-T"]);
+    let one = cm("a-T", "p-T");
+    t.same_stdin(
+        &[
+            "apply",
+            "--prune",
+            "-l",
+            "app=p-T",
+            allow,
+            "--dry-run=client",
+            "-f",
+            "-",
+        ],
+        Some(&one),
+    );
+    let pruned = t.same_stdin(
+        &["apply", "--prune", "-l", "app=p-T", allow, "-f", "-"],
+        Some(&one),
+    );
+    assert_eq!(pruned.stdout, "configmap/a-N unchanged\nconfigmap/b-N pruned\n");
+    t.same(&["get", "cm", "-l", "app=p-T", "-o", "name"]);
+    // Objects not made by apply are never pruned.
+    t.same(&["create", "cm", "made-T"]);
+    t.same(&["label", "cm", "made-T", "app=p-T"]);
+    t.same_stdin(
+        &["apply", "--prune", "-l", "app=p-T", allow, "-f", "-"],
+        Some(&one),
+    );
+    t.same(&["get", "cm", "made-T", "-o", "name"]);
+    t.same_stdin(
+        &[
+            "apply",
+            "--prune",
+            "-l",
+            "app=p-T",
+            "--prune-allowlist=ConfigMap",
+            "-f",
+            "-",
+        ],
+        Some(&one),
+    );
+    t.same_stdin(
+        &[
+            "apply",
+            "--prune",
+            "-l",
+            "app=p-T",
+            "--prune-allowlist=x/v1/Foo",
+            "-f",
+            "-",
+        ],
+        Some(&one),
+    );
+}
+
 /// The binary invoked as `kubectl` is kubectl; `version` names what it follows.
 #[test]
 fn r8s_binary_answers_as_kubectl() {
