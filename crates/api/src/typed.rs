@@ -53,6 +53,8 @@ macro_rules! with_type {
             ("coordination.k8s.io", "v1", "Lease") => Some($f::<coordination::v1::Lease>($($arg),*)),
             ("scheduling.k8s.io", "v1", "PriorityClass") => Some($f::<scheduling::v1::PriorityClass>($($arg),*)),
             ("networking.k8s.io", "v1", "NetworkPolicy") => Some($f::<networking::v1::NetworkPolicy>($($arg),*)),
+            ("networking.k8s.io", "v1", "Ingress") => Some($f::<networking::v1::Ingress>($($arg),*)),
+            ("networking.k8s.io", "v1", "IngressClass") => Some($f::<networking::v1::IngressClass>($($arg),*)),
             ("rbac.authorization.k8s.io", "v1", "ClusterRole") => Some($f::<rbac::v1::ClusterRole>($($arg),*)),
             ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => Some($f::<rbac::v1::ClusterRoleBinding>($($arg),*)),
             ("rbac.authorization.k8s.io", "v1", "Role") => Some($f::<rbac::v1::Role>($($arg),*)),

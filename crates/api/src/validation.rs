@@ -195,6 +195,33 @@ pub fn dns1123_label(s: &str) -> Vec<String> {
     errs
 }
 
+/// Why `s` is not an RFC 1035 label (max 63), in upstream's words (Service names).
+pub fn dns1035_label(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > 63 {
+        errs.push("must be no more than 63 characters".to_owned());
+    }
+    if !is_label(s) || !s.as_bytes()[0].is_ascii_lowercase() {
+        errs.push("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".to_owned());
+    }
+    errs
+}
+
+/// Why `s` is not a wildcard RFC 1123 subdomain (`*.example.com`), in upstream's words.
+pub fn wildcard_dns1123_subdomain(s: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if s.len() > 253 {
+        errs.push("must be no more than 253 characters".to_owned());
+    }
+    let ok = s
+        .strip_prefix("*.")
+        .is_some_and(|rest| !rest.is_empty() && rest.split('.').all(is_label));
+    if !ok {
+        errs.push("a wildcard DNS-1123 subdomain must start with '*.', followed by a valid DNS subdomain, which must consist of lower case alphanumeric characters, '-' or '.' and end with an alphanumeric character (e.g. '*.example.com', regex used for validation is '\\*\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".to_owned());
+    }
+    errs
+}
+
 /// Why `s` is not an RFC 1123 subdomain (max 253), in upstream's words.
 pub fn dns1123_subdomain(s: &str) -> Vec<String> {
     let mut errs = Vec::new();

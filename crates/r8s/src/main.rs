@@ -710,6 +710,7 @@ const ADMISSION_PLUGINS: &[(&str, bool)] = &[
     ("ServiceAccount", true),
     ("Priority", true),
     ("DefaultTolerationSeconds", true),
+    ("DefaultIngressClass", true),
     ("NodeRestriction", true),
     ("PodSecurity", true),
     ("ResourceQuota", true),
@@ -962,7 +963,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     tracing::info!(plugins = %plugins.join(","), "admission plugins");
     // Upstream's default plugins in upstream's order: each phase runs its plugins in this order,
     // mutating first (NamespaceLifecycle, LimitRanger, ServiceAccount, Priority,
-    // DefaultTolerationSeconds, MutatingAdmissionWebhook), then validating (LimitRanger,
+    // DefaultTolerationSeconds, DefaultIngressClass, MutatingAdmissionWebhook), then validating (LimitRanger,
     // ServiceAccount, NodeRestriction, PodSecurity, ValidatingAdmissionWebhook, ResourceQuota
     // last).
     use r8s_apiserver::admission as adm;
@@ -999,6 +1000,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     if on("DefaultTolerationSeconds") {
         admission.push_mutating(adm::tolerations::DefaultTolerationSeconds::default());
+    }
+    if on("DefaultIngressClass") {
+        admission.push_mutating(adm::default_ingress_class::DefaultIngressClass {
+            listers: listers.clone(),
+        });
     }
     if on("MutatingAdmissionWebhook") {
         admission.push_mutating(adm::webhook::MutatingWebhook::start(store.clone()));

@@ -31,6 +31,7 @@ pub const ADMISSION_PREFIXES: &[&str] = &[
     "/registry/limitranges/",
     "/registry/priorityclasses/",
     "/registry/resourcequotas/",
+    "/registry/ingressclasses/",
 ];
 
 struct Cached {
@@ -224,6 +225,7 @@ const RESOURCE_QUOTAS: (&str, &str, &str) = ("", "v1", "resourcequotas");
 const PRIORITY_CLASSES: (&str, &str, &str) = ("scheduling.k8s.io", "v1", "priorityclasses");
 const SERVICES: (&str, &str, &str) = ("", "v1", "services");
 const PODS: (&str, &str, &str) = ("", "v1", "pods");
+const INGRESS_CLASSES: (&str, &str, &str) = ("networking.k8s.io", "v1", "ingressclasses");
 
 fn def_of((group, version, resource): (&str, &str, &str)) -> &'static r8s_api::ResourceDef {
     r8s_api::find(group, version, resource).expect("admission reads served kinds")
@@ -311,6 +313,10 @@ impl Listers {
 
     pub async fn priority_classes(&self) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {
         self.list(PRIORITY_CLASSES, "").await
+    }
+
+    pub async fn ingress_classes(&self) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {
+        self.list(INGRESS_CLASSES, "").await
     }
 
     pub async fn limit_ranges(&self, ns: &str) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {

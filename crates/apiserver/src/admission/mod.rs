@@ -2,6 +2,7 @@
 //! plugins run after and may only refuse. Any refusal fails the request (the reference
 //! document's "Admission control" stage).
 
+pub mod default_ingress_class;
 pub mod initializers;
 pub mod limit_ranger;
 pub mod listers;

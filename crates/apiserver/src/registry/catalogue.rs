@@ -183,6 +183,12 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             "networkpolicies",
             Arc::new(networkpolicies::NetworkPolicies),
         ),
+        ("networking.k8s.io", "ingresses", Arc::new(ingresses::Ingresses)),
+        (
+            "networking.k8s.io",
+            "ingressclasses",
+            Arc::new(ingresses::IngressClasses),
+        ),
         (
             "rbac.authorization.k8s.io",
             "clusterroles",

@@ -20,6 +20,7 @@ pub(crate) mod convert;
 pub(crate) mod disruption;
 mod endpoints;
 mod events;
+pub(crate) mod ingresses;
 #[cfg(test)]
 mod keyed_lists_tests;
 mod limitranges;

@@ -1703,3 +1703,113 @@ fn get_shows_subresources_as_upstream_tables() {
         "{yaml}"
     );
 }
+
+/// Ingresses and IngressClasses (networking.k8s.io/v1): `kubectl create ingress` in both
+/// versions, the default class filled in by the DefaultIngressClass admission plugin, the
+/// tables, upstream's validation words, status through its subresource, and describe.
+#[test]
+fn ingresses_and_their_classes_are_served() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    s.ok_stdin(
+        "1.33",
+        &["create", "-f", "-"],
+        "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: traefik\n  annotations: {ingressclass.kubernetes.io/is-default-class: \"true\"}\nspec:\n  controller: traefik.io/ingress-controller\n",
+    );
+    for v in VERSIONS {
+        let name = format!("web-{}", v.replace('.', "-"));
+        let out = s.ok(
+            v,
+            &[
+                "create",
+                "ingress",
+                &name,
+                "--rule=foo.com/bar=svc1:8080,tls=my-cert",
+            ],
+        );
+        assert_eq!(out.trim(), format!("ingress.networking.k8s.io/{name} created"));
+        let table = s.ok(v, &["get", "ing", &name]);
+        let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(
+            table
+                .lines()
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>(),
+            ["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"]
+        );
+        // The default class was filled in; ADDRESS is empty until a controller reports one.
+        assert_eq!(
+            &row[..5],
+            [name.as_str(), "traefik", "foo.com", "80,", "443"],
+            "{table}"
+        );
+    }
+    // A class named explicitly is kept; a bare rule is for every host.
+    s.ok(
+        "1.33",
+        &[
+            "create",
+            "ingress",
+            "other",
+            "--class=nginx",
+            "--rule=/path=svc:http",
+        ],
+    );
+    let table = s.ok("1.27", &["get", "ing", "other"]);
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..4], ["other", "nginx", "*", "80"], "{table}");
+    let err = s.fails(
+        "1.33",
+        &["create", "ingress", "bad", "--rule=foo.com/bar=9svc:8080"],
+    );
+    assert!(
+        err.contains(
+            "spec.rules[0].http.paths[0].backend.service.name: Invalid value: \"9svc\": a DNS-1035 label"
+        ),
+        "{err}"
+    );
+    let err = String::from_utf8(s.fails_stdin(
+        "1.33",
+        &["create", "-f", "-"],
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {name: empty}\nspec: {}\n",
+    ))
+    .unwrap();
+    assert!(
+        err.contains("either `defaultBackend` or `rules` must be specified"),
+        "{err}"
+    );
+    // Status is a subresource: a controller reports the address there.
+    s.ok(
+        "1.33",
+        &[
+            "patch",
+            "ing",
+            "other",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10"}]}}}"#,
+        ],
+    );
+    assert!(s.ok("1.33", &["get", "ing", "other"]).contains("192.0.2.10"));
+    let described = s.ok("1.33", &["describe", "ing", "other"]);
+    assert!(described.contains("Ingress Class:    nginx"), "{described}");
+    let classes = s.ok("1.33", &["get", "ingressclass"]);
+    assert!(classes.starts_with("NAME      CONTROLLER                      PARAMETERS   AGE\ntraefik   traefik.io/ingress-controller   <none>"), "{classes}");
+    let err = s.fails(
+        "1.33",
+        &[
+            "patch",
+            "ingressclass",
+            "traefik",
+            "-p",
+            r#"{"spec":{"controller":"other.io/x"}}"#,
+        ],
+    );
+    assert!(
+        err.contains("spec.controller: Invalid value: \"other.io/x\": field is immutable"),
+        "{err}"
+    );
+}
