@@ -99,6 +99,9 @@ enum Generator {
     Poddisruptionbudget(crate::generators::PdbArgs),
     /// Request a service account token.
     Token(crate::generators::TokenArgs),
+    /// Create an ingress with the specified name.
+    #[command(alias = "ing")]
+    Ingress(crate::generators::IngressArgs),
 }
 
 #[derive(clap::Subcommand)]
@@ -383,6 +386,7 @@ async fn generate(session: &Session, g: &Generator) -> Result<Value> {
         Generator::Quota(a) => crate::generators::quota(meta(&a.name, true), a)?,
         Generator::Priorityclass(a) => crate::generators::priority_class(meta(&a.name, false), a),
         Generator::Poddisruptionbudget(a) => crate::generators::pdb(meta(&a.name, true), a)?,
+        Generator::Ingress(a) => crate::generators::ingress(meta(&a.name, true), a)?,
         Generator::Token(_) => unreachable!("requested before generating"),
     })
 }

@@ -495,3 +495,215 @@ pub async fn autoscale(session: &Session, a: AutoscaleArgs) -> Result<i32> {
     crate::create::print_result(&hr, &result, &output, "autoscaled", dry);
     Ok(0)
 }
+
+#[derive(clap::Args)]
+pub struct IngressArgs {
+    pub name: String,
+    /// Ingress Class to be used
+    #[arg(long)]
+    class: Option<String>,
+    /// Rule in format host/path=service:port[,tls=secretname]. Paths containing the leading
+    /// character '*' are considered pathType=Prefix. tls argument is optional.
+    #[arg(long)]
+    rule: Vec<String>,
+    /// Default service for backend, in format of svcname:port
+    #[arg(long)]
+    default_backend: Option<String>,
+    /// Annotation to insert in the ingress object, in the format annotation=value
+    #[arg(long)]
+    annotation: Vec<String>,
+}
+
+/// `[\w-]+` (Go's `\w`: ASCII letters, digits, underscore).
+fn word(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// kubectl's rule format, `host/path=svcname:svcport[,tls[=secret]]` (its regular
+/// expression, matched by hand: the path may hold `=`, so every split is tried).
+fn valid_rule(rule: &str) -> bool {
+    let Some(slash) = rule.find('/') else {
+        return false;
+    };
+    let host = &rule[..slash];
+    if !host
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_*-.".contains(&b))
+    {
+        return false;
+    }
+    rule.match_indices('=').filter(|(i, _)| *i > slash).any(|(i, _)| {
+        let rest = &rule[i + 1..];
+        let (backend, tls) = match rest.split_once(",tls") {
+            Some((b, t)) => (b, Some(t)),
+            None => (rest, None),
+        };
+        let backend_ok = backend
+            .split_once(':')
+            .is_some_and(|(svc, port)| word(svc) && word(port));
+        let tls_ok = match tls {
+            None => true,
+            Some(t) => {
+                let t = t.strip_prefix('=').unwrap_or(t);
+                t.is_empty() || word(t)
+            }
+        };
+        backend_ok && tls_ok
+    })
+}
+
+/// A service backend from `name:port` (a number or a port name).
+fn ingress_backend(service: &str) -> Value {
+    let (name, port) = service.split_once(':').unwrap_or((service, ""));
+    let port = match port.parse::<i32>() {
+        Ok(n) => json!({"number": n}),
+        Err(_) => json!({"name": port}),
+    };
+    json!({"service": {"name": name, "port": port}})
+}
+
+/// `kubectl create ingress` (upstream's `CreateIngressOptions`): one rule per host, paths
+/// `Exact` unless they end in `*` (`Prefix`), TLS entries per secret with each host once.
+pub fn ingress(mut meta: Value, a: &IngressArgs) -> Result<Value> {
+    if a.default_backend.is_none() && a.rule.is_empty() {
+        return Err(msg("not enough information provided: every ingress has to either specify a default-backend (which catches all traffic) or a list of rules (which catch specific paths)"));
+    }
+    for rule in &a.rule {
+        if !valid_rule(rule) {
+            return Err(msg(format!(
+                "rule {rule} is invalid and should be in format host/path=svcname:svcport[,tls[=secret]]"
+            )));
+        }
+    }
+    let mut annotations = Map::new();
+    for an in &a.annotation {
+        let Some((k, v)) = an.split_once('=') else {
+            return Err(msg(format!(
+                "annotation {an} is invalid and should be in format key=[value]"
+            )));
+        };
+        annotations.insert(k.to_owned(), json!(v));
+    }
+    if let Some(b) = &a.default_backend {
+        if b.split(':').count() != 2 {
+            return Err(msg("default-backend should be in format servicename:serviceport"));
+        }
+    }
+    let mut spec = Map::new();
+    if let Some(class) = a.class.as_deref().filter(|c| !c.is_empty()) {
+        spec.insert("ingressClassName".into(), json!(class));
+    }
+    if let Some(b) = &a.default_backend {
+        spec.insert("defaultBackend".into(), ingress_backend(b));
+    }
+    // TLS: "tls" anywhere in a rule (as kubectl splits it), each host once, hosts of one
+    // secret together.
+    let mut tls: Vec<Value> = Vec::new();
+    let mut seen_hosts: Vec<String> = Vec::new();
+    for rule in &a.rule {
+        let parts: Vec<&str> = rule.split("tls").collect();
+        if parts.len() != 2 {
+            continue;
+        }
+        let host = rule.split('/').next().unwrap_or_default().to_string();
+        let secret = parts[1].split('=').nth(1).unwrap_or_default().to_string();
+        if seen_hosts.contains(&host) {
+            continue;
+        }
+        if let Some(existing) = tls
+            .iter_mut()
+            .find(|t| t["secretName"].as_str().unwrap_or_default() == secret)
+        {
+            match existing["hosts"].as_array_mut() {
+                Some(hosts) => hosts.push(json!(host)),
+                None => existing["hosts"] = json!([host]),
+            }
+            seen_hosts.push(host);
+            continue;
+        }
+        let mut entry = Map::new();
+        if !host.is_empty() {
+            entry.insert("hosts".into(), json!([host]));
+        }
+        if !secret.is_empty() {
+            entry.insert("secretName".into(), json!(secret));
+        }
+        if !entry.is_empty() {
+            tls.push(Value::Object(entry));
+        }
+        seen_hosts.push(host);
+    }
+    if !tls.is_empty() {
+        spec.insert("tls".into(), Value::Array(tls));
+    }
+    let mut rules: Vec<Value> = Vec::new();
+    for rule in &a.rule {
+        let without_tls = rule.split(",tls").next().unwrap_or_default();
+        let (host, rest) = without_tls.split_once('/').unwrap_or((without_tls, ""));
+        let mut pieces = rest.split('=');
+        let mut path = format!("/{}", pieces.next().unwrap_or_default());
+        let service = pieces.next().unwrap_or_default();
+        let mut path_type = "Exact";
+        if path.ends_with('*') {
+            path_type = "Prefix";
+            path.pop();
+        }
+        let entry = json!({"path": path, "pathType": path_type, "backend": ingress_backend(service)});
+        match rules
+            .iter_mut()
+            .find(|r| r["host"].as_str().unwrap_or_default() == host)
+        {
+            Some(r) => {
+                if let Some(paths) = r["http"]["paths"].as_array_mut() {
+                    paths.push(entry);
+                }
+            }
+            None => {
+                let mut r = json!({"http": {"paths": [entry]}});
+                if !host.is_empty() {
+                    r["host"] = json!(host);
+                }
+                rules.push(r);
+            }
+        }
+    }
+    if !rules.is_empty() {
+        spec.insert("rules".into(), Value::Array(rules));
+    }
+    if !annotations.is_empty() {
+        meta["annotations"] = Value::Object(annotations);
+    }
+    Ok(
+        json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": meta,
+              "spec": spec, "status": {"loadBalancer": {}}}),
+    )
+}
+
+#[cfg(test)]
+mod ingress_tests {
+    use super::*;
+
+    #[test]
+    fn rules_are_checked_as_kubectl_checks_them() {
+        for ok in [
+            "foo.com/bar=svc:8080",
+            "/path=svc:http",
+            "*.a.io/x*=s:80,tls",
+            "h/p=s:80,tls=my-cert",
+            "h/a=b=s:80",
+        ] {
+            assert!(valid_rule(ok), "{ok}");
+        }
+        for bad in [
+            "foo.com=svc:80",
+            "h/p=svc",
+            "h/p=svc:80,tls=a.b",
+            "ho st/p=s:80",
+            "h/p=s:80:90",
+        ] {
+            assert!(!valid_rule(bad), "{bad}");
+        }
+    }
+}

@@ -968,6 +968,62 @@ fn apply_prune_answers_as_kubectl_does() {
     );
 }
 
+/// `create ingress`: kubectl's rule syntax (hosts, `*` for Prefix paths, named and numbered
+/// ports, TLS per secret), annotations, default backends and its refusals; then a real create
+/// and the table.
+#[test]
+fn create_ingress_answers_as_kubectl_does() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    let dir = tempfile::tempdir().unwrap();
+    let t = Twins {
+        server: &s,
+        dir: dir.path().to_owned(),
+    };
+    let dry = ["--dry-run=client", "-o", "yaml"];
+    for args in [
+        &["simple", "--rule=foo.com/bar=svc1:8080,tls=my-cert"][..],
+        &["catch-all", "--class=other", "--rule=/path=svc:port"],
+        &[
+            "annotated",
+            "--rule=foo.com/bar=svc:port",
+            "--annotation",
+            "a1=foo",
+            "--annotation",
+            "a2=bla",
+        ],
+        &[
+            "multipath",
+            "--rule=foo.com/=svc:port",
+            "--rule=foo.com/admin/=svcadmin:portadmin",
+        ],
+        &[
+            "prefix",
+            "--rule=foo.com/path*=svc:8080",
+            "--rule=bar.com/admin*=svc2:http",
+        ],
+        &[
+            "secrets",
+            "--rule=foo.com/*=svc:8080,tls=s1",
+            "--rule=bar.com/*=svc:8080,tls=s1",
+            "--rule=baz.com/*=svc:8080,tls=s2",
+        ],
+        &[
+            "backend",
+            "--default-backend=defaultsvc:http",
+            "--rule=foo.com/*=svc:8080,tls",
+        ],
+        &["none"],
+        &["bad", "--rule=foo"],
+        &["bad", "--default-backend=a"],
+        &["bad", "--rule=a/b=c:d", "--annotation=x"],
+    ] {
+        t.same(&[&["create", "ingress"][..], args, &dry[..]].concat());
+    }
+    t.same(&["create", "ingress", "web-T", "--rule=foo.com/*=svc:8080"]);
+    t.same(&["get", "ingress", "web-T", "-o", "name"]);
+}
+
 /// The binary invoked as `kubectl` is kubectl; `version` names what it follows.
 #[test]
 fn r8s_binary_answers_as_kubectl() {
