@@ -135,6 +135,13 @@ async fn describe(session: &Session, r: &Resource, o: &Value, events: bool) -> R
         ("apps", "deployments") => deployment(session, &mut w, o).await?,
         ("apps", "replicasets") => replicaset(session, &mut w, o).await?,
         ("", "services") => service(session, &mut w, o).await?,
+        ("batch", "jobs") => job(&mut w, o),
+        ("", "nodes") => node(session, &mut w, o).await?,
+        ("", "persistentvolumeclaims") => claim(session, &mut w, o).await?,
+        ("", "endpoints") => endpoints_object(&mut w, o),
+        ("networking.k8s.io", "ingresses") => ingress(session, &mut w, o).await?,
+        ("apps", "statefulsets") => statefulset(session, &mut w, o).await?,
+        ("apps", "daemonsets") => daemonset(session, &mut w, o).await?,
         ("", "namespaces") => {
             w.w(0, &format!("Name:\t{name}\n"));
             labels(&mut w, "Labels", &meta["labels"]);
@@ -197,8 +204,8 @@ async fn describe(session: &Session, r: &Resource, o: &Value, events: bool) -> R
         }
         // Everything else as kubectl's generic describer lays out what it has no describer
         // for (custom resources, leases, controller revisions, webhook configurations …).
-        // (kubectl has its own layouts for nodes, jobs, stateful sets, daemon sets, claims,
-        // endpoints and a few more; r8s shows those generically for now.)
+        // (kubectl has its own layouts for a few more — cron jobs, HPAs, PDBs, RBAC, volumes
+        // and storage classes, network policies, quotas; r8s shows those generically.)
         _ => {
             w.w(0, &format!("Name:\t{name}\n"));
             w.w(0, &format!("Namespace:\t{ns}\n"));
@@ -1163,33 +1170,7 @@ async fn replicaset(session: &Session, w: &mut W, o: &Value) -> Result<()> {
             spec["replicas"].as_i64().unwrap_or(1)
         ),
     );
-    // Pods by phase, among those the set controls.
-    let ns = s(&meta["namespace"]);
-    let uid = s(&meta["uid"]);
-    let pods = session
-        .conn
-        .rest
-        .get(&format!(
-            "/api/v1/namespaces/{ns}/pods?labelSelector={}",
-            encode(&selector(&spec["selector"]))
-        ))
-        .await?;
-    let (mut running, mut waiting, mut succeeded, mut failed) = (0, 0, 0, 0);
-    for p in pods["items"].as_array().into_iter().flatten() {
-        let owned = p["metadata"]["ownerReferences"]
-            .as_array()
-            .is_some_and(|r| r.iter().any(|r| r["uid"] == uid.as_str()));
-        if !owned {
-            continue;
-        }
-        match p["status"]["phase"].as_str().unwrap_or("") {
-            "Running" => running += 1,
-            "Pending" => waiting += 1,
-            "Succeeded" => succeeded += 1,
-            "Failed" => failed += 1,
-            _ => {}
-        }
-    }
+    let (running, waiting, succeeded, failed) = pod_statuses(session, o).await?;
     w.w(
         0,
         &format!(
@@ -1208,6 +1189,972 @@ async fn replicaset(session: &Session, w: &mut W, o: &Value) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Pods by phase among those `o` controls (kubectl's getPodStatusForController): listed by
+/// its selector, kept when their controller is `o`.
+async fn pod_statuses(session: &Session, o: &Value) -> Result<(i64, i64, i64, i64)> {
+    let ns = s(&o["metadata"]["namespace"]);
+    let uid = s(&o["metadata"]["uid"]);
+    let pods = session
+        .conn
+        .rest
+        .get(&format!(
+            "/api/v1/namespaces/{ns}/pods?labelSelector={}",
+            encode(&selector(&o["spec"]["selector"]))
+        ))
+        .await?;
+    let (mut running, mut waiting, mut succeeded, mut failed) = (0, 0, 0, 0);
+    for p in pods["items"].as_array().into_iter().flatten() {
+        let controlled = p["metadata"]["ownerReferences"].as_array().is_some_and(|r| {
+            r.iter()
+                .any(|r| r["uid"] == uid.as_str() && r["controller"] == true)
+        });
+        if !controlled {
+            continue;
+        }
+        match p["status"]["phase"].as_str().unwrap_or("") {
+            "Running" => running += 1,
+            "Pending" => waiting += 1,
+            "Succeeded" => succeeded += 1,
+            "Failed" => failed += 1,
+            _ => {}
+        }
+    }
+    Ok((running, waiting, succeeded, failed))
+}
+
+/// kubectl's describeJob.
+fn job(w: &mut W, o: &Value) {
+    let (meta, spec, st) = (&o["metadata"], &o["spec"], &o["status"]);
+    w.w(0, &format!("Name:\t{}\n", s(&meta["name"])));
+    w.w(0, &format!("Namespace:\t{}\n", s(&meta["namespace"])));
+    w.w(0, &format!("Selector:\t{}\n", selector(&spec["selector"])));
+    labels(w, "Labels", &meta["labels"]);
+    annotations(w, "Annotations", &meta["annotations"]);
+    if let Some(c) = controller(meta) {
+        w.w(0, &format!("Controlled By:\t{c}\n"));
+    }
+    if !spec["parallelism"].is_null() {
+        w.w(0, &format!("Parallelism:\t{}\n", s(&spec["parallelism"])));
+    }
+    match &spec["completions"] {
+        Value::Null => w.w(0, "Completions:\t<unset>\n"),
+        n => w.w(0, &format!("Completions:\t{}\n", s(n))),
+    }
+    for (key, title) in [
+        ("completionMode", "Completion Mode"),
+        ("suspend", "Suspend"),
+        ("backoffLimit", "Backoff Limit"),
+        ("ttlSecondsAfterFinished", "TTL Seconds After Finished"),
+    ] {
+        if !spec[key].is_null() {
+            w.w(0, &format!("{title}:\t{}\n", s(&spec[key])));
+        }
+    }
+    if !st["startTime"].is_null() {
+        w.w(0, &format!("Start Time:\t{}\n", date(&st["startTime"])));
+    }
+    if !st["completionTime"].is_null() {
+        w.w(0, &format!("Completed At:\t{}\n", date(&st["completionTime"])));
+    }
+    let at = |k: &str| st[k].as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok());
+    if let (Some(start), Some(end)) = (at("startTime"), at("completionTime")) {
+        w.w(
+            0,
+            &format!("Duration:\t{}\n", human_duration((end - start).get_seconds())),
+        );
+    }
+    if !spec["activeDeadlineSeconds"].is_null() {
+        w.w(
+            0,
+            &format!(
+                "Active Deadline Seconds:\t{}s\n",
+                s(&spec["activeDeadlineSeconds"])
+            ),
+        );
+    }
+    let n = |k: &str| st[k].as_i64().unwrap_or(0);
+    match st["ready"].as_i64() {
+        None => w.w(
+            0,
+            &format!(
+                "Pods Statuses:\t{} Active / {} Succeeded / {} Failed\n",
+                n("active"),
+                n("succeeded"),
+                n("failed")
+            ),
+        ),
+        Some(ready) => w.w(
+            0,
+            &format!(
+                "Pods Statuses:\t{} Active ({ready} Ready) / {} Succeeded / {} Failed\n",
+                n("active"),
+                n("succeeded"),
+                n("failed")
+            ),
+        ),
+    }
+    if spec["completionMode"] == "Indexed" {
+        let indexes = s(&st["completedIndexes"]);
+        // At most about 50 characters, cut after a comma.
+        let shown = if indexes.is_empty() {
+            "<none>".to_string()
+        } else {
+            match indexes[50.min(indexes.len())..].find(',') {
+                Some(i) if indexes.len() > 50 => format!("{}...", &indexes[..50 + i + 1]),
+                _ => indexes,
+            }
+        };
+        w.w(0, &format!("Completed Indexes:\t{shown}\n"));
+    }
+    pod_template(w, &spec["template"]);
+}
+
+/// kubectl's describeStatefulSet.
+async fn statefulset(session: &Session, w: &mut W, o: &Value) -> Result<()> {
+    let (meta, spec, st) = (&o["metadata"], &o["spec"], &o["status"]);
+    w.w(0, &format!("Name:\t{}\n", s(&meta["name"])));
+    w.w(0, &format!("Namespace:\t{}\n", s(&meta["namespace"])));
+    w.w(
+        0,
+        &format!("CreationTimestamp:\t{}\n", date(&meta["creationTimestamp"])),
+    );
+    w.w(0, &format!("Selector:\t{}\n", selector(&spec["selector"])));
+    labels(w, "Labels", &meta["labels"]);
+    annotations(w, "Annotations", &meta["annotations"]);
+    // (kubectl 1.34 adds the service name and the pod management and claim retention
+    // policies; 1.33, which r8s follows, prints none of them.)
+    w.w(
+        0,
+        &format!(
+            "Replicas:\t{} desired | {} total\n",
+            spec["replicas"].as_i64().unwrap_or(1),
+            st["replicas"].as_i64().unwrap_or(0)
+        ),
+    );
+    let us = &spec["updateStrategy"];
+    w.w(0, &format!("Update Strategy:\t{}\n", s(&us["type"])));
+    if !us["rollingUpdate"]["partition"].is_null() {
+        w.w(
+            1,
+            &format!("Partition:\t{}\n", s(&us["rollingUpdate"]["partition"])),
+        );
+        if !us["rollingUpdate"]["maxUnavailable"].is_null() {
+            w.w(
+                1,
+                &format!("MaxUnavailable:\t{}\n", s(&us["rollingUpdate"]["maxUnavailable"])),
+            );
+        }
+    }
+    let (running, waiting, succeeded, failed) = pod_statuses(session, o).await?;
+    w.w(
+        0,
+        &format!(
+            "Pods Status:\t{running} Running / {waiting} Waiting / {succeeded} Succeeded / {failed} Failed\n"
+        ),
+    );
+    pod_template(w, &spec["template"]);
+    let templates = spec["volumeClaimTemplates"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if templates.is_empty() {
+        w.w(0, "Volume Claims:\t<none>\n");
+    } else {
+        w.w(0, "Volume Claims:\n");
+        for pvc in templates {
+            w.w(1, &format!("Name:\t{}\n", s(&pvc["metadata"]["name"])));
+            w.w(1, &format!("StorageClass:\t{}\n", claim_class(pvc)));
+            indented_labels(w, "Labels", &pvc["metadata"]["labels"]);
+            indented_labels(w, "Annotations", &pvc["metadata"]["annotations"]);
+            match pvc["spec"]["resources"]["requests"]["storage"].as_str() {
+                Some(c) => w.w(1, &format!("Capacity:\t{c}\n")),
+                None => w.w(1, "Capacity:\t<default>\n"),
+            }
+            w.w(
+                1,
+                &format!("Access Modes:\t{}\n", go_list(&pvc["spec"]["accessModes"])),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A claim's storage class: the field, else the beta annotation (upstream's
+/// GetPersistentVolumeClaimClass).
+fn claim_class(pvc: &Value) -> String {
+    pvc["metadata"]["annotations"]["volume.beta.kubernetes.io/storage-class"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| s(&pvc["spec"]["storageClassName"]))
+}
+
+/// A string list as Go's `%v` prints it: `[a b]`.
+fn go_list(v: &Value) -> String {
+    let items: Vec<String> = v.as_array().into_iter().flatten().map(s).collect();
+    format!("[{}]", items.join(" "))
+}
+
+/// printLabelsMultilineWithIndent with a two-space indent (inside a claim template).
+fn indented_labels(w: &mut W, title: &str, labels: &Value) {
+    w.w(0, &format!("  {title}:\t"));
+    let pairs = sorted(labels);
+    if pairs.is_empty() {
+        w.w(0, "<none>\n");
+        return;
+    }
+    for (i, (k, v)) in pairs.iter().enumerate() {
+        if i > 0 {
+            w.w(0, "  \t");
+        }
+        w.w(0, &format!("{k}={}\n", s(v)));
+    }
+}
+
+/// kubectl's describeDaemonSet.
+async fn daemonset(session: &Session, w: &mut W, o: &Value) -> Result<()> {
+    let (meta, spec, st) = (&o["metadata"], &o["spec"], &o["status"]);
+    w.w(0, &format!("Name:\t{}\n", s(&meta["name"])));
+    w.w(0, &format!("Namespace:\t{}\n", s(&meta["namespace"])));
+    w.w(0, &format!("Selector:\t{}\n", selector(&spec["selector"])));
+    let node_selector: Vec<String> = sorted(&spec["template"]["spec"]["nodeSelector"])
+        .into_iter()
+        .map(|(k, v)| format!("{k}={}", s(&v)))
+        .collect();
+    let node_selector = if node_selector.is_empty() {
+        "<none>".to_string()
+    } else {
+        node_selector.join(",")
+    };
+    w.w(0, &format!("Node-Selector:\t{node_selector}\n"));
+    labels(w, "Labels", &meta["labels"]);
+    annotations(w, "Annotations", &meta["annotations"]);
+    let n = |k: &str| st[k].as_i64().unwrap_or(0);
+    w.w(
+        0,
+        &format!(
+            "Desired Number of Nodes Scheduled: {}\n",
+            n("desiredNumberScheduled")
+        ),
+    );
+    w.w(
+        0,
+        &format!(
+            "Current Number of Nodes Scheduled: {}\n",
+            n("currentNumberScheduled")
+        ),
+    );
+    w.w(
+        0,
+        &format!(
+            "Number of Nodes Scheduled with Up-to-date Pods: {}\n",
+            n("updatedNumberScheduled")
+        ),
+    );
+    w.w(
+        0,
+        &format!(
+            "Number of Nodes Scheduled with Available Pods: {}\n",
+            n("numberAvailable")
+        ),
+    );
+    w.w(
+        0,
+        &format!("Number of Nodes Misscheduled: {}\n", n("numberMisscheduled")),
+    );
+    let (running, waiting, succeeded, failed) = pod_statuses(session, o).await?;
+    w.w(
+        0,
+        &format!(
+            "Pods Status:\t{running} Running / {waiting} Waiting / {succeeded} Succeeded / {failed} Failed\n"
+        ),
+    );
+    pod_template(w, &spec["template"]);
+    Ok(())
+}
+
+/// Access modes as kubectl abbreviates them (GetAccessModesAsString).
+fn access_modes(v: &Value) -> String {
+    let modes: Vec<&str> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    [
+        ("ReadWriteOnce", "RWO"),
+        ("ReadOnlyMany", "ROX"),
+        ("ReadWriteMany", "RWX"),
+        ("ReadWriteOncePod", "RWOP"),
+    ]
+    .iter()
+    .filter(|(m, _)| modes.contains(m))
+    .map(|(_, short)| *short)
+    .collect::<Vec<_>>()
+    .join(",")
+}
+
+/// kubectl's describePersistentVolumeClaim: the claim, the pods using it (by volume or as
+/// its owner), its conditions.
+async fn claim(session: &Session, w: &mut W, o: &Value) -> Result<()> {
+    let (meta, spec, st) = (&o["metadata"], &o["spec"], &o["status"]);
+    w.w(0, &format!("Name:\t{}\n", s(&meta["name"])));
+    w.w(0, &format!("Namespace:\t{}\n", s(&meta["namespace"])));
+    w.w(0, &format!("StorageClass:\t{}\n", claim_class(o)));
+    if meta["deletionTimestamp"].is_null() {
+        w.w(0, &format!("Status:\t{}\n", s(&st["phase"])));
+    } else {
+        w.w(
+            0,
+            &format!(
+                "Status:\tTerminating (lasts {})\n",
+                since(&meta["deletionTimestamp"])
+            ),
+        );
+    }
+    w.w(0, &format!("Volume:\t{}\n", s(&spec["volumeName"])));
+    labels(w, "Labels", &meta["labels"]);
+    annotations(w, "Annotations", &meta["annotations"]);
+    w.w(0, &format!("Finalizers:\t{}\n", go_list(&meta["finalizers"])));
+    let bound = !s(&spec["volumeName"]).is_empty();
+    let (capacity, modes) = if bound {
+        (s(&st["capacity"]["storage"]), access_modes(&st["accessModes"]))
+    } else {
+        (String::new(), String::new())
+    };
+    w.w(0, &format!("Capacity:\t{capacity}\n"));
+    w.w(0, &format!("Access Modes:\t{modes}\n"));
+    if !spec["volumeMode"].is_null() {
+        w.w(0, &format!("VolumeMode:\t{}\n", s(&spec["volumeMode"])));
+    }
+    let source = &spec["dataSource"];
+    if !source.is_null() {
+        w.w(0, "DataSource:\n");
+        if !source["apiGroup"].is_null() {
+            w.w(1, &format!("APIGroup:\t{}\n", s(&source["apiGroup"])));
+        }
+        w.w(1, &format!("Kind:\t{}\n", s(&source["kind"])));
+        w.w(1, &format!("Name:\t{}\n", s(&source["name"])));
+    }
+    let ns = s(&meta["namespace"]);
+    let name = s(&meta["name"]);
+    let pods = session
+        .conn
+        .rest
+        .get(&format!("/api/v1/namespaces/{ns}/pods"))
+        .await?;
+    let pods = pods["items"].as_array().cloned().unwrap_or_default();
+    let mut users: Vec<String> = Vec::new();
+    for p in &pods {
+        for v in p["spec"]["volumes"].as_array().into_iter().flatten() {
+            if v["persistentVolumeClaim"]["claimName"] == name.as_str() {
+                users.push(s(&p["metadata"]["name"]));
+            }
+        }
+    }
+    for r in meta["ownerReferences"].as_array().into_iter().flatten() {
+        if r["kind"] != "Pod" {
+            continue;
+        }
+        if let Some(p) = pods.iter().find(|p| p["metadata"]["uid"] == r["uid"]) {
+            let n = s(&p["metadata"]["name"]);
+            if !users.contains(&n) {
+                users.push(n);
+            }
+        }
+    }
+    users.sort();
+    w.w(0, "Used By:\t");
+    if users.is_empty() {
+        w.w(0, "<none>\n");
+    } else {
+        w.w(0, &format!("{}\n", users.join("\n\t")));
+    }
+    if let Some(conds) = st["conditions"].as_array().filter(|c| !c.is_empty()) {
+        w.w(0, "Conditions:\n");
+        w.w(
+            1,
+            "Type\tStatus\tLastProbeTime\tLastTransitionTime\tReason\tMessage\n",
+        );
+        w.w(
+            1,
+            "----\t------\t-----------------\t------------------\t------\t-------\n",
+        );
+        for c in conds {
+            w.w(
+                1,
+                &format!(
+                    "{} \t{} \t{} \t{} \t{} \t{}\n",
+                    s(&c["type"]),
+                    s(&c["status"]),
+                    go_time(&c["lastProbeTime"]),
+                    go_time(&c["lastTransitionTime"]),
+                    s(&c["reason"]),
+                    s(&c["message"])
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A time as Go formats a zero or set metav1.Time with RFC1123Z.
+fn go_time(v: &Value) -> String {
+    if v.is_null() {
+        "Mon, 01 Jan 0001 00:00:00 +0000".into()
+    } else {
+        date(v)
+    }
+}
+
+/// kubectl's describeEndpoints.
+fn endpoints_object(w: &mut W, o: &Value) {
+    header(w, o);
+    w.w(0, "Subsets:\n");
+    for subset in o["subsets"].as_array().into_iter().flatten() {
+        let ips = |key: &str| {
+            let list: Vec<String> = subset[key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| s(&a["ip"]))
+                .collect();
+            if list.is_empty() {
+                "<none>".to_string()
+            } else {
+                list.join(",")
+            }
+        };
+        w.w(1, &format!("Addresses:\t{}\n", ips("addresses")));
+        w.w(1, &format!("NotReadyAddresses:\t{}\n", ips("notReadyAddresses")));
+        if let Some(ports) = subset["ports"].as_array().filter(|p| !p.is_empty()) {
+            w.w(1, "Ports:\n");
+            w.w(2, "Name\tPort\tProtocol\n");
+            w.w(2, "----\t----\t--------\n");
+            for p in ports {
+                let name = p["name"].as_str().filter(|n| !n.is_empty()).unwrap_or("<unset>");
+                w.w(2, &format!("{name}\t{}\t{}\n", s(&p["port"]), s(&p["protocol"])));
+            }
+        }
+        w.w(0, "\n");
+    }
+}
+
+/// kubectl's describeIngressV1: rules with each backend's endpoints.
+async fn ingress(session: &Session, w: &mut W, o: &Value) -> Result<()> {
+    let (meta, spec) = (&o["metadata"], &o["spec"]);
+    let ns = s(&meta["namespace"]);
+    w.w(0, &format!("Name:\t{}\n", s(&meta["name"])));
+    labels(w, "Labels", &meta["labels"]);
+    w.w(0, &format!("Namespace:\t{ns}\n"));
+    let addresses: Vec<String> = o["status"]["loadBalancer"]["ingress"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| {
+            let ip = s(&i["ip"]);
+            if ip.is_empty() {
+                s(&i["hostname"])
+            } else {
+                ip
+            }
+        })
+        .filter(|a| !a.is_empty())
+        .collect::<std::collections::BTreeSet<String>>()
+        .into_iter()
+        .collect();
+    w.w(0, &format!("Address:\t{}\n", addresses.join(",")));
+    let class = spec["ingressClassName"].as_str().unwrap_or("<none>");
+    w.w(0, &format!("Ingress Class:\t{class}\n"));
+    let default = match &spec["defaultBackend"] {
+        Value::Null => "<default>".to_string(),
+        b => ingress_backend(session, &ns, b).await?,
+    };
+    w.w(0, &format!("Default backend:\t{default}\n"));
+    if let Some(tls) = spec["tls"].as_array().filter(|t| !t.is_empty()) {
+        w.w(0, "TLS:\n");
+        for t in tls {
+            let hosts: Vec<String> = t["hosts"].as_array().into_iter().flatten().map(s).collect();
+            match t["secretName"].as_str().filter(|n| !n.is_empty()) {
+                None => w.w(1, &format!("SNI routes {}\n", hosts.join(","))),
+                Some(secret) => w.w(1, &format!("{secret} terminates {}\n", hosts.join(","))),
+            }
+        }
+    }
+    w.w(0, "Rules:\n  Host\tPath\tBackends\n");
+    w.w(1, "----\t----\t--------\n");
+    let mut count = 0;
+    for rule in spec["rules"].as_array().into_iter().flatten() {
+        if rule["http"].is_null() {
+            continue;
+        }
+        count += 1;
+        let host = rule["host"].as_str().filter(|h| !h.is_empty()).unwrap_or("*");
+        w.w(1, &format!("{host}\t\n"));
+        for path in rule["http"]["paths"].as_array().into_iter().flatten() {
+            let backend = ingress_backend(session, &ns, &path["backend"]).await?;
+            w.w(2, &format!("\t{} \t{backend}\n", s(&path["path"])));
+        }
+    }
+    if count == 0 {
+        w.w(1, &format!("*\t*\t{default}\n"));
+    }
+    annotations(w, "Annotations", &meta["annotations"]);
+    Ok(())
+}
+
+/// An ingress backend with its endpoints (kubectl's describeBackendV1).
+async fn ingress_backend(session: &Session, ns: &str, b: &Value) -> Result<String> {
+    if !b["service"].is_null() {
+        let svc = &b["service"];
+        let name = s(&svc["name"]);
+        let number = svc["port"]["number"].as_i64().unwrap_or(0);
+        let port_name = s(&svc["port"]["name"]);
+        let shown = if number != 0 {
+            format!("{name}:{number}")
+        } else {
+            format!("{name}:{port_name}")
+        };
+        let slices = session
+            .conn
+            .rest
+            .get(&format!(
+                "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices?labelSelector={}",
+                encode(&format!("kubernetes.io/service-name={name}"))
+            ))
+            .await;
+        let slices = match slices {
+            Ok(l) => l["items"].as_array().cloned().unwrap_or_default(),
+            Err(Error::Api(e)) => return Ok(format!("{shown} (<error: {}>)", e.message)),
+            Err(e) => return Err(e),
+        };
+        let service = match session
+            .conn
+            .rest
+            .get(&format!("/api/v1/namespaces/{ns}/services/{name}"))
+            .await
+        {
+            Ok(v) => v,
+            Err(Error::Api(e)) => return Ok(format!("{shown} (<error: {}>)", e.message)),
+            Err(e) => return Err(e),
+        };
+        let mut sp_name = String::new();
+        for sp in service["spec"]["ports"].as_array().into_iter().flatten() {
+            if (number != 0 && sp["port"].as_i64() == Some(number))
+                || (!port_name.is_empty() && sp["name"] == port_name.as_str())
+            {
+                sp_name = s(&sp["name"]);
+            }
+        }
+        return Ok(format!("{shown} ({})", endpoints(&slices, &sp_name)));
+    }
+    let r = &b["resource"];
+    if !r.is_null() {
+        let group = r["apiGroup"].as_str().unwrap_or("<none>");
+        return Ok(format!(
+            "APIGroup: {group}, Kind: {}, Name: {}",
+            s(&r["kind"]),
+            s(&r["name"])
+        ));
+    }
+    Ok(String::new())
+}
+
+/// A sum of quantities as Go's `Quantity.String()` prints it: in the format of the first
+/// addend (binary `Ki…Ei` when it had such a suffix), the largest exact suffix.
+#[derive(Clone, Copy, Default)]
+struct Sum {
+    milli: i128,
+    binary: Option<bool>,
+}
+
+impl Sum {
+    fn add(&mut self, q: &str) {
+        let Ok(m) = r8s_api::quantity::parse_milli(q) else {
+            return;
+        };
+        self.milli += m;
+        self.binary.get_or_insert(q.ends_with('i'));
+    }
+
+    fn max(&mut self, other: Sum) {
+        if other.milli > self.milli {
+            *self = other;
+        }
+    }
+
+    fn text(&self) -> String {
+        let m = self.milli;
+        if m == 0 {
+            return "0".into();
+        }
+        if self.binary == Some(true) && m % 1000 == 0 && (m / 1000).abs() >= 1024 {
+            let mut v = m / 1000;
+            let mut i = 0;
+            while i < 6 && v % 1024 == 0 {
+                v /= 1024;
+                i += 1;
+            }
+            return format!("{v}{}", ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][i]);
+        }
+        if m % 1000 != 0 {
+            return format!("{m}m");
+        }
+        let mut v = m / 1000;
+        let mut i = 0;
+        while i < 6 && v % 1000 == 0 {
+            v /= 1000;
+            i += 1;
+        }
+        format!("{v}{}", ["", "k", "M", "G", "T", "P", "E"][i])
+    }
+}
+
+/// A pod's requests or limits by resource (upstream's PodRequests/PodLimits without
+/// pod-level resources): its containers summed, then each init container's taken when
+/// larger (sidecars, which keep running, add to what follows), overhead added (to limits only
+/// where a limit is set).
+fn pod_resources(pod: &Value, key: &str) -> std::collections::BTreeMap<String, Sum> {
+    use std::collections::BTreeMap;
+    let spec = &pod["spec"];
+    let list = |c: &Value| -> Vec<(String, String)> {
+        c["resources"][key]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), s(v))).collect())
+            .unwrap_or_default()
+    };
+    let mut total: BTreeMap<String, Sum> = BTreeMap::new();
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        for (k, v) in list(c) {
+            total.entry(k).or_default().add(&v);
+        }
+    }
+    let mut sidecars: BTreeMap<String, Sum> = BTreeMap::new();
+    let mut init_max: BTreeMap<String, Sum> = BTreeMap::new();
+    for c in spec["initContainers"].as_array().into_iter().flatten() {
+        let mut this: BTreeMap<String, Sum> = sidecars.clone();
+        for (k, v) in list(c) {
+            this.entry(k).or_default().add(&v);
+        }
+        if c["restartPolicy"] == "Always" {
+            for (k, v) in list(c) {
+                sidecars.entry(k).or_default().add(&v);
+            }
+        }
+        for (k, v) in this {
+            init_max.entry(k).or_default().max(v);
+        }
+    }
+    for (k, v) in &sidecars {
+        total.entry(k.clone()).or_default().add(&v.text());
+    }
+    for (k, v) in init_max {
+        total.entry(k).or_default().max(v);
+    }
+    for (k, v) in spec["overhead"].as_object().into_iter().flatten() {
+        if key == "requests" || total.contains_key(k) {
+            total.entry(k.clone()).or_default().add(&s(v));
+        }
+    }
+    total
+}
+
+/// kubectl 1.33's describeNode.
+async fn node(session: &Session, w: &mut W, o: &Value) -> Result<()> {
+    let (meta, spec, st) = (&o["metadata"], &o["spec"], &o["status"]);
+    let name = s(&meta["name"]);
+    w.w(0, &format!("Name:\t{name}\n"));
+    let mut roles: Vec<String> = Vec::new();
+    for (k, v) in sorted(&meta["labels"]) {
+        if let Some(role) = k
+            .strip_prefix("node-role.kubernetes.io/")
+            .filter(|r| !r.is_empty())
+        {
+            roles.push(role.to_string());
+        } else if k == "kubernetes.io/role" && !s(&v).is_empty() {
+            roles.push(s(&v));
+        }
+    }
+    roles.sort();
+    roles.dedup();
+    let roles = if roles.is_empty() {
+        "<none>".to_string()
+    } else {
+        roles.join(",")
+    };
+    w.w(0, &format!("Roles:\t{roles}\n"));
+    labels(w, "Labels", &meta["labels"]);
+    annotations(w, "Annotations", &meta["annotations"]);
+    w.w(
+        0,
+        &format!("CreationTimestamp:\t{}\n", date(&meta["creationTimestamp"])),
+    );
+    let mut taints: Vec<Value> = spec["taints"].as_array().cloned().unwrap_or_default();
+    taints.sort_by_key(|t| format!("{},{}", s(&t["effect"]), s(&t["key"])));
+    w.w(0, "Taints:\t");
+    if taints.is_empty() {
+        w.w(0, "<none>\n");
+    }
+    for (i, t) in taints.iter().enumerate() {
+        if i > 0 {
+            w.w(0, "\t");
+        }
+        let mut text = s(&t["key"]);
+        if !s(&t["value"]).is_empty() {
+            text = format!("{text}={}", s(&t["value"]));
+        }
+        if !s(&t["effect"]).is_empty() {
+            text = format!("{text}:{}", s(&t["effect"]));
+        }
+        w.w(0, &format!("{text}\n"));
+    }
+    w.w(
+        0,
+        &format!(
+            "Unschedulable:\t{}\n",
+            spec["unschedulable"].as_bool().unwrap_or(false)
+        ),
+    );
+    match session
+        .conn
+        .rest
+        .get(&format!(
+            "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+        ))
+        .await
+    {
+        Ok(lease) => {
+            let or_unset = |v: &Value| {
+                if v.is_null() {
+                    "<unset>".to_string()
+                } else {
+                    date(v)
+                }
+            };
+            w.w(0, "Lease:\n");
+            let holder = lease["spec"]["holderIdentity"].as_str().unwrap_or("<unset>");
+            w.w(1, &format!("HolderIdentity:\t{holder}\n"));
+            w.w(
+                1,
+                &format!("AcquireTime:\t{}\n", or_unset(&lease["spec"]["acquireTime"])),
+            );
+            w.w(
+                1,
+                &format!("RenewTime:\t{}\n", or_unset(&lease["spec"]["renewTime"])),
+            );
+        }
+        Err(Error::Api(e)) => w.w(0, &format!("Lease:\tFailed to get lease: {}\n", e.message)),
+        Err(e) => return Err(e),
+    }
+    if let Some(conds) = st["conditions"].as_array().filter(|c| !c.is_empty()) {
+        w.w(
+            0,
+            "Conditions:\n  Type\tStatus\tLastHeartbeatTime\tLastTransitionTime\tReason\tMessage\n",
+        );
+        w.w(
+            1,
+            "----\t------\t-----------------\t------------------\t------\t-------\n",
+        );
+        for c in conds {
+            w.w(
+                1,
+                &format!(
+                    "{} \t{} \t{} \t{} \t{} \t{}\n",
+                    s(&c["type"]),
+                    s(&c["status"]),
+                    go_time(&c["lastHeartbeatTime"]),
+                    go_time(&c["lastTransitionTime"]),
+                    s(&c["reason"]),
+                    s(&c["message"])
+                ),
+            );
+        }
+    }
+    w.w(0, "Addresses:\n");
+    for a in st["addresses"].as_array().into_iter().flatten() {
+        w.w(1, &format!("{}:\t{}\n", s(&a["type"]), s(&a["address"])));
+    }
+    for (title, key) in [("Capacity", "capacity"), ("Allocatable", "allocatable")] {
+        let list = sorted(&st[key]);
+        if !list.is_empty() {
+            w.w(0, &format!("{title}:\n"));
+            for (k, v) in list {
+                w.w(0, &format!("  {k}:\t{}\n", s(&v)));
+            }
+        }
+    }
+    let info = &st["nodeInfo"];
+    w.w(0, "System Info:\n");
+    for (title, key) in [
+        ("Machine ID", "machineID"),
+        ("System UUID", "systemUUID"),
+        ("Boot ID", "bootID"),
+        ("Kernel Version", "kernelVersion"),
+        ("OS Image", "osImage"),
+        ("Operating System", "operatingSystem"),
+        ("Architecture", "architecture"),
+        ("Container Runtime Version", "containerRuntimeVersion"),
+        ("Kubelet Version", "kubeletVersion"),
+        ("Kube-Proxy Version", "kubeProxyVersion"),
+    ] {
+        w.w(0, &format!("  {title}:\t{}\n", s(&info[key])));
+    }
+    if let Some(cidr) = spec["podCIDR"].as_str().filter(|c| !c.is_empty()) {
+        w.w(0, &format!("PodCIDR:\t{cidr}\n"));
+    }
+    if let Some(cidrs) = spec["podCIDRs"].as_array().filter(|c| !c.is_empty()) {
+        let list: Vec<String> = cidrs.iter().map(s).collect();
+        w.w(0, &format!("PodCIDRs:\t{}\n", list.join(",")));
+    }
+    if let Some(id) = spec["providerID"].as_str().filter(|c| !c.is_empty()) {
+        w.w(0, &format!("ProviderID:\t{id}\n"));
+    }
+    let selector = format!("spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed");
+    match session
+        .conn
+        .rest
+        .get(&format!("/api/v1/pods?fieldSelector={}", encode(&selector)))
+        .await
+    {
+        Ok(pods) => node_resources(
+            w,
+            o,
+            pods["items"].as_array().map(Vec::as_slice).unwrap_or_default(),
+        ),
+        Err(Error::Api(e)) if e.code == 403 => w.w(0, "Pods:\tnot authorized\n"),
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
+/// kubectl's describeNodeResource: each pod's requests and limits as shares of the node's
+/// allocatable resources, then their totals.
+fn node_resources(w: &mut W, node: &Value, pods: &[Value]) {
+    let st = &node["status"];
+    let allocatable = if st["allocatable"].as_object().is_some_and(|a| !a.is_empty()) {
+        &st["allocatable"]
+    } else {
+        &st["capacity"]
+    };
+    let alloc = |k: &str| r8s_api::quantity::parse_milli(&s(&allocatable[k])).unwrap_or(0);
+    // kubectl divides milli-values for cpu and whole values (rounded up) for the rest.
+    let share = |k: &str, q: &Sum| -> i64 {
+        let (num, den) = if k == "cpu" {
+            (q.milli, alloc(k))
+        } else {
+            (
+                (q.milli + 999).div_euclid(1000),
+                (alloc(k) + 999).div_euclid(1000),
+            )
+        };
+        if den == 0 {
+            return 0;
+        }
+        (num as f64 / den as f64 * 100.0) as i64
+    };
+    w.w(0, &format!("Non-terminated Pods:\t({} in total)\n", pods.len()));
+    w.w(
+        1,
+        "Namespace\tName\t\tCPU Requests\tCPU Limits\tMemory Requests\tMemory Limits\tAge\n",
+    );
+    w.w(
+        1,
+        "---------\t----\t\t------------\t----------\t---------------\t-------------\t---\n",
+    );
+    let mut reqs: std::collections::BTreeMap<String, Sum> = Default::default();
+    let mut limits: std::collections::BTreeMap<String, Sum> = Default::default();
+    for p in pods {
+        let r = pod_resources(p, "requests");
+        let l = pod_resources(p, "limits");
+        let get =
+            |m: &std::collections::BTreeMap<String, Sum>, k: &str| m.get(k).copied().unwrap_or_default();
+        let (cr, cl, mr, ml) = (
+            get(&r, "cpu"),
+            get(&l, "cpu"),
+            get(&r, "memory"),
+            get(&l, "memory"),
+        );
+        w.w(
+            1,
+            &format!(
+                "{}\t{}\t\t{} ({}%)\t{} ({}%)\t{} ({}%)\t{} ({}%)\t{}\n",
+                s(&p["metadata"]["namespace"]),
+                s(&p["metadata"]["name"]),
+                cr.text(),
+                share("cpu", &cr),
+                cl.text(),
+                share("cpu", &cl),
+                mr.text(),
+                share("memory", &mr),
+                ml.text(),
+                share("memory", &ml),
+                since(&p["metadata"]["creationTimestamp"])
+            ),
+        );
+        for (k, v) in r {
+            reqs.entry(k).or_default().add(&v.text());
+        }
+        for (k, v) in l {
+            limits.entry(k).or_default().add(&v.text());
+        }
+    }
+    w.w(
+        0,
+        "Allocated resources:\n  (Total limits may be over 100 percent, i.e., overcommitted.)\n",
+    );
+    w.w(1, "Resource\tRequests\tLimits\n");
+    w.w(1, "--------\t--------\t------\n");
+    let get = |m: &std::collections::BTreeMap<String, Sum>, k: &str| m.get(k).copied().unwrap_or_default();
+    for k in ["cpu", "memory", "ephemeral-storage"] {
+        let (r, l) = (get(&reqs, k), get(&limits, k));
+        w.w(
+            1,
+            &format!(
+                "{k}\t{} ({}%)\t{} ({}%)\n",
+                r.text(),
+                share(k, &r),
+                l.text(),
+                share(k, &l)
+            ),
+        );
+    }
+    let names: Vec<String> = allocatable
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut huge: Vec<&String> = names.iter().filter(|n| n.starts_with("hugepages-")).collect();
+    huge.sort();
+    for k in huge {
+        let (r, l) = (get(&reqs, k), get(&limits, k));
+        w.w(
+            1,
+            &format!(
+                "{k}\t{} ({}%)\t{} ({}%)\n",
+                r.text(),
+                share(k, &r),
+                l.text(),
+                share(k, &l)
+            ),
+        );
+    }
+    // Extended resources: anything not standard (a domain-prefixed name outside kubernetes.io).
+    let mut ext: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            !n.starts_with("hugepages-")
+                && !["cpu", "memory", "ephemeral-storage", "storage", "pods"].contains(&n.as_str())
+                && !n.starts_with("requests.")
+                && !n.starts_with("limits.")
+        })
+        .collect();
+    ext.sort();
+    for k in ext {
+        w.w(
+            1,
+            &format!("{k}\t{}\t{}\n", get(&reqs, k).text(), get(&limits, k).text()),
+        );
+    }
 }
 
 async fn service(session: &Session, w: &mut W, o: &Value) -> Result<()> {
@@ -1357,30 +2304,39 @@ fn endpoints(slices: &[Value], port_name: &str) -> String {
 /// The object's events, oldest first, as kubectl's DescribeEvents prints them.
 async fn describe_events(session: &Session, w: &mut W, o: &Value, ns: &str) -> Result<()> {
     let meta = &o["metadata"];
-    let mut fields = vec![
-        format!("involvedObject.name={}", s(&meta["name"])),
-        format!("involvedObject.kind={}", s(&o["kind"])),
-        format!("involvedObject.uid={}", s(&meta["uid"])),
-    ];
-    if !ns.is_empty() {
-        fields.push(format!("involvedObject.namespace={ns}"));
+    // A node's events: the kubelet's name the node by its name where a uid belongs, so
+    // kubectl asks twice and shows both.
+    let mut uids = vec![s(&meta["uid"])];
+    if o["kind"] == "Node" {
+        uids.push(s(&meta["name"]));
     }
-    let path = if ns.is_empty() {
-        "/api/v1/events".to_owned()
-    } else {
-        format!("/api/v1/namespaces/{ns}/events")
-    };
-    let list = session
-        .conn
-        .rest
-        .json(
-            Method::GET,
-            &format!("{path}?fieldSelector={}", encode(&fields.join(","))),
-            crate::rest::JSON,
-            None,
-        )
-        .await?;
-    let mut events: Vec<Value> = list["items"].as_array().cloned().unwrap_or_default();
+    let mut events: Vec<Value> = Vec::new();
+    for uid in uids {
+        let mut fields = vec![
+            format!("involvedObject.name={}", s(&meta["name"])),
+            format!("involvedObject.kind={}", s(&o["kind"])),
+            format!("involvedObject.uid={uid}"),
+        ];
+        if !ns.is_empty() {
+            fields.push(format!("involvedObject.namespace={ns}"));
+        }
+        let path = if ns.is_empty() {
+            "/api/v1/events".to_owned()
+        } else {
+            format!("/api/v1/namespaces/{ns}/events")
+        };
+        let list = session
+            .conn
+            .rest
+            .json(
+                Method::GET,
+                &format!("{path}?fieldSelector={}", encode(&fields.join(","))),
+                crate::rest::JSON,
+                None,
+            )
+            .await?;
+        events.extend(list["items"].as_array().cloned().unwrap_or_default());
+    }
     if events.is_empty() {
         w.w(0, "Events:\t<none>\n");
         return Ok(());
@@ -1419,6 +2375,27 @@ async fn describe_events(session: &Session, w: &mut W, o: &Value, ns: &str) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sums_print_as_go_quantities() {
+        let sum = |qs: &[&str]| {
+            let mut s = Sum::default();
+            for q in qs {
+                s.add(q);
+            }
+            s.text()
+        };
+        assert_eq!(sum(&[]), "0");
+        assert_eq!(sum(&["250m", "100m"]), "350m");
+        assert_eq!(sum(&["1", "1"]), "2");
+        assert_eq!(sum(&["500m", "500m"]), "1");
+        assert_eq!(sum(&["1Gi", "512Mi"]), "1536Mi");
+        assert_eq!(sum(&["1Gi", "1Gi"]), "2Gi");
+        assert_eq!(sum(&["128Mi", "100M"]), "234217728");
+        assert_eq!(sum(&["100M", "128Mi"]), "234217728");
+        assert_eq!(sum(&["1000", "1000"]), "2k");
+        assert_eq!(sum(&["512"]), "512");
+    }
 
     #[test]
     fn durations_as_apimachinery_words_them() {

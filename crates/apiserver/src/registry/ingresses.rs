@@ -269,7 +269,8 @@ fn format_hosts(rules: &[Value]) -> String {
 /// The ADDRESS column: the load balancer's addresses, cut to 16 characters in the narrow view
 /// (upstream's `ingressLoadBalancerStatusStringer` with `loadBalancerWidth`).
 fn format_addresses(status: &Value, wide: bool) -> String {
-    let addresses: Vec<&str> = status["loadBalancer"]["ingress"]
+    // A sorted set, as upstream's stringer builds it.
+    let addresses: std::collections::BTreeSet<&str> = status["loadBalancer"]["ingress"]
         .as_array()
         .into_iter()
         .flatten()
@@ -280,7 +281,7 @@ fn format_addresses(status: &Value, wide: bool) -> String {
                 .or(i["hostname"].as_str().filter(|s| !s.is_empty()))
         })
         .collect();
-    let joined = addresses.join(",");
+    let joined = addresses.into_iter().collect::<Vec<_>>().join(",");
     if !wide && joined.len() > 16 {
         format!("{}...", &joined[..13])
     } else {
@@ -566,7 +567,7 @@ mod tests {
         let ing = json!({"metadata": {"name": "web"}, "spec": {
             "rules": [{"host": "a.io"}, {}, {"host": "b.io"}, {"host": "c.io"}, {"host": "d.io"}],
             "tls": [{"hosts": ["a.io"]}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": "192.168.100.101"}, {"hostname": "lb.example.com"}]}}});
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.168.100.101"}, {"hostname": "lb.example.com"}, {"ip": "192.168.100.101"}]}}});
         let cells = Ingresses.cells(&ing);
         assert_eq!(cells[1], "<none>");
         assert_eq!(cells[2], "a.io,b.io,c.io + 2 more...");

@@ -1024,6 +1024,170 @@ fn create_ingress_answers_as_kubectl_does() {
     t.same(&["get", "ingress", "web-T", "-o", "name"]);
 }
 
+/// `describe` with kubectl 1.33's own layouts for nodes (lease, conditions, capacity, pods'
+/// requests and limits as shares of what is allocatable, their totals), jobs, stateful sets,
+/// daemon sets, claims, endpoints and ingresses.
+#[test]
+fn describe_answers_as_kubectl_does() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    let dir = tempfile::tempdir().unwrap();
+    let t = Twins {
+        server: &s,
+        dir: dir.path().to_owned(),
+    };
+    let objects = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: n2
+  labels: {node-role.kubernetes.io/control-plane: "true", kubernetes.io/role: "edge"}
+spec:
+  podCIDR: 10.42.1.0/24
+  podCIDRs: [10.42.1.0/24]
+  taints: [{key: dedicated, value: infra, effect: NoSchedule}, {key: a, effect: NoExecute}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: heavy}
+spec:
+  nodeName: n2
+  tolerations: [{operator: Exists}]
+  initContainers: [{name: i, image: busybox, resources: {requests: {cpu: "1", memory: 2Gi}}}]
+  containers:
+  - {name: a, image: busybox, resources: {requests: {cpu: 250m, memory: 128Mi}, limits: {cpu: 500m, memory: 256Mi}}}
+  - {name: b, image: busybox, resources: {requests: {cpu: 100m, memory: 100M}}}
+  volumes: [{name: d, persistentVolumeClaim: {claimName: c1}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: light, namespace: kube-system}
+spec:
+  nodeName: n2
+  tolerations: [{operator: Exists}]
+  containers:
+  - {name: a, image: busybox, resources: {requests: {cpu: 1, memory: 1Gi, ephemeral-storage: 1Gi}, limits: {memory: 1536Mi}}}
+---
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: n2, namespace: kube-node-lease}
+spec: {holderIdentity: n2, leaseDurationSeconds: 40, renewTime: "2026-11-26T18:00:00.000000Z"}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: c1}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: manual, labels: {x: "z"}}
+subsets:
+- addresses: [{ip: 10.0.0.1}, {ip: 10.0.0.2}]
+  notReadyAddresses: [{ip: 10.0.0.3}]
+  ports: [{port: 80, protocol: TCP}, {name: https, port: 443, protocol: TCP}]
+- addresses: [{ip: 10.0.0.9}]
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, labels: {a: b}}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      nodeSelector: {kubernetes.io/os: linux}
+      containers: [{name: c, image: busybox}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 2
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  updateStrategy: {rollingUpdate: {partition: 1}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: c, image: busybox}]
+  volumeClaimTemplates:
+  - metadata: {name: data, labels: {tier: storage}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 1Gi}}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: idx}
+spec:
+  completions: 3
+  parallelism: 2
+  completionMode: Indexed
+  activeDeadlineSeconds: 100
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: busybox, command: ["true"]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: ing, annotations: {a: b}}
+spec:
+  tls: [{hosts: [foo.com], secretName: cert}, {hosts: [bar.com]}]
+  rules:
+  - host: foo.com
+    http:
+      paths:
+      - {path: /bar, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+      - {path: /x, pathType: Exact, backend: {service: {name: nosvc, port: {name: http}}}}
+"#;
+    s.ok_stdin("1.33", &["apply", "-f", "-"], objects);
+    s.ok(
+        "1.33",
+        &[
+            "patch",
+            "node",
+            "n2",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"capacity":{"cpu":"4","memory":"16323216Ki","pods":"110","ephemeral-storage":"100Gi","hugepages-2Mi":"0","example.com/gpu":"2"},"allocatable":{"cpu":"3800m","memory":"16Gi","pods":"110","ephemeral-storage":"90Gi","hugepages-2Mi":"0","example.com/gpu":"2"},"addresses":[{"type":"InternalIP","address":"10.0.0.5"}],"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"ready","lastHeartbeatTime":"2026-11-26T18:00:00Z","lastTransitionTime":"2026-11-26T17:00:00Z"}],"nodeInfo":{"machineID":"m","systemUUID":"u","bootID":"b","kernelVersion":"6.1","osImage":"Debian","operatingSystem":"linux","architecture":"amd64","containerRuntimeVersion":"containerd://1.6","kubeletVersion":"v1.33.0","kubeProxyVersion":""}}}"#,
+        ],
+    );
+    // Let the controllers make their pods and events first.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let node = t.same(&["describe", "node", "n2"]);
+    // (The comparison sets whitespace aside.)
+    assert!(
+        node.stdout.contains("Roles: control-plane,edge"),
+        "{}",
+        node.stdout
+    );
+    assert!(
+        node.stdout.contains("Non-terminated Pods: (2 in total)"),
+        "{}",
+        node.stdout
+    );
+    for args in [
+        &["describe", "pvc", "c1"][..],
+        &["describe", "endpoints", "manual"],
+        &["describe", "ds", "agent"],
+        &["describe", "sts", "db"],
+        &["describe", "job", "idx"],
+        &["describe", "ing", "ing"],
+    ] {
+        t.same(args);
+    }
+}
+
 /// The binary invoked as `kubectl` is kubectl; `version` names what it follows.
 #[test]
 fn r8s_binary_answers_as_kubectl() {
