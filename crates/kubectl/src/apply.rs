@@ -117,7 +117,7 @@ pub async fn run(session: &Session, a: ApplyArgs) -> Result<i32> {
         let result = if a.server_side {
             server_side(session, m.object, &a, dry).await
         } else {
-            client_side(session, m.object, &a, dry).await
+            client_side(session, m.object, &a, dry, &source).await
         };
         match result {
             Ok((r, obj, verb)) => {
@@ -132,7 +132,13 @@ pub async fn run(session: &Session, a: ApplyArgs) -> Result<i32> {
                 print_result(&r, &obj, &output, verb, dry)
             }
             Err(Error::Api(e)) => {
-                eprintln!("{}", e.when("applying", &source).display());
+                // A create says so already ("error when creating"); other writes are applies.
+                let e = if e.message.starts_with("error when ") {
+                    e
+                } else {
+                    e.when("applying", &source)
+                };
+                eprintln!("{}", e.display());
                 failed = true;
             }
             Err(e) => return Err(e),
@@ -242,7 +248,13 @@ impl Pruner<'_> {
 
 type Applied = (crate::discovery::Resource, Value, &'static str);
 
-async fn client_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryRun) -> Result<Applied> {
+async fn client_side(
+    session: &Session,
+    mut obj: Value,
+    a: &ApplyArgs,
+    dry: DryRun,
+    source: &str,
+) -> Result<Applied> {
     let r = resource_of(session, &obj).await?;
     let ns = target_namespace(session, &r, &mut obj)?;
     if let Some(ns) = &ns {
@@ -264,7 +276,11 @@ async fn client_side(session: &Session, mut obj: Value, a: &ApplyArgs, dry: DryR
     let current = match session.conn.rest.get(&path).await {
         Ok(c) => c,
         Err(Error::Api(e)) if e.is_not_found() => {
-            let created = post(session, &r, ns.as_deref(), modified, manager, dry).await?;
+            let created = match post(session, &r, ns.as_deref(), modified, manager, dry).await {
+                Ok(c) => c,
+                Err(Error::Api(e)) => return Err(Error::Api(e.when("creating", source))),
+                Err(e) => return Err(e),
+            };
             return Ok((r, created, "created"));
         }
         Err(e) => return Err(e),
@@ -545,7 +561,10 @@ pub async fn edit(session: &Session, a: EditArgs) -> Result<i32> {
                 continue;
             }
             let patch = two_way(&original, &changed);
-            let uri = format!("{path}?fieldManager=kubectl-edit&fieldValidation=Strict");
+            let uri = format!(
+                "{path}?{}",
+                crate::create::write_query("kubectl-edit", DryRun::None)
+            );
             session
                 .conn
                 .rest

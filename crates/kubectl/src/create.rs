@@ -36,6 +36,17 @@ pub(crate) struct Common {
     /// Name of the manager used to track field ownership.
     #[arg(long, global = true)]
     pub field_manager: Option<String>,
+    /// Must be one of: strict (or true), warn, ignore (or false). Unknown or duplicate fields
+    /// are refused, warned of, or dropped by the server (its field validation).
+    #[arg(long, global = true, num_args = 0..=1, default_missing_value = "strict")]
+    pub validate: Option<String>,
+}
+
+/// The field validation writes ask the server for (`--validate`), set once per run.
+static FIELD_VALIDATION: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+fn field_validation() -> &'static str {
+    FIELD_VALIDATION.get().copied().unwrap_or("Strict")
 }
 
 #[derive(clap::Subcommand)]
@@ -126,7 +137,20 @@ pub(crate) enum DryRun {
 }
 
 impl Common {
+    /// The dry-run mode; also takes `--validate` in (every writing command asks for its
+    /// dry-run mode before it writes).
     pub fn dry_run(&self) -> Result<DryRun> {
+        let validation = match self.validate.as_deref() {
+            None | Some("strict") | Some("true") => "Strict",
+            Some("warn") => "Warn",
+            Some("ignore") | Some("false") => "Ignore",
+            Some(other) => {
+                return Err(msg(format!(
+                    "invalid - validate option {other:?}; must be one of: strict (or true), warn, ignore (or false)"
+                )))
+            }
+        };
+        let _ = FIELD_VALIDATION.set(validation);
         match self.dry_run.as_deref() {
             None | Some("none") => Ok(DryRun::None),
             Some("client") => Ok(DryRun::Client),
@@ -241,8 +265,9 @@ pub(crate) async fn resource_of(session: &Session, obj: &Value) -> Result<Resour
 /// `dryRun=All` for a server dry run.
 pub(crate) fn write_query(manager: &str, dry: DryRun) -> String {
     let mut q = format!(
-        "fieldManager={}&fieldValidation=Strict",
-        crate::get::encode(manager)
+        "fieldManager={}&fieldValidation={}",
+        crate::get::encode(manager),
+        field_validation()
     );
     if dry == DryRun::Server {
         q.push_str("&dryRun=All");

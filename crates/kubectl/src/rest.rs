@@ -80,6 +80,11 @@ impl Rest {
             .await
             .map_err(|e| self.connection_error(e))?;
         let code = resp.status().as_u16();
+        for w in resp.headers().get_all("warning") {
+            if let Some(text) = w.to_str().ok().and_then(warning_text) {
+                warn_once(&text);
+            }
+        }
         let bytes = resp
             .into_body()
             .collect()
@@ -130,5 +135,49 @@ impl Rest {
         } else {
             Error::Raw(format!("Unable to connect to the server: {text}"))
         }
+    }
+}
+
+/// The text of a `Warning: 299 - "text"` response header (RFC 7234 warn-code, agent and a
+/// quoted text); other codes are not the API server's and are left out, as client-go does.
+pub(crate) fn warning_text(header: &str) -> Option<String> {
+    let rest = header.strip_prefix("299 ")?;
+    let (_agent, quoted) = rest.split_once(' ')?;
+    let quoted = quoted.trim_start().strip_prefix('"')?;
+    let mut out = String::new();
+    let mut chars = quoted.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push(chars.next()?),
+            '"' => return Some(out),
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// Print a server warning as kubectl does (`Warning: …` on stderr), each text once a run.
+fn warn_once(text: &str) {
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if seen.iter().any(|t| t == text) {
+        return;
+    }
+    seen.push(text.to_string());
+    eprintln!("Warning: {text}");
+}
+
+#[cfg(test)]
+mod warning_tests {
+    use super::warning_text;
+
+    #[test]
+    fn warning_headers_are_unquoted() {
+        assert_eq!(
+            warning_text(r#"299 - "unknown field \"foo\"""#).as_deref(),
+            Some(r#"unknown field "foo""#)
+        );
+        assert_eq!(warning_text("199 - \"misc\"").as_deref(), None);
+        assert_eq!(warning_text("299 - unquoted"), None);
     }
 }

@@ -1188,6 +1188,38 @@ spec:
     }
 }
 
+/// `--validate`: the server's field validation asked for (strict by default, warn, ignore),
+/// its warnings printed as kubectl prints them, and the flag's refusal.
+#[test]
+fn validate_answers_as_kubectl_does() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    let dir = tempfile::tempdir().unwrap();
+    let t = Twins {
+        server: &s,
+        dir: dir.path().to_owned(),
+    };
+    let cm = |name: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\nfoo: bar\ndata:\n  a: b\n")
+    };
+    let strict = t.same_stdin(&["create", "-f", "-"], Some(&cm("v1-T")));
+    assert!(
+        strict
+            .stderr
+            .contains("strict decoding error: unknown field \"foo\""),
+        "{}",
+        strict.stderr
+    );
+    let warned = t.same_stdin(&["create", "-f", "-", "--validate=warn"], Some(&cm("v2-T")));
+    assert_eq!(warned.stderr, "Warning: unknown field \"foo\"\n");
+    t.same_stdin(&["create", "-f", "-", "--validate=false"], Some(&cm("v3-T")));
+    t.same_stdin(&["apply", "-f", "-"], Some(&cm("v4-T")));
+    t.same_stdin(&["apply", "-f", "-", "--validate=warn"], Some(&cm("v4-T")));
+    t.same_stdin(&["apply", "-f", "-", "--validate=warn"], Some(&cm("v4-T")));
+    t.same_stdin(&["replace", "-f", "-", "--validate=ignore"], Some(&cm("v4-T")));
+    t.same_stdin(&["create", "-f", "-", "--validate=bogus"], Some(&cm("v5-T")));
+}
+
 /// The binary invoked as `kubectl` is kubectl; `version` names what it follows.
 #[test]
 fn r8s_binary_answers_as_kubectl() {
