@@ -310,6 +310,19 @@ pub async fn connect(flags: &Flags, config: &Value) -> Result<Connection> {
             cfg.connect_timeout = Some(d);
         }
     }
+    // Proxies as Go's client has them: the cluster's proxy-url for everything, else the
+    // environment's (HTTPS_PROXY/HTTP_PROXY by the server's scheme, NO_PROXY, never for
+    // loopback). kube reads the environment its own way; this replaces its choice.
+    cfg.proxy_url = match cluster["proxy-url"].as_str().filter(|p| !p.is_empty()) {
+        Some(p) => Some(
+            p.parse()
+                .map_err(|e| msg(format!("invalid configuration: proxy-url: {e}")))?,
+        ),
+        None => env_proxy(&server, |k| std::env::var(k).ok())
+            .map(|p| p.parse())
+            .transpose()
+            .map_err(|e| msg(format!("invalid proxy address: {e}")))?,
+    };
     let host = server
         .trim_start_matches("https://")
         .trim_start_matches("http://")
@@ -321,6 +334,96 @@ pub async fn connect(flags: &Flags, config: &Value) -> Result<Connection> {
         namespace,
         server,
     })
+}
+
+/// The proxy Go's `http.ProxyFromEnvironment` picks for `server`, read through `env`.
+fn env_proxy(server: &str, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let get = |upper: &str| {
+        env(upper)
+            .or_else(|| env(&upper.to_lowercase()))
+            .filter(|v| !v.is_empty())
+    };
+    let (scheme, rest) = server.split_once("://").unwrap_or(("https", server));
+    let proxy = if scheme == "http" {
+        get("HTTP_PROXY")
+    } else {
+        get("HTTPS_PROXY")
+    }?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (h, p),
+        _ => (authority, ""),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_lowercase();
+    let port = if port.is_empty() {
+        if scheme == "http" {
+            "80"
+        } else {
+            "443"
+        }
+    } else {
+        port
+    };
+    if host == "localhost" {
+        return None;
+    }
+    let ip = host.parse::<std::net::IpAddr>().ok();
+    if ip.is_some_and(|ip| ip.is_loopback()) {
+        return None;
+    }
+    if let Some(no_proxy) = get("NO_PROXY") {
+        for entry in no_proxy.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            if entry == "*" {
+                return None;
+            }
+            if let Some((net, bits)) = entry.split_once('/') {
+                if let (Some(ip), Ok(net), Ok(bits)) =
+                    (ip, net.parse::<std::net::IpAddr>(), bits.parse::<u32>())
+                {
+                    if in_cidr(ip, net, bits) {
+                        return None;
+                    }
+                }
+                continue;
+            }
+            if let Ok(e) = entry.parse::<std::net::IpAddr>() {
+                if ip == Some(e) {
+                    return None;
+                }
+                continue;
+            }
+            let (name, want_port) = match entry.rsplit_once(':') {
+                Some((n, p)) => (n, Some(p)),
+                None => (entry, None),
+            };
+            if want_port.is_some_and(|p| p != port) {
+                continue;
+            }
+            let name = name.to_lowercase();
+            let bare = name.trim_start_matches('*').trim_start_matches('.');
+            if host == bare || host.ends_with(&format!(".{bare}")) {
+                return None;
+            }
+        }
+    }
+    Some(if proxy.contains("://") {
+        proxy
+    } else {
+        format!("http://{proxy}")
+    })
+}
+
+fn in_cidr(ip: std::net::IpAddr, net: std::net::IpAddr, bits: u32) -> bool {
+    let (a, b, len): (u128, u128, u32) = match (ip, net) {
+        (std::net::IpAddr::V4(a), std::net::IpAddr::V4(b)) => (u32::from(a).into(), u32::from(b).into(), 32),
+        (std::net::IpAddr::V6(a), std::net::IpAddr::V6(b)) => (a.into(), b.into(), 128),
+        _ => return false,
+    };
+    if bits > len {
+        return false;
+    }
+    let shift = len - bits;
+    shift >= len || (a >> shift) == (b >> shift)
 }
 
 /// `--request-timeout`: "0" (none), a bare number of seconds, or a duration like "5s", "1m".
@@ -356,6 +459,53 @@ pub fn cache_dir(flags: &Flags) -> PathBuf {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn proxies_come_from_the_environment_as_go_reads_it() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        let p = env(&[
+            ("HTTPS_PROXY", "proxy:3128"),
+            (
+                "NO_PROXY",
+                "internal.example,.corp,10.0.0.0/8,192.168.1.5,*.svc:8443",
+            ),
+        ]);
+        assert_eq!(
+            env_proxy("https://api.example.com:6443", p).as_deref(),
+            Some("http://proxy:3128")
+        );
+        // Never for loopback, nor what NO_PROXY names (domains with subdomains, CIDRs, IPs, ports).
+        for server in [
+            "https://127.0.0.1:6443",
+            "https://localhost:6443",
+            "https://[::1]:6443",
+            "https://internal.example",
+            "https://api.internal.example",
+            "https://a.corp:6443",
+            "https://10.1.2.3:6443",
+            "https://192.168.1.5",
+            "https://k.svc:8443",
+        ] {
+            assert_eq!(env_proxy(server, p), None, "{server}");
+        }
+        assert_eq!(
+            env_proxy("https://k.svc:6443", p).as_deref(),
+            Some("http://proxy:3128")
+        );
+        // The scheme picks the variable; lower case is read too.
+        let lower = env(&[("http_proxy", "socks5://s:1080")]);
+        assert_eq!(
+            env_proxy("http://api:8080", lower).as_deref(),
+            Some("socks5://s:1080")
+        );
+        assert_eq!(env_proxy("https://api:6443", lower), None);
+        assert_eq!(
+            env_proxy("https://api", env(&[("HTTPS_PROXY", "p:1"), ("NO_PROXY", "*")])),
+            None
+        );
+    }
 
     #[test]
     fn the_first_to_set_a_value_wins() {

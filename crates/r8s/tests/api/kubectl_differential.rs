@@ -1220,6 +1220,106 @@ fn validate_answers_as_kubectl_does() {
     t.same_stdin(&["create", "-f", "-", "--validate=bogus"], Some(&cm("v5-T")));
 }
 
+/// A CONNECT proxy on loopback for one test: counts the tunnels it opens (only to loopback).
+fn connect_proxy() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(client.try_clone().unwrap());
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let target = line.split_whitespace().nth(1).unwrap_or_default().to_string();
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                        break;
+                    }
+                }
+                if !line.starts_with("CONNECT ") || !target.starts_with("127.0.0.1:") {
+                    return;
+                }
+                let Ok(upstream) = TcpStream::connect(&target) else {
+                    return;
+                };
+                seen.fetch_add(1, Ordering::SeqCst);
+                let mut client = client;
+                client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .unwrap();
+                let (mut up_r, mut up_w) = (upstream.try_clone().unwrap(), upstream);
+                let mut down_w = client.try_clone().unwrap();
+                let t = std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut up_r, &mut down_w);
+                });
+                let _ = std::io::copy(&mut reader, &mut up_w);
+                let _ = up_w.shutdown(std::net::Shutdown::Write);
+                let _ = t.join();
+            });
+        }
+    });
+    (port, count)
+}
+
+/// Proxies as kubectl takes them: a cluster's `proxy-url` carries every request; the
+/// environment's HTTPS_PROXY is never used for a loopback server (Go's rule).
+#[test]
+fn proxies_are_used_as_kubectl_uses_them() {
+    use std::sync::atomic::Ordering;
+    let s = Server::start();
+    let dir = tempfile::tempdir().unwrap();
+    let t = Twins {
+        server: &s,
+        dir: dir.path().to_owned(),
+    };
+    let (port, count) = connect_proxy();
+    let proxy = format!("http://127.0.0.1:{port}");
+    // The environment's proxy: not for 127.0.0.1.
+    let go = t.run_env(
+        false,
+        &["get", "ns", "default", "-o", "name"],
+        None,
+        &[("HTTPS_PROXY", &proxy)],
+    );
+    let ours = t.run_env(
+        true,
+        &["get", "ns", "default", "-o", "name"],
+        None,
+        &[("HTTPS_PROXY", &proxy)],
+    );
+    assert_eq!(ours, go);
+    assert_eq!(ours.code, 0, "{ours:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+    // The kubeconfig's proxy-url: through the proxy, for both.
+    let mut kc: serde_json::Value =
+        serde_json::from_str(&s.ok("1.33", &["config", "view", "--raw", "-o", "json"])).unwrap();
+    kc["clusters"][0]["cluster"]["proxy-url"] = serde_json::json!(proxy);
+    let path = dir.path().join("proxied.kubeconfig");
+    std::fs::write(&path, kc.to_string()).unwrap();
+    let path = path.to_str().unwrap();
+    for ours in [false, true] {
+        let before = count.load(Ordering::SeqCst);
+        let run = t.run(
+            ours,
+            &["--kubeconfig", path, "get", "ns", "default", "-o", "name"],
+            None,
+        );
+        assert_eq!(run.code, 0, "{run:?}");
+        assert_eq!(run.stdout, "namespace/default\n");
+        assert!(
+            count.load(Ordering::SeqCst) > before,
+            "ours={ours}: no tunnel through the proxy"
+        );
+    }
+}
+
 /// The binary invoked as `kubectl` is kubectl; `version` names what it follows.
 #[test]
 fn r8s_binary_answers_as_kubectl() {
