@@ -214,6 +214,21 @@ pub struct Connection {
 }
 
 /// The client for `flags` over the merged kubeconfig, as kubectl resolves it.
+/// The user the command runs as: `--user`, else the current context's.
+pub fn current_user(flags: &Flags, config: &Value) -> String {
+    let context_name = flags
+        .context
+        .clone()
+        .or_else(|| config["current-context"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let context = named(config, "contexts", &context_name).map(|c| &c["context"]);
+    flags
+        .user
+        .clone()
+        .or_else(|| context.and_then(|c| c["user"].as_str().map(str::to_owned)))
+        .unwrap_or_default()
+}
+
 pub async fn connect(flags: &Flags, config: &Value) -> Result<Connection> {
     let context_name = flags
         .context

@@ -76,7 +76,7 @@ fn destination(flags: &Flags) -> PathBuf {
         .join("config")
 }
 
-fn read(path: &PathBuf) -> Result<Value> {
+pub(crate) fn read(path: &PathBuf) -> Result<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut doc: Value = if text.trim().is_empty() {
         json!({})
@@ -91,7 +91,7 @@ fn read(path: &PathBuf) -> Result<Value> {
 }
 
 /// kubectl's full form of a kubeconfig.
-fn write(path: &PathBuf, doc: &mut Value) -> Result<()> {
+pub(crate) fn write(path: &PathBuf, doc: &mut Value) -> Result<()> {
     crate::config::typed_form(doc);
     let m = doc.as_object_mut().expect("an object");
     m.entry("apiVersion").or_insert(json!("v1"));

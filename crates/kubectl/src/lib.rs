@@ -21,6 +21,7 @@ mod info;
 mod kubeconfig_edit;
 mod manifest;
 mod modify;
+mod oidc;
 mod run;
 mod top;
 
@@ -230,7 +231,9 @@ pub(crate) struct Session {
 impl Session {
     async fn open(flags: &config::Flags) -> Result<Session> {
         let files = config::files(flags)?;
-        let merged = config::load(&files)?;
+        let mut merged = config::load(&files)?;
+        let user = config::current_user(flags, &merged);
+        oidc::refresh(&files, &user, &mut merged).await?;
         let conn = config::connect(flags, &merged).await?;
         Ok(Session {
             conn,

@@ -671,37 +671,82 @@ fn kubelets_reach_only_their_own_pods_objects_and_node() {
         .success());
 }
 
-/// OIDC ID tokens from an issuer on loopback authenticate users; an authorization webhook on
-/// loopback allows and denies with its reason.
-#[test]
-fn oidc_tokens_and_an_authorization_webhook() {
-    use std::sync::{Arc, Mutex};
-    use support::https::HttpsServer;
+/// An id-token for alice from `issuer`, for `aud`, good for `secs` (negative: expired).
+fn id_token(key: &rcgen::KeyPair, issuer: &str, aud: &str, secs: i64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let claims = serde_json::json!({"iss": issuer, "aud": aud, "sub": "u-1", "email": "alice@example.com",
+                                    "email_verified": true, "groups": ["dev"], "iat": now, "exp": now + secs});
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+    header.kid = Some("k1".into());
+    jsonwebtoken::encode(
+        &header,
+        &claims,
+        &jsonwebtoken::EncodingKey::from_ec_pem(key.serialize_pem().as_bytes()).unwrap(),
+    )
+    .unwrap()
+}
 
-    // The issuer: discovery and its keys.
-    let key = rcgen::KeyPair::generate().unwrap();
+/// An OIDC issuer on loopback signing with `key`: discovery, keys and, when `refresh` is
+/// given, a token endpoint that trades that refresh token for a fresh id-token and the
+/// refresh token "rotated" (each request's form is recorded in `refresh`'s log).
+fn oidc_issuer(
+    key: &rcgen::KeyPair,
+    refresh: Option<(String, std::sync::Arc<std::sync::Mutex<Vec<String>>>)>,
+) -> (support::https::HttpsServer, String) {
+    use std::sync::{Arc, Mutex};
     let raw = key.public_key_raw().to_vec();
     let b64 = |b: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, b);
     let jwk = serde_json::json!({"kty": "EC", "crv": "P-256", "kid": "k1", "use": "sig", "alg": "ES256",
                                  "x": b64(&raw[1..33]), "y": b64(&raw[33..65])});
     let issuer_url = Arc::new(Mutex::new(String::new()));
     let url_in = issuer_url.clone();
-    let issuer = HttpsServer::start(Arc::new(move |path: String, _body: serde_json::Value| {
-        let url = url_in.lock().unwrap().clone();
-        let jwk = jwk.clone();
-        Box::pin(async move {
-            match path.as_str() {
-                "/.well-known/openid-configuration" => {
-                    serde_json::json!({"issuer": url, "jwks_uri": format!("{url}/jwks")})
+    let pem = key.serialize_pem();
+    let issuer = support::https::HttpsServer::start(Arc::new(
+        move |path: String, body: serde_json::Value| {
+            let url = url_in.lock().unwrap().clone();
+            let jwk = jwk.clone();
+            let refresh = refresh.clone();
+            let key = rcgen::KeyPair::from_pem(&pem).unwrap();
+            Box::pin(async move {
+                match path.as_str() {
+                    "/.well-known/openid-configuration" => {
+                        serde_json::json!({"issuer": url, "jwks_uri": format!("{url}/jwks"), "token_endpoint": format!("{url}/token")})
+                    }
+                    "/jwks" => serde_json::json!({"keys": [jwk]}),
+                    "/token" => match refresh {
+                        Some((want, log)) => {
+                            let form = body.as_str().unwrap_or_default().to_string();
+                            log.lock().unwrap().push(form.clone());
+                            if form.contains(&format!("refresh_token={want}")) {
+                                serde_json::json!({"access_token": "at", "id_token": id_token(&key, &url, "r8s", 600), "refresh_token": "rotated", "token_type": "Bearer"})
+                            } else {
+                                serde_json::json!({"error": "invalid_grant"})
+                            }
+                        }
+                        None => serde_json::Value::Null,
+                    },
+                    _ => serde_json::Value::Null,
                 }
-                "/jwks" => serde_json::json!({"keys": [jwk]}),
-                _ => serde_json::Value::Null,
-            }
-        })
-    }));
+            })
+        },
+    ));
     *issuer_url.lock().unwrap() = format!("https://{}", issuer.addr);
-    let issuer_url = issuer_url.lock().unwrap().clone();
+    let url = issuer_url.lock().unwrap().clone();
+    (issuer, url)
+}
 
+/// OIDC ID tokens from an issuer on loopback authenticate users; an authorization webhook on
+/// loopback allows and denies with its reason.
+#[test]
+fn oidc_tokens_and_an_authorization_webhook() {
+    use std::sync::Arc;
+    use support::https::HttpsServer;
+
+    let key = rcgen::KeyPair::generate().unwrap();
+    let (issuer, issuer_url) = oidc_issuer(&key, None);
     // The authorization webhook: jane may read configmaps, never secrets.
     let authz = HttpsServer::start(Arc::new(|_path: String, review: serde_json::Value| {
         Box::pin(async move {
@@ -765,22 +810,7 @@ fn oidc_tokens_and_an_authorization_webhook() {
         ],
     );
 
-    let id_token = |aud: &str| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        let claims = serde_json::json!({"iss": issuer_url, "aud": aud, "sub": "u-1", "email": "alice@example.com",
-                                        "email_verified": true, "groups": ["dev"], "iat": now, "exp": now + 600});
-        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
-        header.kid = Some("k1".into());
-        jsonwebtoken::encode(
-            &header,
-            &claims,
-            &jsonwebtoken::EncodingKey::from_ec_pem(key.serialize_pem().as_bytes()).unwrap(),
-        )
-        .unwrap()
-    };
+    let id_token = |aud: &str| id_token(&key, &issuer_url, aud, 600);
     let who = as_token(&s, &id_token("r8s"), &["auth", "whoami", "-o", "json"]);
     assert!(who.status.success(), "{}\n{}", stderr(&who), s.log());
     let who: serde_json::Value = serde_json::from_slice(&who.stdout).unwrap();
@@ -801,6 +831,88 @@ fn oidc_tokens_and_an_authorization_webhook() {
         stderr(&out)
     );
     assert!(!as_token(&s, "janetoken", &["get", "pods"]).status.success());
+}
+
+/// kubectl's oidc auth provider: an expired id-token is refreshed at the issuer's token
+/// endpoint with the refresh token, and both new tokens are written back into the kubeconfig
+/// (the rotated refresh token must survive the run) — by r8s kubectl as by kubectl 1.33.
+#[test]
+fn oidc_tokens_are_refreshed_and_written_back() {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (issuer, issuer_url) = oidc_issuer(&key, Some(("r1".into(), log.clone())));
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("issuer-ca.pem");
+    std::fs::write(&ca_file, &issuer.ca_pem).unwrap();
+    let ca_file = ca_file.to_str().unwrap().to_owned();
+    let s = Server::start_in(
+        tempfile::tempdir().unwrap(),
+        &[
+            "--disable-agent",
+            "--oidc-issuer-url",
+            &issuer_url,
+            "--oidc-client-id",
+            "r8s",
+            "--oidc-username-claim",
+            "email",
+            "--oidc-ca-file",
+            &ca_file,
+        ],
+    );
+    let admin: serde_json::Value =
+        serde_json::from_str(&s.ok("1.33", &["config", "view", "--raw", "-o", "json"])).unwrap();
+    let expired = id_token(&key, &issuer_url, "r8s", -60);
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": admin["clusters"],
+        "users": [{"name": "alice", "user": {"auth-provider": {"name": "oidc", "config": {
+            "idp-issuer-url": issuer_url, "client-id": "r8s", "client-secret": "s3cret",
+            "id-token": expired, "refresh-token": "r1",
+            "idp-certificate-authority-data": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &issuer.ca_pem),
+        }}}}],
+        "contexts": [{"name": "alice", "context": {"cluster": admin["clusters"][0]["name"], "user": "alice"}}],
+        "current-context": "alice",
+    });
+    for ours in [true, false] {
+        let path = dir.path().join(format!("alice-{ours}.kubeconfig"));
+        std::fs::write(&path, kubeconfig.to_string()).unwrap();
+        let mut cmd = if ours {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_r8s"));
+            c.arg("kubectl");
+            c
+        } else {
+            Command::new(kubectl_binary("1.33"))
+        };
+        let out = cmd
+            .arg("--kubeconfig")
+            .arg(&path)
+            .args(["auth", "whoami", "-o", "json"])
+            .env("HOME", dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ours={ours}: {}", stderr(&out));
+        let who: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(
+            who["status"]["userInfo"]["username"], "alice@example.com",
+            "ours={ours}"
+        );
+        let written = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            written.contains("refresh-token: rotated"),
+            "ours={ours}:\n{written}"
+        );
+        assert!(
+            !written.contains(&expired),
+            "ours={ours}: the expired token stayed:\n{written}"
+        );
+    }
+    let log = log.lock().unwrap();
+    assert!(
+        log.iter()
+            .all(|f| f.contains("grant_type=refresh_token") && f.contains("refresh_token=r1")),
+        "{log:?}"
+    );
+    assert!(log.len() >= 2, "{log:?}");
 }
 
 /// The reference document's Initializers stage behind its feature gate: a new pod waits,

@@ -15,7 +15,8 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
-/// What the server answers: from the request's path and JSON body (null if none), a JSON body.
+/// What the server answers: from the request's path and JSON body (null if none; other text
+/// as a string), a JSON body.
 pub type Handler = Arc<dyn Fn(String, Value) -> Pin<Box<dyn Future<Output = Value> + Send>> + Send + Sync>;
 
 pub struct HttpsServer {
@@ -85,7 +86,13 @@ impl HttpsServer {
                                 .await
                                 .map(|b| b.to_bytes())
                                 .unwrap_or_default();
-                            let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                            // JSON bodies parsed; any other text (a form) as a string.
+                            let request: Value = serde_json::from_slice(&body).unwrap_or_else(|_| {
+                                match std::str::from_utf8(&body) {
+                                    Ok(t) if !t.is_empty() => Value::String(t.to_owned()),
+                                    _ => Value::Null,
+                                }
+                            });
                             let answer = handler(path, request).await;
                             Ok::<_, Infallible>(
                                 Response::builder()
