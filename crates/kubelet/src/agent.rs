@@ -72,6 +72,9 @@ pub struct AgentOptions {
     /// `<data-dir>/agent`.
     pub dir: PathBuf,
     pub node_ip: String,
+    /// The node's address of the other family on a dual-stack node (`--node-ip v4,v6`):
+    /// a second InternalIP and a second entry of every pod's `status.hostIPs`.
+    pub secondary_node_ip: Option<String>,
     /// The node's ExternalIP, if it has one.
     pub node_external_ip: Option<String>,
     pub cluster_dns: Vec<String>,
@@ -165,6 +168,7 @@ impl AgentOptions {
             node_name: host_name().to_lowercase(),
             dir,
             node_ip: default_ip(),
+            secondary_node_ip: None,
             node_external_ip: None,
             cluster_dns: vec!["10.43.0.10".into()],
             cluster_domain: "cluster.local".into(),
@@ -1672,7 +1676,10 @@ impl Agent {
         let status = json!({"status": {
             "phase": phase,
             "hostIP": self.opts.node_ip,
-            "hostIPs": [{"ip": self.opts.node_ip}],
+            "hostIPs": std::iter::once(&self.opts.node_ip)
+                .chain(self.opts.secondary_node_ip.as_ref())
+                .map(|ip| json!({"ip": ip}))
+                .collect::<Vec<_>>(),
             "podIP": pod_ips.first(),
             "podIPs": if pod_ips.is_empty() { None } else { Some(pod_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect::<Vec<_>>()) },
             "startTime": old.start_time.clone().unwrap_or_else(now),

@@ -89,7 +89,9 @@ struct AgentArgs {
     #[arg(long)]
     node_name: Option<String>,
 
-    /// This node's address (default: the address of the default route's interface).
+    /// This node's address (default: the address of the default route's interface); on a
+    /// dual-stack node, one of each family separated by a comma (`10.0.0.5,fd00::5`), the
+    /// first the primary.
     #[arg(long)]
     node_ip: Option<String>,
 
@@ -167,7 +169,9 @@ impl AgentArgs {
             o.node_name = n.clone();
         }
         if let Some(ip) = &self.node_ip {
-            o.node_ip = ip.clone();
+            let (primary, secondary) = parse_node_ips(ip)?;
+            o.node_ip = primary;
+            o.secondary_node_ip = secondary;
         }
         o.node_external_ip = self.node_external_ip.clone();
         o.cluster_dns = vec![self.cluster_dns.clone()];
@@ -199,7 +203,13 @@ impl AgentArgs {
         if self.flannel_backend == Backend::None {
             return Ok(None);
         }
-        let ip: std::net::Ipv4Addr = match opts.node_ip.parse() {
+        // The overlay rides IPv4: the node's IPv4 address, primary or not.
+        let v4 = std::iter::once(&opts.node_ip)
+            .chain(opts.secondary_node_ip.as_ref())
+            .find(|ip| ip.parse::<std::net::Ipv4Addr>().is_ok())
+            .cloned()
+            .unwrap_or_else(|| opts.node_ip.clone());
+        let ip: std::net::Ipv4Addr = match v4.parse() {
             Ok(ip) => ip,
             Err(_) => {
                 tracing::warn!(node_ip = %opts.node_ip, "overlay: the node's address is not IPv4; no overlay");
@@ -718,6 +728,27 @@ const ADMISSION_PLUGINS: &[(&str, bool)] = &[
     ("ValidatingAdmissionWebhook", true),
 ];
 
+/// `--node-ip`: one address, or a dual-stack pair (one of each family), as the kubelet's
+/// `ParseNodeIPArgument` takes it.
+fn parse_node_ips(arg: &str) -> anyhow::Result<(String, Option<String>)> {
+    let ips: Vec<std::net::IpAddr> = arg
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--node-ip: could not parse {s:?}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    match ips.as_slice() {
+        [one] => Ok((one.to_string(), None)),
+        [a, b] if a.is_ipv4() != b.is_ipv4() => Ok((a.to_string(), Some(b.to_string()))),
+        [_, _] => {
+            anyhow::bail!("--node-ip {arg:?}: a dual-stack pair must have one IPv4 and one IPv6 address")
+        }
+        _ => anyhow::bail!("--node-ip {arg:?}: must contain either a single IP or a dual-stack pair of IPs"),
+    }
+}
+
 /// What `--disable` can turn off.
 const DISABLEABLE: &[&str] = &["coredns", "servicelb"];
 
@@ -1067,7 +1098,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             // route's interface).
             args.agent
                 .node_ip
-                .clone()
+                .as_deref()
+                .and_then(|ips| ips.split(',').next().map(str::to_owned))
                 .unwrap_or_else(r8s_kubelet::agent::default_ip)
                 .parse()
                 .ok()
@@ -1638,6 +1670,27 @@ fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_ips_are_one_or_a_dual_stack_pair() {
+        assert_eq!(parse_node_ips("10.0.0.5").unwrap(), ("10.0.0.5".into(), None));
+        assert_eq!(
+            parse_node_ips("fd00::5,10.0.0.5").unwrap(),
+            ("fd00::5".into(), Some("10.0.0.5".into()))
+        );
+        assert!(parse_node_ips("10.0.0.5,10.0.0.6")
+            .unwrap_err()
+            .to_string()
+            .contains("one IPv4 and one IPv6"));
+        assert!(parse_node_ips("a.b")
+            .unwrap_err()
+            .to_string()
+            .contains("could not parse"));
+        assert!(parse_node_ips("10.0.0.1,::1,10.0.0.2")
+            .unwrap_err()
+            .to_string()
+            .contains("a single IP or a dual-stack pair"));
+    }
 
     #[test]
     fn durations_parse_like_kubernetes_flags() {

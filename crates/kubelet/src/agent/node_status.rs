@@ -111,6 +111,10 @@ impl Agent {
                         type_: "InternalIP".into(),
                         address: self.opts.node_ip.clone(),
                     }),
+                    self.opts.secondary_node_ip.clone().map(|address| NodeAddress {
+                        type_: "InternalIP".into(),
+                        address,
+                    }),
                     self.opts.node_external_ip.clone().map(|address| NodeAddress {
                         type_: "ExternalIP".into(),
                         address,

@@ -76,7 +76,12 @@ fn a_dual_stack_node_routes_and_resolves_both_families() {
         "dual-node",
         "10.215.0.0/16,fd15::/56",
         "r8sds",
-        &["--service-cidr", "10.43.0.0/16,fd43::/112"],
+        &[
+            "--service-cidr",
+            "10.43.0.0/16,fd43::/112",
+            "--node-ip",
+            "127.0.0.1,::1",
+        ],
     );
     let s = &c.s;
     // The guard of each family is there before any Service: both tables, both blackholes.
@@ -118,6 +123,24 @@ fn a_dual_stack_node_routes_and_resolves_both_families() {
         "{ips:?}"
     );
     assert_eq!(web["status"]["podIP"], ips[0].as_str());
+    // A dual-stack node (`--node-ip v4,v6`): an InternalIP of each family, and both as the
+    // pods' hostIPs, the primary first.
+    assert_eq!(web["status"]["hostIP"], "127.0.0.1");
+    assert_eq!(
+        web["status"]["hostIPs"],
+        serde_json::json!([{"ip": "127.0.0.1"}, {"ip": "::1"}])
+    );
+    let internal = s.ok(
+        V,
+        &[
+            "get",
+            "node",
+            "dual-node",
+            "-o",
+            "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
+        ],
+    );
+    assert_eq!(internal, "127.0.0.1 ::1");
     // The host reaches the pod on its IPv6 address.
     assert_eq!(curl(&format!("http://[{}]:8080/", ips[1])), "web-1");
 
