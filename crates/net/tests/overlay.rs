@@ -37,9 +37,15 @@ impl Node {
         Ipv6Addr::from(u128::from(self.subnet6.0) + 2)
     }
 
+    /// The node's IPv6 underlay address (fd77::1 and ::2 beside 192.168.77.1 and .2).
+    fn ip6(&self) -> Ipv6Addr {
+        Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, self.ip.octets()[3] as u16)
+    }
+
     fn cfg(&self, backend: Backend, name: &str) -> OverlayConfig {
         let mut cfg = OverlayConfig::new(backend, name, self.ip, CLUSTER);
         cfg.cluster_cidr6 = Some(CLUSTER6);
+        cfg.node_ip6 = Some(self.ip6());
         cfg
     }
 
@@ -78,7 +84,7 @@ fn two_nodes(tag: &str) -> Option<(Node, Node)> {
         // No duplicate detection on the node's links: a node's bridge is long up when pods
         // talk, but here the first packet would come while its link-local address is still
         // tentative (and the kernel sends no neighbour solicitation without one).
-        for conf in ["all", "default", "pod"] {
+        for conf in ["all", "default", "pod", "eth0"] {
             let _ = Command::new("ip")
                 .args(["netns", "exec", &ns.name, "sysctl", "-qw"])
                 .arg(format!("net.ipv6.conf.{conf}.accept_dad=0"))
@@ -86,6 +92,15 @@ fn two_nodes(tag: &str) -> Option<(Node, Node)> {
                 .status();
         }
         ns.ip(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
+        ns.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("fd77::{}/64", ip.octets()[3]),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
         ns.ip(&["link", "set", "eth0", "up"]);
         let pod = Netns::new(&format!("{tag}p{third}")).unwrap();
         ns.ip(&[
@@ -142,7 +157,17 @@ fn peer(n: &Node, name: &str, mac: Option<[u8; 6]>) -> Peer {
         subnet: n.subnet,
         subnet6: mac.map(|_| n.subnet6),
         public_ip: n.ip,
+        public_ip6: None,
         vtep_mac: mac,
+    }
+}
+
+/// A host-gw peer of a dual-stack node: its IPv6 subnet via its IPv6 underlay address.
+fn peer6(n: &Node, name: &str) -> Peer {
+    Peer {
+        subnet6: Some(n.subnet6),
+        public_ip6: Some(n.ip6()),
+        ..peer(n, name, None)
     }
 }
 
@@ -316,6 +341,7 @@ fn peer_static(mac: [u8; 6]) -> Peer {
         subnet: (Ipv4Addr::new(10, 244, 2, 0), 24),
         subnet6: Some((Ipv6Addr::new(0xfd44, 0, 0, 2, 0, 0, 0, 0), 64)),
         public_ip: Ipv4Addr::new(192, 168, 77, 2),
+        public_ip6: None,
         vtep_mac: Some(mac),
     }
 }
@@ -341,6 +367,33 @@ fn host_gw_routes_each_subnet_via_its_node() {
     assert!(routes.contains("via 192.168.77.2 dev eth0"), "{routes}");
     assert_eq!(tcp(&a.pod, &b.pod, b.pod_ip(), 7101), Ok(a.pod_ip()));
     assert_eq!(udp(&b.pod, &a.pod, a.pod_ip(), 7102), Ok(b.pod_ip()));
+    // Dual-stack nodes: the IPv6 subnets routed via the nodes' IPv6 addresses, pods reach
+    // each other by IPv6, unmasqueraded.
+    let (pb, pa) = (peer6(&b, "b"), peer6(&a, "a"));
+    a.with_dataplane(Backend::HostGw, "a", move |mut dp, _| {
+        Box::pin(async move { dp.apply(&[pb]).await.unwrap() })
+    });
+    b.with_dataplane(Backend::HostGw, "b", move |mut dp, _| {
+        Box::pin(async move { dp.apply(&[pa]).await.unwrap() })
+    });
+    let routes6 = a.ns.ip(&["-6", "route", "show", "fd44:0:0:2::/64"]);
+    assert!(routes6.contains("via fd77::2"), "{routes6}");
+    assert_eq!(
+        tcp_ip(&a.pod, &b.pod, IpAddr::V6(b.pod_ip6()), 7103),
+        Ok(IpAddr::V6(a.pod_ip6()))
+    );
+    let pb = peer6(&b, "b");
+    a.with_dataplane(Backend::HostGw, "a", move |mut dp, _| {
+        Box::pin(async move {
+            dp.apply(&[pb]).await.unwrap();
+            dp.close().await.unwrap()
+        })
+    });
+    assert!(a
+        .ns
+        .ip(&["-6", "route", "show", "fd44:0:0:2::/64"])
+        .trim()
+        .is_empty());
     let pb = peer(&b, "b", None);
     a.with_dataplane(Backend::HostGw, "a", move |mut dp, _| {
         Box::pin(async move {

@@ -155,6 +155,7 @@ fn program(a: &Node, b: &Node, backend: Backend) {
             name: name.into(),
             subnet: other.subnet,
             public_ip: other.ip,
+            public_ip6: None,
             vtep_mac,
         };
         with_dataplane(n, backend, move |mut dp, _| {

@@ -232,6 +232,10 @@ impl AgentArgs {
         cfg.cluster_cidr6 = cluster_cidr
             .split(',')
             .find_map(|c| r8s_net::overlay::parse_cidr6(c.trim()));
+        // A dual-stack node address: host-gw routes IPv6 pod subnets through it.
+        cfg.node_ip6 = std::iter::once(&opts.node_ip)
+            .chain(opts.secondary_node_ip.as_ref())
+            .find_map(|ip| ip.parse::<std::net::Ipv6Addr>().ok());
         Ok(Some(cfg))
     }
 }

@@ -61,8 +61,16 @@ impl Dataplane {
         subnet: (Ipv4Addr, u8),
         subnet6: Option<(Ipv6Addr, u8)>,
     ) -> Result<(Self, Option<[u8; 6]>), String> {
-        // IPv6 pods ride the VXLAN device only; host-gw routes IPv4.
-        let subnet6 = subnet6.filter(|_| cfg.backend == Backend::Vxlan && cfg.cluster_cidr6.is_some());
+        // IPv6 pods ride the VXLAN device, or host-gw routes when this node has an IPv6
+        // underlay address.
+        let subnet6 = subnet6.filter(|_| {
+            cfg.cluster_cidr6.is_some()
+                && match cfg.backend {
+                    Backend::Vxlan => true,
+                    Backend::HostGw => cfg.node_ip6.is_some(),
+                    Backend::None => false,
+                }
+        });
         let (connection, handle, _) = rtnetlink::new_connection().map_err(|e| format!("netlink: {e}"))?;
         tokio::spawn(connection);
         let (underlay, underlay_mtu) = link_with_address(&handle, cfg.node_ip).await?;
@@ -296,28 +304,32 @@ impl Dataplane {
     /// the peer's device has from its MAC (resolved by the NDP entry). Not the subnet's
     /// network address as for IPv4: in IPv6 that is the subnet-router anycast address the
     /// node's own bridge answers for.
+    /// With host-gw, via the peer's IPv6 underlay address.
     fn route6(&self, p: &Peer) -> Option<RouteMessage> {
-        let (dev, s6) = (self.device?, p.subnet6.filter(|_| self.subnet6.is_some())?);
-        Some(
-            RouteMessageBuilder::<Ipv6Addr>::new()
-                .destination_prefix(s6.0, s6.1)
+        let s6 = p.subnet6.filter(|_| self.subnet6.is_some())?;
+        let b = RouteMessageBuilder::<Ipv6Addr>::new().destination_prefix(s6.0, s6.1);
+        Some(match self.device {
+            Some(dev) => b
                 .gateway(link_local(p.vtep_mac?))
                 .output_interface(dev)
                 .onlink()
                 .build(),
-        )
+            None => b.gateway(p.public_ip6?).build(),
+        })
     }
 
     async fn add_peer(&self, p: &Peer) -> Result<(), String> {
         let h = &self.handle;
-        if let (Some(route6), Some(dev), Some(mac)) = (self.route6(p), self.device, p.vtep_mac) {
-            h.neighbours()
-                .add(dev, IpAddr::V6(link_local(mac)))
-                .link_layer_address(&mac)
-                .replace()
-                .execute()
-                .await
-                .map_err(|e| nl(&format!("NDP entry for {}", p.name), e))?;
+        if let Some(route6) = self.route6(p) {
+            if let (Some(dev), Some(mac)) = (self.device, p.vtep_mac) {
+                h.neighbours()
+                    .add(dev, IpAddr::V6(link_local(mac)))
+                    .link_layer_address(&mac)
+                    .replace()
+                    .execute()
+                    .await
+                    .map_err(|e| nl(&format!("NDP entry for {}", p.name), e))?;
+            }
             h.route()
                 .add(route6)
                 .replace()
@@ -359,9 +371,11 @@ impl Dataplane {
             Err(e) => Err(nl(what, e)),
         };
         let mut result = ok_if_gone(h.route().del(self.route(p)).execute().await, "removing a route");
-        if let (Some(route6), Some(dev), Some(mac)) = (self.route6(p), self.device, p.vtep_mac) {
+        if let Some(route6) = self.route6(p) {
             let r = ok_if_gone(h.route().del(route6).execute().await, "removing an IPv6 route");
             result = result.and(r);
+        }
+        if let (Some(_), Some(dev), Some(mac)) = (self.route6(p), self.device, p.vtep_mac) {
             let mut ndp = NeighbourMessage::default();
             ndp.header.family = AddressFamily::Inet6;
             ndp.header.ifindex = dev;

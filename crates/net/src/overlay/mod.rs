@@ -38,6 +38,7 @@ pub use run::run;
 pub const ANNOTATION_BACKEND_TYPE: &str = "flannel.alpha.coreos.com/backend-type";
 pub const ANNOTATION_BACKEND_DATA: &str = "flannel.alpha.coreos.com/backend-data";
 pub const ANNOTATION_PUBLIC_IP: &str = "flannel.alpha.coreos.com/public-ip";
+pub const ANNOTATION_PUBLIC_IP6: &str = "flannel.alpha.coreos.com/public-ipv6";
 pub const ANNOTATION_SUBNET_MANAGER: &str = "flannel.alpha.coreos.com/kube-subnet-manager";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +82,9 @@ pub struct OverlayConfig {
     pub cluster_cidr: (Ipv4Addr, u8),
     /// The IPv6 pod range of a dual-stack cluster.
     pub cluster_cidr6: Option<(Ipv6Addr, u8)>,
+    /// This node's IPv6 underlay address (a dual-stack `--node-ip`): host-gw routes IPv6 pod
+    /// subnets only between nodes that have one.
+    pub node_ip6: Option<Ipv6Addr>,
     /// The VXLAN device's name, network identifier and UDP port.
     pub device: String,
     pub vni: u32,
@@ -97,6 +101,7 @@ impl OverlayConfig {
             node_ip,
             cluster_cidr,
             cluster_cidr6: None,
+            node_ip6: None,
             device: "r8s.1".into(),
             vni: 1,
             port: 8472,
@@ -111,10 +116,13 @@ pub struct Peer {
     pub name: String,
     /// Its pod subnet (network address, prefix length).
     pub subnet: (Ipv4Addr, u8),
-    /// Its IPv6 pod subnet, on a dual-stack cluster (vxlan backend only).
+    /// Its IPv6 pod subnet, on a dual-stack cluster (vxlan; host-gw between nodes with
+    /// IPv6 addresses).
     pub subnet6: Option<(Ipv6Addr, u8)>,
     /// Its address on the underlay.
     pub public_ip: Ipv4Addr,
+    /// Its IPv6 underlay address (host-gw's gateway for its IPv6 subnet).
+    pub public_ip6: Option<Ipv6Addr>,
     /// Its VXLAN tunnel endpoint's MAC (vxlan backend only).
     pub vtep_mac: Option<[u8; 6]>,
 }
@@ -198,6 +206,21 @@ fn public_ip(node: &Node) -> Option<Ipv4Addr> {
         .find_map(|a| a.address.parse().ok())
 }
 
+/// The node's IPv6 underlay address: flannel's public-ipv6 annotation, else an IPv6
+/// InternalIP.
+fn public_ip6(node: &Node) -> Option<Ipv6Addr> {
+    if let Some(ip) = annotation(node, ANNOTATION_PUBLIC_IP6).and_then(|s| s.parse().ok()) {
+        return Some(ip);
+    }
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .find_map(|a| a.address.parse().ok())
+}
+
 /// The other nodes this node's dataplane reaches, from the Node objects: those with a pod
 /// subnet and an address, and for VXLAN a published VTEP MAC on the same backend (a node
 /// that has not published one yet is left out until it does). Sorted by name.
@@ -222,11 +245,19 @@ pub fn peers<'a>(cfg: &OverlayConfig, nodes: impl IntoIterator<Item = &'a Node>)
                 }
                 _ => None,
             };
+            let public_ip6 =
+                public_ip6(n).filter(|_| cfg.backend == Backend::HostGw && cfg.node_ip6.is_some());
+            let subnet6 = match cfg.backend {
+                Backend::Vxlan => subnet6,
+                Backend::HostGw => subnet6.filter(|_| public_ip6.is_some()),
+                Backend::None => None,
+            };
             Some(Peer {
                 name,
                 subnet,
-                subnet6: subnet6.filter(|_| cfg.backend == Backend::Vxlan),
+                subnet6,
                 public_ip,
+                public_ip6,
                 vtep_mac,
             })
         })
@@ -330,6 +361,32 @@ mod tests {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].public_ip, Ipv4Addr::new(172, 16, 0, 2));
         assert_eq!(got[0].vtep_mac, None, "host-gw needs no MAC");
+    }
+
+    #[test]
+    fn host_gw_routes_ipv6_only_between_nodes_with_ipv6_addresses() {
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": "b"},
+            "spec": {"podCIDR": "10.42.1.0/24", "podCIDRs": ["10.42.1.0/24", "fd42:0:0:1::/64"]},
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.2"}, {"type": "InternalIP", "address": "fd00::2"}]}
+        }))
+        .unwrap();
+        // This node has no IPv6 address: IPv4 only.
+        let got = peers(&cfg(Backend::HostGw), [&n]);
+        assert_eq!((got[0].subnet6, got[0].public_ip6), (None, None));
+        let mut c = cfg(Backend::HostGw);
+        c.node_ip6 = Some("fd00::1".parse().unwrap());
+        let got = peers(&c, [&n]);
+        assert_eq!(got[0].public_ip6, Some("fd00::2".parse().unwrap()));
+        assert_eq!(got[0].subnet6, Some(("fd42:0:0:1::".parse().unwrap(), 64)));
+        // A peer without one: its IPv6 subnet is not routed.
+        let v4_only: Node = serde_json::from_value(json!({
+            "metadata": {"name": "c"},
+            "spec": {"podCIDRs": ["10.42.2.0/24", "fd42:0:0:2::/64"]},
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.0.3"}]}
+        }))
+        .unwrap();
+        assert_eq!(peers(&c, [&v4_only])[0].subnet6, None);
     }
 
     #[test]
