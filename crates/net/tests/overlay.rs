@@ -57,7 +57,19 @@ impl Node {
         name: &str,
         f: impl FnOnce(Dataplane, Option<[u8; 6]>) -> futures::future::BoxFuture<'static, T> + Send,
     ) -> T {
-        let cfg = self.cfg(backend, name);
+        self.with_dataplane_at(self.ip, backend, name, f)
+    }
+
+    /// The same with the node at another underlay address (a readdressed node).
+    fn with_dataplane_at<T: Send>(
+        &self,
+        ip: Ipv4Addr,
+        backend: Backend,
+        name: &str,
+        f: impl FnOnce(Dataplane, Option<[u8; 6]>) -> futures::future::BoxFuture<'static, T> + Send,
+    ) -> T {
+        let mut cfg = self.cfg(backend, name);
+        cfg.node_ip = ip;
         let (subnet, subnet6) = (self.subnet, self.subnet6);
         self.ns.run(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -322,9 +334,51 @@ fn vxlan_joins_pods_of_two_nodes_and_masquerades_only_what_leaves_the_cluster() 
         .contains("192.168.77.2"));
     assert!(tcp(&a.pod, &b.pod, b.pod_ip(), 7007).is_err());
 
+    // Node b readdressed (192.168.77.2 → .3): its agent's restart makes its device anew
+    // (a new local address, a new MAC); node a's entries follow the Node's new address and
+    // MAC, the old ones go, and the pods reach each other again.
+    let b3 = Ipv4Addr::new(192, 168, 77, 3);
+    // (The old address first: deleting a primary address takes its secondaries along.)
+    b.ns.ip(&["addr", "del", "192.168.77.2/24", "dev", "eth0"]);
+    b.ns.ip(&["addr", "add", "192.168.77.3/24", "dev", "eth0"]);
+    let pa = peer(&a, "a", Some(mac_a));
+    let mac_b3 = b.with_dataplane_at(b3, Backend::Vxlan, "b", move |mut dp, mac| {
+        Box::pin(async move {
+            dp.apply(&[pa]).await.unwrap();
+            mac.unwrap()
+        })
+    });
+    let moved = Peer {
+        public_ip: b3,
+        ..peer(&b, "b", Some(mac_b3))
+    };
+    let (old, new) = (peer(&b, "b", Some(mac_b)), moved.clone());
+    a.with_dataplane(Backend::Vxlan, "a", move |mut dp, _| {
+        Box::pin(async move {
+            dp.apply(&[old]).await.unwrap();
+            dp.apply(&[new]).await.unwrap();
+        })
+    });
+    let fdb = a.ns.exec(&["bridge", "fdb", "show", "dev", "r8s.1"]);
+    assert!(
+        fdb.contains("dst 192.168.77.3") && !fdb.contains("dst 192.168.77.2"),
+        "{fdb}"
+    );
+    assert_eq!(tcp(&a.pod, &b.pod, b.pod_ip(), 7011), Ok(a.pod_ip()));
+    assert_eq!(
+        tcp_ip(&b.pod, &a.pod, a.pod_ip6().into(), 7012),
+        Ok(b.pod_ip6().into())
+    );
+    a.with_dataplane(Backend::Vxlan, "a", move |mut dp, _| {
+        Box::pin(async move {
+            dp.apply(&[moved]).await.unwrap();
+            dp.apply(&[]).await.unwrap();
+        })
+    });
+
     // A clean stop removes the device and the masquerade table.
-    for (n, name) in [(&a, "a"), (&b, "b")] {
-        n.with_dataplane(Backend::Vxlan, name, |dp, _| {
+    for (n, ip, name) in [(&a, a.ip, "a"), (&b, b3, "b")] {
+        n.with_dataplane_at(ip, Backend::Vxlan, name, |dp, _| {
             Box::pin(async move { dp.close().await.unwrap() })
         });
         let links = n.ns.ip(&["link", "show"]);
