@@ -366,7 +366,12 @@ fn header(w: &mut W, o: &Value) {
 
 /// kubectl's printLabelsMultiline: one `k=v` a line, sorted, `<none>` when empty.
 fn labels(w: &mut W, title: &str, labels: &Value) {
-    w.w(0, &format!("{title}:\t"));
+    labels_indented(w, "", title, labels)
+}
+
+/// printLabelsMultilineWithIndent: the same under `indent`.
+fn labels_indented(w: &mut W, indent: &str, title: &str, labels: &Value) {
+    w.w(0, &format!("{indent}{title}:\t"));
     let pairs = sorted(labels);
     if pairs.is_empty() {
         w.w(0, "<none>\n");
@@ -374,7 +379,7 @@ fn labels(w: &mut W, title: &str, labels: &Value) {
     }
     for (i, (k, v)) in pairs.iter().enumerate() {
         if i > 0 {
-            w.w(0, "\t");
+            w.w(0, &format!("{indent}\t"));
         }
         w.w(0, &format!("{k}={}\n", s(v)));
     }
@@ -1366,8 +1371,8 @@ async fn statefulset(session: &Session, w: &mut W, o: &Value) -> Result<()> {
         for pvc in templates {
             w.w(1, &format!("Name:\t{}\n", s(&pvc["metadata"]["name"])));
             w.w(1, &format!("StorageClass:\t{}\n", claim_class(pvc)));
-            indented_labels(w, "Labels", &pvc["metadata"]["labels"]);
-            indented_labels(w, "Annotations", &pvc["metadata"]["annotations"]);
+            labels_indented(w, "  ", "Labels", &pvc["metadata"]["labels"]);
+            labels_indented(w, "  ", "Annotations", &pvc["metadata"]["annotations"]);
             match pvc["spec"]["resources"]["requests"]["storage"].as_str() {
                 Some(c) => w.w(1, &format!("Capacity:\t{c}\n")),
                 None => w.w(1, "Capacity:\t<default>\n"),
@@ -1394,22 +1399,6 @@ fn claim_class(pvc: &Value) -> String {
 fn go_list(v: &Value) -> String {
     let items: Vec<String> = v.as_array().into_iter().flatten().map(s).collect();
     format!("[{}]", items.join(" "))
-}
-
-/// printLabelsMultilineWithIndent with a two-space indent (inside a claim template).
-fn indented_labels(w: &mut W, title: &str, labels: &Value) {
-    w.w(0, &format!("  {title}:\t"));
-    let pairs = sorted(labels);
-    if pairs.is_empty() {
-        w.w(0, "<none>\n");
-        return;
-    }
-    for (i, (k, v)) in pairs.iter().enumerate() {
-        if i > 0 {
-            w.w(0, "  \t");
-        }
-        w.w(0, &format!("{k}={}\n", s(v)));
-    }
 }
 
 /// kubectl's describeDaemonSet.

@@ -524,16 +524,12 @@ pub async fn auth(session: &Session, c: AuthCommand) -> Result<i32> {
                 json!({"resourceAttributes": attrs})
             };
             let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": spec});
-            let review = session
-                .conn
-                .rest
-                .json(
-                    http::Method::POST,
-                    "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-                    crate::rest::JSON,
-                    Some((crate::rest::JSON, serde_json::to_vec(&body).unwrap_or_default())),
-                )
-                .await?;
+            let review = post_review(
+                session,
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                &body,
+            )
+            .await?;
             let allowed = review["status"]["allowed"].as_bool().unwrap_or(false);
             if !quiet {
                 let reason = review["status"]["reason"].as_str().filter(|r| !r.is_empty());
@@ -546,6 +542,20 @@ pub async fn auth(session: &Session, c: AuthCommand) -> Result<i32> {
             Ok(if allowed { 0 } else { 1 })
         }
     }
+}
+
+/// A review created (asked) and its answer.
+async fn post_review(session: &Session, path: &str, body: &Value) -> Result<Value> {
+    session
+        .conn
+        .rest
+        .json(
+            http::Method::POST,
+            path,
+            crate::rest::JSON,
+            Some((crate::rest::JSON, serde_json::to_vec(body).unwrap_or_default())),
+        )
+        .await
 }
 
 /// One broken-down rule of `auth can-i --list` (kubectl's `rbacv1.PolicyRule` after
@@ -643,16 +653,12 @@ fn compact_rules(status: &Value) -> Vec<Rule> {
 async fn access_list(session: &Session, no_headers: bool) -> Result<i32> {
     let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
                       "spec": {"namespace": session.conn.namespace}});
-    let review = session
-        .conn
-        .rest
-        .json(
-            http::Method::POST,
-            "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
-            crate::rest::JSON,
-            Some((crate::rest::JSON, serde_json::to_vec(&body).unwrap_or_default())),
-        )
-        .await?;
+    let review = post_review(
+        session,
+        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        &body,
+    )
+    .await?;
     let status = &review["status"];
     if status["incomplete"] == true {
         eprintln!(

@@ -192,9 +192,10 @@ fn annotation<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
     node.metadata.annotations.as_ref()?.get(key).map(|s| s.as_str())
 }
 
-/// The node's underlay address: flannel's public-ip annotation, else its InternalIP.
-fn public_ip(node: &Node) -> Option<Ipv4Addr> {
-    if let Some(ip) = annotation(node, ANNOTATION_PUBLIC_IP).and_then(|s| s.parse().ok()) {
+/// The node's underlay address of one family: flannel's public-ip (public-ipv6) annotation,
+/// else its InternalIP of that family.
+fn underlay_ip<T: std::str::FromStr>(node: &Node, annotation_key: &str) -> Option<T> {
+    if let Some(ip) = annotation(node, annotation_key).and_then(|s| s.parse().ok()) {
         return Some(ip);
     }
     node.status
@@ -206,19 +207,12 @@ fn public_ip(node: &Node) -> Option<Ipv4Addr> {
         .find_map(|a| a.address.parse().ok())
 }
 
-/// The node's IPv6 underlay address: flannel's public-ipv6 annotation, else an IPv6
-/// InternalIP.
+fn public_ip(node: &Node) -> Option<Ipv4Addr> {
+    underlay_ip(node, ANNOTATION_PUBLIC_IP)
+}
+
 fn public_ip6(node: &Node) -> Option<Ipv6Addr> {
-    if let Some(ip) = annotation(node, ANNOTATION_PUBLIC_IP6).and_then(|s| s.parse().ok()) {
-        return Some(ip);
-    }
-    node.status
-        .as_ref()?
-        .addresses
-        .as_ref()?
-        .iter()
-        .filter(|a| a.type_ == "InternalIP")
-        .find_map(|a| a.address.parse().ok())
+    underlay_ip(node, ANNOTATION_PUBLIC_IP6)
 }
 
 /// The other nodes this node's dataplane reaches, from the Node objects: those with a pod

@@ -23,7 +23,14 @@ struct Run {
     code: i32,
 }
 
-impl Twins<'_> {
+impl<'a> Twins<'a> {
+    fn new(server: &'a Server, dir: &tempfile::TempDir) -> Self {
+        Twins {
+            server,
+            dir: dir.path().to_owned(),
+        }
+    }
+
     fn command(&self, ours: bool) -> Command {
         let mut cmd = if ours {
             let mut c = Command::new(env!("CARGO_BIN_EXE_r8s"));
@@ -239,10 +246,7 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 fn r8s_kubectl_answers_as_kubectl_does() {
     let s = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let t = Twins {
-        server: &s,
-        dir: dir.path().to_owned(),
-    };
+    let t = Twins::new(&s, &dir);
 
     // Discovery, from the server and then from each one's cache (kubectl's layout).
     t.same(&["api-versions"]);
@@ -798,10 +802,7 @@ fn r8s_kubectl_answers_as_kubectl_does() {
 fn explain_answers_as_kubectl_does() {
     let s = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let t = Twins {
-        server: &s,
-        dir: dir.path().to_owned(),
-    };
+    let t = Twins::new(&s, &dir);
     for args in [
         &["explain", "pods"][..],
         &["explain", "deploy.spec.strategy"],
@@ -846,10 +847,7 @@ fn can_i_list_answers_as_kubectl_does() {
     let s = Server::start();
     s.wait_for_default_service_account("default");
     let dir = tempfile::tempdir().unwrap();
-    let t = Twins {
-        server: &s,
-        dir: dir.path().to_owned(),
-    };
+    let t = Twins::new(&s, &dir);
     let admin = t.same(&["auth", "can-i", "--list"]);
     assert!(
         admin.stdout.lines().nth(1).unwrap().starts_with("*.* "),
@@ -893,10 +891,7 @@ fn apply_prune_answers_as_kubectl_does() {
     let s = Server::start();
     s.wait_for_default_service_account("default");
     let dir = tempfile::tempdir().unwrap();
-    let t = Twins {
-        server: &s,
-        dir: dir.path().to_owned(),
-    };
+    let t = Twins::new(&s, &dir);
     let cm = |name: &str, label: &str| {
         format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  labels: {{app: {label}}}\ndata: {{k: v}}\n")
     };
@@ -976,10 +971,7 @@ fn create_ingress_answers_as_kubectl_does() {
     let s = Server::start();
     s.wait_for_default_service_account("default");
     let dir = tempfile::tempdir().unwrap();
-    let t = Twins {
-        server: &s,
-        dir: dir.path().to_owned(),
-    };
+    let t = Twins::new(&s, &dir);
     let dry = ["--dry-run=client", "-o", "yaml"];
     for args in [
         &["simple", "--rule=foo.com/bar=svc1:8080,tls=my-cert"][..],
@@ -1032,10 +1024,7 @@ fn describe_answers_as_kubectl_does() {
     let s = Server::start();
     s.wait_for_default_service_account("default");
     let dir = tempfile::tempdir().unwrap();
-    let t = Twins {
-        server: &s,
-        dir: dir.path().to_owned(),
-    };
+    let t = Twins::new(&s, &dir);
     let objects = r#"
 apiVersion: v1
 kind: Node
@@ -1195,10 +1184,7 @@ fn validate_answers_as_kubectl_does() {
     let s = Server::start();
     s.wait_for_default_service_account("default");
     let dir = tempfile::tempdir().unwrap();
-    let t = Twins {
-        server: &s,
-        dir: dir.path().to_owned(),
-    };
+    let t = Twins::new(&s, &dir);
     let cm = |name: &str| {
         format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\nfoo: bar\ndata:\n  a: b\n")
     };
@@ -1275,10 +1261,7 @@ fn proxies_are_used_as_kubectl_uses_them() {
     use std::sync::atomic::Ordering;
     let s = Server::start();
     let dir = tempfile::tempdir().unwrap();
-    let t = Twins {
-        server: &s,
-        dir: dir.path().to_owned(),
-    };
+    let t = Twins::new(&s, &dir);
     let (port, count) = connect_proxy();
     let proxy = format!("http://127.0.0.1:{port}");
     // The environment's proxy: not for 127.0.0.1.
