@@ -129,7 +129,7 @@ pub async fn run(session: &Session, a: ApplyArgs) -> Result<i32> {
                         visited_namespaces.insert(ns.to_string());
                     }
                 }
-                print_result(&r, &obj, &output, verb, dry)
+                print_result(&r, &obj, &output, verb, dry)?
             }
             Err(Error::Api(e)) => {
                 // A create says so already ("error when creating"); other writes are applies.
@@ -240,7 +240,7 @@ impl Pruner<'_> {
                     )
                     .await?;
             }
-            print_result(r, obj, self.output, "pruned", self.dry);
+            print_result(r, obj, self.output, "pruned", self.dry)?;
         }
         Ok(())
     }
@@ -470,7 +470,7 @@ pub async fn replace(session: &Session, a: ReplaceArgs) -> Result<i32> {
         let ns = target_namespace(session, &r, &mut obj)?;
         let name = obj["metadata"]["name"].as_str().unwrap_or("").to_owned();
         if dry == DryRun::Client {
-            print_result(&r, &obj, &output, "replaced", dry);
+            print_result(&r, &obj, &output, "replaced", dry)?;
             continue;
         }
         let uri = format!(
@@ -485,7 +485,7 @@ pub async fn replace(session: &Session, a: ReplaceArgs) -> Result<i32> {
             .json(Method::PUT, &uri, JSON, Some((JSON, body)))
             .await
         {
-            Ok(v) => print_result(&r, &v, &output, "replaced", dry),
+            Ok(v) => print_result(&r, &v, &output, "replaced", dry)?,
             Err(Error::Api(e)) => {
                 eprintln!("{}", e.when("replacing", &m.source).display());
                 failed = true;

@@ -182,7 +182,7 @@ pub async fn run(session: &Session, a: CreateArgs) -> Result<i32> {
     let mut failed = false;
     for (obj, source) in objects {
         match create_one(session, obj, dry, manager).await {
-            Ok((resource, created)) => print_result(&resource, &created, &output, "created", dry),
+            Ok((resource, created)) => print_result(&resource, &created, &output, "created", dry)?,
             Err(Error::Api(e)) => {
                 match (&source, &a.generator) {
                     (Some(file), _) => eprintln!("{}", e.when("creating", file).display()),
@@ -204,7 +204,15 @@ pub async fn run(session: &Session, a: CreateArgs) -> Result<i32> {
 }
 
 /// `configmap/x created`, or the object as `-o` asks.
-pub(crate) fn print_result(r: &Resource, obj: &Value, output: &Output, verb: &str, dry: DryRun) {
+/// What `-o` prints for a written object (`resource/name verb` by default); a Go template
+/// that fails is kubectl's report and an error.
+pub(crate) fn print_result(
+    r: &Resource,
+    obj: &Value,
+    output: &Output,
+    verb: &str,
+    dry: DryRun,
+) -> Result<()> {
     let name = obj["metadata"]["name"].as_str().unwrap_or("");
     let suffix = match dry {
         DryRun::None => "",
@@ -218,9 +226,17 @@ pub(crate) fn print_result(r: &Resource, obj: &Value, output: &Output, verb: &st
         Output::Json => out(&printers::json::to_string(&obj)),
         Output::Name => out(&format!("{}/{name}\n", r.kind_prefix())),
         Output::JsonPath(t) => out(&printers::jsonpath::execute(t, &obj)),
+        Output::GoTemplate(t) => match printers::gotemplate::execute(t, &obj) {
+            Ok(text) => out(&text),
+            Err((report, e)) => {
+                out(&report);
+                return Err(msg(e));
+            }
+        },
         Output::CustomColumns(_) => out(&format!("{}/{name} {verb}{suffix}\n", r.kind_prefix())),
         Output::Table { .. } => out(&format!("{}/{name} {verb}{suffix}\n", r.kind_prefix())),
     }
+    Ok(())
 }
 
 /// The namespace an object goes to: its own, else the session's; `-n` naming another is an

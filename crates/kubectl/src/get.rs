@@ -268,7 +268,7 @@ pub async fn run(session: &Session, a: GetArgs) -> Result<i32> {
             }
             printed_any = !items.is_empty();
         }
-        Output::Yaml | Output::Json | Output::JsonPath(_) => {
+        Output::Yaml | Output::Json | Output::JsonPath(_) | Output::GoTemplate(_) => {
             // One object named alone prints as itself; anything else as a List, even an
             // empty one, unless nothing was found and something failed.
             let doc = if single {
@@ -281,12 +281,21 @@ pub async fn run(session: &Session, a: GetArgs) -> Result<i32> {
                 )
             };
             if let Some(mut doc) = doc {
-                if !a.show_managed_fields {
+                // kubectl leaves managedFields out of YAML and JSON only: templates see them.
+                if !a.show_managed_fields && matches!(output, Output::Yaml | Output::Json) {
                     strip_managed_fields(&mut doc);
                 }
                 match &output {
                     Output::Yaml => out(&printers::yaml::to_string(&doc)),
                     Output::JsonPath(t) => out(&printers::jsonpath::execute(t, &doc)),
+                    Output::GoTemplate(t) => match printers::gotemplate::execute(t, &doc) {
+                        Ok(text) => out(&text),
+                        // kubectl prints its report on stdout, then fails.
+                        Err((report, e)) => {
+                            out(&report);
+                            return Err(msg(e));
+                        }
+                    },
                     _ => out(&printers::json::to_string(&doc)),
                 }
             }

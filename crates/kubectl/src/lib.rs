@@ -310,6 +310,8 @@ pub(crate) enum Output {
     Json,
     Name,
     JsonPath(Vec<printers::jsonpath::NodeHandle>),
+    /// A Go template (`go-template=`, `template=`, or from a file).
+    GoTemplate(String),
     /// Column names and their JSONPath templates.
     CustomColumns(Vec<(String, Vec<printers::jsonpath::NodeHandle>)>),
 }
@@ -333,6 +335,20 @@ impl Output {
                 Output::JsonPath(printers::jsonpath::parse(&template).map_err(|e| {
                     error::msg(format!("error parsing jsonpath {template}, {e}"))
                 })?)
+            }
+            o if ["go-template=", "template=", "go-template-file=", "templatefile="]
+                .iter()
+                .any(|p| o.starts_with(p)) =>
+            {
+                let (kind, arg) = o.split_once('=').unwrap_or((o, ""));
+                let template = if kind.ends_with("file") {
+                    std::fs::read_to_string(arg)
+                        .map_err(|e| error::msg(format!("error reading --template {arg}, {e}")))?
+                } else {
+                    arg.to_owned()
+                };
+                printers::gotemplate::check(&template).map_err(error::msg)?;
+                Output::GoTemplate(template)
             }
             o if o.starts_with("custom-columns=") => {
                 let spec = &o["custom-columns=".len()..];

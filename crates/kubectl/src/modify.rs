@@ -237,7 +237,7 @@ pub async fn patch_cmd(session: &Session, a: PatchArgs) -> Result<i32> {
         } else {
             "patched"
         };
-        crate::create::print_result(&r, &after, &output, verb, crate::create::DryRun::None);
+        crate::create::print_result(&r, &after, &output, verb, crate::create::DryRun::None)?;
     }
     Ok(0)
 }

@@ -309,7 +309,7 @@ async fn send(
     let r = resource_of(session, &obj).await?;
     let ns = target_namespace(session, &r, &mut obj)?;
     let result = post(session, &r, ns.as_deref(), obj, manager, dry).await?;
-    print_result(&r, &result, output, verb, dry);
+    print_result(&r, &result, output, verb, dry)?;
     Ok(result)
 }
 

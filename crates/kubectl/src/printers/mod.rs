@@ -1,5 +1,6 @@
 //! What `-o` prints: the server's Tables, YAML and JSON as Go writes them, `name`.
 
+pub mod gotemplate;
 pub mod json;
 pub mod jsonpath;
 pub mod table;

@@ -1303,6 +1303,82 @@ fn proxies_are_used_as_kubectl_uses_them() {
     }
 }
 
+/// `-o go-template` (and `template`): Go's text/template over the object as Go decodes it —
+/// ranges, conditions, variables, pipelines, `printf`'s verbs, float64 numbers, `<no value>`,
+/// kubectl's `exists`/`base64decode` — and Go's parse and execution errors with kubectl's
+/// report. Templates (and JSONPath) see managedFields, as kubectl's.
+#[test]
+fn go_templates_answer_as_kubectl_does() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    let dir = tempfile::tempdir().unwrap();
+    let t = Twins::new(&s, &dir);
+    t.same(&["create", "cm", "gt-T", "--from-literal=a=b", "--from-literal=n=1"]);
+    // Each twin lists only its own objects.
+    t.same(&["label", "cm", "gt-T", "twin=x-T"]);
+    t.same(&[
+        "create",
+        "secret",
+        "generic",
+        "gs-T",
+        "--from-literal=password=s3cret",
+    ]);
+    for tmpl in [
+        r#"{{range .items}}{{.metadata.name}}{{"\n"}}{{end}}"#,
+        r#"{{range $i, $c := .items}}{{$i}}={{$c.metadata.name}} {{len $c.data}},{{end}}"#,
+        r#"{{range .items}}{{if exists . "data" "a"}}{{.data.a | printf "%q"}}{{else}}-{{end}}{{end}}"#,
+        r#"{{range .items}}{{range $k, $v := .data}}{{$k}}:{{$v}};{{end}}{{end}}"#,
+        r#"{{with index .items 0}}{{.metadata.labels}} {{.metadata.resourceVersion | len}}{{end}}"#,
+        r#"{{(index .items 0).metadata.managedFields | len}} {{printf "%d %v %s" 3 .kind .kind}}"#,
+        r#"{{- range .items -}} {{ .metadata.name }} {{- end -}}"#,
+        "{{.metadata.name",
+        "{{nope .x}}",
+    ] {
+        t.same(&[
+            "get",
+            "cm",
+            "-l",
+            "twin=x-T",
+            "-o",
+            &format!("go-template={tmpl}"),
+        ]);
+    }
+    t.same(&[
+        "get",
+        "secret",
+        "gs-T",
+        "-o",
+        "go-template={{.data.password | base64decode}}",
+    ]);
+    t.same(&[
+        "get",
+        "cm",
+        "gt-T",
+        "-o",
+        "jsonpath={.metadata.managedFields[0].manager}",
+    ]);
+    // An execution error: kubectl's report on stdout (with the raw object, which differs
+    // between the twins) and its error.
+    for ours in [false, true] {
+        let run = t.run(
+            ours,
+            &["get", "cm", "gt-T", "-o", "go-template={{len .nope}}"],
+            None,
+        );
+        assert_eq!(run.code, 1);
+        assert!(run.stdout.starts_with("Error executing template: template: output:1:2: executing \"output\" at <len .nope>: error calling len: reflect: call of reflect.Value.Type on zero Value. Printing more information for debugging the template:"), "{}", run.stdout);
+        assert_eq!(run.stderr, "error: error executing template \"{{len .nope}}\": template: output:1:2: executing \"output\" at <len .nope>: error calling len: reflect: call of reflect.Value.Type on zero Value\n");
+    }
+    t.same(&[
+        "create",
+        "cm",
+        "x-T",
+        "--dry-run=client",
+        "-o",
+        "go-template={{.metadata.name}}",
+    ]);
+}
+
 /// The binary invoked as `kubectl` is kubectl; `version` names what it follows.
 #[test]
 fn r8s_binary_answers_as_kubectl() {
