@@ -136,6 +136,16 @@ async fn describe(session: &Session, r: &Resource, o: &Value, events: bool) -> R
         ("apps", "replicasets") => replicaset(session, &mut w, o).await?,
         ("", "services") => service(session, &mut w, o).await?,
         ("batch", "jobs") => job(&mut w, o),
+        ("batch", "cronjobs") => cronjob(&mut w, o),
+        ("policy", "poddisruptionbudgets") => disruption_budget(&mut w, o),
+        ("rbac.authorization.k8s.io", "roles" | "clusterroles") => {
+            role(&mut w, o);
+            return Ok(tabwrite_with(&w.0, 0, 2));
+        }
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            role_binding(&mut w, o);
+            return Ok(tabwrite_with(&w.0, 0, 2));
+        }
         ("", "nodes") => node(session, &mut w, o).await?,
         ("", "persistentvolumeclaims") => claim(session, &mut w, o).await?,
         ("", "endpoints") => endpoints_object(&mut w, o),
@@ -204,8 +214,8 @@ async fn describe(session: &Session, r: &Resource, o: &Value, events: bool) -> R
         }
         // Everything else as kubectl's generic describer lays out what it has no describer
         // for (custom resources, leases, controller revisions, webhook configurations …).
-        // (kubectl has its own layouts for a few more — cron jobs, HPAs, PDBs, RBAC, volumes
-        // and storage classes, network policies, quotas; r8s shows those generically.)
+        // (kubectl has its own layouts for a few more — HPAs, volumes and storage classes,
+        // network policies, quotas; r8s shows those generically.)
         _ => {
             w.w(0, &format!("Name:\t{name}\n"));
             w.w(0, &format!("Namespace:\t{ns}\n"));
@@ -1399,6 +1409,170 @@ fn claim_class(pvc: &Value) -> String {
 fn go_list(v: &Value) -> String {
     let items: Vec<String> = v.as_array().into_iter().flatten().map(s).collect();
     format!("[{}]", items.join(" "))
+}
+
+/// kubectl's describeCronJob (its job template as describeJobTemplate prints it).
+fn cronjob(w: &mut W, o: &Value) {
+    let (spec, st) = (&o["spec"], &o["status"]);
+    header(w, o);
+    w.w(0, &format!("Schedule:\t{}\n", s(&spec["schedule"])));
+    w.w(
+        0,
+        &format!("Concurrency Policy:\t{}\n", s(&spec["concurrencyPolicy"])),
+    );
+    let suspend = match spec["suspend"].as_bool() {
+        Some(true) => "True",
+        Some(false) => "False",
+        None => "<unset>",
+    };
+    w.w(0, &format!("Suspend:\t{suspend}\n"));
+    let or_unset = |v: &Value, unit: &str| {
+        if v.is_null() {
+            "<unset>".to_string()
+        } else {
+            format!("{}{unit}", s(v))
+        }
+    };
+    w.w(
+        0,
+        &format!(
+            "Successful Job History Limit:\t{}\n",
+            or_unset(&spec["successfulJobsHistoryLimit"], "")
+        ),
+    );
+    w.w(
+        0,
+        &format!(
+            "Failed Job History Limit:\t{}\n",
+            or_unset(&spec["failedJobsHistoryLimit"], "")
+        ),
+    );
+    w.w(
+        0,
+        &format!(
+            "Starting Deadline Seconds:\t{}\n",
+            or_unset(&spec["startingDeadlineSeconds"], "s")
+        ),
+    );
+    let job = &spec["jobTemplate"]["spec"];
+    if job["selector"].is_null() {
+        w.w(0, "Selector:\t<unset>\n");
+    } else {
+        w.w(0, &format!("Selector:\t{}\n", selector(&job["selector"])));
+    }
+    w.w(
+        0,
+        &format!("Parallelism:\t{}\n", or_unset(&job["parallelism"], "")),
+    );
+    w.w(
+        0,
+        &format!("Completions:\t{}\n", or_unset(&job["completions"], "")),
+    );
+    if !job["activeDeadlineSeconds"].is_null() {
+        w.w(
+            0,
+            &format!(
+                "Active Deadline Seconds:\t{}s\n",
+                s(&job["activeDeadlineSeconds"])
+            ),
+        );
+    }
+    pod_template(w, &job["template"]);
+    if st["lastScheduleTime"].is_null() {
+        w.w(0, "Last Schedule Time:\t<unset>\n");
+    } else {
+        w.w(
+            0,
+            &format!("Last Schedule Time:\t{}\n", date(&st["lastScheduleTime"])),
+        );
+    }
+    let active: Vec<String> = st["active"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|j| s(&j["name"]))
+        .collect();
+    let active = if active.is_empty() {
+        "<none>".to_string()
+    } else {
+        active.join(", ")
+    };
+    w.w(0, &format!("Active Jobs:\t{active}\n"));
+}
+
+/// kubectl's describePodDisruptionBudgetV1.
+fn disruption_budget(w: &mut W, o: &Value) {
+    let (meta, spec, st) = (&o["metadata"], &o["spec"], &o["status"]);
+    w.w(0, &format!("Name:\t{}\n", s(&meta["name"])));
+    w.w(0, &format!("Namespace:\t{}\n", s(&meta["namespace"])));
+    if !spec["minAvailable"].is_null() {
+        w.w(0, &format!("Min available:\t{}\n", s(&spec["minAvailable"])));
+    } else if !spec["maxUnavailable"].is_null() {
+        w.w(0, &format!("Max unavailable:\t{}\n", s(&spec["maxUnavailable"])));
+    }
+    if spec["selector"].is_null() {
+        w.w(0, "Selector:\t<unset>\n");
+    } else {
+        let sel = selector(&spec["selector"]);
+        w.w(
+            0,
+            &format!(
+                "Selector:\t{}\n",
+                if sel.is_empty() { "<none>".into() } else { sel }
+            ),
+        );
+    }
+    w.w(0, "Status:\n");
+    let n = |k: &str| st[k].as_i64().unwrap_or(0);
+    w.w(2, &format!("Allowed disruptions:\t{}\n", n("disruptionsAllowed")));
+    w.w(2, &format!("Current:\t{}\n", n("currentHealthy")));
+    w.w(2, &format!("Desired:\t{}\n", n("desiredHealthy")));
+    w.w(2, &format!("Total:\t{}\n", n("expectedPods")));
+}
+
+/// kubectl's Role and ClusterRole describers: the rules broken down and compacted as
+/// `auth can-i --list` shows them.
+fn role(w: &mut W, o: &Value) {
+    let meta = &o["metadata"];
+    w.w(0, &format!("Name:\t{}\n", s(&meta["name"])));
+    labels(w, "Labels", &meta["labels"]);
+    annotations(w, "Annotations", &meta["annotations"]);
+    let rules: Vec<&Value> = o["rules"].as_array().into_iter().flatten().collect();
+    let status = serde_json::json!({
+        "resourceRules": rules.iter().filter(|r| r["resources"].as_array().is_some_and(|a| !a.is_empty())).collect::<Vec<_>>(),
+        "nonResourceRules": rules.iter().filter(|r| r["nonResourceURLs"].as_array().is_some_and(|a| !a.is_empty())).collect::<Vec<_>>(),
+    });
+    w.w(0, "PolicyRule:\n");
+    w.w(1, "Resources\tNon-Resource URLs\tResource Names\tVerbs\n");
+    w.w(1, "---------\t-----------------\t--------------\t-----\n");
+    for r in crate::info::compact_rules(&status) {
+        w.w(1, &format!("{}\n", r.row().join("\t")));
+    }
+}
+
+/// kubectl's RoleBinding and ClusterRoleBinding describers.
+fn role_binding(w: &mut W, o: &Value) {
+    let meta = &o["metadata"];
+    w.w(0, &format!("Name:\t{}\n", s(&meta["name"])));
+    labels(w, "Labels", &meta["labels"]);
+    annotations(w, "Annotations", &meta["annotations"]);
+    w.w(0, "Role:\n");
+    w.w(1, &format!("Kind:\t{}\n", s(&o["roleRef"]["kind"])));
+    w.w(1, &format!("Name:\t{}\n", s(&o["roleRef"]["name"])));
+    w.w(0, "Subjects:\n");
+    w.w(1, "Kind\tName\tNamespace\n");
+    w.w(1, "----\t----\t---------\n");
+    for sub in o["subjects"].as_array().into_iter().flatten() {
+        w.w(
+            1,
+            &format!(
+                "{}\t{}\t{}\n",
+                s(&sub["kind"]),
+                s(&sub["name"]),
+                s(&sub["namespace"])
+            ),
+        );
+    }
 }
 
 /// kubectl's describeDaemonSet.

@@ -561,7 +561,7 @@ async fn post_review(session: &Session, path: &str, body: &Value) -> Result<Valu
 /// One broken-down rule of `auth can-i --list` (kubectl's `rbacv1.PolicyRule` after
 /// `BreakdownRule`: one group, resource and name, or one non-resource URL).
 #[derive(Debug, Clone, PartialEq)]
-struct Rule {
+pub(crate) struct Rule {
     verbs: Vec<String>,
     groups: Vec<String>,
     resources: Vec<String>,
@@ -570,6 +570,30 @@ struct Rule {
 }
 
 impl Rule {
+    /// The rule as `can-i --list` and `describe role` print it: kubectl's
+    /// CombineResourceGroup (`resource.group/subresource`), then Go's `%v` of the lists.
+    pub(crate) fn row(&self) -> Vec<String> {
+        let list = |v: &[String]| format!("[{}]", v.join(" "));
+        let resource = match self.resources.first() {
+            None => String::new(),
+            Some(res) => {
+                let (base, sub) = match res.split_once('/') {
+                    Some((b, s)) => (b, Some(s)),
+                    None => (res.as_str(), None),
+                };
+                let mut s = base.to_string();
+                if let Some(g) = self.groups.first().filter(|g| !g.is_empty()) {
+                    s = format!("{s}.{g}");
+                }
+                if let Some(sub) = sub {
+                    s = format!("{s}/{sub}");
+                }
+                s
+            }
+        };
+        vec![resource, list(&self.urls), list(&self.names), list(&self.verbs)]
+    }
+
     /// Go's generated `PolicyRule.String()`, which kubectl sorts the list by.
     fn go_string(&self) -> String {
         let l = |v: &[String]| format!("[{}]", v.join(" "));
@@ -587,7 +611,7 @@ impl Rule {
 /// kubectl's rule list from a SelfSubjectRulesReview status: each rule broken down to one
 /// verb, group, resource and name (`BreakdownRule`), those naming the same resource merged
 /// with their verbs in order (`CompactRules`), sorted by their Go string.
-fn compact_rules(status: &Value) -> Vec<Rule> {
+pub(crate) fn compact_rules(status: &Value) -> Vec<Rule> {
     let strings = |v: &Value| -> Vec<String> {
         v.as_array()
             .into_iter()
@@ -674,27 +698,8 @@ async fn access_list(session: &Session, no_headers: bool) -> Result<i32> {
                 .to_vec(),
         );
     }
-    let list = |v: &[String]| format!("[{}]", v.join(" "));
     for r in compact_rules(status) {
-        // kubectl's CombineResourceGroup: `resource.group/subresource`.
-        let resource = match r.resources.first() {
-            None => String::new(),
-            Some(res) => {
-                let (base, sub) = match res.split_once('/') {
-                    Some((b, s)) => (b, Some(s)),
-                    None => (res.as_str(), None),
-                };
-                let mut s = base.to_string();
-                if let Some(g) = r.groups.first().filter(|g| !g.is_empty()) {
-                    s = format!("{s}.{g}");
-                }
-                if let Some(sub) = sub {
-                    s = format!("{s}/{sub}");
-                }
-                s
-            }
-        };
-        lines.push(vec![resource, list(&r.urls), list(&r.names), list(&r.verbs)]);
+        lines.push(r.row());
     }
     out(&table::tabwrite(&lines));
     Ok(0)

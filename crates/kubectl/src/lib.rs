@@ -128,9 +128,35 @@ enum Command {
     Config(info::ConfigCommand),
 }
 
+/// `create rolebinding|clusterrolebinding --user=…` names a subject: kubectl's flag of that
+/// command shadows the global `--user` (the kubeconfig user). clap matches the global one
+/// (and an argument of the same id would hand its values up to it), so after those
+/// subcommands `--user` is renamed to the binding's own flag before parsing.
+fn binding_subject_flags(args: Vec<OsString>) -> Vec<OsString> {
+    let pos = args
+        .windows(2)
+        .position(|w| w[0] == "create" && (w[1] == "rolebinding" || w[1] == "clusterrolebinding"));
+    let Some(pos) = pos else {
+        return args;
+    };
+    args.into_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            if i <= pos + 1 {
+                return a;
+            }
+            match a.to_str() {
+                Some("--user") => OsString::from("--subject-user"),
+                Some(s) if s.starts_with("--user=") => OsString::from(format!("--subject-user={}", &s[7..])),
+                _ => a,
+            }
+        })
+        .collect()
+}
+
 /// Run kubectl with `args` (the first is the program name); the process's exit code.
 pub fn main(args: Vec<OsString>) -> i32 {
-    let cli = match Cli::try_parse_from(args) {
+    let cli = match Cli::try_parse_from(binding_subject_flags(args)) {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;

@@ -1175,6 +1175,46 @@ spec:
     ] {
         t.same(args);
     }
+    // Cron jobs, budgets and RBAC objects (the rules compacted as `can-i --list` has them).
+    t.same(&[
+        "create",
+        "cronjob",
+        "cj-T",
+        "--image=busybox",
+        "--schedule=*/5 * * * *",
+    ]);
+    t.same(&[
+        "create",
+        "pdb",
+        "pdb-T",
+        "--selector=app=db",
+        "--max-unavailable=50%",
+    ]);
+    t.same(&[
+        "create",
+        "role",
+        "r-T",
+        "--verb=get,list",
+        "--resource=pods,deployments.apps,pods/log",
+    ]);
+    t.same(&[
+        "create",
+        "rolebinding",
+        "rb-T",
+        "--role=r-T",
+        "--user=jane",
+        "--serviceaccount=default:sa",
+    ]);
+    for args in [
+        &["describe", "cronjob", "cj-T"][..],
+        &["describe", "pdb", "pdb-T"],
+        &["describe", "role", "r-T"],
+        &["describe", "rolebinding", "rb-T"],
+        &["describe", "clusterrole", "admin"],
+        &["describe", "clusterrolebinding", "cluster-admin"],
+    ] {
+        t.same(args);
+    }
 }
 
 /// `--validate`: the server's field validation asked for (strict by default, warn, ignore),
