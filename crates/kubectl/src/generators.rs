@@ -223,7 +223,12 @@ pub struct BindingArgs {
     clusterrole: Option<String>,
     /// Usernames to bind to the role (`--user`: kubectl's flag here shadows the global one;
     /// the command line is rewritten before parsing, see `lib::binding_subject_flags`).
-    #[arg(id = "subject_user", long = "subject-user", value_name = "USER", value_delimiter = ',')]
+    #[arg(
+        id = "subject_user",
+        long = "subject-user",
+        value_name = "USER",
+        value_delimiter = ','
+    )]
     user: Vec<String>,
     /// Groups to bind to the role.
     #[arg(long, value_delimiter = ',')]
