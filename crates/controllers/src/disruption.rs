@@ -34,6 +34,9 @@ pub struct DisruptionController {
     pod_store: Store<Pod>,
     queue: Arc<WorkQueue>,
     events: Events,
+    /// What discovery said of a controller kind (apiVersion, kind): its plural and whether it
+    /// has a scale subresource — asked once per kind, as upstream's cached RESTMapper.
+    scale_kinds: std::sync::Mutex<std::collections::HashMap<(String, String), (String, bool)>>,
 }
 
 /// policy/v1: an empty selector picks every pod of the namespace, a missing one none.
@@ -71,6 +74,7 @@ impl DisruptionController {
             pods,
             queue: WorkQueue::new("disruption"),
             events,
+            scale_kinds: Default::default(),
         });
         let q = this.queue.clone();
         this.pdbs.add_handler(move |c| match c {
@@ -324,6 +328,42 @@ impl DisruptionController {
             Some((g, v)) => (g, v),
             None => ("", r.api_version.as_str()),
         };
+        let (plural, has_scale) = self.scale_kind(group, r).await?;
+        if !has_scale {
+            let resource = if group.is_empty() {
+                plural
+            } else {
+                format!("{plural}.{group}")
+            };
+            return Err(Error::Other(format!(
+                "{resource} does not implement the scale subresource"
+            )));
+        }
+        let gvk = GroupVersionKind::gvk(group, version, &r.kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &ar);
+        match api.get_scale(&r.name).await {
+            Ok(scale) if scale.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
+                Ok(Some(scale.spec.and_then(|s| s.replicas).unwrap_or(0)))
+            }
+            Ok(_) => Ok(None),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A kind's plural and whether it has a scale subresource, from discovery (remembered;
+    /// a kind the server does not serve is RESTMapper's "no matches", asked again next time).
+    async fn scale_kind(&self, group: &str, r: &OwnerReference) -> Result<(String, bool), Error> {
+        let key = (r.api_version.clone(), r.kind.clone());
+        if let Some(known) = self
+            .scale_kinds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(known.clone());
+        }
         let list = if group.is_empty() {
             self.client.list_core_api_resources(&r.api_version).await
         } else {
@@ -346,31 +386,16 @@ impl DisruptionController {
             .find(|res| res.kind == r.kind && !res.name.contains('/'))
             .map(|res| res.name.clone())
             .ok_or_else(no_match)?;
-        if !list
+        let has_scale = list
             .resources
             .iter()
-            .any(|res| res.name == format!("{plural}/scale"))
-        {
-            let resource = if group.is_empty() {
-                plural
-            } else {
-                format!("{plural}.{group}")
-            };
-            return Err(Error::Other(format!(
-                "{resource} does not implement the scale subresource"
-            )));
-        }
-        let gvk = GroupVersionKind::gvk(group, version, &r.kind);
-        let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &ar);
-        match api.get_scale(&r.name).await {
-            Ok(scale) if scale.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
-                Ok(Some(scale.spec.and_then(|s| s.replicas).unwrap_or(0)))
-            }
-            Ok(_) => Ok(None),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+            .any(|res| res.name == format!("{plural}/scale"));
+        let known = (plural, has_scale);
+        self.scale_kinds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, known.clone());
+        Ok(known)
     }
 
     async fn write_status(

@@ -213,15 +213,20 @@ pub struct Connection {
     pub server: String,
 }
 
-/// The client for `flags` over the merged kubeconfig, as kubectl resolves it.
-/// The user the command runs as: `--user`, else the current context's.
-pub fn current_user(flags: &Flags, config: &Value) -> String {
-    let context_name = flags
+/// The context in use (`--context`, else the current one): its name and body, if any.
+fn context<'a>(flags: &Flags, config: &'a Value) -> (String, Option<&'a Value>) {
+    let name = flags
         .context
         .clone()
         .or_else(|| config["current-context"].as_str().map(str::to_owned))
         .unwrap_or_default();
-    let context = named(config, "contexts", &context_name).map(|c| &c["context"]);
+    let body = named(config, "contexts", &name).map(|c| &c["context"]);
+    (name, body)
+}
+
+/// The user the command runs as: `--user`, else the current context's.
+pub fn current_user(flags: &Flags, config: &Value) -> String {
+    let (_, context) = context(flags, config);
     flags
         .user
         .clone()
@@ -229,13 +234,9 @@ pub fn current_user(flags: &Flags, config: &Value) -> String {
         .unwrap_or_default()
 }
 
+/// The client for `flags` over the merged kubeconfig, as kubectl resolves it.
 pub async fn connect(flags: &Flags, config: &Value) -> Result<Connection> {
-    let context_name = flags
-        .context
-        .clone()
-        .or_else(|| config["current-context"].as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let context = named(config, "contexts", &context_name).map(|c| &c["context"]);
+    let (context_name, context) = context(flags, config);
     if flags.context.is_some() && context.is_none() {
         return Err(Error::Raw(format!(
             "Error in configuration: context was not found for specified context: {context_name}"
@@ -246,11 +247,7 @@ pub async fn connect(flags: &Flags, config: &Value) -> Result<Connection> {
         .clone()
         .or_else(|| context.and_then(|c| c["cluster"].as_str().map(str::to_owned)))
         .unwrap_or_default();
-    let user_name = flags
-        .user
-        .clone()
-        .or_else(|| context.and_then(|c| c["user"].as_str().map(str::to_owned)))
-        .unwrap_or_default();
+    let user_name = current_user(flags, config);
     let mut cluster = named(config, "clusters", &cluster_name)
         .map(|c| c["cluster"].clone())
         .unwrap_or(Value::Object(Map::new()));

@@ -1735,31 +1735,37 @@ async fn claim(session: &Session, w: &mut W, o: &Value) -> Result<()> {
         w.w(0, &format!("{}\n", users.join("\n\t")));
     }
     if let Some(conds) = st["conditions"].as_array().filter(|c| !c.is_empty()) {
-        w.w(0, "Conditions:\n");
-        w.w(
-            1,
-            "Type\tStatus\tLastProbeTime\tLastTransitionTime\tReason\tMessage\n",
-        );
-        w.w(
-            1,
-            "----\t------\t-----------------\t------------------\t------\t-------\n",
-        );
-        for c in conds {
-            w.w(
-                1,
-                &format!(
-                    "{} \t{} \t{} \t{} \t{} \t{}\n",
-                    s(&c["type"]),
-                    s(&c["status"]),
-                    go_time(&c["lastProbeTime"]),
-                    go_time(&c["lastTransitionTime"]),
-                    s(&c["reason"]),
-                    s(&c["message"])
-                ),
-            );
-        }
+        timed_conditions(w, conds, "LastProbeTime", "lastProbeTime");
     }
     Ok(())
+}
+
+/// A conditions table with times (claims' LastProbeTime, nodes' LastHeartbeatTime), as
+/// kubectl lays both out.
+fn timed_conditions(w: &mut W, conds: &[Value], title: &str, key: &str) {
+    w.w(0, "Conditions:\n");
+    w.w(
+        1,
+        &format!("Type\tStatus\t{title}\tLastTransitionTime\tReason\tMessage\n"),
+    );
+    w.w(
+        1,
+        "----\t------\t-----------------\t------------------\t------\t-------\n",
+    );
+    for c in conds {
+        w.w(
+            1,
+            &format!(
+                "{} \t{} \t{} \t{} \t{} \t{}\n",
+                s(&c["type"]),
+                s(&c["status"]),
+                go_time(&c[key]),
+                go_time(&c["lastTransitionTime"]),
+                s(&c["reason"]),
+                s(&c["message"])
+            ),
+        );
+    }
 }
 
 /// A time as Go formats a zero or set metav1.Time with RFC1123Z.
@@ -1941,6 +1947,14 @@ impl Sum {
         self.binary.get_or_insert(q.ends_with('i'));
     }
 
+    /// Another sum added in (the format stays the first addend's).
+    fn merge(&mut self, other: Sum) {
+        self.milli += other.milli;
+        if self.binary.is_none() {
+            self.binary = other.binary;
+        }
+    }
+
     fn max(&mut self, other: Sum) {
         if other.milli > self.milli {
             *self = other;
@@ -2010,7 +2024,7 @@ fn pod_resources(pod: &Value, key: &str) -> std::collections::BTreeMap<String, S
         }
     }
     for (k, v) in &sidecars {
-        total.entry(k.clone()).or_default().add(&v.text());
+        total.entry(k.clone()).or_default().merge(*v);
     }
     for (k, v) in init_max {
         total.entry(k).or_default().max(v);
@@ -2111,28 +2125,7 @@ async fn node(session: &Session, w: &mut W, o: &Value) -> Result<()> {
         Err(e) => return Err(e),
     }
     if let Some(conds) = st["conditions"].as_array().filter(|c| !c.is_empty()) {
-        w.w(
-            0,
-            "Conditions:\n  Type\tStatus\tLastHeartbeatTime\tLastTransitionTime\tReason\tMessage\n",
-        );
-        w.w(
-            1,
-            "----\t------\t-----------------\t------------------\t------\t-------\n",
-        );
-        for c in conds {
-            w.w(
-                1,
-                &format!(
-                    "{} \t{} \t{} \t{} \t{} \t{}\n",
-                    s(&c["type"]),
-                    s(&c["status"]),
-                    go_time(&c["lastHeartbeatTime"]),
-                    go_time(&c["lastTransitionTime"]),
-                    s(&c["reason"]),
-                    s(&c["message"])
-                ),
-            );
-        }
+        timed_conditions(w, conds, "LastHeartbeatTime", "lastHeartbeatTime");
     }
     w.w(0, "Addresses:\n");
     for a in st["addresses"].as_array().into_iter().flatten() {
@@ -2256,10 +2249,10 @@ fn node_resources(w: &mut W, node: &Value, pods: &[Value]) {
             ),
         );
         for (k, v) in r {
-            reqs.entry(k).or_default().add(&v.text());
+            reqs.entry(k).or_default().merge(v);
         }
         for (k, v) in l {
-            limits.entry(k).or_default().add(&v.text());
+            limits.entry(k).or_default().merge(v);
         }
     }
     w.w(

@@ -205,7 +205,7 @@ struct Explain<'a> {
 
 /// Go templates' truthiness of a JSON value: false, 0, "", null, and empty lists and maps are
 /// false.
-fn truthy(v: &Value) -> bool {
+pub(crate) fn truthy(v: &Value) -> bool {
     match v {
         Value::Null => false,
         Value::Bool(b) => *b,

@@ -112,29 +112,19 @@ fn lex_action(s: &str, line: usize) -> Result<(Vec<Tok>, Vec<usize>), String> {
         let c = b[i];
         match c {
             ' ' | '\t' | '\n' | '\r' => i += 1,
-            '|' => {
-                out.push(Tok::Pipe);
-                i += 1
-            }
-            '(' => {
-                out.push(Tok::LParen);
-                i += 1
-            }
-            ')' => {
-                out.push(Tok::RParen);
-                i += 1
-            }
-            ',' => {
-                out.push(Tok::Comma);
+            '|' | '(' | ')' | ',' | '=' => {
+                out.push(match c {
+                    '|' => Tok::Pipe,
+                    '(' => Tok::LParen,
+                    ')' => Tok::RParen,
+                    ',' => Tok::Comma,
+                    _ => Tok::Assign,
+                });
                 i += 1
             }
             ':' if b.get(i + 1) == Some(&'=') => {
                 out.push(Tok::Declare);
                 i += 2
-            }
-            '=' => {
-                out.push(Tok::Assign);
-                i += 1
             }
             '"' => {
                 let mut v = String::new();
@@ -688,6 +678,15 @@ fn print_v(v: &V) -> String {
     }
 }
 
+/// A value as Go's `fmt.Sprint` prints it (a missing value is a nil interface: `<nil>`).
+fn sprint(v: &V) -> String {
+    match v {
+        V::NoValue => "<nil>".into(),
+        V::Json(j) => go_v(j),
+        V::Int(i) => i.to_string(),
+    }
+}
+
 fn go_type(v: &V) -> &'static str {
     match v {
         V::NoValue | V::Json(Value::Null) => "nil",
@@ -704,14 +703,7 @@ fn truthy(v: &V) -> bool {
     match v {
         V::NoValue => false,
         V::Int(i) => *i != 0,
-        V::Json(j) => match j {
-            Value::Null => false,
-            Value::Bool(b) => *b,
-            Value::Number(n) => n.as_f64() != Some(0.0),
-            Value::String(s) => !s.is_empty(),
-            Value::Array(a) => !a.is_empty(),
-            Value::Object(o) => !o.is_empty(),
-        },
+        V::Json(j) => crate::explain::truthy(j),
     }
 }
 
@@ -757,14 +749,7 @@ fn go_printf(format: &str, args: &[V]) -> String {
         };
         let left = spec.starts_with('-');
         let text = match (verb, arg) {
-            ('v', a) | ('s', a @ V::Json(Value::String(_))) => match a {
-                V::NoValue => "<nil>".into(),
-                other => match other {
-                    V::Json(j) => go_v(j),
-                    V::Int(i) => i.to_string(),
-                    V::NoValue => unreachable!(),
-                },
-            },
+            ('v', a) | ('s', a @ V::Json(Value::String(_))) => sprint(a),
             ('d', V::Int(i)) => i.to_string(),
             ('q', V::Json(Value::String(s))) => serde_json::to_string(s).unwrap_or_default(),
             ('t', V::Json(Value::Bool(b))) => b.to_string(),
@@ -1012,14 +997,7 @@ impl State {
                     if i > 0 && (f == "println" || (!is_str(v) && !is_str(&vals[i - 1]))) {
                         s.push(' ');
                     }
-                    s.push_str(&match v {
-                        V::NoValue => "<nil>".into(),
-                        other => match other {
-                            V::Json(j) => go_v(j),
-                            V::Int(i) => i.to_string(),
-                            V::NoValue => unreachable!(),
-                        },
-                    });
+                    s.push_str(&sprint(v));
                 }
                 if f == "println" {
                     s.push('\n');
