@@ -2262,26 +2262,18 @@ fn node_resources(w: &mut W, node: &Value, pods: &[Value]) {
     w.w(1, "Resource\tRequests\tLimits\n");
     w.w(1, "--------\t--------\t------\n");
     let get = |m: &std::collections::BTreeMap<String, Sum>, k: &str| m.get(k).copied().unwrap_or_default();
-    for k in ["cpu", "memory", "ephemeral-storage"] {
-        let (r, l) = (get(&reqs, k), get(&limits, k));
-        w.w(
-            1,
-            &format!(
-                "{k}\t{} ({}%)\t{} ({}%)\n",
-                r.text(),
-                share(k, &r),
-                l.text(),
-                share(k, &l)
-            ),
-        );
-    }
     let names: Vec<String> = allocatable
         .as_object()
         .map(|m| m.keys().cloned().collect())
         .unwrap_or_default();
-    let mut huge: Vec<&String> = names.iter().filter(|n| n.starts_with("hugepages-")).collect();
+    let mut huge: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| n.starts_with("hugepages-"))
+        .collect();
     huge.sort();
-    for k in huge {
+    // The standard three, then each huge page size, with their shares of what is allocatable.
+    for k in ["cpu", "memory", "ephemeral-storage"].into_iter().chain(huge) {
         let (r, l) = (get(&reqs, k), get(&limits, k));
         w.w(
             1,
