@@ -184,6 +184,16 @@ down() {
     ip link del "mn$tag$i" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
+  # The nodes' pod network namespaces: containerd creates their files in the shared
+  # /run/netns but mounts them in the node's own mount namespace, so a node that did not remove
+  # its sandboxes (SIGKILL, or stopped before its pods) leaves empty files there. Those made
+  # since `up` that are no mount point here are such leftovers (a pod netns of a host-level
+  # containerd is mounted in this namespace and stays).
+  if [ -f "$dir/nodes" ] && [ -d /run/netns ]; then
+    find /run/netns -maxdepth 1 -name 'cni-*' -newer "$dir/nodes" | while read -r f; do
+      mountpoint -q "$f" || rm -f "$f"
+    done
+  fi
   # Mounts under DIR (a node's rootfs or volumes left by a SIGKILL), deepest first.
   awk -v d="$dir/" '$5 ~ "^"d {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
     umount -l "$m" 2>/dev/null || true

@@ -474,6 +474,17 @@ fn three_nodes_are_one_network_and_survive_losing_one() {
         eprintln!("skipped: the multi-node harness needs root");
         return;
     }
+    let cni_netns = || -> Vec<String> {
+        std::fs::read_dir("/run/netns")
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("cni-"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let cni_before = cni_netns();
     let h = Harness::up(3, "--node-monitor-grace-period 15s");
     let dir = h.dir.clone();
     let bridge = {
@@ -674,6 +685,38 @@ spec:
         );
     }
 
+    // node3 deleted for good: the survivors drop its route, forwarding and ARP entries
+    // within a second (issue 21: "Node added, removed or readdressed").
+    let gone = h.json(&["get", "node", "node3"]);
+    let cidr = gone["spec"]["podCIDR"].as_str().unwrap().to_owned();
+    let node3_ip = h.node_ip("node3");
+    let mn_tag = bridge.trim_start_matches("r8smn").to_owned();
+    let knows_node3 = |i: usize| {
+        let ns = format!("r8smn-{mn_tag}-{i}");
+        let run = |args: &[&str]| {
+            let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let route = run(&["ip", "-n", &ns, "route", "show", &cidr]);
+        let fdb = run(&["bridge", "-n", &ns, "fdb", "show", "dev", "r8s.1"]);
+        !route.trim().is_empty() || fdb.contains(&format!("dst {node3_ip} "))
+    };
+    assert!(
+        knows_node3(1) && knows_node3(2),
+        "node3's entries before its deletion"
+    );
+    let deleted = Instant::now();
+    h.ok(&["delete", "node", "node3", "--wait=false"]);
+    wait_for(10, "node3's route and forwarding entries gone", || {
+        (!knows_node3(1) && !knows_node3(2)).then_some(())
+    });
+    let took = deleted.elapsed();
+    eprintln!("node3 deleted: its entries gone from the survivors after {took:?} (kubectl included)");
+    assert!(
+        took < Duration::from_secs(2),
+        "entries followed the deletion only after {took:?}"
+    );
+
     // Teardown leaves nothing: namespaces, links, processes, cgroups, mounts, the directory.
     drop(h);
     let netns = std::fs::read_dir("/run/netns")
@@ -685,6 +728,14 @@ spec:
         })
         .unwrap_or(0);
     assert_eq!(netns, 0, "network namespaces left");
+    // The pods' namespaces too (node3 was killed with its pods' files in /run/netns); a new
+    // one that is still mounted here belongs to a host-level containerd of another test.
+    let mounts_now = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let left: Vec<String> = cni_netns()
+        .into_iter()
+        .filter(|n| !cni_before.contains(n) && !mounts_now.contains(&format!("/run/netns/{n} ")))
+        .collect();
+    assert!(left.is_empty(), "pod network namespaces left: {left:?}");
     let links = String::from_utf8_lossy(&Command::new("ip").args(["-o", "link"]).output().unwrap().stdout)
         .into_owned();
     assert!(!links.contains(&bridge), "links left: {links}");
