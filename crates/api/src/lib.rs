@@ -27,6 +27,7 @@ pub mod quantity;
 pub mod quota;
 pub mod resources;
 pub mod selector;
+pub mod spdy;
 pub mod taints;
 pub mod typed;
 pub mod upgrade;

@@ -1,9 +1,7 @@
 //! `kubectl cp`: files to and from a container through `tar` run in it over exec, as kubectl
 //! does — `tar cf - SRC` read back and unpacked here; a tar made here (the `tar` crate) sent to
-//! `tar -xmf - -C DIR`. One difference: containerd 1.6's streaming server speaks the v4
-//! WebSocket protocol, which cannot signal the end of standard input, and tar reads to the end
-//! of its input (busybox's even past the archive's end); so the archive goes through
-//! `head -c SIZE` in the container (`sh -c 'head -c SIZE | tar -xmf - …'`), which ends it.
+//! `tar -xmf - -C DIR`, which reads to the end of its input: the exec's close signal
+//! (WebSocket v5) or half-close (SPDY) ends it.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -191,18 +189,16 @@ async fn to_pod(session: &Session, ns: &str, pod: &str, a: &CpArgs, src: &Path, 
     let record = 10240;
     let padded = archive.len().div_ceil(record) * record;
     archive.resize(padded, 0);
-    let mut tar_command = String::from("tar");
+    let mut command = vec!["tar"];
     if a.no_preserve {
-        tar_command.push_str(" --no-same-permissions --no-same-owner");
+        command.extend(["--no-same-permissions", "--no-same-owner"]);
     }
-    tar_command.push_str(" -xmf -");
+    command.extend(["-xmf", "-"]);
     if !dir.is_empty() {
-        tar_command.push_str(&format!(" -C {}", shell_quote(&dir)));
+        command.extend(["-C", &dir]);
     }
-    let script = format!("head -c {} | {tar_command}", archive.len());
     let input: crate::exec::Input = Box::pin(std::io::Cursor::new(archive));
-    let (out, code) =
-        crate::exec::run_in(session, ns, pod, &container, &["sh", "-c", &script], Some(input)).await?;
+    let (out, code) = crate::exec::run_in(session, ns, pod, &container, &command, Some(input)).await?;
     if !out.is_empty() {
         crate::out(&String::from_utf8_lossy(&out));
     }
@@ -210,11 +206,6 @@ async fn to_pod(session: &Session, ns: &str, pod: &str, a: &CpArgs, src: &Path, 
         return Err(Error::Raw(format!("command terminated with exit code {code}")));
     }
     Ok(0)
-}
-
-/// `s` as one word for `sh`.
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 #[cfg(test)]
@@ -234,6 +225,5 @@ mod tests {
         assert!(inside(Path::new("out"), Path::new("out/a/b")));
         assert!(inside(Path::new("out"), Path::new("out")));
         assert!(!inside(Path::new("out"), Path::new("out/../etc")));
-        assert_eq!(shell_quote("/tmp/it's"), "'/tmp/it'\\''s'");
     }
 }

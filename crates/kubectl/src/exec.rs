@@ -1,6 +1,6 @@
 //! `kubectl exec` and `kubectl logs`: the pod's container chosen as kubectl chooses it (`-c`,
 //! the `kubectl.kubernetes.io/default-container` annotation, else the first, saying so), the
-//! command run over the WebSocket exec protocol (kube-rs's v5/v4 channels) with standard
+//! command run over the remote command protocol (WebSocket v5, else SPDY) with standard
 //! input, a raw terminal for `-t` and its size, and the command's exit code as ours; logs
 //! streamed as they come.
 
@@ -192,10 +192,10 @@ async fn remote(
     terminal: bool,
 ) -> Result<i32> {
     let ns = session.conn.namespace.clone();
-    let connection = connect(session, &ns, name, subresource, query, stdin, terminal).await?;
+    let link = connect(session, &ns, name, subresource, query, stdin, terminal).await?;
     let raw = if terminal { RawMode::enable() } else { None };
     let input: Option<Input> = stdin.then(|| Box::pin(tokio::io::stdin()) as Input);
-    let status = stream(connection, input, None, terminal).await;
+    let status = stream(link, input, None, terminal).await;
     drop(raw);
     let status = status?;
     let Some(status) = status else {
@@ -255,7 +255,10 @@ pub async fn attach(session: &Session, a: AttachArgs) -> Result<i32> {
 }
 
 /// The upgraded connection of an exec or attach (`query` names the container and command;
-/// stderr is its own stream unless there is a terminal).
+/// stderr is its own stream unless there is a terminal), as client-go's fallback executor
+/// makes it: WebSocket asking for `v5.channel.k8s.io` only, and SPDY where the upgrade to
+/// that fails (a server before 1.30, or a v4-only one: v4 cannot end the command's input,
+/// SPDY can). `KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false` goes straight to SPDY, as kubectl.
 async fn connect(
     session: &Session,
     ns: &str,
@@ -264,7 +267,7 @@ async fn connect(
     mut query: Vec<String>,
     stdin: bool,
     terminal: bool,
-) -> Result<kube::client::Connection> {
+) -> Result<Link> {
     query.push(format!("stdin={stdin}"));
     query.push("stdout=true".into());
     query.push(format!("stderr={}", !terminal));
@@ -273,16 +276,245 @@ async fn connect(
         "/api/v1/namespaces/{ns}/pods/{name}/{subresource}?{}",
         query.join("&")
     );
-    let request = http::Request::get(uri)
-        .body(Vec::new())
+    let client = session.conn.rest.client();
+    if !websockets_disabled() {
+        let request = http::Request::get(&uri)
+            .body(Vec::new())
+            .map_err(|e| msg(e.to_string()))?;
+        match client.connect(request).await {
+            Ok(c) if c.supports_stream_close() => return Ok(Link::Ws(Box::new(c))),
+            // v4 only, or the upgrade refused: SPDY.
+            Ok(_) | Err(kube::Error::Api(_)) | Err(kube::Error::UpgradeConnection(_)) => {}
+            Err(e) => return Err(exec_error(e)),
+        }
+    }
+    let request = http::Request::post(&uri)
+        .header(http::header::CONNECTION, "Upgrade")
+        .header(http::header::UPGRADE, r8s_api::spdy::UPGRADE)
+        .header(r8s_api::spdy::PROTOCOL_HEADER, r8s_api::spdy::REMOTE_COMMAND_V4)
+        .body(kube::client::Body::from(Vec::new()))
         .map_err(|e| msg(e.to_string()))?;
-    session
-        .conn
-        .rest
-        .client()
-        .connect(request)
+    let resp = client.send(request).await.map_err(exec_error)?;
+    if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        let code = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        return Err(match serde_json::from_slice::<Value>(&body) {
+            Ok(s) if s["kind"] == "Status" => Error::Api(ApiError {
+                code,
+                reason: s["reason"].as_str().unwrap_or("").to_owned(),
+                message: s["message"].as_str().unwrap_or("").to_owned(),
+            }),
+            _ => msg(format!(
+                "unable to upgrade connection: {}",
+                String::from_utf8_lossy(&body).trim()
+            )),
+        });
+    }
+    let protocol = resp
+        .headers()
+        .get(r8s_api::spdy::PROTOCOL_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let upgraded = hyper::upgrade::on(resp)
         .await
-        .map_err(exec_error)
+        .map_err(|e| msg(format!("unable to upgrade connection: {e}")))?;
+    let mut conn = r8s_api::spdy::Connection::new(hyper_util::rt::TokioIo::new(upgraded), protocol);
+    let mut channels = Vec::new();
+    for (kind, channel) in r8s_api::spdy::remote_command_streams(stdin, true, !terminal, terminal) {
+        let id = conn
+            .writer
+            .open(&[("streamType", kind)])
+            .await
+            .map_err(|e| msg(format!("error creating {kind} stream: {e}")))?;
+        channels.push((id, channel));
+    }
+    Ok(Link::Spdy { conn, channels })
+}
+
+/// kubectl's `KUBECTL_REMOTE_COMMAND_WEBSOCKETS` (Go's boolean words for false).
+fn websockets_disabled() -> bool {
+    std::env::var("KUBECTL_REMOTE_COMMAND_WEBSOCKETS")
+        .is_ok_and(|v| matches!(v.as_str(), "0" | "f" | "F" | "false" | "FALSE" | "False"))
+}
+
+/// A remote command's connection.
+enum Link {
+    /// WebSocket, v5.
+    Ws(Box<kube::client::Connection>),
+    /// SPDY, with the streams opened and their channel numbers.
+    Spdy {
+        conn: r8s_api::spdy::Connection,
+        channels: Vec<(u32, u8)>,
+    },
+}
+
+type WsStream = tokio_tungstenite::WebSocketStream<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>;
+
+/// The receiving half of a link.
+enum Rx {
+    Ws(futures::stream::SplitStream<WsStream>),
+    Spdy {
+        reader: r8s_api::spdy::Reader,
+        channels: Vec<(u32, u8)>,
+        status: Vec<u8>,
+    },
+}
+
+/// What came in.
+enum Event {
+    /// Output on a channel.
+    Out(u8, Vec<u8>),
+    /// The command's status (`None`: the connection ended without one).
+    Done(Option<Value>),
+    /// A SPDY ping to answer.
+    Ping(u32),
+    Nothing,
+}
+
+impl Rx {
+    async fn next(&mut self) -> Result<Event> {
+        use futures::StreamExt;
+        use tokio_tungstenite::tungstenite::Message;
+        match self {
+            Rx::Ws(rx) => {
+                let bin = match rx.next().await {
+                    Some(Ok(Message::Binary(bin))) => bin,
+                    Some(Ok(Message::Close(_))) | None => return Ok(Event::Done(None)),
+                    Some(Ok(_)) => return Ok(Event::Nothing),
+                    Some(Err(e)) => return Err(msg(format!("error reading from the container: {e}"))),
+                };
+                Ok(match bin.split_first() {
+                    Some((&STATUS, rest)) => Event::Done(serde_json::from_slice(rest).ok()),
+                    Some((&channel, rest)) => Event::Out(channel, rest.to_vec()),
+                    None => Event::Nothing,
+                })
+            }
+            Rx::Spdy {
+                reader,
+                channels,
+                status,
+            } => {
+                use r8s_api::spdy::Frame;
+                let frame = reader
+                    .next()
+                    .await
+                    .map_err(|e| msg(format!("error reading from the container: {e}")))?;
+                let channel_of = |id: u32| channels.iter().find(|(s, _)| *s == id).map(|(_, c)| *c);
+                Ok(match frame {
+                    None | Some(Frame::GoAway) => Event::Done(serde_json::from_slice(status).ok()),
+                    Some(Frame::Data { stream, fin, data }) => match channel_of(stream) {
+                        Some(STATUS) => {
+                            status.extend_from_slice(&data);
+                            if fin {
+                                Event::Done(serde_json::from_slice(status).ok())
+                            } else {
+                                Event::Nothing
+                            }
+                        }
+                        Some(channel) if !data.is_empty() => Event::Out(channel, data.to_vec()),
+                        _ => Event::Nothing,
+                    },
+                    // The server resets the error stream once the status is written.
+                    Some(Frame::Reset { stream, .. }) if channel_of(stream) == Some(STATUS) => {
+                        Event::Done(serde_json::from_slice(status).ok())
+                    }
+                    Some(Frame::Ping { id }) if id % 2 == 0 => Event::Ping(id),
+                    Some(_) => Event::Nothing,
+                })
+            }
+        }
+    }
+}
+
+/// The sending half of a link.
+enum Tx {
+    Ws {
+        tx: futures::stream::SplitSink<WsStream, tokio_tungstenite::tungstenite::Message>,
+        can_close: bool,
+    },
+    Spdy {
+        writer: r8s_api::spdy::Writer,
+        channels: Vec<(u32, u8)>,
+    },
+}
+
+impl Tx {
+    /// Send `data` on `channel` (stdin, resize); false once the link is gone.
+    async fn send(&mut self, channel: u8, data: &[u8]) -> bool {
+        use futures::SinkExt;
+        match self {
+            Tx::Ws { tx, .. } => {
+                let mut m = Vec::with_capacity(data.len() + 1);
+                m.push(channel);
+                m.extend_from_slice(data);
+                tx.send(tokio_tungstenite::tungstenite::Message::binary(m))
+                    .await
+                    .is_ok()
+            }
+            Tx::Spdy { writer, channels } => match channels.iter().find(|(_, c)| *c == channel) {
+                Some((id, _)) => writer.send(*id, data).await.is_ok(),
+                None => true,
+            },
+        }
+    }
+
+    /// End the input on `channel`: v5's close signal, SPDY's half-close (v4 over WebSocket
+    /// has neither and leaves it open, as client-go's v4 executor does).
+    async fn close(&mut self, channel: u8) {
+        use futures::SinkExt;
+        match self {
+            Tx::Ws { tx, can_close } => {
+                if *can_close {
+                    let _ = tx
+                        .send(tokio_tungstenite::tungstenite::Message::binary(vec![
+                            CLOSE, channel,
+                        ]))
+                        .await;
+                }
+            }
+            Tx::Spdy { writer, channels } => {
+                if let Some((id, _)) = channels.iter().find(|(_, c)| *c == channel) {
+                    let _ = writer.finish(*id).await;
+                }
+            }
+        }
+    }
+
+    async fn pong(&mut self, id: u32) {
+        if let Tx::Spdy { writer, .. } = self {
+            let _ = writer.pong(id).await;
+        }
+    }
+}
+
+impl Link {
+    fn split(self) -> (Rx, Tx) {
+        use futures::StreamExt;
+        match self {
+            Link::Ws(c) => {
+                let can_close = c.supports_stream_close();
+                let (tx, rx) = (*c).into_stream().split();
+                (Rx::Ws(rx), Tx::Ws { tx, can_close })
+            }
+            Link::Spdy { conn, channels } => (
+                Rx::Spdy {
+                    reader: conn.reader,
+                    channels: channels.clone(),
+                    status: Vec::new(),
+                },
+                Tx::Spdy {
+                    writer: conn.writer,
+                    channels,
+                },
+            ),
+        }
+    }
 }
 
 /// What a remote command reads as its standard input.
@@ -303,9 +535,9 @@ pub(crate) async fn run_in(
     for c in command {
         query.push(format!("command={}", encode(c)));
     }
-    let connection = connect(session, ns, name, "exec", query, input.is_some(), false).await?;
+    let link = connect(session, ns, name, "exec", query, input.is_some(), false).await?;
     let mut output = Vec::new();
-    let status = stream(connection, input, Some(&mut output), false).await?;
+    let status = stream(link, input, Some(&mut output), false).await?;
     let code = match status {
         Some(s) if s["status"] != "Success" => s["details"]["causes"]
             .as_array()
@@ -339,26 +571,21 @@ const STATUS: u8 = 3;
 const RESIZE: u8 = 4;
 const CLOSE: u8 = 255;
 
-/// The remote command protocol's channels over the upgraded connection, until the status
-/// comes (or the connection ends). kube-rs's own loop closes the whole connection at the end
-/// of standard input where the server does not speak v5 (containerd 1.6's streaming server
-/// answers v4), losing the output still to come; here the input just stays open then, as
-/// client-go's v4 executor leaves it, and v5's close signal is sent where it exists.
+/// The remote command protocol's channels over the link, until the status comes (or the
+/// connection ends). kube-rs's own loop closes the whole connection at the end of standard
+/// input where the server does not speak v5, losing the output still to come; here the end
+/// of input is v5's close signal or SPDY's half-close (see `connect`).
 async fn stream(
-    connection: kube::client::Connection,
+    link: Link,
     input: Option<Input>,
     mut capture: Option<&mut Vec<u8>>,
     terminal: bool,
 ) -> Result<Option<Value>> {
-    use futures::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::Message;
-    let can_close = connection.supports_stream_close();
-    let (mut tx, mut rx) = connection.into_stream().split();
+    let (mut rx, mut tx) = link.split();
     if terminal {
         if let Some((width, height)) = terminal_size() {
-            let mut m = vec![RESIZE];
-            m.extend_from_slice(format!("{{\"Width\":{width},\"Height\":{height}}}").as_bytes());
-            let _ = tx.send(Message::binary(m)).await;
+            let size = format!("{{\"Width\":{width},\"Height\":{height}}}");
+            tx.send(RESIZE, size.as_bytes()).await;
         }
     }
     let mut stdin_open = input.is_some();
@@ -366,44 +593,30 @@ async fn stream(
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         tokio::select! {
-            message = rx.next() => {
-                let bin = match message {
-                    Some(Ok(Message::Binary(bin))) => bin,
-                    Some(Ok(Message::Close(_))) | None => return Ok(None),
-                    Some(Ok(_)) => continue,
-                    Some(Err(e)) => return Err(msg(format!("error reading from the container: {e}"))),
-                };
-                match bin.first() {
-                    Some(&STDOUT) => match capture.as_deref_mut() {
-                        Some(buf) => buf.extend_from_slice(&bin[1..]),
-                        None => {
-                            let mut out = std::io::stdout().lock();
-                            let _ = out.write_all(&bin[1..]);
-                            let _ = out.flush();
-                        }
-                    },
-                    Some(&STDERR) => {
-                        let _ = std::io::stderr().write_all(&bin[1..]);
+            event = rx.next() => match event? {
+                Event::Out(STDOUT, data) => match capture.as_deref_mut() {
+                    Some(buf) => buf.extend_from_slice(&data),
+                    None => {
+                        let mut out = std::io::stdout().lock();
+                        let _ = out.write_all(&data);
+                        let _ = out.flush();
                     }
-                    Some(&STATUS) => {
-                        return Ok(serde_json::from_slice(&bin[1..]).ok());
-                    }
-                    _ => {}
+                },
+                Event::Out(STDERR, data) => {
+                    let _ = std::io::stderr().write_all(&data);
                 }
-            }
+                Event::Done(status) => return Ok(status),
+                Event::Ping(id) => tx.pong(id).await,
+                Event::Out(..) | Event::Nothing => {}
+            },
             read = stdin.read(&mut buf), if stdin_open => {
                 match read {
                     Ok(0) | Err(_) => {
                         stdin_open = false;
-                        if can_close {
-                            let _ = tx.send(Message::binary(vec![CLOSE, STDIN])).await;
-                        }
+                        tx.close(STDIN).await;
                     }
                     Ok(n) => {
-                        let mut m = Vec::with_capacity(n + 1);
-                        m.push(STDIN);
-                        m.extend_from_slice(&buf[..n]);
-                        if tx.send(Message::binary(m)).await.is_err() {
+                        if !tx.send(STDIN, &buf[..n]).await {
                             stdin_open = false;
                         }
                     }

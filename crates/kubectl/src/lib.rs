@@ -189,6 +189,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
         }
     };
     let result = runtime.block_on(run(cli));
+    // Not waiting for blocking reads still under way: after `exec -it` ends, standard input
+    // (a terminal in raw mode, where no end-of-file comes) is still being read.
+    runtime.shutdown_background();
     let _ = std::io::stdout().flush();
     match result {
         Ok(code) => code,

@@ -48,6 +48,7 @@ pub mod server;
 pub mod spec;
 pub mod stats;
 pub mod status;
+pub mod translate;
 pub mod volumes;
 pub mod wakeups;
 

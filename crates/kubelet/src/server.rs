@@ -390,6 +390,14 @@ async fn stream(
             .iter()
             .any(|(n, v)| n == k && matches!(v.as_str(), "1" | "true" | "True"))
     };
+    // With a terminal, stderr is folded into stdout (upstream's `NewOptions`; the runtime
+    // refuses both).
+    let streams = crate::translate::Streams {
+        stdin: flag("stdin"),
+        stdout: flag("stdout"),
+        stderr: flag("stderr") && !flag("tty"),
+        tty: flag("tty"),
+    };
     let mut rt = agent.cri().runtime.clone();
     let url = if kind == Streaming::PortForward {
         let sandbox = match agent.sandboxes_of(&uid).await {
@@ -449,20 +457,20 @@ async fn stream(
             rt.exec(cri::ExecRequest {
                 container_id: running.id,
                 cmd,
-                tty: flag("tty"),
-                stdin: flag("stdin"),
-                stdout: flag("stdout"),
-                stderr: flag("stderr"),
+                tty: streams.tty,
+                stdin: streams.stdin,
+                stdout: streams.stdout,
+                stderr: streams.stderr,
             })
             .await
             .map(|r| r.into_inner().url)
         } else {
             rt.attach(cri::AttachRequest {
                 container_id: running.id,
-                stdin: flag("stdin"),
-                tty: flag("tty"),
-                stdout: flag("stdout"),
-                stderr: flag("stderr"),
+                stdin: streams.stdin,
+                tty: streams.tty,
+                stdout: streams.stdout,
+                stderr: streams.stderr,
             })
             .await
             .map(|r| r.into_inner().url)
@@ -482,6 +490,11 @@ async fn stream(
             format!("unsupported streaming URL {url:?}"),
         );
     };
+    // A WebSocket client offering v5 gets v5 from the kubelet itself, over SPDY to the
+    // runtime, so that it can end the command's input (see `translate`).
+    if kind != Streaming::PortForward && crate::translate::offers_v5(req.headers()) {
+        return crate::translate::serve(req, &host, &path, streams).await;
+    }
     let backend = match tokio::net::TcpStream::connect(&host).await {
         Ok(t) => t,
         Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, format!("dial {host}: {e}")),

@@ -54,6 +54,44 @@ fn kubectl_exec_attach_and_port_forward_reach_running_containers() {
             "piped text\n",
         );
         assert_eq!(out, "PIPED TEXT\n", "kubectl {v}");
+        // The end of the input reaches the command: `cat` and `wc` read to it and finish.
+        // 1.27 speaks SPDY, which half-closes the stdin stream; 1.33 asks for WebSocket v5
+        // only, which the kubelet answers itself and translates to SPDY for containerd 1.6
+        // (whose streaming server knows WebSocket up to v4, without a close signal).
+        let out = s.kubectl_stdin(
+            v,
+            &[
+                "exec",
+                "-i",
+                "shell",
+                "-v=4",
+                "--",
+                "sh",
+                "-c",
+                "timeout 20 cat; echo done $?",
+            ],
+            "one\ntwo\n",
+        );
+        assert!(
+            out.status.success(),
+            "kubectl {v}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "one\ntwo\ndone 0\n",
+            "kubectl {v}"
+        );
+        if v == "1.33" {
+            let log = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                log.contains("The subprotocol is v5.channel.k8s.io"),
+                "kubectl 1.33 did not get WebSocket v5: {log}"
+            );
+        }
+        // With nothing to read at all, too.
+        let out = s.kubectl_stdin(v, &["exec", "-i", "shell", "--", "timeout", "20", "wc", "-c"], "");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "kubectl {v}");
         let failed = s.kubectl(v, &["exec", "shell", "--", "sh", "-c", "echo oops >&2; exit 3"]);
         assert_eq!(failed.status.code(), Some(3), "kubectl {v}");
         assert!(

@@ -5,6 +5,8 @@
 
 use crate::support;
 
+use std::process::{Command, Stdio};
+
 use support::cluster::*;
 
 #[test]
@@ -94,14 +96,71 @@ fn the_journey_with_r8s_kubectl() {
         k(&["exec", "shell", "--", "sh", "-c", "echo hello from $(hostname)"]),
         "hello from shell\n"
     );
-    // Standard input reaches the command. (containerd 1.6's streaming server speaks the v4
-    // WebSocket protocol, which cannot say "end of input": a command reading to the end of
-    // its input would wait, so this one reads one line.)
+    // Standard input reaches the command, and so does its end (WebSocket v5's close signal,
+    // which the kubelet turns into SPDY's half-close for containerd): `tr` reads to the end.
     let piped = s.r8s_kubectl(
-        &["exec", "-i", "shell", "--", "sh", "-c", "head -n1 | tr a-z A-Z"],
-        Some("piped text\n"),
+        &[
+            "exec",
+            "-i",
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "timeout 20 tr a-z A-Z; echo done $?",
+        ],
+        Some("piped text\nand more\n"),
     );
-    assert_eq!(String::from_utf8_lossy(&piped.stdout), "PIPED TEXT\n");
+    assert_eq!(
+        String::from_utf8_lossy(&piped.stdout),
+        "PIPED TEXT\nAND MORE\ndone 0\n"
+    );
+    // The same over SPDY, kubectl's transport where WebSocket v5 is not offered (forced as
+    // kubectl's KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false forces it): the stdin stream's
+    // half-close ends the input; the exit code comes from the error stream.
+    let spdy = [("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")];
+    let piped = s.r8s_kubectl_env(
+        &[
+            "exec",
+            "-i",
+            "shell",
+            "--",
+            "sh",
+            "-c",
+            "timeout 20 tr a-z A-Z; exit 5",
+        ],
+        Some("over spdy\n"),
+        &spdy,
+    );
+    assert_eq!(String::from_utf8_lossy(&piped.stdout), "OVER SPDY\n");
+    assert_eq!(piped.status.code(), Some(5));
+    assert!(
+        String::from_utf8_lossy(&piped.stderr).contains("command terminated with exit code 5"),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    let missing = s.r8s_kubectl_env(&["exec", "shell", "-c", "nope", "--", "true"], None, &spdy);
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr),
+        "error: container nope is not valid for pod shell\n"
+    );
+    // A terminal (`script` gives one) over both: the remote side sees a tty, the exit code
+    // comes back, and kubectl ends although its raw-mode input never does.
+    for env in [&[][..], &spdy[..]] {
+        let line = format!(
+            "{} kubectl --kubeconfig {} exec -it shell -- sh -c 'tty; exit 3'",
+            env!("CARGO_BIN_EXE_r8s"),
+            s.kubeconfig.display()
+        );
+        let out = Command::new("timeout")
+            .args(["30", "script", "-qec", &line, "/dev/null"])
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(3), "{env:?}: {text}");
+        assert!(text.contains("/dev/pts/"), "{env:?}: {text}");
+    }
     let failed = s.r8s_kubectl(
         &["exec", "shell", "--", "sh", "-c", "echo oops >&2; exit 3"],
         None,
@@ -132,6 +191,18 @@ fn the_journey_with_r8s_kubectl() {
     let one = local.path().join("up/a.txt").display().to_string();
     k(&["cp", &one, "shell:/tmp"]);
     assert_eq!(k(&["exec", "shell", "--", "cat", "/tmp/a.txt"]), "alpha\n");
+    // Over SPDY too (tar in the container reads to the half-close).
+    let over_spdy = s.r8s_kubectl_env(
+        &["cp", &one, "shell:/tmp/spdy.txt"],
+        None,
+        &[("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")],
+    );
+    assert!(
+        over_spdy.status.success(),
+        "{}",
+        String::from_utf8_lossy(&over_spdy.stderr)
+    );
+    assert_eq!(k(&["exec", "shell", "--", "cat", "/tmp/spdy.txt"]), "alpha\n");
     let down = local.path().join("down");
     k(&["cp", "shell:/tmp/up", &down.display().to_string()]);
     assert_eq!(std::fs::read_to_string(down.join("a.txt")).unwrap(), "alpha\n");

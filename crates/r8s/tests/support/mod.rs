@@ -175,12 +175,18 @@ impl Server {
 
     /// r8s's own kubectl (`r8s kubectl`) set up for this server, with its own discovery cache.
     pub fn r8s_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        self.r8s_kubectl_env(args, stdin, &[])
+    }
+
+    /// The same with `env` set.
+    pub fn r8s_kubectl_env(&self, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Output {
         use std::io::Write;
         let mut child = Command::new(env!("CARGO_BIN_EXE_r8s"))
             .arg("kubectl")
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(args)
+            .envs(env.iter().copied())
             .env("KUBECACHEDIR", self.dir.path().join("kubecache-r8s"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
