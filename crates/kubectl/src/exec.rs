@@ -588,11 +588,21 @@ async fn stream(
             tx.send(RESIZE, size.as_bytes()).await;
         }
     }
+    // The terminal's new size whenever it changes (kubectl's `monitorSize`).
+    let mut resized = terminal
+        .then(|| tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok())
+        .flatten();
     let mut stdin_open = input.is_some();
     let mut stdin: Input = input.unwrap_or_else(|| Box::pin(tokio::io::empty()));
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         tokio::select! {
+            Some(()) = async { resized.as_mut()?.recv().await } => {
+                if let Some((width, height)) = terminal_size() {
+                    let size = format!("{{\"Width\":{width},\"Height\":{height}}}");
+                    tx.send(RESIZE, size.as_bytes()).await;
+                }
+            }
             event = rx.next() => match event? {
                 Event::Out(STDOUT, data) => match capture.as_deref_mut() {
                     Some(buf) => buf.extend_from_slice(&data),

@@ -161,6 +161,57 @@ fn the_journey_with_r8s_kubectl() {
         assert_eq!(out.status.code(), Some(3), "{env:?}: {text}");
         assert!(text.contains("/dev/pts/"), "{env:?}: {text}");
     }
+    // The terminal's size goes with it, at the start and on every change (SIGWINCH), over
+    // both transports: a pty of 30x100 made here, then resized to 40x120.
+    const RESIZE: &str = r#"
+import fcntl, os, pty, select, struct, sys, termios, time
+def size(fd, rows, cols):
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+pid, fd = pty.fork()
+if pid == 0:
+    size(0, 30, 100)
+    os.execv(sys.argv[1], sys.argv[1:])
+seen, resized, deadline = b"", False, time.time() + 30
+while time.time() < deadline:
+    if select.select([fd], [], [], 0.2)[0]:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    if b"30 100" in seen and not resized:
+        size(fd, 40, 120)
+        resized = True
+os.waitpid(pid, 0)
+sys.stdout.write(seen.decode(errors="replace"))
+"#;
+    for env in [&[][..], &spdy[..]] {
+        let out = Command::new("python3")
+            .args(["-c", RESIZE, env!("CARGO_BIN_EXE_r8s"), "kubectl", "--kubeconfig"])
+            .arg(&s.kubeconfig)
+            .args([
+                "exec",
+                "-it",
+                "shell",
+                "--",
+                "sh",
+                "-c",
+                // Every size change is printed (the first may come after the start).
+                "trap 's=$(stty size); echo \"$s\"; [ \"$s\" = \"40 120\" ] && exit 0' WINCH; \
+                 stty size; i=0; while [ $i -lt 20 ]; do sleep 1 & wait $!; i=$((i+1)); done",
+            ])
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("30 100") && text.contains("40 120"),
+            "{env:?}: {text}"
+        );
+    }
     let failed = s.r8s_kubectl(
         &["exec", "shell", "--", "sh", "-c", "echo oops >&2; exit 3"],
         None,
