@@ -127,6 +127,107 @@ enum SecretKind {
         #[arg(long = "type")]
         secret_type: Option<String>,
     },
+    /// Create a TLS secret.
+    Tls {
+        name: String,
+        /// Path to PEM encoded public key certificate.
+        #[arg(long)]
+        cert: Option<String>,
+        /// Path to private key associated with given certificate.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Create a secret for use with a Docker registry.
+    DockerRegistry {
+        name: String,
+        /// Username for Docker registry authentication.
+        #[arg(long)]
+        docker_username: Option<String>,
+        /// Password for Docker registry authentication.
+        #[arg(long)]
+        docker_password: Option<String>,
+        /// Email for Docker registry.
+        #[arg(long)]
+        docker_email: Option<String>,
+        /// Server location for Docker registry.
+        #[arg(long, default_value = "https://index.docker.io/v1/")]
+        docker_server: String,
+        /// Key files (a .dockercfg or .docker/config.json), as `--from-file` of a generic secret.
+        #[arg(long, value_delimiter = ',')]
+        from_file: Vec<String>,
+    },
+}
+
+/// kubectl's readFile error.
+fn read_file(path: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::NotFound => "no such file or directory".to_owned(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+            _ => e.to_string(),
+        };
+        msg(format!("Cannot read file {path}, open {path}: {why}"))
+    })
+}
+
+/// The PEM block labels in `pem`.
+fn pem_labels(pem: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(pem)
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("-----BEGIN ")?
+                .strip_suffix("-----")
+                .map(String::from)
+        })
+        .collect()
+}
+
+/// What Go's `tls.X509KeyPair` checks of the PEM framing, in its words: a certificate in the
+/// certificate input, a private key in the key input. (Whether the key belongs to the
+/// certificate is left to the server's users of it.)
+fn check_key_pair(cert: &[u8], key: &[u8]) -> Result<()> {
+    let certs = pem_labels(cert);
+    if !certs.iter().any(|l| l == "CERTIFICATE") {
+        return Err(msg(if certs.iter().any(|l| l.ends_with("PRIVATE KEY")) {
+            "tls: failed to find certificate PEM data in certificate input, but did find a private key; PEM inputs may have been switched"
+        } else {
+            "tls: failed to find any PEM data in certificate input"
+        }));
+    }
+    let keys = pem_labels(key);
+    if !keys
+        .iter()
+        .any(|l| l == "PRIVATE KEY" || l.ends_with(" PRIVATE KEY"))
+    {
+        return Err(msg(if keys.iter().any(|l| l == "CERTIFICATE") {
+            "tls: found a certificate rather than a key in the PEM for the private key"
+        } else {
+            "tls: failed to find any PEM data in key input"
+        }));
+    }
+    Ok(())
+}
+
+/// A registry's `.dockerconfigjson` as kubectl marshals its `DockerConfigJSON`: the entry's
+/// fields in Go's order, empty ones left out, Go's string escapes.
+fn docker_config_json(server: &str, user: &str, password: &str, email: &str) -> String {
+    let q = |s: &str| {
+        let mut out = String::new();
+        printers::json::string(&mut out, s);
+        out
+    };
+    let mut entry = Vec::new();
+    for (k, v) in [("username", user), ("password", password), ("email", email)] {
+        if !v.is_empty() {
+            entry.push(format!("\"{k}\":{}", q(v)));
+        }
+    }
+    entry.push(format!(
+        "\"auth\":{}",
+        q(&base64(format!("{user}:{password}").as_bytes()))
+    ));
+    format!("{{\"auths\":{{{}:{{{}}}}}}}", q(server), entry.join(","))
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -182,6 +283,10 @@ pub async fn run(session: &Session, a: CreateArgs) -> Result<i32> {
     let mut failed = false;
     for (obj, source) in objects {
         match create_one(session, obj, dry, manager).await {
+            // A generator's object is a typed Go value in kubectl; a file's is unstructured.
+            Ok((resource, created)) if a.generator.is_some() => {
+                print_typed_result(&resource, &created, &output, "created", dry)?
+            }
             Ok((resource, created)) => print_result(&resource, &created, &output, "created", dry)?,
             Err(Error::Api(e)) => {
                 match (&source, &a.generator) {
@@ -213,6 +318,29 @@ pub(crate) fn print_result(
     verb: &str,
     dry: DryRun,
 ) -> Result<()> {
+    print_object(r, obj, output, verb, dry, false)
+}
+
+/// The same for an object kubectl holds as a typed Go value (a generator's): `-o json` in
+/// Go's field order.
+pub(crate) fn print_typed_result(
+    r: &Resource,
+    obj: &Value,
+    output: &Output,
+    verb: &str,
+    dry: DryRun,
+) -> Result<()> {
+    print_object(r, obj, output, verb, dry, true)
+}
+
+fn print_object(
+    r: &Resource,
+    obj: &Value,
+    output: &Output,
+    verb: &str,
+    dry: DryRun,
+    typed: bool,
+) -> Result<()> {
     let name = obj["metadata"]["name"].as_str().unwrap_or("");
     let suffix = match dry {
         DryRun::None => "",
@@ -223,6 +351,9 @@ pub(crate) fn print_result(
     crate::get::strip_managed_fields(&mut obj);
     match output {
         Output::Yaml => out(&printers::yaml::to_string(&obj)),
+        Output::Json if typed => out(&printers::json::to_string_typed(&printers::go_order::arrange(
+            &obj,
+        ))),
         Output::Json => out(&printers::json::to_string(&obj)),
         Output::Name => out(&format!("{}/{name}\n", r.kind_prefix())),
         Output::JsonPath(t) => out(&printers::jsonpath::execute(t, &obj)),
@@ -379,6 +510,57 @@ async fn generate(session: &Session, g: &Generator) -> Result<Value> {
                 s["type"] = json!(t);
             }
             s
+        }
+        Generator::Secret(SecretKind::Tls { name, cert, key }) => {
+            let (Some(cert), Some(key)) = (
+                cert.as_deref().filter(|c| !c.is_empty()),
+                key.as_deref().filter(|k| !k.is_empty()),
+            ) else {
+                return Err(msg("key and cert must be specified"));
+            };
+            let (cert, key) = (read_file(cert)?, read_file(key)?);
+            check_key_pair(&cert, &key)?;
+            json!({
+                "apiVersion": "v1", "kind": "Secret", "metadata": meta(name, true),
+                "data": {"tls.crt": base64(&cert), "tls.key": base64(&key)},
+                "type": "kubernetes.io/tls"
+            })
+        }
+        Generator::Secret(SecretKind::DockerRegistry {
+            name,
+            docker_username,
+            docker_password,
+            docker_email,
+            docker_server,
+            from_file,
+        }) => {
+            let user = docker_username.as_deref().unwrap_or("");
+            let password = docker_password.as_deref().unwrap_or("");
+            if from_file.is_empty() && (user.is_empty() || password.is_empty() || docker_server.is_empty()) {
+                return Err(msg(
+                    "either --from-file or the combination of --docker-username, --docker-password and --docker-server is required",
+                ));
+            }
+            let data: Map<String, Value> = if from_file.is_empty() {
+                let config = docker_config_json(
+                    docker_server,
+                    user,
+                    password,
+                    docker_email.as_deref().unwrap_or(""),
+                );
+                [(".dockerconfigjson".to_owned(), json!(base64(config.as_bytes())))]
+                    .into_iter()
+                    .collect()
+            } else {
+                key_values(&[], from_file)?
+                    .into_iter()
+                    .map(|(k, v)| (k, json!(base64(&v))))
+                    .collect()
+            };
+            json!({
+                "apiVersion": "v1", "kind": "Secret", "metadata": meta(name, true),
+                "data": data, "type": "kubernetes.io/dockerconfigjson"
+            })
         }
         Generator::Deployment {
             name,

@@ -498,7 +498,7 @@ pub async fn autoscale(session: &Session, a: AutoscaleArgs) -> Result<i32> {
         .await?;
     let ns = session.conn.namespace.clone();
     let result = crate::create::post(session, &hr, Some(&ns), hpa, "kubectl-autoscale", dry).await?;
-    crate::create::print_result(&hr, &result, &output, "autoscaled", dry)?;
+    crate::create::print_typed_result(&hr, &result, &output, "autoscaled", dry)?;
     Ok(0)
 }
 

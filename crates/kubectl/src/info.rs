@@ -26,7 +26,12 @@ fn client_info() -> Value {
         "major": "1",
         "minor": "33",
         "gitVersion": format!("{CLIENT_VERSION}+r8s-{}", env!("CARGO_PKG_VERSION")),
+        // `version.Info`'s fields are all printed (none is omitempty); as the server's.
+        "gitCommit": "",
         "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "rustc",
+        "compiler": "rustc",
         "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
     })
 }
@@ -61,12 +66,15 @@ pub async fn version(flags: &Flags, a: VersionArgs) -> Result<i32> {
             }
         }
         Some(o @ ("json" | "yaml")) => {
-            let mut doc = json!({"clientVersion": client});
+            // kubectl's `Version` struct: each `version.Info` in its field order.
+            let info = |v: &Value| printers::go_order::arrange_type(v, "version.Info");
+            let mut doc = json!({"clientVersion": info(&client)});
             if let Some(s) = server {
-                doc["serverVersion"] = s;
+                doc["serverVersion"] = info(&s);
             }
+            // kubectl marshals this one itself, indented by two spaces.
             out(&if o == "json" {
-                printers::json::to_string(&doc)
+                printers::json::to_string_typed_indent(&doc, "  ")
             } else {
                 printers::yaml::to_string(&doc)
             });
@@ -325,7 +333,9 @@ pub fn config(flags: &Flags, c: ConfigCommand) -> Result<i32> {
                 }
             }
             match output.as_deref() {
-                Some("json") => out(&printers::json::to_string(&doc)),
+                Some("json") => out(&printers::json::to_string_typed(&printers::go_order::arrange(
+                    &doc,
+                ))),
                 None | Some("yaml") => out(&printers::yaml::to_string(&doc)),
                 Some(o) => {
                     return Err(msg(format!(
@@ -445,7 +455,9 @@ pub async fn auth(session: &Session, c: AuthCommand) -> Result<i32> {
                 )
                 .await?;
             match output.as_deref() {
-                Some("json") => out(&printers::json::to_string(&review)),
+                Some("json") => out(&printers::json::to_string_typed(&printers::go_order::arrange(
+                    &review,
+                ))),
                 Some("yaml") => out(&printers::yaml::to_string(&review)),
                 _ => {
                     let u = &review["status"]["userInfo"];

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::create::{post, print_result, resource_of, target_namespace, Common, DryRun};
+use crate::create::{post, resource_of, target_namespace, Common, DryRun};
 use crate::error::{msg, Error, Result};
 use crate::{out, Output, Session};
 
@@ -309,7 +309,7 @@ async fn send(
     let r = resource_of(session, &obj).await?;
     let ns = target_namespace(session, &r, &mut obj)?;
     let result = post(session, &r, ns.as_deref(), obj, manager, dry).await?;
-    print_result(&r, &result, output, verb, dry)?;
+    crate::create::print_typed_result(&r, &result, output, verb, dry)?;
     Ok(result)
 }
 

@@ -8,9 +8,32 @@ use serde_json::Value;
 /// The indented JSON of `v`, with kubectl's trailing newline.
 pub fn to_string(v: &Value) -> String {
     let mut out = String::new();
-    write(&mut out, v, 0);
+    write(&mut out, v, 0, true);
     out.push('\n');
     out
+}
+
+/// The same for a value kubectl holds as a typed Go object: keys in Go's field order (see
+/// `go_order`), as `v` has them.
+pub fn to_string_typed(v: &Value) -> String {
+    to_string_typed_indent(v, "    ")
+}
+
+/// The same indented by `indent` (kubectl's `version -o json` uses two spaces).
+pub fn to_string_typed_indent(v: &Value, indent: &str) -> String {
+    let mut out = String::new();
+    write(&mut out, v, 0, false);
+    out.push('\n');
+    if indent == "    " {
+        return out;
+    }
+    // Re-indent: only line starts carry indentation (strings hold no raw newlines).
+    out.lines()
+        .map(|l| {
+            let spaces = l.len() - l.trim_start_matches(' ').len();
+            format!("{}{}\n", indent.repeat(spaces / 4), &l[spaces..])
+        })
+        .collect()
 }
 
 /// Go's `json.Marshal` of an unstructured object: compact, keys sorted, HTML-safe escapes.
@@ -46,11 +69,11 @@ fn write_compact(out: &mut String, v: &Value) {
             }
             out.push('}');
         }
-        scalar => write(out, scalar, 0),
+        scalar => write(out, scalar, 0, true),
     }
 }
 
-fn write(out: &mut String, v: &Value, depth: usize) {
+fn write(out: &mut String, v: &Value, depth: usize, sort: bool) {
     match v {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -65,7 +88,7 @@ fn write(out: &mut String, v: &Value, depth: usize) {
                     out.push(',');
                 }
                 newline(out, depth + 1);
-                write(out, item, depth + 1);
+                write(out, item, depth + 1, sort);
             }
             newline(out, depth);
             out.push(']');
@@ -73,7 +96,9 @@ fn write(out: &mut String, v: &Value, depth: usize) {
         Value::Object(m) => {
             out.push('{');
             let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
+            if sort {
+                keys.sort();
+            }
             for (i, k) in keys.into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
@@ -81,7 +106,7 @@ fn write(out: &mut String, v: &Value, depth: usize) {
                 newline(out, depth + 1);
                 string(out, k);
                 out.push_str(": ");
-                write(out, &m[k.as_str()], depth + 1);
+                write(out, &m[k.as_str()], depth + 1, sort);
             }
             newline(out, depth);
             out.push('}');

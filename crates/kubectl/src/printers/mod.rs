@@ -1,5 +1,7 @@
 //! What `-o` prints: the server's Tables, YAML and JSON as Go writes them, `name`.
 
+pub mod go_order;
+mod go_order_table;
 pub mod gotemplate;
 pub mod json;
 pub mod jsonpath;

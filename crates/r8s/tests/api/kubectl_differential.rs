@@ -1246,6 +1246,125 @@ fn validate_answers_as_kubectl_does() {
     t.same_stdin(&["create", "-f", "-", "--validate=bogus"], Some(&cm("v5-T")));
 }
 
+/// What kubectl holds as typed Go values prints in Go's field order with `-o json` (a
+/// generator's object, `config view`, `auth whoami`); what it reads back unstructured, sorted.
+/// And the TLS and docker-registry secret generators.
+#[test]
+fn typed_json_answers_as_kubectl_does() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    let dir = tempfile::tempdir().unwrap();
+    let t = Twins::new(&s, &dir);
+    let tls = s.dir.path().join("server/tls");
+    let cert = tls.join("serving-kube-apiserver.crt").display().to_string();
+    let key = tls.join("serving-kube-apiserver.key").display().to_string();
+    let json = ["--dry-run=client", "-o", "json"];
+    for generator in [
+        &[
+            "create",
+            "deployment",
+            "d-T",
+            "--image=nginx",
+            "--replicas=2",
+            "--port=80",
+        ][..],
+        &[
+            "create",
+            "configmap",
+            "c-T",
+            "--from-literal=b=1",
+            "--from-literal=a=2",
+        ],
+        &["create", "service", "nodeport", "s-T", "--tcp=80:8080"],
+        &["create", "job", "j-T", "--image=busybox"],
+        &[
+            "create",
+            "cronjob",
+            "cj-T",
+            "--image=busybox",
+            "--schedule=* * * * *",
+        ],
+        &["create", "role", "r-T", "--verb=get", "--resource=pods"],
+        &["create", "rolebinding", "rb-T", "--role=r", "--user=u"],
+        &["create", "quota", "q-T", "--hard=pods=2,cpu=1"],
+        &["create", "pdb", "p-T", "--selector=a=b", "--max-unavailable=1"],
+        &["create", "ingress", "i-T", "--rule=a.com/p=svc:80,tls=sec"],
+        &[
+            "run",
+            "p-T",
+            "--image=nginx",
+            "--port=80",
+            "--env=A=B",
+            "--labels=x=y",
+        ],
+        &["create", "secret", "tls", "t-T", "--cert", &cert, "--key", &key],
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            "dr-T",
+            "--docker-username=u",
+            "--docker-password=p&<",
+        ],
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            "dr-T",
+            "--docker-username=u",
+            "--docker-password=p",
+            "--docker-email=e@x",
+            "--docker-server=reg:5000",
+        ],
+    ] {
+        let run = t.same(&[generator, &json[..]].concat());
+        assert!(run.stdout.starts_with("{\n    \"kind\": "), "{}", run.stdout);
+    }
+    // Created for real: the server's answer, still typed.
+    let created = t.same(&[
+        "create",
+        "configmap",
+        "real-T",
+        "--from-literal=k=v",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        created.stdout.starts_with("{\n    \"kind\": \"ConfigMap\""),
+        "{}",
+        created.stdout
+    );
+    // Read back: unstructured, sorted.
+    let got = t.same(&["get", "configmap", "real-T", "-o", "json"]);
+    assert!(
+        got.stdout.starts_with("{\n    \"apiVersion\": "),
+        "{}",
+        got.stdout
+    );
+    t.same(&["config", "view", "-o", "json"]);
+    t.same(&["auth", "whoami", "-o", "json"]);
+    // The secret generators' refusals.
+    t.same(&["create", "secret", "tls", "t-T", "--cert", &cert]);
+    t.same(&["create", "secret", "tls", "t-T", "--cert", &key, "--key", &cert]);
+    t.same(&[
+        "create",
+        "secret",
+        "tls",
+        "t-T",
+        "--cert",
+        "/nonexistent",
+        "--key",
+        &key,
+    ]);
+    t.same(&[
+        "create",
+        "secret",
+        "docker-registry",
+        "dr-T",
+        "--docker-username=u",
+    ]);
+}
+
 /// A CONNECT proxy on loopback for one test: counts the tunnels it opens (only to loopback).
 fn connect_proxy() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{BufRead, BufReader, Write};
