@@ -687,9 +687,18 @@ impl Drop for RawMode {
 #[derive(clap::Args)]
 pub struct LogsArgs {
     /// POD or TYPE/NAME, then optionally the container.
-    #[arg(required = true)]
-    target: String,
+    target: Option<String>,
     container_arg: Option<String>,
+    /// Selector (label query) to filter on (the logs of every pod it selects; `--tail`
+    /// defaults to 10 then).
+    #[arg(short = 'l', long)]
+    selector: Option<String>,
+    /// Prefix each log line with the log source (pod name and container name).
+    #[arg(long)]
+    prefix: bool,
+    /// Specify maximum number of concurrent logs to follow when using by a selector. Defaults to 5.
+    #[arg(long, default_value_t = 5)]
+    max_log_requests: usize,
     /// Print the logs of this container.
     #[arg(short = 'c', long)]
     container: Option<String>,
@@ -720,26 +729,79 @@ pub struct LogsArgs {
 }
 
 pub async fn logs(session: &Session, a: LogsArgs) -> Result<i32> {
-    let pod = pod(session, &a.target).await?;
-    let name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
-    let containers: Vec<String> = if a.all_containers {
-        ["initContainers", "containers", "ephemeralContainers"]
-            .iter()
-            .flat_map(|k| pod["spec"][*k].as_array().cloned().unwrap_or_default())
-            .filter_map(|c| c["name"].as_str().map(str::to_owned))
-            .collect()
-    } else {
-        vec![container(
-            &pod,
-            a.container.as_deref().or(a.container_arg.as_deref()),
-        )?]
+    let usage = |m: &str| Error::Raw(format!("error: {m}\nSee 'kubectl logs -h' for help and examples"));
+    let ns = session.conn.namespace.clone();
+    let pods: Vec<Value> = match (&a.target, &a.selector) {
+        (None, None) => {
+            return Err(usage(
+                "expected 'logs [-f] [-p] (POD | TYPE/NAME) [-c CONTAINER]'.\nPOD or TYPE/NAME is a required argument for the logs command",
+            ))
+        }
+        (Some(_), Some(_)) if a.container_arg.is_none() => {
+            return Err(usage("only a selector (-l) or a POD name is allowed"))
+        }
+        (Some(target), _) => vec![pod(session, target).await?],
+        (None, Some(selector)) => {
+            let list = session
+                .conn
+                .rest
+                .get(&format!(
+                    "/api/v1/namespaces/{ns}/pods?labelSelector={}",
+                    encode(selector)
+                ))
+                .await?;
+            let pods = list["items"].as_array().cloned().unwrap_or_default();
+            if pods.is_empty() {
+                eprintln!("No resources found in {ns} namespace.");
+            }
+            pods
+        }
     };
+    if a.all_containers {
+        if let Some(c) = a.container.as_deref().or(a.container_arg.as_deref()) {
+            return Err(msg(format!(
+                "--all-containers=true should not be specified with container name {c}"
+            )));
+        }
+    }
+    if a.container.is_some() && a.container_arg.is_some() {
+        return Err(msg("only one of -c or an inline [CONTAINER] arg is allowed"));
+    }
+    // One request per pod and container.
+    let mut sources: Vec<(String, String)> = Vec::new();
+    for pod in &pods {
+        let name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        if a.all_containers {
+            for c in ["initContainers", "containers", "ephemeralContainers"]
+                .iter()
+                .flat_map(|k| pod["spec"][*k].as_array().cloned().unwrap_or_default())
+                .filter_map(|c| c["name"].as_str().map(str::to_owned))
+            {
+                sources.push((name.clone(), c));
+            }
+        } else {
+            let c = container(pod, a.container.as_deref().or(a.container_arg.as_deref()))?;
+            sources.push((name, c));
+        }
+    }
+    if a.follow && sources.len() > 1 && sources.len() > a.max_log_requests {
+        return Err(msg(format!(
+            "you are attempting to follow {} log streams, but maximum allowed concurrency is {}, use --max-log-requests to increase the limit",
+            sources.len(),
+            a.max_log_requests
+        )));
+    }
     let mut query = Vec::new();
     if a.follow {
         query.push("follow=true".to_owned());
     }
-    if a.tail >= 0 {
-        query.push(format!("tailLines={}", a.tail));
+    let tail = if a.tail < 0 && a.selector.is_some() {
+        10
+    } else {
+        a.tail
+    };
+    if tail >= 0 {
+        query.push(format!("tailLines={tail}"));
     }
     if a.timestamps {
         query.push("timestamps=true".to_owned());
@@ -757,16 +819,28 @@ pub async fn logs(session: &Session, a: LogsArgs) -> Result<i32> {
     if let Some(b) = a.limit_bytes {
         query.push(format!("limitBytes={b}"));
     }
-    for c in containers {
+    let request = |(pod, c): (String, String)| {
         let mut q = query.clone();
         q.push(format!("container={}", encode(&c)));
-        copy_log(session, &name, &q).await?;
+        let prefix = a.prefix.then(|| format!("[pod/{pod}/{c}] "));
+        async move { copy_log(session, &pod, &q, prefix.as_deref()).await }
+    };
+    if a.follow && sources.len() > 1 {
+        // Followed streams run side by side, their lines interleaved whole (kubectl's
+        // parallelConsumeRequest); the first error ends them all.
+        futures::future::try_join_all(sources.into_iter().map(request)).await?;
+    } else {
+        for source in sources {
+            request(source).await?;
+        }
     }
     Ok(0)
 }
 
-/// A container's log (`query` names it) copied to standard output as it comes.
-async fn copy_log(session: &Session, name: &str, query: &[String]) -> Result<()> {
+/// A container's log (`query` names it) copied to standard output as it comes, each line
+/// after `prefix` if there is one (written with its line in one write, as kubectl's
+/// prefixing writer, so that parallel streams do not interleave inside a line).
+async fn copy_log(session: &Session, name: &str, query: &[String], prefix: Option<&str>) -> Result<()> {
     let ns = &session.conn.namespace;
     let uri = format!("/api/v1/namespaces/{ns}/pods/{name}/log?{}", query.join("&"));
     let (code, mut body) = session.conn.rest.stream(Method::GET, &uri).await?;
@@ -778,12 +852,37 @@ async fn copy_log(session: &Session, name: &str, query: &[String]) -> Result<()>
             .unwrap_or_default();
         return Err(Error::Api(ApiError::from_response(code, &bytes)));
     }
+    let mut pending: Vec<u8> = Vec::new();
+    let write = |bytes: &[u8]| {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(bytes);
+        let _ = out.flush();
+    };
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else { break };
-        if let Some(data) = frame.data_ref() {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(data);
-            let _ = out.flush();
+        let Some(data) = frame.data_ref() else { continue };
+        // Whole lines only (the log API sends them whole; a split one waits for its end).
+        pending.extend_from_slice(data);
+        let Some(end) = pending.iter().rposition(|b| *b == b'\n') else {
+            continue;
+        };
+        let lines: Vec<u8> = pending.drain(..=end).collect();
+        match prefix {
+            None => write(&lines),
+            Some(p) => {
+                let mut text = Vec::with_capacity(lines.len() + p.len() * 4);
+                for line in lines.split_inclusive(|b| *b == b'\n') {
+                    text.extend_from_slice(p.as_bytes());
+                    text.extend_from_slice(line);
+                }
+                write(&text);
+            }
+        }
+    }
+    if !pending.is_empty() {
+        match prefix {
+            Some(p) => write(&[p.as_bytes(), &pending[..]].concat()),
+            None => write(&pending),
         }
     }
     Ok(())
@@ -801,7 +900,7 @@ pub(crate) async fn attach_new_pod(
 ) -> Result<i32> {
     let name = pod["metadata"]["name"].as_str().unwrap_or("");
     if matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed")) {
-        copy_log(session, name, &[format!("container={}", encode(container))]).await?;
+        copy_log(session, name, &[format!("container={}", encode(container))], None).await?;
         return Ok(0);
     }
     let terminal = tty && stdin && std::io::IsTerminal::is_terminal(&std::io::stdin());

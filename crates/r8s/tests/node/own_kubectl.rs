@@ -92,6 +92,35 @@ fn the_journey_with_r8s_kubectl() {
         (k(&["logs", "shell"]) == "started\n").then_some(())
     });
     assert_eq!(k(&["logs", "pod/shell", "--tail=1", "-c", "shell"]), "started\n");
+    // By selector, with the source as a prefix; and the refusals, as kubectl 1.33 words them.
+    for args in [
+        &["logs", "-l", "run=shell", "--prefix"][..],
+        &["logs", "-l", "run=shell", "--all-containers"],
+        &["logs", "-l", "run=nobody"],
+        &["logs"],
+        &["logs", "shell", "-l", "run=shell"],
+        &["logs", "-f", "-l", "app=nginx", "--max-log-requests=1"],
+    ] {
+        let ours = s.r8s_kubectl(args, None);
+        let theirs = s.kubectl(V, args);
+        assert_eq!(
+            (
+                String::from_utf8_lossy(&ours.stdout),
+                String::from_utf8_lossy(&ours.stderr),
+                ours.status.code()
+            ),
+            (
+                String::from_utf8_lossy(&theirs.stdout),
+                String::from_utf8_lossy(&theirs.stderr),
+                theirs.status.code()
+            ),
+            "{args:?}"
+        );
+    }
+    assert_eq!(
+        k(&["logs", "-l", "run=shell", "--prefix"]),
+        "[pod/shell/shell] started\n"
+    );
     assert_eq!(
         k(&["exec", "shell", "--", "sh", "-c", "echo hello from $(hostname)"]),
         "hello from shell\n"
