@@ -288,10 +288,27 @@ async fn connect(
             Err(e) => return Err(exec_error(e)),
         }
     }
-    let request = http::Request::post(&uri)
+    let mut conn = spdy_upgrade(client, &uri, r8s_api::spdy::REMOTE_COMMAND_V4).await?;
+    let mut channels = Vec::new();
+    for (kind, channel) in r8s_api::spdy::remote_command_streams(stdin, true, !terminal, terminal) {
+        let id = conn
+            .writer
+            .open(&[("streamType", kind)])
+            .await
+            .map_err(|e| msg(format!("error creating {kind} stream: {e}")))?;
+        channels.push((id, channel));
+    }
+    Ok(Link::Spdy { conn, channels })
+}
+
+/// A SPDY/3.1 connection to `uri` (exec, attach, portforward) through the session's client
+/// (its credentials, proxy and TLS), offering the stream `protocol`; the server's refusal as
+/// kubectl reports it.
+async fn spdy_upgrade(client: &kube::Client, uri: &str, protocol: &str) -> Result<r8s_api::spdy::Connection> {
+    let request = http::Request::post(uri)
         .header(http::header::CONNECTION, "Upgrade")
         .header(http::header::UPGRADE, r8s_api::spdy::UPGRADE)
-        .header(r8s_api::spdy::PROTOCOL_HEADER, r8s_api::spdy::REMOTE_COMMAND_V4)
+        .header(r8s_api::spdy::PROTOCOL_HEADER, protocol)
         .body(kube::client::Body::from(Vec::new()))
         .map_err(|e| msg(e.to_string()))?;
     let resp = client.send(request).await.map_err(exec_error)?;
@@ -324,17 +341,99 @@ async fn connect(
     let upgraded = hyper::upgrade::on(resp)
         .await
         .map_err(|e| msg(format!("unable to upgrade connection: {e}")))?;
-    let mut conn = r8s_api::spdy::Connection::new(hyper_util::rt::TokioIo::new(upgraded), protocol);
-    let mut channels = Vec::new();
-    for (kind, channel) in r8s_api::spdy::remote_command_streams(stdin, true, !terminal, terminal) {
-        let id = conn
-            .writer
-            .open(&[("streamType", kind)])
-            .await
-            .map_err(|e| msg(format!("error creating {kind} stream: {e}")))?;
-        channels.push((id, channel));
+    Ok(r8s_api::spdy::Connection::new(
+        hyper_util::rt::TokioIo::new(upgraded),
+        protocol,
+    ))
+}
+
+/// One forwarded connection over SPDY (`portforward.k8s.io`, kubectl's transport where
+/// WebSocket is not used): an error stream and a data stream for `port`, the data copied both
+/// ways, each side's end passed on as a half-close; what the error stream says, as the error.
+async fn spdy_forward(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+    port: u16,
+    mut local: tokio::net::TcpStream,
+) -> Result<()> {
+    use r8s_api::spdy::Frame;
+    use tokio::io::AsyncWriteExt;
+    let uri = format!("/api/v1/namespaces/{ns}/pods/{pod}/portforward");
+    let conn = spdy_upgrade(client, &uri, "portforward.k8s.io").await?;
+    let (mut reader, mut writer) = (conn.reader, conn.writer);
+    let port_text = port.to_string();
+    let headers = |kind| {
+        [
+            ("streamType", kind),
+            ("port", port_text.as_str()),
+            ("requestID", "0"),
+        ]
+    };
+    let error = writer
+        .open(&headers("error"))
+        .await
+        .map_err(|e| msg(e.to_string()))?;
+    // kubectl writes nothing on the error stream.
+    writer.finish(error).await.map_err(|e| msg(e.to_string()))?;
+    let data = writer
+        .open(&headers("data"))
+        .await
+        .map_err(|e| msg(e.to_string()))?;
+    let (mut from_local, mut to_local) = local.split();
+    let mut buf = vec![0u8; 32 * 1024];
+    let (mut local_open, mut remote_open) = (true, true);
+    let mut failure = Vec::new();
+    while local_open || remote_open {
+        tokio::select! {
+            read = from_local.read(&mut buf), if local_open => match read {
+                Ok(0) | Err(_) => {
+                    local_open = false;
+                    let _ = writer.finish(data).await;
+                }
+                Ok(n) => {
+                    if writer.send(data, &buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            },
+            frame = reader.next() => match frame {
+                Ok(Some(Frame::Data { stream, fin, data: bytes })) if stream == data => {
+                    if !bytes.is_empty() && to_local.write_all(&bytes).await.is_err() {
+                        break;
+                    }
+                    if fin {
+                        remote_open = false;
+                        let _ = to_local.shutdown().await;
+                    }
+                }
+                Ok(Some(Frame::Data { stream, data: bytes, .. })) if stream == error => {
+                    failure.extend_from_slice(&bytes);
+                }
+                Ok(Some(Frame::Reset { stream, .. })) if stream == data => break,
+                Ok(Some(Frame::Ping { id })) if id % 2 == 0 => {
+                    let _ = writer.pong(id).await;
+                }
+                Ok(Some(Frame::GoAway)) | Ok(None) | Err(_) => break,
+                Ok(Some(_)) => {}
+            },
+        }
+        if !failure.is_empty() {
+            break;
+        }
     }
-    Ok(Link::Spdy { conn, channels })
+    writer.shutdown().await;
+    if failure.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Raw(String::from_utf8_lossy(&failure).into_owned()))
+    }
+}
+
+/// kubectl's `KUBECTL_PORT_FORWARD_WEBSOCKETS` (Go's boolean words for false).
+fn port_forward_websockets_disabled() -> bool {
+    std::env::var("KUBECTL_PORT_FORWARD_WEBSOCKETS")
+        .is_ok_and(|v| matches!(v.as_str(), "0" | "f" | "F" | "false" | "FALSE" | "False"))
 }
 
 /// kubectl's `KUBECTL_REMOTE_COMMAND_WEBSOCKETS` (Go's boolean words for false).
@@ -978,9 +1077,14 @@ pub async fn port_forward(session: &Session, a: PortForwardArgs) -> Result<i32> 
         }
     }
     let mut tasks = Vec::new();
+    let spdy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+        port_forward_websockets_disabled(),
+    ));
     for (listener, remote) in listeners {
         let api = api.clone();
         let name = name.clone();
+        let (client, ns) = (session.conn.rest.client().clone(), session.conn.namespace.clone());
+        let spdy = spdy.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 let Ok((mut conn, _)) = listener.accept().await else {
@@ -990,15 +1094,36 @@ pub async fn port_forward(session: &Session, a: PortForwardArgs) -> Result<i32> 
                 out(&format!("Handling connection for {local}\n"));
                 let api = api.clone();
                 let name = name.clone();
+                let (client, ns) = (client.clone(), ns.clone());
+                let spdy = spdy.clone();
                 tokio::spawn(async move {
-                    let Ok(mut forwarder) = api.portforward(&name, &[remote]).await else {
-                        eprintln!("E0000 an error occurred forwarding {local} -> {remote}");
-                        return;
-                    };
-                    if let Some(mut upstream) = forwarder.take_stream(remote) {
-                        let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+                    // WebSocket (kube-rs's v4 port-forward) unless it is off or was refused;
+                    // then SPDY, as kubectl's fallback dialer.
+                    if !spdy.load(std::sync::atomic::Ordering::Relaxed) {
+                        match api.portforward(&name, &[remote]).await {
+                            Ok(mut forwarder) => {
+                                if let Some(mut upstream) = forwarder.take_stream(remote) {
+                                    let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+                                }
+                                forwarder.abort();
+                                return;
+                            }
+                            Err(kube::Error::Api(_)) | Err(kube::Error::UpgradeConnection(_)) => {
+                                spdy.store(true, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            Err(_) => {
+                                eprintln!("E0000 an error occurred forwarding {local} -> {remote}");
+                                return;
+                            }
+                        }
                     }
-                    forwarder.abort();
+                    if let Err(e) = spdy_forward(&client, &ns, &name, remote, conn).await {
+                        let why = match e {
+                            Error::Raw(m) | Error::Message(m) => m,
+                            other => other.to_string(),
+                        };
+                        eprintln!("E0000 an error occurred forwarding {local} -> {remote}: {why}");
+                    }
                 });
             }
         }));

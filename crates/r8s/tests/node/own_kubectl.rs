@@ -354,35 +354,42 @@ sys.stdout.write(seen.decode(errors="replace"))
     let deploy_logs = s.r8s_kubectl(&["logs", "deployment/nginx", "--tail=0"], None);
     assert!(deploy_logs.status.success(), "{deploy_logs:?}");
 
-    // Port-forward: a local port reaches nginx in its pod.
-    let mut forward = std::process::Command::new(env!("CARGO_BIN_EXE_r8s"))
-        .args(["kubectl", "--kubeconfig"])
-        .arg(&s.kubeconfig)
-        .args(["port-forward", "deployment/nginx", ":80"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(forward.stdout.take().unwrap()));
-    let first = lines.next().unwrap().unwrap();
-    let port: u16 = first
-        .strip_prefix("Forwarding from 127.0.0.1:")
-        .and_then(|r| r.strip_suffix(" -> 80"))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("{first}"));
-    let page = {
-        use std::io::{Read, Write};
-        let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+    // Port-forward: a local port reaches nginx in its pod, over WebSocket and over SPDY
+    // (kubectl's KUBECTL_PORT_FORWARD_WEBSOCKETS=false, and its fallback).
+    for websockets in ["true", "false"] {
+        let mut forward = std::process::Command::new(env!("CARGO_BIN_EXE_r8s"))
+            .args(["kubectl", "--kubeconfig"])
+            .arg(&s.kubeconfig)
+            .args(["port-forward", "deployment/nginx", ":80"])
+            .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
             .unwrap();
-        conn.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-        let mut page = String::new();
-        let _ = conn.read_to_string(&mut page);
-        page
-    };
-    let _ = forward.kill();
-    let _ = forward.wait();
-    assert!(page.contains("Welcome to nginx"), "{page}");
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(forward.stdout.take().unwrap()));
+        let first = lines.next().unwrap().unwrap();
+        let port: u16 = first
+            .strip_prefix("Forwarding from 127.0.0.1:")
+            .and_then(|r| r.strip_suffix(" -> 80"))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("{first}"));
+        let page = {
+            use std::io::{Read, Write};
+            let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+                .unwrap();
+            conn.write_all(b"GET / HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+            let mut page = String::new();
+            let _ = conn.read_to_string(&mut page);
+            page
+        };
+        let _ = forward.kill();
+        let _ = forward.wait();
+        assert!(
+            page.contains("Welcome to nginx"),
+            "websockets {websockets}: {page}"
+        );
+    }
 
     // Attach: the container's own output as it comes.
     k(&[
