@@ -7,8 +7,9 @@ Go's encoding/json writes a struct's fields in declaration order (embedded `,inl
 in place) and a map's keys sorted; `r8s kubectl -o json` needs the first to print such objects
 as kubectl does. Only types reachable from ROOTS are kept.
 
-Usage: scripts/gen-go-field-order.py API_REPO APIMACHINERY_REPO CLIENT_GO_REPO
-(git repositories; the v0.33.0 tag is read with `git show`, nothing is checked out).
+Usage: scripts/gen-go-field-order.py API_REPO APIMACHINERY_REPO CLIENT_GO_REPO && cargo fmt
+(git repositories; the v0.33.0 tag is read with `git show`, nothing is checked out; run from
+the workspace root, and `cargo fmt` lays the table out as the committed file is).
 """
 import re
 import subprocess

@@ -19,7 +19,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{header, Request, StatusCode};
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -187,6 +187,18 @@ impl HeaderEncoder {
     }
 }
 
+/// The remote command protocol's channels (WebSocket's first byte; SPDY's streams by type).
+pub mod channel {
+    pub const STDIN: u8 = 0;
+    pub const STDOUT: u8 = 1;
+    pub const STDERR: u8 = 2;
+    /// The error stream: the command's status.
+    pub const ERROR: u8 = 3;
+    pub const RESIZE: u8 = 4;
+    /// v5's close signal, followed by the channel closed.
+    pub const CLOSE: u8 = 255;
+}
+
 /// The remote command protocol's stream protocol over SPDY (client-go's SPDY executor and
 /// the kubelet's server speak it; the streams are what WebSocket calls channels).
 pub const REMOTE_COMMAND_V4: &str = "v4.channel.k8s.io";
@@ -196,18 +208,18 @@ pub const REMOTE_COMMAND_V4: &str = "v4.channel.k8s.io";
 /// command's status) always, stdin, stdout and stderr as asked — stderr not with a terminal,
 /// which folds it into stdout (upstream's `NewOptions`) — and the resize stream with one.
 pub fn remote_command_streams(stdin: bool, stdout: bool, stderr: bool, tty: bool) -> Vec<(&'static str, u8)> {
-    let mut out = vec![("error", 3)];
+    let mut out = vec![("error", channel::ERROR)];
     if stdin {
-        out.push(("stdin", 0));
+        out.push(("stdin", channel::STDIN));
     }
     if stdout {
-        out.push(("stdout", 1));
+        out.push(("stdout", channel::STDOUT));
     }
     if stderr && !tty {
-        out.push(("stderr", 2));
+        out.push(("stderr", channel::STDERR));
     }
     if tty {
-        out.push(("resize", 4));
+        out.push(("resize", channel::RESIZE));
     }
     out
 }
@@ -267,17 +279,7 @@ where
     let req = req.body(Empty::<Bytes>::new()).map_err(|e| failed(&e))?;
     let mut resp = sender.send_request(req).await.map_err(|e| failed(&e))?;
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let status = resp.status();
-        let content_type = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(String::from);
-        let body = Limited::new(resp.into_body(), 64 * 1024)
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
+        let (status, content_type, body) = crate::upgrade::refusal(resp).await;
         return Err(UpgradeError::Refused {
             status,
             content_type,

@@ -62,17 +62,7 @@ where
     let out = out.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
     let mut resp = sender.send_request(out).await.map_err(|e| e.to_string())?;
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let status = resp.status();
-        let content_type = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(String::from);
-        let body = Limited::new(resp.into_body(), 64 * 1024)
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
+        let (status, content_type, body) = refusal(resp).await;
         return Ok(Proxied::Refused {
             status,
             content_type,
@@ -92,6 +82,23 @@ where
         let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
     });
     Ok(Proxied::Switched(switched))
+}
+
+/// A backend's answer that did not switch protocols: its status, content type and (first
+/// 64 KiB of) body, to be passed on.
+pub async fn refusal(resp: Response<Incoming>) -> (StatusCode, Option<String>, Bytes) {
+    let status = resp.status();
+    let content_type = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let body = Limited::new(resp.into_body(), 64 * 1024)
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    (status, content_type, body)
 }
 
 /// The backend's 101 headers, for the client (the protocol it chose, WebSocket's accept key).

@@ -277,7 +277,7 @@ async fn connect(
         query.join("&")
     );
     let client = session.conn.rest.client();
-    if !websockets_disabled() {
+    if !feature_off("KUBECTL_REMOTE_COMMAND_WEBSOCKETS") {
         let request = http::Request::get(&uri)
             .body(Vec::new())
             .map_err(|e| msg(e.to_string()))?;
@@ -430,16 +430,10 @@ async fn spdy_forward(
     }
 }
 
-/// kubectl's `KUBECTL_PORT_FORWARD_WEBSOCKETS` (Go's boolean words for false).
-fn port_forward_websockets_disabled() -> bool {
-    std::env::var("KUBECTL_PORT_FORWARD_WEBSOCKETS")
-        .is_ok_and(|v| matches!(v.as_str(), "0" | "f" | "F" | "false" | "FALSE" | "False"))
-}
-
-/// kubectl's `KUBECTL_REMOTE_COMMAND_WEBSOCKETS` (Go's boolean words for false).
-fn websockets_disabled() -> bool {
-    std::env::var("KUBECTL_REMOTE_COMMAND_WEBSOCKETS")
-        .is_ok_and(|v| matches!(v.as_str(), "0" | "f" | "F" | "false" | "FALSE" | "False"))
+/// Whether kubectl's feature variable `name` (`KUBECTL_REMOTE_COMMAND_WEBSOCKETS`,
+/// `KUBECTL_PORT_FORWARD_WEBSOCKETS`) turns the feature off (Go's boolean words for false).
+fn feature_off(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| matches!(v.as_str(), "0" | "f" | "F" | "false" | "FALSE" | "False"))
 }
 
 /// A remote command's connection.
@@ -663,12 +657,7 @@ pub(crate) async fn pod_container(
     container(&pod, asked)
 }
 
-const STDIN: u8 = 0;
-const STDOUT: u8 = 1;
-const STDERR: u8 = 2;
-const STATUS: u8 = 3;
-const RESIZE: u8 = 4;
-const CLOSE: u8 = 255;
+use r8s_api::spdy::channel::{CLOSE, ERROR as STATUS, RESIZE, STDERR, STDIN, STDOUT};
 
 /// The remote command protocol's channels over the link, until the status comes (or the
 /// connection ends). kube-rs's own loop closes the whole connection at the end of standard
@@ -1077,9 +1066,9 @@ pub async fn port_forward(session: &Session, a: PortForwardArgs) -> Result<i32> 
         }
     }
     let mut tasks = Vec::new();
-    let spdy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
-        port_forward_websockets_disabled(),
-    ));
+    let spdy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(feature_off(
+        "KUBECTL_PORT_FORWARD_WEBSOCKETS",
+    )));
     for (listener, remote) in listeners {
         let api = api.clone();
         let name = name.clone();

@@ -31,12 +31,7 @@ type Body = BoxBody<Bytes, Infallible>;
 /// The protocol the client side speaks.
 pub const V5: &str = "v5.channel.k8s.io";
 
-const STDIN: u8 = 0;
-const STDOUT: u8 = 1;
-const STDERR: u8 = 2;
-const ERROR: u8 = 3;
-const RESIZE: u8 = 4;
-const CLOSE: u8 = 255;
+use r8s_api::spdy::channel::{CLOSE, ERROR, RESIZE, STDERR, STDIN, STDOUT};
 
 /// Whether the request is a WebSocket upgrade that offers `v5.channel.k8s.io`.
 pub fn offers_v5(headers: &HeaderMap) -> bool {
