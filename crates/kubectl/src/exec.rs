@@ -320,16 +320,15 @@ async fn spdy_upgrade(client: &kube::Client, uri: &str, protocol: &str) -> Resul
             .await
             .map(|b| b.to_bytes())
             .unwrap_or_default();
-        return Err(match serde_json::from_slice::<Value>(&body) {
-            Ok(s) if s["kind"] == "Status" => Error::Api(ApiError {
-                code,
-                reason: s["reason"].as_str().unwrap_or("").to_owned(),
-                message: s["message"].as_str().unwrap_or("").to_owned(),
-            }),
-            _ => msg(format!(
+        // A Status is the server's error; anything else client-go's SPDY dialer reports.
+        let is_status = serde_json::from_slice::<Value>(&body).is_ok_and(|s| s["kind"] == "Status");
+        return Err(if is_status {
+            Error::Api(ApiError::from_response(code, &body))
+        } else {
+            msg(format!(
                 "unable to upgrade connection: {}",
                 String::from_utf8_lossy(&body).trim()
-            )),
+            ))
         });
     }
     let protocol = resp

@@ -34,7 +34,7 @@ use crate::Error;
 
 type Body = BoxBody<Bytes, Infallible>;
 
-fn text(code: StatusCode, msg: impl Into<String>) -> Response<Body> {
+pub(crate) fn text(code: StatusCode, msg: impl Into<String>) -> Response<Body> {
     let mut body = msg.into();
     if !body.ends_with('\n') {
         body.push('\n');
@@ -505,15 +505,18 @@ async fn stream(
             status,
             content_type,
             body,
-        }) => {
-            let mut resp = Response::builder().status(status);
-            if let Some(ct) = content_type {
-                resp = resp.header(http::header::CONTENT_TYPE, ct);
-            }
-            resp.body(Full::new(body).boxed()).expect("valid response")
-        }
+        }) => refused(status, content_type, body),
         Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
+}
+
+/// The runtime's refusal of an upgrade, passed on to the client as it came.
+pub(crate) fn refused(status: StatusCode, content_type: Option<String>, body: Bytes) -> Response<Body> {
+    let mut resp = Response::builder().status(status);
+    if let Some(ct) = content_type {
+        resp = resp.header(http::header::CONTENT_TYPE, ct);
+    }
+    resp.body(Full::new(body).boxed()).expect("valid response")
 }
 
 /// Upstream's words for a container that has no log to show (`validateContainerLogStatus`).

@@ -23,6 +23,8 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use r8s_api::spdy;
+
+use crate::server::{refused, text};
 use tokio_tungstenite::tungstenite::protocol::{frame::coding::CloseCode, CloseFrame, Role};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -57,14 +59,6 @@ pub struct Streams {
     pub tty: bool,
 }
 
-fn text(code: StatusCode, msg: impl Into<String>) -> Response<Body> {
-    Response::builder()
-        .status(code)
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(Full::new(Bytes::from(msg.into())).boxed())
-        .expect("valid response")
-}
-
 /// Serve `req` (a WebSocket upgrade offering v5) through SPDY to the runtime's streaming
 /// server at `host` + `path` (plain HTTP on loopback).
 pub async fn serve(mut req: Request<Incoming>, host: &str, path: &str, streams: Streams) -> Response<Body> {
@@ -81,13 +75,7 @@ pub async fn serve(mut req: Request<Incoming>, host: &str, path: &str, streams: 
             status,
             content_type,
             body,
-        }) => {
-            let mut resp = Response::builder().status(status);
-            if let Some(ct) = content_type {
-                resp = resp.header(header::CONTENT_TYPE, ct);
-            }
-            return resp.body(Full::new(body).boxed()).expect("valid response");
-        }
+        }) => return refused(status, content_type, body),
         Err(spdy::UpgradeError::Failed(e)) => return text(StatusCode::INTERNAL_SERVER_ERROR, e),
     };
     let spdy::Connection {
