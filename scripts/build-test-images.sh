@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build r8s's test images from Debian packages, without docker or buildah, as OCI image-layout
 # tarballs in DIR:
-#   DIR/busybox.tar  docker.io/library/busybox:latest  busybox-static, an applet link for every
+#   DIR/busybox.tar  docker.io/library/busybox:latest  busybox-static (Debian 13's 1.37: 12's wget
+#                                                      dies on -T), an applet link for every
 #                                                      command in /bin; Cmd ["sh"]
 #   DIR/nginx.tar    docker.io/library/nginx:latest    Debian's nginx with the libraries it links,
 #                                                      configured like the upstream image (port 80,
@@ -60,7 +61,7 @@ PATH_ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 # --- What the images are made of ----------------------------------------------------------------
 need=()
-for pkg in busybox-static nginx jq bind9-dnsutils; do
+for pkg in nginx jq bind9-dnsutils; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 [ -z "$registry" ] || command -v curl >/dev/null || need+=(curl)
@@ -77,14 +78,8 @@ epoch=${SOURCE_DATE_EPOCH:-0}
 created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
 work=$(mktemp -d /tmp/r8s-build-images.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-
-# ldd exits 1 for a static non-PIE program, 0 for a static PIE: judge by what it says.
-is_static() {
-  case $(ldd "$1" 2>&1 || true) in
-    *'statically linked'* | *'not a dynamic executable'*) ;;
-    *) false ;;
-  esac
-}
+# shellcheck source=scripts/oci-image-lib.sh
+. "$(dirname "$0")/oci-image-lib.sh"
 
 if [ -n "${PAUSE_BIN:-}" ]; then
   pause_bin=$PAUSE_BIN
@@ -101,137 +96,6 @@ else
 fi
 [ -x "$pause_bin" ] || die "no pause binary at $pause_bin"
 is_static "$pause_bin" || die "$pause_bin is dynamically linked; the pause image has no libc"
-is_static /bin/busybox || die "/bin/busybox is not busybox-static's"
-
-# --- Root filesystems ---------------------------------------------------------------------------
-
-# The directories and /etc files a Debian-like image has.
-base_rootfs() {
-  local root=$1
-  mkdir -p "$root"/{bin,dev,etc,proc,root,run,sys,tmp,usr/sbin,var/lock,var/tmp}
-  chmod 700 "$root/root"
-  chmod 1777 "$root/tmp" "$root/var/tmp"
-  cat >"$root/etc/passwd" <<'EOF'
-root:x:0:0:root:/root:/bin/sh
-www-data:x:33:33:www-data:/var/www:/usr/sbin/nologin
-nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
-EOF
-  cat >"$root/etc/group" <<'EOF'
-root:x:0:
-www-data:x:33:
-nogroup:x:65534:
-EOF
-  printf 'passwd: files\ngroup: files\nhosts: files dns\n' >"$root/etc/nsswitch.conf"
-}
-
-# busybox-static as /bin/busybox, and a relative symlink for each of its applets.
-add_busybox() {
-  local root=$1 applet
-  install -m 755 /bin/busybox "$root/bin/busybox"
-  for applet in $(/bin/busybox --list); do
-    [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
-  done
-}
-
-# A dynamically linked program at the same path, with every library ldd lists (the dynamic
-# loader among them) copied to the path it is found at.
-add_program() {
-  local root=$1 prog=$2 lib
-  install -D -m 755 "$prog" "$root$prog"
-  for lib in $(ldd "$prog" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^\//) print $i }'); do
-    mkdir -p "$root$(dirname "$lib")"
-    cp -L "$lib" "$root$lib"
-  done
-}
-
-# --- OCI image layout ---------------------------------------------------------------------------
-
-# Moves FILE into LAYOUT's blob store under its digest; prints "sha256:HEX SIZE".
-blob() {
-  local layout=$1 file=$2 hex size
-  hex=$(sha256sum "$file" | cut -d' ' -f1)
-  size=$(stat -c %s "$file")
-  mv "$file" "$layout/blobs/sha256/$hex"
-  echo "sha256:$hex $size"
-}
-
-# image REF ROOTFS CONFIG LAYOUT: one gzip layer of ROOTFS, the image config around CONFIG (the
-# JSON of the config's "config" object), the manifest, and index.json naming it REF.
-image() {
-  local ref=$1 root=$2 config=$3 layout=$4
-  local b diff_id layer layer_size cfg cfg_size man man_size
-  mkdir -p "$layout/blobs/sha256"
-  # The rootfs as a tar: paths relative to it, in a fixed order, owned by root, all one mtime.
-  (cd "$root" && find . -mindepth 1 -printf '%P\0' | LC_ALL=C sort -z |
-    tar --create --file=- --format=gnu --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
-      --no-recursion --null --files-from=-) >"$layout/layer.tar"
-  diff_id=sha256:$(sha256sum "$layout/layer.tar" | cut -d' ' -f1)
-  gzip -n -9 "$layout/layer.tar"
-  b=$(blob "$layout" "$layout/layer.tar.gz")
-  layer=${b% *} layer_size=${b#* }
-
-  jq -cn --arg arch "$arch" --arg created "$created" --arg diff_id "$diff_id" \
-    --argjson config "$config" '{
-      created: $created, architecture: $arch, os: "linux", config: $config,
-      rootfs: {type: "layers", diff_ids: [$diff_id]},
-      history: [{created: $created, created_by: "r8s scripts/build-test-images.sh"}]
-    }' >"$layout/config.json"
-  b=$(blob "$layout" "$layout/config.json")
-  cfg=${b% *} cfg_size=${b#* }
-
-  jq -cn --arg cfg "$cfg" --argjson cfg_size "$cfg_size" \
-    --arg layer "$layer" --argjson layer_size "$layer_size" '{
-      schemaVersion: 2, mediaType: "application/vnd.oci.image.manifest.v1+json",
-      config: {mediaType: "application/vnd.oci.image.config.v1+json", digest: $cfg, size: $cfg_size},
-      layers: [{mediaType: "application/vnd.oci.image.layer.v1.tar+gzip",
-                digest: $layer, size: $layer_size}]
-    }' >"$layout/manifest.json"
-  b=$(blob "$layout" "$layout/manifest.json")
-  man=${b% *} man_size=${b#* }
-
-  # containerd's import names the image after io.containerd.image.name; the OCI ref name is the
-  # tag alone, as the image-layout spec has it.
-  jq -cn --arg man "$man" --argjson man_size "$man_size" --arg arch "$arch" \
-    --arg ref "$ref" --arg tag "${ref##*:}" '{
-      schemaVersion: 2, mediaType: "application/vnd.oci.image.index.v1+json",
-      manifests: [{mediaType: "application/vnd.oci.image.manifest.v1+json",
-                   digest: $man, size: $man_size, platform: {architecture: $arch, os: "linux"},
-                   annotations: {"io.containerd.image.name": $ref,
-                                 "org.opencontainers.image.ref.name": $tag}}]
-    }' >"$layout/index.json"
-  echo '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
-}
-
-# Tars LAYOUT into OUT (written beside it first, then renamed: a reader never sees half a file).
-pack() {
-  local layout=$1 out=$2
-  tar --create --file="$out.tmp" --sort=name --format=gnu --owner=0 --group=0 --numeric-owner \
-    --mtime="@$epoch" -C "$layout" oci-layout index.json blobs
-  mv -f "$out.tmp" "$out"
-}
-
-# push LAYOUT REF: blobs first (skipping those the registry has), then the manifest under the tag.
-push() {
-  local layout=$1 ref=$2 repo tag base man digest location sep
-  repo=${ref#*/} # the registry's host is ours: docker.io/library/nginx:latest -> library/nginx
-  tag=${repo##*:}
-  repo=${repo%:*}
-  base=http://$registry/v2/$repo
-  man=$layout/blobs/sha256/$(jq -r '.manifests[0].digest | sub("^sha256:"; "")' "$layout/index.json")
-  for digest in $(jq -r '.config.digest, .layers[].digest' "$man"); do
-    curl -fsS -o /dev/null --head "$base/blobs/$digest" 2>/dev/null && continue
-    location=$(curl -fsS -X POST -o /dev/null -D - "$base/blobs/uploads/" |
-      tr -d '\r' | awk 'tolower($1) == "location:" { print $2 }')
-    [ -n "$location" ] || die "push $ref: the registry gave no upload location"
-    case $location in /*) location=http://$registry$location ;; esac
-    case $location in *\?*) sep='&' ;; *) sep='?' ;; esac
-    curl -fsS -o /dev/null -X PUT -H 'Content-Type: application/octet-stream' \
-      -T "$layout/blobs/sha256/${digest#sha256:}" "$location${sep}digest=$digest"
-  done
-  curl -fsS -o /dev/null -X PUT -H 'Content-Type: application/vnd.oci.image.manifest.v1+json' \
-    -T "$man" "$base/manifests/$tag"
-  log "pushed $registry/$repo:$tag"
-}
 
 # --- The three images ---------------------------------------------------------------------------
 log "busybox"

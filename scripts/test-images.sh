@@ -4,7 +4,8 @@
 #     all its files under one temporary directory;
 #   - the images are built into it and pushed to the registry (--push);
 #   - `ctr images import` of each tarball names the three images;
-#   - busybox runs `echo hello`; nginx passes `nginx -t`, and started with its own Cmd serves
+#   - busybox runs `echo hello`, and its wget (-T), nc, nslookup, ping and httpd work;
+#     nginx passes `nginx -t`, and started with its own Cmd serves
 #     "Welcome to nginx!" inside its own network namespace (no host network); pause runs as
 #     PID 1 of its PID namespace and exits 0 on SIGTERM;
 #   - busybox pulled back from the registry has the digest the tarball had, and runs.
@@ -163,6 +164,30 @@ done
 step "busybox: echo hello"
 out=$(crun --rm docker.io/library/busybox:latest t-busybox echo hello)
 [ "$out" = hello ] || fail "busybox printed '$out'"
+
+step "busybox: the applets a debug pod reaches for (sh, wget -T, nc, nslookup, ping)"
+# One container, its own network namespace: busybox's httpd serves a file on loopback, wget
+# (with -T, which Debian 12's busybox died on) and nc fetch it, ping reaches loopback, and
+# nslookup asks a server that is not there and says so (exit 1, not a crash; the node tests
+# ask the cluster DNS with it).
+applets='
+set -e
+echo hello-from-httpd >/tmp/index.html
+httpd -p 127.0.0.1:8080 -h /tmp
+nc -l -p 9000 -e echo hello-from-nc &
+sleep 0.5
+wget -T 5 -qO- http://127.0.0.1:8080/index.html
+echo x | nc -w 5 127.0.0.1 9000
+ping -c 1 -W 5 127.0.0.1 >/dev/null && echo ping-ok
+rc=0
+nslookup -type=a localhost 127.0.0.1 >/dev/null 2>&1 || rc=$?
+echo nslookup-ran-$rc
+'
+out=$(crun --rm docker.io/library/busybox:latest t-applets sh -c "$applets" 2>&1) ||
+  fail "busybox applets: $out"
+for want in hello-from-httpd hello-from-nc ping-ok nslookup-ran-1; do
+  grep -qxF "$want" <<<"$out" || fail "busybox applets: no '$want' in: $out"
+done
 
 step "nginx: nginx -t"
 crun --rm docker.io/library/nginx:latest t-nginx-t nginx -t || fail "nginx -t"
