@@ -14,8 +14,11 @@ pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
+/// A JSON value as upstream's serializer writes it: Go's `json.Encoder` ends each value with a
+/// newline (clients that print or compare an error body verbatim see it).
 pub(crate) fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
-    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut body = serde_json::to_vec(value).unwrap_or_default();
+    body.push(b'\n');
     Response::builder()
         .status(code)
         .header(header::CONTENT_TYPE, "application/json")
@@ -120,4 +123,21 @@ pub(crate) fn wants_table(headers: &HeaderMap) -> bool {
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.split(',').next().unwrap_or("").contains("as=Table"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_error_body_is_a_status_ending_with_a_newline() {
+        let resp = error_response(&ApiError::forbidden("no"));
+        assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.ends_with(b"}\n"), "{body:?}");
+        let status: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status["kind"], "Status");
+        assert_eq!(status["reason"], "Forbidden");
+        assert_eq!(status["code"], 403);
+    }
 }

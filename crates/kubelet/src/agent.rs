@@ -1417,6 +1417,32 @@ impl Agent {
         self.event(pod, "Normal", "DeadlineExceeded", DEADLINE_MESSAGE)
             .await;
         self.probes.forget_pod(&uid);
+        let old = pod.status.clone().unwrap_or_default();
+        let initialized = old
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Initialized" && c.status == "True");
+        let observed = |statuses: Vec<ContainerStatus>| Observed {
+            pod_ips: old.pod_ips.iter().flatten().map(|p| p.ip.clone()).collect(),
+            statuses,
+            init_statuses: old.init_container_statuses.clone().unwrap_or_default(),
+            ephemeral_statuses: old.ephemeral_container_statuses.clone().unwrap_or_default(),
+            initialized,
+            failed: Some(("DeadlineExceeded", DEADLINE_MESSAGE)),
+            resize_pending: None,
+        };
+        // As upstream's kubelet: the sync that finds the deadline passed reports the pod Failed
+        // with DeadlineExceeded at once (its containers as last seen, none ready), and only then
+        // kills them, which may take the whole grace period for a process that ignores SIGTERM.
+        let last_seen = old
+            .container_statuses
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|st| ContainerStatus { ready: false, ..st })
+            .collect();
+        self.report(pod, observed(last_seen)).await?;
         let hooks = self.hooks(None);
         let exec = self.pod_sync(&hooks);
         exec.kill(pod, actions).await;
@@ -1435,22 +1461,7 @@ impl Agent {
             statuses.push(ContainerStatus { ready: false, ..st });
         }
         exec.stop_sandboxes(&actions.stop_sandboxes).await?;
-        let old = pod.status.clone().unwrap_or_default();
-        let initialized = old
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Initialized" && c.status == "True");
-        let observed = Observed {
-            pod_ips: old.pod_ips.iter().flatten().map(|p| p.ip.clone()).collect(),
-            statuses,
-            init_statuses: old.init_container_statuses.clone().unwrap_or_default(),
-            ephemeral_statuses: old.ephemeral_container_statuses.clone().unwrap_or_default(),
-            initialized,
-            failed: Some(("DeadlineExceeded", DEADLINE_MESSAGE)),
-            resize_pending: None,
-        };
-        self.report(pod, observed).await
+        self.report(pod, observed(statuses)).await
     }
 
     /// The status of a pod whose volumes are not ready: nothing started, every container

@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_cri::v1 as cri;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
-    DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus, NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeStatus,
+    NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
@@ -59,6 +61,33 @@ fn os_image() -> String {
                 .map(|l| l.trim_start_matches("PRETTY_NAME=").trim_matches('"').to_string())
         })
         .unwrap_or_else(|| "Linux".into())
+}
+
+/// Upstream's `nodeStatusMaxImages` and `MaxNamesPerImageInNodeStatus`.
+const MAX_IMAGES: usize = 50;
+const MAX_NAMES_PER_IMAGE: usize = 5;
+
+/// `status.images` from the runtime's list: the largest first (upstream's order), at most
+/// [`MAX_IMAGES`], each named by its digests then its tags, at most [`MAX_NAMES_PER_IMAGE`];
+/// images with no name at all (a layer left by a removed tag) are not listed.
+fn node_status_images(mut listed: Vec<cri::Image>) -> Vec<ContainerImage> {
+    listed.sort_by(|a, b| b.size.cmp(&a.size));
+    listed
+        .into_iter()
+        .filter_map(|img| {
+            let names: Vec<String> = img
+                .repo_digests
+                .into_iter()
+                .chain(img.repo_tags)
+                .take(MAX_NAMES_PER_IMAGE)
+                .collect();
+            (!names.is_empty()).then(|| ContainerImage {
+                names: Some(names),
+                size_bytes: Some(img.size as i64),
+            })
+        })
+        .take(MAX_IMAGES)
+        .collect()
 }
 
 fn condition(type_: &str, status: &str, reason: &str, message: &str) -> NodeCondition {
@@ -208,8 +237,27 @@ impl Agent {
         }
     }
 
+    /// The images the runtime holds, as upstream's kubelet lists them in `status.images`: the
+    /// largest first, at most 50, each named by its digests and then its tags (at most 5
+    /// names). Schedulers (ImageLocality) and tools read it to know what a node has.
+    async fn node_images(&self) -> Option<Vec<ContainerImage>> {
+        let listed = self
+            .cri
+            .images
+            .clone()
+            .list_images(cri::ListImagesRequest { filter: None })
+            .await
+            .map_err(|e| tracing::debug!(error = %e, "agent: listing images for the node status"))
+            .ok()?
+            .into_inner()
+            .images;
+        Some(node_status_images(listed))
+    }
+
     pub(super) async fn update_node_status(&self, network_ready: bool) -> Result<(), Error> {
-        let patch = json!({"status": self.node_status(network_ready)});
+        let mut status = self.node_status(network_ready);
+        status.images = self.node_images().await;
+        let patch = json!({ "status": status });
         self.node_api()
             .patch_status(
                 &self.opts.node_name,
@@ -293,5 +341,60 @@ impl Agent {
                 _ = tokio::time::sleep(Duration::from_secs(10)) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(tags: &[&str], digests: &[&str], size: u64) -> cri::Image {
+        cri::Image {
+            repo_tags: tags.iter().map(|s| s.to_string()).collect(),
+            repo_digests: digests.iter().map(|s| s.to_string()).collect(),
+            size,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn status_images_are_the_largest_first_digests_then_tags() {
+        let listed = vec![
+            image(
+                &["docker.io/library/busybox:latest"],
+                &["docker.io/library/busybox@sha256:aa"],
+                10,
+            ),
+            image(&[], &[], 99),
+            image(
+                &["registry.k8s.io/e2e-test-images/agnhost:2.53"],
+                &["registry.k8s.io/e2e-test-images/agnhost@sha256:bb"],
+                500,
+            ),
+        ];
+        let got = node_status_images(listed);
+        assert_eq!(got.len(), 2, "the nameless image is left out: {got:?}");
+        assert_eq!(
+            got[0].names.as_deref().unwrap(),
+            [
+                "registry.k8s.io/e2e-test-images/agnhost@sha256:bb",
+                "registry.k8s.io/e2e-test-images/agnhost:2.53"
+            ]
+        );
+        assert_eq!(got[0].size_bytes, Some(500));
+        assert_eq!(got[1].size_bytes, Some(10));
+    }
+
+    #[test]
+    fn status_images_are_capped_in_number_and_names() {
+        let tags: Vec<String> = (0..8).map(|i| format!("x:{i}")).collect();
+        let tags: Vec<&str> = tags.iter().map(|s| s.as_str()).collect();
+        let listed = (0..60).map(|i| image(&tags, &[], i)).collect();
+        let got = node_status_images(listed);
+        assert_eq!(got.len(), MAX_IMAGES);
+        assert_eq!(got[0].size_bytes, Some(59));
+        assert!(got
+            .iter()
+            .all(|i| i.names.as_ref().unwrap().len() == MAX_NAMES_PER_IMAGE));
     }
 }

@@ -355,8 +355,12 @@ spec:
         failed["status"]["message"],
         "Pod was active on the node longer than the specified deadline"
     );
-    assert!(container(&failed)["state"]["terminated"].is_object(), "{failed}");
     assert_eq!(condition(&failed, "Ready").as_deref(), Some("False"));
+    // Reported Failed first, then stopped (upstream's order).
+    wait_for(60, "deadline's container terminated", || {
+        let p = pod_json(s, "deadline")?;
+        container(&p)["state"]["terminated"].is_object().then_some(p)
+    });
     assert!(has_event(s, "deadline", "DeadlineExceeded", |_| true));
 
     // preStop on deletion: its file is there once the pod is gone.
