@@ -13,7 +13,8 @@
 # with its own data dir DIR/node<i> and pod cgroup parent. A bridge on the host stands for
 # the underlay network: node i is 10.213.<k>.i/24 on it, the host 10.213.<k>.254 (k from
 # DIR, so two harnesses can run side by side). Node addresses are not routed anywhere
-# beyond this machine, and the nodes have no default route.
+# beyond this machine; the nodes' default route points at 10.213.<k>.253, which no one
+# holds, so nothing leaves through it.
 #
 # Environment: R8S_BIN (default target/release/r8s, else target/debug/r8s), R8S_IMAGES (the
 # image tarballs each node imports; default target/test-images, built if missing),
@@ -102,6 +103,11 @@ up() {
     ip -n "$ns" addr add "$net.$i/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
+    # A default route, as every real node has (k3s and kube-proxy assume one): a Service's
+    # ClusterIP is DNATed only after the first route lookup, so a node without one cannot
+    # reach Services from its own processes (the API server calling a webhook). It points at
+    # an address no one holds (.253), so whatever is not DNATed goes nowhere.
+    ip -n "$ns" route add default via "$net.253" dev eth0
   done
 
   local common=(--resolv-conf "$dir/resolv.conf")

@@ -247,6 +247,8 @@ static CATALOGUE: &[ResourceDef] = &[
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", "priorityclass", false,
          short: ["pc"], cat: [], verbs: STANDARD_VERBS, sub: []),
+    res!("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", "runtimeclass", false,
+         short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", "networkpolicy", true,
          short: ["netpol"], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("networking.k8s.io", "v1", "Ingress", "ingresses", "ingress", true,

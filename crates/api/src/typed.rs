@@ -20,7 +20,7 @@ pub struct Decoded {
 /// without one.
 macro_rules! with_type {
     ($def:expr, $f:ident ( $($arg:expr),* )) => {{
-        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates, coordination, core, discovery, events, networking, policy, rbac, scheduling};
+        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates, coordination, core, discovery, events, networking, node, policy, rbac, scheduling};
         match ($def.group, $def.version, $def.kind) {
             ("", "v1", "Namespace") => Some($f::<core::v1::Namespace>($($arg),*)),
             ("", "v1", "Pod") => Some($f::<core::v1::Pod>($($arg),*)),
@@ -52,6 +52,7 @@ macro_rules! with_type {
             ("discovery.k8s.io", "v1", "EndpointSlice") => Some($f::<discovery::v1::EndpointSlice>($($arg),*)),
             ("coordination.k8s.io", "v1", "Lease") => Some($f::<coordination::v1::Lease>($($arg),*)),
             ("scheduling.k8s.io", "v1", "PriorityClass") => Some($f::<scheduling::v1::PriorityClass>($($arg),*)),
+            ("node.k8s.io", "v1", "RuntimeClass") => Some($f::<node::v1::RuntimeClass>($($arg),*)),
             ("networking.k8s.io", "v1", "NetworkPolicy") => Some($f::<networking::v1::NetworkPolicy>($($arg),*)),
             ("networking.k8s.io", "v1", "Ingress") => Some($f::<networking::v1::Ingress>($($arg),*)),
             ("networking.k8s.io", "v1", "IngressClass") => Some($f::<networking::v1::IngressClass>($($arg),*)),

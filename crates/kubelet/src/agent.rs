@@ -1067,6 +1067,32 @@ impl Agent {
             .join(attempt.to_string())
     }
 
+    /// Write the pod's managed hosts file (`<pod dir>/etc-hosts`) and return its path.
+    fn write_hosts_file(&self, pod: &Pod, place: &Place<'_>, node: &NodeContext) -> std::io::Result<PathBuf> {
+        let mut ips = vec![place.pod_ip.to_string()];
+        for p in pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ips.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            if !ips.contains(&p.ip) {
+                ips.push(p.ip.clone());
+            }
+        }
+        let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+        let content = spec::hosts_file(pod, &ips, &place.sandbox_config.hostname, node, &node_hosts);
+        let file = self
+            .volumes
+            .pod_dir(&pod.uid().unwrap_or_default())
+            .join("etc-hosts");
+        std::fs::create_dir_all(file.parent().unwrap_or(std::path::Path::new("/")))?;
+        std::fs::write(&file, content)?;
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+        Ok(file)
+    }
+
     /// A terminated container's message (upstream): what it wrote to its terminationMessagePath
     /// (at most 4 KiB), else with `FallbackToLogsOnError` and a failure, the end of its log
     /// (80 lines, 2 KiB); else the runtime's.
@@ -1402,6 +1428,22 @@ impl Agent {
         };
         if let Err(e) = result {
             tracing::debug!(error = %e, reason, "agent: could not record event");
+        }
+    }
+
+    /// The CRI runtime handler of the pod's RuntimeClass ("" when it names none), as upstream's
+    /// runtime class manager looks it up: a class that does not exist fails the sandbox.
+    async fn runtime_handler(&self, pod: &Pod) -> Result<String, Error> {
+        let Some(name) = pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref()) else {
+            return Ok(String::new());
+        };
+        let api: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(self.client.clone());
+        match api.get_opt(name).await {
+            Ok(Some(rc)) => Ok(rc.handler),
+            Ok(None) => Err(Error::Other(format!(
+                "runtimeclass.node.k8s.io {name:?} not found"
+            ))),
+            Err(e) => Err(Error::Other(format!("failed to lookup RuntimeClass {name}: {e}"))),
         }
     }
 
@@ -1754,9 +1796,12 @@ impl Hooks for SyncHooks<'_> {
         self.agent.event(pod, type_, reason, message).await
     }
 
-    async fn prepare_sandbox(&self, pod: &Pod, config: &cri::PodSandboxConfig) -> Result<(), Error> {
+    async fn prepare_sandbox(&self, pod: &Pod, config: &cri::PodSandboxConfig) -> Result<String, Error> {
+        let handler = self.agent.runtime_handler(pod).await?;
         std::fs::create_dir_all(&config.log_directory)?;
-        self.agent.ensure_pod_cgroup(pod, &pod.uid().unwrap_or_default())
+        self.agent
+            .ensure_pod_cgroup(pod, &pod.uid().unwrap_or_default())?;
+        Ok(handler)
     }
 
     async fn sandbox_network_ready(&self, pod: &Pod, pod_ip: &str) {
@@ -1813,6 +1858,19 @@ impl Hooks for SyncHooks<'_> {
                     ..Default::default()
                 }),
                 Err(e) => tracing::warn!(error = %e, "agent: no termination-message file"),
+            }
+        }
+        // The kubelet's /etc/hosts (upstream's makeMounts): once the pod has an address, and
+        // unless the container mounts its own. Rewritten for each container it starts.
+        if !place.pod_ip.is_empty() && spec::mounts_hosts_file(c) {
+            match self.agent.write_hosts_file(pod, place, node) {
+                Ok(file) => config.mounts.push(cri::Mount {
+                    container_path: "/etc/hosts".into(),
+                    host_path: file.display().to_string(),
+                    readonly: false,
+                    ..Default::default()
+                }),
+                Err(e) => tracing::warn!(error = %e, "agent: no managed /etc/hosts"),
             }
         }
         Ok(config)

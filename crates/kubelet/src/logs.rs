@@ -137,6 +137,22 @@ impl Renderer {
         }
     }
 
+    /// What partial records began and none ended: the text as written, without a newline
+    /// (upstream's kubelet writes each record as it comes, so `echo -n DONE` reads "DONE").
+    pub fn finish(&mut self) -> Option<Vec<u8>> {
+        let (time, text) = self.pending.take()?;
+        if let Some(since) = self.since {
+            if time.parse::<jiff::Timestamp>().is_ok_and(|t| t < since) {
+                return None;
+            }
+        }
+        Some(if self.timestamps {
+            [time.as_bytes(), b" ", &text].concat()
+        } else {
+            text
+        })
+    }
+
     /// Feed one file line; returns a whole output line when one is complete.
     pub fn line(&mut self, raw: &[u8]) -> Option<Vec<u8>> {
         let r = parse_record(raw)?;
@@ -177,6 +193,7 @@ pub fn render_all(data: &[u8], o: &LogOptions) -> Vec<u8> {
         .filter(|l| !l.is_empty())
         .filter_map(|l| r.line(l))
         .collect();
+    lines.extend(r.finish());
     if let Some(n) = o.tail_lines {
         let n = n.max(0) as usize;
         if lines.len() > n {
@@ -271,6 +288,10 @@ where
             }
         }
         if !alive && data.is_empty() {
+            // The container is done: a line it left unfinished goes out as it is.
+            if let Some(rest) = r.finish().and_then(|rest| limit.take(rest)) {
+                let _ = tx.send(Bytes::from(rest)).await;
+            }
             return;
         }
         if tx.is_closed() {
@@ -303,6 +324,20 @@ mod tests {
 2026-11-22T10:00:02.4Z stdout F ee\n\
 2026-11-22T10:00:03.5Z stdout F \n\
 2026-11-22T10:00:04.6Z stdout F four words here\n";
+
+    /// A container that exits after `echo -n DONE` leaves a partial record last: it is read as
+    /// written, without a newline (what FallbackToLogsOnError's termination message takes).
+    #[test]
+    fn an_unfinished_last_line_is_read_as_written() {
+        let file = b"2026-11-22T10:00:00.1Z stdout F one\n2026-11-22T10:00:01.2Z stdout P DONE\n";
+        assert_eq!(render_all(file, &LogOptions::default()), b"one\nDONE");
+        let tail = LogOptions {
+            tail_lines: Some(1),
+            timestamps: true,
+            ..Default::default()
+        };
+        assert_eq!(render_all(file, &tail), b"2026-11-22T10:00:01.2Z DONE");
+    }
 
     #[test]
     fn records_parse() {

@@ -32,8 +32,9 @@ pub struct Place<'a> {
 pub trait Hooks: Send + Sync {
     /// Record an Event about the pod.
     async fn event(&self, pod: &Pod, type_: &str, reason: &str, message: &str);
-    /// Before a new sandbox runs: its log directory, the pod's cgroup.
-    async fn prepare_sandbox(&self, pod: &Pod, config: &cri::PodSandboxConfig) -> Result<(), Error>;
+    /// Before a new sandbox runs: its log directory, the pod's cgroup; the runtime handler of
+    /// the pod's RuntimeClass ("" for the runtime's default).
+    async fn prepare_sandbox(&self, pod: &Pod, config: &cri::PodSandboxConfig) -> Result<String, Error>;
     /// A new sandbox has its address, and no container of the pod has started yet: what
     /// must police the pod's traffic (network policy) takes it in here.
     async fn sandbox_network_ready(&self, _pod: &Pod, _pod_ip: &str) {}
@@ -208,8 +209,8 @@ impl PodSync<'_> {
         let sandbox_id = match &actions.sandbox {
             SandboxAction::Keep { id, .. } => id.clone(),
             SandboxAction::Create { .. } => {
-                self.hooks.prepare_sandbox(pod, sandbox_config).await?;
-                self.runtime.run_sandbox(sandbox_config).await?
+                let handler = self.hooks.prepare_sandbox(pod, sandbox_config).await?;
+                self.runtime.run_sandbox(sandbox_config, &handler).await?
             }
         };
         let network = self
@@ -382,8 +383,12 @@ mod tests {
         async fn event(&self, _pod: &Pod, _type: &str, reason: &str, message: &str) {
             self.events.lock().unwrap().push(format!("{reason}: {message}"));
         }
-        async fn prepare_sandbox(&self, _pod: &Pod, _config: &cri::PodSandboxConfig) -> Result<(), Error> {
-            Ok(())
+        async fn prepare_sandbox(
+            &self,
+            _pod: &Pod,
+            _config: &cri::PodSandboxConfig,
+        ) -> Result<String, Error> {
+            Ok(String::new())
         }
         async fn container_config(
             &self,

@@ -19,7 +19,8 @@ pub trait Runtime: Send + Sync {
     async fn sandbox_status(&self, id: &str) -> Result<Option<cri::PodSandboxStatus>, Error>;
     async fn container_status(&self, id: &str) -> Result<Option<cri::ContainerStatus>, Error>;
     /// Run a sandbox; its id.
-    async fn run_sandbox(&self, config: &cri::PodSandboxConfig) -> Result<String, Error>;
+    /// Run a pod sandbox with the runtime's `handler` (a RuntimeClass's; "" for the default).
+    async fn run_sandbox(&self, config: &cri::PodSandboxConfig, handler: &str) -> Result<String, Error>;
     async fn stop_sandbox(&self, id: &str) -> Result<(), Error>;
     async fn remove_sandbox(&self, id: &str) -> Result<(), Error>;
     /// Create a container in a sandbox; its id.
@@ -146,12 +147,12 @@ impl Runtime for CriRuntime {
             .status)
     }
 
-    async fn run_sandbox(&self, config: &cri::PodSandboxConfig) -> Result<String, Error> {
+    async fn run_sandbox(&self, config: &cri::PodSandboxConfig, handler: &str) -> Result<String, Error> {
         let mut rt = self.0.runtime.clone();
         Ok(rt
             .run_pod_sandbox(cri::RunPodSandboxRequest {
                 config: Some(config.clone()),
-                runtime_handler: String::new(),
+                runtime_handler: handler.to_string(),
             })
             .await?
             .into_inner()
@@ -379,7 +380,7 @@ pub mod fake {
             Ok(Some(i.container(id)?.clone()))
         }
 
-        async fn run_sandbox(&self, config: &cri::PodSandboxConfig) -> Result<String, Error> {
+        async fn run_sandbox(&self, config: &cri::PodSandboxConfig, _handler: &str) -> Result<String, Error> {
             let mut i = self.inner.lock().unwrap();
             i.next += 1;
             let id = format!("sb{}", i.next);

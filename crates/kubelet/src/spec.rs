@@ -259,6 +259,12 @@ pub fn resource_value(
     use r8s_api::quantity::Quantity;
     let divisor = divisor.filter(|d| !d.is_empty()).unwrap_or("1");
     let div = Quantity::parse(divisor).map_err(|e| format!("invalid divisor {divisor}: {e}"))?;
+    // A zero divisor is an unset one (Go's zero Quantity, which client-go sends as "0").
+    let div = if div.is_zero() {
+        Quantity::from_units(1)
+    } else {
+        div
+    };
     let get = |which: &str, name: &str| -> Option<Quantity> {
         let r = c.resources.as_ref()?;
         let m = if which == "limits" {
@@ -606,6 +612,63 @@ pub fn environment(
         }
     }
     Ok(Environment { vars: env, warnings })
+}
+
+/// The `/etc/hosts` the kubelet writes for a pod (upstream `ensureHostsFile`): on the pod
+/// network, localhost and the IPv6 names, then the pod's addresses under its hostname (fully
+/// qualified first when it has a subdomain); on the host network the node's own hosts file
+/// under a header of its own. hostAliases are added to both.
+pub fn hosts_file(
+    pod: &Pod,
+    pod_ips: &[String],
+    hostname: &str,
+    node: &NodeContext,
+    node_hosts: &str,
+) -> String {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let mut out = String::new();
+    if spec.host_network.unwrap_or(false) {
+        out.push_str("# Kubernetes-managed hosts file (host network).\n");
+        out.push_str(node_hosts);
+    } else {
+        out.push_str("# Kubernetes-managed hosts file.\n");
+        out.push_str("127.0.0.1\tlocalhost\n");
+        out.push_str("::1\tlocalhost ip6-localhost ip6-loopback\n");
+        out.push_str("fe00::0\tip6-localnet\n");
+        out.push_str("fe00::0\tip6-mcastprefix\n");
+        out.push_str("fe00::1\tip6-allnodes\n");
+        out.push_str("fe00::2\tip6-allrouters\n");
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let domain = spec
+            .subdomain
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(|sub| format!("{sub}.{ns}.svc.{}", node.cluster_domain));
+        for ip in pod_ips {
+            match &domain {
+                Some(d) => out.push_str(&format!("{ip}\t{hostname}.{d}\t{hostname}\n")),
+                None => out.push_str(&format!("{ip}\t{hostname}\n")),
+            }
+        }
+    }
+    let aliases = spec.host_aliases.unwrap_or_default();
+    if !aliases.is_empty() {
+        out.push_str("\n# Entries added by HostAliases.\n");
+        for a in aliases {
+            let names = a.hostnames.unwrap_or_default().join("\t");
+            out.push_str(&format!("{}\t{names}\n", a.ip));
+        }
+    }
+    out
+}
+
+/// Whether the kubelet mounts its hosts file into container `c`: not when the container
+/// mounts something at `/etc/hosts` itself.
+pub fn mounts_hosts_file(c: &Container) -> bool {
+    !c.volume_mounts
+        .iter()
+        .flatten()
+        .any(|m| m.mount_path.trim_end_matches('/') == "/etc/hosts")
 }
 
 /// The container's mounts (upstream `makeMounts`): each volumeMount's volume on the host, with
@@ -1010,6 +1073,8 @@ mod tests {
                 {"name": "CPU_REQ", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
                 {"name": "CPU_LIMIT", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
                 {"name": "MEM_LIMIT_DEFAULT", "valueFrom": {"resourceFieldRef": {"resource": "requests.memory"}}},
+                {"name": "MEM_ZERO_DIVISOR", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "0"}}},
+                {"name": "CPU_ZERO_DIVISOR", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "0"}}},
                 {"name": "BOTH", "value": "$(CFG_mode)-$(LEVEL)"}
             ]}))
         .unwrap();
@@ -1025,11 +1090,55 @@ mod tests {
         // No cpu limit: the node's allocatable (2 cores).
         assert_eq!(env["CPU_LIMIT"], "2");
         assert_eq!(env["MEM_LIMIT_DEFAULT"], "0");
+        // Go's zero divisor ("0", what client-go sends for an unset one) is 1.
+        assert_eq!(env["MEM_ZERO_DIVISOR"], "134217728");
+        assert_eq!(env["CPU_ZERO_DIVISOR"], "1");
         assert_eq!(env["BOTH"], "fast-3");
         assert_eq!(
             warnings,
             ["Keys [CFG_bad key] from the EnvFrom configMap shop/settings were skipped since they are considered invalid environment variable names."]
         );
+    }
+
+    #[test]
+    fn the_managed_hosts_file_names_the_pod() {
+        let node = node();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web-0", "namespace": "shop"},
+            "spec": {"containers": [], "hostname": "web-0", "subdomain": "web",
+                     "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo.local", "bar.local"]}]}}))
+        .unwrap();
+        let hosts = hosts_file(&pod, &["10.42.0.5".into()], "web-0", &node, "ignored");
+        assert_eq!(
+            hosts,
+            "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
+             fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n\
+             10.42.0.5\tweb-0.web.shop.svc.cluster.local\tweb-0\n\
+             \n# Entries added by HostAliases.\n10.1.2.3\tfoo.local\tbar.local\n"
+        );
+        let host_net: Pod = serde_json::from_value(json!({"metadata": {"name": "h", "namespace": "x"},
+            "spec": {"containers": [], "hostNetwork": true}}))
+        .unwrap();
+        assert_eq!(
+            hosts_file(
+                &host_net,
+                &["10.0.0.1".into()],
+                "node1",
+                &node,
+                "127.0.0.1 localhost\n"
+            ),
+            "# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n"
+        );
+        let own: Container = serde_json::from_value(
+            json!({"name": "c", "volumeMounts": [{"name": "h", "mountPath": "/etc/hosts"}]}),
+        )
+        .unwrap();
+        assert!(!mounts_hosts_file(&own));
+        let other: Container = serde_json::from_value(
+            json!({"name": "c", "volumeMounts": [{"name": "h", "mountPath": "/etc/hosts-original"}]}),
+        )
+        .unwrap();
+        assert!(mounts_hosts_file(&other));
     }
 
     #[test]

@@ -724,6 +724,7 @@ const ADMISSION_PLUGINS: &[(&str, bool)] = &[
     ("ServiceAccount", true),
     ("Priority", true),
     ("DefaultTolerationSeconds", true),
+    ("RuntimeClass", true),
     ("DefaultIngressClass", true),
     ("NodeRestriction", true),
     ("PodSecurity", true),
@@ -998,9 +999,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     tracing::info!(plugins = %plugins.join(","), "admission plugins");
     // Upstream's default plugins in upstream's order: each phase runs its plugins in this order,
     // mutating first (NamespaceLifecycle, LimitRanger, ServiceAccount, Priority,
-    // DefaultTolerationSeconds, DefaultIngressClass, MutatingAdmissionWebhook), then validating (LimitRanger,
-    // ServiceAccount, NodeRestriction, PodSecurity, ValidatingAdmissionWebhook, ResourceQuota
-    // last).
+    // DefaultTolerationSeconds, RuntimeClass, DefaultIngressClass, MutatingAdmissionWebhook),
+    // then validating (LimitRanger, ServiceAccount, RuntimeClass, NodeRestriction, PodSecurity,
+    // ValidatingAdmissionWebhook, ResourceQuota last).
     use r8s_apiserver::admission as adm;
     let mut admission = adm::AdmissionChain::default();
     // What admission reads on every pod create (namespaces, ServiceAccounts, LimitRanges,
@@ -1036,6 +1037,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     if on("DefaultTolerationSeconds") {
         admission.push_mutating(adm::tolerations::DefaultTolerationSeconds::default());
     }
+    if on("RuntimeClass") {
+        admission.push_mutating(adm::runtime_class::RuntimeClass {
+            listers: listers.clone(),
+        });
+    }
     if on("DefaultIngressClass") {
         admission.push_mutating(adm::default_ingress_class::DefaultIngressClass {
             listers: listers.clone(),
@@ -1051,6 +1057,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     if on("ServiceAccount") {
         admission.push_validating(adm::service_account::ServiceAccount {
+            listers: listers.clone(),
+        });
+    }
+    if on("RuntimeClass") {
+        admission.push_validating(adm::runtime_class::RuntimeClass {
             listers: listers.clone(),
         });
     }

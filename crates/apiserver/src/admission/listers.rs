@@ -226,6 +226,7 @@ const PRIORITY_CLASSES: (&str, &str, &str) = ("scheduling.k8s.io", "v1", "priori
 const SERVICES: (&str, &str, &str) = ("", "v1", "services");
 const PODS: (&str, &str, &str) = ("", "v1", "pods");
 const INGRESS_CLASSES: (&str, &str, &str) = ("networking.k8s.io", "v1", "ingressclasses");
+const RUNTIME_CLASSES: (&str, &str, &str) = ("node.k8s.io", "v1", "runtimeclasses");
 
 fn def_of((group, version, resource): (&str, &str, &str)) -> &'static r8s_api::ResourceDef {
     r8s_api::find(group, version, resource).expect("admission reads served kinds")
@@ -313,6 +314,14 @@ impl Listers {
 
     pub async fn priority_classes(&self) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {
         self.list(PRIORITY_CLASSES, "").await
+    }
+
+    /// A RuntimeClass; not among [`ADMISSION_PREFIXES`], so read from the store itself.
+    pub async fn runtime_class(
+        &self,
+        name: &str,
+    ) -> std::result::Result<Option<Arc<serde_json::Value>>, ApiError> {
+        self.get(RUNTIME_CLASSES, "", name).await
     }
 
     pub async fn ingress_classes(&self) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {

@@ -11,6 +11,7 @@ pub mod node_restriction;
 pub mod pod_security;
 pub mod priority;
 pub mod resource_quota;
+pub mod runtime_class;
 pub mod service_account;
 pub mod tolerations;
 pub mod webhook;

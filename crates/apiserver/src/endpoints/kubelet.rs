@@ -329,17 +329,44 @@ pub(crate) async fn pod_log(
     from_kubelet(ctx, node_name, &path, name, "text/plain").await
 }
 
-/// GET `nodes/<name>/proxy/<rest>`: the kubelet's `/<rest>?<query>`.
+/// GET `nodes/<[scheme:]name[:port]>/proxy/<rest>`: the kubelet's `/<rest>?<query>` when no
+/// port or the kubelet's is named; another port of the node is proxied to as a pod's is
+/// (upstream's node `ResourceLocation`).
 pub(crate) async fn node_proxy(
     ctx: &Ctx,
-    name: &str,
+    id: &str,
     rest: &str,
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
+    let (scheme, name, port) = proxied(id, "node")?;
     let path = match query.filter(|q| !q.is_empty()) {
         Some(q) => format!("/{rest}?{q}"),
         None => format!("/{rest}"),
     };
+    if !port.is_empty() {
+        let nodes = r8s_api::find("", "v1", "nodes").expect("nodes are served");
+        let node = read(ctx, nodes, "", name).await?;
+        let (host, kubelet_port) = kubelet_endpoint(&node)
+            .ok_or_else(|| ApiError::internal(format!("node {name:?} has no address")))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| ApiError::bad_request(format!("invalid node request {id:?}")))?;
+        if port != kubelet_port {
+            let ip: std::net::IpAddr = host
+                .parse()
+                .map_err(|_| ApiError::bad_request("address not allowed"))?;
+            let target = std::net::SocketAddr::new(ip, port);
+            return proxy_http(
+                ctx,
+                scheme,
+                target,
+                &http::Method::GET,
+                &http::HeaderMap::new(),
+                Bytes::new(),
+            )
+            .await;
+        }
+    }
     from_kubelet(ctx, name, &path, name, "").await
 }
 
@@ -482,17 +509,25 @@ fn split_scheme_name_port(id: &str) -> Option<(&str, &str, &str)> {
     (!name.is_empty() && matches!(scheme, "" | "http" | "https")).then_some((scheme, name, port))
 }
 
-/// The name and port of a proxy request's `[scheme:]name[:port]`; `what` names the resource
-/// in the errors. Only http is proxied.
-fn proxied<'a>(id: &'a str, what: &str) -> Result<(&'a str, &'a str), ApiError> {
+/// The scheme, name and port of a proxy request's `[scheme:]name[:port]`; `what` names the
+/// resource in the error.
+fn proxied<'a>(id: &'a str, what: &str) -> Result<(Scheme, &'a str, &'a str), ApiError> {
     let (scheme, name, port) = split_scheme_name_port(id)
         .ok_or_else(|| ApiError::bad_request(format!("invalid {what} request {id:?}")))?;
-    if scheme == "https" {
-        return Err(ApiError::bad_request(format!(
-            "invalid {what} request {id:?}: r8s proxies to {what}s over http only"
-        )));
-    }
-    Ok((name, port))
+    let scheme = if scheme == "https" {
+        Scheme::Https
+    } else {
+        Scheme::Http
+    };
+    Ok((scheme, name, port))
+}
+
+/// How a proxied request reaches its backend. Over https the backend's certificate is not
+/// verified, as upstream's proxy transport does not (pods and Services serve what they like).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scheme {
+    Http,
+    Https,
 }
 
 /// Any method on `pods/<name>[:port]/proxy/<path>`: the request passed on over HTTP to the
@@ -507,7 +542,7 @@ pub(crate) async fn pod_proxy(
     headers: &http::HeaderMap,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let (name, port) = proxied(id, "pod")?;
+    let (scheme, name, port) = proxied(id, "pod")?;
     let pods = r8s_api::find("", "v1", "pods").expect("pods are served");
     let pod = read(ctx, pods, ns, name).await?;
     let first_port = || {
@@ -529,7 +564,15 @@ pub(crate) async fn pod_proxy(
     let port: u16 = port
         .parse()
         .map_err(|_| ApiError::bad_request(format!("invalid pod request {id:?}")))?;
-    proxy_http(ctx, std::net::SocketAddr::new(ip, port), method, headers, body).await
+    proxy_http(
+        ctx,
+        scheme,
+        std::net::SocketAddr::new(ip, port),
+        method,
+        headers,
+        body,
+    )
+    .await
 }
 
 /// Any method on `services/<name>[:port]/proxy/<path>`: passed on to one of the Service's
@@ -542,7 +585,7 @@ pub(crate) async fn service_proxy(
     headers: &http::HeaderMap,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let (name, port) = proxied(id, "service")?;
+    let (scheme, name, port) = proxied(id, "service")?;
     let services = r8s_api::find("", "v1", "services").expect("services are served");
     let svc = read(ctx, services, ns, name).await?;
     // A port number names the Service port it is; the endpoints know ports by name.
@@ -591,13 +634,14 @@ pub(crate) async fn service_proxy(
         return Err(none());
     }
     let target = candidates[fastrand::usize(..candidates.len())];
-    proxy_http(ctx, target, method, headers, body).await
+    proxy_http(ctx, scheme, target, method, headers, body).await
 }
 
-/// Pass a request on over HTTP to `target` (the path after `.../proxy`), and stream the
-/// answer back.
+/// Pass a request on over HTTP or HTTPS to `target` (the path after `.../proxy`), and stream
+/// the answer back.
 async fn proxy_http(
     ctx: &Ctx,
+    scheme: Scheme,
     target: std::net::SocketAddr,
     method: &http::Method,
     headers: &http::HeaderMap,
@@ -627,12 +671,20 @@ async fn proxy_http(
         .map_err(|e| {
             ApiError::service_unavailable(format!("error trying to reach service: dial tcp {host}: {e}"))
         })?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|e| ApiError::service_unavailable(format!("error trying to reach service: {e}")))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
+    let unreachable = |e: &dyn std::fmt::Display| {
+        ApiError::service_unavailable(format!("error trying to reach service: {e}"))
+    };
+    let mut sender = match scheme {
+        Scheme::Http => handshake(tcp).await.map_err(|e| unreachable(&e))?,
+        Scheme::Https => {
+            let connector = tokio_rustls::TlsConnector::from(proxy_tls());
+            let tls = connector
+                .connect(ServerName::IpAddress(target.ip().into()), tcp)
+                .await
+                .map_err(|e| unreachable(&e))?;
+            handshake(tls).await.map_err(|e| unreachable(&e))?
+        }
+    };
     let mut req = http::Request::builder()
         .method(method.clone())
         .uri(&path)
@@ -674,6 +726,37 @@ async fn proxy_http(
     Ok(out
         .body(BodyExt::boxed(StreamBody::new(frames)))
         .expect("valid response"))
+}
+
+type ProxySender = hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>;
+
+/// An HTTP/1.1 connection over `io`, driven by a task of its own.
+async fn handshake<I>(io: I) -> Result<ProxySender, hyper::Error>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// The TLS client of proxied https requests: no client certificate, any server certificate
+/// (its handshake signatures still checked).
+fn proxy_tls() -> Arc<rustls::ClientConfig> {
+    static TLS: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
+    TLS.get_or_init(|| {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default protocol versions")
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
+            .with_no_client_auth();
+        Arc::new(tls)
+    })
+    .clone()
 }
 
 /// The node's kubelet: address, port, and the client this API server reaches it with.

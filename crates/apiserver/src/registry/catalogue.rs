@@ -179,6 +179,11 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             Arc::new(priorityclasses::PriorityClasses),
         ),
         (
+            "node.k8s.io",
+            "runtimeclasses",
+            Arc::new(runtimeclasses::RuntimeClasses),
+        ),
+        (
             "networking.k8s.io",
             "networkpolicies",
             Arc::new(networkpolicies::NetworkPolicies),

@@ -28,6 +28,28 @@ impl Strategy for Events {
     }
 
     fn fields(&self, obj: &Value, f: &mut BTreeMap<String, String>) {
+        if self.stored_as_core {
+            // events.k8s.io/v1 selects by its own field names (upstream's field label
+            // conversion for that version), read from the stored core form.
+            for (k, path) in [
+                ("regarding.kind", &["involvedObject", "kind"][..]),
+                ("regarding.name", &["involvedObject", "name"]),
+                ("regarding.namespace", &["involvedObject", "namespace"]),
+                ("regarding.uid", &["involvedObject", "uid"]),
+                ("regarding.apiVersion", &["involvedObject", "apiVersion"]),
+                (
+                    "regarding.resourceVersion",
+                    &["involvedObject", "resourceVersion"],
+                ),
+                ("regarding.fieldPath", &["involvedObject", "fieldPath"]),
+                ("reason", &["reason"]),
+                ("reportingController", &["reportingComponent"]),
+                ("type", &["type"]),
+            ] {
+                f.insert(k.to_owned(), str_field(obj, path).unwrap_or("").to_owned());
+            }
+            return;
+        }
         for (k, path) in [
             ("involvedObject.kind", &["involvedObject", "kind"][..]),
             ("involvedObject.name", &["involvedObject", "name"]),

@@ -36,6 +36,7 @@ mod rbac;
 pub(crate) mod resource_metrics;
 mod resourcequotas;
 pub(crate) mod reviews;
+mod runtimeclasses;
 mod secrets;
 mod serviceaccounts;
 mod services;

@@ -97,6 +97,27 @@ impl Strategy for Bindings {
         path_segment_name(name)
     }
 
+    /// rbac/v1's defaults: a roleRef without an apiGroup is in the RBAC group, as are User and
+    /// Group subjects without one (ServiceAccounts are in the core group).
+    fn default(&self, obj: &mut Value) {
+        if obj.get("roleRef").is_some_and(Value::is_object)
+            && obj["roleRef"]["apiGroup"].as_str().is_none_or(str::is_empty)
+        {
+            obj["roleRef"]["apiGroup"] = json!(GROUP);
+        }
+        for subject in obj
+            .get_mut("subjects")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let kind = subject["kind"].as_str().unwrap_or("");
+            if matches!(kind, "User" | "Group") && subject["apiGroup"].as_str().is_none_or(str::is_empty) {
+                subject["apiGroup"] = json!(GROUP);
+            }
+        }
+    }
+
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let mut errs = Vec::new();
         validate_binding(&mut errs, obj, self.cluster);

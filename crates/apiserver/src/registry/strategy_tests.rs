@@ -744,3 +744,35 @@ fn job_defaults_add_no_fields_that_were_not_there() {
     default(def("cronjobs"), &mut cj);
     assert!(cj["spec"].get("jobTemplate").is_none(), "{cj}");
 }
+
+/// rbac/v1's defaults, as Go clients rely on: a roleRef with an empty apiGroup (what
+/// `rbacv1.RoleRef{Kind: "Role", Name: …}` sends) is in the RBAC group; User and Group subjects
+/// are too, ServiceAccounts stay in the core group.
+#[test]
+fn role_bindings_default_their_api_groups() {
+    let mut rb = json!({"metadata": {"name": "r", "namespace": "ns"},
+        "roleRef": {"apiGroup": "", "kind": "Role", "name": "reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "ns"},
+                     {"kind": "User", "name": "alice"}, {"kind": "Group", "name": "devs", "apiGroup": ""}]});
+    default(def("rolebindings"), &mut rb);
+    assert_eq!(rb["roleRef"]["apiGroup"], "rbac.authorization.k8s.io");
+    assert!(rb["subjects"][0].get("apiGroup").is_none(), "{rb}");
+    assert_eq!(rb["subjects"][1]["apiGroup"], "rbac.authorization.k8s.io");
+    assert_eq!(rb["subjects"][2]["apiGroup"], "rbac.authorization.k8s.io");
+    assert!(validate(def("rolebindings"), &rb).is_empty());
+    let mut crb = json!({"metadata": {"name": "c"}, "roleRef": {"kind": "ClusterRole", "name": "view"}});
+    default(def("clusterrolebindings"), &mut crb);
+    assert_eq!(crb["roleRef"]["apiGroup"], "rbac.authorization.k8s.io");
+}
+
+/// A Service port's targetPort of 0 or "" is unset (Go's zero IntOrString, which client-go
+/// sends): it defaults to the port, as upstream's defaulting does.
+#[test]
+fn a_zero_target_port_defaults_to_the_port() {
+    let mut svc = json!({"metadata": {"name": "s", "namespace": "ns"}, "spec": {
+        "clusterIP": "None",
+        "ports": [{"name": "a", "port": 80, "targetPort": 0}, {"name": "b", "port": 81, "targetPort": ""}]}});
+    default(def("services"), &mut svc);
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 80);
+    assert_eq!(svc["spec"]["ports"][1]["targetPort"], 81);
+}

@@ -110,6 +110,7 @@ pub(crate) fn pod_spec(errs: &mut Vec<FieldError>, path: &str, spec: &Value) {
         container(errs, &at, c, &volumes, &mut names, false);
         super::ephemeral::validate(errs, &at, c, &targets);
     }
+    sysctls(errs, path, spec);
     if let Some(p) = spec.get("restartPolicy").and_then(Value::as_str) {
         if !["Always", "OnFailure", "Never"].contains(&p) {
             errs.push(FieldError::not_supported(
@@ -127,6 +128,40 @@ pub(crate) fn pod_spec(errs: &mut Vec<FieldError>, path: &str, spec: &Value) {
                 p,
                 &POLICIES,
             ));
+        }
+    }
+}
+
+/// Upstream's `IsValidSysctlName`: at most 253 characters, segments of lower-case
+/// alphanumerics, '-' and '_' (starting and ending alphanumeric) joined by '.' or '/'.
+fn valid_sysctl_name(name: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    name.len() <= 253
+        && name.split(['.', '/']).all(|seg| {
+            seg.chars().next().is_some_and(alnum)
+                && seg.chars().last().is_some_and(alnum)
+                && seg.chars().all(|c| alnum(c) || c == '-' || c == '_')
+        })
+}
+
+/// `securityContext.sysctls`: each named once with a valid sysctl name (upstream's
+/// `validateSysctls`; whether the node allows it is the kubelet's business).
+fn sysctls(errs: &mut Vec<FieldError>, path: &str, spec: &Value) {
+    let mut seen = HashSet::new();
+    let list = spec["securityContext"]["sysctls"].as_array();
+    for (i, s) in list.into_iter().flatten().enumerate() {
+        let at = format!("{path}.securityContext.sysctls[{i}].name");
+        let name = str_of(s, "name");
+        if name.is_empty() {
+            errs.push(FieldError::required(at, ""));
+        } else if !valid_sysctl_name(name) {
+            errs.push(FieldError::invalid(
+                at,
+                name,
+                r"must have at most 253 characters and match regex ^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$",
+            ));
+        } else if !seen.insert(name) {
+            errs.push(FieldError::duplicate(at, name));
         }
     }
 }
@@ -393,6 +428,27 @@ mod tests {
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
         c
+    }
+
+    /// The conformance spec's pod: "foo-" and "bar.." are invalid names; a valid name the node
+    /// may refuse ("safe-and-unsafe", "kernel.shmmax") is not the API's business.
+    #[test]
+    fn sysctl_names_are_checked() {
+        let errs = errors(
+            json!({"containers": [c(json!({}))], "securityContext": {"sysctls": [
+            {"name": "foo-", "value": "bar"}, {"name": "kernel.shmmax", "value": "1"},
+            {"name": "safe-and-unsafe", "value": "1"}, {"name": "bar..", "value": "42"},
+            {"name": "net.ipv4/ip_forward", "value": "1"}, {"name": "kernel.shmmax", "value": "2"}]}}),
+        );
+        assert_eq!(errs.len(), 3, "{errs:?}");
+        assert!(errs[0].starts_with(
+            r#"spec.securityContext.sysctls[0].name: Invalid value: "foo-": must have at most 253 characters"#
+        ));
+        assert!(errs[1].starts_with(r#"spec.securityContext.sysctls[3].name: Invalid value: "bar..""#));
+        assert_eq!(
+            errs[2],
+            r#"spec.securityContext.sysctls[5].name: Duplicate value: "kernel.shmmax""#
+        );
     }
 
     #[test]

@@ -253,7 +253,14 @@ fn default(obj: &mut Value) {
             if p.get("protocol").is_none_or(Value::is_null) {
                 p["protocol"] = json!("TCP");
             }
-            if p.get("targetPort").is_none_or(Value::is_null) {
+            // 0 and "" are Go's zero IntOrString, what client-go sends for an unset targetPort.
+            let unset = match p.get("targetPort") {
+                None | Some(Value::Null) => true,
+                Some(Value::Number(n)) => n.as_i64() == Some(0),
+                Some(Value::String(s)) => s.is_empty(),
+                Some(_) => false,
+            };
+            if unset {
                 p["targetPort"] = p["port"].clone();
             }
         }
