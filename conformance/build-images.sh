@@ -88,6 +88,10 @@ agnhost_root() {
   ln -s nc.openbsd "$root/usr/bin/nc"
   ln -s /usr/bin/iperf "$root/usr/local/bin/iperf"
   ln -s ../usr/bin/bash "$root/bin/bash"
+  # /bin/sh is dash, not busybox: Debian's busybox shell runs its own applets before the PATH
+  # (FEATURE_PREFER_APPLETS), so `sh -c "nc …"` would get busybox's nc instead of OpenBSD's.
+  add_program "$root" /usr/bin/dash
+  ln -s ../usr/bin/dash "$root/bin/sh"
   ln -s ../usr/bin/ip "$root/bin/ip"
   # curl's TLS: the CA bundle where libcurl looks (agnhost's own tests mostly use plain HTTP).
   [ -f /etc/ssl/certs/ca-certificates.crt ] &&
@@ -192,12 +196,13 @@ TypesConfig /etc/mime.types
 EOF
 } >"$ap/conf/httpd.conf"
 echo '<html><body><h1>It works!</h1></body></html>' >"$ap/htdocs/index.html"
+# The whole path: the busybox shell would run its own httpd applet before the PATH's.
 cat >"$root/usr/local/bin/httpd-foreground" <<'EOF'
 #!/bin/sh
 set -e
 # Apache gets grumpy about PID files pre-existing
 rm -f /usr/local/apache2/logs/httpd.pid
-exec httpd -d /usr/local/apache2 -f conf/httpd.conf -DFOREGROUND "$@"
+exec /usr/local/apache2/bin/httpd -d /usr/local/apache2 -f conf/httpd.conf -DFOREGROUND "$@"
 EOF
 chmod 755 "$root/usr/local/bin/httpd-foreground"
 ln -s ../apache2/bin/httpd "$root/usr/local/bin/httpd"

@@ -2,8 +2,8 @@
 # Run upstream's conformance suite (the [Conformance] specs of Kubernetes' e2e tests, v1.33)
 # against a multi-node r8s cluster on this machine, and tear the cluster down after:
 #
-#   scripts/conformance.sh [--focus REGEX] [--skip REGEX] [--nodes N] [--procs P]
-#                          [--report-dir DIR] [--no-serial] [--keep]
+#   scripts/conformance.sh [--focus REGEX | --subset FILE] [--skip REGEX] [--nodes N]
+#                          [--procs P] [--report-dir DIR] [--no-serial] [--keep]
 #
 # It builds what is missing (cached under target/: r8s, the suite and its images), brings up
 # `scripts/multi-node.sh up N` (N ≥ 2: the suite wants two schedulable nodes), waits until every
@@ -11,6 +11,8 @@
 # processes) and then the serial pass, writes the JUnit reports and a summary by area
 # (DIR/summary.md), and removes the cluster. The real kubectl (kubectl.1.33) is the suite's.
 #   --focus REGEX   only specs matching it (always within [Conformance]); default all of them
+#   --subset FILE   only the specs FILE names, one whole spec name a line (# comments);
+#                   conformance/ci-subset.txt is the one scripts/test.sh (and CI) runs
 #   --skip REGEX    leave these out too
 #   --no-serial     the parallel pass only
 #   --keep          leave the cluster up (its kubeconfig is printed); `scripts/multi-node.sh down`
@@ -25,13 +27,19 @@ focus='' skip='' nodes=2 procs=4 report='' serial=1 keep=0
 while [ $# -gt 0 ]; do
   case $1 in
     --focus) focus=$2; shift 2 ;;
+    --subset)
+      # Each line a literal spec name: regex metacharacters escaped, the lines joined by |.
+      focus=$(grep -v '^[[:space:]]*\(#\|$\)' "$2" | sed 's/[][\\.*^$()+?{}|]/\\&/g' | paste -sd '|')
+      [ -n "$focus" ] || { echo "conformance: no spec names in $2" >&2; exit 2; }
+      shift 2
+      ;;
     --skip) skip=$2; shift 2 ;;
     --nodes) nodes=$2; shift 2 ;;
     --procs) procs=$2; shift 2 ;;
     --report-dir) report=$2; shift 2 ;;
     --no-serial) serial=0; shift ;;
     --keep) keep=1; shift ;;
-    *) echo "usage: $0 [--focus REGEX] [--skip REGEX] [--nodes N] [--procs P] [--report-dir DIR] [--no-serial] [--keep]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--focus REGEX | --subset FILE] [--skip REGEX] [--nodes N] [--procs P] [--report-dir DIR] [--no-serial] [--keep]" >&2; exit 2 ;;
   esac
 done
 [ "$nodes" -ge 2 ] || { echo "conformance: the suite needs at least 2 nodes" >&2; exit 2; }

@@ -82,6 +82,15 @@ add_program() {
   for lib in $(ldd "$prog" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^\//) print $i }'); do
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
+    # glibc loads libgcc_s at run time (pthread_exit, pthread_cancel: Apache's workers abort
+    # with "libgcc_s.so.1 must be installed for pthread_exit to work" without it).
+    case $lib in
+      */libc.so.6)
+        local gcc_s
+        gcc_s=$(dirname "$lib")/libgcc_s.so.1
+        if [ -e "$gcc_s" ]; then cp -L "$gcc_s" "$root$gcc_s"; fi
+        ;;
+    esac
   done
 }
 

@@ -211,6 +211,15 @@ async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiEr
         // Streams: the connection is upgraded and joined to the kubelet's, not read here.
         return crate::endpoints::kubelet::stream(&ctx, req).await;
     }
+    if ctx.info.is_resource_request
+        && ctx.info.api_group.is_empty()
+        && ctx.info.resource == "pods"
+        && ctx.info.subresource == "log"
+        && crate::endpoints::kubelet::is_websocket(req.headers())
+    {
+        // A log read over WebSocket (upstream's wsstream reader): upgraded here.
+        return crate::endpoints::kubelet::pod_log_websocket(&ctx, req).await;
+    }
     if ctx.info.is_resource_request {
         let (parts, body) = req.into_parts();
         // Read the body now: handlers work on whole objects.

@@ -192,10 +192,17 @@ impl EndpointsController {
             triggers: TriggerTimes::default(),
         });
         follow_services(&this.services, &this.pods, &this.queue);
-        // Someone else's change to an Endpoints we keep: put it back.
+        // Someone else's change to an Endpoints we keep (one of a Service's): put it back.
+        // Endpoints with no Service of their name are the user's: left alone, as upstream.
         let q = this.queue.clone();
+        let service_store = this.service_store.clone();
         this.endpoints.add_handler(move |c| match c {
-            Change::Updated(_, e) | Change::Deleted(e) => q.add(key_of(e.as_ref())),
+            Change::Updated(_, e) | Change::Deleted(e) => {
+                let key = key_of(e.as_ref());
+                if lookup(&service_store, &key).is_some() {
+                    q.add(key);
+                }
+            }
             Change::Added(_) => {}
         });
         this

@@ -253,6 +253,24 @@ impl GarbageCollector {
         for added in new_owners.difference(&old_owners) {
             g.dependents.entry(added.clone()).or_default().insert(uid.clone());
         }
+        // A reference that stopped blocking (the cycle breaker above, or a user): its owner,
+        // waiting for its dependents, may have no blocker left.
+        let blocked: HashSet<&str> = old
+            .iter()
+            .flat_map(|o| o.owners.iter())
+            .filter(|r| r.block_owner_deletion == Some(true))
+            .map(|r| r.uid.as_str())
+            .collect();
+        for r in &node.owners {
+            if blocked.contains(r.uid.as_str())
+                && r.block_owner_deletion != Some(true)
+                && g.nodes
+                    .get(&r.uid)
+                    .is_some_and(|o| o.deleting && o.finalizers.iter().any(|f| f == FOREGROUND))
+            {
+                self.attempt_to_delete.add(r.uid.clone());
+            }
+        }
         if all_synced && node.owners.iter().any(|o| !g.nodes.contains_key(&o.uid)) {
             self.attempt_to_delete.add(uid.clone());
         }
@@ -381,13 +399,41 @@ impl GarbageCollector {
                 Err(e) => return Err(e.into()),
             }
         }
-        let has_dependents = self
-            .graph
-            .lock()
-            .unwrap()
-            .dependents
-            .get(uid)
-            .is_some_and(|d| !d.is_empty());
+        let (has_dependents, dependent_deleting_dependents) = {
+            let g = self.graph.lock().unwrap();
+            let deps = g.dependents.get(uid);
+            let deleting_dependents = deps.into_iter().flatten().any(|d| {
+                g.nodes
+                    .get(d)
+                    .is_some_and(|n| n.deleting && n.finalizers.iter().any(|f| f == FOREGROUND))
+            });
+            (deps.is_some_and(|d| !d.is_empty()), deleting_dependents)
+        };
+        if !waiting.is_empty() && has_dependents && dependent_deleting_dependents {
+            // An owner and a dependent both wait for their dependents: a cycle, perhaps
+            // (upstream's detection). This object's references stop blocking its owners, so
+            // the owner waiting on it is not held by it, and it is then deleted in foreground.
+            let unblocked: Vec<OwnerReference> = owners
+                .iter()
+                .map(|o| OwnerReference {
+                    block_owner_deletion: o.block_owner_deletion.map(|_| false),
+                    ..o.clone()
+                })
+                .collect();
+            let patch = json!({"metadata": {
+                "ownerReferences": unblocked,
+                "uid": uid,
+                "resourceVersion": live.resource_version(),
+            }});
+            match api
+                .patch(&node.name, &crate::patch_params(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if r8s_client::is_not_found(&e) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        }
         let policy = if !waiting.is_empty() && has_dependents {
             PropagationPolicy::Foreground
         } else if live.finalizers().iter().any(|f| f == ORPHAN) {
@@ -624,5 +670,34 @@ mod tests {
         ];
         queued.sort();
         assert_eq!(queued, ["c", "o"]);
+    }
+
+    /// A dependent whose reference stops blocking (the cycle breaker's patch) wakes its owner
+    /// waiting in foreground deletion: it may have no blocker left.
+    #[tokio::test]
+    async fn an_unblocked_reference_wakes_its_waiting_owner() {
+        let gc = gc().await;
+        gc.process(0, watcher::Event::Init, 1);
+        gc.process(
+            0,
+            watcher::Event::InitApply(obj("o", &[], true, &[FOREGROUND])),
+            1,
+        );
+        gc.process(
+            0,
+            watcher::Event::InitApply(obj("c", &["o"], true, &[FOREGROUND])),
+            1,
+        );
+        gc.process(0, watcher::Event::InitDone, 1);
+        while !gc.attempt_to_delete.is_empty() {
+            let key = gc.attempt_to_delete.get().await.unwrap();
+            gc.attempt_to_delete.done(&key);
+        }
+        let mut unblocked = obj("c", &["o"], true, &[FOREGROUND]);
+        for r in unblocked.metadata.owner_references.iter_mut().flatten() {
+            r.block_owner_deletion = Some(false);
+        }
+        gc.process(0, watcher::Event::Apply(unblocked), 1);
+        assert_eq!(gc.attempt_to_delete.get().await.as_deref(), Some("o"));
     }
 }

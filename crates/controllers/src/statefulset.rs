@@ -535,6 +535,15 @@ impl StatefulSetController {
                 }
             }
             // Remove pods beyond the replicas: highest first, one at a time when ordered.
+            // OrderedReady also waits for every condemned pod to be Running and Ready, but for
+            // the first unhealthy pod of the set (upstream's rule: the lowest unhealthy
+            // replica, else the lowest unhealthy condemned pod), which may go.
+            let healthy = |p: &Pod| running_and_ready(p) && p.metadata.deletion_timestamp.is_none();
+            let first_unhealthy = (start..start + replicas)
+                .filter_map(|o| by_ordinal.get(&o))
+                .chain(condemned.iter().rev())
+                .find(|p| !healthy(p))
+                .map(|p| p.name_any());
             if !waiting || parallel {
                 for p in &condemned {
                     if p.metadata.deletion_timestamp.is_some() {
@@ -542,6 +551,9 @@ impl StatefulSetController {
                             break;
                         }
                         continue;
+                    }
+                    if !parallel && !healthy(p) && first_unhealthy.as_deref() != Some(&p.name_any()) {
+                        break;
                     }
                     if let Err(e) = self.fix_claims(&set, p, true).await {
                         err.get_or_insert(e);

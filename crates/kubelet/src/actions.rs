@@ -364,8 +364,40 @@ pub fn compute_pod_actions(pod: &Pod, rt: &PodRuntime, cx: &mut Context<'_>) -> 
             let code = latest.filter(|_| exited).map(|l| l.exit_code).unwrap_or(0);
             match latest {
                 None => plan.start = Some(0),
-                Some(l) if exited && code != 0 && restart != "Never" => plan.start = Some(l.attempt + 1),
+                Some(l) if exited && code != 0 && restart != "Never" => {
+                    // A failed init container restarts after the same back-off as an app
+                    // container (upstream: CrashLoopBackOff, 10 s doubling to 5 min).
+                    let started = system_time(l.started_at, cx.now);
+                    let finished = system_time(l.finished_at, cx.now);
+                    let key = backoff_key(&uid, &c.name);
+                    match backoff::restart_delay(cx.backoff, &key, started, finished, cx.now) {
+                        Some(delay) => {
+                            plan.back_off = Some(BackOff {
+                                delay,
+                                until: finished + delay,
+                            })
+                        }
+                        None => plan.start = Some(l.attempt + 1),
+                    }
+                }
                 _ => {}
+            }
+            // Its last state: the failed run it restarts after, else the run before this one.
+            let previous = if exited && code != 0 && restart != "Never" {
+                latest
+            } else {
+                mine.iter()
+                    .find(|x| plan.restarts > 0 && x.attempt == plan.restarts - 1)
+                    .copied()
+            };
+            plan.previous = previous.map(|p| p.id.clone());
+            for old in &mine {
+                if previous.is_none_or(|p| p.id != old.id)
+                    && latest.is_none_or(|l| l.id != old.id)
+                    && old.state == State::Exited
+                {
+                    actions.remove.push(old.id.clone());
+                }
             }
             plan.done = exited && code == 0;
             !plan.done
@@ -827,6 +859,43 @@ mod tests {
         assert_eq!(a.containers[0].start, Some(2));
         assert_eq!(a.containers[0].back_off, None);
         assert_eq!(backoff.delay("u1/app"), Some(backoff::INITIAL * 2));
+    }
+
+    /// A failing init container of a restarting pod backs off as an app container does
+    /// (the conformance spec counts three restarts in CrashLoopBackOff), its failed run is its
+    /// last state, and older runs go.
+    #[test]
+    fn failed_init_containers_wait_for_their_back_off() {
+        let p = pod("Always", &[("init", None), ("next", None)], &["app"]);
+        let mut backoff = Backoff::default();
+        let a = compute_with(
+            &p,
+            &runtime(vec![exited("i0", "init", 0, 1, 10)]),
+            &[],
+            &mut backoff,
+            at(11),
+        );
+        assert_eq!(a.init[0].start, Some(1));
+        assert_eq!(a.init[0].previous.as_deref(), Some("i0"));
+        let rt = runtime(vec![
+            exited("i1", "init", 1, 1, 13),
+            exited("i0", "init", 0, 1, 10),
+        ]);
+        let a = compute_with(&p, &rt, &[], &mut backoff, at(15));
+        assert_eq!(a.init[0].start, None);
+        assert_eq!(
+            a.init[0].back_off,
+            Some(BackOff {
+                delay: backoff::INITIAL,
+                until: at(23)
+            })
+        );
+        assert_eq!(a.init[0].previous.as_deref(), Some("i1"));
+        assert_eq!(a.remove, vec!["i0".to_string()]);
+        assert_eq!(a.init.len(), 1, "the second init container waits");
+        assert!(!a.initialized);
+        let a = compute_with(&p, &rt, &[], &mut backoff, at(24));
+        assert_eq!(a.init[0].start, Some(2));
     }
 
     #[test]

@@ -909,8 +909,24 @@ impl Agent {
                 self.follow_container(&pod, c, plan, &mut st, &pod_ip).await;
             } else {
                 st.ready = plan.done;
+                self.last_run(c, plan, &mut st).await;
             }
             init_statuses.push(st);
+        }
+        // Those not reached yet wait for the ones before them (upstream lists them all).
+        for c in spec.init_containers.iter().flatten().skip(actions.init.len()) {
+            init_statuses.push(ContainerStatus {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                state: Some(ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("PodInitializing".into()),
+                        message: None,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
         }
         let mut ephemeral_statuses = Vec::new();
         for plan in &actions.ephemeral {
@@ -1024,6 +1040,16 @@ impl Agent {
             }
             None => self.probes.update(pod, c, None, pod_ip),
         }
+        self.last_run(c, plan, status).await;
+    }
+
+    /// The container's last state (the run before this one) and its restart count.
+    async fn last_run(
+        &self,
+        c: &k8s_openapi::api::core::v1::Container,
+        plan: &ContainerPlan,
+        status: &mut ContainerStatus,
+    ) {
         if let Some(prev) = &plan.previous {
             if let Ok(Some(term)) = self.terminated_state(prev, c).await {
                 status.last_state = Some(ContainerState {

@@ -329,6 +329,85 @@ pub(crate) async fn pod_log(
     from_kubelet(ctx, node_name, &path, name, "text/plain").await
 }
 
+/// Whether the request asks to upgrade to WebSocket.
+pub(crate) fn is_websocket(headers: &http::HeaderMap) -> bool {
+    let has = |name: http::header::HeaderName, token: &str| {
+        headers.get_all(name).iter().any(|v| {
+            v.to_str()
+                .unwrap_or("")
+                .split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case(token))
+        })
+    };
+    has(http::header::CONNECTION, "upgrade") && has(http::header::UPGRADE, "websocket")
+}
+
+/// GET `pods/<name>/log` upgraded to WebSocket (upstream's wsstream reader): the log is read
+/// as for a plain GET, then sent in messages — binary for the `binary.k8s.io` protocol (and
+/// for none), base64 text for `base64.binary.k8s.io` — and the socket closed at its end.
+pub(crate) async fn pod_log_websocket(
+    ctx: &Ctx,
+    mut req: http::Request<hyper::body::Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    use tokio_tungstenite::tungstenite::{protocol::Role, Message};
+    let key = req
+        .headers()
+        .get(http::header::SEC_WEBSOCKET_KEY)
+        .cloned()
+        .ok_or_else(|| ApiError::bad_request("missing Sec-WebSocket-Key"))?;
+    let offered: Vec<String> = req
+        .headers()
+        .get_all(http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or("").split(',').map(|p| p.trim().to_string()))
+        .filter(|p| !p.is_empty())
+        .collect();
+    let protocol = ["binary.k8s.io", "base64.binary.k8s.io"]
+        .into_iter()
+        .find(|p| offered.iter().any(|o| o == p));
+    if protocol.is_none() && !offered.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "requested protocols are not supported: {offered:?}"
+        )));
+    }
+    let base64 = protocol == Some("base64.binary.k8s.io");
+    let query = Query::parse(req.uri().query());
+    let log = pod_log(ctx, &ctx.info.namespace, &ctx.info.name, &query).await?;
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let client = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = client.await else { return };
+        let mut ws =
+            tokio_tungstenite::WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None)
+                .await;
+        let mut body = log.into_body();
+        while let Some(Ok(frame)) = body.frame().await {
+            let Ok(data) = frame.into_data() else { continue };
+            let msg = if base64 {
+                use base64::Engine;
+                Message::text(base64::engine::general_purpose::STANDARD.encode(&data))
+            } else {
+                Message::binary(data)
+            };
+            if futures_util::SinkExt::send(&mut ws, msg).await.is_err() {
+                return;
+            }
+        }
+        let _ = ws.close(None).await;
+    });
+    let mut resp = Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(http::header::UPGRADE, "websocket")
+        .header(http::header::CONNECTION, "Upgrade")
+        .header(http::header::SEC_WEBSOCKET_ACCEPT, accept);
+    if let Some(p) = protocol {
+        resp = resp.header(http::header::SEC_WEBSOCKET_PROTOCOL, p);
+    }
+    Ok(resp
+        .body(crate::http::full(Bytes::new()))
+        .expect("valid response"))
+}
+
 /// GET `nodes/<[scheme:]name[:port]>/proxy/<rest>`: the kubelet's `/<rest>?<query>` when no
 /// port or the kubelet's is named; another port of the node is proxied to as a pod's is
 /// (upstream's node `ResourceLocation`).

@@ -77,6 +77,19 @@ pub(crate) async fn resource(
         ""
     };
     if def.is_review() {
+        // Reviews have no table convertor: a Table is not a media type they can answer in
+        // (upstream's `AllowsMediaTypeTransform`), so the negotiation fails.
+        let accept = headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if wants_table(headers) && accept.split(',').all(|a| a.contains("as=Table")) {
+            return Err(ApiError::new(
+                406,
+                "NotAcceptable",
+                "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+            ));
+        }
         return match (method, info.verb.as_str()) {
             (&Method::POST, "create") if info.subresource.is_empty() => Ok(json_response(
                 StatusCode::CREATED,

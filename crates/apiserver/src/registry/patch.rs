@@ -307,7 +307,11 @@ fn strategic_merge(doc: &mut Value, patch: &Value, node: Node) {
         match (target.get_mut(k), v) {
             (Some(existing @ Value::Object(_)), Value::Object(_)) => strategic_merge(existing, v, child),
             (Some(Value::Array(existing)), Value::Array(patch_items)) => {
-                merge_list(existing, patch_items, child)
+                let order = patch_map
+                    .get(&format!("$setElementOrder/{k}"))
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice);
+                merge_list(existing, patch_items, order, child)
             }
             _ => {
                 let mut value = v.clone();
@@ -324,7 +328,7 @@ fn is_replace_marker(item: &Value) -> bool {
         .is_some_and(|m| m.len() == 1 && m.get("$patch").and_then(Value::as_str) == Some("replace"))
 }
 
-fn merge_list(existing: &mut Vec<Value>, patch_items: &[Value], node: Node) {
+fn merge_list(existing: &mut Vec<Value>, patch_items: &[Value], order: Option<&[Value]>, node: Node) {
     let info = node.list();
     if patch_items.iter().any(is_replace_marker) {
         let mut value = Value::Array(patch_items.to_vec());
@@ -338,15 +342,28 @@ fn merge_list(existing: &mut Vec<Value>, patch_items: &[Value], node: Node) {
     match info {
         Some(f) if f.smp_merge_key().is_some() && patch_items.iter().all(Value::is_object) => {
             let key = f.smp_merge_key().expect("checked");
+            let original = existing.clone();
             merge_list_by_key(existing, patch_items, key, node.item());
+            let id = |v: &Value| v[key].clone();
+            let order = order.unwrap_or(patch_items);
+            *existing = element_order(std::mem::take(existing), patch_items, order, &original, id);
         }
         // `merge` without a key: a set of values (finalizers).
         Some(f) if f.smp_merges() && !patch_items.iter().any(Value::is_object) => {
+            let original = existing.clone();
             for item in patch_items {
                 if !existing.contains(item) {
                     existing.push(item.clone());
                 }
             }
+            let order = order.unwrap_or(patch_items);
+            *existing = element_order(
+                std::mem::take(existing),
+                patch_items,
+                order,
+                &original,
+                Value::clone,
+            );
         }
         _ => {
             let mut value = Value::Array(patch_items.to_vec());
@@ -356,6 +373,50 @@ fn merge_list(existing: &mut Vec<Value>, patch_items: &[Value], node: Node) {
             }
         }
     }
+}
+
+/// The order of a merged list, as upstream's `normalizeElementOrder`: the items the patch
+/// names in the patch's order (its `$setElementOrder` list when it sends one), the others in
+/// their stored order, the two interleaved by the stored order where both are known — so an
+/// item new to the list comes before the stored items the patch does not name.
+fn element_order(
+    merged: Vec<Value>,
+    patch_items: &[Value],
+    patch_order: &[Value],
+    original: &[Value],
+    id: impl Fn(&Value) -> Value,
+) -> Vec<Value> {
+    let ids = |list: &[Value]| -> Vec<Value> {
+        list.iter()
+            .filter(|p| {
+                !matches!(
+                    p.get("$patch").and_then(Value::as_str),
+                    Some("delete" | "replace")
+                )
+            })
+            .map(&id)
+            .collect()
+    };
+    let (patch_ids, order_ids) = (ids(patch_items), ids(patch_order));
+    let server_ids: Vec<Value> = original.iter().map(&id).collect();
+    let (mut named, server_only): (Vec<Value>, Vec<Value>) =
+        merged.into_iter().partition(|v| patch_ids.contains(&id(v)));
+    named.sort_by_key(|v| order_ids.iter().position(|p| *p == id(v)));
+    let at = |v: &Value| server_ids.iter().position(|s| *s == id(v));
+    let (mut left, mut right) = (server_only.into_iter().peekable(), named.into_iter().peekable());
+    let mut out = Vec::new();
+    loop {
+        match (left.peek(), right.peek()) {
+            (Some(l), Some(r)) => match (at(l), at(r)) {
+                (Some(li), Some(ri)) if li < ri => out.extend(left.next()),
+                _ => out.extend(right.next()),
+            },
+            (Some(_), None) => out.extend(left.next()),
+            (None, Some(_)) => out.extend(right.next()),
+            (None, None) => break,
+        }
+    }
+    out
 }
 
 fn merge_list_by_key(existing: &mut Vec<Value>, patch_items: &[Value], key: &str, item: Node) {
@@ -434,9 +495,40 @@ mod tests {
         assert_eq!(cs[0]["image"], "a:2");
         assert_eq!(cs[0]["env"].as_array().unwrap().len(), 2);
         assert_eq!(cs[1]["name"], "c");
-        assert_eq!(doc["metadata"]["finalizers"], json!(["f1", "f2"]));
+        assert_eq!(doc["metadata"]["finalizers"], json!(["f2", "f1"]));
         assert_eq!(doc["metadata"]["labels"]["new"], "yes");
         assert!(doc.get("$setElementOrder/containers").is_none());
+    }
+
+    /// Upstream's element order: an item new to the list comes before the stored ones the
+    /// patch does not name (the ReplicaSet conformance spec patches in a container and reads
+    /// it back as containers[0]); `$setElementOrder` orders the named ones.
+    #[test]
+    fn merged_lists_keep_upstreams_element_order() {
+        let mut doc = json!({"spec": {"containers": [{"name": "httpd", "image": "httpd"}]}});
+        let patch = json!({"spec": {"containers": [{"name": "test-rs", "image": "pause"}]}});
+        apply(PatchType::Strategic, &mut doc, &patch, pod()).unwrap();
+        let names: Vec<&str> = doc["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["test-rs", "httpd"]);
+        let mut doc = json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}});
+        let patch = json!({"spec": {
+            "$setElementOrder/containers": [{"name": "c"}, {"name": "a"}],
+            "containers": [{"name": "a", "image": "x"}]}});
+        apply(PatchType::Strategic, &mut doc, &patch, pod()).unwrap();
+        let names: Vec<&str> = doc["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        // b and c are not in the patch's items: only a is placed by the patch, b and c keep
+        // their stored order around it.
+        assert_eq!(names, ["a", "b", "c"]);
     }
 
     #[test]
@@ -523,7 +615,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(doc["spec"]["containers"], json!([{"name": "a", "image": "x"}]));
-        assert_eq!(doc["metadata"]["finalizers"], json!(["a", "b"]));
+        // Upstream's element order: what the patch adds comes first.
+        assert_eq!(doc["metadata"]["finalizers"], json!(["b", "a"]));
     }
 
     #[test]

@@ -92,7 +92,27 @@ impl View {
         let mut full = match self {
             View::Main | View::Apply => return Ok(new),
             View::Status => {
+                // Upstream's status strategies: what is outside metadata and status stays as
+                // stored (the spec above all); the writer's metadata is taken, so labels and
+                // annotations set through /status are kept, but for what the kind's status
+                // strategy resets (a Deployment's or ReplicaSet's labels, a pod's owners).
                 let mut full = old.clone();
+                if new["metadata"].is_object() {
+                    full["metadata"] = new["metadata"].clone();
+                    let keep: &[&str] = match def.kind {
+                        "Deployment" | "ReplicaSet" => &["labels"],
+                        "Pod" => &["ownerReferences", "deletionTimestamp"],
+                        _ => &[],
+                    };
+                    for field in keep {
+                        match old["metadata"].get(*field) {
+                            Some(v) => full["metadata"][*field] = v.clone(),
+                            None => {
+                                meta::meta_mut(&mut full).remove(*field);
+                            }
+                        }
+                    }
+                }
                 match new.get("status") {
                     Some(s) => full["status"] = s.clone(),
                     None => {
@@ -327,4 +347,37 @@ pub(crate) async fn bind(
         }
     }
     Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(group: &str, plural: &str) -> &'static ResourceDef {
+        r8s_api::find(group, "v1", plural).expect("in the catalogue")
+    }
+
+    /// A /status write keeps the stored spec, takes the writer's status and metadata (the
+    /// conformance specs patch annotations through /status), but for what the kind resets.
+    #[test]
+    fn a_status_write_takes_status_and_metadata_not_spec() {
+        let old = json!({"metadata": {"name": "i", "resourceVersion": "5", "labels": {"a": "1"}},
+            "spec": {"rules": []}, "status": {}});
+        let new = json!({"metadata": {"name": "i", "resourceVersion": "5", "labels": {"a": "2"},
+            "annotations": {"patchedstatus": "true"}},
+            "spec": {"rules": [{"host": "x"}]}, "status": {"loadBalancer": {"ingress": [{"ip": "169.1.1.1"}]}}});
+        let ing = View::Status
+            .merge_back(def("networking.k8s.io", "ingresses"), &old, new.clone())
+            .unwrap();
+        assert_eq!(ing["spec"], old["spec"]);
+        assert_eq!(ing["status"], new["status"]);
+        assert_eq!(ing["metadata"]["annotations"]["patchedstatus"], "true");
+        assert_eq!(ing["metadata"]["labels"]["a"], "2");
+        // A Deployment's labels are not a status writer's (upstream's status strategy).
+        let d = View::Status
+            .merge_back(def("apps", "deployments"), &old, new)
+            .unwrap();
+        assert_eq!(d["metadata"]["labels"]["a"], "1");
+        assert_eq!(d["metadata"]["annotations"]["patchedstatus"], "true");
+    }
 }
