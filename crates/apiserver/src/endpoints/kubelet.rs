@@ -732,6 +732,22 @@ async fn proxy_http(
         .iter()
         .position(|p| p == "proxy")
         .map_or(&[][..], |i| &parts[i + 1..]);
+    // `…/proxy` with nothing after it: GET and HEAD are redirected to `…/proxy/`, as upstream's
+    // proxy handler does (so relative links resolve under the proxy).
+    if after.is_empty()
+        && !ctx.info.path.ends_with('/')
+        && matches!(*method, http::Method::GET | http::Method::HEAD)
+    {
+        let location = match ctx.query.as_deref().filter(|q| !q.is_empty()) {
+            Some(q) => format!("{}/?{q}", ctx.info.path),
+            None => format!("{}/", ctx.info.path),
+        };
+        return Ok(Response::builder()
+            .status(StatusCode::MOVED_PERMANENTLY)
+            .header(http::header::LOCATION, location)
+            .body(crate::http::full(Bytes::new()))
+            .expect("valid response"));
+    }
     let mut path = format!("/{}", after.join("/"));
     if ctx.info.path.ends_with('/') && !path.ends_with('/') {
         path.push('/');

@@ -423,6 +423,9 @@ async fn create(
 ) -> Result<Response<Body>, ApiError> {
     let obj = registry::decode_body(def, &body)?;
     ctx.audit.object_decoded(&obj);
+    let query = &query
+        .clone()
+        .with_duplicate_fields(registry::duplicate_fields(&body));
     written(registry::create(ctx, def, ns, obj, query).await?)
 }
 
@@ -436,6 +439,9 @@ async fn update(
 ) -> Result<Response<Body>, ApiError> {
     let obj = registry::decode_body(def, &body)?;
     ctx.audit.object_decoded(&obj);
+    let query = &query
+        .clone()
+        .with_duplicate_fields(registry::duplicate_fields(&body));
     written(registry::update(ctx, def, ns, name, obj, query).await?)
 }
 

@@ -65,7 +65,8 @@ use crate::context::Ctx;
 use crate::status::ApiError;
 
 /// Parsed query parameters.
-pub(crate) struct Query(BTreeMap<String, String>);
+#[derive(Clone)]
+pub(crate) struct Query(BTreeMap<String, String>, Vec<String>);
 
 impl Query {
     pub fn parse(q: Option<&str>) -> Self {
@@ -74,7 +75,14 @@ impl Query {
         for (k, v) in form_urlencoded::parse(q.unwrap_or("").as_bytes()) {
             params.entry(k.into_owned()).or_insert_with(|| v.into_owned());
         }
-        Self(params)
+        Self(params, Vec::new())
+    }
+
+    /// The query with the fields the request body names twice (a JSON object's repeated key),
+    /// which `fieldValidation` judges with the unknown ones.
+    pub fn with_duplicate_fields(mut self, fields: Vec<String>) -> Self {
+        self.1 = fields;
+        self
     }
 
     pub fn get(&self, k: &str) -> Option<&str> {
@@ -698,6 +706,89 @@ pub(crate) fn decode_body(def: &ResourceDef, body: &[u8]) -> Result<Value, ApiEr
     Ok(obj)
 }
 
+/// The fields a JSON body names twice in one object (`spec.replicas`, `spec.containers[0].name`),
+/// as upstream's strict decoding reports them; serde_json keeps the last silently.
+pub(crate) fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use std::cell::RefCell;
+
+    struct Walk<'a> {
+        path: String,
+        found: &'a RefCell<Vec<String>>,
+    }
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let path = if self.path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{}.{key}", self.path)
+                };
+                if !seen.insert(key) {
+                    self.found.borrow_mut().push(path.clone());
+                }
+                map.next_value_seed(Walk {
+                    path,
+                    found: self.found,
+                })?;
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while seq
+                .next_element_seed(Walk {
+                    path: format!("{}[{i}]", self.path),
+                    found: self.found,
+                })?
+                .is_some()
+            {
+                i += 1;
+            }
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+    }
+    let found = RefCell::new(Vec::new());
+    let mut d = serde_json::Deserializer::from_slice(body);
+    let walk = Walk {
+        path: String::new(),
+        found: &found,
+    };
+    if walk.deserialize(&mut d).is_err() {
+        return Vec::new();
+    }
+    found.into_inner()
+}
+
 /// Check an object's type and namespace, then decode it as its type, per the request's
 /// `fieldValidation`: `Strict` refuses unknown fields, `Warn` (the default) drops them with a
 /// warning, `Ignore` drops them silently. Returns the object and the warnings for the response.
@@ -735,6 +826,7 @@ pub(crate) fn typed(
         .unknown_fields
         .iter()
         .map(|f| format!("unknown field \"{f}\""))
+        .chain(query.1.iter().map(|f| format!("duplicate field \"{f}\"")))
         .collect();
     match query.get("fieldValidation").unwrap_or("Warn") {
         "Strict" if !unknown.is_empty() => Err(cannot(format!("strict decoding error: {}", unknown.join(", ")))),
@@ -1392,7 +1484,8 @@ pub(crate) async fn delete_collection(
     filter: &Filter,
     opts: &Value,
 ) -> Result<Page<Value>, ApiError> {
-    let (items, revision, _, _) = list_objects(ctx, def, ns, &Query(BTreeMap::new()), filter).await?;
+    let (items, revision, _, _) =
+        list_objects(ctx, def, ns, &Query(BTreeMap::new(), Vec::new()), filter).await?;
     let mut deleted = Vec::new();
     for item in items {
         match delete_object(ctx, def, meta::namespace(&item), meta::name(&item), opts).await {
@@ -1453,5 +1546,24 @@ mod tests {
         assert_eq!(out["metadata"], json!({"resourceVersion": "7"}));
         // Not in the stored shape (a nested object before metadata): no splice.
         assert!(with_resource_version(br#"{"spec":{"metadata":{}},"metadata":{}}"#, 1).is_none());
+    }
+}
+
+#[cfg(test)]
+mod duplicate_field_tests {
+    use super::*;
+
+    /// The conformance spec's body: a repeated `spec.replicas` is found (with its path),
+    /// as are repeats inside lists; a body without repeats has none.
+    #[test]
+    fn repeated_keys_are_found_with_their_paths() {
+        let body = br#"{"spec": {"unknownField": "foo", "replicas": 2, "replicas": 3,
+            "template": {"spec": {"containers": [{"name": "a", "name": "b"}]}}}}"#;
+        assert_eq!(
+            duplicate_fields(body),
+            ["spec.replicas", "spec.template.spec.containers[0].name"]
+        );
+        assert!(duplicate_fields(br#"{"a": {"b": 1}, "b": [1, {"a": 2}]}"#).is_empty());
+        assert!(duplicate_fields(b"not json").is_empty());
     }
 }
