@@ -1731,9 +1731,45 @@ impl Agent {
                 ..Default::default()
             }
         };
+        // Not initialized: which init containers keep it so (upstream's
+        // GeneratePodInitializedCondition): a regular one until it exits 0, a sidecar until it
+        // has started.
+        let initialized_cond = if initialized {
+            cond("Initialized", "True")
+        } else {
+            let sidecars: Vec<&str> = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.init_containers.iter().flatten())
+                .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+                .map(|c| c.name.as_str())
+                .collect();
+            let incomplete: Vec<&str> = init_statuses
+                .iter()
+                .filter(|s| {
+                    if sidecars.contains(&s.name.as_str()) {
+                        s.started != Some(true)
+                    } else {
+                        s.state
+                            .as_ref()
+                            .and_then(|st| st.terminated.as_ref())
+                            .is_none_or(|t| t.exit_code != 0)
+                    }
+                })
+                .map(|s| s.name.as_str())
+                .collect();
+            PodCondition {
+                reason: Some("ContainersNotInitialized".into()),
+                message: Some(format!(
+                    "containers with incomplete status: [{}]",
+                    incomplete.join(" ")
+                )),
+                ..cond("Initialized", "False")
+            }
+        };
         let mut conditions = vec![
             cond("PodReadyToStartContainers", "True"),
-            cond("Initialized", if initialized { "True" } else { "False" }),
+            initialized_cond,
             cond("Ready", ready),
             cond("ContainersReady", ready),
         ];

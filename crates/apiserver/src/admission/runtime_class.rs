@@ -18,7 +18,7 @@ pub struct RuntimeClass {
 }
 
 /// A pod create (not a subresource), or `None`.
-fn pod_create<'a>(attrs: &'a Attributes<'_>) -> Option<()> {
+fn pod_create(attrs: &Attributes<'_>) -> Option<()> {
     let r = attrs.request;
     (attrs.operation == Operation::Create
         && r.api_group.is_empty()

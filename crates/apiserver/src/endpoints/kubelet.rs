@@ -523,6 +523,7 @@ pub(crate) async fn stream(
     let pods = r8s_api::find("", "v1", "pods").expect("pods are served");
     let pod = read(ctx, pods, ns, name).await?;
     let mut raw_query = req.uri().query().unwrap_or("").to_owned();
+    connect_admission(ctx, sub, &raw_query).await?;
     let path = if sub == "portforward" {
         // PodPortForwardOptions' `ports` (repeated or comma-separated) go to the kubelet as
         // `port` values, as upstream's streamParams sends them.
@@ -573,6 +574,58 @@ pub(crate) async fn stream(
         }
         Err(e) => Err(ApiError::internal(format!("error dialing backend: {e}"))),
     }
+}
+
+/// Admission of a CONNECT (`pods/exec`, `attach`, `portforward`), as upstream's connect
+/// handler runs it: the plugins and webhooks see the request's options object
+/// (`PodExecOptions`, `PodAttachOptions`, `PodPortForwardOptions`), and any may refuse.
+async fn connect_admission(ctx: &Ctx, sub: &str, raw_query: &str) -> Result<(), ApiError> {
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(raw_query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let first = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let flag = |k: &str| first(k).is_some_and(|v| crate::request_info::query_bool(&v));
+    let mut options = match sub {
+        "portforward" => json!({
+            "kind": "PodPortForwardOptions",
+            "ports": pairs.iter().filter(|(k, _)| k == "ports")
+                .flat_map(|(_, v)| v.split(',').filter_map(|p| p.trim().parse::<i64>().ok()).collect::<Vec<_>>())
+                .collect::<Vec<_>>(),
+        }),
+        _ => {
+            let mut o = json!({
+                "kind": if sub == "exec" { "PodExecOptions" } else { "PodAttachOptions" },
+                "stdin": flag("stdin"), "stdout": flag("stdout"), "stderr": flag("stderr"),
+                "tty": flag("tty"),
+            });
+            if let Some(c) = first("container") {
+                o["container"] = json!(c);
+            }
+            if sub == "exec" {
+                let command: Vec<&String> = pairs
+                    .iter()
+                    .filter(|(k, _)| k == "command")
+                    .map(|(_, v)| v)
+                    .collect();
+                o["command"] = json!(command);
+            }
+            o
+        }
+    };
+    options["apiVersion"] = json!("v1");
+    ctx.shared
+        .admission
+        .run(&mut crate::admission::Attributes {
+            operation: crate::admission::Operation::Connect,
+            request: &ctx.info,
+            user: &ctx.user,
+            object: Some(&mut options),
+            old_object: None,
+            dry_run: false,
+            options: None,
+            warnings: &ctx.warnings,
+        })
+        .await
 }
 
 /// Upstream's `SplitSchemeNamePort`: `name`, `name:port` or `scheme:name:port` (scheme http

@@ -71,7 +71,7 @@ const MAX_NAMES_PER_IMAGE: usize = 5;
 /// [`MAX_IMAGES`], each named by its digests then its tags, at most [`MAX_NAMES_PER_IMAGE`];
 /// images with no name at all (a layer left by a removed tag) are not listed.
 fn node_status_images(mut listed: Vec<cri::Image>) -> Vec<ContainerImage> {
-    listed.sort_by(|a, b| b.size.cmp(&a.size));
+    listed.sort_by_key(|i| std::cmp::Reverse(i.size));
     listed
         .into_iter()
         .filter_map(|img| {
@@ -81,7 +81,7 @@ fn node_status_images(mut listed: Vec<cri::Image>) -> Vec<ContainerImage> {
                 .chain(img.repo_tags)
                 .take(MAX_NAMES_PER_IMAGE)
                 .collect();
-            (!names.is_empty()).then(|| ContainerImage {
+            (!names.is_empty()).then_some(ContainerImage {
                 names: Some(names),
                 size_bytes: Some(img.size as i64),
             })
