@@ -1885,6 +1885,23 @@ impl Hooks for SyncHooks<'_> {
         let image_info = self.agent.ensure_image(pod, c, place.sandbox_config).await?;
         let mut inputs = self.agent.container_inputs(pod, c, volumes).await;
         inputs.image_user = crate::security::ImageUser::of(image_info.as_ref());
+        // The pod's addresses as the sandbox has them: on its first start the pod's status
+        // has none yet, and `status.podIP(s)` references must see them (upstream passes the
+        // sandbox's IPs into the container's environment).
+        let mut pod_now;
+        let pod = if place.pod_ip.is_empty()
+            || pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(place.pod_ip)
+        {
+            pod
+        } else {
+            pod_now = pod.clone();
+            let status = pod_now.status.get_or_insert_with(Default::default);
+            status.pod_ip = Some(place.pod_ip.to_string());
+            status.pod_ips = Some(vec![k8s_openapi::api::core::v1::PodIP {
+                ip: place.pod_ip.to_string(),
+            }]);
+            &pod_now
+        };
         let (config, warnings) = match spec::container_config(pod, c, attempt, node, &inputs) {
             Ok(v) => v,
             Err(m) => {

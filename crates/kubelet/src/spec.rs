@@ -315,6 +315,13 @@ fn field_value(pod: &Pod, path: &str, node: &NodeContext) -> Option<String> {
             .unwrap_or_default(),
         "status.hostIP" => node.host_ip.clone(),
         "status.podIP" => status?.pod_ip.clone().unwrap_or_default(),
+        "status.podIPs" => status?
+            .pod_ips
+            .iter()
+            .flatten()
+            .map(|p| p.ip.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
         p if p.starts_with("metadata.labels['") => {
             let key = p.trim_start_matches("metadata.labels['").trim_end_matches("']");
             m.labels.as_ref()?.get(key)?.clone()

@@ -853,6 +853,42 @@ async fn proxy_http(
         .await
         .map_err(|e| ApiError::service_unavailable(format!("error trying to reach service: {e}")))?;
     let (parts, incoming) = resp.into_parts();
+    // HTML is read whole and its links rewritten under the proxy's path (upstream's proxy
+    // transport), unless it is compressed (left as it is).
+    let is_html = parts
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("text/html"));
+    let encoded = parts
+        .headers
+        .get(http::header::CONTENT_ENCODING)
+        .is_some_and(|v| v.as_bytes() != b"identity");
+    if is_html && !encoded {
+        let html = incoming
+            .collect()
+            .await
+            .map_err(|e| ApiError::service_unavailable(format!("error trying to reach service: {e}")))?
+            .to_bytes();
+        // The path up to its `proxy` segment (a namespace may be called `proxy-…`).
+        let path = ctx.info.path.as_str();
+        let prefix = path
+            .match_indices("/proxy")
+            .map(|(i, m)| i + m.len())
+            .find(|end| matches!(path.as_bytes().get(*end), None | Some(b'/')))
+            .map_or(path, |end| &path[..end]);
+        let body = super::html_links::rewrite(&html, prefix, &host);
+        let mut out = Response::builder().status(parts.status);
+        for (k, v) in &parts.headers {
+            if k != http::header::CONTENT_LENGTH
+                && k != http::header::TRANSFER_ENCODING
+                && k != http::header::CONNECTION
+            {
+                out = out.header(k, v);
+            }
+        }
+        return Ok(out.body(crate::http::full(body)).expect("valid response"));
+    }
     let frames = http_body_util::BodyStream::new(incoming)
         .take_while(|f| std::future::ready(f.is_ok()))
         .filter_map(|f| {

@@ -5,6 +5,7 @@
 //!
 //! The request path: filters (`handler`) → these endpoints → registry → admission → store.
 
+mod html_links;
 pub(crate) mod kubelet;
 pub(crate) mod resource_metrics;
 pub(crate) mod watch;
