@@ -55,6 +55,8 @@ macro_rules! with_type {
             ("node.k8s.io", "v1", "RuntimeClass") => Some($f::<node::v1::RuntimeClass>($($arg),*)),
             ("networking.k8s.io", "v1", "NetworkPolicy") => Some($f::<networking::v1::NetworkPolicy>($($arg),*)),
             ("networking.k8s.io", "v1", "Ingress") => Some($f::<networking::v1::Ingress>($($arg),*)),
+            ("networking.k8s.io", "v1", "ServiceCIDR") => Some($f::<networking::v1::ServiceCIDR>($($arg),*)),
+            ("networking.k8s.io", "v1", "IPAddress") => Some($f::<networking::v1::IPAddress>($($arg),*)),
             ("networking.k8s.io", "v1", "IngressClass") => Some($f::<networking::v1::IngressClass>($($arg),*)),
             ("rbac.authorization.k8s.io", "v1", "ClusterRole") => Some($f::<rbac::v1::ClusterRole>($($arg),*)),
             ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => Some($f::<rbac::v1::ClusterRoleBinding>($($arg),*)),

@@ -179,6 +179,16 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             Arc::new(priorityclasses::PriorityClasses),
         ),
         (
+            "networking.k8s.io",
+            "servicecidrs",
+            Arc::new(service_cidrs::ServiceCidrs),
+        ),
+        (
+            "networking.k8s.io",
+            "ipaddresses",
+            Arc::new(service_cidrs::IpAddresses),
+        ),
+        (
             "node.k8s.io",
             "runtimeclasses",
             Arc::new(runtimeclasses::RuntimeClasses),

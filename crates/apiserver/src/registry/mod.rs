@@ -38,6 +38,7 @@ mod resourcequotas;
 pub(crate) mod reviews;
 mod runtimeclasses;
 mod secrets;
+pub(crate) mod service_cidrs;
 mod serviceaccounts;
 mod services;
 mod storage;
