@@ -114,7 +114,10 @@ impl View {
                     }
                 }
                 match new.get("status") {
-                    Some(s) => full["status"] = s.clone(),
+                    Some(s) => {
+                        full["status"] = s.clone();
+                        stamp_conditions(&mut full["status"]);
+                    }
                     None => {
                         if let Some(o) = full.as_object_mut() {
                             o.remove("status");
@@ -158,6 +161,27 @@ impl View {
             m.insert("resourceVersion".into(), rv);
         }
         Ok(full)
+    }
+}
+
+/// Conditions written without a `lastTransitionTime` (Go's zero time, `null`) get the time of
+/// the write. Upstream stores the zero time; but `metav1.Condition`'s time is required in the
+/// typed clients r8s's own components use (kube-rs over k8s-openapi), and one Service whose
+/// condition they cannot decode would stop every Service informer of the cluster. A deviation,
+/// chosen so that nothing a client writes can blind the control plane.
+fn stamp_conditions(status: &mut Value) {
+    let now = super::meta::now_rfc3339();
+    for c in status
+        .get_mut("conditions")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(c) = c.as_object_mut() {
+            if c.get("lastTransitionTime").is_none_or(Value::is_null) {
+                c.insert("lastTransitionTime".into(), json!(now));
+            }
+        }
     }
 }
 
@@ -379,5 +403,21 @@ mod tests {
             .unwrap();
         assert_eq!(d["metadata"]["labels"]["a"], "1");
         assert_eq!(d["metadata"]["annotations"]["patchedstatus"], "true");
+    }
+
+    /// A condition written with Go's zero time (`null`) gets the write's time: typed clients
+    /// (kube-rs) cannot decode a metav1.Condition without one.
+    #[test]
+    fn conditions_without_a_transition_time_get_one() {
+        let old = json!({"metadata": {"name": "s"}, "spec": {}, "status": {}});
+        let new = json!({"metadata": {"name": "s"}, "status": {"conditions": [
+            {"type": "StatusUpdate", "status": "True", "reason": "E2E", "message": "m", "lastTransitionTime": null},
+            {"type": "Other", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+        let svc = View::Status.merge_back(def("", "services"), &old, new).unwrap();
+        let c = &svc["status"]["conditions"];
+        assert!(c[0]["lastTransitionTime"].is_string(), "{svc}");
+        assert_eq!(c[1]["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        let decoded: k8s_openapi::api::core::v1::Service = serde_json::from_value(svc).unwrap();
+        assert_eq!(decoded.status.unwrap().conditions.unwrap().len(), 2);
     }
 }
