@@ -11,6 +11,14 @@ use crate::authn::UserInfo;
 pub(crate) struct CertificateSigningRequests;
 
 impl Strategy for CertificateSigningRequests {
+    /// Upstream's field selector beyond the name: the signer.
+    fn fields(&self, obj: &Value, f: &mut std::collections::BTreeMap<String, String>) {
+        f.insert(
+            "spec.signerName".into(),
+            obj["spec"]["signerName"].as_str().unwrap_or("").to_owned(),
+        );
+    }
+
     fn status_subresource(&self) -> bool {
         true
     }

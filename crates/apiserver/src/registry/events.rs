@@ -30,24 +30,34 @@ impl Strategy for Events {
     fn fields(&self, obj: &Value, f: &mut BTreeMap<String, String>) {
         if self.stored_as_core {
             // events.k8s.io/v1 selects by its own field names (upstream's field label
-            // conversion for that version), read from the stored core form.
-            for (k, path) in [
-                ("regarding.kind", &["involvedObject", "kind"][..]),
-                ("regarding.name", &["involvedObject", "name"]),
-                ("regarding.namespace", &["involvedObject", "namespace"]),
-                ("regarding.uid", &["involvedObject", "uid"]),
-                ("regarding.apiVersion", &["involvedObject", "apiVersion"]),
-                (
-                    "regarding.resourceVersion",
-                    &["involvedObject", "resourceVersion"],
-                ),
-                ("regarding.fieldPath", &["involvedObject", "fieldPath"]),
-                ("reason", &["reason"]),
-                ("reportingController", &["reportingComponent"]),
-                ("type", &["type"]),
+            // conversion for that version), read from the object in either form (served, or
+            // stored as core).
+            let both = |served: &[&str], core: &[&str]| {
+                str_field(obj, served)
+                    .or(str_field(obj, core))
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            for field in [
+                "kind",
+                "name",
+                "namespace",
+                "uid",
+                "apiVersion",
+                "resourceVersion",
+                "fieldPath",
             ] {
-                f.insert(k.to_owned(), str_field(obj, path).unwrap_or("").to_owned());
+                f.insert(
+                    format!("regarding.{field}"),
+                    both(&["regarding", field], &["involvedObject", field]),
+                );
             }
+            f.insert("reason".into(), both(&["reason"], &["reason"]));
+            f.insert(
+                "reportingController".into(),
+                both(&["reportingController"], &["reportingComponent"]),
+            );
+            f.insert("type".into(), both(&["type"], &["type"]));
             return;
         }
         for (k, path) in [

@@ -776,3 +776,30 @@ fn a_zero_target_port_defaults_to_the_port() {
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], 80);
     assert_eq!(svc["spec"]["ports"][1]["targetPort"], 81);
 }
+
+/// Field selectors as upstream converts them: events.k8s.io's own names, whichever form the
+/// event is read in; a CertificateSigningRequest's signer.
+#[test]
+fn field_selectors_of_events_and_certificate_requests() {
+    let ev = def_of("events.k8s.io", "events");
+    let served = json!({"metadata": {"name": "e", "namespace": "ns"}, "reason": "Test",
+        "reportingController": "test-controller", "regarding": {"kind": "Pod", "name": "p"}});
+    let core = json!({"metadata": {"name": "e", "namespace": "ns"}, "reason": "Test",
+        "reportingComponent": "test-controller", "involvedObject": {"kind": "Pod", "name": "p"}});
+    for obj in [served, core] {
+        let f = strategy::fields(ev, &obj);
+        assert_eq!(f["reportingController"], "test-controller", "{obj}");
+        assert_eq!(f["regarding.kind"], "Pod", "{obj}");
+        assert!(!f.contains_key("involvedObject.kind"));
+    }
+    let csr = def_of("certificates.k8s.io", "certificatesigningrequests");
+    let f = strategy::fields(
+        csr,
+        &json!({"metadata": {"name": "c"}, "spec": {"signerName": "example.com/x"}}),
+    );
+    assert_eq!(f["spec.signerName"], "example.com/x");
+}
+
+fn def_of(group: &str, plural: &str) -> &'static ResourceDef {
+    r8s_api::find(group, "v1", plural).expect("in the catalogue")
+}
