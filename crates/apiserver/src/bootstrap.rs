@@ -288,6 +288,19 @@ pub(crate) async fn ensure_rbac_policy(store: &dyn Store) -> Result<(), StoreErr
     Ok(())
 }
 
+/// The default ServiceCIDR, `kubernetes`, for the server's Service ranges (upstream's
+/// default-servicecidr controller); kept as it is once made.
+pub(crate) async fn ensure_default_service_cidr(
+    store: &dyn Store,
+    cidrs: &crate::ServiceCidrs,
+) -> Result<(), StoreError> {
+    let def = r8s_api::find("networking.k8s.io", "v1", "servicecidrs").expect("in the catalogue");
+    let ranges: Vec<String> = cidrs.iter().map(|c| c.to_string()).collect();
+    let obj = registry::service_cidrs::default_object(&ranges);
+    let name = registry::service_cidrs::DEFAULT_NAME;
+    create_if_absent(store, &registry::key(def, "", name), registry::encode(def, &obj)).await
+}
+
 #[cfg(test)]
 mod endpoint_tests {
     use super::*;
@@ -337,17 +350,4 @@ mod endpoint_tests {
         assert_eq!(moved["subsets"][0]["ports"][0]["port"], 7443);
         assert_eq!(moved["metadata"]["uid"], ep["metadata"]["uid"]);
     }
-}
-
-/// The default ServiceCIDR, `kubernetes`, for the server's Service ranges (upstream's
-/// default-servicecidr controller); kept as it is once made.
-pub(crate) async fn ensure_default_service_cidr(
-    store: &dyn Store,
-    cidrs: &crate::ServiceCidrs,
-) -> Result<(), StoreError> {
-    let def = r8s_api::find("networking.k8s.io", "v1", "servicecidrs").expect("in the catalogue");
-    let ranges: Vec<String> = cidrs.iter().map(|c| c.to_string()).collect();
-    let obj = registry::service_cidrs::default_object(&ranges);
-    let name = registry::service_cidrs::DEFAULT_NAME;
-    create_if_absent(store, &registry::key(def, "", name), registry::encode(def, &obj)).await
 }
