@@ -149,8 +149,13 @@ impl View {
                 full
             }
             View::Approval => {
+                // Upstream's approval strategy: the conditions and the writer's metadata; the
+                // spec and the issued certificate stay.
                 let mut full = old.clone();
                 full["status"]["conditions"] = new["status"]["conditions"].clone();
+                if new["metadata"].is_object() {
+                    full["metadata"] = new["metadata"].clone();
+                }
                 full
             }
             View::Resize => resize(old, &new)?,
@@ -403,6 +408,28 @@ mod tests {
             .unwrap();
         assert_eq!(d["metadata"]["labels"]["a"], "1");
         assert_eq!(d["metadata"]["annotations"]["patchedstatus"], "true");
+    }
+
+    /// An approval takes the conditions and the writer's metadata (the conformance spec
+    /// patches an annotation through `approval`), never the certificate.
+    #[test]
+    fn an_approval_write_takes_conditions_and_metadata() {
+        let old = json!({"metadata": {"name": "c"}, "spec": {"signerName": "s"},
+            "status": {"certificate": "Y2VydA=="}});
+        let new = json!({"metadata": {"name": "c", "annotations": {"patchedapproval": "true"}},
+            "spec": {"signerName": "other"},
+            "status": {"certificate": "", "conditions": [{"type": "Approved", "status": "True"}]}});
+        let csr = View::Approval
+            .merge_back(
+                def("certificates.k8s.io", "certificatesigningrequests"),
+                &old,
+                new,
+            )
+            .unwrap();
+        assert_eq!(csr["metadata"]["annotations"]["patchedapproval"], "true");
+        assert_eq!(csr["spec"]["signerName"], "s");
+        assert_eq!(csr["status"]["certificate"], "Y2VydA==");
+        assert_eq!(csr["status"]["conditions"][0]["type"], "Approved");
     }
 
     /// A condition written with Go's zero time (`null`) gets the write's time: typed clients
