@@ -345,8 +345,9 @@ fn merge_list(existing: &mut Vec<Value>, patch_items: &[Value], order: Option<&[
             let original = existing.clone();
             merge_list_by_key(existing, patch_items, key, node.item());
             let id = |v: &Value| v[key].clone();
+            // With `$setElementOrder`, the items it names are the patch's (upstream).
             let order = order.unwrap_or(patch_items);
-            *existing = element_order(std::mem::take(existing), patch_items, order, &original, id);
+            *existing = element_order(std::mem::take(existing), order, order, &original, id);
         }
         // `merge` without a key: a set of values (finalizers).
         Some(f) if f.smp_merges() && !patch_items.iter().any(Value::is_object) => {
@@ -357,13 +358,7 @@ fn merge_list(existing: &mut Vec<Value>, patch_items: &[Value], order: Option<&[
                 }
             }
             let order = order.unwrap_or(patch_items);
-            *existing = element_order(
-                std::mem::take(existing),
-                patch_items,
-                order,
-                &original,
-                Value::clone,
-            );
+            *existing = element_order(std::mem::take(existing), order, order, &original, Value::clone);
         }
         _ => {
             let mut value = Value::Array(patch_items.to_vec());
@@ -526,9 +521,17 @@ mod tests {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        // b and c are not in the patch's items: only a is placed by the patch, b and c keep
-        // their stored order around it.
-        assert_eq!(names, ["a", "b", "c"]);
+        // The items $setElementOrder names go in its order, b (not named) where the stored
+        // order puts it among them, as upstream's normalizeElementOrder does.
+        assert_eq!(names, ["b", "c", "a"]);
+        // kubectl apply adding a container: its $setElementOrder keeps the stored one first.
+        let mut doc = json!({"spec": {"containers": [{"name": "web"}]}});
+        let patch = json!({"spec": {
+            "$setElementOrder/containers": [{"name": "web"}, {"name": "side"}],
+            "containers": [{"name": "side", "image": "x"}]}});
+        apply(PatchType::Strategic, &mut doc, &patch, pod()).unwrap();
+        assert_eq!(doc["spec"]["containers"][0]["name"], "web");
+        assert_eq!(doc["spec"]["containers"][1]["name"], "side");
     }
 
     #[test]
