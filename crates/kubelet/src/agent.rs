@@ -915,18 +915,7 @@ impl Agent {
         }
         // Those not reached yet wait for the ones before them (upstream lists them all).
         for c in spec.init_containers.iter().flatten().skip(actions.init.len()) {
-            init_statuses.push(ContainerStatus {
-                name: c.name.clone(),
-                image: c.image.clone().unwrap_or_default(),
-                state: Some(ContainerState {
-                    waiting: Some(ContainerStateWaiting {
-                        reason: Some("PodInitializing".into()),
-                        message: None,
-                    }),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            });
+            init_statuses.push(pod_initializing(c));
         }
         let mut ephemeral_statuses = Vec::new();
         for plan in &actions.ephemeral {
@@ -943,22 +932,7 @@ impl Agent {
             });
         }
         if !actions.initialized {
-            let statuses = spec
-                .containers
-                .iter()
-                .map(|c| ContainerStatus {
-                    name: c.name.clone(),
-                    image: c.image.clone().unwrap_or_default(),
-                    state: Some(ContainerState {
-                        waiting: Some(ContainerStateWaiting {
-                            reason: Some("PodInitializing".into()),
-                            message: None,
-                        }),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                })
-                .collect();
+            let statuses = spec.containers.iter().map(pod_initializing).collect();
             return self
                 .report(
                     &pod,
@@ -2028,6 +2002,22 @@ fn terminated_reason(cs: &cri::ContainerStatus) -> String {
 }
 
 /// What a sync saw of a pod, for its status.
+/// A container waiting for the init containers before it (`PodInitializing`).
+fn pod_initializing(c: &k8s_openapi::api::core::v1::Container) -> ContainerStatus {
+    ContainerStatus {
+        name: c.name.clone(),
+        image: c.image.clone().unwrap_or_default(),
+        state: Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("PodInitializing".into()),
+                message: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 struct Observed {
     /// The pod's addresses, its podIP first (none before its sandbox has one).
     pod_ips: Vec<String>,

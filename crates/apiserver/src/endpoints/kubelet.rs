@@ -878,16 +878,9 @@ async fn proxy_http(
             .find(|end| matches!(path.as_bytes().get(*end), None | Some(b'/')))
             .map_or(path, |end| &path[..end]);
         let body = super::html_links::rewrite(&html, prefix, &host);
-        let mut out = Response::builder().status(parts.status);
-        for (k, v) in &parts.headers {
-            if k != http::header::CONTENT_LENGTH
-                && k != http::header::TRANSFER_ENCODING
-                && k != http::header::CONNECTION
-            {
-                out = out.header(k, v);
-            }
-        }
-        return Ok(out.body(crate::http::full(body)).expect("valid response"));
+        return Ok(backend_head(&parts)
+            .body(crate::http::full(body))
+            .expect("valid response"));
     }
     let frames = http_body_util::BodyStream::new(incoming)
         .take_while(|f| std::future::ready(f.is_ok()))
@@ -898,6 +891,14 @@ async fn proxy_http(
                     .map(|d| Ok::<_, std::convert::Infallible>(Frame::data(d))),
             )
         });
+    Ok(backend_head(&parts)
+        .body(BodyExt::boxed(StreamBody::new(frames)))
+        .expect("valid response"))
+}
+
+/// The backend's status and headers for the client, but for those of its own connection and
+/// framing (the body is sent again by this server).
+fn backend_head(parts: &http::response::Parts) -> http::response::Builder {
     let mut out = Response::builder().status(parts.status);
     for (k, v) in &parts.headers {
         if k != http::header::CONTENT_LENGTH
@@ -907,9 +908,7 @@ async fn proxy_http(
             out = out.header(k, v);
         }
     }
-    Ok(out
-        .body(BodyExt::boxed(StreamBody::new(frames)))
-        .expect("valid response"))
+    out
 }
 
 type ProxySender = hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>;
