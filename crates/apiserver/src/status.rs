@@ -8,7 +8,10 @@ pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    pub details: Option<Value>,
+    pub details: Option<Box<Value>>,
+    /// The Status's `metadata.continue`: the token that goes on with an inconsistent list
+    /// after a 410 (upstream's ResourceExpired for a continue past compaction).
+    pub continue_token: Option<String>,
 }
 
 impl ApiError {
@@ -18,11 +21,17 @@ impl ApiError {
             reason,
             message: message.into(),
             details: None,
+            continue_token: None,
         }
     }
 
+    pub fn with_continue(mut self, token: String) -> Self {
+        self.continue_token = Some(token);
+        self
+    }
+
     pub fn with_details(mut self, details: Value) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -75,7 +84,13 @@ impl ApiError {
         let mut s = serde_json::Map::new();
         s.insert("kind".into(), json!("Status"));
         s.insert("apiVersion".into(), json!("v1"));
-        s.insert("metadata".into(), json!({}));
+        s.insert(
+            "metadata".into(),
+            match &self.continue_token {
+                Some(t) => json!({"continue": t}),
+                None => json!({}),
+            },
+        );
         s.insert("status".into(), json!("Failure"));
         if !self.message.is_empty() {
             s.insert("message".into(), json!(self.message));
@@ -85,7 +100,7 @@ impl ApiError {
         }
         if let Some(d) = &self.details {
             // StatusDetails' fields are omitempty too: the core group is "" and left out.
-            let mut d = d.clone();
+            let mut d = (**d).clone();
             if let Some(o) = d.as_object_mut() {
                 o.retain(|_, v| !matches!(v, Value::String(s) if s.is_empty()));
             }

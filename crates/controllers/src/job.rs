@@ -342,10 +342,11 @@ impl JobController {
                 }
                 self.queue.add(key);
             }
-            // A Job's pod outliving its Job keeps no finalizer of ours.
+            // A Job's pod outliving its Job, or released by it (an orphan), keeps no finalizer
+            // of ours (upstream's enqueueOrphanPod); one another kind controls is not ours.
             None if !deleted
                 && has_finalizer(pod)
-                && controller_of(&pod.metadata).is_some_and(|r| r.kind == "Job") =>
+                && controller_of(&pod.metadata).is_none_or(|r| r.kind == "Job") =>
             {
                 self.queue.add(format!("{ORPHAN_PREFIX}{}", key_of(&**pod)));
             }
@@ -371,7 +372,10 @@ impl JobController {
     pub async fn sync(&self, key: &str) -> SyncResult {
         if let Some(pod_key) = key.strip_prefix(ORPHAN_PREFIX) {
             if let Some(pod) = lookup(&self.pod_store, pod_key) {
-                if owner_key(&self.job_store, &pod.metadata).is_none() && has_finalizer(&pod) {
+                if owner_key(&self.job_store, &pod.metadata).is_none()
+                    && has_finalizer(&pod)
+                    && controller_of(&pod.metadata).is_none_or(|r| r.kind == "Job")
+                {
                     self.remove_finalizers(&[pod]).await?;
                 }
             }

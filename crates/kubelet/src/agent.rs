@@ -785,8 +785,12 @@ impl Agent {
         match state {
             WorkerState::Terminated => return Ok(()),
             WorkerState::Terminating => {
+                let deleted = pod.metadata.deletion_timestamp.is_some() && !worker.gone;
+                if deleted {
+                    self.report_terminated(&pod, &uid).await?;
+                }
                 self.terminate_pod(&uid, Some(&pod)).await?;
-                if pod.metadata.deletion_timestamp.is_some() && !worker.gone {
+                if deleted {
                     // The kubelet's final word: the pod is gone from the node, remove it now.
                     let api: Api<Pod> =
                         Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
@@ -943,6 +947,7 @@ impl Agent {
                         ephemeral_statuses,
                         initialized: false,
                         failed: None,
+                        terminal: false,
                         resize_pending: None,
                     },
                 )
@@ -984,6 +989,7 @@ impl Agent {
                 ephemeral_statuses,
                 initialized: true,
                 failed: None,
+                terminal: false,
                 resize_pending,
             },
         )
@@ -1472,6 +1478,7 @@ impl Agent {
             ephemeral_statuses: old.ephemeral_container_statuses.clone().unwrap_or_default(),
             initialized,
             failed: Some(("DeadlineExceeded", DEADLINE_MESSAGE)),
+            terminal: false,
             resize_pending: None,
         };
         // As upstream's kubelet: the sync that finds the deadline passed reports the pod Failed
@@ -1504,6 +1511,72 @@ impl Agent {
         }
         exec.stop_sandboxes(&actions.stop_sandboxes).await?;
         self.report(pod, observed(statuses)).await
+    }
+
+    /// Upstream's `SyncTerminatingPod` for a deleted pod: its containers stop (each with its
+    /// grace period), then the pod is reported terminal — every container terminated, the
+    /// phase Failed unless all of them exited 0 (Succeeded) — and that status is written before
+    /// the kubelet's final delete. A pod kept by a finalizer (a Job's pod) so shows the
+    /// controller it has finished, and the controller lets it go.
+    async fn report_terminated(&self, pod: &Arc<Pod>, uid: &str) -> Result<(), Error> {
+        self.probes.forget_pod(uid);
+        let hooks = self.hooks(None);
+        self.pod_sync(&hooks).stop_containers(uid, Some(pod)).await?;
+        let sandboxes = self.runtime.list_sandboxes(Some(uid)).await?;
+        let newest = sandboxes.iter().max_by_key(|s| s.created_at);
+        let old = pod.status.clone().unwrap_or_default();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let mut statuses = Vec::new();
+        for c in &spec.containers {
+            let st = match newest {
+                Some(sb) => self.container_status(c, &sb.id, None, uid).await?,
+                None => old
+                    .container_statuses
+                    .iter()
+                    .flatten()
+                    .find(|s| s.name == c.name)
+                    .cloned()
+                    .unwrap_or_else(|| ContainerStatus {
+                        name: c.name.clone(),
+                        image: c.image.clone().unwrap_or_default(),
+                        ..Default::default()
+                    }),
+            };
+            statuses.push(terminal_container_status(st));
+        }
+        let initialized = old
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Initialized" && c.status == "True");
+        let observed = Observed {
+            pod_ips: old.pod_ips.iter().flatten().map(|p| p.ip.clone()).collect(),
+            statuses,
+            init_statuses: old.init_container_statuses.clone().unwrap_or_default(),
+            ephemeral_statuses: old.ephemeral_container_statuses.clone().unwrap_or_default(),
+            initialized,
+            failed: None,
+            terminal: true,
+            resize_pending: None,
+        };
+        self.report(pod, observed).await?;
+        self.status.flush_pod(uid).await;
+        Ok(())
+    }
+
+    /// The pod's conditions of types the kubelet does not write: the informer's copy (what the
+    /// API server holds now) first, then any the kubelet's own last status still has.
+    fn others_conditions(&self, pod: &Pod) -> Vec<PodCondition> {
+        let uid = pod.uid().unwrap_or_default();
+        let api = self.workers.lock().unwrap().get(&uid).map(|w| w.pod.clone());
+        let mut out: Vec<PodCondition> = Vec::new();
+        let sources = api.iter().map(|p| p.as_ref()).chain(std::iter::once(pod));
+        for c in sources.flat_map(|p| p.status.iter().flat_map(|s| s.conditions.iter().flatten())) {
+            if !KUBELET_CONDITIONS.contains(&c.type_.as_str()) && !out.iter().any(|o| o.type_ == c.type_) {
+                out.push(c.clone());
+            }
+        }
+        out
     }
 
     /// The status of a pod whose volumes are not ready: nothing started, every container
@@ -1546,6 +1619,7 @@ impl Agent {
                 .unwrap_or_default(),
             initialized,
             failed: None,
+            terminal: false,
             resize_pending: None,
         };
         self.report(pod, observed).await
@@ -1657,6 +1731,7 @@ impl Agent {
             ephemeral_statuses,
             initialized,
             failed,
+            terminal,
             resize_pending,
         } = observed;
         let restart = pod
@@ -1674,6 +1749,8 @@ impl Agent {
             });
         let phase = if init_failed || failed.is_some() {
             "Failed"
+        } else if terminal {
+            terminal_phase(&statuses)
         } else if !initialized {
             "Pending"
         } else {
@@ -1747,9 +1824,9 @@ impl Agent {
             cond("Ready", ready),
             cond("ContainersReady", ready),
         ];
-        if let Some(s) = old_cond("PodScheduled") {
-            conditions.push(s);
-        }
+        // The conditions others own (PodScheduled, DisruptionTarget, readiness gates' types)
+        // stay as the API server has them: the merge patch replaces the whole list.
+        conditions.extend(self.others_conditions(pod));
         if let Some((reason, message)) = &resize_pending {
             conditions.push(PodCondition {
                 type_: "PodResizePending".into(),
@@ -2028,8 +2105,73 @@ struct Observed {
     initialized: bool,
     /// Why the kubelet failed the pod itself (reason, message), as for activeDeadlineSeconds.
     failed: Option<(&'static str, &'static str)>,
+    /// The pod is done on this node (deleted, its containers stopped): its phase is terminal.
+    terminal: bool,
     /// A resize the node cannot make now (the PodResizePending condition's reason, message).
     resize_pending: Option<(String, String)>,
+}
+
+/// The pod conditions the kubelet writes; any other type belongs to someone else.
+const KUBELET_CONDITIONS: &[&str] = &[
+    "PodReadyToStartContainers",
+    "Initialized",
+    "Ready",
+    "ContainersReady",
+    "PodResizePending",
+    "PodResizeInProgress",
+];
+
+/// A container's status once its pod is terminal (upstream's `convertToAPIContainerStatuses`
+/// for a terminal pod): never ready; one still waiting ends as it last ended, or, if it never
+/// ran, as `ContainerStatusUnknown` with exit code 137.
+fn terminal_container_status(st: ContainerStatus) -> ContainerStatus {
+    let state = st.state.clone().unwrap_or_default();
+    if state.terminated.is_some() {
+        return ContainerStatus {
+            ready: false,
+            started: Some(false),
+            ..st
+        };
+    }
+    let terminated = st
+        .last_state
+        .as_ref()
+        .and_then(|l| l.terminated.clone())
+        .filter(|_| state.running.is_none())
+        .unwrap_or_else(|| ContainerStateTerminated {
+            exit_code: 137,
+            reason: Some("ContainerStatusUnknown".into()),
+            message: Some("The container could not be located when the pod was terminated".into()),
+            started_at: state.running.as_ref().and_then(|r| r.started_at.clone()),
+            finished_at: Some(now()),
+            ..Default::default()
+        });
+    ContainerStatus {
+        ready: false,
+        started: Some(false),
+        state: Some(ContainerState {
+            terminated: Some(terminated),
+            ..Default::default()
+        }),
+        ..st
+    }
+}
+
+/// The phase of a terminal pod (upstream's `getPhase` with podIsTerminal): Succeeded when
+/// every container exited 0, else Failed.
+fn terminal_phase(statuses: &[ContainerStatus]) -> &'static str {
+    let all_zero = !statuses.is_empty()
+        && statuses.iter().all(|s| {
+            s.state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0)
+        });
+    if all_zero {
+        "Succeeded"
+    } else {
+        "Failed"
+    }
 }
 
 fn statuses_len(status: &serde_json::Value) -> usize {
@@ -2110,5 +2252,47 @@ mod tests {
         assert_eq!(pod_phase(&[bad], "OnFailure"), "Running");
         assert_eq!(pod_phase(&[ok], "Always"), "Running");
         assert_eq!(pod_phase(&[], "Always"), "Pending");
+    }
+
+    #[test]
+    fn a_deleted_pods_containers_and_phase_are_terminal() {
+        // Killed by the deletion (SIGKILL after the grace period): Failed, as upstream.
+        let killed = terminal_container_status(status(
+            json!({"terminated": {"exitCode": 137, "reason": "Error"}}),
+            json!({}),
+        ));
+        assert_eq!(
+            killed
+                .state
+                .as_ref()
+                .unwrap()
+                .terminated
+                .as_ref()
+                .unwrap()
+                .exit_code,
+            137
+        );
+        assert_eq!(terminal_phase(std::slice::from_ref(&killed)), "Failed");
+        // Every container stopped cleanly on SIGTERM: Succeeded, even under restartPolicy Always.
+        let clean = terminal_container_status(status(json!({"terminated": {"exitCode": 0}}), json!({})));
+        assert_eq!(terminal_phase(std::slice::from_ref(&clean)), "Succeeded");
+        assert_eq!(terminal_phase(&[clean.clone(), killed]), "Failed");
+        // Never started: ContainerStatusUnknown, exit code 137, not ready.
+        let never = terminal_container_status(status(
+            json!({"waiting": {"reason": "ContainerCreating"}}),
+            json!({}),
+        ));
+        let t = never.state.as_ref().unwrap().terminated.clone().unwrap();
+        assert_eq!(t.exit_code, 137);
+        assert_eq!(t.reason.as_deref(), Some("ContainerStatusUnknown"));
+        assert!(never.state.as_ref().unwrap().waiting.is_none());
+        assert!(!never.ready);
+        // Backing off after a crash: it ends as it last ended.
+        let crashed = terminal_container_status(status(
+            json!({"waiting": {"reason": "CrashLoopBackOff"}}),
+            json!({"terminated": {"exitCode": 2, "reason": "Error"}}),
+        ));
+        assert_eq!(crashed.state.unwrap().terminated.unwrap().exit_code, 2);
+        assert_eq!(terminal_phase(&[]), "Failed");
     }
 }

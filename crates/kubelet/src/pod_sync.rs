@@ -161,6 +161,20 @@ impl PodSync<'_> {
     /// within the pod's grace period; without it (an orphan, or the agent shutting down), with
     /// 10 s each.
     pub async fn kill_pod(&self, uid: &str, pod: Option<&Pod>) -> Result<(), Error> {
+        self.stop_containers(uid, pod).await?;
+        for sb in self.runtime.list_sandboxes(Some(uid)).await? {
+            for c in self.runtime.list_containers(Some(&sb.id)).await? {
+                let _ = self.runtime.remove_container(&c.id).await;
+            }
+            self.runtime.stop_sandbox(&sb.id).await?;
+            self.runtime.remove_sandbox(&sb.id).await?;
+        }
+        Ok(())
+    }
+
+    /// Stop every running container of pod `uid`, all at once, each with its grace period
+    /// (and preStop hook); the containers stay, so their final statuses can be read.
+    pub async fn stop_containers(&self, uid: &str, pod: Option<&Pod>) -> Result<(), Error> {
         for sb in self.runtime.list_sandboxes(Some(uid)).await? {
             let containers = self.runtime.list_containers(Some(&sb.id)).await?;
             let stops = containers
@@ -171,11 +185,6 @@ impl PodSync<'_> {
                     async move { self.kill_container(pod, &name, &c.id, None, None).await }
                 });
             futures::future::join_all(stops).await;
-            for c in containers {
-                let _ = self.runtime.remove_container(&c.id).await;
-            }
-            self.runtime.stop_sandbox(&sb.id).await?;
-            self.runtime.remove_sandbox(&sb.id).await?;
         }
         Ok(())
     }

@@ -62,6 +62,19 @@ struct Write {
     generation: u64,
 }
 
+impl Entry {
+    /// The write of what is pending for pod `uid`, if anything.
+    fn pending_write(&self, uid: &str) -> Option<Write> {
+        self.pending.as_ref().map(|p| Write {
+            uid: uid.to_string(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            patch: json!({"metadata": {"uid": uid}, "status": p}),
+            generation: self.generation,
+        })
+    }
+}
+
 impl StatusManager {
     pub fn new(client: Client, field_manager: &str) -> Arc<Self> {
         Arc::new(StatusManager {
@@ -165,15 +178,7 @@ impl StatusManager {
             .lock()
             .unwrap()
             .iter()
-            .filter_map(|(uid, e)| {
-                e.pending.as_ref().map(|p| Write {
-                    uid: uid.clone(),
-                    namespace: e.namespace.clone(),
-                    name: e.name.clone(),
-                    patch: json!({"metadata": {"uid": uid}, "status": p}),
-                    generation: e.generation,
-                })
-            })
+            .filter_map(|(uid, e)| e.pending_write(uid))
             .collect();
         let results: Vec<bool> = futures::stream::iter(writes)
             .map(|w| self.write(w))
@@ -181,6 +186,21 @@ impl StatusManager {
             .collect()
             .await;
         results.into_iter().all(|ok| ok)
+    }
+
+    /// Write pod `uid`'s pending status now (the kubelet's final status, before its delete);
+    /// false if it could not be written.
+    pub async fn flush_pod(&self, uid: &str) -> bool {
+        let write = self
+            .pods
+            .lock()
+            .unwrap()
+            .get(uid)
+            .and_then(|e| e.pending_write(uid));
+        match write {
+            Some(w) => self.write(w).await,
+            None => true,
+        }
     }
 
     async fn write(&self, w: Write) -> bool {

@@ -526,7 +526,8 @@ struct ServerArgs {
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     datastore_compaction_interval: Duration,
 
-    /// How many of the latest revisions each compaction keeps.
+    /// At most how many of the latest revisions each compaction keeps (history older than one
+    /// compaction interval goes in any case, as kube-apiserver compacts).
     #[arg(long, default_value_t = 1000)]
     datastore_compaction_retain: i64,
 

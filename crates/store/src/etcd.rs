@@ -143,7 +143,8 @@ impl EtcdStore {
 
 impl EtcdStore {
     /// Compact etcd by itself, as kube-apiserver's compactor does: every `policy.interval`,
-    /// discard the history older than the latest `policy.retain_revisions` revisions. Runs until
+    /// discard the history older than one interval (and beyond the latest
+    /// `policy.retain_revisions` revisions, see `CompactionPolicy::target`). Runs until
     /// every handle to this store is dropped.
     pub fn start_compactor(&self, policy: CompactionPolicy) {
         let Some(interval) = policy.interval else { return };
@@ -156,6 +157,7 @@ impl EtcdStore {
         };
         tokio::spawn(async move {
             let mut last = 0;
+            let mut previous_tick = 0;
             loop {
                 tokio::time::sleep(interval).await;
                 if weak.strong_count() == 0 {
@@ -164,7 +166,8 @@ impl EtcdStore {
                 let Ok(current) = store.current_revision().await else {
                     continue;
                 };
-                let target = current - policy.retain_revisions;
+                let target = policy.target(current, previous_tick);
+                previous_tick = current;
                 if target <= last {
                     continue;
                 }

@@ -223,7 +223,7 @@ pub(crate) async fn evict(
             } else {
                 opts.clone()
             };
-            match super::delete_object(ctx, pods, ns, name, &opts).await {
+            match condition_and_delete(ctx, pods, ns, name, &pod, &opts, dry_run).await {
                 Err(e)
                     if e.code == 409
                         && opts["preconditions"]["resourceVersion"] == pod["metadata"]["resourceVersion"] =>
@@ -243,7 +243,7 @@ pub(crate) async fn evict(
                 .collect();
         let budget = match &budgets[..] {
             [] => {
-                super::delete_object(ctx, pods, ns, name, &opts).await?;
+                condition_and_delete(ctx, pods, ns, name, &pod, &opts, dry_run).await?;
                 return Ok(success);
             }
             [one] => one.clone(),
@@ -266,7 +266,7 @@ pub(crate) async fn evict(
             if always || (int("currentHealthy") >= int("desiredHealthy") && int("desiredHealthy") > 0) {
                 // Deleted only while still unhealthy as read (upstream's precondition).
                 let opts = with_version_precondition(&opts, &pod);
-                match super::delete_object(ctx, pods, ns, name, &opts).await {
+                match condition_and_delete(ctx, pods, ns, name, &pod, &opts, dry_run).await {
                     Err(e)
                         if e.code == 409
                             && opts["preconditions"]["resourceVersion"]
@@ -331,9 +331,8 @@ pub(crate) async fn evict(
                 Err(r8s_store::StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(store_error(pdb_def, &budget_name, e)),
             }
-            mark_disruption_target(ctx, pods, ns, &pod).await;
         }
-        super::delete_object(ctx, pods, ns, name, &opts).await?;
+        condition_and_delete(ctx, pods, ns, name, &pod, &opts, dry_run).await?;
         return Ok(success);
     }
     Err(ApiError::new(
@@ -343,28 +342,69 @@ pub(crate) async fn evict(
     ))
 }
 
-/// The pod's `DisruptionTarget` condition, as upstream sets it before an eviction's delete
-/// (best effort: the delete goes ahead without it).
-async fn mark_disruption_target(ctx: &Ctx, pods: &r8s_api::ResourceDef, ns: &str, pod: &Value) {
+/// Upstream's `addConditionAndDeletePod`: unless dry run, the pod first gets its
+/// `DisruptionTarget` condition (a pod already being deleted keeps what it has), then is deleted
+/// with `opts`. A resourceVersion precondition moves to the version the condition wrote; one
+/// that no longer holds is left to the delete to refuse.
+async fn condition_and_delete(
+    ctx: &Ctx,
+    pods: &r8s_api::ResourceDef,
+    ns: &str,
+    name: &str,
+    pod: &Value,
+    opts: &Value,
+    dry_run: bool,
+) -> Result<(), ApiError> {
+    let mut opts = opts.clone();
+    let mut pod = pod.clone();
+    let want_rv = opts["preconditions"]["resourceVersion"]
+        .as_str()
+        .map(str::to_owned);
+    let want_uid = opts["preconditions"]["uid"]
+        .as_str()
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned);
+    for _ in 0..5 {
+        if dry_run
+            || pod["metadata"]["deletionTimestamp"].is_string()
+            || want_uid.as_deref().is_some_and(|u| pod["metadata"]["uid"] != u)
+            || want_rv
+                .as_deref()
+                .is_some_and(|v| pod["metadata"]["resourceVersion"] != v)
+        {
+            break;
+        }
+        match mark_disruption_target(ctx, pods, ns, &pod).await {
+            Ok(rv) => {
+                if want_rv.is_some() {
+                    opts["preconditions"]["resourceVersion"] = json!(rv.to_string());
+                }
+                break;
+            }
+            // Changed since read: with the client's (or our) version precondition the delete
+            // refuses it; without one, the condition goes on the newest pod.
+            Err(r8s_store::StoreError::Conflict { .. }) if want_rv.is_none() => {
+                pod = read(ctx, pods, ns, name).await?;
+            }
+            Err(r8s_store::StoreError::Conflict { .. }) => break,
+            Err(e) => return Err(store_error(pods, name, e)),
+        }
+    }
+    super::delete_object(ctx, pods, ns, name, &opts).await.map(|_| ())
+}
+
+/// Write the pod's `DisruptionTarget` condition as upstream's eviction does (reason
+/// `EvictionByEvictionAPI`), replacing one it had; the pod's new resourceVersion.
+async fn mark_disruption_target(
+    ctx: &Ctx,
+    pods: &r8s_api::ResourceDef,
+    ns: &str,
+    pod: &Value,
+) -> Result<i64, r8s_store::StoreError> {
     let mut obj = pod.clone();
-    let mut conditions: Vec<Value> = obj["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|c| c["type"] != "DisruptionTarget")
-        .collect();
-    conditions.push(json!({
-        "type": "DisruptionTarget",
-        "status": "True",
-        "lastProbeTime": null,
-        "lastTransitionTime": meta::now_rfc3339(),
-        "reason": "EvictionByEvictionAPI",
-        "message": "Eviction API: evicting",
-    }));
-    obj["status"]["conditions"] = json!(conditions);
+    obj["status"]["conditions"] = json!(with_disruption_target(&pod["status"]["conditions"]));
     let rv = meta::resource_version(pod).unwrap_or(0);
-    let _ = ctx
+    let kv = ctx
         .shared
         .store
         .update(
@@ -372,7 +412,28 @@ async fn mark_disruption_target(ctx: &Ctx, pods: &r8s_api::ResourceDef, ns: &str
             super::encode(pods, &obj),
             rv,
         )
-        .await;
+        .await?;
+    Ok(kv.mod_revision)
+}
+
+/// `conditions` with `DisruptionTarget` True (EvictionByEvictionAPI) in place of any it had.
+fn with_disruption_target(conditions: &Value) -> Vec<Value> {
+    let mut out: Vec<Value> = conditions
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c["type"] != "DisruptionTarget")
+        .collect();
+    out.push(json!({
+        "type": "DisruptionTarget",
+        "status": "True",
+        "lastProbeTime": null,
+        "lastTransitionTime": meta::now_rfc3339(),
+        "reason": "EvictionByEvictionAPI",
+        "message": "Eviction API: evicting",
+    }));
+    out
 }
 
 #[cfg(test)]

@@ -12,6 +12,14 @@ pub(crate) fn now_rfc3339() -> String {
         .unwrap_or_else(|_| "1970-01-01T00:00:00Z".into())
 }
 
+/// `ts` (RFC 3339) moved by `secs` seconds, in the same whole-second form as `now_rfc3339`.
+pub(crate) fn rfc3339_plus(ts: &str, secs: i64) -> Option<String> {
+    let t = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339).ok()?;
+    (t.replace_nanosecond(0).ok()? + time::Duration::seconds(secs))
+        .format(&time::format_description::well_known::Rfc3339)
+        .ok()
+}
+
 /// Seconds since an RFC 3339 timestamp (for AGE columns).
 pub(crate) fn age_seconds(ts: &str) -> Option<i64> {
     let t = time::OffsetDateTime::parse(ts, &time::format_description::well_known::Rfc3339).ok()?;

@@ -457,6 +457,9 @@ impl Filter {
     }
 }
 
+/// A 410 for a continue token past compaction (upstream's inconsistentContinue).
+const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
 /// The opaque `continue` token: the revision of the first page and the last key returned.
 fn encode_continue(revision: i64, last_key: &str) -> String {
     use base64::Engine;
@@ -512,12 +515,14 @@ async fn list_page<T>(
 ) -> Result<(Vec<T>, i64, Option<String>, Option<i64>), ApiError> {
     let limit: usize = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
     let (mut revision, mut start_after) = match query.get("continue") {
+        // rv -1: the inconsistent continuation a 410 handed out, at the latest revision.
         Some(token) => {
             let (rv, start) = decode_continue(token)?;
-            (rv, Some(start))
+            (rv.max(0), Some(start))
         }
         None => (0, None),
     };
+    let continued_from = start_after.clone();
     if revision == 0 {
         if let (Some(rv), Some("Exact")) = (query.get("resourceVersion"), query.get("resourceVersionMatch")) {
             revision = rv
@@ -541,10 +546,16 @@ async fn list_page<T>(
             })
             .await
             .map_err(|e| match e {
+                // Upstream's handleCompactedErrorForPaging: the Status carries a token that
+                // goes on from the same key at the latest revision (rv -1).
+                StoreError::Compacted { .. } if continued_from.is_some() => {
+                    ApiError::new(410, "Expired", CONTINUE_EXPIRED)
+                        .with_continue(encode_continue(-1, continued_from.as_deref().unwrap_or("")))
+                }
                 StoreError::Compacted { .. } => ApiError::new(
                     410,
                     "Expired",
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                    "The resourceVersion for the provided list is too old.",
                 ),
                 other => store_error(def, "", other),
             })?;
@@ -1420,19 +1431,38 @@ async fn delete_object_once(
         }
         return Ok((old, true));
     }
-    if old["metadata"]["deletionTimestamp"].is_string() && finalizers == meta::finalizers(&old) {
+    // Upstream's BeforeDelete: a graceful deletion is due at now + grace; one under way may
+    // only be shortened (the kubelet's final delete of a pod a finalizer keeps sets 0).
+    let deleting = old["metadata"]["deletionTimestamp"].as_str().map(str::to_owned);
+    let old_grace = old["metadata"]["deletionGracePeriodSeconds"].as_i64();
+    let shorter = match (&deleting, old_grace, opts["gracePeriodSeconds"].as_i64()) {
+        (Some(_), Some(was), Some(now)) if was > 0 && now.max(0) < was => Some(now.max(0)),
+        _ => None,
+    };
+    if deleting.is_some() && shorter.is_none() && finalizers == meta::finalizers(&old) {
         // Already being deleted; nothing more to record.
         return Ok((old, false));
     }
     let mut obj = old.clone();
     {
         let m = meta::meta_mut(&mut obj);
-        m.entry("deletionTimestamp")
-            .or_insert_with(|| json!(meta::now_rfc3339()));
-        m.insert(
-            "deletionGracePeriodSeconds".into(),
-            json!(if graceful { grace.unwrap_or(30) } else { 0 }),
-        );
+        match (&deleting, shorter) {
+            (Some(ts), Some(g)) => {
+                let due = meta::rfc3339_plus(ts, g - old_grace.unwrap_or(0)).unwrap_or_else(|| ts.clone());
+                m.insert("deletionTimestamp".into(), json!(due));
+                m.insert("deletionGracePeriodSeconds".into(), json!(g));
+            }
+            (Some(_), None) => {}
+            (None, _) => {
+                let g = if graceful { grace.unwrap_or(30) } else { 0 };
+                let now = meta::now_rfc3339();
+                m.insert(
+                    "deletionTimestamp".into(),
+                    json!(meta::rfc3339_plus(&now, g).unwrap_or(now)),
+                );
+                m.insert("deletionGracePeriodSeconds".into(), json!(g));
+            }
+        }
         if !finalizers.is_empty() {
             m.insert("finalizers".into(), json!(finalizers));
         }

@@ -1035,6 +1035,234 @@ spec:
     });
 }
 
+/// A Job's pods carry its tracking finalizer; a pod the Job releases (its labels removed) is an
+/// orphan, and the Job controller takes the finalizer off it (upstream's enqueueOrphanPod), so
+/// deleting it is not held up for ever.
+#[test]
+fn a_pod_released_by_its_job_loses_the_tracking_finalizer() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    let job = r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: adopt}
+spec:
+  parallelism: 2
+  completions: 4
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
+"#;
+    s.ok_stdin("1.33", &["create", "-f", "-"], job);
+    let pods = wait_for(30, "the Job's pods", || {
+        let pods = items(&s, "1.33", &["get", "pods", "-l", "job-name=adopt"]);
+        (pods.len() == 2).then_some(pods)
+    });
+    let tracked = |p: &Value| {
+        p["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == "batch.kubernetes.io/job-tracking"))
+    };
+    assert!(pods.iter().all(tracked), "{pods:?}");
+    let name = pods[0]["metadata"]["name"].as_str().unwrap().to_string();
+    s.ok(
+        "1.33",
+        &[
+            "patch",
+            "pod",
+            &name,
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/labels"}]"#,
+        ],
+    );
+    let released = wait_for(30, "the pod released, its finalizer gone", || {
+        let p = json(&s, "1.33", &["get", "pod", &name]);
+        (p["metadata"]["ownerReferences"]
+            .as_array()
+            .is_none_or(|o| o.is_empty())
+            && !tracked(&p))
+        .then_some(p)
+    });
+    assert!(released["metadata"]["labels"].is_null(), "{released}");
+    // The Job makes a replacement, which it tracks.
+    let others = wait_for(30, "a replacement pod", || {
+        let pods = items(&s, "1.33", &["get", "pods", "-l", "job-name=adopt"]);
+        (pods.len() == 2).then_some(pods)
+    });
+    assert!(others.iter().all(tracked), "{others:?}");
+    s.ok("1.33", &["delete", "pod", &name, "--wait=false"]);
+    wait_for(30, "the released pod gone", || {
+        (!s.kubectl("1.33", &["get", "pod", &name]).status.success()).then_some(())
+    });
+}
+
+/// A graceful delete is due at now + grace (upstream's BeforeDelete), and one under way may
+/// only be shortened: the kubelet's final delete of a pod a finalizer keeps (grace 0) leaves
+/// deletionGracePeriodSeconds 0, and the pod goes when the finalizer does.
+#[test]
+fn graceful_deletion_is_due_at_its_grace_and_may_only_be_shortened() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    let pod = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: held, finalizers: [example.com/hold]}
+spec:
+  nodeName: nowhere
+  containers: [{name: c, image: busybox}]
+"#;
+    s.ok_stdin("1.33", &["create", "-f", "-"], pod);
+    let secs = |ts: &Value| {
+        let t: jiff::Timestamp = ts.as_str().unwrap().parse().unwrap();
+        t.as_second()
+    };
+    s.ok("1.33", &["delete", "pod", "held", "--wait=false"]);
+    let p = json(&s, "1.33", &["get", "pod", "held"]);
+    assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 30, "{p}");
+    let due = secs(&p["metadata"]["deletionTimestamp"]);
+    let now = jiff::Timestamp::now().as_second();
+    assert!(
+        (now + 20..=now + 31).contains(&due),
+        "due at {due}, now {now}: {p}"
+    );
+    // A longer grace is ignored.
+    s.ok(
+        "1.33",
+        &["delete", "pod", "held", "--wait=false", "--grace-period=60"],
+    );
+    let p = json(&s, "1.33", &["get", "pod", "held"]);
+    assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 30, "{p}");
+    assert_eq!(secs(&p["metadata"]["deletionTimestamp"]), due);
+    // A shorter one moves the deadline earlier by the difference.
+    s.ok(
+        "1.33",
+        &["delete", "pod", "held", "--wait=false", "--grace-period=5"],
+    );
+    let p = json(&s, "1.33", &["get", "pod", "held"]);
+    assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 5, "{p}");
+    assert_eq!(secs(&p["metadata"]["deletionTimestamp"]), due - 25);
+    s.ok(
+        "1.33",
+        &[
+            "delete",
+            "pod",
+            "held",
+            "--wait=false",
+            "--grace-period=0",
+            "--force",
+        ],
+    );
+    let p = json(&s, "1.33", &["get", "pod", "held"]);
+    assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 0, "{p}");
+    s.ok(
+        "1.33",
+        &[
+            "patch",
+            "pod",
+            "held",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+        ],
+    );
+    let out = s.kubectl("1.33", &["get", "pod", "held"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("NotFound"),
+        "{out:?}"
+    );
+}
+
+/// The eviction subresource marks the pod with upstream's `DisruptionTarget` condition before
+/// it deletes it (a Job's pod failure policy matches on it), also when the client pinned the
+/// pod's resourceVersion; a dry run changes nothing.
+#[test]
+fn eviction_marks_the_pod_as_a_disruption_target() {
+    let s = Server::start();
+    s.wait_for_default_service_account("default");
+    let pods = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: a, finalizers: [example.com/hold]}
+spec:
+  containers: [{name: c, image: busybox}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b, finalizers: [example.com/hold]}
+spec:
+  containers: [{name: c, image: busybox}]
+"#;
+    s.ok_stdin("1.33", &["create", "-f", "-"], pods);
+    let evict = |name: &str, extra: &str, query: &str| {
+        let body = format!(
+            r#"{{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":"{name}"}}{extra}}}"#
+        );
+        s.kubectl_stdin(
+            "1.33",
+            &[
+                "create",
+                "--raw",
+                &format!("/api/v1/namespaces/default/pods/{name}/eviction{query}"),
+                "-f",
+                "-",
+            ],
+            &body,
+        )
+    };
+    let target = |p: &Value| {
+        p["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))
+            .cloned()
+    };
+    // A dry run neither marks nor deletes.
+    let out = evict("a", "", "?dryRun=All");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let a = json(&s, "1.33", &["get", "pod", "a"]);
+    assert_eq!(target(&a), None, "{a}");
+    assert!(a["metadata"]["deletionTimestamp"].is_null(), "{a}");
+
+    let out = evict("a", "", "");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let a = json(&s, "1.33", &["get", "pod", "a"]);
+    let c = target(&a).unwrap_or_else(|| panic!("no DisruptionTarget: {a}"));
+    assert_eq!(c["status"], "True");
+    assert_eq!(c["reason"], "EvictionByEvictionAPI");
+    assert_eq!(c["message"], "Eviction API: evicting");
+    assert!(a["metadata"]["deletionTimestamp"].is_string(), "{a}");
+
+    // The client's resourceVersion precondition holds for the pod it read, though the
+    // condition wrote a newer version; a stale one is refused and nothing is marked.
+    let b = json(&s, "1.33", &["get", "pod", "b"]);
+    let rv = b["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let uid = b["metadata"]["uid"].as_str().unwrap().to_string();
+    let out = evict(
+        "b",
+        r#","deleteOptions":{"preconditions":{"resourceVersion":"1"}}"#,
+        "",
+    );
+    assert!(!out.status.success(), "a stale precondition was accepted");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Conflict")
+            || String::from_utf8_lossy(&out.stderr).contains("the object has been modified"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b = json(&s, "1.33", &["get", "pod", "b"]);
+    assert_eq!(target(&b), None, "{b}");
+    let out = evict(
+        "b",
+        &format!(r#","deleteOptions":{{"preconditions":{{"resourceVersion":"{rv}","uid":"{uid}"}}}}"#),
+        "",
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let b = json(&s, "1.33", &["get", "pod", "b"]);
+    assert!(target(&b).is_some(), "{b}");
+    assert!(b["metadata"]["deletionTimestamp"].is_string(), "{b}");
+}
+
 /// A budget counts pods by their controllers' scale (upstream's `getExpectedScale`): a
 /// ReplicaSet's own, and for other kinds the scale subresource found through discovery. A
 /// DaemonSet has none, so a percentage budget over its pods fails with upstream's words and

@@ -170,3 +170,109 @@ fn a_pod_recreated_under_its_name_gets_a_new_worker_and_the_old_one_stops() {
     assert!(c.data.join("agent/pods").join(&new).exists());
     s.ok(V, &["delete", "pod", "y", "--timeout=60s"]);
 }
+
+/// A deleted pod that a finalizer keeps (a Job's pods carry one) is reported terminal once its
+/// containers have stopped, as upstream's kubelet does before its final delete: Failed when a
+/// container had to be killed, Succeeded when every one exited 0 on SIGTERM; the condition
+/// the eviction API added stays. The finalizer's owner then lets it go.
+#[test]
+fn a_deleted_pod_kept_by_a_finalizer_is_reported_terminal() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("final-node", "10.190.0.0/16", "r8sfx");
+    let s = &c.s;
+    let pods = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: killed, finalizers: [example.com/hold]}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: clean, finalizers: [example.com/hold]}
+spec:
+  terminationGracePeriodSeconds: 20
+  containers:
+  - name: c
+    image: busybox
+    command: [sh, -c, 'trap "exit 0" TERM; while true; do sleep 1; done']
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: evicted, finalizers: [example.com/hold]}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
+"#;
+    s.ok_stdin(V, &["create", "-f", "-"], pods);
+    for name in ["killed", "clean", "evicted"] {
+        wait_for(90, "the pods Running", || {
+            (phase(&pod_json(s, name)?) == "Running").then_some(())
+        });
+    }
+    s.ok(V, &["delete", "pod", "killed", "clean", "--wait=false"]);
+    s.ok_stdin(
+        V,
+        &[
+            "create",
+            "--raw",
+            "/api/v1/namespaces/default/pods/evicted/eviction",
+            "-f",
+            "-",
+        ],
+        r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"evicted"}}"#,
+    );
+    // Terminal, and then the kubelet's final delete (grace 0) that the finalizer holds.
+    let terminal = |name: &str| {
+        wait_for(60, &format!("{name} terminal"), || {
+            let p = pod_json(s, name)?;
+            (matches!(phase(&p), "Failed" | "Succeeded") && p["metadata"]["deletionGracePeriodSeconds"] == 0)
+                .then_some(p)
+        })
+    };
+    let killed = terminal("killed");
+    let state = &killed["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(phase(&killed), "Failed", "{killed}");
+    assert_eq!(state["exitCode"], 137, "{killed}");
+    let ready = killed["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(ready["status"], "False", "{killed}");
+    let clean = terminal("clean");
+    assert_eq!(phase(&clean), "Succeeded", "{clean}");
+    assert_eq!(
+        clean["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 0,
+        "{clean}"
+    );
+    let evicted = terminal("evicted");
+    assert_eq!(phase(&evicted), "Failed", "{evicted}");
+    let target = evicted["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(target["reason"], "EvictionByEvictionAPI", "{evicted}");
+    // Nothing of them runs any more; without the finalizer they go.
+    for name in ["killed", "clean", "evicted"] {
+        s.ok(
+            V,
+            &[
+                "patch",
+                "pod",
+                name,
+                "--type=json",
+                "-p",
+                r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+            ],
+        );
+    }
+    wait_for(30, "the pods gone", || {
+        ["killed", "clean", "evicted"]
+            .iter()
+            .all(|n| pod_json(s, n).is_none())
+            .then_some(())
+    });
+}

@@ -67,6 +67,8 @@ pub(crate) fn run(shared: Arc<Shared>, rx: Receiver<Request>, policy: Compaction
         compaction_cursor: Some(None),
     };
     let mut next_auto = policy.interval.map(|i| Instant::now() + i);
+    // The revision at the previous automatic compaction's tick.
+    let mut previous_tick: Revision = 0;
     loop {
         let wait = if w.compaction_cursor.is_some() {
             Duration::ZERO
@@ -92,7 +94,9 @@ pub(crate) fn run(shared: Arc<Shared>, rx: Receiver<Request>, policy: Compaction
         if let (Some(due), Some(interval)) = (next_auto, policy.interval) {
             if Instant::now() >= due {
                 next_auto = Some(Instant::now() + interval);
-                let target = w.shared.index().current - policy.retain_revisions;
+                let current = w.shared.index().current;
+                let target = policy.target(current, previous_tick);
+                previous_tick = current;
                 if target > w.shared.index().compacted {
                     tracing::debug!(target, "automatic compaction");
                     w.compact_to(target);
