@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build r8s's test images from Debian packages, without docker or buildah, as OCI image-layout
 # tarballs in DIR:
-#   DIR/busybox.tar  docker.io/library/busybox:latest  busybox-static (Debian 13's 1.37: 12's wget
-#                                                      dies on -T), an applet link for every
-#                                                      command in /bin; Cmd ["sh"]
+#   DIR/busybox.tar  docker.io/library/busybox:latest  static busybox 1.37 built from Debian 13's
+#                                                      source with upstream's ash (12's wget dies
+#                                                      on -T), an applet link for every command
+#                                                      in /bin; Cmd ["sh"]
 #   DIR/nginx.tar    docker.io/library/nginx:latest    Debian's nginx with the libraries it links,
 #                                                      configured like the upstream image (port 80,
 #                                                      logs to stdout/stderr), busybox for a shell

@@ -1,36 +1,41 @@
-# Shared by scripts/build-test-images.sh and conformance/build-images.sh (sourced, not run):
-# root filesystems from Debian packages and OCI image layouts around them, without docker.
-# The sourcing script sets: arch (dpkg's word, which OCI also uses), epoch and created (the
-# fixed time every file and the config carry), work (a temporary directory), registry (a
-# loopback registry to push to, or empty), and log/die.
-
-# busybox: Debian 12's busybox 1.35 is built without FEATURE_WGET_TIMEOUT, so `wget -T N` (which
-# Kubernetes' tests and users' probes pass) dies with a segmentation fault; Debian 13's 1.37
-# (busybox-static, fully static: it needs no library of the newer release) has it. It is
-# downloaded with apt from trixie through a sources list of its own, into a cache, without
-# touching the machine's apt configuration. BUSYBOX_BIN=path uses that binary instead.
+# A static busybox whose applets work as upstream's: built here from Debian 13's (trixie) source
+# of busybox 1.37 — Debian 12's 1.35 lacks FEATURE_WGET_TIMEOUT and dies with SIGSEGV on
+# `wget -T` — with Debian's static configuration but none of Debian's patches: Debian reverts
+# upstream's ash change that passes environment variables whose names are not shell names
+# (`data-1` from a ConfigMap's envFrom) on to the programs it runs, which upstream's busybox
+# image (and the conformance specs that print `env` through `sh -c`) rely on. Fetched with apt
+# from trixie's sources through a private sources list (the machine's apt configuration is left
+# alone) and built once into target/debian (about 35 s on 2 cores). BUSYBOX_BIN overrides it.
 busybox_bin() {
   if [ -n "${BUSYBOX_BIN:-}" ]; then
     echo "$BUSYBOX_BIN"
     return
   fi
   local cache=${R8S_DEB_CACHE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/target/debian}
-  local bin=$cache/busybox-static/usr/bin/busybox
+  local bin=$cache/busybox-upstream-ash/busybox
   if [ ! -x "$bin" ]; then
-    log "fetching busybox-static from Debian 13 (trixie) into $cache"
-    mkdir -p "$cache/apt/lists/partial" "$cache/apt/archives/partial"
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" \
-      >"$cache/apt/sources.list"
-    local apt=(-o "Dir::Etc::SourceList=$cache/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
-      -o "Dir::State::Lists=$cache/apt/lists" -o "Dir::Cache=$cache/apt" -o "Dir::Cache::Archives=$cache/apt/archives"
-      -o APT::Sandbox::User=root -qq)
-    apt-get "${apt[@]}" update >&2 || die "apt-get update of trixie failed"
-    rm -f "$cache"/busybox-static_*.deb
-    (cd "$cache" && apt-get "${apt[@]}" download busybox-static/trixie >&2) ||
-      die "apt-get download busybox-static/trixie failed"
-    rm -rf "$cache/busybox-static"
-    dpkg-deb -x "$cache"/busybox-static_*.deb "$cache/busybox-static"
-    rm -rf "$cache/apt/lists"
+    log "building busybox from Debian 13 (trixie) source into $cache"
+    local src=$cache/busybox-src
+    rm -rf "$src" && mkdir -p "$src/apt/lists/partial" "$src/apt/archives/partial"
+    echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" \
+      >"$src/apt/sources.list"
+    local apt=(-o "Dir::Etc::SourceList=$src/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+      -o "Dir::State::Lists=$src/apt/lists" -o "Dir::Cache=$src/apt" -o APT::Sandbox::User=root -qq)
+    apt-get "${apt[@]}" update >&2 || die "apt-get update of trixie's sources failed"
+    (cd "$src" && apt-get "${apt[@]}" source --download-only busybox/trixie >&2) ||
+      die "apt-get source busybox/trixie failed"
+    (
+      cd "$src"
+      tar xf busybox_*.orig.tar.*
+      mkdir debian-files && tar xf busybox_*.debian.tar.* -C debian-files
+      cd busybox-*/
+      cp ../debian-files/debian/config/pkg/static .config
+      yes "" | make oldconfig >/dev/null 2>&1
+      make -j"$(nproc)" busybox >build.log 2>&1 || { tail -20 build.log >&2; exit 1; }
+      mkdir -p "$cache/busybox-upstream-ash"
+      install -m 755 busybox "$cache/busybox-upstream-ash/busybox"
+    ) || die "building busybox failed"
+    rm -rf "$src"
   fi
   is_static "$bin" || die "$bin is not a static program"
   echo "$bin"

@@ -4,7 +4,8 @@
 #     all its files under one temporary directory;
 #   - the images are built into it and pushed to the registry (--push);
 #   - `ctr images import` of each tarball names the three images;
-#   - busybox runs `echo hello`, and its wget (-T), nc, nslookup, ping and httpd work;
+#   - busybox runs `echo hello`, its sh passes `data-1=…` on to `env`, and its wget (-T), nc,
+#     nslookup, ping and httpd work;
 #     nginx passes `nginx -t`, and started with its own Cmd serves
 #     "Welcome to nginx!" inside its own network namespace (no host network); pause runs as
 #     PID 1 of its PID namespace and exits 0 on SIGTERM;
@@ -164,6 +165,12 @@ done
 step "busybox: echo hello"
 out=$(crun --rm docker.io/library/busybox:latest t-busybox echo hello)
 [ "$out" = hello ] || fail "busybox printed '$out'"
+
+step "busybox: sh passes on environment variables whose names are not shell names"
+# A ConfigMap's keys become such variables through envFrom; upstream's ash passes them on to
+# the programs it runs (Debian's patched ash drops them).
+out=$(crun --rm --env data-1=value-1 docker.io/library/busybox:latest t-env sh -c env)
+grep -qxF data-1=value-1 <<<"$out" || fail "sh -c env dropped data-1: $out"
 
 step "busybox: the applets a debug pod reaches for (sh, wget -T, nc, nslookup, ping)"
 # One container, its own network namespace: busybox's httpd serves a file on loopback, wget
