@@ -56,8 +56,8 @@ impl NodeUsage {
 /// A resource the node has too little of for the pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Insufficient {
-    /// `pods`, `cpu`, `memory` or `ephemeral-storage`.
-    pub resource: &'static str,
+    /// `pods`, `cpu`, `memory`, `ephemeral-storage` or a scalar resource's name.
+    pub resource: String,
     pub requested: i64,
     pub used: i64,
     pub capacity: i64,
@@ -78,7 +78,7 @@ pub fn insufficient_resources(want: &Resources, usage: &NodeUsage) -> Vec<Insuff
             alloc.ephemeral,
         ),
     ];
-    checks
+    let mut out: Vec<Insufficient> = checks
         .into_iter()
         .filter(|(name, requested, used, capacity)| {
             if *name == "pods" {
@@ -88,12 +88,25 @@ pub fn insufficient_resources(want: &Resources, usage: &NodeUsage) -> Vec<Insuff
             }
         })
         .map(|(resource, requested, used, capacity)| Insufficient {
-            resource,
+            resource: resource.to_string(),
             requested,
             used,
             capacity,
         })
-        .collect()
+        .collect();
+    // Then the scalar resources, by name (a node without one has none of it).
+    for (name, requested) in &want.scalar {
+        let (used, capacity) = (used.scalar(name), alloc.scalar(name));
+        if *requested > 0 && *requested > capacity - used {
+            out.push(Insufficient {
+                resource: name.clone(),
+                requested: *requested,
+                used,
+                capacity,
+            });
+        }
+    }
+    out
 }
 
 /// The pod names no node, or this one (upstream `nodename.Fits`).
@@ -148,6 +161,45 @@ mod tests {
     }
 
     #[test]
+    fn extended_resources_are_counted_by_name() {
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "status": {"allocatable": {"cpu": "4", "pods": "10", "example.com/foo": "5",
+                "hugepages-2Mi": "0"}}
+        }))
+        .unwrap();
+        let two = spec(json!({"containers": [{"name": "a",
+            "resources": {"requests": {"example.com/foo": "2"}, "limits": {"example.com/foo": "2"}}}]}));
+        let usage = NodeUsage::of(&n, [&two, &two]);
+        assert_eq!(usage.requested.scalar("example.com/foo"), 4);
+        assert_eq!(usage.allocatable.scalar("example.com/foo"), 5);
+        // 4 of 5 taken: another 2 do not fit, 1 does.
+        let (want, _) = pod_usage(&two);
+        let short = insufficient_resources(&want, &usage);
+        assert_eq!(short.len(), 1, "{short:?}");
+        assert_eq!(short[0].resource, "example.com/foo");
+        assert_eq!((short[0].requested, short[0].used, short[0].capacity), (2, 4, 5));
+        let one = spec(json!({"containers": [{"name": "a",
+            "resources": {"limits": {"example.com/foo": "1"}}}]}));
+        assert!(insufficient_resources(&pod_usage(&one).0, &usage).is_empty());
+        // A node without the resource has none of it; one pod leaving frees its share.
+        let bar = spec(json!({"containers": [{"name": "a",
+            "resources": {"requests": {"example.com/bar": "1"}}}]}));
+        assert_eq!(insufficient_resources(&pod_usage(&bar).0, &usage)[0].capacity, 0);
+        let mut freed = usage.clone();
+        freed.requested.sub(&pod_usage(&two).0);
+        assert!(insufficient_resources(&want, &freed).is_empty());
+        assert!(freed.requested.scalar.contains_key("example.com/foo"));
+        freed.requested.sub(&pod_usage(&two).0);
+        assert!(freed.requested.scalar.is_empty(), "no zero entries");
+        // Not scalar: the native names and a quota's requests.* form.
+        assert!(crate::resources::is_scalar_resource("example.com/foo"));
+        assert!(crate::resources::is_scalar_resource("hugepages-1Gi"));
+        assert!(!crate::resources::is_scalar_resource("cpu"));
+        assert!(!crate::resources::is_scalar_resource("requests.example.com/foo"));
+    }
+
+    #[test]
     fn resources_ports_names_and_taints() {
         let n = node();
         let running = spec(json!({"containers": [{"name": "a",
@@ -164,7 +216,7 @@ mod tests {
         assert_eq!(
             short,
             vec![Insufficient {
-                resource: "cpu",
+                resource: "cpu".into(),
                 requested: 500,
                 used: 600,
                 capacity: 1000

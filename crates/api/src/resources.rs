@@ -137,13 +137,28 @@ pub fn pod_limits(spec: &PodSpec) -> ResourceList {
 }
 
 /// The amounts the scheduler and the kubelet compare against a node: cpu in millicores, memory
-/// and ephemeral storage in bytes, pods.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// and ephemeral storage in bytes, pods, and the scalar resources (extended resources such as
+/// `example.com/foo`, `hugepages-*`) as whole values.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Resources {
     pub milli_cpu: i64,
     pub memory: i64,
     pub ephemeral: i64,
     pub pods: i64,
+    /// Upstream's `ScalarResources`, by name; none at 0.
+    pub scalar: BTreeMap<String, i64>,
+}
+
+/// A resource the scheduler counts beside cpu, memory, ephemeral storage and pods (upstream's
+/// `IsScalarResourceName`): an extended resource (a domain-prefixed name outside
+/// `kubernetes.io`, not a quota's `requests.`), huge pages, a prefixed native resource, or
+/// attachable volumes.
+pub fn is_scalar_resource(name: &str) -> bool {
+    let extended = name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.");
+    extended
+        || name.starts_with("hugepages-")
+        || name.contains("kubernetes.io/")
+        || name.starts_with("attachable-volumes-")
 }
 
 fn clamp(v: i128) -> i64 {
@@ -159,7 +174,18 @@ impl Resources {
             memory: get("memory").map(|q| clamp(q.value())).unwrap_or(0),
             ephemeral: get("ephemeral-storage").map(|q| clamp(q.value())).unwrap_or(0),
             pods: get("pods").map(|q| clamp(q.value())).unwrap_or(0),
+            scalar: list
+                .iter()
+                .filter(|(name, _)| is_scalar_resource(name))
+                .map(|(name, q)| (name.clone(), clamp(q.value())))
+                .filter(|(_, v)| *v != 0)
+                .collect(),
         }
+    }
+
+    /// The scalar resource `name` (0 when absent).
+    pub fn scalar(&self, name: &str) -> i64 {
+        self.scalar.get(name).copied().unwrap_or(0)
     }
 
     pub fn add(&mut self, o: &Resources) {
@@ -167,6 +193,10 @@ impl Resources {
         self.memory += o.memory;
         self.ephemeral += o.ephemeral;
         self.pods += o.pods;
+        for (name, v) in &o.scalar {
+            *self.scalar.entry(name.clone()).or_insert(0) += v;
+        }
+        self.scalar.retain(|_, v| *v != 0);
     }
 
     pub fn sub(&mut self, o: &Resources) {
@@ -174,6 +204,10 @@ impl Resources {
         self.memory -= o.memory;
         self.ephemeral -= o.ephemeral;
         self.pods -= o.pods;
+        for (name, v) in &o.scalar {
+            *self.scalar.entry(name.clone()).or_insert(0) -= v;
+        }
+        self.scalar.retain(|_, v| *v != 0);
     }
 }
 

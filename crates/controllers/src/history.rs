@@ -19,11 +19,88 @@ use crate::Error;
 /// The label pods and revisions carry: the hash of the template they were made from.
 pub const REVISION_HASH: &str = "controller-revision-hash";
 
-/// The revision data of a template: the patch that restores it (upstream's `getPatch`).
+/// The revision data of a template: the patch that restores it (upstream's `getPatch`), in the
+/// very form upstream writes it — Go's encoding of the typed template (the zero-valued fields Go
+/// always writes included) with every object's keys sorted, as Go marshals a map — since
+/// clients compare it byte for byte with their own `getPatch` (the e2e suite's
+/// `daemon.Match`).
 pub fn data_of(template: &PodTemplateSpec) -> serde_json::Value {
     let mut t = serde_json::to_value(template).unwrap_or_default();
     t["$patch"] = json!("replace");
-    json!({"spec": {"template": t}})
+    go_encoded(sorted(json!({"spec": {"template": t}})))
+}
+
+/// Whether a stored revision's data is `data` (one written before data took Go's form
+/// included).
+pub fn same_data(stored: &serde_json::Value, data: &serde_json::Value) -> bool {
+    go_encoded(stored.clone()) == *data
+}
+
+/// Add the fields of a template patch that Go's encoder writes even when they are zero: structs
+/// under `omitempty` (a template's `creationTimestamp: null`, a container's `resources: {}`) and
+/// a resource field selector's `divisor` (a Quantity, "0").
+fn go_encoded(mut data: serde_json::Value) -> serde_json::Value {
+    let Some(t) = at(&mut data, &["spec", "template"]).filter(|t| t.is_object()) else {
+        return data;
+    };
+    if !t["metadata"].is_object() {
+        t["metadata"] = json!({});
+    }
+    if t["metadata"].get("creationTimestamp").is_none() {
+        t["metadata"]["creationTimestamp"] = serde_json::Value::Null;
+    }
+    if let Some(spec) = at(t, &["spec"]) {
+        for list in ["initContainers", "containers", "ephemeralContainers"] {
+            for c in items(spec, &[list]) {
+                if c.get("resources").is_none() {
+                    c["resources"] = json!({});
+                }
+                for e in items(c, &["env"]) {
+                    default_divisor(at(e, &["valueFrom", "resourceFieldRef"]));
+                }
+            }
+        }
+        for v in items(spec, &["volumes"]) {
+            for item in items(v, &["downwardAPI", "items"]) {
+                default_divisor(at(item, &["resourceFieldRef"]));
+            }
+            for source in items(v, &["projected", "sources"]) {
+                for item in items(source, &["downwardAPI", "items"]) {
+                    default_divisor(at(item, &["resourceFieldRef"]));
+                }
+            }
+        }
+    }
+    sorted(data)
+}
+
+/// The value at `path` under `v`, if there is one (indexing would add what is missing).
+fn at<'a>(v: &'a mut serde_json::Value, path: &[&str]) -> Option<&'a mut serde_json::Value> {
+    path.iter().try_fold(v, |v, k| v.get_mut(*k))
+}
+
+/// The items of the array at `path` under `v` (none if there is no array).
+fn items<'a>(v: &'a mut serde_json::Value, path: &[&str]) -> impl Iterator<Item = &'a mut serde_json::Value> {
+    at(v, path).and_then(|a| a.as_array_mut()).into_iter().flatten()
+}
+
+fn default_divisor(selector: Option<&mut serde_json::Value>) {
+    if let Some(o) = selector.and_then(|s| s.as_object_mut()) {
+        o.entry("divisor").or_insert_with(|| json!("0"));
+    }
+}
+
+/// `v` with every object's keys in byte order (Go's encoding of a map).
+fn sorted(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut entries: Vec<(String, serde_json::Value)> = m.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        serde_json::Value::Array(a) => serde_json::Value::Array(a.into_iter().map(sorted).collect()),
+        other => other,
+    }
 }
 
 /// The owner's revisions (controller reference to `owner_uid`), oldest first.
@@ -58,7 +135,7 @@ pub async fn current(
     if let Some(same) = existing
         .iter()
         .rev()
-        .find(|r| r.data.as_ref().map(|d| &d.0) == Some(&data))
+        .find(|r| r.data.as_ref().is_some_and(|d| same_data(&d.0, &data)))
     {
         let hash = same
             .labels()
@@ -90,7 +167,7 @@ pub async fn current(
             owner_references: Some(vec![owner]),
             ..Default::default()
         },
-        data: Some(RawExtension(data)),
+        data: Some(RawExtension(data.clone())),
         revision: newest + 1,
     };
     match api.create(&crate::post_params(), &revision).await {
@@ -99,7 +176,7 @@ pub async fn current(
             // Same name: ours with other data is a hash collision (the owner's collisionCount
             // goes up and the next sync hashes anew); ours with this data is a cache lag.
             let found = api.get(&revision.name_any()).await?;
-            if found.data.as_ref().map(|d| &d.0) == revision.data.as_ref().map(|d| &d.0) {
+            if found.data.as_ref().is_some_and(|d| same_data(&d.0, &data)) {
                 Ok((found, hash))
             } else {
                 Err(Error::Other(format!(
@@ -136,4 +213,48 @@ pub async fn truncate(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revision_data_is_byte_for_byte_what_go_writes() {
+        // A DaemonSet template as the API server returns it (defaults applied), keys in its
+        // own order.
+        let template: PodTemplateSpec = serde_json::from_value(json!({
+            "metadata": {"labels": {"daemonset-name": "daemon-set"}},
+            "spec": {
+                "containers": [{"name": "app", "image": "httpd", "ports": [{"containerPort": 9376, "protocol": "TCP"}],
+                    "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                    "env": [{"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory"}}}]}],
+                "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+                "securityContext": {}, "schedulerName": "default-scheduler"
+            }
+        }))
+        .unwrap();
+        let data = data_of(&template);
+        // Go's getPatch: json.Marshal of a map (sorted keys), the typed template's zero
+        // structs written (creationTimestamp null, resources {}, divisor "0").
+        assert_eq!(
+            serde_json::to_string(&data).unwrap(),
+            concat!(
+                r#"{"spec":{"template":{"$patch":"replace","metadata":{"creationTimestamp":null,"labels":{"daemonset-name":"daemon-set"}},"#,
+                r#""spec":{"containers":[{"env":[{"name":"MEM","valueFrom":{"resourceFieldRef":{"divisor":"0","resource":"limits.memory"}}}],"#,
+                r#""image":"httpd","imagePullPolicy":"IfNotPresent","name":"app","ports":[{"containerPort":9376,"protocol":"TCP"}],"#,
+                r#""resources":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File"}],"#,
+                r#""dnsPolicy":"ClusterFirst","restartPolicy":"Always","schedulerName":"default-scheduler","securityContext":{},"#,
+                r#""terminationGracePeriodSeconds":30}}}}"#
+            )
+        );
+        // A revision written before (no Go zero fields, keys unsorted) is the same revision.
+        let mut old = serde_json::to_value(&template).unwrap();
+        old["$patch"] = json!("replace");
+        assert!(same_data(&json!({"spec": {"template": old}}), &data));
+        let mut other = template.clone();
+        other.spec.as_mut().unwrap().containers[0].image = Some("nginx".into());
+        assert!(!same_data(&data_of(&other), &data));
+    }
 }

@@ -1522,6 +1522,13 @@ impl Agent {
         self.probes.forget_pod(uid);
         let hooks = self.hooks(None);
         self.pod_sync(&hooks).stop_containers(uid, Some(pod)).await?;
+        // A terminal phase is final (upstream's status manager refuses to leave one): a pod
+        // that had finished, or was failed by the kubelet, keeps the status it has.
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            self.status.flush_pod(uid).await;
+            return Ok(());
+        }
         let sandboxes = self.runtime.list_sandboxes(Some(uid)).await?;
         let newest = sandboxes.iter().max_by_key(|s| s.created_at);
         let old = pod.status.clone().unwrap_or_default();

@@ -125,8 +125,8 @@ impl NodeInfo {
     /// What the node offers and holds, as the general predicates read it.
     pub fn usage(&self) -> r8s_api::predicates::NodeUsage {
         r8s_api::predicates::NodeUsage {
-            allocatable: self.allocatable,
-            requested: self.requested,
+            allocatable: self.allocatable.clone(),
+            requested: self.requested.clone(),
             used_ports: self.used_ports.clone(),
         }
     }

@@ -191,7 +191,7 @@ impl Filter for NodeResourcesFit {
     fn filter(&self, pod: &PodInfo, node: &NodeInfo) -> Result<(), Reasons> {
         let reasons: Reasons = predicates::insufficient_resources(&pod.requests, &node.usage())
             .into_iter()
-            .map(|i| match i.resource {
+            .map(|i| match i.resource.as_str() {
                 "pods" => "Too many pods".to_string(),
                 r => format!("Insufficient {r}"),
             })

@@ -212,6 +212,48 @@ mod tests {
     }
 
     #[test]
+    fn an_extended_resource_is_freed_by_preempting_who_holds_it() {
+        // As upstream's "validates basic preemption works": each node advertises 5 of
+        // example.com/foo, two pods on each hold 2; the preemptor asks for 2.
+        let mut c = Cache::default();
+        let foo = |name: &str, prio: i32, node: Option<&str>| -> Arc<Pod> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"nodeName": node, "priority": prio, "containers": [{"name": "c",
+                        "image": "i", "resources": {"requests": {"example.com/foo": "2"},
+                        "limits": {"example.com/foo": "2"}}}]}
+                }))
+                .unwrap(),
+            )
+        };
+        for n in ["n1", "n2"] {
+            let node: Node = serde_json::from_value(json!({
+                "metadata": {"name": n},
+                "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110",
+                    "example.com/foo": "5"}}
+            }))
+            .unwrap();
+            c.set_node(Arc::new(node));
+        }
+        c.set_pod(foo("low", 1, Some("n1")));
+        c.set_pod(foo("mid-1", 50, Some("n1")));
+        c.set_pod(foo("mid-2", 50, Some("n2")));
+        c.set_pod(foo("mid-3", 50, Some("n2")));
+        let filters = crate::plugins::default_filters();
+        let p = PodInfo::new(foo("preemptor", 100, None));
+        // No node fits as it is.
+        for n in ["n1", "n2"] {
+            let info = &c.nodes[n];
+            assert!(filters.iter().any(|f| f.filter(&p, info).is_err()), "{n} fits");
+        }
+        let plan = find(&p, &c, &filters, &[]).unwrap();
+        assert_eq!(plan.node, "n1");
+        let victims: Vec<&str> = plan.victims.iter().map(|v| v.key.as_str()).collect();
+        assert_eq!(victims, ["default/low"]);
+    }
+
+    #[test]
     fn equal_or_higher_priority_pods_are_never_victims() {
         let c = cache();
         let filters = crate::plugins::default_filters();
