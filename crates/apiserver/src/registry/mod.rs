@@ -970,16 +970,30 @@ pub(crate) async fn update(
     query: &Query,
 ) -> Result<Written, ApiError> {
     let (obj, warnings) = typed(def, obj, ns, query)?;
-    let old = read(ctx, def, ns, name).await?;
-    let object = apply_update(
-        ctx,
-        Target { def, ns, name },
-        obj,
-        &old,
-        query.dry_run(),
-        subresource::View::Main,
-    )
-    .await?;
+    // Without a resourceVersion the update is unconditional: a write by someone else between
+    // the read and ours (a controller's status) is not a conflict, the update goes on over the
+    // newer object (upstream's GuaranteedUpdate).
+    let unconditional =
+        meta::str_field(&obj, &["metadata", "resourceVersion"]).is_none_or(|rv| rv.is_empty());
+    let mut attempts = 0;
+    let object = loop {
+        let old = read(ctx, def, ns, name).await?;
+        let target = Target { def, ns, name };
+        let view = subresource::View::Main;
+        if !unconditional {
+            break apply_update(ctx, target, obj, &old, query.dry_run(), view).await?;
+        }
+        match apply_update(ctx, target, obj.clone(), &old, query.dry_run(), view).await {
+            Err(e)
+                if e.code == 409
+                    && e.message.contains("the object has been modified")
+                    && attempts < patch::MAX_ATTEMPTS =>
+            {
+                attempts += 1;
+            }
+            other => break other?,
+        }
+    };
     Ok(Written {
         object,
         stored: None,

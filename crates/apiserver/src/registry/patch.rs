@@ -15,6 +15,11 @@ use super::{apply_update, read, typed, Query, Target, Written};
 use crate::context::Ctx;
 use crate::status::ApiError;
 
+/// How many times a write without a resourceVersion (a patch, an update) starts over after
+/// someone else wrote the object between its read and its write. Upstream's GuaranteedUpdate
+/// has no bound; a write contended this often is refused with the 409 it last met.
+pub(crate) const MAX_ATTEMPTS: u32 = 100;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum PatchType {
     Json,
@@ -85,7 +90,11 @@ pub(crate) async fn patch(
                     warnings,
                 })
             }
-            Err(e) if e.code == 409 && e.reason == "Conflict" && !pinned && attempts < 5 => continue,
+            // Unpinned, a patch goes on over whatever was written meanwhile (upstream's
+            // GuaranteedUpdate retries until it lands; bounded here).
+            Err(e) if e.code == 409 && e.reason == "Conflict" && !pinned && attempts < MAX_ATTEMPTS => {
+                continue
+            }
             Err(e) => return Err(e),
         }
     }

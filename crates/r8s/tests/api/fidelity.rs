@@ -538,3 +538,64 @@ async fn a_continue_past_compaction_gets_an_inconsistent_continue_token() {
     );
     assert!(revisions.iter().all(|r| *r == revisions[0]), "{revisions:?}");
 }
+
+/// An update without a resourceVersion is unconditional (upstream's GuaranteedUpdate): however
+/// often someone else writes the object meanwhile, it is never refused with a 409 Conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_without_a_resource_version_never_conflicts() {
+    let server = Server::start();
+    let c = client(&server).await;
+    let json = "application/json";
+    let path = "/api/v1/namespaces/default/configmaps";
+    let (code, out) = send(
+        &c,
+        Method::POST,
+        path,
+        json,
+        r#"{"metadata":{"name":"cm"},"data":{"n":"0"}}"#,
+    )
+    .await;
+    assert_eq!(code, StatusCode::CREATED, "{out}");
+    // Someone else keeps writing the object (a bounded number of times).
+    let writer = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            for i in 0..400 {
+                let body = format!(r#"{{"metadata":{{"labels":{{"w":"{i}"}}}}}}"#);
+                let (code, out) = send(
+                    &c,
+                    Method::PATCH,
+                    "/api/v1/namespaces/default/configmaps/cm",
+                    "application/merge-patch+json",
+                    &body,
+                )
+                .await;
+                assert_eq!(code, StatusCode::OK, "{out}");
+            }
+        })
+    };
+    for i in 0..100 {
+        let body = format!(r#"{{"metadata":{{"name":"cm"}},"data":{{"n":"{i}"}}}}"#);
+        let (code, out) = send(
+            &c,
+            Method::PUT,
+            "/api/v1/namespaces/default/configmaps/cm",
+            json,
+            &body,
+        )
+        .await;
+        assert_eq!(code, StatusCode::OK, "update {i}: {out}");
+    }
+    writer.await.unwrap();
+    // With a stale resourceVersion it is still a conflict.
+    let body = r#"{"metadata":{"name":"cm","resourceVersion":"1"},"data":{"n":"x"}}"#;
+    let (code, out) = send(
+        &c,
+        Method::PUT,
+        "/api/v1/namespaces/default/configmaps/cm",
+        json,
+        body,
+    )
+    .await;
+    assert_eq!(code, StatusCode::CONFLICT, "{out}");
+}
