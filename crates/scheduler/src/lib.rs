@@ -611,6 +611,39 @@ impl Scheduler {
                 v.pod.metadata.namespace.as_deref().unwrap_or(""),
             );
             let name = v.pod.metadata.name.clone().unwrap_or_default();
+            // The victim learns why it goes first (upstream's prepareCandidate): a
+            // DisruptionTarget condition, which a Job's pod failure policy can match on.
+            let marked = v
+                .pod
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|c| {
+                    c.type_ == "DisruptionTarget"
+                        && c.status == "True"
+                        && c.reason.as_deref() == Some("PreemptionByScheduler")
+                });
+            if !marked {
+                let scheduler = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.scheduler_name.clone())
+                    .unwrap_or_else(|| "default-scheduler".into());
+                let condition = json!({"status": {"conditions": [{
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "message": format!("{scheduler}: preempting to accommodate a higher priority pod"),
+                    "lastTransitionTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                }]}});
+                let pp = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                };
+                if let Err(e) = api.patch_status(&name, &pp, &Patch::Strategic(&condition)).await {
+                    tracing::info!(victim = %v.key, error = %e, "preemption: could not mark victim");
+                }
+            }
             let dp = kube::api::DeleteParams {
                 preconditions: Some(kube::api::Preconditions {
                     uid: v.pod.metadata.uid.clone(),

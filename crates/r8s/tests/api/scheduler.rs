@@ -301,6 +301,19 @@ fn priority_classes_and_preemption() {
         e.contains("Preempted").then_some(e)
     });
     assert!(events.contains("on node n1"), "{events}");
+    // The victim was told why first: upstream's DisruptionTarget condition.
+    let victim = json(&s, &["get", "pod", "victim"]);
+    let target = victim["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no DisruptionTarget: {victim}"));
+    assert_eq!(target["status"], "True");
+    assert_eq!(target["reason"], "PreemptionByScheduler");
+    assert_eq!(
+        target["message"],
+        "default-scheduler: preempting to accommodate a higher priority pod"
+    );
     // No kubelet here to finish the graceful deletion: do what it would.
     s.ok(V, &["delete", "pod", "victim", "--grace-period=0", "--force"]);
     assert_eq!(wait_bound(&s, "vip"), "n1");
