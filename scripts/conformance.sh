@@ -48,6 +48,8 @@ report=${report:-$root/target/conformance/report-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$report"
 report=$(cd "$report" && pwd)
 start=$SECONDS
+# The commit the run is of (the tree may move on while it runs), "+dirty" with local changes.
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates 2>/dev/null || echo +dirty)
 
 # --- What the run needs -------------------------------------------------------------------------
 scripts/setup.sh >&2
@@ -144,7 +146,7 @@ if [ "$serial" = 1 ]; then
   tail -5 "$report/serial.log" >&2
 fi
 wall=$((SECONDS - start))
-python3 conformance/summarize.py --wall "$wall" --commit "$(git rev-parse --short HEAD)" \
+python3 conformance/summarize.py --wall "$wall" --commit "$commit" \
   "$report"/*/junit*.xml >"$report/summary.md"
 say "wall time ${wall}s; summary in $report/summary.md"
 grep -m1 '^passed' "$report/summary.md" >&2 || true
