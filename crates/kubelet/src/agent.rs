@@ -1825,15 +1825,28 @@ impl Agent {
                 ..cond("Initialized", "False")
             }
         };
+        // The conditions others own (PodScheduled, DisruptionTarget, readiness gates' types)
+        // stay as the API server has them: the merge patch replaces the whole list.
+        let others = self.others_conditions(pod);
+        // Ready also waits for the pod's readiness gates (upstream's GeneratePodReadyCondition).
+        let gates = readiness_gates_unready(pod, &others);
+        let ready_cond = if containers_ready && !gates.is_empty() {
+            PodCondition {
+                reason: Some("ReadinessGatesNotReady".into()),
+                message: Some(gates.join(", ")),
+                ..cond("Ready", "False")
+            }
+        } else {
+            cond("Ready", ready)
+        };
+        let pod_ready = ready_cond.status.clone();
         let mut conditions = vec![
             cond("PodReadyToStartContainers", "True"),
             initialized_cond,
-            cond("Ready", ready),
+            ready_cond,
             cond("ContainersReady", ready),
         ];
-        // The conditions others own (PodScheduled, DisruptionTarget, readiness gates' types)
-        // stay as the API server has them: the merge patch replaces the whole list.
-        conditions.extend(self.others_conditions(pod));
+        conditions.extend(others);
         if let Some((reason, message)) = &resize_pending {
             conditions.push(PodCondition {
                 type_: "PodResizePending".into(),
@@ -1865,6 +1878,7 @@ impl Agent {
         }});
         // Only write when something other than timestamps changed.
         let changed = old.phase.as_deref() != Some(phase)
+            || old_cond("Ready").map(|c| c.status) != Some(pod_ready)
             || resize_pending.is_some() != old_cond("PodResizePending").is_some()
             || old.reason.as_deref() != failed.map(|f| f.0)
             || old.container_statuses.as_ref().map(|v| v.len()) != Some(statuses_len(&status))
@@ -2128,6 +2142,27 @@ const KUBELET_CONDITIONS: &[&str] = &[
     "PodResizeInProgress",
 ];
 
+/// Why the pod's readiness gates keep it from Ready, given its `conditions` (upstream's
+/// messages); empty when every gate's condition is True.
+fn readiness_gates_unready(pod: &Pod, conditions: &[PodCondition]) -> Vec<String> {
+    let gates = pod.spec.iter().flat_map(|s| s.readiness_gates.iter().flatten());
+    gates
+        .filter_map(|g| {
+            let t = &g.condition_type;
+            match conditions.iter().find(|c| c.type_ == *t) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate \"{t}\" does not exist."
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate \"{t}\" is not \"True\", but {}",
+                    c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect()
+}
+
 /// A container's status once its pod is terminal (upstream's `convertToAPIContainerStatuses`
 /// for a terminal pod): never ready; one still waiting ends as it last ended, or, if it never
 /// ran, as `ContainerStatusUnknown` with exit code 137.
@@ -2301,5 +2336,31 @@ mod tests {
         ));
         assert_eq!(crashed.state.unwrap().terminated.unwrap().exit_code, 2);
         assert_eq!(terminal_phase(&[]), "Failed");
+    }
+
+    #[test]
+    fn readiness_gates_hold_ready_until_their_conditions_are_true() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [], "readinessGates": [
+                {"conditionType": "example.com/lb"}, {"conditionType": "example.com/dns"}]}
+        }))
+        .unwrap();
+        let c = |t: &str, status: &str| PodCondition {
+            type_: t.into(),
+            status: status.into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            readiness_gates_unready(&pod, &[c("example.com/lb", "False")]),
+            [
+                r#"the status of pod readiness gate "example.com/lb" is not "True", but False"#,
+                r#"corresponding condition of pod readiness gate "example.com/dns" does not exist."#,
+            ]
+        );
+        assert!(
+            readiness_gates_unready(&pod, &[c("example.com/lb", "True"), c("example.com/dns", "True")])
+                .is_empty()
+        );
     }
 }

@@ -88,6 +88,24 @@ pub fn same_but_status(a: &Pod, b: &Pod) -> bool {
     a.metadata.uid == b.metadata.uid && strip(a) == strip(b)
 }
 
+/// Whether the conditions `b`'s readiness gates name differ from `a`'s.
+fn gate_conditions_changed(a: &Pod, b: &Pod) -> bool {
+    let gates: Vec<&str> = b
+        .spec
+        .iter()
+        .flat_map(|s| s.readiness_gates.iter().flatten())
+        .map(|g| g.condition_type.as_str())
+        .collect();
+    let of = |p: &Pod, t: &str| {
+        p.status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .find(|c| c.type_ == t)
+            .map(|c| c.status.clone())
+    };
+    gates.iter().any(|t| of(a, t) != of(b, t))
+}
+
 impl PodWorkers {
     pub fn get(&self, uid: &str) -> Option<&PodWorker> {
         self.by_uid.get(uid)
@@ -135,7 +153,9 @@ impl PodWorkers {
         let pod = Arc::new(pod);
         match self.by_uid.get_mut(&uid) {
             Some(w) => {
-                let only_status = same_but_status(&w.pod, &pod);
+                // A status change matters too when it moves a readiness gate's condition (the
+                // kubelet's Ready follows it; upstream's HandlePodReconcile).
+                let only_status = same_but_status(&w.pod, &pod) && !gate_conditions_changed(&w.pod, &pod);
                 w.pod = pod;
                 if !only_status {
                     wake.push(uid);
@@ -221,6 +241,25 @@ impl PodWorkers {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_readiness_gates_condition_change_wakes_the_worker() {
+        let pod = |status: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "d", "uid": "u"},
+                "spec": {"containers": [], "readinessGates": [{"conditionType": "example.com/lb"}]},
+                "status": {"conditions": [{"type": "example.com/lb", "status": status},
+                    {"type": "Other", "status": status}]}
+            }))
+            .unwrap()
+        };
+        assert!(gate_conditions_changed(&pod("False"), &pod("True")));
+        assert!(!gate_conditions_changed(&pod("True"), &pod("True")));
+        let mut workers = PodWorkers::default();
+        workers.update(pod("False"), Instant::now());
+        assert_eq!(workers.update(pod("True"), Instant::now()), ["u"]);
+        assert!(workers.update(pod("True"), Instant::now()).is_empty());
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -276,3 +276,68 @@ spec:
             .then_some(())
     });
 }
+
+/// A pod with a readiness gate runs but is not Ready until the gate's condition (set by someone
+/// else through the status subresource) is True, as upstream's kubelet has it; the kubelet
+/// notices the condition change by itself.
+#[test]
+fn a_readiness_gate_holds_ready_until_its_condition_is_true() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let c = start("gate-node", "10.191.0.0/16", "r8srg");
+    let s = &c.s;
+    let pod = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: gated}
+spec:
+  terminationGracePeriodSeconds: 1
+  readinessGates: [{conditionType: example.com/lb}]
+  containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
+"#;
+    s.ok_stdin(V, &["create", "-f", "-"], pod);
+    let ready = |p: &Value| {
+        p["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let held = wait_for(90, "gated Running, its containers ready", || {
+        let p = pod_json(s, "gated")?;
+        let containers = p["status"]["containerStatuses"][0]["ready"] == true;
+        (phase(&p) == "Running" && containers).then_some(p)
+    });
+    let r = ready(&held);
+    assert_eq!(r["status"], "False", "{held}");
+    assert_eq!(r["reason"], "ReadinessGatesNotReady", "{held}");
+    assert_eq!(
+        r["message"],
+        r#"corresponding condition of pod readiness gate "example.com/lb" does not exist."#
+    );
+    s.ok(
+        V,
+        &[
+            "patch",
+            "pod",
+            "gated",
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            r#"{"status":{"conditions":[{"type":"example.com/lb","status":"True"}]}}"#,
+        ],
+    );
+    let now = wait_for(30, "gated Ready", || {
+        let p = pod_json(s, "gated")?;
+        (ready(&p)["status"] == "True").then_some(p)
+    });
+    let gate = now["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "example.com/lb"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        gate["status"], "True",
+        "the kubelet kept the gate's condition: {now}"
+    );
+    s.ok(V, &["delete", "pod", "gated", "--timeout=60s"]);
+}
