@@ -1211,12 +1211,7 @@ spec:
             &body,
         )
     };
-    let target = |p: &Value| {
-        p["status"]["conditions"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))
-            .cloned()
-    };
+    let target = |p: &Value| Some(support::condition(p, "DisruptionTarget")).filter(|c| !c.is_null());
     // A dry run neither marks nor deletes.
     let out = evict("a", "", "?dryRun=All");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -303,12 +303,8 @@ fn priority_classes_and_preemption() {
     assert!(events.contains("on node n1"), "{events}");
     // The victim was told why first: upstream's DisruptionTarget condition.
     let victim = json(&s, &["get", "pod", "victim"]);
-    let target = victim["status"]["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))
-        .cloned()
-        .unwrap_or_else(|| panic!("no DisruptionTarget: {victim}"));
-    assert_eq!(target["status"], "True");
+    let target = support::condition(&victim, "DisruptionTarget");
+    assert_eq!(target["status"], "True", "{victim}");
     assert_eq!(target["reason"], "PreemptionByScheduler");
     assert_eq!(
         target["message"],

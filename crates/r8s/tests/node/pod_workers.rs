@@ -235,11 +235,7 @@ spec:
     let state = &killed["status"]["containerStatuses"][0]["state"]["terminated"];
     assert_eq!(phase(&killed), "Failed", "{killed}");
     assert_eq!(state["exitCode"], 137, "{killed}");
-    let ready = killed["status"]["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-        .cloned()
-        .unwrap_or_default();
+    let ready = support::condition(&killed, "Ready");
     assert_eq!(ready["status"], "False", "{killed}");
     let clean = terminal("clean");
     assert_eq!(phase(&clean), "Succeeded", "{clean}");
@@ -249,11 +245,7 @@ spec:
     );
     let evicted = terminal("evicted");
     assert_eq!(phase(&evicted), "Failed", "{evicted}");
-    let target = evicted["status"]["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))
-        .cloned()
-        .unwrap_or_default();
+    let target = support::condition(&evicted, "DisruptionTarget");
     assert_eq!(target["reason"], "EvictionByEvictionAPI", "{evicted}");
     // Nothing of them runs any more; without the finalizer they go.
     for name in ["killed", "clean", "evicted"] {
@@ -295,13 +287,7 @@ spec:
   containers: [{name: c, image: busybox, command: [sleep, "3600"]}]
 "#;
     s.ok_stdin(V, &["create", "-f", "-"], pod);
-    let ready = |p: &Value| {
-        p["status"]["conditions"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-            .cloned()
-            .unwrap_or_default()
-    };
+    let ready = |p: &Value| support::condition(p, "Ready");
     let held = wait_for(90, "gated Running, its containers ready", || {
         let p = pod_json(s, "gated")?;
         let containers = p["status"]["containerStatuses"][0]["ready"] == true;
@@ -330,11 +316,7 @@ spec:
         let p = pod_json(s, "gated")?;
         (ready(&p)["status"] == "True").then_some(p)
     });
-    let gate = now["status"]["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "example.com/lb"))
-        .cloned()
-        .unwrap_or_default();
+    let gate = support::condition(&now, "example.com/lb");
     assert_eq!(
         gate["status"], "True",
         "the kubelet kept the gate's condition: {now}"

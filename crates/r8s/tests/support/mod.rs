@@ -12,6 +12,15 @@ use std::time::{Duration, Instant};
 
 /// The kubectl of a given minor version (`kubectl.1.27` … `kubectl.1.33` from the `kubectl`
 /// package), or plain `kubectl` for "".
+/// The condition of type `type_` in `obj`'s `status.conditions` (Null when it has none).
+pub fn condition(obj: &serde_json::Value, type_: &str) -> serde_json::Value {
+    obj["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .cloned()
+        .unwrap_or_default()
+}
+
 pub fn kubectl_binary(version: &str) -> PathBuf {
     let name = if version.is_empty() {
         "kubectl".to_owned()
