@@ -42,6 +42,9 @@ pub struct ResourceDef {
     pub categories: &'static [&'static str],
     pub verbs: &'static [&'static str],
     pub subresources: &'static [Subresource],
+    /// A custom resource, served from a CustomResourceDefinition (stored under its group, as
+    /// upstream's `/registry/<group>/<resource>`), rather than built in.
+    pub custom: bool,
 }
 
 impl ResourceDef {
@@ -184,6 +187,7 @@ macro_rules! res {
             categories: &[$($cat),*],
             verbs: $verbs,
             subresources: &[$($sub),*],
+            custom: false,
         }
     };
 }
@@ -271,6 +275,8 @@ static CATALOGUE: &[ResourceDef] = &[
          short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
     res!("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", "certificatesigningrequest", false,
          short: ["csr"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS, APPROVAL]),
+    res!("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition", false,
+         short: ["crd", "crds"], cat: ["api-extensions"], verbs: STANDARD_VERBS, sub: [STATUS]),
     res!("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "mutatingwebhookconfiguration", false,
          short: [], cat: ["api-extensions"], verbs: STANDARD_VERBS, sub: []),
     res!("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "validatingwebhookconfiguration", false,

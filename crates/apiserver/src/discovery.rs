@@ -2,11 +2,11 @@
 //! `/version`, from the resource catalogue.
 
 use http::{HeaderMap, Response, StatusCode};
-use r8s_api::{catalogue, group_versions};
 use serde_json::{json, Value};
 
 use crate::context::Ctx;
 use crate::http::{json_response, Body};
+use crate::registry::catalogue::ServedSet;
 use crate::status::ApiError;
 
 pub(crate) fn version() -> Value {
@@ -35,8 +35,9 @@ fn group_version_json(group: &str, version: &str) -> Value {
     json!({"groupVersion": format!("{group}/{version}"), "version": version})
 }
 
-fn group_json(group: &str) -> Value {
-    let versions: Vec<Value> = group_versions()
+fn group_json(set: &ServedSet, group: &str) -> Value {
+    let versions: Vec<Value> = set
+        .group_versions()
         .into_iter()
         .filter(|(g, _)| *g == group)
         .map(|(g, v)| group_version_json(g, v))
@@ -48,14 +49,15 @@ fn group_json(group: &str) -> Value {
     })
 }
 
-fn resource_list(group: &str, version: &str) -> Option<Value> {
+fn resource_list(set: &ServedSet, group: &str, version: &str) -> Option<Value> {
     let group_version = if group.is_empty() {
         version.to_owned()
     } else {
         format!("{group}/{version}")
     };
     let mut resources = Vec::new();
-    for r in catalogue()
+    for r in set
+        .defs
         .iter()
         .filter(|r| r.group == group && r.version == version)
     {
@@ -120,12 +122,14 @@ fn aggregated_version(headers: &HeaderMap) -> Option<&'static str> {
 }
 
 /// One group's entry in an `APIGroupDiscoveryList` (aggregated discovery, KEP-3352).
-fn group_discovery(group: &str) -> Value {
-    let versions: Vec<Value> = group_versions()
+fn group_discovery(set: &ServedSet, group: &str) -> Value {
+    let versions: Vec<Value> = set
+        .group_versions()
         .into_iter()
         .filter(|(g, _)| *g == group)
         .map(|(g, v)| {
-            let resources: Vec<Value> = catalogue()
+            let resources: Vec<Value> = set
+                .defs
                 .iter()
                 .filter(|r| r.group == g && r.version == v)
                 .map(|r| {
@@ -194,26 +198,21 @@ fn aggregated(version: &str, groups: Vec<Value>) -> Response<Body> {
     resp
 }
 
-fn api_groups() -> Vec<&'static str> {
-    let mut groups: Vec<&str> = Vec::new();
-    for (g, _) in group_versions() {
-        if !g.is_empty() && !groups.contains(&g) {
-            groups.push(g);
-        }
-    }
-    groups
-}
-
 /// Answer a discovery path, or `None` if it is not one.
 pub(crate) fn route(ctx: &Ctx, path: &str, headers: &HeaderMap) -> Option<Result<Response<Body>, ApiError>> {
     let ok = |v: Value| Some(Ok(json_response(StatusCode::OK, &v)));
+    let set = ctx.shared.served.current();
+    let set = &*set;
     if let Some(version) = aggregated_version(headers) {
         match path {
-            "/api" => return Some(Ok(aggregated(version, vec![group_discovery("")]))),
+            "/api" => return Some(Ok(aggregated(version, vec![group_discovery(set, "")]))),
             "/apis" => {
                 return Some(Ok(aggregated(
                     version,
-                    api_groups().into_iter().map(group_discovery).collect(),
+                    set.groups()
+                        .into_iter()
+                        .map(|g| group_discovery(set, g))
+                        .collect(),
                 )))
             }
             _ => {}
@@ -228,21 +227,23 @@ pub(crate) fn route(ctx: &Ctx, path: &str, headers: &HeaderMap) -> Option<Result
         "/apis" => ok(json!({
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": api_groups().into_iter().map(group_json).collect::<Vec<_>>(),
+            "groups": set.groups().into_iter().map(|g| group_json(set, g)).collect::<Vec<_>>(),
         })),
         _ => {
             let rest = path.strip_prefix('/')?;
             let parts: Vec<&str> = rest.split('/').collect();
             match parts.as_slice() {
-                ["api", version] => resource_list("", version).map(|v| Ok(json_response(StatusCode::OK, &v))),
-                ["apis", group] if group_versions().iter().any(|(g, _)| g == group) => {
-                    let mut g = group_json(group);
+                ["api", version] => {
+                    resource_list(set, "", version).map(|v| Ok(json_response(StatusCode::OK, &v)))
+                }
+                ["apis", group] if set.group_versions().iter().any(|(g, _)| g == group) => {
+                    let mut g = group_json(set, group);
                     g["kind"] = json!("APIGroup");
                     g["apiVersion"] = json!("v1");
                     ok(g)
                 }
                 ["apis", group, version] => {
-                    resource_list(group, version).map(|v| Ok(json_response(StatusCode::OK, &v)))
+                    resource_list(set, group, version).map(|v| Ok(json_response(StatusCode::OK, &v)))
                 }
                 _ => None,
             }
@@ -254,8 +255,14 @@ pub(crate) fn route(ctx: &Ctx, path: &str, headers: &HeaderMap) -> Option<Result
 mod tests {
     use super::*;
 
+    fn builtin() -> std::sync::Arc<ServedSet> {
+        crate::registry::catalogue::Served::builtin().current()
+    }
+
     #[test]
     fn resource_lists_carry_subresources_and_names() {
+        let set = builtin();
+        let resource_list = |g, v| resource_list(&set, g, v);
         let core = resource_list("", "v1").unwrap();
         let names: Vec<&str> = core["resources"]
             .as_array()
@@ -291,6 +298,8 @@ mod tests {
                 .unwrap(),
         );
         assert_eq!(aggregated_version(&h), Some("v2beta1"));
+        let set = builtin();
+        let group_discovery = |g| group_discovery(&set, g);
         let apps = group_discovery("apps");
         assert_eq!(apps["metadata"]["name"], "apps");
         let deploy = apps["versions"][0]["resources"]

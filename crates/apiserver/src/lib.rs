@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     /// `host:port` clients reach this server at, for discovery's serverAddressByClientCIDRs.
     pub advertise: String,
     pub watch_cache: Arc<watch_cache::WatchCache>,
+    /// The resources served: built-ins and established custom resources.
+    pub served: registry::catalogue::Served,
     pub service_cidrs: ServiceCidrs,
     pub metrics: metrics::Metrics,
     pub rbac: Option<Arc<rbac::Rbac>>,
@@ -145,6 +147,7 @@ impl ApiServer {
         };
         let shared = Arc::new(Shared {
             watch_cache: Arc::new(watch_cache::WatchCache::new(config.store.clone())),
+            served: registry::catalogue::Served::builtin(),
             service_cidrs: config.service_cidrs.clone(),
             metrics,
             audit,
@@ -158,13 +161,14 @@ impl ApiServer {
             resource_metrics: Arc::new(resource_metrics::ResourceMetrics::new(config.metric_resolution)),
             advertise: local_addr.to_string(),
         });
+        let crds = tokio::spawn(registry::custom::controller::run(shared.clone()));
         let task = tokio::spawn(server::serve(listener, tls.clone(), shared.clone()));
         Ok(Self {
             local_addr,
             task,
             shared,
             tls,
-            also: Default::default(),
+            also: std::sync::Mutex::new(vec![crds]),
         })
     }
 

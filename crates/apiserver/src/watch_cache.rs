@@ -212,6 +212,19 @@ impl ResourceCache {
 pub(crate) struct WatchCache {
     store: Arc<dyn Store>,
     caches: Mutex<HashMap<String, Arc<ResourceCache>>>,
+    /// The task feeding each cache from its datastore watch.
+    feeders: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+}
+
+/// The name a resource's cache goes by: its group and resource (two versions sharing a
+/// prefix each convert objects on their way out); a custom resource's also by its
+/// definition, which changes with its CRD.
+fn cache_name(def: &ResourceDef) -> String {
+    if def.custom {
+        format!("{}/{}@{:p}", def.group_resource(), def.version, def)
+    } else {
+        def.group_resource()
+    }
 }
 
 impl WatchCache {
@@ -219,6 +232,24 @@ impl WatchCache {
         Self {
             store,
             caches: Mutex::new(HashMap::new()),
+            feeders: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Drop the cache of a resource no longer served: its watchers' streams end.
+    pub fn forget(&self, def: &ResourceDef) {
+        let name = cache_name(def);
+        self.caches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&name);
+        if let Some(task) = self
+            .feeders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&name)
+        {
+            task.abort();
         }
     }
 
@@ -227,7 +258,7 @@ impl WatchCache {
     pub async fn get(self: &Arc<Self>, def: &'static ResourceDef) -> Option<Arc<ResourceCache>> {
         // Keyed by resource, not storage prefix: two versions may share one prefix and each
         // needs objects in its own form.
-        let name = def.group_resource();
+        let name = cache_name(def);
         let prefix = crate::registry::prefix(def, "");
         let prefix = prefix.as_str();
         if let Some(c) = self.caches.lock().unwrap_or_else(|e| e.into_inner()).get(&name) {
@@ -273,7 +304,8 @@ impl WatchCache {
         }
         let this = self.clone();
         let feeding = cache.clone();
-        tokio::spawn(async move {
+        let feeder_name = name.clone();
+        let task = tokio::spawn(async move {
             loop {
                 match watch.next_item().await {
                     Some(Ok(WatchItem::Events(batch))) => feeding.apply(batch),
@@ -291,6 +323,10 @@ impl WatchCache {
                 }
             }
         });
+        self.feeders
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(feeder_name, task.abort_handle());
         Some(cache)
     }
 }

@@ -33,8 +33,21 @@ pub(crate) async fn resource(
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     let info = &ctx.info;
-    let def = r8s_api::find(&info.api_group, &info.api_version, &info.resource)
+    let served = ctx.shared.served.current();
+    let def = served
+        .find(&info.api_group, &info.api_version, &info.resource)
         .ok_or_else(ApiError::not_found_path)?;
+    if let Some(warning) = registry::custom::custom_strategy(def).and_then(|s| s.warning.clone()) {
+        // A deprecated version of a custom resource says so on every request.
+        ctx.warnings.add(warning);
+    }
+    if info.verb == "create" && info.subresource.is_empty() && served.is_terminating(def) {
+        return Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "create not allowed while custom resource definition is terminating",
+        ));
+    }
     if !def.namespaced && !info.namespace.is_empty() && info.resource != "namespaces" {
         return Err(ApiError::not_found_path());
     }

@@ -17,6 +17,10 @@ pub(crate) struct Workloads {
 }
 
 impl Strategy for Workloads {
+    fn status_keeps_metadata(&self) -> &'static [&'static str] {
+        &["labels"]
+    }
+
     fn canonicalize_quantities(&self, obj: &mut Value) -> Result<(), &'static str> {
         let template = obj
             .get_mut("spec")

@@ -67,6 +67,11 @@ impl Catalogue {
 
     /// The strategy of `def`: its own, else the plain one.
     pub fn strategy(&self, def: &ResourceDef) -> Arc<dyn Strategy> {
+        if def.custom {
+            if let Some(s) = super::custom::strategy_of(def) {
+                return s;
+            }
+        }
         if let Some((.., s)) = self
             .by_version
             .iter()
@@ -77,6 +82,127 @@ impl Catalogue {
         self.get(def.group, def.plural)
             .unwrap_or_else(|| self.fallback.clone())
     }
+}
+
+/// What one API server serves: the built-in resources and the custom resources of its
+/// established CustomResourceDefinitions, replaced whole when a CRD changes (readers take
+/// the current set without waiting for a writer).
+pub(crate) struct Served {
+    current: RwLock<Arc<ServedSet>>,
+}
+
+/// One generation of the served resources.
+pub(crate) struct ServedSet {
+    /// Built-ins first, then custom resources by group and version priority.
+    pub defs: Vec<&'static ResourceDef>,
+    /// Custom resources whose CRD is being deleted: served, but not created.
+    pub terminating: Vec<&'static ResourceDef>,
+}
+
+impl Served {
+    pub fn builtin() -> Self {
+        Self {
+            current: RwLock::new(Arc::new(ServedSet {
+                defs: r8s_api::catalogue().iter().collect(),
+                terminating: Vec::new(),
+            })),
+        }
+    }
+
+    /// The resources served now.
+    pub fn current(&self) -> Arc<ServedSet> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Serve `custom` (and the built-ins); returns the custom definitions no longer served.
+    pub fn set_custom(
+        &self,
+        custom: Vec<&'static ResourceDef>,
+        terminating: Vec<&'static ResourceDef>,
+    ) -> Vec<&'static ResourceDef> {
+        let mut defs: Vec<&'static ResourceDef> = r8s_api::catalogue().iter().collect();
+        defs.extend(custom);
+        let next = Arc::new(ServedSet { defs, terminating });
+        let mut cur = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        let gone = cur
+            .defs
+            .iter()
+            .filter(|d| d.custom && !next.defs.iter().any(|n| std::ptr::eq(*n, **d)))
+            .copied()
+            .collect();
+        *cur = next;
+        gone
+    }
+}
+
+impl ServedSet {
+    /// The resource `plural` in `group`/`version`: a built-in before a custom one.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&'static ResourceDef> {
+        self.defs
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+            .copied()
+    }
+
+    /// The served group versions, core first, each once, in catalogue order (a custom
+    /// group's versions by priority: its preferred version first).
+    pub fn group_versions(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+        for r in &self.defs {
+            if !out.contains(&(r.group, r.version)) {
+                out.push((r.group, r.version));
+            }
+        }
+        out
+    }
+
+    /// The served groups but the core one, in order.
+    pub fn groups(&self) -> Vec<&'static str> {
+        let mut groups: Vec<&'static str> = Vec::new();
+        for (g, _) in self.group_versions() {
+            if !g.is_empty() && !groups.contains(&g) {
+                groups.push(g);
+            }
+        }
+        groups
+    }
+
+    pub fn is_terminating(&self, def: &ResourceDef) -> bool {
+        self.terminating.iter().any(|t| std::ptr::eq(*t, def))
+    }
+}
+
+/// Upstream's version priority (`version.CompareKubeAwareVersionStrings`): GA before beta
+/// before alpha, higher numbers first, then anything else alphabetically.
+pub(crate) fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
+    fn key(v: &str) -> (u8, i64, i64, String) {
+        let parse = || -> Option<(i64, u8, i64)> {
+            let rest = v.strip_prefix('v')?;
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            let major: i64 = digits.parse().ok()?;
+            let tail = &rest[digits.len()..];
+            if tail.is_empty() {
+                return Some((major, 0, 0));
+            }
+            for (word, rank) in [("beta", 1u8), ("alpha", 2u8)] {
+                if let Some(n) = tail.strip_prefix(word) {
+                    if n.is_empty() {
+                        return Some((major, rank, 0));
+                    }
+                    return Some((major, rank, n.parse().ok()?));
+                }
+            }
+            None
+        };
+        match parse() {
+            Some((major, rank, minor)) => (rank, -major, -minor, String::new()),
+            None => (3, 0, 0, v.to_owned()),
+        }
+    }
+    key(a).cmp(&key(b))
 }
 
 /// The catalogue the server uses.
@@ -158,6 +284,11 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             Arc::new(resource_metrics::ResourceMetrics),
         ),
         ("batch", "cronjobs", Arc::new(batch::CronJobs)),
+        (
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            Arc::new(custom::CustomResourceDefinitions),
+        ),
         (
             "policy",
             "poddisruptionbudgets",
@@ -327,6 +458,18 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn versions_are_ordered_as_upstream_prefers_them() {
+        let mut v = vec![
+            "v1alpha1", "foo", "v2beta1", "v1", "v1beta2", "v2", "v10beta3", "bar",
+        ];
+        v.sort_by(|a, b| version_order(a, b));
+        assert_eq!(
+            v,
+            ["v2", "v1", "v10beta3", "v2beta1", "v1beta2", "v1alpha1", "bar", "foo"]
+        );
     }
 
     #[test]

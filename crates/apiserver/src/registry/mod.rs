@@ -17,6 +17,7 @@ mod certificates;
 pub(crate) mod componentstatuses;
 mod configmaps;
 pub(crate) mod convert;
+pub(crate) mod custom;
 pub(crate) mod disruption;
 mod endpoints;
 mod events;
@@ -136,7 +137,10 @@ pub(crate) fn key(def: &ResourceDef, namespace: &str, name: &str) -> String {
 
 fn storage_resource(def: &ResourceDef) -> String {
     // Upstream's etcd layout: the resource name alone (events.k8s.io Events share core Events'
-    // storage, see `convert`).
+    // storage, see `convert`); a custom resource's under its group.
+    if def.custom {
+        return format!("{}/{}", def.group, def.plural);
+    }
     def.plural.to_owned()
 }
 
@@ -302,12 +306,13 @@ pub(crate) fn invalid(def: &ResourceDef, name: &str, errs: &[FieldError]) -> Api
     } else {
         format!("[{}]", list.join(", "))
     };
-    ApiError::new(
-        422,
-        "Invalid",
-        format!("{} \"{name}\" is invalid: {summary}", def.kind),
-    )
-    .with_details(json!({
+    // Upstream's `NewInvalid` names the group kind: `Deployment.apps "web" is invalid`.
+    let kind = if def.group.is_empty() {
+        def.kind.to_owned()
+    } else {
+        format!("{}.{}", def.kind, def.group)
+    };
+    ApiError::new(422, "Invalid", format!("{kind} \"{name}\" is invalid: {summary}")).with_details(json!({
         "name": name,
         "group": def.group,
         "kind": def.kind,
@@ -826,7 +831,17 @@ pub(crate) fn typed(
     } else {
         None
     };
-    let mut decoded = r8s_api::typed::decode(def, &obj).map_err(cannot)?;
+    let mut decoded = match custom::custom_strategy(def).filter(|_| def.custom) {
+        // A custom resource is pruned to its CRD's schema.
+        Some(s) => {
+            let unknown_fields = s.prune(&mut obj);
+            r8s_api::typed::Decoded {
+                object: obj,
+                unknown_fields,
+            }
+        }
+        None => r8s_api::typed::decode(def, &obj).map_err(cannot)?,
+    };
     quantities::canonicalize(def, &mut decoded.object).map_err(|e| cannot(e.to_owned()))?;
     // An empty pending list means initialized: the field goes (upstream).
     let pending =
@@ -1232,7 +1247,7 @@ pub(crate) async fn apply_update(
         strategy.prepare_for_update(&mut obj, old)?;
     }
     strategy.default(&mut obj);
-    if strategy.tracks_generation() && obj.get("spec") != old.get("spec") {
+    if strategy.tracks_generation() && strategy.generation_changed(&obj, old) {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         meta::meta_mut(&mut obj).insert("generation".into(), json!(g));
     }

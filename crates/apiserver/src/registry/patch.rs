@@ -49,6 +49,14 @@ pub(crate) async fn patch(
         .trim()
         .to_owned();
     let kind = match content_type.as_str() {
+        // Custom resources have no patch strategy to merge by (upstream answers so too).
+        "application/strategic-merge-patch+json" if def.custom => {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+            ))
+        }
         "application/json-patch+json" => PatchType::Json,
         "application/merge-patch+json" => PatchType::Merge,
         "application/strategic-merge-patch+json" => PatchType::Strategic,

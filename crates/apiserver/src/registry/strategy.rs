@@ -48,6 +48,12 @@ pub(crate) trait Strategy: Send + Sync {
         false
     }
 
+    /// Whether an update bumps `metadata.generation` (asked when it is tracked): upstream's
+    /// built-in kinds count spec changes.
+    fn generation_changed(&self, obj: &Value, old: &Value) -> bool {
+        obj.get("spec") != old.get("spec")
+    }
+
     /// Whether status is written only through the `status` subresource: create drops it and an
     /// update of the main resource keeps the stored one (see the default
     /// [`prepare_for_create`](Strategy::prepare_for_create) and
@@ -177,6 +183,33 @@ pub(crate) trait Strategy: Send + Sync {
     /// One row's cells, in the order of [`columns`](Strategy::columns).
     fn cells(&self, obj: &Value) -> Vec<Value> {
         vec![name_cell(obj), age_cell(obj)]
+    }
+
+    /// What the `scale` subresource shows of `obj`: the replicas wanted and had, and the
+    /// selector of what is scaled (upstream's per-kind scale storage; built-ins keep them
+    /// at `spec.replicas`, `status.replicas` and `spec.selector`).
+    fn scale(&self, obj: &Value) -> (i64, i64, String) {
+        let selector = super::apps::selector_string(&obj["spec"]["selector"]);
+        (
+            obj["spec"]["replicas"].as_i64().unwrap_or(0),
+            obj["status"]["replicas"].as_i64().unwrap_or(0),
+            if selector == "<none>" {
+                String::new()
+            } else {
+                selector
+            },
+        )
+    }
+
+    /// Set the replicas a `scale` write asks for.
+    fn set_scale(&self, obj: &mut Value, replicas: i64) {
+        obj["spec"]["replicas"] = json!(replicas);
+    }
+
+    /// The metadata fields a `status` write may not change (upstream's status strategies
+    /// reset them: a Deployment's labels, a pod's owners).
+    fn status_keeps_metadata(&self) -> &'static [&'static str] {
+        &[]
     }
 
     /// The subresource `sub` when it is served by something other than a view of the object

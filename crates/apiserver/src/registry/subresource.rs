@@ -54,17 +54,7 @@ impl View {
             | View::EphemeralContainers => obj.clone(),
             View::Scale => {
                 let m = &obj["metadata"];
-                // A ReplicationController's selector is the label map itself; "" selects all.
-                let selector = if def.kind == "ReplicationController" {
-                    super::apps::format_label_map(&obj["spec"]["selector"])
-                } else {
-                    super::apps::selector_string(&obj["spec"]["selector"])
-                };
-                let selector = if selector == "<none>" {
-                    String::new()
-                } else {
-                    selector
-                };
+                let (spec, status, selector) = super::strategy::of(def).scale(obj);
                 json!({
                     "kind": "Scale",
                     "apiVersion": "autoscaling/v1",
@@ -75,9 +65,9 @@ impl View {
                         "resourceVersion": m["resourceVersion"],
                         "creationTimestamp": m["creationTimestamp"],
                     },
-                    "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
+                    "spec": {"replicas": spec},
                     "status": {
-                        "replicas": obj["status"]["replicas"].as_i64().unwrap_or(0),
+                        "replicas": status,
                         "selector": selector,
                     },
                 })
@@ -99,12 +89,7 @@ impl View {
                 let mut full = old.clone();
                 if new["metadata"].is_object() {
                     full["metadata"] = new["metadata"].clone();
-                    let keep: &[&str] = match def.kind {
-                        "Deployment" | "ReplicaSet" => &["labels"],
-                        "Pod" => &["ownerReferences", "deletionTimestamp"],
-                        _ => &[],
-                    };
-                    for field in keep {
+                    for field in super::strategy::of(def).status_keeps_metadata() {
                         match old["metadata"].get(*field) {
                             Some(v) => full["metadata"][*field] = v.clone(),
                             None => {
@@ -140,7 +125,7 @@ impl View {
                     ));
                 }
                 let mut full = old.clone();
-                full["spec"]["replicas"] = json!(replicas);
+                super::strategy::of(def).set_scale(&mut full, replicas);
                 full
             }
             View::Finalize => {

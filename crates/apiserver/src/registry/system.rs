@@ -24,6 +24,23 @@ pub(crate) async fn list(store: &dyn Store, def: &ResourceDef, ns: &str) -> Resu
     Ok(resp.kvs.iter().filter_map(|kv| decode(def, kv).ok()).collect())
 }
 
+/// The object `name` of `def` as stored now (with its resourceVersion).
+pub(crate) async fn get(
+    store: &dyn Store,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+) -> Result<Value, ApiError> {
+    let resp = store
+        .get(&key(def, ns, name), 0)
+        .await
+        .map_err(|e| store_error(def, name, e))?;
+    match resp.kv {
+        Some(kv) => decode(def, &kv),
+        None => Err(super::not_found(def, name)),
+    }
+}
+
 /// Write the status of `new`, which was read as `old`: only `status` changes (the rest stays
 /// as stored), the resource's validation runs, and the write is a compare-and-swap on the
 /// version `old` was read at. `Ok(false)` if the object changed or went meanwhile.

@@ -501,6 +501,20 @@ impl Strategy for ControllerRevisions {
 pub(crate) struct ReplicationControllers;
 
 impl Strategy for ReplicationControllers {
+    /// A ReplicationController's selector is the label map itself; "" selects all.
+    fn scale(&self, obj: &Value) -> (i64, i64, String) {
+        let selector = super::apps::format_label_map(&obj["spec"]["selector"]);
+        (
+            obj["spec"]["replicas"].as_i64().unwrap_or(0),
+            obj["status"]["replicas"].as_i64().unwrap_or(0),
+            if selector == "<none>" {
+                String::new()
+            } else {
+                selector
+            },
+        )
+    }
+
     fn canonicalize_quantities(&self, obj: &mut Value) -> Result<(), &'static str> {
         template_quantities(obj)
     }

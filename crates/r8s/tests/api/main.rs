@@ -8,6 +8,7 @@ mod support;
 mod admission;
 mod audit;
 mod controllers;
+mod custom_resources;
 mod etcd_backend;
 mod fidelity;
 mod kube_rs;

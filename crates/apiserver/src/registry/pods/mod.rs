@@ -19,6 +19,10 @@ use crate::authn::UserInfo;
 pub(crate) struct Pods;
 
 impl Strategy for Pods {
+    fn status_keeps_metadata(&self) -> &'static [&'static str] {
+        &["ownerReferences", "deletionTimestamp"]
+    }
+
     fn canonicalize_quantities(&self, obj: &mut Value) -> Result<(), &'static str> {
         super::quantities::pod_spec(obj.get_mut("spec"))
     }

@@ -1,0 +1,734 @@
+//! A CustomResourceDefinition version's structural schema (`openAPIV3Schema`) applied to its
+//! objects, as upstream's apiextensions-apiserver does: unknown fields pruned (and reported
+//! for `fieldValidation`), defaults filled in, and values validated with kube-openapi's
+//! messages.
+//!
+//! Written by hand: the JSON-schema crates validate JSON Schema drafts with their own error
+//! words and know nothing of the Kubernetes extensions (`x-kubernetes-*`, `nullable`,
+//! embedded resources, pruning), and clients match upstream's words.
+
+use r8s_api::validation::FieldError;
+use serde_json::{Map, Value};
+
+/// The fields of `metav1.ObjectMeta` a custom resource keeps (everything else in `metadata` is
+/// an unknown field).
+const OBJECT_META: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// `a.b` or `a[0]` under `path`.
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn flag(schema: &Value, name: &str) -> bool {
+    schema.get(name).and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// Drop the fields of `obj` its schema does not name, returning their paths. `root`: the
+/// object itself (apiVersion, kind and metadata are kept; metadata is pruned to ObjectMeta).
+pub(crate) fn prune(schema: &Value, obj: &mut Value, unknown: &mut Vec<String>) {
+    if let Some(o) = obj.as_object_mut() {
+        prune_meta(o, "metadata", unknown);
+        let from = unknown.len();
+        prune_object(schema, o, "", true, unknown);
+        // Upstream lists the root's unknown metadata first, then the pruned paths sorted.
+        unknown[from..].sort();
+    }
+}
+
+fn prune_meta(o: &mut Map<String, Value>, path: &str, unknown: &mut Vec<String>) {
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.retain(|k, _| {
+            let keep = OBJECT_META.contains(&k.as_str());
+            if !keep {
+                unknown.push(join(path, k));
+            }
+            keep
+        });
+    }
+}
+
+fn prune_object(
+    schema: &Value,
+    o: &mut Map<String, Value>,
+    path: &str,
+    root: bool,
+    unknown: &mut Vec<String>,
+) {
+    let props = schema.get("properties").and_then(Value::as_object);
+    let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+    let preserve = flag(schema, "x-kubernetes-preserve-unknown-fields");
+    let embedded = root || flag(schema, "x-kubernetes-embedded-resource");
+    let keys: Vec<String> = o.keys().cloned().collect();
+    for k in keys {
+        let here = join(path, &k);
+        if embedded && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+            if k == "metadata" && !root {
+                prune_meta(o, &here, unknown);
+            }
+            continue;
+        }
+        let sub = props.and_then(|p| p.get(&k)).or(additional);
+        match sub {
+            Some(sub) => {
+                if let Some(v) = o.get_mut(&k) {
+                    prune_value(sub, v, &here, unknown);
+                }
+            }
+            None if preserve || schema.get("additionalProperties") == Some(&Value::Bool(true)) => {}
+            None => {
+                o.remove(&k);
+                unknown.push(here);
+            }
+        }
+    }
+}
+
+fn prune_value(schema: &Value, v: &mut Value, path: &str, unknown: &mut Vec<String>) {
+    match v {
+        Value::Object(o) => prune_object(schema, o, path, false, unknown),
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items").filter(|i| i.is_object()) {
+                for (i, item) in items.iter_mut().enumerate() {
+                    prune_value(item_schema, item, &format!("{path}[{i}]"), unknown);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Fill in the schema's defaults where a field is absent (or null where the schema does not
+/// allow null), deepest last, as upstream's structural defaulting. A null the schema does
+/// not allow and has no default for goes (upstream's null pruning).
+pub(crate) fn default(schema: &Value, v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (k, sub) in props {
+                    if o.get(k).is_some_and(Value::is_null)
+                        && !flag(sub, "nullable")
+                        && sub.get("default").is_none()
+                    {
+                        o.remove(k);
+                    }
+                    let Some(d) = sub.get("default") else { continue };
+                    let missing = match o.get(k) {
+                        None => true,
+                        Some(Value::Null) => !flag(sub, "nullable"),
+                        Some(_) => false,
+                    };
+                    if missing {
+                        o.insert(k.clone(), d.clone());
+                    }
+                }
+                for (k, sub) in props {
+                    if let Some(child) = o.get_mut(k) {
+                        default(sub, child);
+                    }
+                }
+            }
+            if let Some(add) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                let named = schema.get("properties").and_then(Value::as_object);
+                for (k, child) in o.iter_mut() {
+                    if named.is_none_or(|p| !p.contains_key(k)) {
+                        default(add, child);
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items").filter(|i| i.is_object()) {
+                for item in items {
+                    if item.is_null() {
+                        if let Some(d) = item_schema.get("default") {
+                            *item = d.clone();
+                        }
+                    }
+                    default(item_schema, item);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Validate `obj` (the whole custom resource) against its schema: every error, in upstream's
+/// words. Metadata is the registry's to check.
+pub(crate) fn validate(schema: &Value, obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if let Some(o) = obj.as_object() {
+        let props = schema.get("properties").and_then(Value::as_object);
+        for (k, v) in o {
+            if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                continue;
+            }
+            if let Some(sub) = props.and_then(|p| p.get(k)) {
+                check(sub, v, k, &mut errs);
+            } else if let Some(add) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                check(add, v, k, &mut errs);
+            }
+        }
+        required(schema, o, "", &mut errs);
+        object_bounds(schema, o, "", &mut errs);
+    }
+    errs
+}
+
+/// Go's `%v`-like rendering of a value in a message: strings quoted, numbers bare, composite
+/// values as JSON.
+fn shown(v: &Value) -> String {
+    match v {
+        Value::String(s) => serde_json::to_string(s).unwrap_or_default(),
+        Value::Null => "\"null\"".to_owned(),
+        other => other.to_string(),
+    }
+}
+
+fn invalid(path: &str, v: &Value, detail: String) -> FieldError {
+    FieldError {
+        reason: "FieldValueInvalid",
+        field: path.to_owned(),
+        message: format!("Invalid value: {}: {detail}", shown(v)),
+    }
+}
+
+/// The name kube-openapi gives a value's JSON type.
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(n) if n.as_f64().is_some_and(|f| f.fract() == 0.0) => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn type_matches(want: &str, v: &Value) -> bool {
+    match (want, type_name(v)) {
+        (w, t) if w == t => true,
+        ("number", "integer") => true,
+        _ => false,
+    }
+}
+
+/// kube-openapi's type error: the value's JSON type is shown, never the value.
+fn type_invalid(path: &str, v: &Value, want: &str) -> FieldError {
+    let t = type_name(v);
+    FieldError {
+        reason: "FieldValueTypeInvalid",
+        field: path.to_owned(),
+        message: format!("Invalid value: \"{t}\": {path} in body must be of type {want}: \"{t}\""),
+    }
+}
+
+fn check(schema: &Value, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    if v.is_null() && flag(schema, "nullable") {
+        return;
+    }
+    // Validators run in kube-openapi's order: type, combinators, string, format, number,
+    // array, enum, object.
+    let mut type_ok = true;
+    if flag(schema, "x-kubernetes-int-or-string") {
+        if !matches!(type_name(v), "integer" | "string") {
+            errs.push(type_invalid(path, v, "integer,string"));
+            type_ok = false;
+        }
+    } else if let Some(t) = schema
+        .get("type")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+    {
+        if !type_matches(t, v) {
+            errs.push(type_invalid(path, v, t));
+            type_ok = false;
+        }
+    }
+    combinators(schema, v, path, errs);
+    if !type_ok {
+        enum_check(schema, v, path, errs);
+        return;
+    }
+    match v {
+        Value::String(s) => check_string(schema, s, v, path, errs),
+        Value::Number(n) => check_number(schema, n.as_f64().unwrap_or(0.0), v, path, errs),
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items").filter(|i| i.is_object()) {
+                for (i, item) in items.iter().enumerate() {
+                    check(item_schema, item, &format!("{path}[{i}]"), errs);
+                }
+            }
+            let n = items.len() as u64;
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
+                if n > max {
+                    errs.push(FieldError {
+                        reason: "FieldValueTooMany",
+                        field: path.to_owned(),
+                        message: format!("Too many: {n}: must have at most {max} items"),
+                    });
+                }
+            }
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
+                if n < min {
+                    errs.push(invalid(
+                        path,
+                        v,
+                        format!("{path} in body should have at least {min} items"),
+                    ));
+                }
+            }
+            let set = schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("set");
+            if flag(schema, "uniqueItems") || set {
+                for (i, a) in items.iter().enumerate() {
+                    if items[..i].contains(a) {
+                        errs.push(FieldError {
+                            reason: "FieldValueDuplicate",
+                            field: format!("{path}[{i}]"),
+                            message: format!("Duplicate value: {}", shown(a)),
+                        });
+                    }
+                }
+            }
+            if schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map") {
+                let keys: Vec<&str> = schema
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                let key_of = |item: &Value| -> Vec<Value> { keys.iter().map(|k| item[*k].clone()).collect() };
+                for (i, a) in items.iter().enumerate() {
+                    if items[..i].iter().any(|b| key_of(b) == key_of(a)) {
+                        let shown_key: Vec<String> =
+                            keys.iter().map(|k| format!("\"{k}\":{}", a[*k])).collect();
+                        errs.push(FieldError {
+                            reason: "FieldValueDuplicate",
+                            field: format!("{path}[{i}]"),
+                            message: format!(
+                                "Duplicate value: map[string]interface {{}}{{{}}}",
+                                shown_key.join(", ")
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    enum_check(schema, v, path, errs);
+    if let Value::Object(o) = v {
+        {
+            object_bounds(schema, o, path, errs);
+            let props = schema.get("properties").and_then(Value::as_object);
+            let embedded = flag(schema, "x-kubernetes-embedded-resource");
+            for (k, child) in o {
+                if embedded && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                    if let Some(sub) = props.and_then(|p| p.get(k)) {
+                        check(sub, child, &join(path, k), errs);
+                    }
+                    continue;
+                }
+                if let Some(sub) = props.and_then(|p| p.get(k)) {
+                    check(sub, child, &join(path, k), errs);
+                } else if let Some(add) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                    check(add, child, &join(path, k), errs);
+                }
+            }
+            if embedded {
+                for k in ["apiVersion", "kind"] {
+                    if o.get(k).and_then(Value::as_str).is_none_or(str::is_empty) {
+                        errs.push(FieldError::required(join(path, k), "must not be empty"));
+                    }
+                }
+            }
+            required(schema, o, path, errs);
+        }
+    }
+}
+
+/// `enum`: the value must be one of the listed (each shown quoted, as upstream lists them).
+fn enum_check(schema: &Value, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        if !values.contains(v) {
+            let list: Vec<String> = values
+                .iter()
+                .map(|e| {
+                    let text = match e {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    serde_json::to_string(&text).unwrap_or_default()
+                })
+                .collect();
+            errs.push(FieldError {
+                reason: "FieldValueNotSupported",
+                field: path.to_owned(),
+                message: format!(
+                    "Unsupported value: {}: supported values: {}",
+                    shown(v),
+                    list.join(", ")
+                ),
+            });
+        }
+    }
+}
+
+/// allOf, anyOf, oneOf and not.
+fn combinators(schema: &Value, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let nil = |detail: String| FieldError {
+        reason: "FieldValueInvalid",
+        field: "<nil>".to_owned(),
+        message: format!("Invalid value: \"\": \"{path}\" {detail}"),
+    };
+    for combinator in ["allOf", "anyOf", "oneOf"] {
+        let Some(subs) = schema.get(combinator).and_then(Value::as_array) else {
+            continue;
+        };
+        let results: Vec<Vec<FieldError>> = subs
+            .iter()
+            .map(|s| {
+                let mut e = Vec::new();
+                check(s, v, path, &mut e);
+                e
+            })
+            .collect();
+        let passing = results.iter().filter(|e| e.is_empty()).count();
+        match combinator {
+            "allOf" => errs.extend(results.into_iter().flatten()),
+            "anyOf" if passing == 0 => {
+                errs.push(nil("must validate at least one schema (anyOf)".to_owned()));
+                errs.extend(results.into_iter().flatten());
+            }
+            "oneOf" if passing != 1 => {
+                errs.push(nil("must validate one and only one schema (oneOf)".to_owned()));
+                if passing == 0 {
+                    errs.extend(results.into_iter().flatten());
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(not) = schema.get("not").filter(|n| n.is_object()) {
+        let mut e = Vec::new();
+        check(not, v, path, &mut e);
+        if e.is_empty() {
+            errs.push(nil("must not validate the schema (not)".to_owned()));
+        }
+    }
+}
+
+fn required(schema: &Value, o: &Map<String, Value>, path: &str, errs: &mut Vec<FieldError>) {
+    for r in schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if !o.contains_key(r) {
+            errs.push(FieldError::required(join(path, r), ""));
+        }
+    }
+}
+
+fn object_bounds(schema: &Value, o: &Map<String, Value>, path: &str, errs: &mut Vec<FieldError>) {
+    let n = o.len() as u64;
+    let field = if path.is_empty() { "<nil>" } else { path };
+    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
+        if n > max {
+            errs.push(FieldError {
+                reason: "FieldValueTooMany",
+                field: field.to_owned(),
+                message: format!("Too many: {n}: must have at most {max} items"),
+            });
+        }
+    }
+    if let Some(min) = schema.get("minProperties").and_then(Value::as_u64) {
+        if n < min {
+            errs.push(FieldError {
+                reason: "FieldValueInvalid",
+                field: field.to_owned(),
+                message: format!("Invalid value: {n}: {field} in body should have at least {min} properties"),
+            });
+        }
+    }
+}
+
+fn check_string(schema: &Value, s: &str, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let len = s.chars().count() as u64;
+    // kube-openapi's string validator stops at its first failure.
+    let max = schema.get("maxLength").and_then(Value::as_u64);
+    let min = schema.get("minLength").and_then(Value::as_u64);
+    let pattern = schema.get("pattern").and_then(Value::as_str);
+    if let Some(max) = max.filter(|m| len > *m) {
+        errs.push(FieldError {
+            reason: "FieldValueTooLong",
+            field: path.to_owned(),
+            message: format!("Too long: may not be more than {max} bytes"),
+        });
+    } else if let Some(min) = min.filter(|m| len < *m) {
+        errs.push(invalid(
+            path,
+            v,
+            format!("{path} in body should be at least {min} chars long"),
+        ));
+    } else if let Some(p) = pattern.filter(|p| compiled(p).is_some_and(|re| !re.is_match(s))) {
+        errs.push(invalid(path, v, format!("{path} in body should match '{p}'")));
+    }
+    if let Some(f) = schema.get("format").and_then(Value::as_str) {
+        if !format_ok(f, s) {
+            errs.push(FieldError {
+                reason: "FieldValueTypeInvalid",
+                field: path.to_owned(),
+                message: format!(
+                    "Invalid value: {}: {path} in body must be of type {f}: {}",
+                    shown(v),
+                    shown(v)
+                ),
+            });
+        }
+    }
+}
+
+/// A schema's pattern, compiled once per process (the patterns are the CRDs' own: few).
+fn compiled(pattern: &str) -> Option<regex::Regex> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<regex::Regex>>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if cache.len() > 4096 {
+        cache.clear();
+    }
+    cache
+        .entry(pattern.to_owned())
+        .or_insert_with(|| regex::Regex::new(pattern).ok())
+        .clone()
+}
+
+/// The string formats upstream checks (kube-openapi's `strfmt` registry, as CRDs use it);
+/// formats it does not know pass.
+fn format_ok(format: &str, s: &str) -> bool {
+    match format {
+        "byte" => base64_ok(s),
+        "date-time" | "datetime" => chrono_like_datetime(s),
+        "date" => {
+            s.len() == 10
+                && s.as_bytes()[4] == b'-'
+                && s.as_bytes()[7] == b'-'
+                && chrono_like_datetime(&format!("{s}T00:00:00Z"))
+        }
+        "uuid" => {
+            let parts: Vec<&str> = s.split('-').collect();
+            parts.len() == 5
+                && parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12])
+                && parts.iter().all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
+        }
+        "ipv4" => s.parse::<std::net::Ipv4Addr>().is_ok(),
+        "ipv6" => s.parse::<std::net::Ipv6Addr>().is_ok(),
+        "cidr" => s
+            .split_once('/')
+            .is_some_and(|(a, m)| a.parse::<std::net::IpAddr>().is_ok() && m.parse::<u8>().is_ok()),
+        "hostname" => !s.is_empty() && r8s_api::validation::dns1123_subdomain(&s.to_lowercase()).is_empty(),
+        "email" => s
+            .split_once('@')
+            .is_some_and(|(a, b)| !a.is_empty() && b.contains('.')),
+        _ => true,
+    }
+}
+
+fn base64_ok(s: &str) -> bool {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.decode(s).is_ok()
+}
+
+/// RFC 3339 date-time (with or without fractional seconds).
+fn chrono_like_datetime(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.len() < 20 {
+        return false;
+    }
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && matches!(b[10], b'T' | b't' | b' ')
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
+}
+
+fn check_number(schema: &Value, n: f64, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let excl_max = flag(schema, "exclusiveMaximum");
+    let excl_min = flag(schema, "exclusiveMinimum");
+    let num = |x: &Value| x.to_string();
+    if let Some(max) = schema.get("maximum").filter(|m| m.is_number()) {
+        let m = max.as_f64().unwrap_or(f64::MAX);
+        if n > m || (excl_max && n == m) {
+            let words = if excl_max {
+                "less than"
+            } else {
+                "less than or equal to"
+            };
+            errs.push(invalid(
+                path,
+                v,
+                format!("{path} in body should be {words} {}", num(max)),
+            ));
+        }
+    }
+    if let Some(min) = schema.get("minimum").filter(|m| m.is_number()) {
+        let m = min.as_f64().unwrap_or(f64::MIN);
+        if n < m || (excl_min && n == m) {
+            let words = if excl_min {
+                "greater than"
+            } else {
+                "greater than or equal to"
+            };
+            errs.push(invalid(
+                path,
+                v,
+                format!("{path} in body should be {words} {}", num(min)),
+            ));
+        }
+    }
+    if let Some(mult) = schema.get("multipleOf").and_then(Value::as_f64) {
+        if mult > 0.0 && (n / mult).fract() != 0.0 {
+            errs.push(invalid(
+                path,
+                v,
+                format!("{path} in body should be a multiple of {}", schema["multipleOf"]),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {
+            "spec": {"type": "object", "required": ["size"], "properties": {
+                "size": {"type": "integer", "minimum": 1, "maximum": 10},
+                "color": {"type": "string", "enum": ["red", "blue"], "default": "red"},
+                "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5},
+                "tags": {"type": "array", "maxItems": 2, "items": {"type": "string"}},
+                "port": {"x-kubernetes-int-or-string": true},
+                "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "opt": {"type": "string", "nullable": true},
+            }},
+            "status": {"type": "object", "properties": {"ready": {"type": "boolean"}}},
+        }})
+    }
+
+    fn messages(errs: &[FieldError]) -> Vec<String> {
+        errs.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn unknown_fields_are_pruned_and_reported_where_the_schema_does_not_keep_them() {
+        let mut obj = json!({"apiVersion": "example.com/v1", "kind": "W",
+            "metadata": {"name": "w", "bogus": 1},
+            "spec": {"size": 1, "nope": true, "extra": {"anything": [1]}, "labels": {"a": "b"}},
+            "other": 1});
+        let mut unknown = Vec::new();
+        prune(&schema(), &mut obj, &mut unknown);
+        assert_eq!(unknown, ["metadata.bogus", "other", "spec.nope"]);
+        assert_eq!(obj["spec"]["extra"], json!({"anything": [1]}));
+        assert_eq!(obj["spec"]["labels"], json!({"a": "b"}));
+        assert_eq!(obj["metadata"], json!({"name": "w"}));
+        assert_eq!(obj["apiVersion"], "example.com/v1");
+    }
+
+    #[test]
+    fn defaults_fill_absent_fields() {
+        let mut obj = json!({"spec": {"size": 2}});
+        default(&schema(), &mut obj);
+        assert_eq!(obj["spec"]["color"], "red");
+        let mut obj = json!({"spec": {"size": 2, "color": "blue"}});
+        default(&schema(), &mut obj);
+        assert_eq!(obj["spec"]["color"], "blue");
+    }
+
+    #[test]
+    fn values_are_checked_with_upstreams_words() {
+        let obj = json!({"spec": {"size": "big", "color": "green", "name": "ABCDEFG",
+            "tags": ["a", "b", "c"], "port": true, "opt": null}});
+        let m = messages(&validate(&schema(), &obj));
+        assert!(
+            m.contains(
+                &r#"spec.size: Invalid value: "string": spec.size in body must be of type integer: "string""#
+                    .to_owned()
+            ),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(
+                &r#"spec.color: Unsupported value: "green": supported values: "red", "blue""#.to_owned()
+            ),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(&r#"spec.name: Too long: may not be more than 5 bytes"#.to_owned()),
+            "{m:?}"
+        );
+        // A string gets its first failure only (kube-openapi's order: length, then pattern).
+        assert!(!m.iter().any(|e| e.contains("should match")), "{m:?}");
+        assert!(
+            m.contains(&"spec.tags: Too many: 3: must have at most 2 items".to_owned()),
+            "{m:?}"
+        );
+        assert!(m.contains(&r#"spec.port: Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean""#.to_owned()), "{m:?}");
+        assert!(!m.iter().any(|e| e.starts_with("spec.opt")), "{m:?}");
+        let m = messages(&validate(&schema(), &json!({"spec": {"size": 1, "name": "AB"}})));
+        assert_eq!(
+            m,
+            [r#"spec.name: Invalid value: "AB": spec.name in body should match '^[a-z]+$'"#]
+        );
+        let m = messages(&validate(&schema(), &json!({"spec": {"size": 11}})));
+        assert_eq!(
+            m,
+            ["spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"]
+        );
+        let m = messages(&validate(&schema(), &json!({"spec": {}})));
+        assert_eq!(m, ["spec.size: Required value"]);
+        assert!(validate(
+            &schema(),
+            &json!({"spec": {"size": 3, "port": "http", "tags": []}})
+        )
+        .is_empty());
+    }
+}

@@ -1,0 +1,351 @@
+//! CustomResourceDefinitions (issue 38): a CRD installed with kubectl becomes a served kind —
+//! discovery, schema validation with upstream's words, defaults, pruning, printer columns,
+//! status and scale subresources — and deleting it takes its instances with it.
+
+use std::time::{Duration, Instant};
+
+use crate::support::Server;
+
+const CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names:
+    plural: widgets
+    singular: widget
+    kind: Widget
+    shortNames: [wd]
+    categories: [all]
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+      scale:
+        specReplicasPath: .spec.replicas
+        statusReplicasPath: .status.replicas
+    additionalPrinterColumns:
+    - name: Size
+      type: integer
+      jsonPath: .spec.size
+    - name: Color
+      type: string
+      jsonPath: .spec.color
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [size]
+            properties:
+              size: {type: integer, minimum: 1, maximum: 10}
+              color: {type: string, enum: [red, blue], default: red}
+              replicas: {type: integer}
+          status:
+            type: object
+            properties:
+              replicas: {type: integer}
+"#;
+
+fn widget(name: &str, spec: &str) -> String {
+    format!("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: {name}\nspec: {spec}\n")
+}
+
+/// Poll `f` until it holds (at most `secs` seconds).
+fn eventually(secs: u64, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_crd_becomes_a_served_kind_with_its_schema_columns_and_subresources() {
+    let server = Server::start();
+    let k = "1.33";
+    server.ok_stdin(k, &["apply", "-f", "-"], CRD);
+    server.ok(
+        k,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=10s",
+        ],
+    );
+    let crd = server.ok(k, &["get", "crd", "widgets.example.com", "-o", "json"]);
+    let crd: serde_json::Value = serde_json::from_str(&crd).unwrap();
+    assert_eq!(
+        crate::support::condition(&crd, "NamesAccepted")["reason"],
+        "NoConflicts"
+    );
+    assert_eq!(crd["status"]["acceptedNames"]["kind"], "Widget");
+    assert_eq!(crd["status"]["storedVersions"], serde_json::json!(["v1"]));
+    let resources = server.ok(k, &["api-resources", "--api-group=example.com"]);
+    assert!(
+        resources.contains("widgets") && resources.contains("wd") && resources.contains("Widget"),
+        "{resources}"
+    );
+
+    // Valid instances, defaulted and pruned; both kubectl versions.
+    let out = server.kubectl_stdin(
+        k,
+        &["apply", "--validate=warn", "-f", "-"],
+        &widget("w1", "{size: 3, bogus: 1}"),
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stdout.contains("widget.example.com/w1 created"),
+        "{stdout} {stderr}"
+    );
+    assert!(
+        stderr.contains(r#"Warning: unknown field "spec.bogus""#),
+        "{stderr}"
+    );
+    server.ok_stdin(
+        "1.27",
+        &["create", "-f", "-"],
+        &widget("w2", "{size: 4, color: blue}"),
+    );
+    let w1: serde_json::Value =
+        serde_json::from_str(&server.ok(k, &["get", "widget", "w1", "-o", "json"])).unwrap();
+    assert_eq!(w1["spec"]["color"], "red", "{w1}");
+    assert!(
+        w1["spec"].get("bogus").is_none(),
+        "unknown fields are pruned: {w1}"
+    );
+    assert_eq!(w1["metadata"]["generation"], 1);
+    let table = server.ok(k, &["get", "wd"]);
+    let header = table.lines().next().unwrap();
+    assert!(
+        header.contains("SIZE") && header.contains("COLOR") && !header.contains("AGE"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("w2") && l.contains(" 4 ") && l.contains("blue")),
+        "{table}"
+    );
+    let all = server.ok(k, &["get", "all"]);
+    assert!(
+        all.contains("widget.example.com/w1"),
+        "the all category lists widgets: {all}"
+    );
+
+    // Invalid instances: upstream's messages, nothing stored.
+    let err = String::from_utf8(server.fails_stdin(k, &["apply", "-f", "-"], &widget("big", "{size: 11}")))
+        .unwrap();
+    assert!(
+        err.contains("spec.size: Invalid value: 11: spec.size in body should be less than or equal to 10"),
+        "{err}"
+    );
+    let err = String::from_utf8(server.fails_stdin(
+        "1.27",
+        &["create", "-f", "-"],
+        &widget("odd", "{size: two, color: green}"),
+    ))
+    .unwrap();
+    assert!(
+        err.contains(
+            r#"spec.size: Invalid value: "string": spec.size in body must be of type integer: "string""#
+        ) && err.contains(r#"spec.color: Unsupported value: "green": supported values: "red", "blue""#),
+        "{err}"
+    );
+    let err =
+        String::from_utf8(server.fails_stdin(k, &["create", "-f", "-"], &widget("nosize", "{color: red}")))
+            .unwrap();
+    assert!(err.contains("spec.size: Required value"), "{err}");
+    let err = String::from_utf8(server.fails_stdin(
+        k,
+        &["create", "--validate=strict", "-f", "-"],
+        &widget("strict", "{size: 1, bogus: 1}"),
+    ))
+    .unwrap();
+    assert!(err.contains(r#"unknown field "spec.bogus""#), "{err}");
+    assert!(!server.fails(k, &["get", "widget", "big"]).is_empty());
+
+    // Status is its own subresource; scale maps onto the CRD's paths.
+    server.ok(
+        k,
+        &[
+            "patch",
+            "widget",
+            "w1",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"replicas":7}}"#,
+        ],
+    );
+    let w1: serde_json::Value =
+        serde_json::from_str(&server.ok(k, &["get", "widget", "w1", "-o", "json"])).unwrap();
+    assert!(
+        w1["status"].is_null() || w1["status"]["replicas"].is_null(),
+        "status is not written through the main resource: {w1}"
+    );
+    server.ok(
+        k,
+        &[
+            "patch",
+            "widget",
+            "w1",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"replicas":2}}"#,
+        ],
+    );
+    let out = server.ok(k, &["scale", "widget", "w1", "--replicas=5"]);
+    assert!(out.contains("scaled"), "{out}");
+    assert_eq!(
+        server.ok(
+            k,
+            &[
+                "get",
+                "widget",
+                "w1",
+                "-o",
+                "jsonpath={.spec.replicas} {.status.replicas} {.metadata.generation}"
+            ]
+        ),
+        "5 2 2"
+    );
+    let scale = server.ok(
+        k,
+        &[
+            "get",
+            "--raw",
+            "/apis/example.com/v1/namespaces/default/widgets/w1/scale",
+        ],
+    );
+    let scale: serde_json::Value = serde_json::from_str(&scale).unwrap();
+    assert_eq!(
+        (
+            scale["kind"].as_str(),
+            scale["spec"]["replicas"].as_i64(),
+            scale["status"]["replicas"].as_i64()
+        ),
+        (Some("Scale"), Some(5), Some(2))
+    );
+    // Custom resources have no strategic merge patch.
+    let err = server.fails(
+        k,
+        &[
+            "patch",
+            "widget",
+            "w1",
+            "--type=strategic",
+            "-p",
+            r#"{"spec":{"size":2}}"#,
+        ],
+    );
+    assert!(
+        err.contains("the body of the request was in an unknown format"),
+        "{err}"
+    );
+
+    // Deleting the CRD deletes its instances, then the kind is gone.
+    server.ok(k, &["delete", "crd", "widgets.example.com", "--timeout=30s"]);
+    eventually(20, "the CRD to go", || {
+        !server
+            .kubectl(k, &["get", "crd", "widgets.example.com"])
+            .status
+            .success()
+    });
+    // (kubectl's discovery cache may still name the kind: then the list itself is refused.)
+    let err = server.fails(k, &["get", "widgets"]);
+    assert!(
+        err.contains("the server doesn't have a resource type \"widgets\"")
+            || err.contains("the server could not find the requested resource"),
+        "{err}"
+    );
+    let err = server.fails(k, &["get", "--raw", "/apis/example.com/v1"]);
+    assert!(err.contains("NotFound") || err.contains("not find"), "{err}");
+    // Recreated, it starts empty.
+    server.ok_stdin(k, &["apply", "-f", "-"], CRD);
+    server.ok(
+        k,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=10s",
+        ],
+    );
+    eventually(10, "the recreated kind to be served", || {
+        server.kubectl(k, &["get", "widgets"]).status.success()
+    });
+    let out = server.kubectl(k, &["get", "widgets", "-o", "name"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "",
+        "instances went with their CRD"
+    );
+}
+
+#[test]
+fn crds_are_refused_with_upstreams_words_and_names_conflicts_are_reported() {
+    let server = Server::start();
+    let k = "1.33";
+    let bad = CRD.replace("name: widgets.example.com", "name: gadgets.example.com");
+    let err = String::from_utf8(server.fails_stdin(k, &["create", "-f", "-"], &bad)).unwrap();
+    assert!(
+        err.contains(
+            r#"metadata.name: Invalid value: "gadgets.example.com": must be spec.names.plural+"."+spec.group"#
+        ),
+        "{err}"
+    );
+    let nodot = CRD
+        .replace("name: widgets.example.com", "name: widgets.example")
+        .replace("group: example.com", "group: example");
+    let err = String::from_utf8(server.fails_stdin(k, &["create", "-f", "-"], &nodot)).unwrap();
+    assert!(
+        err.contains(r#"spec.group: Invalid value: "example": should be a domain with at least one dot"#),
+        "{err}"
+    );
+
+    // A second CRD asking for a kind the first holds is not established.
+    server.ok_stdin(k, &["apply", "-f", "-"], CRD);
+    server.ok(
+        k,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=10s",
+        ],
+    );
+    let clash = CRD
+        .replace("name: widgets.example.com", "name: gizmos.example.com")
+        .replace("plural: widgets", "plural: gizmos")
+        .replace("singular: widget", "singular: gizmo")
+        .replace("shortNames: [wd]", "shortNames: [gz]");
+    server.ok_stdin(k, &["create", "-f", "-"], &clash);
+    let mut crd = serde_json::Value::Null;
+    eventually(10, "the conflict to be reported", || {
+        crd =
+            serde_json::from_str(&server.ok(k, &["get", "crd", "gizmos.example.com", "-o", "json"])).unwrap();
+        crate::support::condition(&crd, "NamesAccepted")["status"] == "False"
+    });
+    let c = crate::support::condition(&crd, "NamesAccepted");
+    assert_eq!(
+        (c["reason"].as_str(), c["message"].as_str()),
+        (Some("KindConflict"), Some("\"Widget\" is already in use"))
+    );
+    assert_eq!(crate::support::condition(&crd, "Established")["status"], "False");
+    let resources = server.ok(k, &["api-resources", "--api-group=example.com", "-o", "name"]);
+    assert!(
+        resources.contains("widgets.example.com") && !resources.contains("gizmos"),
+        "{resources}"
+    );
+}
