@@ -99,6 +99,8 @@ pub fn openapi_schemas<'a>(
         T::schema_name().into_owned()
     }
     let mut gen = schemars::generate::SchemaSettings::openapi3().into_generator();
+    // ListMeta too: list kinds (custom resources' among them) refer to it.
+    gen.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta>();
     let mut roots = Vec::new();
     let mut untyped = Vec::new();
     for def in defs {

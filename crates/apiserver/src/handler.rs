@@ -162,7 +162,7 @@ async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiEr
     if let Some(resp) = health::route(&ctx, &path).await {
         return Ok(resp);
     }
-    if let Some(resp) = crate::openapi::route(&path, req.headers()) {
+    if let Some(resp) = crate::openapi::route(&ctx.shared, &path, req.headers()) {
         return Ok(resp);
     }
     if path == "/metrics" {

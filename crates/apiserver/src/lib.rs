@@ -78,6 +78,8 @@ pub(crate) struct Shared {
     pub watch_cache: Arc<watch_cache::WatchCache>,
     /// The resources served: built-ins and established custom resources.
     pub served: registry::catalogue::Served,
+    /// The OpenAPI documents of what is served.
+    pub openapi: openapi::Cache,
     pub service_cidrs: ServiceCidrs,
     pub metrics: metrics::Metrics,
     pub rbac: Option<Arc<rbac::Rbac>>,
@@ -148,6 +150,7 @@ impl ApiServer {
         let shared = Arc::new(Shared {
             watch_cache: Arc::new(watch_cache::WatchCache::new(config.store.clone())),
             served: registry::catalogue::Served::builtin(),
+            openapi: Default::default(),
             service_cidrs: config.service_cidrs.clone(),
             metrics,
             audit,

@@ -14,6 +14,8 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use http::{header, HeaderMap, Response, StatusCode};
 use r8s_api::{catalogue, group_versions, ResourceDef};
+
+use crate::registry::catalogue::ServedSet;
 use serde_json::{json, Map, Value};
 
 use crate::http::{full, json_response, Body};
@@ -125,12 +127,143 @@ fn documents() -> &'static Documents {
     })
 }
 
-pub(crate) fn route(path: &str, headers: &HeaderMap) -> Option<Response<Body>> {
+/// The apimachinery schemas (ObjectMeta, ListMeta, Time, …) a custom resource's v3 document
+/// refers to, from the core document.
+fn meta_schemas() -> &'static Map<String, Value> {
+    static META: OnceLock<Map<String, Value>> = OnceLock::new();
+    META.get_or_init(|| {
+        let core: Value = serde_json::from_slice(&documents().by_path["api/v1"].1).expect("JSON");
+        core["components"]["schemas"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| k.starts_with("io.k8s.apimachinery."))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    })
+}
+
+/// The v3 document of a group version of custom resources.
+fn custom_document(defs: &[&ResourceDef]) -> Value {
+    let mut schemas = meta_schemas().clone();
+    let mut paths = Map::new();
+    for def in defs {
+        let own = crate::registry::custom::openapi::schemas(def, false);
+        let base = if def.namespaced {
+            format!(
+                "/{}/namespaces/{{namespace}}/{}",
+                gv_path(def.group, def.version),
+                def.plural
+            )
+        } else {
+            format!("/{}/{}", gv_path(def.group, def.version), def.plural)
+        };
+        paths.insert(
+            base.clone(),
+            json!({
+                "get": operation(def, "list", &own[1].0, false),
+                "post": operation(def, "post", &own[0].0, true),
+            }),
+        );
+        paths.insert(
+            format!("{base}/{{name}}"),
+            json!({
+                "get": operation(def, "get", &own[0].0, false),
+                "put": operation(def, "put", &own[0].0, true),
+                "patch": operation(def, "patch", &own[0].0, true),
+                "delete": operation(def, "delete", &own[0].0, true),
+            }),
+        );
+        schemas.extend(own);
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes CRD Swagger", "version": "v0.1.0"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
+/// The documents of what one server serves now: built once per change of its custom
+/// resources.
+pub(crate) struct Built {
+    v2: Option<crate::openapi_v2::Served>,
+    /// gv path → (hash, JSON) of the custom group versions.
+    v3: BTreeMap<String, (String, Bytes)>,
+}
+
+/// A server's documents, rebuilt when its served resources change.
+#[derive(Default)]
+pub(crate) struct Cache(std::sync::Mutex<Option<(std::sync::Arc<ServedSet>, std::sync::Arc<Built>)>>);
+
+impl Cache {
+    fn get(&self, set: std::sync::Arc<ServedSet>) -> std::sync::Arc<Built> {
+        let mut cur = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((s, b)) = cur.as_ref() {
+            if std::sync::Arc::ptr_eq(s, &set) {
+                return b.clone();
+            }
+        }
+        let custom: Vec<&ResourceDef> = set.defs.iter().filter(|d| d.custom).copied().collect();
+        let mut v3 = BTreeMap::new();
+        for (g, v) in set.group_versions() {
+            let defs: Vec<&ResourceDef> = custom
+                .iter()
+                .filter(|d| d.group == g && d.version == v)
+                .copied()
+                .collect();
+            if defs.is_empty() {
+                continue;
+            }
+            let bytes = serde_json::to_vec(&custom_document(&defs)).expect("JSON serializes");
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut h);
+            v3.insert(
+                gv_path(g, v),
+                (format!("{:016X}", h.finish()), Bytes::from(bytes)),
+            );
+        }
+        let built = std::sync::Arc::new(Built {
+            v2: (!custom.is_empty()).then(|| crate::openapi_v2::served_with(&custom)),
+            v3,
+        });
+        *cur = Some((set, built.clone()));
+        built
+    }
+}
+
+/// A response with an ETag, or 304 when the client has it already.
+fn tagged(headers: &HeaderMap, etag: &str, content_type: &str, body: Bytes) -> Response<Body> {
+    let tag = format!("\"{etag}\"");
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == tag));
+    let builder = Response::builder().header(header::ETAG, &tag);
+    if matches {
+        return builder
+            .status(StatusCode::NOT_MODIFIED)
+            .body(full(Bytes::new()))
+            .expect("valid response");
+    }
+    builder
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(full(body))
+        .expect("valid response")
+}
+
+pub(crate) fn route(shared: &crate::Shared, path: &str, headers: &HeaderMap) -> Option<Response<Body>> {
+    if !path.starts_with("/openapi/") {
+        return None;
+    }
+    let built = shared.openapi.get(shared.served.current());
     match path {
         "/openapi/v3" => {
             let paths: Map<String, Value> = documents()
                 .by_path
                 .iter()
+                .chain(built.v3.iter())
                 .map(|(p, (hash, _))| {
                     (
                         p.clone(),
@@ -143,39 +276,26 @@ pub(crate) fn route(path: &str, headers: &HeaderMap) -> Option<Response<Body>> {
         // Swagger 2.0 for every served type: protobuf (gnostic's Document) when the client asks
         // for it, as client-go's discovery does, else JSON.
         "/openapi/v2" => {
-            let doc = crate::openapi_v2::served();
+            let doc = built.v2.as_ref().unwrap_or_else(|| crate::openapi_v2::served());
             let protobuf = headers
                 .get(header::ACCEPT)
                 .and_then(|a| a.to_str().ok())
                 .is_some_and(|a| a.contains("protobuf"));
-            let (content_type, body) = if protobuf {
+            let (content_type, body, etag) = if protobuf {
                 (
                     "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
                     doc.protobuf.clone(),
+                    format!("{}-pb", doc.etag),
                 )
             } else {
-                ("application/json", doc.json.clone())
+                ("application/json", doc.json.clone(), doc.etag.clone())
             };
-            Some(
-                Response::builder()
-                    .status(StatusCode::OK)
-                    .header(header::CONTENT_TYPE, content_type)
-                    .header(header::ETAG, format!("\"{}\"", doc.etag))
-                    .body(full(body))
-                    .expect("valid response"),
-            )
+            Some(tagged(headers, &etag, content_type, body))
         }
         _ => {
             let gv = path.strip_prefix("/openapi/v3/")?;
-            let (hash, doc) = documents().by_path.get(gv)?;
-            Some(
-                Response::builder()
-                    .status(StatusCode::OK)
-                    .header(header::CONTENT_TYPE, "application/json")
-                    .header(header::ETAG, format!("\"{hash}\""))
-                    .body(full(doc.clone()))
-                    .expect("valid response"),
-            )
+            let (hash, doc) = documents().by_path.get(gv).or_else(|| built.v3.get(gv))?;
+            Some(tagged(headers, hash, "application/json", doc.clone()))
         }
     }
 }

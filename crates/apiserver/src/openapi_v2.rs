@@ -648,20 +648,55 @@ pub(crate) struct Served {
     pub protobuf: Bytes,
 }
 
+fn serve(doc: &Value) -> Served {
+    let json = serde_json::to_vec(doc).expect("JSON serializes");
+    let protobuf = to_protobuf(doc).encode_to_vec();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    json.hash(&mut h);
+    Served {
+        etag: format!("{:016X}", h.finish()),
+        json: Bytes::from(json),
+        protobuf: Bytes::from(protobuf),
+    }
+}
+
+fn builtin_document() -> &'static Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(document)
+}
+
 pub(crate) fn served() -> &'static Served {
     static DOC: OnceLock<Served> = OnceLock::new();
-    DOC.get_or_init(|| {
-        let doc = document();
-        let json = serde_json::to_vec(&doc).expect("JSON serializes");
-        let protobuf = to_protobuf(&doc).encode_to_vec();
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        json.hash(&mut h);
-        Served {
-            etag: format!("{:016X}", h.finish()),
-            json: Bytes::from(json),
-            protobuf: Bytes::from(protobuf),
+    DOC.get_or_init(|| serve(builtin_document()))
+}
+
+/// The document with the custom resources `custom` besides the built-in ones.
+pub(crate) fn served_with(custom: &[&ResourceDef]) -> Served {
+    let mut doc = builtin_document().clone();
+    for def in custom {
+        let schemas = crate::registry::custom::openapi::schemas(def, true);
+        let schema = schemas[0].0.clone();
+        let prefix = gv_prefix(def.group, def.version);
+        let base = if def.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}", def.plural)
+        } else {
+            format!("{prefix}/{}", def.plural)
+        };
+        doc["paths"][base.as_str()] = json!({
+            "get": operation(def, "list", &schemas[1].0, false, false),
+            "post": operation(def, "post", &schema, true, true),
+        });
+        doc["paths"][format!("{base}/{{name}}").as_str()] = json!({
+            "get": operation(def, "get", &schema, false, false),
+            "put": operation(def, "put", &schema, true, true),
+            "patch": operation(def, "patch", &schema, true, true),
+            "delete": operation(def, "delete", &schema, true, false),
+        });
+        for (name, s) in schemas {
+            doc["definitions"][name.as_str()] = s;
         }
-    })
+    }
+    serve(&doc)
 }
 
 #[cfg(test)]

@@ -62,7 +62,8 @@ impl<'a> RequestView<'a> {
         if r.api_group == "admissionregistration.k8s.io" && r.resource.ends_with("webhookconfigurations") {
             return None;
         }
-        let def = r8s_api::find(&r.api_group, &r.api_version, &r.resource)?;
+        let def = r8s_api::find(&r.api_group, &r.api_version, &r.resource)
+            .or_else(|| crate::registry::custom::find_made(&r.api_group, &r.api_version, &r.resource))?;
         let name = if r.name.is_empty() {
             object.map(|o| meta::name(o).to_owned()).unwrap_or_default()
         } else {

@@ -253,6 +253,41 @@ fn message(name: &str, buf: &[u8]) -> Result<Value, String> {
             })
         }
         "apimachinery.pkg.apis.meta.v1.Duration" => return Ok(Value::String(go_duration(int(1)?))),
+        // A CRD schema's JSON values (default, enum, example) are raw JSON, and its "or"
+        // types are one JSON value or the other (upstream's custom JSON marshalling).
+        _ if name.starts_with("apiextensions_apiserver.") && name.ends_with(".Json") => {
+            return Ok(match get(1) {
+                Some(Wire::Bytes(b)) if !b.is_empty() => {
+                    serde_json::from_slice(b).map_err(|e| format!("{name} does not hold JSON: {e}"))?
+                }
+                _ => Value::Null,
+            })
+        }
+        _ if name.starts_with("apiextensions_apiserver.") && name.ends_with(".JsonSchemaPropsOrBool") => {
+            let props = name.replace("OrBool", "");
+            return match get(2) {
+                Some(Wire::Bytes(b)) => message(&props, b),
+                _ => Ok(Value::Bool(int(1)? != 0)),
+            };
+        }
+        _ if name.starts_with("apiextensions_apiserver.")
+            && (name.ends_with(".JsonSchemaPropsOrArray")
+                || name.ends_with(".JsonSchemaPropsOrStringArray")) =>
+        {
+            let props = name.replace("OrStringArray", "").replace("OrArray", "");
+            if let Some(Wire::Bytes(b)) = get(1) {
+                return message(&props, b);
+            }
+            let items: Result<Vec<Value>, String> = wire
+                .iter()
+                .filter(|(t, _)| *t == 2)
+                .map(|(_, w)| match w {
+                    Wire::Bytes(b) if name.ends_with("OrArray") => message(&props, b),
+                    w => string(w).map(Value::String),
+                })
+                .collect();
+            return Ok(Value::Array(items?));
+        }
         _ if name.ends_with(".ExtraValue") || name == "apimachinery.pkg.apis.meta.v1.Verbs" => {
             let items: Result<Vec<Value>, String> = wire
                 .iter()
@@ -562,6 +597,42 @@ mod tests {
                     }
                 }
             })
+        );
+    }
+
+    #[test]
+    fn crd_schemas_decode_to_their_json_forms() {
+        const V1: &str = "apiextensions_apiserver.pkg.apis.apiextensions.v1";
+        let mut string_schema = Vec::new();
+        bytes(5, b"string", &mut string_schema);
+        let mut default = Vec::new();
+        bytes(1, b"\"red\"", &mut default);
+        bytes(8, &default, &mut string_schema);
+        let mut enum_a = Vec::new();
+        bytes(1, b"\"red\"", &mut enum_a);
+        bytes(20, &enum_a, &mut string_schema);
+        let mut items = Vec::new();
+        bytes(1, &string_schema, &mut items);
+        let mut array_schema = Vec::new();
+        bytes(5, b"array", &mut array_schema);
+        bytes(24, &items, &mut array_schema);
+        let mut additional = Vec::new();
+        int(1, 1, &mut additional);
+        let mut entry = Vec::new();
+        bytes(1, b"tags", &mut entry);
+        bytes(2, &array_schema, &mut entry);
+        let mut root = Vec::new();
+        bytes(5, b"object", &mut root);
+        bytes(29, &entry, &mut root);
+        bytes(30, &additional, &mut root);
+        let mut maximum = Vec::new();
+        maximum.push((11 << 3) | 1);
+        maximum.extend_from_slice(&10f64.to_bits().to_le_bytes());
+        root.extend_from_slice(&maximum);
+        assert_eq!(
+            message(&format!("{V1}.JsonSchemaProps"), &root).unwrap(),
+            json!({"type": "object", "minimum": 10.0, "additionalProperties": true, "properties": {"tags": {
+                "type": "array", "items": {"type": "string", "default": "red", "enum": ["red"]}}}})
         );
     }
 

@@ -206,6 +206,12 @@ pub(crate) trait Strategy: Send + Sync {
         obj["spec"]["replicas"] = json!(replicas);
     }
 
+    /// Whether a `status` write stamps conditions written without a `lastTransitionTime`
+    /// (see `subresource`); CRDs keep their conditions as written, as upstream does.
+    fn stamps_conditions(&self) -> bool {
+        true
+    }
+
     /// The metadata fields a `status` write may not change (upstream's status strategies
     /// reset them: a Deployment's labels, a pod's owners).
     fn status_keeps_metadata(&self) -> &'static [&'static str] {

@@ -101,7 +101,9 @@ impl View {
                 match new.get("status") {
                     Some(s) => {
                         full["status"] = s.clone();
-                        stamp_conditions(&mut full["status"]);
+                        if super::strategy::of(def).stamps_conditions() {
+                            stamp_conditions(&mut full["status"]);
+                        }
                     }
                     None => {
                         if let Some(o) = full.as_object_mut() {

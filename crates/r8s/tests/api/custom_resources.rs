@@ -42,6 +42,7 @@ spec:
         properties:
           spec:
             type: object
+            description: What the widget should be.
             required: [size]
             properties:
               size: {type: integer, minimum: 1, maximum: 10}
@@ -93,6 +94,26 @@ fn a_crd_becomes_a_served_kind_with_its_schema_columns_and_subresources() {
         resources.contains("widgets") && resources.contains("wd") && resources.contains("Widget"),
         "{resources}"
     );
+
+    // Its schema is published: kubectl explain reads v3, clients v2.
+    let explain = server.ok(k, &["explain", "widgets.spec"]);
+    assert!(
+        explain.contains("What the widget should be.")
+            && explain.contains("size")
+            && explain.contains("<integer>"),
+        "{explain}"
+    );
+    let explain = server.ok(k, &["explain", "widgets.metadata"]);
+    assert!(explain.contains("creationTimestamp"), "{explain}");
+    let v2: serde_json::Value =
+        serde_json::from_str(&server.ok(k, &["get", "--raw", "/openapi/v2"])).unwrap();
+    let def = &v2["definitions"]["com.example.v1.Widget"];
+    assert_eq!(
+        def["properties"]["spec"]["properties"]["color"]["enum"],
+        serde_json::json!(["red", "blue"]),
+        "{def}"
+    );
+    assert_eq!(def["x-kubernetes-group-version-kind"][0]["kind"], "Widget");
 
     // Valid instances, defaulted and pruned; both kubectl versions.
     let out = server.kubectl_stdin(
@@ -271,6 +292,12 @@ fn a_crd_becomes_a_served_kind_with_its_schema_columns_and_subresources() {
     );
     let err = server.fails(k, &["get", "--raw", "/apis/example.com/v1"]);
     assert!(err.contains("NotFound") || err.contains("not find"), "{err}");
+    let v2: serde_json::Value =
+        serde_json::from_str(&server.ok(k, &["get", "--raw", "/openapi/v2"])).unwrap();
+    assert!(
+        v2["definitions"].get("com.example.v1.Widget").is_none(),
+        "the schema goes with its CRD"
+    );
     // Recreated, it starts empty.
     server.ok_stdin(k, &["apply", "-f", "-"], CRD);
     server.ok(

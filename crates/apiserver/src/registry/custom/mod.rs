@@ -12,6 +12,7 @@
 
 pub(crate) mod controller;
 pub(crate) mod jsonpath;
+pub(crate) mod openapi;
 pub(crate) mod schema;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -81,6 +82,17 @@ pub(crate) fn strategy_of(def: &ResourceDef) -> Option<Arc<dyn Strategy>> {
     i.strategies
         .get(&(def as *const ResourceDef as usize))
         .map(|s| s.clone() as Arc<dyn Strategy>)
+}
+
+/// A custom resource definition made for `group`/`version`/`plural` (any of them, when its
+/// CRD changed), for code that has the request's names but not its server's catalogue:
+/// admission matching, which needs only the names.
+pub(crate) fn find_made(group: &str, version: &str, plural: &str) -> Option<&'static ResourceDef> {
+    let i = interned().read().unwrap_or_else(PoisonError::into_inner);
+    i.by_content
+        .values()
+        .find(|d| d.group == group && d.version == version && d.plural == plural)
+        .copied()
 }
 
 /// The custom resource strategy of `def`, for what only custom resources have.
@@ -201,7 +213,7 @@ pub(crate) struct CustomResources {
     /// Whether the CRD has several versions (objects are then stored in the storage
     /// version's form and served in the asked one).
     multi: bool,
-    schema: Option<Value>,
+    pub schema: Option<Value>,
     /// `preserveUnknownFields` (v1beta1's legacy: nothing is pruned).
     preserve_unknown: bool,
     status: bool,
@@ -326,17 +338,23 @@ impl CustomResources {
 
 #[async_trait]
 impl Strategy for CustomResources {
+    /// Objects are read through the current schema: another version's objects converted,
+    /// and every object pruned and defaulted as it is served (upstream's decoding from
+    /// storage), so a default added to the CRD shows on objects stored before it.
     fn converts(&self) -> bool {
-        self.multi
+        true
     }
 
     fn to_storage(&self, mut obj: Value) -> Value {
-        obj["apiVersion"] = json!(self.storage_api_version);
+        if self.multi {
+            obj["apiVersion"] = json!(self.storage_api_version);
+        }
         obj
     }
 
     fn served_from_storage(&self, mut obj: Value, api_version: &str) -> Value {
         obj["apiVersion"] = json!(api_version);
+        self.prune(&mut obj);
         if let Some(s) = &self.schema {
             schema::default(s, &mut obj);
         }
@@ -436,6 +454,10 @@ pub(crate) struct CustomResourceDefinitions;
 impl Strategy for CustomResourceDefinitions {
     fn tracks_generation(&self) -> bool {
         true
+    }
+
+    fn stamps_conditions(&self) -> bool {
+        false
     }
 
     fn status_subresource(&self) -> bool {

@@ -590,7 +590,17 @@ fn chrono_like_datetime(s: &str) -> bool {
 fn check_number(schema: &Value, n: f64, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
     let excl_max = flag(schema, "exclusiveMaximum");
     let excl_min = flag(schema, "exclusiveMinimum");
-    let num = |x: &Value| x.to_string();
+    // Bounds print as Go prints them: truncated to an integer against an integer value,
+    // else in the shortest form (10, not 10.0).
+    let int_value = type_name(v) == "integer";
+    let num = |x: &Value| {
+        let f = x.as_f64().unwrap_or(0.0);
+        if int_value || (f.fract() == 0.0 && f.abs() < 1e21) {
+            (f.trunc() as i64).to_string()
+        } else {
+            f.to_string()
+        }
+    };
     if let Some(max) = schema.get("maximum").filter(|m| m.is_number()) {
         let m = max.as_f64().unwrap_or(f64::MAX);
         if n > m || (excl_max && n == m) {
