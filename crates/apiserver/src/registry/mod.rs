@@ -167,7 +167,7 @@ fn decode_with(
     let obj: Value = serde_json::from_slice(&kv.value)
         .map_err(|e| ApiError::internal(format!("stored object {} is unreadable: {e}", kv.key)))?;
     let mut obj = if strategy.converts() {
-        strategy.served_from_storage(obj, &def.api_version())
+        strategy.try_served_from_storage(obj, &def.api_version())?
     } else {
         obj
     };
@@ -182,6 +182,15 @@ pub(crate) fn encode(def: &ResourceDef, obj: &Value) -> Bytes {
         return encode_in_order(&convert::to_storage(def, obj.clone()));
     }
     encode_in_order(obj)
+}
+
+/// [`encode`] for a request's write: a conversion that fails refuses the write.
+pub(crate) fn try_encode(def: &ResourceDef, obj: &Value) -> Result<Bytes, ApiError> {
+    let s = strategy::of(def);
+    if s.converts() {
+        return Ok(encode_in_order(&s.try_to_storage(obj.clone())?));
+    }
+    Ok(encode_in_order(obj))
 }
 
 /// Serialise in the stored order straight from the object (no copy of it: objects are large
@@ -1122,7 +1131,7 @@ async fn create_stored(
         }
         return Ok((obj, None));
     }
-    let encoded = encode(def, &obj);
+    let encoded = try_encode(def, &obj)?;
     let created = ctx
         .shared
         .store
@@ -1326,7 +1335,7 @@ async fn write_update(
     let kv = ctx
         .shared
         .store
-        .update(&key(def, ns, name), encode(def, &obj), old_rv)
+        .update(&key(def, ns, name), try_encode(def, &obj)?, old_rv)
         .await
         .map_err(|e| store_error(def, name, e))?;
     meta::set_resource_version(&mut obj, kv.mod_revision);

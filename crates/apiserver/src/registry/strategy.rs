@@ -36,6 +36,17 @@ pub(crate) trait Strategy: Send + Sync {
         obj
     }
 
+    /// [`Strategy::to_storage`], for writes that can refuse an object that does not convert
+    /// (a custom resource's conversion webhook failing).
+    fn try_to_storage(&self, obj: Value) -> Result<Value, ApiError> {
+        Ok(self.to_storage(obj))
+    }
+
+    /// [`Strategy::served_from_storage`], for reads that can fail.
+    fn try_served_from_storage(&self, obj: Value, api_version: &str) -> Result<Value, ApiError> {
+        Ok(self.served_from_storage(obj, api_version))
+    }
+
     /// Check and canonicalise the quantities of a decoded object (upstream's decoder and
     /// `SetDefaults_ResourceList`; see `quantities`). Errors are upstream's decoding message.
     fn canonicalize_quantities(&self, obj: &mut Value) -> Result<(), &'static str> {

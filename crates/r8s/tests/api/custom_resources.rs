@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use serde_json::{json, Value};
+
 use crate::support::Server;
 
 const CRD: &str = r#"
@@ -374,5 +376,99 @@ fn crds_are_refused_with_upstreams_words_and_names_conflicts_are_reported() {
     assert!(
         resources.contains("widgets.example.com") && !resources.contains("gizmos"),
         "{resources}"
+    );
+}
+
+/// agnhost's conversion webhook in miniature: `v1` has `hostPort: "h:p"`, `v2` has `host` and
+/// `port`. A request to convert an object to its own version fails the conversion, as
+/// upstream's e2e webhook does (the server must not send those).
+fn convert(review: Value) -> Value {
+    let request = &review["request"];
+    let to = request["desiredAPIVersion"].as_str().unwrap_or("").to_owned();
+    let mut out = Vec::new();
+    let mut failure = None;
+    for obj in request["objects"].as_array().into_iter().flatten() {
+        let mut o = obj.clone();
+        if o["apiVersion"] == to.as_str() {
+            failure = Some("conversion from a version to itself should not call the webhook");
+            break;
+        }
+        match to.as_str() {
+            "example.com/v2" => {
+                let hp = o["spec"]["hostPort"].as_str().unwrap_or("").to_owned();
+                let (h, p) = hp.split_once(':').unwrap_or((&hp, ""));
+                o["spec"] = json!({"host": h, "port": p});
+            }
+            _ => {
+                let hp = format!(
+                    "{}:{}",
+                    o["spec"]["host"].as_str().unwrap_or(""),
+                    o["spec"]["port"].as_str().unwrap_or("")
+                );
+                o["spec"] = json!({"hostPort": hp});
+            }
+        }
+        o["apiVersion"] = json!(to);
+        out.push(o);
+    }
+    let result = match failure {
+        Some(m) => json!({"status": "Failure", "message": m}),
+        None => json!({"status": "Success"}),
+    };
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "response": {"uid": request["uid"], "convertedObjects": out, "result": result}})
+}
+
+#[test]
+fn a_conversion_webhook_converts_between_versions_on_the_way_in_and_out() {
+    use base64::Engine;
+    let hook =
+        crate::support::https::HttpsServer::start(std::sync::Arc::new(|_path: String, review: Value| {
+            Box::pin(async move { convert(review) })
+        }));
+    let server = Server::start();
+    let k = "1.33";
+    let schema = |props: &str| {
+        format!("      openAPIV3Schema:\n        type: object\n        properties:\n          spec:\n            type: object\n            properties: {props}\n")
+    };
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: hosts.example.com\nspec:\n  group: example.com\n  scope: Namespaced\n  names: {{plural: hosts, singular: host, kind: Host}}\n  conversion:\n    strategy: Webhook\n    webhook:\n      conversionReviewVersions: [v1]\n      clientConfig:\n        url: {}\n        caBundle: {}\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n{}  - name: v2\n    served: true\n    storage: false\n    schema:\n{}",
+        hook.url("/convert"),
+        base64::engine::general_purpose::STANDARD.encode(&hook.ca_pem),
+        schema("{hostPort: {type: string}}"),
+        schema("{host: {type: string}, port: {type: string}}"),
+    );
+    server.ok_stdin(k, &["apply", "-f", "-"], &crd);
+    server.ok(
+        k,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/hosts.example.com",
+            "--timeout=10s",
+        ],
+    );
+    server.ok_stdin(k, &["create", "-f", "-"], "apiVersion: example.com/v1\nkind: Host\nmetadata: {name: h1}\nspec: {hostPort: \"localhost:8080\"}\n");
+    // Written as v2, stored as v1 through the webhook.
+    server.ok_stdin(k, &["create", "-f", "-"], "apiVersion: example.com/v2\nkind: Host\nmetadata: {name: h2}\nspec: {host: example.org, port: \"443\"}\n");
+    let v2 = server.ok(k, &["get", "hosts.v2.example.com", "-o", "jsonpath={range .items[*]}{.apiVersion} {.metadata.name} {.spec.host} {.spec.port}{\"\\n\"}{end}"]);
+    assert_eq!(
+        v2.trim(),
+        "example.com/v2 h1 localhost 8080\nexample.com/v2 h2 example.org 443",
+        "{v2}"
+    );
+    let v1 = server.ok(
+        k,
+        &[
+            "get",
+            "hosts.v1.example.com",
+            "-o",
+            "jsonpath={range .items[*]}{.apiVersion} {.metadata.name} {.spec.hostPort}{\"\\n\"}{end}",
+        ],
+    );
+    assert_eq!(
+        v1.trim(),
+        "example.com/v1 h1 localhost:8080\nexample.com/v1 h2 example.org:443",
+        "{v1}"
     );
 }

@@ -104,7 +104,7 @@ async fn reconcile(shared: &Arc<Shared>, crds: &mut [Value], finalizing: &Arc<Mu
         if !condition_true(crd, "Established") {
             continue;
         }
-        let mut defs = definitions(crd);
+        let mut defs = definitions(crd, &shared.store);
         defs.sort_by(|a, b| version_order(a.version, b.version));
         if !crd["metadata"]["deletionTimestamp"].is_null() {
             terminating.extend(defs.iter().copied());
@@ -232,7 +232,7 @@ pub(crate) fn name_and_establish(crd: &mut Value, others: &[&Value]) {
 async fn finalize(shared: &Arc<Shared>, crd: &Value) {
     let name = meta::name(crd).to_owned();
     let crd_def = crd_def();
-    let Some(instances) = definitions(crd).into_iter().next() else {
+    let Some(instances) = definitions(crd, &shared.store).into_iter().next() else {
         release(shared, &name).await;
         return;
     };

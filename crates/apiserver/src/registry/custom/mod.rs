@@ -11,6 +11,7 @@
 //! has ever served (a few hundred bytes to a few KB each), never with requests.
 
 pub(crate) mod controller;
+pub(crate) mod conversion;
 pub(crate) mod jsonpath;
 pub(crate) mod openapi;
 pub(crate) mod schema;
@@ -115,9 +116,17 @@ const SCALE: Subresource = Subresource {
 };
 
 /// The served definitions of a CRD: one per served version, with the names it has been
-/// granted (`status.acceptedNames`, as upstream serves them).
-pub(crate) fn definitions(crd: &Value) -> Vec<&'static ResourceDef> {
+/// granted (`status.acceptedNames`, as upstream serves them). `store`: the serving server's
+/// datastore, where a conversion webhook's Service is looked up (such a CRD's definitions
+/// are the server's own).
+pub(crate) fn definitions(crd: &Value, store: &Arc<dyn r8s_store::Store>) -> Vec<&'static ResourceDef> {
     let spec = &crd["spec"];
+    let webhook = spec["conversion"]["strategy"] == "Webhook";
+    let server = if webhook {
+        format!("{:p}", Arc::as_ptr(store))
+    } else {
+        String::new()
+    };
     let names = &crd["status"]["acceptedNames"];
     let group = spec["group"].as_str().unwrap_or("");
     let storage = storage_version(crd).unwrap_or_default();
@@ -128,7 +137,7 @@ pub(crate) fn definitions(crd: &Value) -> Vec<&'static ResourceDef> {
         let content = json!({
             "group": group, "names": names, "scope": spec["scope"], "version": v,
             "storage": storage, "multi": multi, "conversion": spec["conversion"],
-            "preserveUnknownFields": spec["preserveUnknownFields"],
+            "preserveUnknownFields": spec["preserveUnknownFields"], "server": server,
         })
         .to_string();
         if let Some(d) = interned()
@@ -171,7 +180,14 @@ pub(crate) fn definitions(crd: &Value) -> Vec<&'static ResourceDef> {
             subresources: Box::leak(subresources.into_boxed_slice()),
             custom: true,
         }));
-        let strategy = Arc::new(CustomResources::new(group, v, &storage, multi, crd));
+        let mut strategy = CustomResources::new(group, v, &storage, crd);
+        if webhook {
+            strategy.webhook = Some(Arc::new(conversion::Webhook::new(
+                store.clone(),
+                &spec["conversion"]["webhook"],
+            )));
+        }
+        let strategy = Arc::new(strategy);
         let mut i = interned().write().unwrap_or_else(PoisonError::into_inner);
         let def = *i.by_content.entry(content).or_insert(def);
         i.strategies
@@ -210,9 +226,6 @@ pub(crate) struct ScalePaths {
 pub(crate) struct CustomResources {
     /// `group/version` of objects stored in the storage version.
     storage_api_version: String,
-    /// Whether the CRD has several versions (objects are then stored in the storage
-    /// version's form and served in the asked one).
-    multi: bool,
     pub schema: Option<Value>,
     /// `preserveUnknownFields` (v1beta1's legacy: nothing is pruned).
     preserve_unknown: bool,
@@ -223,10 +236,13 @@ pub(crate) struct CustomResources {
     selectable: Vec<(String, jsonpath::Path)>,
     /// The version's deprecation warning, if it is deprecated.
     pub warning: Option<String>,
+    /// The CRD's conversion webhook (`None`: conversion only changes apiVersion).
+    webhook: Option<Arc<conversion::Webhook>>,
+    kind: String,
 }
 
 impl CustomResources {
-    fn new(group: &str, v: &Value, storage: &str, multi: bool, crd: &Value) -> Self {
+    fn new(group: &str, v: &Value, storage: &str, crd: &Value) -> Self {
         let version = v["name"].as_str().unwrap_or("");
         let mut columns: Vec<PrinterColumn> = v["additionalPrinterColumns"]
             .as_array()
@@ -271,7 +287,6 @@ impl CustomResources {
         let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or("");
         Self {
             storage_api_version: format!("{group}/{storage}"),
-            multi,
             schema: v["schema"]["openAPIV3Schema"]
                 .as_object()
                 .map(|_| v["schema"]["openAPIV3Schema"].clone()),
@@ -292,12 +307,31 @@ impl CustomResources {
                     Some((p.trim_start_matches('.').to_owned(), jsonpath::Path::parse(p)?))
                 })
                 .collect(),
+            webhook: None,
+            kind: kind.to_owned(),
             warning: deprecated.then(|| {
                 v["deprecationWarning"]
                     .as_str()
                     .map(str::to_owned)
                     .unwrap_or_else(|| format!("{group}/{version} {kind} is deprecated"))
             }),
+        }
+    }
+
+    /// `obj` in `to` (`group/version`): itself if it is in that version already.
+    pub fn convert(&self, mut obj: Value, to: &str) -> Result<Value, ApiError> {
+        let from = obj["apiVersion"].as_str().unwrap_or("").to_owned();
+        if from == to {
+            return Ok(obj);
+        }
+        match &self.webhook {
+            None => {
+                obj["apiVersion"] = json!(to);
+                Ok(obj)
+            }
+            Some(w) => conversion::block_on(w.convert(obj, to))
+                .and_then(|r| r)
+                .map_err(|e| conversion::failed(&self.kind, &from, &e)),
         }
     }
 
@@ -345,20 +379,37 @@ impl Strategy for CustomResources {
         true
     }
 
-    fn to_storage(&self, mut obj: Value) -> Value {
-        if self.multi {
-            obj["apiVersion"] = json!(self.storage_api_version);
+    fn to_storage(&self, obj: Value) -> Value {
+        match self.try_to_storage(obj.clone()) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e.message, "custom resource conversion failed");
+                obj
+            }
         }
-        obj
     }
 
-    fn served_from_storage(&self, mut obj: Value, api_version: &str) -> Value {
-        obj["apiVersion"] = json!(api_version);
+    fn try_to_storage(&self, obj: Value) -> Result<Value, ApiError> {
+        self.convert(obj, &self.storage_api_version)
+    }
+
+    fn served_from_storage(&self, obj: Value, api_version: &str) -> Value {
+        match self.try_served_from_storage(obj.clone(), api_version) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e.message, "custom resource conversion failed");
+                obj
+            }
+        }
+    }
+
+    fn try_served_from_storage(&self, obj: Value, api_version: &str) -> Result<Value, ApiError> {
+        let mut obj = self.convert(obj, api_version)?;
         self.prune(&mut obj);
         if let Some(s) = &self.schema {
             schema::default(s, &mut obj);
         }
-        obj
+        Ok(obj)
     }
 
     fn tracks_generation(&self) -> bool {
