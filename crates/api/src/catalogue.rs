@@ -277,6 +277,8 @@ static CATALOGUE: &[ResourceDef] = &[
          short: ["csr"], cat: [], verbs: STANDARD_VERBS, sub: [STATUS, APPROVAL]),
     res!("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", "customresourcedefinition", false,
          short: ["crd", "crds"], cat: ["api-extensions"], verbs: STANDARD_VERBS, sub: [STATUS]),
+    res!("apiregistration.k8s.io", "v1", "APIService", "apiservices", "apiservice", false,
+         short: [], cat: ["api-extensions"], verbs: STANDARD_VERBS, sub: [STATUS]),
     res!("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", "mutatingwebhookconfiguration", false,
          short: [], cat: ["api-extensions"], verbs: STANDARD_VERBS, sub: []),
     res!("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", "validatingwebhookconfiguration", false,

@@ -288,6 +288,18 @@ pub(crate) async fn ensure_rbac_policy(store: &dyn Store) -> Result<(), StoreErr
     Ok(())
 }
 
+/// An APIService for every built-in group version, served locally (upstream's
+/// apiservice-registration-controller registers them so at start).
+pub(crate) async fn ensure_local_apiservices(store: &dyn Store) -> Result<(), StoreError> {
+    let def = r8s_api::find("apiregistration.k8s.io", "v1", "apiservices").expect("in the catalogue");
+    for (i, (group, version)) in r8s_api::group_versions().into_iter().enumerate() {
+        let obj = registry::apiservices::local(group, version, i, "onstart");
+        let name = registry::meta::name(&obj).to_owned();
+        create_if_absent(store, &registry::key(def, "", &name), registry::encode(def, &obj)).await?;
+    }
+    Ok(())
+}
+
 /// The default ServiceCIDR, `kubernetes`, for the server's Service ranges (upstream's
 /// default-servicecidr controller); kept as it is once made.
 pub(crate) async fn ensure_default_service_cidr(

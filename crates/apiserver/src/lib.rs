@@ -109,6 +109,9 @@ impl ApiServer {
         bootstrap::ensure_priority_classes(config.store.as_ref())
             .await
             .map_err(|e| std::io::Error::other(format!("creating the system priority classes: {e}")))?;
+        bootstrap::ensure_local_apiservices(config.store.as_ref())
+            .await
+            .map_err(|e| std::io::Error::other(format!("registering the local APIServices: {e}")))?;
         bootstrap::ensure_default_service_cidr(config.store.as_ref(), &config.service_cidrs)
             .await
             .map_err(|e| std::io::Error::other(format!("creating the default ServiceCIDR: {e}")))?;

@@ -290,6 +290,11 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             Arc::new(custom::CustomResourceDefinitions),
         ),
         (
+            "apiregistration.k8s.io",
+            "apiservices",
+            Arc::new(apiservices::ApiServices),
+        ),
+        (
             "policy",
             "poddisruptionbudgets",
             Arc::new(disruption::PodDisruptionBudgets),

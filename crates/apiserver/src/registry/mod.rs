@@ -8,6 +8,7 @@
 //! stored but set from the key's mod revision on every read.
 
 pub(crate) mod allocator;
+pub(crate) mod apiservices;
 mod apply;
 mod apps;
 pub(crate) mod autoscaling;

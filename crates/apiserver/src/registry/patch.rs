@@ -118,6 +118,61 @@ pub(crate) fn root_node(def: &ResourceDef, view: View) -> Node {
     }
 }
 
+/// The first key a YAML document repeats in one block mapping: its (1-based) line and the
+/// key, as the Go YAML decoder reports it under strict decoding. Block style only (what
+/// clients write by hand; JSON bodies are checked by the JSON decoder).
+fn duplicate_yaml_key(body: &[u8]) -> Option<(usize, String)> {
+    let text = std::str::from_utf8(body).ok()?;
+    if text.trim_start().starts_with('{') {
+        return None;
+    }
+    // Open mappings: (indent of their keys, the keys seen).
+    let mut open: Vec<(usize, Vec<String>)> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim_end();
+        let content = line.trim_start();
+        if content.is_empty() || content.starts_with('#') || content == "---" {
+            continue;
+        }
+        let mut indent = line.len() - content.len();
+        let mut rest = content;
+        let mut new_item = false;
+        while let Some(r) = rest.strip_prefix("- ") {
+            // A list item opens a mapping two columns further in.
+            indent += 2;
+            rest = r.trim_start();
+            new_item = true;
+        }
+        let Some((key, _)) = rest.split_once(':') else {
+            continue;
+        };
+        if key.is_empty()
+            || key.contains(' ') && !key.starts_with('"')
+            || rest.starts_with('{')
+            || rest.starts_with('[')
+        {
+            continue;
+        }
+        let key = key.trim_matches('"').trim_matches('\'').to_owned();
+        while open.last().is_some_and(|(ind, _)| *ind > indent) {
+            open.pop();
+        }
+        if new_item && open.last().is_some_and(|(ind, _)| *ind == indent) {
+            open.pop();
+        }
+        match open.last_mut() {
+            Some((ind, keys)) if *ind == indent => {
+                if keys.contains(&key) {
+                    return Some((i + 1, key));
+                }
+                keys.push(key);
+            }
+            _ => open.push((indent, vec![key])),
+        }
+    }
+    None
+}
+
 /// Server-side apply: create the object from the applied configuration, or merge it into the
 /// live object by field ownership (see `apply`).
 /// An apply configuration: YAML (JSON, what kubectl and kube-rs send, is YAML too).
@@ -147,9 +202,42 @@ async fn server_side_apply(
         ));
     };
     let force = query.flag("force");
+    if query.get("fieldValidation") == Some("Strict") {
+        if let Some((line, key)) = duplicate_yaml_key(body) {
+            return Err(ApiError::bad_request(format!(
+                "error strict decoding YAML: error converting YAML to JSON: yaml: unmarshal errors:\n  line {line}: key {key:?} already set in map"
+            )));
+        }
+    }
     let applied = decode_apply_body(body)?;
     if !applied.is_object() {
         return Err(ApiError::bad_request("the apply configuration must be an object"));
+    }
+    if let Some(s) = super::custom::custom_strategy(def).filter(|_| def.custom) {
+        // A custom resource's apply configuration is typed by its schema: a field the schema
+        // does not declare fails it whatever fieldValidation says (upstream's structured
+        // merge, which answers with an internal error).
+        let unknown = s.prune(&mut applied.clone());
+        if !unknown.is_empty() {
+            let errs: Vec<String> = unknown
+                .iter()
+                .map(|f| format!(".{f}: field not declared in schema"))
+                .collect();
+            let errs = if errs.len() == 1 {
+                errs[0].clone()
+            } else {
+                format!("errors:\n  {}", errs.join("\n  "))
+            };
+            return Err(ApiError::new(
+                500,
+                "InternalError",
+                format!(
+                    "failed to create typed patch object ({ns}/{name}; {}, Kind={}): {errs}",
+                    def.api_version(),
+                    def.kind
+                ),
+            ));
+        }
     }
     let (applied, warnings) = typed(def, applied, ns, query)?;
     if meta::name(&applied) != name {
@@ -484,6 +572,15 @@ mod tests {
 
     fn deployment() -> Node {
         Node::root("apps", "v1", "Deployment")
+    }
+
+    #[test]
+    fn repeated_yaml_keys_are_found_with_their_line() {
+        let yaml = "\napiVersion: v1\nkind: X\nmetadata:\n  name: a\nspec:\n  ports:\n  - name: x\n    port: 1\n  - name: y\n    port: 2\n  foo: 1\n  foo: 2\n";
+        assert_eq!(duplicate_yaml_key(yaml.as_bytes()), Some((13, "foo".to_owned())));
+        let fine = "a: 1\nb:\n  a: 2\n  c:\n  - a: 1\n  - a: 2\nc: 3\n";
+        assert_eq!(duplicate_yaml_key(fine.as_bytes()), None);
+        assert_eq!(duplicate_yaml_key(b"{\"a\": 1}"), None);
     }
 
     #[test]

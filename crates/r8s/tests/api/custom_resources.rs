@@ -97,6 +97,20 @@ fn a_crd_becomes_a_served_kind_with_its_schema_columns_and_subresources() {
         "{resources}"
     );
 
+    // Every group version has its APIService: the built-ins' and the CRD's, served locally.
+    let apis = server.ok(k, &["get", "apiservices"]);
+    assert!(
+        apis.lines()
+            .any(|l| l.starts_with("v1.apps ") && l.contains("Local") && l.contains("True")),
+        "{apis}"
+    );
+    eventually(10, "the CRD's APIService", || {
+        server
+            .kubectl(k, &["get", "apiservice", "v1.example.com"])
+            .status
+            .success()
+    });
+
     // Its schema is published: kubectl explain reads v3, clients v2.
     let explain = server.ok(k, &["explain", "widgets.spec"]);
     assert!(

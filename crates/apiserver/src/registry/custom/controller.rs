@@ -98,7 +98,7 @@ async fn reconcile(shared: &Arc<Shared>, crds: &mut [Value], finalizing: &Arc<Mu
             }
         }
     }
-    let mut served = Vec::new();
+    let mut served: Vec<&'static ResourceDef> = Vec::new();
     let mut terminating = Vec::new();
     for crd in crds.iter() {
         if !condition_true(crd, "Established") {
@@ -111,9 +111,18 @@ async fn reconcile(shared: &Arc<Shared>, crds: &mut [Value], finalizing: &Arc<Mu
         }
         served.extend(defs);
     }
+    let gvs: Vec<(&'static str, &'static str)> = {
+        let mut gvs: Vec<(&'static str, &'static str)> = served
+            .iter()
+            .map(|d: &&ResourceDef| (d.group, d.version))
+            .collect();
+        gvs.dedup();
+        gvs
+    };
     for gone in shared.served.set_custom(served, terminating) {
         shared.watch_cache.forget(gone);
     }
+    register_apiservices(shared, &gvs).await;
     for crd in crds.iter() {
         let deleting = !crd["metadata"]["deletionTimestamp"].is_null();
         if deleting && meta::finalizers(crd).iter().any(|f| f == CLEANUP_FINALIZER) {
@@ -132,6 +141,34 @@ async fn reconcile(shared: &Arc<Shared>, crds: &mut [Value], finalizing: &Arc<Mu
                         .remove(&uid);
                 });
             }
+        }
+    }
+}
+
+/// Upstream's crdregistration controller: a local APIService for every group version of the
+/// served custom resources, and none for a group version no CRD serves any more.
+async fn register_apiservices(shared: &Arc<Shared>, gvs: &[(&'static str, &'static str)]) {
+    use crate::registry::apiservices::{local, name_of, AUTOMANAGED};
+    let def = r8s_api::find("apiregistration.k8s.io", "v1", "apiservices").expect("served");
+    let Ok(existing) = system::list(shared.store.as_ref(), def, "").await else {
+        return;
+    };
+    for (g, v) in gvs {
+        let name = name_of(g, v);
+        if !existing.iter().any(|s| meta::name(s) == name) {
+            let obj = local(g, v, 0, "true");
+            let _ = shared.store.create(&key(def, "", &name), encode(def, &obj)).await;
+        }
+    }
+    for s in &existing {
+        let ours = s["metadata"]["labels"][AUTOMANAGED] == "true";
+        let (g, v) = (
+            s["spec"]["group"].as_str().unwrap_or(""),
+            s["spec"]["version"].as_str().unwrap_or(""),
+        );
+        if ours && !gvs.iter().any(|(sg, sv)| *sg == g && *sv == v) {
+            let rv = meta::resource_version(s);
+            let _ = shared.store.delete(&key(def, "", meta::name(s)), rv).await;
         }
     }
 }

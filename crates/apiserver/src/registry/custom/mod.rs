@@ -716,14 +716,19 @@ fn validate_crd(obj: &Value) -> Vec<FieldError> {
             for e in dns1035_label(v) {
                 errs.push(FieldError::invalid(&path, v, e));
             }
-        } else if !v.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-            || !v.chars().all(|c| c.is_ascii_alphanumeric())
-        {
-            errs.push(FieldError::invalid(
-                &path,
-                v,
-                "may have mixed case, but should otherwise match: [a-z]([-a-z0-9]*[a-z0-9])?",
-            ));
+        } else {
+            // Upstream: the kind, lowercased, must be a DNS-1035 label.
+            let problems = dns1035_label(&v.to_lowercase());
+            if !problems.is_empty() {
+                errs.push(FieldError::invalid(
+                    &path,
+                    v,
+                    format!(
+                        "may have mixed case, but should otherwise match: {}",
+                        problems.join(",")
+                    ),
+                ));
+            }
         }
     }
     if !names["kind"].as_str().unwrap_or("").is_empty() && names["kind"] == names["listKind"] {
