@@ -66,6 +66,8 @@ macro_rules! with_type {
             ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => Some($f::<admissionregistration::v1::MutatingWebhookConfiguration>($($arg),*)),
             ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => Some($f::<admissionregistration::v1::ValidatingWebhookConfiguration>($($arg),*)),
             ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => Some($f::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>($($arg),*)),
+            ("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema") => Some($f::<k8s_openapi::api::flowcontrol::v1::FlowSchema>($($arg),*)),
+            ("flowcontrol.apiserver.k8s.io", "v1", "PriorityLevelConfiguration") => Some($f::<k8s_openapi::api::flowcontrol::v1::PriorityLevelConfiguration>($($arg),*)),
             ("apiregistration.k8s.io", "v1", "APIService") => Some($f::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>($($arg),*)),
             ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => Some($f::<authorization::v1::SelfSubjectAccessReview>($($arg),*)),
             ("authorization.k8s.io", "v1", "SubjectAccessReview") => Some($f::<authorization::v1::SubjectAccessReview>($($arg),*)),

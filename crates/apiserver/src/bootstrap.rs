@@ -288,6 +288,20 @@ pub(crate) async fn ensure_rbac_policy(store: &dyn Store) -> Result<(), StoreErr
     Ok(())
 }
 
+/// API priority and fairness's mandatory and suggested configuration, created when absent
+/// (a cluster's own changes are kept).
+pub(crate) async fn ensure_flow_control(store: &dyn Store) -> Result<(), StoreError> {
+    let (levels, schemas) = registry::flowcontrol::bootstrap_objects();
+    for (plural, objects) in [("prioritylevelconfigurations", levels), ("flowschemas", schemas)] {
+        let def = r8s_api::find("flowcontrol.apiserver.k8s.io", "v1", plural).expect("in the catalogue");
+        for obj in objects {
+            let name = registry::meta::name(&obj).to_owned();
+            create_if_absent(store, &registry::key(def, "", &name), registry::encode(def, &obj)).await?;
+        }
+    }
+    Ok(())
+}
+
 /// An APIService for every built-in group version, served locally (upstream's
 /// apiservice-registration-controller registers them so at start).
 pub(crate) async fn ensure_local_apiservices(store: &dyn Store) -> Result<(), StoreError> {

@@ -109,6 +109,9 @@ impl ApiServer {
         bootstrap::ensure_priority_classes(config.store.as_ref())
             .await
             .map_err(|e| std::io::Error::other(format!("creating the system priority classes: {e}")))?;
+        bootstrap::ensure_flow_control(config.store.as_ref())
+            .await
+            .map_err(|e| std::io::Error::other(format!("creating the flow-control configuration: {e}")))?;
         bootstrap::ensure_local_apiservices(config.store.as_ref())
             .await
             .map_err(|e| std::io::Error::other(format!("registering the local APIServices: {e}")))?;

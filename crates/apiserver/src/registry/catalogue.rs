@@ -290,6 +290,16 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             Arc::new(custom::CustomResourceDefinitions),
         ),
         (
+            "flowcontrol.apiserver.k8s.io",
+            "flowschemas",
+            Arc::new(flowcontrol::FlowSchemas),
+        ),
+        (
+            "flowcontrol.apiserver.k8s.io",
+            "prioritylevelconfigurations",
+            Arc::new(flowcontrol::PriorityLevels),
+        ),
+        (
             "apiregistration.k8s.io",
             "apiservices",
             Arc::new(apiservices::ApiServices),

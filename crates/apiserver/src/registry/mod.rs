@@ -22,6 +22,7 @@ pub(crate) mod custom;
 pub(crate) mod disruption;
 mod endpoints;
 mod events;
+pub(crate) mod flowcontrol;
 pub(crate) mod ingresses;
 #[cfg(test)]
 mod keyed_lists_tests;

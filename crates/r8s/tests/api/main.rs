@@ -11,6 +11,7 @@ mod controllers;
 mod custom_resources;
 mod etcd_backend;
 mod fidelity;
+mod flowcontrol;
 mod kube_rs;
 mod kubectl;
 mod kubectl_differential;
