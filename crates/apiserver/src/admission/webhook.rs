@@ -418,9 +418,17 @@ impl MutatingWebhook {
         } else {
             patched
         };
-        // What the webhook wrote is read back as the resource's type (unknown fields dropped).
-        if let Ok(decoded) = r8s_api::typed::decode(view.def, &updated) {
-            updated = decoded.object;
+        // What the webhook wrote is read back as the resource's type (unknown fields dropped;
+        // a custom resource's pruned to its schema).
+        match crate::registry::custom::custom_strategy(view.def).filter(|_| view.def.custom) {
+            Some(s) => {
+                s.prune(&mut updated);
+            }
+            None => {
+                if let Ok(decoded) = r8s_api::typed::decode(view.def, &updated) {
+                    updated = decoded.object;
+                }
+            }
         }
         let changed = updated != *target;
         *target = updated;
