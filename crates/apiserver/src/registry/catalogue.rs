@@ -290,6 +290,23 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
             Arc::new(custom::CustomResourceDefinitions),
         ),
         (
+            "storage.k8s.io",
+            "storageclasses",
+            Arc::new(storage_api::StorageClasses),
+        ),
+        (
+            "storage.k8s.io",
+            "volumeattachments",
+            Arc::new(storage_api::VolumeAttachments),
+        ),
+        ("storage.k8s.io", "csidrivers", Arc::new(storage_api::CsiDrivers)),
+        ("storage.k8s.io", "csinodes", Arc::new(storage_api::CsiNodes)),
+        (
+            "storage.k8s.io",
+            "csistoragecapacities",
+            Arc::new(storage_api::CsiStorageCapacities),
+        ),
+        (
             "flowcontrol.apiserver.k8s.io",
             "flowschemas",
             Arc::new(flowcontrol::FlowSchemas),

@@ -45,6 +45,7 @@ pub(crate) mod service_cidrs;
 mod serviceaccounts;
 mod services;
 mod storage;
+pub(crate) mod storage_api;
 pub(crate) mod strategy;
 #[cfg(test)]
 mod strategy_tests;
