@@ -63,6 +63,8 @@ macro_rules! with_type {
             ("rbac.authorization.k8s.io", "v1", "Role") => Some($f::<rbac::v1::Role>($($arg),*)),
             ("rbac.authorization.k8s.io", "v1", "RoleBinding") => Some($f::<rbac::v1::RoleBinding>($($arg),*)),
             ("certificates.k8s.io", "v1", "CertificateSigningRequest") => Some($f::<certificates::v1::CertificateSigningRequest>($($arg),*)),
+            ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy") => Some($f::<admissionregistration::v1::ValidatingAdmissionPolicy>($($arg),*)),
+            ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding") => Some($f::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>($($arg),*)),
             ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => Some($f::<admissionregistration::v1::MutatingWebhookConfiguration>($($arg),*)),
             ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => Some($f::<admissionregistration::v1::ValidatingWebhookConfiguration>($($arg),*)),
             ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => Some($f::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>($($arg),*)),

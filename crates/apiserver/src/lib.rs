@@ -9,6 +9,7 @@ pub mod audit;
 pub mod authn;
 pub mod authz;
 mod bootstrap;
+mod cel;
 mod context;
 mod discovery;
 mod endpoints;

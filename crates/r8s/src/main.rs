@@ -731,6 +731,7 @@ const ADMISSION_PLUGINS: &[(&str, bool)] = &[
     ("PodSecurity", true),
     ("ResourceQuota", true),
     ("MutatingAdmissionWebhook", true),
+    ("ValidatingAdmissionPolicy", true),
     ("ValidatingAdmissionWebhook", true),
 ];
 
@@ -1073,6 +1074,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         admission.push_validating(adm::pod_security::PodSecurity {
             listers: listers.clone(),
         });
+    }
+    if on("ValidatingAdmissionPolicy") {
+        admission.push_validating(adm::policy::ValidatingAdmissionPolicy::start(store.clone()));
     }
     if on("ValidatingAdmissionWebhook") {
         admission.push_validating(adm::webhook::ValidatingWebhook::start(store.clone()));

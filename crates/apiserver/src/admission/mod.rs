@@ -9,6 +9,7 @@ pub mod listers;
 pub mod namespace_lifecycle;
 pub mod node_restriction;
 pub mod pod_security;
+pub mod policy;
 pub mod priority;
 pub mod resource_quota;
 pub mod runtime_class;

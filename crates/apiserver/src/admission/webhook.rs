@@ -10,7 +10,7 @@
 //! name its certificate must carry, which works only where this process can reach cluster IPs.
 
 pub(crate) mod client;
-mod matching;
+pub(crate) mod matching;
 mod review;
 pub(crate) mod source;
 
@@ -147,6 +147,36 @@ impl Dispatcher {
             .map_err(ApiError::internal)?
         {
             return Ok(None);
+        }
+        if !hook.match_conditions.is_empty() {
+            let name = a.object.as_deref().or(a.old_object).map(meta::name).unwrap_or("");
+            let vars = [
+                (
+                    "object",
+                    crate::cel::value(a.object.as_deref().unwrap_or(&Value::Null)),
+                ),
+                (
+                    "oldObject",
+                    crate::cel::value(a.old_object.unwrap_or(&Value::Null)),
+                ),
+                (
+                    "request",
+                    crate::cel::value(&super::policy::request_value(a, name)),
+                ),
+            ];
+            for (cname, cond) in &hook.match_conditions {
+                match cond.eval_bool(&vars) {
+                    Ok(true) => {}
+                    Ok(false) => return Ok(None),
+                    Err(_) if hook.fail_open => return Ok(None),
+                    Err(e) => {
+                        return Err(ApiError::internal(format!(
+                            "failed calling webhook {:?}: failed to evaluate match condition {cname:?}: {e}",
+                            hook.name
+                        )))
+                    }
+                }
+            }
         }
         Ok(Some(inv))
     }

@@ -394,6 +394,16 @@ fn builtin() -> Vec<(&'static str, &'static str, Arc<dyn Strategy>)> {
         ),
         (
             "admissionregistration.k8s.io",
+            "validatingadmissionpolicies",
+            Arc::new(admission_policies::Policies),
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicybindings",
+            Arc::new(admission_policies::Bindings),
+        ),
+        (
+            "admissionregistration.k8s.io",
             "mutatingwebhookconfigurations",
             Arc::new(webhook_configuration::WebhookConfigurations { mutating: true }),
         ),

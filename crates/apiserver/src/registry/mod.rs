@@ -7,6 +7,7 @@
 //! `/registry/<resource>/<name>` for cluster-scoped ones); `metadata.resourceVersion` is not
 //! stored but set from the key's mod revision on every read.
 
+pub(crate) mod admission_policies;
 pub(crate) mod allocator;
 pub(crate) mod apiservices;
 mod apply;

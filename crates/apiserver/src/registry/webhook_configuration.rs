@@ -492,6 +492,11 @@ pub(crate) fn validate(errs: &mut Vec<FieldError>, obj: &Value, mutating: bool) 
     for (i, h) in obj["webhooks"].as_array().into_iter().flatten().enumerate() {
         let path = format!("webhooks[{i}]");
         validate_webhook(errs, &path, h, mutating);
+        super::admission_policies::check_match_conditions(
+            errs,
+            &h["matchConditions"],
+            &format!("{path}.matchConditions"),
+        );
         validate_review_versions(
             errs,
             &format!("{path}.admissionReviewVersions"),

@@ -15,6 +15,7 @@ mod flowcontrol;
 mod kube_rs;
 mod kubectl;
 mod kubectl_differential;
+mod policies;
 mod scheduler;
 mod security;
 mod webhooks;

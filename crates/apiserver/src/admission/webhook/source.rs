@@ -56,6 +56,8 @@ pub(crate) struct Hook {
     pub service: Option<ServiceRef>,
     /// TLS client settings trusting `caBundle` (or the system's roots without one).
     pub tls: Result<Arc<rustls::ClientConfig>, String>,
+    /// `matchConditions`: CEL expressions that must all hold for the webhook to be called.
+    pub match_conditions: Vec<(String, crate::cel::Expr)>,
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -148,6 +150,17 @@ impl Hook {
             reinvoke: v["reinvocationPolicy"] == "IfNeeded",
             review_versions: strings(&v["admissionReviewVersions"]),
             url: cc["url"].as_str().map(str::to_owned),
+            match_conditions: v["matchConditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    (
+                        c["name"].as_str().unwrap_or("").to_owned(),
+                        crate::cel::Expr::compile(c["expression"].as_str().unwrap_or("")),
+                    )
+                })
+                .collect(),
             service,
             tls,
         }

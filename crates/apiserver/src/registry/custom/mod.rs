@@ -96,6 +96,15 @@ pub(crate) fn find_made(group: &str, version: &str, plural: &str) -> Option<&'st
         .copied()
 }
 
+/// [`find_made`] by kind.
+pub(crate) fn find_made_kind(group: &str, version: &str, kind: &str) -> Option<&'static ResourceDef> {
+    let i = interned().read().unwrap_or_else(PoisonError::into_inner);
+    i.by_content
+        .values()
+        .find(|d| d.group == group && d.version == version && d.kind == kind)
+        .copied()
+}
+
 /// The custom resource strategy of `def`, for what only custom resources have.
 pub(crate) fn custom_strategy(def: &ResourceDef) -> Option<Arc<CustomResources>> {
     let i = interned().read().unwrap_or_else(PoisonError::into_inner);

@@ -1,0 +1,158 @@
+//! ValidatingAdmissionPolicies (issue 38): CEL validations with parameters, variables and
+//! messageExpression, bound with Deny or Warn, judged by the real kubectl.
+
+use crate::support::Server;
+
+const POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: replica-limit}
+spec:
+  failurePolicy: Fail
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [apps]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [deployments]
+  variables:
+  - name: max
+    expression: int(params.data.maxReplicas)
+  validations:
+  - expression: object.spec.replicas <= variables.max
+    messageExpression: "'replicas must be at most ' + string(variables.max)"
+  - expression: "!has(object.metadata.labels) || !('forbidden' in object.metadata.labels)"
+    message: the forbidden label is not allowed
+"#;
+
+fn binding(name: &str, ns: &str, action: &str) -> String {
+    format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {{name: {name}}}\nspec:\n  policyName: replica-limit\n  validationActions: [{action}]\n  paramRef: {{name: limits, namespace: default, parameterNotFoundAction: Deny}}\n  matchResources:\n    namespaceSelector:\n      matchLabels: {{kubernetes.io/metadata.name: {ns}}}\n"
+    )
+}
+
+#[test]
+fn a_validating_admission_policy_with_a_param_denies_and_warns() {
+    let server = Server::start();
+    let k = "1.33";
+    server.ok(k, &["create", "namespace", "strict"]);
+    server.ok(k, &["create", "namespace", "lenient"]);
+    server.ok(
+        k,
+        &["create", "configmap", "limits", "--from-literal=maxReplicas=3"],
+    );
+    server.ok_stdin(k, &["apply", "-f", "-"], POLICY);
+    server.ok_stdin(
+        k,
+        &["apply", "-f", "-"],
+        &binding("deny-strict", "strict", "Deny"),
+    );
+    server.ok_stdin(
+        k,
+        &["apply", "-f", "-"],
+        &binding("warn-lenient", "lenient", "Warn"),
+    );
+    let cols = server.ok(k, &["get", "validatingadmissionpolicies"]);
+    assert!(
+        cols.lines()
+            .any(|l| l.starts_with("replica-limit ") && l.contains(" 2 ") && l.contains("v1/ConfigMap")),
+        "{cols}"
+    );
+
+    // The policy is followed from the datastore: poll until it takes effect.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let err = loop {
+        let out = server.kubectl(
+            k,
+            &[
+                "create",
+                "deployment",
+                "big",
+                "-n",
+                "strict",
+                "--image=nginx",
+                "--replicas=5",
+            ],
+        );
+        if !out.status.success() {
+            break String::from_utf8_lossy(&out.stderr).into_owned();
+        }
+        server.ok(k, &["delete", "deployment", "big", "-n", "strict"]);
+        assert!(std::time::Instant::now() < deadline, "the policy never denied");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(
+        err.contains("ValidatingAdmissionPolicy 'replica-limit' with binding 'deny-strict' denied request: replicas must be at most 3"),
+        "{err}"
+    );
+    server.ok(
+        k,
+        &[
+            "create",
+            "deployment",
+            "small",
+            "-n",
+            "strict",
+            "--image=nginx",
+            "--replicas=2",
+        ],
+    );
+    let err = server.fails(
+        k,
+        &["label", "deployment", "small", "-n", "strict", "forbidden=yes"],
+    );
+    assert!(err.contains("the forbidden label is not allowed"), "{err}");
+    // Elsewhere the same policy only warns.
+    let out = server.kubectl(
+        k,
+        &[
+            "create",
+            "deployment",
+            "big",
+            "-n",
+            "lenient",
+            "--image=nginx",
+            "--replicas=5",
+        ],
+    );
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Validation failed for ValidatingAdmissionPolicy 'replica-limit' with binding 'warn-lenient': replicas must be at most 3"),
+        "{stderr}"
+    );
+    // Namespaces no binding selects are not judged.
+    server.ok(
+        k,
+        &["create", "deployment", "big", "--image=nginx", "--replicas=5"],
+    );
+    // Without its parameter the Deny binding refuses.
+    server.ok(k, &["delete", "configmap", "limits"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let out = server.kubectl(
+            k,
+            &[
+                "create",
+                "deployment",
+                "other",
+                "-n",
+                "strict",
+                "--image=nginx",
+                "--replicas=1",
+            ],
+        );
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("no params found"), "{err}");
+            break;
+        }
+        server.ok(k, &["delete", "deployment", "other", "-n", "strict"]);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a missing param never denied"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
