@@ -46,6 +46,11 @@ spec:
             type: object
             description: What the widget should be.
             required: [size]
+            x-kubernetes-validations:
+            - rule: self.size <= 8 || self.color == 'blue'
+              message: only blue widgets may be bigger than 8
+            - rule: self.color == oldSelf.color
+              message: color is immutable
             properties:
               size: {type: integer, minimum: 1, maximum: 10}
               color: {type: string, enum: [red, blue], default: red}
@@ -198,6 +203,27 @@ fn a_crd_becomes_a_served_kind_with_its_schema_columns_and_subresources() {
             r#"spec.size: Invalid value: "string": spec.size in body must be of type integer: "string""#
         ) && err.contains(r#"spec.color: Unsupported value: "green": supported values: "red", "blue""#),
         "{err}"
+    );
+    let err = String::from_utf8(server.fails_stdin(k, &["create", "-f", "-"], &widget("huge", "{size: 9}")))
+        .unwrap();
+    assert!(
+        err.contains(r#"spec: Invalid value: "object": only blue widgets may be bigger than 8"#),
+        "{err}"
+    );
+    let err = server.fails(
+        k,
+        &[
+            "patch",
+            "widget",
+            "w1",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"color":"blue"}}"#,
+        ],
+    );
+    assert!(
+        err.contains("color is immutable"),
+        "transition rules judge updates: {err}"
     );
     let err =
         String::from_utf8(server.fails_stdin(k, &["create", "-f", "-"], &widget("nosize", "{color: red}")))

@@ -465,6 +465,13 @@ impl Strategy for CustomResources {
         self.set_replicas(obj, replicas);
     }
 
+    fn validate_update(&self, obj: &Value, old: &Value) -> Vec<FieldError> {
+        match &self.schema {
+            Some(s) => schema::validate_transitions(s, obj, old),
+            None => Vec::new(),
+        }
+    }
+
     fn fields(&self, obj: &Value, fields: &mut BTreeMap<String, String>) {
         for (name, path) in &self.selectable {
             let v = match path.first(obj) {

@@ -190,6 +190,7 @@ pub(crate) fn validate(schema: &Value, obj: &Value) -> Vec<FieldError> {
         }
         required(schema, o, "", &mut errs);
         object_bounds(schema, o, "", &mut errs);
+        rules(schema, obj, None, "", &mut errs, false);
     }
     errs
 }
@@ -271,6 +272,7 @@ fn check(schema: &Value, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
         enum_check(schema, v, path, errs);
         return;
     }
+    rules(schema, v, None, path, errs, false);
     match v {
         Value::String(s) => check_string(schema, s, v, path, errs),
         Value::Number(n) => check_number(schema, n.as_f64().unwrap_or(0.0), v, path, errs),
@@ -366,6 +368,153 @@ fn check(schema: &Value, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
             }
             required(schema, o, path, errs);
         }
+    }
+}
+
+/// A CEL rule compiled once per process (the rules are the CRDs' own: few).
+fn compiled_rule(rule: &str) -> std::sync::Arc<crate::cel::Expr> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<crate::cel::Expr>>>> = OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if cache.len() > 4096 {
+        cache.clear();
+    }
+    cache
+        .entry(rule.to_owned())
+        .or_insert_with(|| Arc::new(crate::cel::Expr::compile(rule)))
+        .clone()
+}
+
+/// Whether a rule is a transition rule (it compares with the stored value).
+fn is_transition(rule: &str) -> bool {
+    rule.contains("oldSelf")
+}
+
+/// `x-kubernetes-validations` at this node: the rules (`transitions`: only those naming
+/// `oldSelf`, with the stored value; else only the others), each failure in upstream's words.
+fn rules(
+    schema: &Value,
+    v: &Value,
+    old: Option<&Value>,
+    path: &str,
+    errs: &mut Vec<FieldError>,
+    transitions: bool,
+) {
+    let Some(list) = schema.get("x-kubernetes-validations").and_then(Value::as_array) else {
+        return;
+    };
+    let kind = schema.get("type").and_then(Value::as_str).unwrap_or("object");
+    for r in list {
+        let Some(rule) = r["rule"].as_str() else { continue };
+        if is_transition(rule) != transitions {
+            continue;
+        }
+        if transitions && old.is_none() && r["optionalOldSelf"] != true {
+            continue;
+        }
+        let mut vars = vec![("self", crate::cel::value(v))];
+        if transitions {
+            vars.push((
+                "oldSelf",
+                old.map(crate::cel::value).unwrap_or(crate::cel::Value::Null),
+            ));
+        }
+        let expr = compiled_rule(rule);
+        let field = match r["fieldPath"].as_str().filter(|f| !f.is_empty()) {
+            Some(f) if path.is_empty() => f.trim_start_matches('.').to_owned(),
+            Some(f) => format!("{path}{f}"),
+            None if path.is_empty() => "<nil>".to_owned(),
+            None => path.to_owned(),
+        };
+        let message = match expr.eval_bool(&vars) {
+            Ok(true) => continue,
+            Ok(false) => r["messageExpression"]
+                .as_str()
+                .filter(|m| !m.is_empty())
+                .and_then(|m| compiled_rule(m).eval(&vars).ok())
+                .and_then(|m| crate::cel::as_string(&m))
+                .filter(|m| !m.trim().is_empty())
+                .or_else(|| r["message"].as_str().filter(|m| !m.is_empty()).map(str::to_owned))
+                .unwrap_or_else(|| format!("failed rule: {rule}")),
+            Err(e) => format!("rule evaluation error: {e}"),
+        };
+        let reason = match r["reason"].as_str() {
+            Some("FieldValueForbidden") => "FieldValueForbidden",
+            Some("FieldValueRequired") => "FieldValueRequired",
+            Some("FieldValueDuplicate") => "FieldValueDuplicate",
+            _ => "FieldValueInvalid",
+        };
+        let message = match reason {
+            "FieldValueForbidden" => format!("Forbidden: {message}"),
+            "FieldValueRequired" => format!("Required value: {message}"),
+            "FieldValueDuplicate" => format!("Duplicate value: {message}"),
+            _ => format!("Invalid value: \"{kind}\": {message}"),
+        };
+        errs.push(FieldError {
+            reason,
+            field,
+            message,
+        });
+    }
+}
+
+/// The transition rules of an update: the rules naming `oldSelf`, evaluated where the new
+/// and the stored object both have a value (object properties by name, map-keyed list items
+/// by key).
+pub(crate) fn validate_transitions(schema: &Value, obj: &Value, old: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    transitions(schema, obj, Some(old), "", &mut errs);
+    errs
+}
+
+fn transitions(schema: &Value, v: &Value, old: Option<&Value>, path: &str, errs: &mut Vec<FieldError>) {
+    if !path.is_empty() {
+        rules(schema, v, old, path, errs, true);
+    }
+    match v {
+        Value::Object(o) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let add = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (k, child) in o {
+                if path.is_empty() && matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                    continue;
+                }
+                let Some(sub) = props.and_then(|p| p.get(k)).or(add) else {
+                    continue;
+                };
+                let old_child = old.and_then(|o| o.get(k));
+                transitions(sub, child, old_child, &join(path, k), errs);
+            }
+        }
+        Value::Array(items) => {
+            let Some(item_schema) = schema.get("items").filter(|i| i.is_object()) else {
+                return;
+            };
+            let keys: Vec<&str> = schema
+                .get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let is_map = schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map");
+            for (i, item) in items.iter().enumerate() {
+                let old_item = if is_map {
+                    old.and_then(Value::as_array).and_then(|olds| {
+                        olds.iter()
+                            .find(|o| keys.iter().all(|k| o.get(*k) == item.get(*k)))
+                    })
+                } else {
+                    None
+                };
+                transitions(item_schema, item, old_item, &format!("{path}[{i}]"), errs);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -691,6 +840,37 @@ mod tests {
         let mut obj = json!({"spec": {"size": 2, "color": "blue"}});
         default(&schema(), &mut obj);
         assert_eq!(obj["spec"]["color"], "blue");
+    }
+
+    #[test]
+    fn cel_rules_and_transition_rules_are_enforced() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "self.min <= self.max", "message": "min must not exceed max"},
+                {"rule": "self.mode == oldSelf.mode", "message": "mode is immutable"},
+                {"rule": "self.max < 100", "messageExpression": "'max is ' + string(self.max)", "fieldPath": ".max"}],
+            "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}, "mode": {"type": "string",
+                "x-kubernetes-validations": [{"rule": "self in ['a', 'b']"}]}}}}});
+        let ok = json!({"spec": {"min": 1, "max": 2, "mode": "a"}});
+        assert!(validate(&schema, &ok).is_empty());
+        let m = messages(&validate(
+            &schema,
+            &json!({"spec": {"min": 300, "max": 200, "mode": "c"}}),
+        ));
+        assert_eq!(
+            m,
+            [
+                "spec: Invalid value: \"object\": min must not exceed max",
+                "spec.max: Invalid value: \"object\": max is 200",
+                "spec.mode: Invalid value: \"string\": failed rule: self in ['a', 'b']",
+            ]
+        );
+        // Transition rules only on update, against the stored value.
+        let changed = json!({"spec": {"min": 1, "max": 2, "mode": "b"}});
+        assert!(validate(&schema, &changed).is_empty());
+        let m = messages(&validate_transitions(&schema, &changed, &ok));
+        assert_eq!(m, ["spec: Invalid value: \"object\": mode is immutable"]);
+        assert!(validate_transitions(&schema, &ok, &ok).is_empty());
     }
 
     #[test]
