@@ -113,7 +113,45 @@ async fn impersonated(
     // The span is attached to the future (never entered across an await, which corrupts
     // span state when the task moves between threads).
     let span = tracing::info_span!("request", verb = %info.verb, path = %info.path, user = %user.name);
-    tracing::Instrument::instrument(authorized(shared, req, info, user, audit), span).await
+    // API priority and fairness: a seat in the request's priority level, held until the
+    // response is made (or 429).
+    let long_running = crate::audit::is_long_running(&info);
+    let seat = match shared.flow_control.admit(&user, &info, long_running).await {
+        Ok(seat) => seat,
+        Err(rejected) => {
+            tracing::debug!(reason = rejected.reason, user = %user.name, "flow control: rejected");
+            let mut resp = error_response(
+                &ApiError::new(
+                    429,
+                    "TooManyRequests",
+                    "Too many requests, please try again later.",
+                )
+                .with_details(serde_json::json!({"retryAfterSeconds": 1})),
+            );
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+            flow_headers(&mut resp, &rejected.headers);
+            return resp;
+        }
+    };
+    let mut resp = tracing::Instrument::instrument(authorized(shared, req, info, user, audit), span).await;
+    if let Some(h) = &seat.headers {
+        flow_headers(&mut resp, h);
+    }
+    drop(seat);
+    resp
+}
+
+/// Upstream's `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID`.
+fn flow_headers(resp: &mut Response<Body>, (schema, level): &(String, String)) {
+    for (name, value) in [
+        ("x-kubernetes-pf-flowschema-uid", schema),
+        ("x-kubernetes-pf-prioritylevel-uid", level),
+    ] {
+        if let Ok(v) = http::HeaderValue::from_str(value) {
+            resp.headers_mut().insert(name, v);
+        }
+    }
 }
 
 async fn authorized(

@@ -13,6 +13,7 @@ mod cel;
 mod context;
 mod discovery;
 mod endpoints;
+mod flowcontrol;
 mod follow;
 mod handler;
 mod health;
@@ -81,6 +82,8 @@ pub(crate) struct Shared {
     pub served: registry::catalogue::Served,
     /// The OpenAPI documents of what is served.
     pub openapi: openapi::Cache,
+    /// API priority and fairness.
+    pub flow_control: flowcontrol::FlowControl,
     pub service_cidrs: ServiceCidrs,
     pub metrics: metrics::Metrics,
     pub rbac: Option<Arc<rbac::Rbac>>,
@@ -145,6 +148,8 @@ impl ApiServer {
         }
         let tls = server::tls_config(&config.serving).map_err(std::io::Error::other)?;
         let metrics = metrics::Metrics::default();
+        let flow_control = flowcontrol::FlowControl::start(config.store.clone());
+        metrics.register_flow_control(&flow_control.metrics);
         let audit = match config.audit {
             Some(options) => {
                 let path = options.log.path.clone();
@@ -158,6 +163,7 @@ impl ApiServer {
             watch_cache: Arc::new(watch_cache::WatchCache::new(config.store.clone())),
             served: registry::catalogue::Served::builtin(),
             openapi: Default::default(),
+            flow_control,
             service_cidrs: config.service_cidrs.clone(),
             metrics,
             audit,

@@ -144,6 +144,31 @@ impl Metrics {
             .inc();
     }
 
+    /// API priority and fairness's counters and gauges, with upstream's names.
+    pub(crate) fn register_flow_control(&self, m: &crate::flowcontrol::FlowMetrics) {
+        let mut r = self.registry.lock().unwrap();
+        r.register(
+            "apiserver_flowcontrol_dispatched_requests",
+            "Number of requests executed by API Priority and Fairness subsystem",
+            m.dispatched.clone(),
+        );
+        r.register(
+            "apiserver_flowcontrol_rejected_requests",
+            "Number of requests rejected by API Priority and Fairness subsystem",
+            m.rejected.clone(),
+        );
+        r.register(
+            "apiserver_flowcontrol_current_executing_requests",
+            "Number of requests in initial (for a WATCH) or any (for a non-WATCH) execution stage in the API Priority and Fairness subsystem",
+            m.executing.clone(),
+        );
+        r.register(
+            "apiserver_flowcontrol_current_inqueue_requests",
+            "Number of requests currently pending in queues of the API Priority and Fairness subsystem",
+            m.inqueue.clone(),
+        );
+    }
+
     /// Serve `source`'s metrics after the API server's own.
     pub fn add_source(&self, source: MetricsSource) {
         self.extra.lock().unwrap().push(source);

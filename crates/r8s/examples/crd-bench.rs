@@ -41,11 +41,7 @@ fn crd(plural: &str, kind: &str, fields: usize, rules: usize) -> Value {
         "!self.f03 || self.f06 < 1000000",
         "self.f04.startsWith('x')",
     ];
-    let validations: Vec<Value> = checks
-        .iter()
-        .take(rules)
-        .map(|r| json!({"rule": r}))
-        .collect();
+    let validations: Vec<Value> = checks.iter().take(rules).map(|r| json!({"rule": r})).collect();
     let mut spec = json!({"type": "object", "properties": props});
     if !validations.is_empty() {
         spec["x-kubernetes-validations"] = json!(validations);
@@ -84,10 +80,13 @@ fn instance(kind: &str, name: &str, fields: usize) -> DynamicObject {
 }
 
 fn configmap(name: &str, fields: usize) -> DynamicObject {
-    let data: serde_json::Map<String, Value> =
-        (0..fields).map(|i| (format!("f{i:02}"), json!(format!("value-{i}")))).collect();
-    serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}))
-        .unwrap()
+    let data: serde_json::Map<String, Value> = (0..fields)
+        .map(|i| (format!("f{i:02}"), json!(format!("value-{i}"))))
+        .collect();
+    serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}),
+    )
+    .unwrap()
 }
 
 async fn post_crd(client: &kube::Client, body: &Value) {
@@ -99,7 +98,11 @@ async fn post_crd(client: &kube::Client, body: &Value) {
 }
 
 /// Create `n` objects with 64 concurrent clients: creates per second.
-async fn creates(api: &Api<DynamicObject>, n: usize, make: Arc<dyn Fn(usize) -> DynamicObject + Send + Sync>) -> f64 {
+async fn creates(
+    api: &Api<DynamicObject>,
+    n: usize,
+    make: Arc<dyn Fn(usize) -> DynamicObject + Send + Sync>,
+) -> f64 {
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let tasks: Vec<_> = (0..64)
@@ -129,22 +132,36 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let (mut server, client) = common::start_server(
         dir.path(),
-        &["--disable-agent", "--disable-controller-manager", "--disable-scheduler"],
+        &[
+            "--disable-agent",
+            "--disable-controller-manager",
+            "--disable-scheduler",
+        ],
         None,
     )
     .await;
-    println!("crd-bench: r8s server pid {}, {rounds} CRDs, {objects} objects of each kind per half", server.id());
+    println!(
+        "crd-bench: r8s server pid {}, {rounds} CRDs, {objects} objects of each kind per half",
+        server.id()
+    );
 
     // 1. CRD to first instance.
     let mut took = Vec::new();
     for r in 0..rounds {
         let (plural, kind) = (format!("probe{r}s"), format!("Probe{r}"));
-        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("bench.example.com", "v1", &kind), &plural);
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("bench.example.com", "v1", &kind),
+            &plural,
+        );
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
         let t = Instant::now();
         post_crd(&client, &crd(&plural, &kind, 5, 0)).await;
         loop {
-            if api.create(&PostParams::default(), &instance(&kind, "first", 5)).await.is_ok() {
+            if api
+                .create(&PostParams::default(), &instance(&kind, "first", 5))
+                .await
+                .is_ok()
+            {
                 break;
             }
             assert!(t.elapsed() < Duration::from_secs(30), "the CRD never served");
@@ -162,10 +179,17 @@ async fn main() {
 
     // 2. Throughput, 50 fields and 5 CEL rules against ConfigMaps of 50 keys.
     post_crd(&client, &crd("widgets", "Widget", 50, 5)).await;
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("bench.example.com", "v1", "Widget"), "widgets");
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("bench.example.com", "v1", "Widget"),
+        "widgets",
+    );
     let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
     let t = Instant::now();
-    while widgets.create(&PostParams::default(), &instance("Widget", "warm", 50)).await.is_err() {
+    while widgets
+        .create(&PostParams::default(), &instance("Widget", "warm", 50))
+        .await
+        .is_err()
+    {
         assert!(t.elapsed() < Duration::from_secs(30));
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -173,8 +197,22 @@ async fn main() {
     let cms: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &cm_ar);
     let (mut cm_rates, mut cr_rates) = (Vec::new(), Vec::new());
     for half in 0..2 {
-        cm_rates.push(creates(&cms, objects, Arc::new(move |i| configmap(&format!("cm-{half}-{i:06}"), 50))).await);
-        cr_rates.push(creates(&widgets, objects, Arc::new(move |i| instance("Widget", &format!("w-{half}-{i:06}"), 50))).await);
+        cm_rates.push(
+            creates(
+                &cms,
+                objects,
+                Arc::new(move |i| configmap(&format!("cm-{half}-{i:06}"), 50)),
+            )
+            .await,
+        );
+        cr_rates.push(
+            creates(
+                &widgets,
+                objects,
+                Arc::new(move |i| instance("Widget", &format!("w-{half}-{i:06}"), 50)),
+            )
+            .await,
+        );
     }
     let avg = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     println!(
@@ -185,7 +223,10 @@ async fn main() {
         cr_rates.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", "),
         100.0 * avg(&cr_rates) / avg(&cm_rates)
     );
-    println!("server RSS after the run: {:.0} MiB", common::rss_mib(server.id()));
+    println!(
+        "server RSS after the run: {:.0} MiB",
+        common::rss_mib(server.id())
+    );
     let _ = server.kill();
     let _ = server.wait();
 }

@@ -13,6 +13,7 @@ mod etcd_backend;
 mod fidelity;
 mod flowcontrol;
 mod kube_rs;
+mod kube_rs_controller;
 mod kubectl;
 mod kubectl_differential;
 mod policies;

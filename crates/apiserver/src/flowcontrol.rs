@@ -1,0 +1,585 @@
+//! API priority and fairness (upstream's `WithPriorityAndFairness` filter): every request,
+//! once its user is known, is classified by the FlowSchemas (in matching precedence) into a
+//! priority level; a Limited level runs at most its share of the server's concurrency, the
+//! rest wait in queues chosen by shuffle sharding of their flow (schema and distinguisher) and
+//! are served round-robin across queues, or get 429 when their queue is full, the level
+//! rejects, or they waited too long. Exempt levels (system:masters) are never held.
+//!
+//! Kept simple where upstream is elaborate: no borrowing between levels (lendablePercent),
+//! and a request's width is one seat.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use r8s_store::Store;
+use serde_json::Value;
+use tokio::sync::{oneshot, watch};
+
+use crate::authn::UserInfo;
+use crate::follow::{self, Change};
+use crate::request_info::RequestInfo;
+
+/// The server's concurrency (upstream's --max-requests-inflight 400 plus
+/// --max-mutating-requests-inflight 200), shared out by nominal concurrency shares.
+const SERVER_CONCURRENCY: f64 = 600.0;
+/// How long a request may wait in a queue (upstream's request wait limit).
+const MAX_WAIT: Duration = Duration::from_secs(15);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FlowLabels {
+    pub priority_level: String,
+    pub flow_schema: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectLabels {
+    pub priority_level: String,
+    pub flow_schema: String,
+    pub reason: String,
+}
+
+/// Upstream's `apiserver_flowcontrol_*` metrics.
+#[derive(Clone, Default)]
+pub struct FlowMetrics {
+    pub dispatched: Family<FlowLabels, Counter>,
+    pub rejected: Family<RejectLabels, Counter>,
+    pub executing: Family<FlowLabels, Gauge>,
+    pub inqueue: Family<FlowLabels, Gauge>,
+}
+
+/// One rule of a FlowSchema.
+struct Rule {
+    subjects: Vec<Value>,
+    resource_rules: Vec<Value>,
+    non_resource_rules: Vec<Value>,
+}
+
+struct Schema {
+    name: String,
+    uid: String,
+    precedence: i64,
+    level: String,
+    by_namespace: bool,
+    by_user: bool,
+    rules: Vec<Rule>,
+}
+
+/// A level's queuing: (queues, hand size, queue length limit).
+type Queuing = (usize, usize, usize);
+
+/// The live levels by name, with the limit and queuing each was made for.
+type Levels = HashMap<String, (usize, Option<Queuing>, Arc<Level>)>;
+
+#[derive(Clone)]
+struct LevelSpec {
+    uid: String,
+    exempt: bool,
+    shares: f64,
+    /// (queues, hand size, queue length limit); `None`: reject when full.
+    queuing: Option<Queuing>,
+}
+
+struct Config {
+    schemas: Vec<Schema>,
+    levels: HashMap<String, LevelSpec>,
+    total_shares: f64,
+}
+
+fn has(list: &Value, want: &str) -> bool {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .any(|v| v == "*" || v == want)
+}
+
+impl Config {
+    fn build(schemas: &BTreeMap<String, Value>, levels: &BTreeMap<String, Value>) -> Self {
+        let levels: HashMap<String, LevelSpec> = levels
+            .values()
+            .map(|l| {
+                let spec = &l["spec"];
+                let limited = &spec["limited"];
+                let queuing = (limited["limitResponse"]["type"] == "Queue").then(|| {
+                    let q = &limited["limitResponse"]["queuing"];
+                    let n = |k: &str, d: u64| q[k].as_u64().filter(|v| *v > 0).unwrap_or(d) as usize;
+                    (n("queues", 64), n("handSize", 8), n("queueLengthLimit", 50))
+                });
+                (
+                    l["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+                    LevelSpec {
+                        uid: l["metadata"]["uid"].as_str().unwrap_or("").to_owned(),
+                        exempt: spec["type"] == "Exempt",
+                        shares: limited["nominalConcurrencyShares"].as_f64().unwrap_or(30.0),
+                        queuing,
+                    },
+                )
+            })
+            .collect();
+        let total_shares = levels
+            .values()
+            .filter(|l| !l.exempt)
+            .map(|l| l.shares)
+            .sum::<f64>()
+            .max(1.0);
+        let mut schemas: Vec<Schema> = schemas
+            .values()
+            .map(|s| {
+                let spec = &s["spec"];
+                let by = spec["distinguisherMethod"]["type"].as_str();
+                Schema {
+                    name: s["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+                    uid: s["metadata"]["uid"].as_str().unwrap_or("").to_owned(),
+                    precedence: spec["matchingPrecedence"].as_i64().unwrap_or(1000),
+                    level: spec["priorityLevelConfiguration"]["name"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                    by_namespace: by == Some("ByNamespace"),
+                    by_user: by == Some("ByUser"),
+                    rules: spec["rules"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|r| Rule {
+                            subjects: r["subjects"].as_array().cloned().unwrap_or_default(),
+                            resource_rules: r["resourceRules"].as_array().cloned().unwrap_or_default(),
+                            non_resource_rules: r["nonResourceRules"].as_array().cloned().unwrap_or_default(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        schemas.sort_by(|a, b| a.precedence.cmp(&b.precedence).then_with(|| a.name.cmp(&b.name)));
+        Self {
+            schemas,
+            levels,
+            total_shares,
+        }
+    }
+
+    /// Upstream's classification: the first schema (by precedence) with a rule whose
+    /// subjects and resource or non-resource rules match.
+    fn classify(&self, user: &UserInfo, info: &RequestInfo) -> Option<&Schema> {
+        self.schemas.iter().find(|s| {
+            self.levels.contains_key(&s.level)
+                && s.rules.iter().any(|r| {
+                    r.subjects.iter().any(|sub| subject_matches(sub, user))
+                        && if info.is_resource_request {
+                            r.resource_rules.iter().any(|rr| resource_rule_matches(rr, info))
+                        } else {
+                            r.non_resource_rules.iter().any(|nr| {
+                                has(&nr["verbs"], &info.verb)
+                                    && nr["nonResourceURLs"].as_array().into_iter().flatten().any(|u| {
+                                        let u = u.as_str().unwrap_or("");
+                                        u == "*"
+                                            || u == info.path
+                                            || u.strip_suffix('*').is_some_and(|p| info.path.starts_with(p))
+                                    })
+                            })
+                        }
+                })
+        })
+    }
+}
+
+fn subject_matches(sub: &Value, user: &UserInfo) -> bool {
+    match sub["kind"].as_str() {
+        Some("User") => {
+            let n = sub["user"]["name"].as_str().unwrap_or("");
+            n == "*" || n == user.name
+        }
+        Some("Group") => {
+            let g = sub["group"]["name"].as_str().unwrap_or("");
+            g == "*" || user.groups.iter().any(|ug| ug == g)
+        }
+        Some("ServiceAccount") => {
+            let (ns, name) = (
+                sub["serviceAccount"]["namespace"].as_str().unwrap_or(""),
+                sub["serviceAccount"]["name"].as_str().unwrap_or(""),
+            );
+            let Some(rest) = user.name.strip_prefix("system:serviceaccount:") else {
+                return false;
+            };
+            let (uns, uname) = rest.split_once(':').unwrap_or(("", ""));
+            uns == ns && (name == "*" || name == uname)
+        }
+        _ => false,
+    }
+}
+
+fn resource_rule_matches(rr: &Value, info: &RequestInfo) -> bool {
+    let resource = if info.subresource.is_empty() {
+        info.resource.clone()
+    } else {
+        format!("{}/{}", info.resource, info.subresource)
+    };
+    let scope_ok = if info.namespace.is_empty() {
+        rr["clusterScope"] == true
+    } else {
+        has(&rr["namespaces"], &info.namespace)
+    };
+    has(&rr["verbs"], &info.verb)
+        && has(&rr["apiGroups"], &info.api_group)
+        && has(&rr["resources"], &resource)
+        && scope_ok
+}
+
+/// One priority level's seats and queues.
+struct Level {
+    limit: usize,
+    state: Mutex<LevelState>,
+}
+
+struct LevelState {
+    executing: usize,
+    queues: Vec<VecDeque<oneshot::Sender<()>>>,
+    /// Where the round-robin over queues resumes.
+    next: usize,
+}
+
+impl Level {
+    /// Give a freed seat to the next waiter (round-robin over the queues), or free it.
+    fn release(&self) {
+        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = st.queues.len();
+        for i in 0..n {
+            let q = (st.next + i) % n.max(1);
+            while let Some(tx) = st.queues[q].pop_front() {
+                if tx.send(()).is_ok() {
+                    st.next = (q + 1) % n;
+                    return;
+                }
+            }
+        }
+        st.executing = st.executing.saturating_sub(1);
+    }
+}
+
+/// A seat held while a request executes; freed when dropped.
+pub(crate) struct Seat {
+    level: Option<Arc<Level>>,
+    executing: Option<Gauge>,
+    /// The response headers upstream sets: (FlowSchema UID, PriorityLevel UID).
+    pub headers: Option<(String, String)>,
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if let Some(g) = &self.executing {
+            g.dec();
+        }
+        if let Some(l) = &self.level {
+            l.release();
+        }
+    }
+}
+
+/// Why a request was not admitted (upstream's reject reasons).
+pub(crate) struct Rejected {
+    pub reason: &'static str,
+    pub headers: (String, String),
+}
+
+pub(crate) struct FlowControl {
+    config: watch::Receiver<Option<Arc<Config>>>,
+    levels: Mutex<Levels>,
+    pub metrics: FlowMetrics,
+}
+
+impl FlowControl {
+    /// Follow the FlowSchemas and PriorityLevelConfigurations in `store`.
+    pub fn start(store: Arc<dyn Store>) -> Self {
+        const SCHEMAS: &str = "/registry/flowschemas/";
+        const LEVELS: &str = "/registry/prioritylevelconfigurations/";
+        let (tx, rx) = watch::channel(None);
+        let mut schemas: BTreeMap<String, Value> = BTreeMap::new();
+        let mut levels: BTreeMap<String, Value> = BTreeMap::new();
+        let mut dirty = false;
+        follow::spawn(
+            store,
+            &[SCHEMAS, LEVELS],
+            "flow control",
+            move |change| match change {
+                Change::Reset => {
+                    schemas.clear();
+                    levels.clear();
+                    dirty = true;
+                }
+                Change::Put(key, json) => {
+                    if let Ok(obj) = serde_json::from_slice::<Value>(json) {
+                        if let Some(n) = key.strip_prefix(SCHEMAS) {
+                            schemas.insert(n.to_owned(), obj);
+                        } else if let Some(n) = key.strip_prefix(LEVELS) {
+                            levels.insert(n.to_owned(), obj);
+                        }
+                        dirty = true;
+                    }
+                }
+                Change::Delete(key) => {
+                    if let Some(n) = key.strip_prefix(SCHEMAS) {
+                        schemas.remove(n);
+                    } else if let Some(n) = key.strip_prefix(LEVELS) {
+                        levels.remove(n);
+                    }
+                    dirty = true;
+                }
+                Change::BatchEnd => {
+                    if dirty {
+                        dirty = false;
+                        tx.send_replace(Some(Arc::new(Config::build(&schemas, &levels))));
+                    }
+                }
+            },
+        );
+        Self {
+            config: rx,
+            levels: Mutex::new(HashMap::new()),
+            metrics: FlowMetrics::default(),
+        }
+    }
+
+    /// The level `name` as configured now (a changed configuration starts it afresh; waiters
+    /// of the old one finish there).
+    fn level(&self, name: &str, limit: usize, queuing: Option<Queuing>) -> Arc<Level> {
+        let mut levels = self.levels.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((l, q, level)) = levels.get(name) {
+            if *l == limit && *q == queuing {
+                return level.clone();
+            }
+        }
+        let level = Arc::new(Level {
+            limit,
+            state: Mutex::new(LevelState {
+                executing: 0,
+                queues: (0..queuing.map_or(0, |q| q.0)).map(|_| VecDeque::new()).collect(),
+                next: 0,
+            }),
+        });
+        levels.insert(name.to_owned(), (limit, queuing, level.clone()));
+        level
+    }
+
+    /// Admit a request: a seat (held until dropped), or why not.
+    pub async fn admit(
+        &self,
+        user: &UserInfo,
+        info: &RequestInfo,
+        long_running: bool,
+    ) -> Result<Seat, Rejected> {
+        let config = self.config.borrow().clone();
+        let Some(config) = config else {
+            return Ok(Seat {
+                level: None,
+                executing: None,
+                headers: None,
+            });
+        };
+        let Some(schema) = config.classify(user, info) else {
+            return Ok(Seat {
+                level: None,
+                executing: None,
+                headers: None,
+            });
+        };
+        let spec = config.levels[&schema.level].clone();
+        let headers = (schema.uid.clone(), spec.uid.clone());
+        let labels = FlowLabels {
+            priority_level: schema.level.clone(),
+            flow_schema: schema.name.clone(),
+        };
+        self.metrics.dispatched.get_or_create(&labels).inc();
+        // Exempt levels, and watches and other long-running requests once started, hold no
+        // seat (upstream counts a watch only while it initialises).
+        if spec.exempt || long_running {
+            return Ok(Seat {
+                level: None,
+                executing: None,
+                headers: Some(headers),
+            });
+        }
+        let limit = ((SERVER_CONCURRENCY * spec.shares / config.total_shares).ceil() as usize).max(1);
+        let level = self.level(&schema.level, limit, spec.queuing);
+        let reject = |reason: &'static str| {
+            self.metrics
+                .rejected
+                .get_or_create(&RejectLabels {
+                    priority_level: labels.priority_level.clone(),
+                    flow_schema: labels.flow_schema.clone(),
+                    reason: reason.into(),
+                })
+                .inc();
+            Rejected {
+                reason,
+                headers: headers.clone(),
+            }
+        };
+        let wait = {
+            let mut st = level.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if st.executing < level.limit {
+                st.executing += 1;
+                None
+            } else {
+                let Some((queues, hand, max_len)) = spec.queuing else {
+                    return Err(reject("concurrency-limit"));
+                };
+                // Shuffle sharding: the flow's hand of queues, the shortest taken.
+                let flow = if schema.by_user {
+                    user.name.as_str()
+                } else if schema.by_namespace {
+                    info.namespace.as_str()
+                } else {
+                    ""
+                };
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (schema.name.as_str(), flow).hash(&mut h);
+                let mut seed = h.finish();
+                let mut best: Option<usize> = None;
+                for _ in 0..hand.min(queues) {
+                    let q = (seed % queues as u64) as usize;
+                    seed = seed.rotate_left(13).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    if best.is_none_or(|b| st.queues[q].len() < st.queues[b].len()) {
+                        best = Some(q);
+                    }
+                }
+                let q = best.unwrap_or(0);
+                if st.queues[q].len() >= max_len {
+                    return Err(reject("queue-full"));
+                }
+                let (tx, rx) = oneshot::channel();
+                st.queues[q].push_back(tx);
+                Some(rx)
+            }
+        };
+        if let Some(rx) = wait {
+            let inqueue = self.metrics.inqueue.get_or_create(&labels).clone();
+            inqueue.inc();
+            let got = tokio::time::timeout(MAX_WAIT, rx).await;
+            inqueue.dec();
+            if !matches!(got, Ok(Ok(()))) {
+                return Err(reject("time-out"));
+            }
+        }
+        let executing = self.metrics.executing.get_or_create(&labels).clone();
+        executing.inc();
+        Ok(Seat {
+            level: Some(level),
+            executing: Some(executing),
+            headers: Some(headers),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn config() -> Config {
+        let (levels, schemas) = crate::registry::flowcontrol::bootstrap_objects();
+        let by_name = |v: Vec<Value>| -> BTreeMap<String, Value> {
+            v.into_iter()
+                .map(|o| (o["metadata"]["name"].as_str().unwrap().to_owned(), o))
+                .collect()
+        };
+        Config::build(&by_name(schemas), &by_name(levels))
+    }
+
+    #[test]
+    fn requests_are_classified_as_upstreams_bootstrap_configuration_says() {
+        let c = config();
+        let info =
+            crate::request_info::parse_request(&http::Method::GET, "/api/v1/namespaces/default/pods", None);
+        let admin = user("admin", &["system:masters", "system:authenticated"]);
+        assert_eq!(c.classify(&admin, &info).unwrap().name, "exempt");
+        let node = user("system:node:n1", &["system:nodes", "system:authenticated"]);
+        assert_eq!(c.classify(&node, &info).unwrap().name, "system-nodes");
+        let status =
+            crate::request_info::parse_request(&http::Method::PATCH, "/api/v1/nodes/n1/status", None);
+        assert_eq!(c.classify(&node, &status).unwrap().name, "system-node-high");
+        let sa = user(
+            "system:serviceaccount:kube-system:deployment-controller",
+            &["system:serviceaccounts", "system:authenticated"],
+        );
+        assert_eq!(
+            c.classify(&sa, &info).unwrap().name,
+            "kube-system-service-accounts"
+        );
+        let someone = user("alice", &["system:authenticated"]);
+        assert_eq!(c.classify(&someone, &info).unwrap().name, "global-default");
+        let healthz = crate::request_info::parse_request(&http::Method::GET, "/healthz", None);
+        assert_eq!(c.classify(&someone, &healthz).unwrap().name, "probes");
+    }
+}
+
+#[cfg(test)]
+mod admit_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn a_limited_level_queues_then_rejects_and_a_freed_seat_goes_to_the_queue() {
+        let (mut levels, mut schemas) = crate::registry::flowcontrol::bootstrap_objects();
+        levels.push(json!({"metadata": {"name": "flood", "uid": "l"}, "spec": {"type": "Limited", "limited": {
+            "nominalConcurrencyShares": 1, "limitResponse": {"type": "Queue", "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 2}}}}}));
+        schemas.push(json!({"metadata": {"name": "flooders", "uid": "s"}, "spec": {"matchingPrecedence": 200,
+            "priorityLevelConfiguration": {"name": "flood"}, "distinguisherMethod": {"type": "ByUser"},
+            "rules": [{"subjects": [{"kind": "User", "user": {"name": "flooder"}}],
+                "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "namespaces": ["*"], "clusterScope": true}]}]}}));
+        let by_name = |v: Vec<Value>| -> BTreeMap<String, Value> {
+            v.into_iter()
+                .map(|o| (o["metadata"]["name"].as_str().unwrap().to_owned(), o))
+                .collect()
+        };
+        let config = Config::build(&by_name(schemas), &by_name(levels));
+        let (_tx, rx) = watch::channel(Some(Arc::new(config)));
+        let fc = Arc::new(FlowControl {
+            config: rx,
+            levels: Mutex::new(HashMap::new()),
+            metrics: FlowMetrics::default(),
+        });
+        let user = UserInfo {
+            name: "flooder".into(),
+            groups: vec!["system:authenticated".into()],
+            ..Default::default()
+        };
+        let info = crate::request_info::parse_request(&http::Method::GET, "/api/v1/configmaps", None);
+        let mut seats = Vec::new();
+        for _ in 0..3 {
+            seats.push(fc.admit(&user, &info, false).await.ok().unwrap());
+        }
+        assert_eq!(seats[0].headers.as_ref().unwrap().1, "l");
+        // The level's seats are taken: two wait, the next is shed.
+        let waiting: Vec<_> = (0..2)
+            .map(|_| {
+                let (fc, user, info) = (fc.clone(), user.clone(), info.clone());
+                tokio::spawn(async move { fc.admit(&user, &info, false).await.is_ok() })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let shed = fc.admit(&user, &info, false).await;
+        assert!(matches!(
+            shed,
+            Err(Rejected {
+                reason: "queue-full",
+                ..
+            })
+        ));
+        seats.clear();
+        for w in waiting {
+            assert!(w.await.unwrap(), "a freed seat goes to a waiter");
+        }
+    }
+}
