@@ -302,6 +302,49 @@ pub(crate) async fn ensure_flow_control(store: &dyn Store) -> Result<(), StoreEr
     Ok(())
 }
 
+/// `kube-system/extension-apiserver-authentication`: what aggregated API servers read to trust
+/// this server's client certificates and its front proxy's request headers (upstream's
+/// cluster-authentication-trust controller). Rewritten at every start.
+pub(crate) async fn ensure_extension_authentication(
+    store: &dyn Store,
+    client_ca: &str,
+    proxy_ca: Option<&str>,
+) -> Result<(), StoreError> {
+    let def = r8s_api::find("", "v1", "configmaps").expect("in the catalogue");
+    let mut data = serde_json::json!({"client-ca-file": client_ca});
+    if let Some(ca) = proxy_ca {
+        data["requestheader-client-ca-file"] = serde_json::json!(ca);
+        data["requestheader-allowed-names"] = serde_json::json!("[\"front-proxy-client\"]");
+        data["requestheader-username-headers"] = serde_json::json!("[\"X-Remote-User\"]");
+        data["requestheader-group-headers"] = serde_json::json!("[\"X-Remote-Group\"]");
+        data["requestheader-extra-headers-prefix"] = serde_json::json!("[\"X-Remote-Extra-\"]");
+        data["requestheader-uid-headers"] = serde_json::json!("[]");
+    }
+    let name = "extension-apiserver-authentication";
+    let key = registry::key(def, "kube-system", name);
+    let obj = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "kube-system", "uid": uuid::Uuid::new_v4().to_string(),
+            "creationTimestamp": registry::meta::now_rfc3339()},
+        "data": data});
+    match store.get(&key, 0).await?.kv {
+        None => create_if_absent(store, &key, registry::encode(def, &obj)).await,
+        Some(kv) => {
+            let mut current: serde_json::Value = serde_json::from_slice(&kv.value).unwrap_or_default();
+            if current["data"] == obj["data"] {
+                return Ok(());
+            }
+            current["data"] = obj["data"].clone();
+            match store
+                .update(&key, registry::encode(def, &current), kv.mod_revision)
+                .await
+            {
+                Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
 /// An APIService for every built-in group version, served locally (upstream's
 /// apiservice-registration-controller registers them so at start).
 pub(crate) async fn ensure_local_apiservices(store: &dyn Store) -> Result<(), StoreError> {

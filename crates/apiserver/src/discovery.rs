@@ -198,22 +198,95 @@ fn aggregated(version: &str, groups: Vec<Value>) -> Response<Body> {
     resp
 }
 
+/// An aggregated group's APIGroup (its available versions, the preferred first).
+fn aggregated_group_json(routes: &[crate::aggregator::Route], group: &str) -> Value {
+    let versions: Vec<Value> = routes
+        .iter()
+        .filter(|r| r.group == group)
+        .map(|r| group_version_json(&r.group, &r.version))
+        .collect();
+    json!({
+        "name": group,
+        "versions": versions,
+        "preferredVersion": versions.first().cloned().unwrap_or(Value::Null),
+    })
+}
+
+/// An aggregated group's entry in aggregated discovery, from its servers' resource lists.
+fn aggregated_group_discovery(routes: &[crate::aggregator::Route], group: &str) -> Value {
+    let versions: Vec<Value> = routes
+        .iter()
+        .filter(|r| r.group == group)
+        .map(|r| {
+            let list: Vec<&Value> = r.resources["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .collect();
+            let resources: Vec<Value> = list
+                .iter()
+                .filter(|x| !x["name"].as_str().unwrap_or("").contains('/'))
+                .map(|x| {
+                    let name = x["name"].as_str().unwrap_or("");
+                    let subresources: Vec<Value> = list
+                        .iter()
+                        .filter_map(|s| {
+                            let (parent, sub) = s["name"].as_str()?.split_once('/')?;
+                            (parent == name).then(|| json!({
+                                "subresource": sub,
+                                "responseKind": {"group": r.group, "version": r.version, "kind": s["kind"]},
+                                "verbs": s["verbs"],
+                            }))
+                        })
+                        .collect();
+                    let mut e = json!({
+                        "resource": name,
+                        "responseKind": {"group": r.group, "version": r.version, "kind": x["kind"]},
+                        "scope": if x["namespaced"] == true { "Namespaced" } else { "Cluster" },
+                        "singularResource": x["singularName"],
+                        "verbs": x["verbs"],
+                    });
+                    for k in ["shortNames", "categories"] {
+                        if x[k].as_array().is_some_and(|a| !a.is_empty()) {
+                            e[k] = x[k].clone();
+                        }
+                    }
+                    if !subresources.is_empty() {
+                        e["subresources"] = json!(subresources);
+                    }
+                    e
+                })
+                .collect();
+            json!({"version": r.version, "resources": resources, "freshness": "Current"})
+        })
+        .collect();
+    json!({"metadata": {"name": group}, "versions": versions})
+}
+
 /// Answer a discovery path, or `None` if it is not one.
 pub(crate) fn route(ctx: &Ctx, path: &str, headers: &HeaderMap) -> Option<Result<Response<Body>, ApiError>> {
     let ok = |v: Value| Some(Ok(json_response(StatusCode::OK, &v)));
     let set = ctx.shared.served.current();
     let set = &*set;
+    // Groups other API servers serve (available APIServices), after the local ones.
+    let routes = ctx.shared.aggregator.available();
+    let mut agg_groups: Vec<String> = Vec::new();
+    for r in &routes {
+        if !set.groups().contains(&r.group.as_str()) && !agg_groups.contains(&r.group) {
+            agg_groups.push(r.group.clone());
+        }
+    }
     if let Some(version) = aggregated_version(headers) {
         match path {
             "/api" => return Some(Ok(aggregated(version, vec![group_discovery(set, "")]))),
             "/apis" => {
-                return Some(Ok(aggregated(
-                    version,
-                    set.groups()
-                        .into_iter()
-                        .map(|g| group_discovery(set, g))
-                        .collect(),
-                )))
+                let mut groups: Vec<Value> = set
+                    .groups()
+                    .into_iter()
+                    .map(|g| group_discovery(set, g))
+                    .collect();
+                groups.extend(agg_groups.iter().map(|g| aggregated_group_discovery(&routes, g)));
+                return Some(Ok(aggregated(version, groups)));
             }
             _ => {}
         }
@@ -227,7 +300,12 @@ pub(crate) fn route(ctx: &Ctx, path: &str, headers: &HeaderMap) -> Option<Result
         "/apis" => ok(json!({
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": set.groups().into_iter().map(|g| group_json(set, g)).collect::<Vec<_>>(),
+            "groups": set
+                .groups()
+                .into_iter()
+                .map(|g| group_json(set, g))
+                .chain(agg_groups.iter().map(|g| aggregated_group_json(&routes, g)))
+                .collect::<Vec<_>>(),
         })),
         _ => {
             let rest = path.strip_prefix('/')?;
@@ -235,6 +313,12 @@ pub(crate) fn route(ctx: &Ctx, path: &str, headers: &HeaderMap) -> Option<Result
             match parts.as_slice() {
                 ["api", version] => {
                     resource_list(set, "", version).map(|v| Ok(json_response(StatusCode::OK, &v)))
+                }
+                ["apis", group] if agg_groups.iter().any(|g| g == group) => {
+                    let mut g = aggregated_group_json(&routes, group);
+                    g["kind"] = json!("APIGroup");
+                    g["apiVersion"] = json!("v1");
+                    ok(g)
                 }
                 ["apis", group] if set.group_versions().iter().any(|(g, _)| g == group) => {
                     let mut g = group_json(set, group);

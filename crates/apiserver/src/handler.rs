@@ -238,6 +238,18 @@ async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiEr
     if path == "/version" {
         return Ok(json_response(StatusCode::OK, &crate::discovery::version()));
     }
+    // A group version another API server serves (an APIService with a service): proxied,
+    // its discovery document included.
+    if let Some(rest) = path.strip_prefix("/apis/") {
+        let mut parts = rest.splitn(3, '/');
+        if let (Some(g), Some(v)) = (parts.next(), parts.next()) {
+            if ctx.shared.served.current().find_group_version(g, v).is_none() {
+                if let Some(route) = ctx.shared.aggregator.route(g, v) {
+                    return crate::aggregator::proxy(&ctx.shared, &route, &ctx.user, req).await;
+                }
+            }
+        }
+    }
     if let Some(resp) = discovery::route(&ctx, &path, req.headers()) {
         return resp;
     }

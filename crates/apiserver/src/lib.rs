@@ -5,6 +5,7 @@
 //! generic registry for resources.
 
 pub mod admission;
+mod aggregator;
 pub mod audit;
 pub mod authn;
 pub mod authz;
@@ -36,6 +37,7 @@ use std::sync::Arc;
 
 use r8s_store::Store;
 
+pub use aggregator::ProxyIdentity;
 pub use endpoints::kubelet::KubeletClient;
 pub use registry::allocator::{IpFamily, ServiceCidr, ServiceCidrs};
 pub use server::ServingConfig;
@@ -67,6 +69,9 @@ pub struct ApiServerConfig {
     /// How often kubelets are scraped for `metrics.k8s.io` while it is in use (metrics-server's
     /// `--metric-resolution`).
     pub metric_resolution: std::time::Duration,
+    /// The client certificate the aggregator presents to aggregated API servers (upstream's
+    /// `--proxy-client-cert-file`/`--proxy-client-key-file`); absent: none.
+    pub proxy_identity: Option<ProxyIdentity>,
 }
 
 /// State shared by every request.
@@ -84,6 +89,8 @@ pub(crate) struct Shared {
     pub openapi: openapi::Cache,
     /// API priority and fairness.
     pub flow_control: flowcontrol::FlowControl,
+    /// API aggregation: group versions served by other API servers.
+    pub aggregator: aggregator::Aggregator,
     pub service_cidrs: ServiceCidrs,
     pub metrics: metrics::Metrics,
     pub rbac: Option<Arc<rbac::Rbac>>,
@@ -113,6 +120,13 @@ impl ApiServer {
         bootstrap::ensure_priority_classes(config.store.as_ref())
             .await
             .map_err(|e| std::io::Error::other(format!("creating the system priority classes: {e}")))?;
+        bootstrap::ensure_extension_authentication(
+            config.store.as_ref(),
+            &config.serving.client_ca_pem,
+            config.proxy_identity.as_ref().map(|p| p.ca_pem.as_str()),
+        )
+        .await
+        .map_err(|e| std::io::Error::other(format!("writing extension-apiserver-authentication: {e}")))?;
         bootstrap::ensure_flow_control(config.store.as_ref())
             .await
             .map_err(|e| std::io::Error::other(format!("creating the flow-control configuration: {e}")))?;
@@ -164,6 +178,7 @@ impl ApiServer {
             served: registry::catalogue::Served::builtin(),
             openapi: Default::default(),
             flow_control,
+            aggregator: aggregator::Aggregator::new(config.proxy_identity.clone()),
             service_cidrs: config.service_cidrs.clone(),
             metrics,
             audit,
@@ -178,13 +193,14 @@ impl ApiServer {
             advertise: local_addr.to_string(),
         });
         let crds = tokio::spawn(registry::custom::controller::run(shared.clone()));
+        let aggregation = tokio::spawn(aggregator::run(shared.clone()));
         let task = tokio::spawn(server::serve(listener, tls.clone(), shared.clone()));
         Ok(Self {
             local_addr,
             task,
             shared,
             tls,
-            also: std::sync::Mutex::new(vec![crds]),
+            also: std::sync::Mutex::new(vec![crds, aggregation]),
         })
     }
 

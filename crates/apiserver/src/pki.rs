@@ -148,6 +148,46 @@ impl Pki {
         Ok((cert.pem(), key.serialize_pem()))
     }
 
+    /// The front-proxy CA (`front-proxy-ca.crt`, made at first use) and a client certificate
+    /// it signs for `front-proxy-client`, which the aggregator presents to aggregated API
+    /// servers (upstream's kubeadm layout). The CA is the one they trust for request headers.
+    pub fn front_proxy_client(&self) -> Result<crate::ProxyIdentity, PkiError> {
+        let ca_cert_path = self.dir.join("front-proxy-ca.crt");
+        let ca_key_path = self.dir.join("front-proxy-ca.key");
+        let (ca_cert_pem, ca_key_pem) = match (read(&ca_cert_path)?, read(&ca_key_path)?) {
+            (Some(c), Some(k)) => (c, k),
+            _ => {
+                let key = KeyPair::generate()?;
+                let mut params = CertificateParams::new(Vec::<String>::new())?;
+                params.distinguished_name = dn(&format!("front-proxy-ca@{}", unix_now()), &[]);
+                params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+                params.key_usages = vec![
+                    KeyUsagePurpose::KeyCertSign,
+                    KeyUsagePurpose::CrlSign,
+                    KeyUsagePurpose::DigitalSignature,
+                ];
+                validity(&mut params, CA_VALIDITY);
+                let cert = params.self_signed(&key)?;
+                write(&ca_key_path, &key.serialize_pem(), 0o600)?;
+                write(&ca_cert_path, &cert.pem(), 0o644)?;
+                (cert.pem(), key.serialize_pem())
+            }
+        };
+        let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|e| invalid(&ca_key_path, e))?;
+        let issuer = Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key).map_err(|e| invalid(&ca_cert_path, e))?;
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name = dn("front-proxy-client", &[]);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        validity(&mut params, LEAF_VALIDITY);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok(crate::ProxyIdentity {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            ca_pem: ca_cert_pem,
+        })
+    }
+
     /// A kubeconfig for `server` authenticating with the admin client certificate.
     pub fn admin_kubeconfig(&self, server: &str) -> String {
         kubeconfig(

@@ -31,6 +31,9 @@ use r8s_client::queue::{run_workers, WorkQueue};
 
 pub const FOREGROUND: &str = "foregroundDeletion";
 pub const ORPHAN: &str = "orphan";
+/// How often the resources to watch are discovered again (upstream resyncs its monitors every
+/// 30 s; custom resources of a new CRD are followed within this).
+const RESYNC: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Clone, Debug)]
 struct Node {
@@ -127,22 +130,81 @@ impl GarbageCollector {
             }
         };
         *self.resources.lock().unwrap() = resources.clone();
-        let streams = resources.iter().enumerate().map(|(i, r)| {
-            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &r.ar);
-            watcher(api, watcher::Config::default())
-                .default_backoff()
-                .map(move |e| (i, e))
-                .boxed()
-        });
-        let mut events = futures::stream::select_all(streams);
+        // One watch per resource, all feeding the graph; resources that appear later (custom
+        // resources of a new CRD) get theirs from the periodic rediscovery below, as upstream's
+        // monitors are resynced.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let client = self.client.clone();
+        let watch = move |i: usize, r: &Resource| {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &r.ar);
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut events = watcher(api, watcher::Config::default()).default_backoff().boxed();
+                while let Some(e) = events.next().await {
+                    if tx.send((i, e)).is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        let mut watching: HashMap<(String, String), tokio::task::JoinHandle<()>> = resources
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ((r.ar.group.clone(), r.ar.plural.clone()), watch(i, r)))
+            .collect();
         let count = resources.len();
         let this = self.clone();
         let graph_task = tokio::spawn(async move {
-            while let Some((i, event)) = events.next().await {
+            while let Some((i, event)) = rx.recv().await {
                 match event {
                     Ok(e) => this.process(i, e, count),
                     Err(e) => tracing::debug!(error = %e, "garbage collector watch failed; retrying"),
                 }
+            }
+        });
+        let this = self.clone();
+        let stop_resync = stop.clone();
+        let resync = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop_resync.cancelled() => break,
+                    _ = tokio::time::sleep(RESYNC) => {}
+                }
+                let Ok(now) = this.discover().await else { continue };
+                for r in &now {
+                    let key = (r.ar.group.clone(), r.ar.plural.clone());
+                    if watching.get(&key).is_some_and(|t| !t.is_finished()) {
+                        continue;
+                    }
+                    let i = {
+                        let mut known = this.resources.lock().unwrap();
+                        match known
+                            .iter()
+                            .position(|k| k.ar.group == r.ar.group && k.ar.plural == r.ar.plural)
+                        {
+                            Some(i) => {
+                                known[i] = r.clone();
+                                i
+                            }
+                            None => {
+                                known.push(r.clone());
+                                known.len() - 1
+                            }
+                        }
+                    };
+                    tracing::debug!(resource = %r.ar.plural, group = %r.ar.group, "garbage collector: watching a new resource");
+                    watching.insert(key, watch(i, r));
+                }
+                watching.retain(|(g, p), task| {
+                    let served = now.iter().any(|r| &r.ar.group == g && &r.ar.plural == p);
+                    if !served {
+                        task.abort();
+                    }
+                    served
+                });
+            }
+            for t in watching.values() {
+                t.abort();
             }
         });
         let this = self.clone();
@@ -166,6 +228,7 @@ impl GarbageCollector {
             },
         ));
         stop.cancelled().await;
+        resync.abort();
         graph_task.abort();
         let _ = deleter.await;
         let _ = orphaner.await;
@@ -195,8 +258,13 @@ impl GarbageCollector {
                 for uid in gone {
                     self.remove(&mut g, &uid);
                 }
-                let first_sync_done = g.synced.insert(resource) && g.synced.len() == monitors;
-                if first_sync_done {
+                // The first time every resource is listed, or when a resource found later (a
+                // new CRD's) has been listed: an owner missing from the graph now means
+                // something.
+                let _ = monitors;
+                let newly = g.synced.insert(resource);
+                let all = g.relisting.is_empty() && g.synced.len() >= self.resources.lock().unwrap().len();
+                if newly && all {
                     // Every resource is listed: now an owner missing from the graph means
                     // something. Check every object that names one.
                     let suspects: Vec<String> = g

@@ -61,6 +61,7 @@ async fn start_api() -> TestApi {
         kubelet: None,
         advertise_address: None,
         metric_resolution: std::time::Duration::from_secs(15),
+        proxy_identity: None,
     })
     .await
     .unwrap();

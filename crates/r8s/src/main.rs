@@ -1094,6 +1094,9 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let kubelet =
         r8s_apiserver::KubeletClient::new(&kubelet_cert, &kubelet_key).map_err(anyhow::Error::msg)?;
 
+    // The aggregator's front-proxy identity (upstream's --proxy-client-cert-file), signed by
+    // its own CA so that no cluster client certificate can pose as the proxy.
+    let proxy_identity = pki.front_proxy_client()?;
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
         serving: r8s_apiserver::ServingConfig {
             bind_address: args.bind_address,
@@ -1127,6 +1130,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             Some(args.bind_address)
         },
         metric_resolution: args.metric_resolution,
+        proxy_identity: Some(proxy_identity),
     })
     .await
     .with_context(|| format!("serving on {}:{}", args.bind_address, args.https_listen_port))?;

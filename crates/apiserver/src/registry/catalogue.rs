@@ -159,6 +159,14 @@ impl ServedSet {
         out
     }
 
+    /// Whether `group`/`version` is served here.
+    pub fn find_group_version(&self, group: &str, version: &str) -> Option<()> {
+        self.defs
+            .iter()
+            .any(|d| d.group == group && d.version == version)
+            .then_some(())
+    }
+
     /// The served groups but the core one, in order.
     pub fn groups(&self) -> Vec<&'static str> {
         let mut groups: Vec<&'static str> = Vec::new();

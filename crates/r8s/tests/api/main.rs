@@ -6,6 +6,7 @@
 mod support;
 
 mod admission;
+mod aggregation;
 mod audit;
 mod controllers;
 mod custom_resources;
