@@ -18,8 +18,10 @@
 #   e2e-test-images/kitten:1.7          the same with kitten.jpg
 #   e2e-test-images/nonewprivs:1.3      /usr/local/bin/nnp, setuid root, prints its effective uid
 #   registry.k8s.io/pause:3.10          r8s's pause (crates/pause)
-#
-# Not built (their specs belong to the API aggregation issue): sample-apiserver and etcd.
+#   e2e-test-images/sample-apiserver:1.29.2  /sample-apiserver (k8s.io/sample-apiserver at the
+#                                       module's version), ENTRYPOINT /sample-apiserver
+#   registry.k8s.io/etcd:3.5.21-0       Debian's etcd (3.4; the sample API server needs only its
+#                                       v3 API) at /usr/local/bin/etcd
 #
 # Usage: conformance/build-images.sh DIR [BINDIR]
 #   BINDIR holds agnhost and nnp (conformance/build.sh builds them; default target/conformance/bin)
@@ -38,13 +40,13 @@ log() { echo "conformance/build-images: $*" >&2; }
 [ $# -ge 1 ] || die "usage: $0 DIR [BINDIR]"
 out=$1
 bindir=${2:-$repo/target/conformance/bin}
-for b in agnhost nnp; do [ -x "$bindir/$b" ] || die "no $bindir/$b (run conformance/build.sh)"; done
+for b in agnhost nnp sample-apiserver; do [ -x "$bindir/$b" ] || die "no $bindir/$b (run conformance/build.sh)"; done
 
 E2E=registry.k8s.io/e2e-test-images
 PATH_ENV=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 need=()
-for pkg in jq curl bind9-dnsutils netcat-openbsd iproute2 iperf bash apache2-bin media-types nginx; do
+for pkg in jq curl bind9-dnsutils netcat-openbsd iproute2 iperf bash apache2-bin media-types nginx etcd-server; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -134,6 +136,20 @@ done
 base_rootfs "$work/busybox"
 add_busybox "$work/busybox"
 build busybox "$E2E/busybox:1.36.1-1" "$(jq -cn --arg path "$PATH_ENV" '{Env: [$path], Cmd: ["sh"]}')"
+
+# --- sample-apiserver and etcd (the Aggregator spec) ---------------------------------------------
+root=$work/sample-apiserver
+base_rootfs "$root"
+install -m 755 "$bindir/sample-apiserver" "$root/sample-apiserver"
+build sample-apiserver "$E2E/sample-apiserver:1.29.2" \
+  "$(jq -cn --arg path "$PATH_ENV" '{Env: [$path], Entrypoint: ["/sample-apiserver"]}')"
+root=$work/etcd
+base_rootfs "$root"
+add_program "$root" /usr/bin/etcd
+mkdir -p "$root/usr/local/bin" "$root/var/lib/etcd"
+ln -s /usr/bin/etcd "$root/usr/local/bin/etcd"
+build etcd registry.k8s.io/etcd:3.5.21-0 \
+  "$(jq -cn --arg path "$PATH_ENV" '{Env: [$path], Cmd: ["/usr/local/bin/etcd"], WorkingDir: "/var/lib/etcd"}')"
 
 # --- nonewprivs ---------------------------------------------------------------------------------
 root=$work/nonewprivs

@@ -5,6 +5,8 @@
 #   ginkgo    the ginkgo CLI matching the ginkgo library the suite links (parallel runs)
 #   agnhost   the suite's test image's program (k8s.io/kubernetes/test/images/agnhost)
 #   nnp       the nonewprivs image's program (prints its effective uid)
+#   sample-apiserver  upstream's sample aggregated API server (k8s.io/sample-apiserver), for the
+#             Aggregator spec
 # A binary newer than go.mod, go.sum and this script is kept. Go is needed for this only:
 # nothing of r8s is built with it.
 set -euo pipefail
@@ -38,6 +40,10 @@ fi
 if ! fresh "$bindir/agnhost"; then
   echo "conformance/build: agnhost" >&2
   go build -ldflags "$ld" -o "$bindir/agnhost" k8s.io/kubernetes/test/images/agnhost
+fi
+if ! fresh "$bindir/sample-apiserver"; then
+  echo "conformance/build: sample-apiserver" >&2
+  go build -ldflags "$ld" -o "$bindir/sample-apiserver" k8s.io/sample-apiserver
 fi
 if ! fresh "$bindir/nnp"; then
   echo "conformance/build: nnp" >&2

@@ -256,6 +256,11 @@ impl WatchCache {
     /// The cache of resource `def`, started on first use: a list of every object, then a
     /// watch from the list's revision.
     pub async fn get(self: &Arc<Self>, def: &'static ResourceDef) -> Option<Arc<ResourceCache>> {
+        // Objects converted by a webhook are decoded outside any lock: straight from the
+        // datastore, never through a cache that decodes while it holds its window.
+        if crate::registry::strategy::of(def).converts_remotely() {
+            return None;
+        }
         // Keyed by resource, not storage prefix: two versions may share one prefix and each
         // needs objects in its own form.
         let name = cache_name(def);

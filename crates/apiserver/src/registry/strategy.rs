@@ -36,6 +36,13 @@ pub(crate) trait Strategy: Send + Sync {
         obj
     }
 
+    /// Whether converting an object calls out over the network (a custom resource's
+    /// conversion webhook): such objects are never decoded under a lock, so the watch cache
+    /// (which decodes while it holds its window) does not serve them.
+    fn converts_remotely(&self) -> bool {
+        false
+    }
+
     /// [`Strategy::to_storage`], for writes that can refuse an object that does not convert
     /// (a custom resource's conversion webhook failing).
     fn try_to_storage(&self, obj: Value) -> Result<Value, ApiError> {

@@ -511,6 +511,32 @@ fn a_conversion_webhook_converts_between_versions_on_the_way_in_and_out() {
         "example.com/v1 h1 localhost:8080\nexample.com/v1 h2 example.org:443",
         "{v1}"
     );
+    // A watch converts each event through the webhook (from the datastore, never under the
+    // watch cache's lock: a conversion there once stalled the whole server).
+    let events = server.ok(
+        k,
+        &[
+            "get",
+            "--raw",
+            "/apis/example.com/v2/namespaces/default/hosts?watch=true&resourceVersion=0&timeoutSeconds=2",
+        ],
+    );
+    assert!(
+        events.contains("\"host\":\"localhost\"") && events.contains("\"port\":\"443\""),
+        "{events}"
+    );
+    server.ok_stdin(
+        k,
+        &["create", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Host\nmetadata: {name: h3}\nspec: {hostPort: \"a:1\"}\n",
+    );
+    assert_eq!(
+        server.ok(
+            k,
+            &["get", "hosts.v2.example.com", "h3", "-o", "jsonpath={.spec.host}"]
+        ),
+        "a"
+    );
 }
 
 /// Custom resources go through what built-in kinds have: the garbage collector follows their

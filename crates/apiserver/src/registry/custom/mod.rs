@@ -388,6 +388,10 @@ impl Strategy for CustomResources {
         true
     }
 
+    fn converts_remotely(&self) -> bool {
+        self.webhook.is_some()
+    }
+
     fn to_storage(&self, obj: Value) -> Value {
         match self.try_to_storage(obj.clone()) {
             Ok(v) => v,
