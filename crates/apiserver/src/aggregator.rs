@@ -173,6 +173,13 @@ impl Aggregator {
     }
 }
 
+impl Route {
+    /// The Host an HTTP/1.1 request to the backend names (its Service's DNS name).
+    fn host(&self) -> String {
+        format!("{}.{}.svc:{}", self.service, self.namespace, self.port)
+    }
+}
+
 /// A ready address of the Service's endpoints for `port` (the Service port's target).
 async fn endpoint(shared: &Shared, ns: &str, name: &str, port: u16) -> Result<SocketAddr, (String, String)> {
     let svc_def = r8s_api::find("", "v1", "services").expect("served");
@@ -298,7 +305,12 @@ pub(crate) async fn proxy(
         .map(|p| p.as_str())
         .unwrap_or("/")
         .to_owned();
-    let mut out = Request::builder().method(parts.method.clone()).uri(path);
+    // HTTP/1.1 names its Host (a Go server refuses a request without one; a client speaking
+    // HTTP/2 to us sent `:authority` instead).
+    let mut out = Request::builder()
+        .method(parts.method.clone())
+        .uri(path)
+        .header(header::HOST, route.host());
     for (k, v) in parts.headers.iter() {
         let name = k.as_str();
         let hop = matches!(
@@ -310,6 +322,7 @@ pub(crate) async fn proxy(
                 | "upgrade"
                 | "te"
                 | "authorization"
+                | "host"
         ) || name.starts_with("impersonate-")
             || name.starts_with("x-remote-");
         if !hop {
@@ -342,6 +355,7 @@ pub(crate) async fn proxy(
 async fn get(shared: &Shared, route: &Route, path: &str) -> Result<(StatusCode, Bytes), (String, String)> {
     let mut sender = connect(shared, route).await?;
     let req = Request::get(path)
+        .header(header::HOST, route.host())
         .header(header::ACCEPT, "application/json")
         .header("X-Remote-User", "system:kube-aggregator")
         .header("X-Remote-Group", "system:masters")

@@ -79,6 +79,18 @@ impl HttpsServer {
                     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                         let handler = handler.clone();
                         async move {
+                            // As Go's server: an HTTP/1.1 request must name its Host.
+                            if req.version() == http::Version::HTTP_11 && !req.headers().contains_key("host")
+                            {
+                                return Ok::<_, Infallible>(
+                                    Response::builder()
+                                        .status(400)
+                                        .body(Full::new(Bytes::from_static(
+                                            b"400 Bad Request: missing required Host header",
+                                        )))
+                                        .unwrap(),
+                                );
+                            }
                             let path = req.uri().path().to_owned();
                             let body = req
                                 .into_body()
