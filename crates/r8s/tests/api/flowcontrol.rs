@@ -176,9 +176,11 @@ fn a_flood_from_one_user_is_queued_and_shed_while_node_status_updates_keep_their
         for f in flood {
             flooded.extend(f.await.unwrap());
         }
-        // kube-rs retries a 429 as told (Retry-After): every flood request is served in the
-        // end, at its level's pace; the rejections show in the server's metrics below.
-        assert!(flooded.iter().all(|(c, _, _)| *c == 200), "{flooded:?}");
+        // kube-rs retries a 429 a few times as told (Retry-After): the flood is served at its
+        // level's pace, what still ends in 429 is shed; the rejections show in the server's
+        // metrics below. Nothing else goes wrong.
+        assert!(flooded.iter().all(|(c, _, _)| *c == 200 || *c == 429), "{flooded:?}");
+        assert!(flooded.iter().any(|(c, _, _)| *c == 200), "{flooded:?}");
         assert!(node.iter().all(|(c, _, _)| *c == 200), "{node:?}");
         let mut lat: Vec<_> = node.iter().map(|(_, d, _)| *d).collect();
         lat.sort();
