@@ -76,13 +76,15 @@ impl ResourceDef {
     }
 }
 
-const STATUS: Subresource = Subresource {
+/// `status`: the object's status, written apart from its spec.
+pub const STATUS: Subresource = Subresource {
     name: "status",
     kind: "",
     group_version: None,
     verbs: &["get", "patch", "update"],
 };
-const SCALE: Subresource = Subresource {
+/// `scale`: an `autoscaling/v1` Scale over the object's replicas.
+pub const SCALE: Subresource = Subresource {
     name: "scale",
     kind: "Scale",
     group_version: Some("autoscaling/v1"),

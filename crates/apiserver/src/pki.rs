@@ -51,22 +51,7 @@ impl Pki {
         let ca_key_path = dir.join("ca.key");
         let (ca_cert_pem, ca_key_pem) = match (read(&ca_cert_path)?, read(&ca_key_path)?) {
             (Some(c), Some(k)) => (c, k),
-            (None, None) => {
-                let key = KeyPair::generate()?;
-                let mut params = CertificateParams::new(Vec::<String>::new())?;
-                params.distinguished_name = dn(&format!("r8s-ca@{}", unix_now()), &[]);
-                params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-                params.key_usages = vec![
-                    KeyUsagePurpose::KeyCertSign,
-                    KeyUsagePurpose::CrlSign,
-                    KeyUsagePurpose::DigitalSignature,
-                ];
-                validity(&mut params, CA_VALIDITY);
-                let cert = params.self_signed(&key)?;
-                write(&ca_key_path, &key.serialize_pem(), 0o600)?;
-                write(&ca_cert_path, &cert.pem(), 0o644)?;
-                (cert.pem(), key.serialize_pem())
-            }
+            (None, None) => new_ca(&format!("r8s-ca@{}", unix_now()), &ca_cert_path, &ca_key_path)?,
             _ => {
                 return Err(PkiError::Invalid {
                     path: dir.display().to_string(),
@@ -156,22 +141,11 @@ impl Pki {
         let ca_key_path = self.dir.join("front-proxy-ca.key");
         let (ca_cert_pem, ca_key_pem) = match (read(&ca_cert_path)?, read(&ca_key_path)?) {
             (Some(c), Some(k)) => (c, k),
-            _ => {
-                let key = KeyPair::generate()?;
-                let mut params = CertificateParams::new(Vec::<String>::new())?;
-                params.distinguished_name = dn(&format!("front-proxy-ca@{}", unix_now()), &[]);
-                params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-                params.key_usages = vec![
-                    KeyUsagePurpose::KeyCertSign,
-                    KeyUsagePurpose::CrlSign,
-                    KeyUsagePurpose::DigitalSignature,
-                ];
-                validity(&mut params, CA_VALIDITY);
-                let cert = params.self_signed(&key)?;
-                write(&ca_key_path, &key.serialize_pem(), 0o600)?;
-                write(&ca_cert_path, &cert.pem(), 0o644)?;
-                (cert.pem(), key.serialize_pem())
-            }
+            _ => new_ca(
+                &format!("front-proxy-ca@{}", unix_now()),
+                &ca_cert_path,
+                &ca_key_path,
+            )?,
         };
         let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|e| invalid(&ca_key_path, e))?;
         let issuer = Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key).map_err(|e| invalid(&ca_cert_path, e))?;
@@ -239,6 +213,25 @@ pub fn write_private(path: &Path, contents: &str) -> Result<(), PkiError> {
 
 /// Load `<dir>/<name>.{crt,key}` or (re)issue it. `make` gets the existing certificate (DER) if
 /// any and says whether it can be kept.
+/// A new self-signed CA named `common_name`, written to `cert_path` and `key_path`: its
+/// certificate and key (PEM).
+fn new_ca(common_name: &str, cert_path: &Path, key_path: &Path) -> Result<(String, String), PkiError> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name = dn(common_name, &[]);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    validity(&mut params, CA_VALIDITY);
+    let cert = params.self_signed(&key)?;
+    write(key_path, &key.serialize_pem(), 0o600)?;
+    write(cert_path, &cert.pem(), 0o644)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
 fn leaf(
     dir: &Path,
     name: &str,

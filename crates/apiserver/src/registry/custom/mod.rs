@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use async_trait::async_trait;
-use r8s_api::catalogue::{Subresource, STANDARD_VERBS};
+use r8s_api::catalogue::{SCALE, STANDARD_VERBS, STATUS};
 use r8s_api::validation::{dns1035_label, dns1123_subdomain, FieldError};
 use r8s_api::ResourceDef;
 use serde_json::{json, Value};
@@ -110,19 +110,6 @@ pub(crate) fn custom_strategy(def: &ResourceDef) -> Option<Arc<CustomResources>>
     let i = interned().read().unwrap_or_else(PoisonError::into_inner);
     i.strategies.get(&(def as *const ResourceDef as usize)).cloned()
 }
-
-const STATUS: Subresource = Subresource {
-    name: "status",
-    kind: "",
-    group_version: None,
-    verbs: &["get", "patch", "update"],
-};
-const SCALE: Subresource = Subresource {
-    name: "scale",
-    kind: "Scale",
-    group_version: Some("autoscaling/v1"),
-    verbs: &["get", "patch", "update"],
-};
 
 /// The served definitions of a CRD: one per served version, with the names it has been
 /// granted (`status.acceptedNames`, as upstream serves them). `store`: the serving server's

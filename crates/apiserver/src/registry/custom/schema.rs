@@ -285,11 +285,7 @@ fn check(schema: &Value, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
             let n = items.len() as u64;
             if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
                 if n > max {
-                    errs.push(FieldError {
-                        reason: "FieldValueTooMany",
-                        field: path.to_owned(),
-                        message: format!("Too many: {n}: must have at most {max} items"),
-                    });
+                    errs.push(too_many(path, n, max));
                 }
             }
             if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
@@ -603,16 +599,21 @@ fn required(schema: &Value, o: &Map<String, Value>, path: &str, errs: &mut Vec<F
     }
 }
 
+/// `field.TooMany` as kube-openapi's maxItems and maxProperties report it (both say "items").
+fn too_many(field: &str, n: u64, max: u64) -> FieldError {
+    FieldError {
+        reason: "FieldValueTooMany",
+        field: field.to_owned(),
+        message: format!("Too many: {n}: must have at most {max} items"),
+    }
+}
+
 fn object_bounds(schema: &Value, o: &Map<String, Value>, path: &str, errs: &mut Vec<FieldError>) {
     let n = o.len() as u64;
     let field = if path.is_empty() { "<nil>" } else { path };
     if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
         if n > max {
-            errs.push(FieldError {
-                reason: "FieldValueTooMany",
-                field: field.to_owned(),
-                message: format!("Too many: {n}: must have at most {max} items"),
-            });
+            errs.push(too_many(field, n, max));
         }
     }
     if let Some(min) = schema.get("minProperties").and_then(Value::as_u64) {
