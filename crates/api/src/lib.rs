@@ -17,6 +17,7 @@ pub mod catalogue;
 pub mod cron;
 pub mod duration;
 pub mod features;
+pub mod local_path;
 pub mod node_affinity;
 pub mod owner;
 pub mod patch_strategy;

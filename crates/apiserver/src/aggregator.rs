@@ -182,7 +182,7 @@ impl Route {
 
 /// A ready address of the Service's endpoints for `port` (the Service port's target).
 async fn endpoint(shared: &Shared, ns: &str, name: &str, port: u16) -> Result<SocketAddr, (String, String)> {
-    let svc_def = r8s_api::find("", "v1", "services").expect("served");
+    let svc_def = crate::registry::catalogue::builtin("", "v1", "services").expect("served");
     let svc = crate::registry::system::get(shared.store.as_ref(), svc_def, ns, name)
         .await
         .map_err(|_| {
@@ -203,7 +203,7 @@ async fn endpoint(shared: &Shared, ns: &str, name: &str, port: u16) -> Result<So
                 format!("service/{name} in \"{ns}\" is not listening on port {port}"),
             )
         })?;
-    let ep_def = r8s_api::find("", "v1", "endpoints").expect("served");
+    let ep_def = crate::registry::catalogue::builtin("", "v1", "endpoints").expect("served");
     let eps = crate::registry::system::get(shared.store.as_ref(), ep_def, ns, name)
         .await
         .map_err(|_| {
@@ -378,7 +378,8 @@ async fn get(shared: &Shared, route: &Route, path: &str) -> Result<(StatusCode, 
 /// Follow the APIServices: route the non-local ones, check each every few seconds, and keep
 /// their `Available` condition true to what the check found.
 pub(crate) async fn run(shared: Arc<Shared>) {
-    let def = r8s_api::find("apiregistration.k8s.io", "v1", "apiservices").expect("served");
+    let def =
+        crate::registry::catalogue::builtin("apiregistration.k8s.io", "v1", "apiservices").expect("served");
     loop {
         let services = crate::registry::system::list(shared.store.as_ref(), def, "")
             .await
@@ -482,7 +483,8 @@ async fn write_condition(shared: &Shared, s: &Value, ok: bool, reason: &str, mes
     };
     next["status"]["conditions"] = json!([{"type": "Available", "status": status,
         "lastTransitionTime": transition, "reason": reason, "message": message}]);
-    let def = r8s_api::find("apiregistration.k8s.io", "v1", "apiservices").expect("served");
+    let def =
+        crate::registry::catalogue::builtin("apiregistration.k8s.io", "v1", "apiservices").expect("served");
     if let Ok(true) = crate::registry::system::update_status(shared.store.as_ref(), def, &next, s).await {
         shared
             .aggregator

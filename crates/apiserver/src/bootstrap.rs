@@ -10,7 +10,8 @@ use crate::registry;
 const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 pub(crate) async fn ensure_namespaces(store: &dyn Store) -> Result<(), StoreError> {
-    let def = r8s_api::find("", "v1", "namespaces").expect("namespaces are in the catalogue");
+    let def =
+        crate::registry::catalogue::builtin("", "v1", "namespaces").expect("namespaces are in the catalogue");
     for ns in SYSTEM_NAMESPACES {
         let obj = json!({
             "kind": "Namespace",
@@ -31,7 +32,8 @@ pub(crate) async fn ensure_namespaces(store: &dyn Store) -> Result<(), StoreErro
 }
 
 pub(crate) async fn ensure_priority_classes(store: &dyn Store) -> Result<(), StoreError> {
-    let def = r8s_api::find("scheduling.k8s.io", "v1", "priorityclasses").expect("in the catalogue");
+    let def = crate::registry::catalogue::builtin("scheduling.k8s.io", "v1", "priorityclasses")
+        .expect("in the catalogue");
     for (name, value, description) in [
         ("system-node-critical", 2_000_001_000, "Used for system critical pods that must not be moved from their current node."),
         ("system-cluster-critical", 2_000_000_000, "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary."),
@@ -61,7 +63,7 @@ pub(crate) async fn ensure_kubernetes_service(
     cidr: registry::allocator::ServiceCidr,
     port: u16,
 ) -> Result<(), StoreError> {
-    let def = r8s_api::find("", "v1", "services").expect("in the catalogue");
+    let def = crate::registry::catalogue::builtin("", "v1", "services").expect("in the catalogue");
     let ip = cidr.first().to_string();
     create_if_absent(
         store,
@@ -110,7 +112,7 @@ pub(crate) async fn ensure_kubernetes_endpoints(
 ) -> Result<(), StoreError> {
     let ip = ip.to_string();
     let address_type = if ip.contains(':') { "IPv6" } else { "IPv4" };
-    let endpoints = r8s_api::find("", "v1", "endpoints").expect("in the catalogue");
+    let endpoints = crate::registry::catalogue::builtin("", "v1", "endpoints").expect("in the catalogue");
     let subsets = json!([{
         "addresses": [{"ip": ip}],
         "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
@@ -127,7 +129,8 @@ pub(crate) async fn ensure_kubernetes_endpoints(
         },
     )
     .await?;
-    let slices = r8s_api::find("discovery.k8s.io", "v1", "endpointslices").expect("in the catalogue");
+    let slices = crate::registry::catalogue::builtin("discovery.k8s.io", "v1", "endpointslices")
+        .expect("in the catalogue");
     let labels = json!({"kubernetes.io/service-name": "kubernetes"});
     upsert(
         store,
@@ -148,7 +151,7 @@ pub(crate) async fn ensure_kubernetes_endpoints(
 /// hold; nothing is written when they already do.
 async fn upsert(
     store: &dyn Store,
-    def: &r8s_api::ResourceDef,
+    def: &crate::registry::Resource,
     name: &str,
     head: Value,
     labels: Value,
@@ -228,7 +231,8 @@ pub(crate) async fn ensure_rbac_policy(store: &dyn Store) -> Result<(), StoreErr
             .map(|o| ("rolebindings", value(serde_json::to_value(o)))),
     );
     for (plural, mut obj) in objects {
-        let def = r8s_api::find("rbac.authorization.k8s.io", "v1", plural).expect("in the catalogue");
+        let def = crate::registry::catalogue::builtin("rbac.authorization.k8s.io", "v1", plural)
+            .expect("in the catalogue");
         let ns = obj["metadata"]["namespace"]
             .as_str()
             .unwrap_or_default()
@@ -293,7 +297,8 @@ pub(crate) async fn ensure_rbac_policy(store: &dyn Store) -> Result<(), StoreErr
 pub(crate) async fn ensure_flow_control(store: &dyn Store) -> Result<(), StoreError> {
     let (levels, schemas) = registry::flowcontrol::bootstrap_objects();
     for (plural, objects) in [("prioritylevelconfigurations", levels), ("flowschemas", schemas)] {
-        let def = r8s_api::find("flowcontrol.apiserver.k8s.io", "v1", plural).expect("in the catalogue");
+        let def = crate::registry::catalogue::builtin("flowcontrol.apiserver.k8s.io", "v1", plural)
+            .expect("in the catalogue");
         for obj in objects {
             let name = registry::meta::name(&obj).to_owned();
             create_if_absent(store, &registry::key(def, "", &name), registry::encode(def, &obj)).await?;
@@ -308,17 +313,19 @@ pub(crate) async fn ensure_flow_control(store: &dyn Store) -> Result<(), StoreEr
 pub(crate) async fn ensure_extension_authentication(
     store: &dyn Store,
     client_ca: &str,
-    proxy_ca: Option<&str>,
+    request_header: Option<&crate::authn::RequestHeaderConfig>,
 ) -> Result<(), StoreError> {
-    let def = r8s_api::find("", "v1", "configmaps").expect("in the catalogue");
+    let def = crate::registry::catalogue::builtin("", "v1", "configmaps").expect("in the catalogue");
     let mut data = serde_json::json!({"client-ca-file": client_ca});
-    if let Some(ca) = proxy_ca {
-        data["requestheader-client-ca-file"] = serde_json::json!(ca);
-        data["requestheader-allowed-names"] = serde_json::json!("[\"front-proxy-client\"]");
-        data["requestheader-username-headers"] = serde_json::json!("[\"X-Remote-User\"]");
-        data["requestheader-group-headers"] = serde_json::json!("[\"X-Remote-Group\"]");
-        data["requestheader-extra-headers-prefix"] = serde_json::json!("[\"X-Remote-Extra-\"]");
-        data["requestheader-uid-headers"] = serde_json::json!("[]");
+    if let Some(r) = request_header {
+        // Lists as JSON text, as upstream writes them.
+        let list = |l: &[String]| serde_json::json!(serde_json::to_string(l).unwrap_or_default());
+        data["requestheader-client-ca-file"] = serde_json::json!(r.client_ca_pem);
+        data["requestheader-allowed-names"] = list(&r.allowed_names);
+        data["requestheader-username-headers"] = list(&r.username_headers);
+        data["requestheader-group-headers"] = list(&r.group_headers);
+        data["requestheader-extra-headers-prefix"] = list(&r.extra_headers_prefix);
+        data["requestheader-uid-headers"] = list(&r.uid_headers);
     }
     let name = "extension-apiserver-authentication";
     let key = registry::key(def, "kube-system", name);
@@ -348,7 +355,8 @@ pub(crate) async fn ensure_extension_authentication(
 /// An APIService for every built-in group version, served locally (upstream's
 /// apiservice-registration-controller registers them so at start).
 pub(crate) async fn ensure_local_apiservices(store: &dyn Store) -> Result<(), StoreError> {
-    let def = r8s_api::find("apiregistration.k8s.io", "v1", "apiservices").expect("in the catalogue");
+    let def = crate::registry::catalogue::builtin("apiregistration.k8s.io", "v1", "apiservices")
+        .expect("in the catalogue");
     for (i, (group, version)) in r8s_api::group_versions().into_iter().enumerate() {
         let obj = registry::apiservices::local(group, version, i, "onstart");
         let name = registry::meta::name(&obj).to_owned();
@@ -363,7 +371,8 @@ pub(crate) async fn ensure_default_service_cidr(
     store: &dyn Store,
     cidrs: &crate::ServiceCidrs,
 ) -> Result<(), StoreError> {
-    let def = r8s_api::find("networking.k8s.io", "v1", "servicecidrs").expect("in the catalogue");
+    let def = crate::registry::catalogue::builtin("networking.k8s.io", "v1", "servicecidrs")
+        .expect("in the catalogue");
     let ranges: Vec<String> = cidrs.iter().map(|c| c.to_string()).collect();
     let obj = registry::service_cidrs::default_object(&ranges);
     let name = registry::service_cidrs::DEFAULT_NAME;

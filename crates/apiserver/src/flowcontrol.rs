@@ -293,6 +293,17 @@ pub(crate) struct FlowControl {
 }
 
 impl FlowControl {
+    /// No flow control (`--enable-priority-and-fairness=false`): every request is admitted
+    /// at once, unclassified.
+    pub fn disabled() -> Self {
+        let (_tx, rx) = watch::channel(None);
+        Self {
+            config: rx,
+            levels: Mutex::new(HashMap::new()),
+            metrics: FlowMetrics::default(),
+        }
+    }
+
     /// Follow the FlowSchemas and PriorityLevelConfigurations in `store`.
     pub fn start(store: Arc<dyn Store>) -> Self {
         const SCHEMAS: &str = "/registry/flowschemas/";

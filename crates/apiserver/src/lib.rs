@@ -72,6 +72,14 @@ pub struct ApiServerConfig {
     /// The client certificate the aggregator presents to aggregated API servers (upstream's
     /// `--proxy-client-cert-file`/`--proxy-client-key-file`); absent: none.
     pub proxy_identity: Option<ProxyIdentity>,
+    /// Request-header authentication (`--requestheader-*`): its CA is trusted for client
+    /// certificates beside the client CA and published, with the header names, in
+    /// `kube-system/extension-apiserver-authentication`; the authenticator itself goes in
+    /// `authenticators`. Absent: none.
+    pub request_header: Option<authn::RequestHeaderConfig>,
+    /// API priority and fairness (`--enable-priority-and-fairness`, on by default): requests
+    /// classified by the FlowSchemas and queued by their priority levels.
+    pub priority_and_fairness: bool,
 }
 
 /// State shared by every request.
@@ -123,7 +131,7 @@ impl ApiServer {
         bootstrap::ensure_extension_authentication(
             config.store.as_ref(),
             &config.serving.client_ca_pem,
-            config.proxy_identity.as_ref().map(|p| p.ca_pem.as_str()),
+            config.request_header.as_ref(),
         )
         .await
         .map_err(|e| std::io::Error::other(format!("writing extension-apiserver-authentication: {e}")))?;
@@ -160,9 +168,17 @@ impl ApiServer {
                 .await
                 .map_err(|e| std::io::Error::other(format!("writing the kubernetes endpoints: {e}")))?;
         }
-        let tls = server::tls_config(&config.serving).map_err(std::io::Error::other)?;
+        let tls = server::tls_config(
+            &config.serving,
+            config.request_header.as_ref().map(|r| r.client_ca_pem.as_str()),
+        )
+        .map_err(std::io::Error::other)?;
         let metrics = metrics::Metrics::default();
-        let flow_control = flowcontrol::FlowControl::start(config.store.clone());
+        let flow_control = if config.priority_and_fairness {
+            flowcontrol::FlowControl::start(config.store.clone())
+        } else {
+            flowcontrol::FlowControl::disabled()
+        };
         metrics.register_flow_control(&flow_control.metrics);
         let audit = match config.audit {
             Some(options) => {

@@ -144,7 +144,7 @@ fn meta_schemas() -> &'static Map<String, Value> {
 }
 
 /// The v3 document of a group version of custom resources.
-fn custom_document(defs: &[&ResourceDef]) -> Value {
+fn custom_document(defs: &[&crate::registry::Resource]) -> Value {
     let mut schemas = meta_schemas().clone();
     let mut paths = Map::new();
     for def in defs {
@@ -204,10 +204,10 @@ impl Cache {
                 return b.clone();
             }
         }
-        let custom: Vec<&ResourceDef> = set.defs.iter().filter(|d| d.custom).copied().collect();
+        let custom: Vec<&crate::registry::Resource> = set.defs.iter().filter(|d| d.custom).copied().collect();
         let mut v3 = BTreeMap::new();
         for (g, v) in set.group_versions() {
-            let defs: Vec<&ResourceDef> = custom
+            let defs: Vec<&crate::registry::Resource> = custom
                 .iter()
                 .filter(|d| d.group == g && d.version == v)
                 .copied()

@@ -671,7 +671,7 @@ pub(crate) fn served() -> &'static Served {
 }
 
 /// The document with the custom resources `custom` besides the built-in ones.
-pub(crate) fn served_with(custom: &[&ResourceDef]) -> Served {
+pub(crate) fn served_with(custom: &[&crate::registry::Resource]) -> Served {
     let mut doc = builtin_document().clone();
     for def in custom {
         let schemas = crate::registry::custom::openapi::schemas(def, true);

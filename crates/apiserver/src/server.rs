@@ -31,12 +31,20 @@ fn certs(pem: &str) -> Result<Vec<CertificateDer<'static>>, String> {
         .map_err(|e| format!("bad PEM certificate: {e}"))
 }
 
-pub(crate) fn tls_config(cfg: &ServingConfig) -> Result<Arc<rustls::ServerConfig>, String> {
+/// The TLS configuration: `cfg`'s serving certificate, client certificates of its client CA
+/// or of `request_header_ca` (each authenticator then checks the chain against its own CA).
+pub(crate) fn tls_config(
+    cfg: &ServingConfig,
+    request_header_ca: Option<&str>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
     use rustls::pki_types::pem::PemObject;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for c in certs(&cfg.client_ca_pem)? {
         roots.add(c).map_err(|e| format!("bad client CA: {e}"))?;
+    }
+    for c in certs(request_header_ca.unwrap_or_default())? {
+        roots.add(c).map_err(|e| format!("bad request-header CA: {e}"))?;
     }
     // Clients may come without a certificate (bearer tokens); one they present must verify.
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())

@@ -13,12 +13,12 @@
 //! A watch whose start revision is older than the window falls back to a direct datastore
 //! watch (which answers 410 if compaction took it).
 
+use crate::registry::Resource;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use r8s_api::ResourceDef;
 use r8s_store::{EventKind, RangeRequest, Store, WatchItem};
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
@@ -88,7 +88,7 @@ pub(crate) struct CachedObject {
 }
 
 impl CachedObject {
-    fn new(def: &ResourceDef, obj: &Value) -> Self {
+    fn new(def: &Resource, obj: &Value) -> Self {
         Self::with_json(
             def,
             obj,
@@ -97,7 +97,7 @@ impl CachedObject {
     }
 
     /// `json` must be `obj` serialised.
-    fn with_json(def: &ResourceDef, obj: &Value, json: Bytes) -> Self {
+    fn with_json(def: &Resource, obj: &Value, json: Bytes) -> Self {
         Self {
             json,
             labels: crate::registry::meta::labels(obj),
@@ -123,7 +123,7 @@ struct Window {
 }
 
 pub(crate) struct ResourceCache {
-    def: &'static ResourceDef,
+    def: &'static Resource,
     window: RwLock<Window>,
     tx: broadcast::Sender<Arc<CachedEvent>>,
     /// The revision applied so far, for reads that wait for the cache to catch up.
@@ -219,7 +219,7 @@ pub(crate) struct WatchCache {
 /// The name a resource's cache goes by: its group and resource (two versions sharing a
 /// prefix each convert objects on their way out); a custom resource's also by its
 /// definition, which changes with its CRD.
-fn cache_name(def: &ResourceDef) -> String {
+fn cache_name(def: &Resource) -> String {
     if def.custom {
         format!("{}/{}@{:p}", def.group_resource(), def.version, def)
     } else {
@@ -237,7 +237,7 @@ impl WatchCache {
     }
 
     /// Drop the cache of a resource no longer served: its watchers' streams end.
-    pub fn forget(&self, def: &ResourceDef) {
+    pub fn forget(&self, def: &Resource) {
         let name = cache_name(def);
         self.caches
             .lock()
@@ -255,10 +255,10 @@ impl WatchCache {
 
     /// The cache of resource `def`, started on first use: a list of every object, then a
     /// watch from the list's revision.
-    pub async fn get(self: &Arc<Self>, def: &'static ResourceDef) -> Option<Arc<ResourceCache>> {
+    pub async fn get(self: &Arc<Self>, def: &'static Resource) -> Option<Arc<ResourceCache>> {
         // Objects converted by a webhook are decoded outside any lock: straight from the
         // datastore, never through a cache that decodes while it holds its window.
-        if crate::registry::strategy::of(def).converts_remotely() {
+        if def.strategy.converts_remotely() {
             return None;
         }
         // Keyed by resource, not storage prefix: two versions may share one prefix and each
@@ -397,7 +397,7 @@ fn natural_type(kind: EventKind, had_prev: bool) -> &'static str {
 
 /// One datastore event as the cache keeps it. `cached`: the cache's entry for the key before
 /// this event (the state the event's `prev` holds, already decoded).
-fn decode(def: &ResourceDef, ev: r8s_store::Event, cached: Option<Arc<CachedObject>>) -> Option<CachedEvent> {
+fn decode(def: &Resource, ev: r8s_store::Event, cached: Option<Arc<CachedObject>>) -> Option<CachedEvent> {
     let revision = ev.kv.mod_revision;
     let prev = match (&ev.prev, cached) {
         (None, _) => None,
@@ -450,7 +450,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(EmbeddedOptions::new(dir.path())).unwrap());
         let cache = Arc::new(WatchCache::new(store.clone()));
-        let def = r8s_api::find("", "v1", "configmaps").unwrap();
+        let def = crate::registry::catalogue::builtin("", "v1", "configmaps").unwrap();
         let rc = cache.get(def).await.unwrap();
         let obj = |n: &str| bytes::Bytes::from(json!({"metadata": {"name": n}}).to_string());
         let a = store.create("/registry/configmaps/ns/a", obj("a")).await.unwrap();

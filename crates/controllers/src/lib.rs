@@ -25,12 +25,14 @@ pub mod disruption;
 pub mod endpoints;
 pub mod endpointslice;
 pub mod endpointslicemirroring;
+pub mod ephemeral;
 pub mod gc;
 pub mod history;
 pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod persistentvolume;
 pub mod pod_control;
 pub mod podautoscaler;
 pub mod replicaset;
@@ -39,6 +41,7 @@ pub mod root_ca_cert_publisher;
 pub mod serviceaccount;
 pub mod servicelb;
 pub mod statefulset;
+pub mod volume_protection;
 
 use std::time::Duration;
 
@@ -176,6 +179,10 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "endpointslice-controller",
         "endpointslicemirroring-controller",
         "service-controller",
+        "persistent-volume-binder",
+        "pvc-protection-controller",
+        "pv-protection-controller",
+        "ephemeral-volume-controller",
     ] {
         let c = loop {
             match credentials::client_for(&client, &opts.credentials, name, &stop).await {
@@ -230,6 +237,12 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         opts.node_monitor_grace_period,
     );
     let quota = resourcequota::ResourceQuotaController::new(&views["resourcequota-controller"]);
+    let volumes =
+        persistentvolume::PersistentVolumeController::new(&views["persistent-volume-binder"], events.clone());
+    let pvc_protection = volume_protection::PvcProtectionController::new(&views["pvc-protection-controller"]);
+    let pv_protection = volume_protection::PvProtectionController::new(&views["pv-protection-controller"]);
+    let ephemeral_volumes =
+        ephemeral::EphemeralVolumeController::new(&views["ephemeral-volume-controller"], events.clone());
     let endpoints = endpoints::EndpointsController::new(&views["endpoint-controller"]);
     let slices = endpointslice::EndpointSliceController::new(&views["endpointslice-controller"]);
     let mirroring =
@@ -266,6 +279,10 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         ),
     ];
     tasks.push(tokio::spawn(quota.run(opts.workers, stop.clone())));
+    tasks.push(tokio::spawn(volumes.run(opts.workers, stop.clone())));
+    tasks.push(tokio::spawn(pvc_protection.run(opts.workers, stop.clone())));
+    tasks.push(tokio::spawn(pv_protection.run(opts.workers, stop.clone())));
+    tasks.push(tokio::spawn(ephemeral_volumes.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(endpoints.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(slices.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(mirroring.run(opts.workers, stop.clone())));

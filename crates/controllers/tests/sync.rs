@@ -39,7 +39,7 @@ async fn start_api() -> TestApi {
     .unwrap()
     .unwrap();
     let mut authenticators = r8s_apiserver::authn::AuthenticatorChain::default();
-    authenticators.push(r8s_apiserver::authn::X509Authenticator);
+    authenticators.push(r8s_apiserver::authn::X509Authenticator::default());
     let mut authorizers = r8s_apiserver::authz::AuthorizerChain::default();
     authorizers.push(r8s_apiserver::authz::AlwaysAllow);
     let server = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
@@ -62,6 +62,8 @@ async fn start_api() -> TestApi {
         advertise_address: None,
         metric_resolution: std::time::Duration::from_secs(15),
         proxy_identity: None,
+        request_header: None,
+        priority_and_fairness: true,
     })
     .await
     .unwrap();

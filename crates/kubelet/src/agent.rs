@@ -391,6 +391,7 @@ impl Agent {
             tokio::spawn(agent.clone().lease_loop(stop.clone())),
             tokio::spawn(agent.clone().watch_pods(stop.clone())),
             tokio::spawn(agent.clone().relist_loop(stop.clone())),
+            tokio::spawn(agent.clone().local_volumes_loop(stop.clone())),
             tokio::spawn({
                 let a = agent.clone();
                 let stop = stop.clone();
@@ -443,6 +444,9 @@ impl Agent {
         // sandbox (CNI releases its address, veth and netns), volumes, cgroup — and whatever
         // else the runtime runs goes too.
         agent.terminate_all().await;
+        // The pods are gone: their local volumes' file systems are unmounted (mounted again,
+        // from their images, when a pod next uses them).
+        agent.volumes.unmount_local_volumes();
         status_stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), status_writer).await;
         drop(containerd);

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, ServiceAccount, Volume,
+    ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+    ServiceAccount, Volume,
 };
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
@@ -129,6 +130,8 @@ pub struct VolumeManager {
     tokens: Mutex<HashMap<(String, String, String, i64), Token>>,
     /// The (pod uid, volume) pairs that have been ready at least once.
     ready: Mutex<HashSet<(String, String)>>,
+    /// The pods (uids) using each mounted local volume: unmounted when the last goes.
+    local_users: Mutex<HashMap<PathBuf, HashSet<String>>>,
 }
 
 impl VolumeManager {
@@ -140,6 +143,7 @@ impl VolumeManager {
             secrets: Mutex::default(),
             tokens: Mutex::default(),
             ready: Mutex::default(),
+            local_users: Mutex::default(),
         }
     }
 
@@ -306,6 +310,23 @@ impl VolumeManager {
                 read_only: false,
             });
         }
+        if let Some(src) = &v.persistent_volume_claim {
+            let (path, read_only) = self
+                .claim_volume(&ns, &src.claim_name, None, Some(&uid), node)
+                .await?;
+            return Ok(HostVolume {
+                path,
+                read_only: read_only || src.read_only.unwrap_or(false),
+            });
+        }
+        if v.ephemeral.is_some() {
+            // A generic ephemeral volume: the claim its controller made for this pod.
+            let claim = format!("{}-{}", pod.name_any(), v.name);
+            let (path, read_only) = self
+                .claim_volume(&ns, &claim, Some(pod), Some(&uid), node)
+                .await?;
+            return Ok(HostVolume { path, read_only });
+        }
         let (plugin, payload) = if let Some(src) = &v.config_map {
             let name = src.name.clone();
             let optional = src.optional.unwrap_or(false);
@@ -402,6 +423,216 @@ impl VolumeManager {
     }
 
     /// A bound token for `pod`'s service account, from the cache or a new TokenRequest.
+    /// Where this node keeps the local volumes r8s's provisioner makes (`<agent dir>/storage`,
+    /// published on the Node as `r8s.io/local-path-dir`).
+    pub fn local_volumes_dir(&self) -> PathBuf {
+        self.root.parent().unwrap_or(&self.root).join("storage")
+    }
+
+    /// Keep the local volumes in step with their PersistentVolumes: a volume grown (its claim
+    /// expanded) gets its file system grown; a volume that no longer exists (its claim was
+    /// deleted and the class's reclaim policy is Delete) has its data removed: the directory
+    /// (its file system unmounted first) and its image. Only entries named as the provisioner
+    /// names them (`pvc-<uid>_<namespace>_<claim>`, and `….img`) are looked at, and only a
+    /// definite "not found" removes one.
+    pub async fn remove_deleted_local_volumes(&self) {
+        let Ok(entries) = std::fs::read_dir(self.local_volumes_dir()) else {
+            return;
+        };
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let base = name
+                .strip_suffix(".img.resize-pending")
+                .or_else(|| name.strip_suffix(".img"))
+                .unwrap_or(&name);
+            let Some(pv) = base
+                .split('_')
+                .next()
+                .filter(|p| p.starts_with("pvc-") && base.split('_').count() >= 3)
+            else {
+                continue;
+            };
+            let path = entry.path();
+            match api.get_opt(pv).await {
+                Ok(None) => {}
+                Ok(Some(volume)) => {
+                    // A volume still there: grown when its claim was (the pod's volumes are
+                    // not set up again while it runs).
+                    let bytes = volume
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.capacity.as_ref())
+                        .and_then(|c| c.get("storage"))
+                        .and_then(|q| r8s_api::quantity::parse_value(&q.0).ok())
+                        .unwrap_or(0);
+                    if path.is_dir() && is_mount_point(&path) {
+                        let dir = path.clone();
+                        match tokio::task::spawn_blocking(move || grow_local_volume(&dir, bytes)).await {
+                            Ok(Err(e)) => {
+                                tracing::warn!(volume = pv, error = %e, "kubelet: growing a local volume")
+                            }
+                            Err(e) => {
+                                tracing::warn!(volume = pv, error = %e, "kubelet: growing a local volume")
+                            }
+                            Ok(Ok(())) => {}
+                        }
+                    }
+                    continue;
+                }
+                Err(_) => continue,
+            }
+            let removed = if path.is_dir() {
+                if is_mount_point(&path) {
+                    if let Err(e) = unmount(&path) {
+                        tracing::warn!(volume = pv, error = %e, "kubelet: unmounting a deleted local volume");
+                        continue;
+                    }
+                }
+                if !mounts_under(&path).is_empty() {
+                    continue;
+                }
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            match removed {
+                Ok(()) => {
+                    tracing::info!(volume = pv, path = %path.display(), "kubelet: removed the data of a deleted local volume")
+                }
+                Err(e) => {
+                    tracing::warn!(volume = pv, error = %e, "kubelet: removing a deleted local volume's data")
+                }
+            }
+        }
+    }
+
+    /// Unmount every local volume's file system (the agent stops and its pods are gone).
+    pub fn unmount_local_volumes(&self) {
+        let Ok(entries) = std::fs::read_dir(self.local_volumes_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() && is_mount_point(&path) {
+                if let Err(e) = unmount(&path) {
+                    tracing::warn!(path = %path.display(), error = %e, "kubelet: unmounting a local volume");
+                }
+            }
+        }
+    }
+
+    /// Where the volume bound to the claim `ns/name` is on this node, and whether it is
+    /// read-only: the claim must be bound, and its volume one this node has (a host path or a
+    /// local volume, of this node when the volume says which). `owner`: for an ephemeral
+    /// volume, the pod that must own the claim.
+    async fn claim_volume(
+        &self,
+        ns: &str,
+        name: &str,
+        owner: Option<&Pod>,
+        user: Option<&str>,
+        node: &NodeContext,
+    ) -> Result<(PathBuf, bool), String> {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+        let pvc = match claims.get_opt(name).await {
+            Ok(Some(c)) => c,
+            Ok(None) => return Err(format!("persistentvolumeclaim \"{name}\" not found")),
+            Err(e) => return Err(api_message(e)),
+        };
+        if let Some(pod) = owner {
+            let owned = pvc
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| Some(&o.uid) == pod.metadata.uid.as_ref());
+            if !owned {
+                // Upstream's words (the volume manager's ephemeral volume check).
+                return Err(format!(
+                    "error processing PVC {ns}/{name}: PVC was not created for pod {ns}/{} (pod is not owner)",
+                    pod.name_any()
+                ));
+            }
+        }
+        let phase = pvc
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        let volume = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .unwrap_or_default();
+        if phase != "Bound" || volume.is_empty() {
+            // Upstream's words (the volume manager's desired-state populator).
+            return Err(format!(
+                "PVC {ns}/{name} has non-bound phase (\"{phase}\") or empty pvc.Spec.VolumeName (\"{volume}\")"
+            ));
+        }
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        let pv = match volumes.get_opt(&volume).await {
+            Ok(Some(v)) => v,
+            Ok(None) => return Err(format!("persistentvolume \"{volume}\" not found")),
+            Err(e) => return Err(api_message(e)),
+        };
+        let spec = pv.spec.unwrap_or_default();
+        if !volume_on_node(spec.node_affinity.as_ref(), &node.node_name) {
+            return Err(format!(
+                "volume {volume} is not on node {}: node(s) had volume node affinity conflict",
+                node.node_name
+            ));
+        }
+        let read_only_modes = spec
+            .access_modes
+            .as_deref()
+            .is_some_and(|m| !m.is_empty() && m.iter().all(|m| m == "ReadOnlyMany"));
+        if let Some(hp) = &spec.host_path {
+            let path = PathBuf::from(&hp.path);
+            let ours = pv
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("pv.kubernetes.io/provisioned-by"))
+                .is_some_and(|p| p == r8s_api::local_path::PROVISIONER);
+            if ours && path.parent() == Some(self.local_volumes_dir().as_path()) {
+                // r8s's local provisioner: the size is enforced by a file system of that size.
+                let bytes = spec
+                    .capacity
+                    .as_ref()
+                    .and_then(|c| c.get("storage"))
+                    .and_then(|q| r8s_api::quantity::parse_value(&q.0).ok())
+                    .unwrap_or(0);
+                let dir = path.clone();
+                tokio::task::spawn_blocking(move || ensure_local_volume(&dir, bytes))
+                    .await
+                    .map_err(|e| e.to_string())??;
+                if let Some(pod) = user {
+                    self.local_users
+                        .lock()
+                        .unwrap()
+                        .entry(path.clone())
+                        .or_default()
+                        .insert(pod.to_owned());
+                }
+                return Ok((path, read_only_modes));
+            }
+            check_host_path(&path, hp.type_.as_deref().unwrap_or(""))?;
+            return Ok((path, read_only_modes));
+        }
+        if let Some(local) = &spec.local {
+            let path = PathBuf::from(&local.path);
+            if !path.exists() {
+                return Err(format!("path \"{}\" does not exist", local.path));
+            }
+            return Ok((path, read_only_modes));
+        }
+        Err(format!(
+            "persistentvolume \"{volume}\": only hostPath and local volumes can be mounted on this node"
+        ))
+    }
+
     async fn token(&self, pod: &Pod, audience: &str, expiration: i64) -> Result<String, String> {
         let uid = pod.uid().unwrap_or_default();
         let ns = pod.namespace().unwrap_or_default();
@@ -459,6 +690,28 @@ impl VolumeManager {
 
     /// Unmount and remove everything of pod `uid`.
     pub fn teardown(&self, uid: &str) -> io::Result<()> {
+        // Local volumes no pod uses any more are unmounted (mounted again, from their image,
+        // for the next pod: where the file system grows if its claim did meanwhile).
+        let unused: Vec<PathBuf> = {
+            let mut users = self.local_users.lock().unwrap();
+            for pods in users.values_mut() {
+                pods.remove(uid);
+            }
+            let unused = users
+                .iter()
+                .filter(|(_, pods)| pods.is_empty())
+                .map(|(p, _)| p.clone())
+                .collect();
+            users.retain(|_, pods| !pods.is_empty());
+            unused
+        };
+        for path in unused {
+            if is_mount_point(&path) {
+                if let Err(e) = unmount(&path) {
+                    tracing::warn!(path = %path.display(), error = %e, "kubelet: unmounting an unused local volume");
+                }
+            }
+        }
         self.tokens.lock().unwrap().retain(|k, _| k.0 != uid);
         self.ready.lock().unwrap().retain(|k| k.0 != uid);
         let dir = self.pod_dir(uid);
@@ -623,6 +876,198 @@ pub fn downward_api_payload(
         );
     }
     Ok(payload)
+}
+
+/// The smallest file system a local volume gets (ext4 needs room for its own structures).
+const MIN_LOCAL_VOLUME_BYTES: i128 = 16 << 20;
+
+/// A local volume of `bytes` at `dir`: an ext4 file system in the image `<dir>.img` (sparse:
+/// it takes the room it is written), mounted through a loop device at `dir`, so that a
+/// container writing past the claim's size gets "No space left on device". Made on first use;
+/// mounted again from its image after the agent restarts. Without the tools to make one
+/// (`mkfs.ext4`), or with no size, a plain directory, the size not enforced (logged).
+pub fn ensure_local_volume(dir: &Path, bytes: i128) -> Result<(), String> {
+    if is_mount_point(dir) {
+        return grow_local_volume(dir, bytes);
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let image = PathBuf::from(format!("{}.img", dir.display()));
+    let open_dir = || {
+        // As local-path-provisioner: any container user may write the volume.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| format!("making {} writable: {e}", dir.display()))
+    };
+    if bytes <= 0 {
+        return open_dir();
+    }
+    if !image.exists() {
+        let partial = PathBuf::from(format!("{}.img.partial", dir.display()));
+        let file =
+            std::fs::File::create(&partial).map_err(|e| format!("creating {}: {e}", partial.display()))?;
+        file.set_len(bytes.max(MIN_LOCAL_VOLUME_BYTES) as u64)
+            .map_err(|e| format!("sizing {}: {e}", partial.display()))?;
+        drop(file);
+        // No blocks reserved for root: the claim's size is what the pod gets (less ext4's own).
+        match std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-m", "0"])
+            .arg(&partial)
+            .output()
+        {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => {
+                let _ = std::fs::remove_file(&partial);
+                return Err(format!(
+                    "making the file system of {}: {}",
+                    dir.display(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&partial);
+                tracing::warn!(path = %dir.display(), error = %e, "kubelet: no mkfs.ext4: the local volume's size is not enforced");
+                return open_dir();
+            }
+        }
+        std::fs::rename(&partial, &image).map_err(|e| format!("naming {}: {e}", image.display()))?;
+    }
+    // Grown while unmounted (its claim expanded while no pod used it, or online resizing was
+    // refused): the image and its file system are grown before the mount.
+    let pending = resize_pending(&image);
+    if pending.exists() || std::fs::metadata(&image).is_ok_and(|m| (m.len() as i128) < bytes) {
+        grow_image_offline(&image, bytes)?;
+        let _ = std::fs::remove_file(&pending);
+    }
+    let out = std::process::Command::new("mount")
+        .args(["-t", "ext4", "-o", "loop"])
+        .arg(&image)
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("mounting {}: {e}", dir.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "mounting {} at {}: {}",
+            image.display(),
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    open_dir()
+}
+
+/// Run `cmd args`: its stderr as the error when it fails.
+fn run_tool(cmd: &str, args: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The marker of an image grown whose file system could not be grown online.
+fn resize_pending(image: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.resize-pending", image.display()))
+}
+
+/// An unmounted local volume's image grown to `bytes` with its file system (`e2fsck`, then
+/// `resize2fs` of the image).
+fn grow_image_offline(image: &Path, bytes: i128) -> Result<(), String> {
+    let len = std::fs::metadata(image).map(|m| m.len() as i128).unwrap_or(0);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(image)
+        .and_then(|f| f.set_len(bytes.max(len) as u64))
+        .map_err(|e| format!("growing {}: {e}", image.display()))?;
+    let path = image.to_string_lossy();
+    // e2fsck exits 1 when it fixed something: only 4 and above are failures.
+    let fsck = std::process::Command::new("e2fsck")
+        .args(["-f", "-y", &path])
+        .output()
+        .map_err(|e| format!("e2fsck: {e}"))?;
+    if fsck.status.code().unwrap_or(8) >= 4 {
+        return Err(format!(
+            "e2fsck {path}: {}",
+            String::from_utf8_lossy(&fsck.stderr).trim()
+        ));
+    }
+    run_tool("resize2fs", &[&path])?;
+    tracing::info!(image = %path, bytes, "kubelet: grew a local volume's file system (offline)");
+    Ok(())
+}
+
+/// A mounted local volume whose claim now asks for more than its image holds: the image grown
+/// (sparse), the loop device told, and the ext4 file system grown online (`resize2fs`). Where
+/// online resizing is refused (it needs CAP_SYS_RESOURCE), the file system grows at its next
+/// mount, as upstream's offline expansion does.
+fn grow_local_volume(dir: &Path, bytes: i128) -> Result<(), String> {
+    let image = PathBuf::from(format!("{}.img", dir.display()));
+    let Ok(meta) = std::fs::metadata(&image) else {
+        return Ok(());
+    };
+    if bytes <= meta.len() as i128 {
+        return Ok(());
+    }
+    // The loop device behind the mount.
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+    let target = dir.to_string_lossy();
+    let Some(device) = mountinfo.lines().find_map(|l| {
+        let fields: Vec<&str> = l.split(' ').collect();
+        let sep = fields.iter().position(|f| *f == "-")?;
+        (fields.get(4) == Some(&target.as_ref())).then(|| fields.get(sep + 2).map(|d| d.to_string()))?
+    }) else {
+        return Ok(());
+    };
+    let pending = resize_pending(&image);
+    if pending.exists() {
+        return Ok(());
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&image)
+        .and_then(|f| f.set_len(bytes as u64))
+        .map_err(|e| format!("growing {}: {e}", image.display()))?;
+    run_tool("losetup", &["-c", &device])?;
+    if let Err(e) = run_tool("resize2fs", &[&device]) {
+        // Refused online (no CAP_SYS_RESOURCE): grown at the next mount.
+        std::fs::write(&pending, b"").map_err(|e| e.to_string())?;
+        tracing::info!(path = %dir.display(), error = %e, "kubelet: a local volume's file system grows when it is next mounted");
+        return Ok(());
+    }
+    tracing::info!(path = %dir.display(), bytes, "kubelet: grew a local volume's file system");
+    Ok(())
+}
+
+/// Whether a volume with `affinity` may be used on `node`: as far as the kubelet can tell
+/// without the node's labels, a required term naming hostnames (`kubernetes.io/hostname In
+/// [...]`, what local volumes carry) must name this one; anything else is the scheduler's to
+/// check.
+pub fn volume_on_node(affinity: Option<&k8s_openapi::api::core::v1::VolumeNodeAffinity>, node: &str) -> bool {
+    let Some(terms) = affinity
+        .and_then(|a| a.required.as_ref())
+        .map(|r| &r.node_selector_terms)
+    else {
+        return true;
+    };
+    let hostnames = |t: &k8s_openapi::api::core::v1::NodeSelectorTerm| -> Option<Vec<String>> {
+        t.match_expressions
+            .iter()
+            .flatten()
+            .find(|e| e.key == "kubernetes.io/hostname" && e.operator == "In")
+            .map(|e| e.values.clone().unwrap_or_default())
+    };
+    if terms.is_empty() || terms.iter().any(|t| hostnames(t).is_none()) {
+        return true;
+    }
+    terms
+        .iter()
+        .any(|t| hostnames(t).is_some_and(|h| h.iter().any(|n| n == node)))
 }
 
 /// Upstream's hostPath `type` checks; the `…OrCreate` types create what is missing.
@@ -1048,6 +1493,25 @@ mod tests {
         assert_eq!(s("app"), "web");
         assert_eq!(s("mem"), "64");
         assert_eq!(s("cpu"), "250");
+    }
+
+    #[test]
+    fn local_volumes_are_on_the_nodes_their_affinity_names() {
+        let affinity = |hosts: &[&str]| -> k8s_openapi::api::core::v1::VolumeNodeAffinity {
+            serde_json::from_value(serde_json::json!({"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": hosts}]}
+            ]}}))
+            .unwrap()
+        };
+        assert!(volume_on_node(None, "a"));
+        assert!(volume_on_node(Some(&affinity(&["a", "b"])), "b"));
+        assert!(!volume_on_node(Some(&affinity(&["a"])), "b"));
+        // Other terms are the scheduler's to judge.
+        let zone: k8s_openapi::api::core::v1::VolumeNodeAffinity = serde_json::from_value(serde_json::json!(
+            {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z"]}]}]}}
+        ))
+        .unwrap();
+        assert!(volume_on_node(Some(&zone), "b"));
     }
 
     #[test]

@@ -337,6 +337,15 @@ fn proxy_config(
 }
 
 /// An IPv4 or IPv6 CIDR.
+/// A comma-separated flag's values without the empty ones (`--flag=""` is an empty list).
+fn nonempty(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.trim().to_owned())
+        .collect()
+}
+
 fn parse_cidr(s: &str) -> anyhow::Result<(std::net::IpAddr, u8)> {
     let (ip, len) = s
         .split_once('/')
@@ -552,6 +561,47 @@ struct ServerArgs {
     #[arg(long)]
     client_ca_file: Option<PathBuf>,
 
+    /// API priority and fairness: classify requests by the FlowSchemas and queue them by their
+    /// priority levels (upstream's flag; `=false` admits every request at once).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    enable_priority_and_fairness: bool,
+
+    /// CA bundle that signs the client certificates of proxies trusted to name the user in
+    /// request headers (the aggregator's, an authenticating proxy's); default: the front-proxy
+    /// CA r8s made.
+    #[arg(long)]
+    requestheader_client_ca_file: Option<PathBuf>,
+
+    /// Common names such a proxy's certificate may have (comma-separated; empty: any the
+    /// request-header CA signed).
+    #[arg(long, value_delimiter = ',', default_value = "front-proxy-client")]
+    requestheader_allowed_names: Vec<String>,
+
+    /// Request headers naming the user (the first present wins).
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-User")]
+    requestheader_username_headers: Vec<String>,
+
+    /// Request headers naming the user's UID.
+    #[arg(long, value_delimiter = ',')]
+    requestheader_uid_headers: Vec<String>,
+
+    /// Request headers naming the user's groups.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Group")]
+    requestheader_group_headers: Vec<String>,
+
+    /// Prefixes of request headers carrying the user's extra attributes.
+    #[arg(long, value_delimiter = ',', default_value = "X-Remote-Extra-")]
+    requestheader_extra_headers_prefix: Vec<String>,
+
+    /// The client certificate the aggregator presents to aggregated API servers (default: one
+    /// r8s made, signed by its front-proxy CA, for `front-proxy-client`).
+    #[arg(long, requires = "proxy_client_key_file")]
+    proxy_client_cert_file: Option<PathBuf>,
+
+    /// The key of --proxy-client-cert-file.
+    #[arg(long, requires = "proxy_client_cert_file")]
+    proxy_client_key_file: Option<PathBuf>,
+
     /// Static bearer tokens, Kubernetes CSV format: token,user,uid,"group1,group2".
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
@@ -706,7 +756,8 @@ struct ServerArgs {
 
     /// Do not run these packaged components (k3s's flag; comma-separated or repeated):
     /// `coredns` — the cluster DNS the agent serves on --cluster-dns; `servicelb` — the
-    /// nodes' addresses as LoadBalancer Services' ingress.
+    /// nodes' addresses as LoadBalancer Services' ingress; `local-storage` — the default
+    /// `local-path` StorageClass (its provisioner stays for classes that name it).
     #[arg(long, value_delimiter = ',')]
     disable: Vec<String>,
 
@@ -727,6 +778,9 @@ const ADMISSION_PLUGINS: &[(&str, bool)] = &[
     ("DefaultTolerationSeconds", true),
     ("RuntimeClass", true),
     ("DefaultIngressClass", true),
+    ("DefaultStorageClass", true),
+    ("StorageObjectInUseProtection", true),
+    ("PersistentVolumeClaimResize", true),
     ("NodeRestriction", true),
     ("PodSecurity", true),
     ("ResourceQuota", true),
@@ -757,7 +811,7 @@ fn parse_node_ips(arg: &str) -> anyhow::Result<(String, Option<String>)> {
 }
 
 /// What `--disable` can turn off.
-const DISABLEABLE: &[&str] = &["coredns", "servicelb"];
+const DISABLEABLE: &[&str] = &["coredns", "servicelb", "local-storage"];
 
 /// The plugins that run: the defaults, plus `enable`, minus `disable`.
 fn admission_plugins(enable: &[String], disable: &[String]) -> anyhow::Result<Vec<String>> {
@@ -897,8 +951,31 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         None => pki.ca_cert_pem.clone(),
     };
 
+    // Request-header authentication (upstream's front-proxy authenticator), before the
+    // client certificates: a trusted proxy's certificate names no user of its own.
+    let read =
+        |path: &PathBuf| std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()));
+    let front_proxy = pki.front_proxy_client()?;
+    let request_header = r8s_apiserver::authn::RequestHeaderConfig {
+        client_ca_pem: match &args.requestheader_client_ca_file {
+            Some(path) => read(path)?,
+            None => front_proxy.ca_pem.clone(),
+        },
+        allowed_names: nonempty(&args.requestheader_allowed_names),
+        username_headers: nonempty(&args.requestheader_username_headers),
+        uid_headers: nonempty(&args.requestheader_uid_headers),
+        group_headers: nonempty(&args.requestheader_group_headers),
+        extra_headers_prefix: nonempty(&args.requestheader_extra_headers_prefix),
+    };
     let mut authenticators = r8s_apiserver::authn::AuthenticatorChain::default();
-    authenticators.push(r8s_apiserver::authn::X509Authenticator);
+    authenticators.push(
+        r8s_apiserver::authn::RequestHeaderAuthenticator::new(request_header.clone())
+            .map_err(|e| anyhow::anyhow!("--requestheader-client-ca-file: {e}"))?,
+    );
+    authenticators.push(
+        r8s_apiserver::authn::X509Authenticator::with_client_ca(&client_ca_pem)
+            .map_err(|e| anyhow::anyhow!("--client-ca-file: {e}"))?,
+    );
     if let Some(path) = &args.token_auth_file {
         authenticators
             .push(r8s_apiserver::authn::TokenFileAuthenticator::from_file(path).map_err(anyhow::Error::msg)?);
@@ -1044,6 +1121,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             listers: listers.clone(),
         });
     }
+    if on("DefaultStorageClass") {
+        admission.push_mutating(adm::default_storage_class::DefaultStorageClass {
+            listers: listers.clone(),
+        });
+    }
+    if on("StorageObjectInUseProtection") {
+        admission.push_mutating(adm::storage_protection::StorageObjectInUseProtection);
+    }
     if on("DefaultIngressClass") {
         admission.push_mutating(adm::default_ingress_class::DefaultIngressClass {
             listers: listers.clone(),
@@ -1064,6 +1149,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     if on("RuntimeClass") {
         admission.push_validating(adm::runtime_class::RuntimeClass {
+            listers: listers.clone(),
+        });
+    }
+    if on("PersistentVolumeClaimResize") {
+        admission.push_validating(adm::pvc_resize::PersistentVolumeClaimResize {
             listers: listers.clone(),
         });
     }
@@ -1096,7 +1186,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
 
     // The aggregator's front-proxy identity (upstream's --proxy-client-cert-file), signed by
     // its own CA so that no cluster client certificate can pose as the proxy.
-    let proxy_identity = pki.front_proxy_client()?;
+    let proxy_identity = match (&args.proxy_client_cert_file, &args.proxy_client_key_file) {
+        (Some(cert), Some(key)) => r8s_apiserver::ProxyIdentity {
+            cert_pem: read(cert)?,
+            key_pem: read(key)?,
+            ca_pem: request_header.client_ca_pem.clone(),
+        },
+        _ => front_proxy,
+    };
     let api = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
         serving: r8s_apiserver::ServingConfig {
             bind_address: args.bind_address,
@@ -1131,6 +1228,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         },
         metric_resolution: args.metric_resolution,
         proxy_identity: Some(proxy_identity),
+        request_header: Some(request_header),
+        priority_and_fairness: args.enable_priority_and_fairness,
     })
     .await
     .with_context(|| format!("serving on {}:{}", args.bind_address, args.https_listen_port))?;
@@ -1160,6 +1259,13 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     join::ensure(&admin, &data_dir.join("server"), &pki.ca_cert_pem)
         .await
         .context("preparing the join token for agents")?;
+    // The packaged default StorageClass (k3s's `local-storage`), made once: a user may change
+    // it or take its default mark away.
+    if !args.disable.iter().any(|d| d == "local-storage") {
+        r8s_controllers::persistentvolume::ensure_default_class(&admin)
+            .await
+            .context("creating the local-path StorageClass")?;
+    }
     println!(
         "r8s server: agents join with: r8s agent --server https://{host}:{} --token-file {}",
         api.local_addr.port(),

@@ -161,28 +161,116 @@ pub struct Cache {
     pub services: HashMap<String, (String, std::collections::BTreeMap<String, String>)>,
     /// ReplicaSets' and StatefulSets' selectors by `<Kind>/<ns>/<name>` — default spreading.
     pub controllers: HashMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
-    /// PersistentVolumeClaims by `<ns>/<name>`: whether each is bound to a volume.
-    pub claims: HashMap<String, bool>,
+    /// PersistentVolumeClaims by `<ns>/<name>`.
+    pub claims: HashMap<String, ClaimInfo>,
+    /// The node selector each PersistentVolume requires (`spec.nodeAffinity.required`), by
+    /// name; `None`: any node.
+    pub volumes: HashMap<String, Option<k8s_openapi::api::core::v1::NodeSelector>>,
+    /// The StorageClasses whose claims wait for their first pod (`WaitForFirstConsumer`).
+    pub waiting_classes: std::collections::HashSet<String>,
+}
+
+/// What the scheduler knows of a claim.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimInfo {
+    /// The volume it is bound to.
+    pub volume: Option<String>,
+    pub class: String,
+    /// The node already chosen for it (`volume.kubernetes.io/selected-node`).
+    pub selected_node: Option<String>,
 }
 
 impl Cache {
-    /// Upstream's VolumeBinding PreFilter, as far as r8s has volumes: every claim the pod uses
-    /// must exist and be bound (nothing binds claims yet, so an unbound claim is one no
-    /// scheduling decision can help). The reason, when the pod cannot go anywhere.
-    pub fn volume_check(&self, pod: &Pod) -> Option<String> {
+    /// The claims `pod` uses, by name, with what is known of each (`None`: not found), and
+    /// whether the claim is an ephemeral volume's (`<pod>-<volume>`, made by its controller).
+    fn pod_claims<'a>(
+        &'a self,
+        pod: &'a Pod,
+    ) -> impl Iterator<Item = (String, Option<&'a ClaimInfo>, bool)> + 'a {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let pod_name = pod.metadata.name.as_deref().unwrap_or("");
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(move |v| match (&v.persistent_volume_claim, &v.ephemeral) {
+                (Some(pvc), _) => Some((pvc.claim_name.clone(), false)),
+                (None, Some(_)) => Some((format!("{pod_name}-{}", v.name), true)),
+                _ => None,
+            })
+            .map(move |(name, ephemeral)| {
+                let info = self.claims.get(&format!("{ns}/{name}"));
+                (name, info, ephemeral)
+            })
+    }
+
+    /// Upstream's VolumeBinding PreFilter: every claim the pod uses must exist, and be bound
+    /// unless its class waits for its first pod (then the scheduler chooses the node and the
+    /// class's provisioner follows). The reason, when the pod cannot go anywhere.
+    pub fn volume_check(&self, pod: &Pod) -> Option<String> {
         let mut unbound = false;
-        for v in pod.spec.as_ref()?.volumes.iter().flatten() {
-            let Some(pvc) = &v.persistent_volume_claim else {
-                continue;
-            };
-            match self.claims.get(&format!("{ns}/{}", pvc.claim_name)) {
-                None => return Some(format!("persistentvolumeclaim \"{}\" not found", pvc.claim_name)),
-                Some(false) => unbound = true,
-                Some(true) => {}
+        for (name, claim, ephemeral) in self.pod_claims(pod) {
+            match claim {
+                None if ephemeral => {
+                    return Some(format!(
+                    "waiting for ephemeral volume controller to create the persistentvolumeclaim \"{name}\""
+                ))
+                }
+                None => return Some(format!("persistentvolumeclaim \"{name}\" not found")),
+                Some(c) if c.volume.is_none() && !self.waiting_classes.contains(&c.class) => unbound = true,
+                Some(_) => {}
             }
         }
         unbound.then(|| "pod has unbound immediate PersistentVolumeClaims".to_owned())
+    }
+
+    /// Upstream's VolumeBinding Filter: the volumes bound to the pod's claims must allow the
+    /// node (a local volume is on one node), and a waiting claim whose node is chosen already
+    /// goes there.
+    pub fn volume_node_conflict(&self, pod: &Pod, node: &NodeInfo) -> Option<String> {
+        for (_, claim, _) in self.pod_claims(pod) {
+            let Some(c) = claim else { continue };
+            match &c.volume {
+                Some(v) => {
+                    let Some(Some(sel)) = self.volumes.get(v) else {
+                        continue;
+                    };
+                    let fits = sel.node_selector_terms.iter().any(|t| {
+                        r8s_api::node_affinity::match_term(t, &node.name, node.node.metadata.labels.as_ref())
+                    });
+                    if !fits {
+                        return Some("node(s) had volume node affinity conflict".to_owned());
+                    }
+                }
+                None => {
+                    if c.selected_node.as_deref().is_some_and(|n| n != node.name) {
+                        return Some("node(s) did not match the node chosen for its claim".to_owned());
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The claims of `pod` that wait for this scheduling decision: unbound, of a waiting
+    /// class, no node chosen yet (`<ns>/<name>`).
+    pub fn claims_to_place(&self, pod: &Pod) -> Vec<String> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        self.pod_claims(pod)
+            .filter(|(_, c, _)| {
+                c.is_some_and(|c| {
+                    c.volume.is_none() && c.selected_node.is_none() && self.waiting_classes.contains(&c.class)
+                })
+            })
+            .map(|(n, _, _)| format!("{ns}/{n}"))
+            .collect()
+    }
+
+    /// Whether every claim `pod` uses is bound.
+    pub fn claims_bound(&self, pod: &Pod) -> bool {
+        self.pod_claims(pod)
+            .all(|(_, c, _)| c.is_some_and(|c| c.volume.is_some()))
     }
 }
 

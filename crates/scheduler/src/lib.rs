@@ -20,13 +20,21 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{
-    Binding, Namespace, Node, ObjectReference, PersistentVolumeClaim, Pod, Service,
+    Binding, Namespace, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod, Service,
 };
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Client, Resource, ResourceExt};
 use r8s_client::events::Events;
+
+/// The annotation telling a `WaitForFirstConsumer` claim's provisioner the chosen node.
+pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+
+/// How long binding a pod waits for its claims to be bound (upstream's `bindTimeoutSeconds`
+/// is 600; a local provisioner answers within a second).
+const BIND_VOLUMES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 use r8s_client::informer::{Change, Factory};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -342,17 +350,67 @@ impl Scheduler {
                 };
                 match c {
                     Change::Added(pvc) | Change::Updated(_, pvc) => {
-                        let bound = pvc
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.volume_name.as_deref())
-                            .is_some_and(|v| !v.is_empty());
-                        s.cache.lock().unwrap().claims.insert(key(pvc), bound);
+                        let spec = pvc.spec.as_ref();
+                        let info = cache::ClaimInfo {
+                            volume: spec.and_then(|s| s.volume_name.clone()).filter(|v| !v.is_empty()),
+                            class: spec
+                                .and_then(|s| s.storage_class_name.clone())
+                                .unwrap_or_default(),
+                            selected_node: pvc
+                                .metadata
+                                .annotations
+                                .as_ref()
+                                .and_then(|a| a.get(SELECTED_NODE).cloned()),
+                        };
+                        s.cache.lock().unwrap().claims.insert(key(pvc), info);
                     }
                     Change::Deleted(pvc) => {
                         s.cache.lock().unwrap().claims.remove(&key(pvc));
                     }
                 }
+                s.queue.move_all_to_active();
+            }
+        });
+        // Volumes' node affinity, for the claims bound to them.
+        let volumes = factory.get::<PersistentVolume>();
+        let weak = Arc::downgrade(&self);
+        volumes.add_handler(move |c| {
+            if let Some(s) = weak.upgrade() {
+                match c {
+                    Change::Added(pv) | Change::Updated(_, pv) => {
+                        let sel = pv
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.node_affinity.as_ref())
+                            .and_then(|a| a.required.clone());
+                        s.cache.lock().unwrap().volumes.insert(pv.name_any(), sel);
+                    }
+                    Change::Deleted(pv) => {
+                        s.cache.lock().unwrap().volumes.remove(&pv.name_any());
+                    }
+                }
+                s.queue.move_all_to_active();
+            }
+        });
+        // StorageClasses' binding modes.
+        let classes = factory.get::<StorageClass>();
+        let weak = Arc::downgrade(&self);
+        classes.add_handler(move |c| {
+            if let Some(s) = weak.upgrade() {
+                let mut cache = s.cache.lock().unwrap();
+                match c {
+                    Change::Added(sc) | Change::Updated(_, sc) => {
+                        if sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") {
+                            cache.waiting_classes.insert(sc.name_any());
+                        } else {
+                            cache.waiting_classes.remove(&sc.name_any());
+                        }
+                    }
+                    Change::Deleted(sc) => {
+                        cache.waiting_classes.remove(&sc.name_any());
+                    }
+                }
+                drop(cache);
                 s.queue.move_all_to_active();
             }
         });
@@ -475,7 +533,10 @@ impl Scheduler {
             let Some(node) = cache.nodes.get(name) else {
                 continue;
             };
-            let verdict = passes(profile, info, node, &checks, &cache);
+            let verdict = match cache.volume_node_conflict(&info.pod, node) {
+                Some(r) => Err(vec![r]),
+                None => passes(profile, info, node, &checks, &cache),
+            };
             match verdict {
                 Ok(()) => feasible.push(node),
                 Err(rs) => {
@@ -541,7 +602,11 @@ impl Scheduler {
                 let permit = self.binds.clone().acquire_owned().await;
                 tokio::spawn(async move {
                     let _permit = permit;
-                    match this.bind(&pod, &node).await {
+                    let bound = match this.bind_volumes(&pod, &node).await {
+                        Ok(()) => this.bind(&pod, &node).await.map_err(|e| e.to_string()),
+                        Err(e) => Err(e),
+                    };
+                    match bound {
                         Ok(()) => {
                             this.metrics
                                 .attempt("scheduled", &profile, started.elapsed().as_secs_f64());
@@ -676,6 +741,44 @@ impl Scheduler {
             .await
         {
             tracing::debug!(pod = %key, error = %e, "could not set nominatedNodeName");
+        }
+    }
+
+    /// Upstream's VolumeBinding PreBind: the pod's waiting claims learn the chosen node
+    /// (`volume.kubernetes.io/selected-node`, for their class's provisioner), then the pod is
+    /// bound only once every claim is (bounded wait, as upstream's bind timeout).
+    async fn bind_volumes(&self, pod: &Pod, node: &str) -> Result<(), String> {
+        let (to_place, bound) = {
+            let cache = self.cache.lock().unwrap();
+            (cache.claims_to_place(pod), cache.claims_bound(pod))
+        };
+        if bound {
+            return Ok(());
+        }
+        for key in &to_place {
+            let (ns, name) = key.split_once('/').unwrap_or(("", key));
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+            // An update, as upstream's scheduler role allows (not a patch).
+            let mut pvc = api.get(name).await.map_err(|e| e.to_string())?;
+            pvc.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(SELECTED_NODE.into(), node.into());
+            let pp = PostParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            api.replace(name, &pp, &pvc).await.map_err(|e| e.to_string())?;
+        }
+        let deadline = std::time::Instant::now() + BIND_VOLUMES_TIMEOUT;
+        loop {
+            if self.cache.lock().unwrap().claims_bound(pod) {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                return Err("binding volumes: timed out waiting for the condition".into());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }
 

@@ -169,6 +169,74 @@ pub enum Node {
     Def(&'static str),
     /// The value of this property.
     Field(&'static FieldInfo),
+    /// A value of a custom resource, typed by its CRD's schema.
+    Schema(&'static SchemaNode),
+}
+
+/// What server-side apply needs of a custom resource's structural schema (its CRD version's
+/// `openAPIV3Schema`): which lists are sets or keyed maps (`x-kubernetes-list-type`,
+/// `x-kubernetes-list-map-keys`) and which objects are atomic (`x-kubernetes-map-type`). Made
+/// once per served definition and kept for the life of the process, so that a [`Node`] stays
+/// a copyable reference.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SchemaNode {
+    properties: std::collections::BTreeMap<String, SchemaNode>,
+    /// The schema of a map's values (`additionalProperties`).
+    additional: Option<Box<SchemaNode>>,
+    /// The schema of a list's items.
+    items: Option<Box<SchemaNode>>,
+    list: Option<ListKind>,
+    atomic_map: bool,
+    /// The root or an embedded resource (`x-kubernetes-embedded-resource`): its `metadata` is
+    /// an ObjectMeta.
+    object_meta: bool,
+}
+
+impl SchemaNode {
+    /// The node of `schema`, the root of a kind, allocated for the life of the process (list
+    /// map keys included).
+    pub fn leaked(schema: &serde_json::Value) -> &'static SchemaNode {
+        let mut root = Self::of(schema);
+        root.object_meta = true;
+        Box::leak(Box::new(root))
+    }
+
+    fn of(schema: &serde_json::Value) -> SchemaNode {
+        let ext = |k: &str| schema.get(k).and_then(serde_json::Value::as_str);
+        let list = match ext("x-kubernetes-list-type") {
+            Some("set") => Some(ListKind::Set),
+            Some("map") => {
+                let keys: Vec<&'static str> = schema["x-kubernetes-list-map-keys"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(serde_json::Value::as_str)
+                    .map(|k| &*Box::leak(k.to_owned().into_boxed_str()))
+                    .collect();
+                (!keys.is_empty()).then(|| ListKind::Map(Box::leak(keys.into_boxed_slice())))
+            }
+            _ => None,
+        };
+        let child = |k: &str| {
+            schema
+                .get(k)
+                .filter(|v| v.is_object())
+                .map(|v| Box::new(Self::of(v)))
+        };
+        SchemaNode {
+            properties: schema["properties"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), Self::of(v)))
+                .collect(),
+            additional: child("additionalProperties"),
+            items: child("items"),
+            list,
+            atomic_map: ext("x-kubernetes-map-type") == Some("atomic"),
+            object_meta: schema["x-kubernetes-embedded-resource"] == serde_json::Value::Bool(true),
+        }
+    }
 }
 
 impl Node {
@@ -203,6 +271,13 @@ impl Node {
     pub fn member(self, key: &str) -> Node {
         match self {
             Node::UnknownRoot if key == "metadata" => Node::Def(OBJECT_META),
+            Node::Schema(n) if n.object_meta && key == "metadata" => Node::Def(OBJECT_META),
+            Node::Schema(n) => n
+                .properties
+                .get(key)
+                .or(n.additional.as_deref())
+                .map(Node::Schema)
+                .unwrap_or(Node::Unknown),
             Node::Field(f) if f.shape == Shape::Map => f.child().map(Node::Def).unwrap_or(Node::Unknown),
             _ => match self.def() {
                 Some(t) => field(t, key)
@@ -220,6 +295,7 @@ impl Node {
     /// The items of this list.
     pub fn item(self) -> Node {
         match self {
+            Node::Schema(n) => n.items.as_deref().map(Node::Schema).unwrap_or(Node::Unknown),
             Node::Field(f) if f.shape == Shape::List => f.child().map(Node::Def).unwrap_or(Node::Unknown),
             _ => Node::Unknown,
         }
@@ -230,9 +306,21 @@ impl Node {
         self.info().filter(|f| f.shape == Shape::List)
     }
 
+    /// How server-side apply tracks the items of this list ([`FieldInfo::ssa_list`]; a custom
+    /// resource's by its schema's list type); lists of no known type are atomic.
+    pub fn ssa_list(self) -> ListKind {
+        match self {
+            Node::Schema(n) => n.list.unwrap_or(ListKind::Atomic),
+            _ => self.list().map(|f| f.ssa_list()).unwrap_or(ListKind::Atomic),
+        }
+    }
+
     /// Server-side apply treats this object or map as one value (`x-kubernetes-map-type:
     /// atomic` on the property or its definition, or an embedded object of any kind).
     pub fn is_atomic_map(self) -> bool {
+        if let Node::Schema(n) = self {
+            return n.atomic_map;
+        }
         if self.info().is_some_and(|f| f.map_type == "atomic") {
             return true;
         }
@@ -319,6 +407,49 @@ mod tests {
             key_default("io.k8s.api.core.v1.ContainerPort", "protocol"),
             Some("\"TCP\"")
         );
+    }
+
+    #[test]
+    fn custom_resources_are_walked_by_their_schema() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "spec": {"type": "object", "properties": {
+                    "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                              "x-kubernetes-list-map-keys": ["name", "protocol"],
+                              "items": {"type": "object", "properties": {"name": {"type": "string"}}}},
+                    "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                    "args": {"type": "array", "items": {"type": "string"}},
+                    "selector": {"type": "object", "x-kubernetes-map-type": "atomic"},
+                    "labels": {"type": "object", "additionalProperties": {"type": "object",
+                               "properties": {"hosts": {"type": "array", "x-kubernetes-list-type": "set"}}}},
+                    "template": {"type": "object", "x-kubernetes-embedded-resource": true},
+                }},
+            },
+        });
+        let root = Node::Schema(SchemaNode::leaked(&schema));
+        let spec = root.member("spec");
+        assert_eq!(
+            spec.member("ports").ssa_list(),
+            ListKind::Map(&["name", "protocol"])
+        );
+        assert_eq!(spec.member("tags").ssa_list(), ListKind::Set);
+        // Without a list type, a custom resource's list is atomic.
+        assert_eq!(spec.member("args").ssa_list(), ListKind::Atomic);
+        assert!(spec.member("selector").is_atomic_map());
+        assert!(!spec.is_atomic_map());
+        // Map values, list items and metadata (the root's, an embedded resource's).
+        assert_eq!(
+            spec.member("labels").member("any").member("hosts").ssa_list(),
+            ListKind::Set
+        );
+        assert!(matches!(
+            spec.member("ports").item().member("name"),
+            Node::Schema(_)
+        ));
+        assert_eq!(root.member("metadata"), Node::Def(OBJECT_META));
+        assert_eq!(spec.member("template").member("metadata"), Node::Def(OBJECT_META));
+        assert_eq!(spec.member("nope"), Node::Unknown);
     }
 
     #[test]

@@ -19,9 +19,15 @@ pub struct DefaultIngressClass {
 
 /// The default among `classes`: marked so, the newest first, then by name.
 pub fn default_class(classes: &[std::sync::Arc<Value>]) -> Option<String> {
+    default_marked(classes, DEFAULT_CLASS_ANNOTATION)
+}
+
+/// The default among `classes` marked by `annotation` (`"true"`): the newest, then by name
+/// (upstream's choice for IngressClasses and StorageClasses alike).
+pub fn default_marked(classes: &[std::sync::Arc<Value>], annotation: &str) -> Option<String> {
     classes
         .iter()
-        .filter(|c| c["metadata"]["annotations"][DEFAULT_CLASS_ANNOTATION] == "true")
+        .filter(|c| c["metadata"]["annotations"][annotation] == "true")
         .max_by(|a, b| {
             let t = |c: &Value| {
                 c["metadata"]["creationTimestamp"]

@@ -226,10 +226,11 @@ const PRIORITY_CLASSES: (&str, &str, &str) = ("scheduling.k8s.io", "v1", "priori
 const SERVICES: (&str, &str, &str) = ("", "v1", "services");
 const PODS: (&str, &str, &str) = ("", "v1", "pods");
 const INGRESS_CLASSES: (&str, &str, &str) = ("networking.k8s.io", "v1", "ingressclasses");
+const STORAGE_CLASSES: (&str, &str, &str) = ("storage.k8s.io", "v1", "storageclasses");
 const RUNTIME_CLASSES: (&str, &str, &str) = ("node.k8s.io", "v1", "runtimeclasses");
 
-fn def_of((group, version, resource): (&str, &str, &str)) -> &'static r8s_api::ResourceDef {
-    r8s_api::find(group, version, resource).expect("admission reads served kinds")
+fn def_of((group, version, resource): (&str, &str, &str)) -> &'static crate::registry::Resource {
+    crate::registry::catalogue::builtin(group, version, resource).expect("admission reads served kinds")
 }
 
 impl Listers {
@@ -326,6 +327,10 @@ impl Listers {
 
     pub async fn ingress_classes(&self) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {
         self.list(INGRESS_CLASSES, "").await
+    }
+
+    pub async fn storage_classes(&self) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {
+        self.list(STORAGE_CLASSES, "").await
     }
 
     pub async fn limit_ranges(&self, ns: &str) -> std::result::Result<Vec<Arc<serde_json::Value>>, ApiError> {

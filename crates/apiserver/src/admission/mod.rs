@@ -3,6 +3,7 @@
 //! document's "Admission control" stage).
 
 pub mod default_ingress_class;
+pub mod default_storage_class;
 pub mod initializers;
 pub mod limit_ranger;
 pub mod listers;
@@ -11,9 +12,11 @@ pub mod node_restriction;
 pub mod pod_security;
 pub mod policy;
 pub mod priority;
+pub mod pvc_resize;
 pub mod resource_quota;
 pub mod runtime_class;
 pub mod service_account;
+pub mod storage_protection;
 pub mod tolerations;
 pub mod webhook;
 

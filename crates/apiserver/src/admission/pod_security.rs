@@ -289,7 +289,8 @@ impl PodSecurity {
         let Some(ns) = attrs.object.as_deref() else {
             return Ok(());
         };
-        let def = r8s_api::find("", "v1", "namespaces").expect("namespaces are in the catalogue");
+        let def = crate::registry::catalogue::builtin("", "v1", "namespaces")
+            .expect("namespaces are in the catalogue");
         let name = meta::name(ns);
         let (policy, errs) = Policy::from_labels(&ns["metadata"]["labels"]);
         let Some(old) = attrs.old_object.filter(|_| attrs.operation == Operation::Update) else {

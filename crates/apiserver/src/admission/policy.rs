@@ -331,7 +331,7 @@ impl ValidatingAdmissionPolicy {
     ) -> Result<Vec<Value>, String> {
         let (api_version, kind) = kind;
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version.as_str()));
-        let def = r8s_api::catalogue()
+        let def = crate::registry::catalogue::builtins()
             .iter()
             .find(|d| d.group == group && d.version == version && d.kind == kind)
             .or_else(|| crate::registry::custom::find_made_kind(group, version, kind))

@@ -90,8 +90,9 @@ impl ResourceQuota {
     }
 }
 
-fn quota_def() -> &'static r8s_api::ResourceDef {
-    r8s_api::find("", "v1", "resourcequotas").expect("resourcequotas are in the catalogue")
+fn quota_def() -> &'static crate::registry::Resource {
+    crate::registry::catalogue::builtin("", "v1", "resourcequotas")
+        .expect("resourcequotas are in the catalogue")
 }
 
 fn now() -> i64 {

@@ -14,11 +14,11 @@ pub(crate) mod matching;
 mod review;
 pub(crate) mod source;
 
+use crate::registry::Resource;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use r8s_api::ResourceDef;
 use r8s_store::Store;
 use serde_json::Value;
 
@@ -40,7 +40,7 @@ enum CallError {
 
 /// The request as webhooks see it.
 struct RequestView<'a> {
-    def: &'static ResourceDef,
+    def: &'static Resource,
     attrs: RequestAttrs<'a>,
     name: String,
 }
@@ -62,7 +62,7 @@ impl<'a> RequestView<'a> {
         if r.api_group == "admissionregistration.k8s.io" && r.resource.ends_with("webhookconfigurations") {
             return None;
         }
-        let def = r8s_api::find(&r.api_group, &r.api_version, &r.resource)
+        let def = crate::registry::catalogue::builtin(&r.api_group, &r.api_version, &r.resource)
             .or_else(|| crate::registry::custom::find_made(&r.api_group, &r.api_version, &r.resource))?;
         let name = if r.name.is_empty() {
             object.map(|o| meta::name(o).to_owned()).unwrap_or_default()
@@ -110,7 +110,8 @@ impl Dispatcher {
         }
         if cache.0.is_none() {
             let ns = view.attrs.namespace;
-            let ns_def = r8s_api::find("", "v1", "namespaces").expect("namespaces are in the catalogue");
+            let ns_def = crate::registry::catalogue::builtin("", "v1", "namespaces")
+                .expect("namespaces are in the catalogue");
             let got = self.listers.namespace(ns).await.and_then(|found| {
                 let obj = found.ok_or_else(|| crate::registry::not_found(ns_def, ns))?;
                 Ok(meta::labels(&obj))
@@ -335,7 +336,7 @@ fn check_dry_run(hook: &Hook, dry_run: bool) -> Result<(), CallError> {
 }
 
 /// `obj` (of `from`) as an object of `to`, through the stored form they share.
-fn convert(from: &ResourceDef, to: &ResourceDef, obj: &Value) -> Value {
+fn convert(from: &Resource, to: &Resource, obj: &Value) -> Value {
     crate::registry::convert::from_storage(to, crate::registry::convert::to_storage(from, obj.clone()))
 }
 
@@ -450,7 +451,7 @@ impl MutatingWebhook {
         };
         // What the webhook wrote is read back as the resource's type (unknown fields dropped;
         // a custom resource's pruned to its schema).
-        match crate::registry::custom::custom_strategy(view.def).filter(|_| view.def.custom) {
+        match view.def.custom() {
             Some(s) => {
                 s.prune(&mut updated);
             }
@@ -719,7 +720,7 @@ mod tests {
         let view = RequestView::of(&info, None, Operation::Create).unwrap();
         let ev = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"}, "message": "hi", "involvedObject": {"name": "p"}});
         let inv = Invocation {
-            def: r8s_api::find("events.k8s.io", "v1", "events").unwrap(),
+            def: crate::registry::catalogue::builtin("events.k8s.io", "v1", "events").unwrap(),
             converted: true,
         };
         let shown = versioned(&view, &inv, &ev);

@@ -6,6 +6,7 @@ pub mod basic_auth;
 pub mod bootstrap_token;
 pub mod impersonation;
 pub mod oidc;
+pub(crate) mod request_header;
 pub mod service_account;
 mod token_file;
 mod x509;
@@ -15,6 +16,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use rustls::pki_types::CertificateDer;
 
+pub use request_header::{RequestHeaderAuthenticator, RequestHeaderConfig};
 pub use token_file::TokenFileAuthenticator;
 pub use x509::X509Authenticator;
 

@@ -304,7 +304,7 @@ pub(crate) async fn pod_log(
     name: &str,
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
-    let pods = r8s_api::find("", "v1", "pods").expect("pods are served");
+    let pods = crate::registry::catalogue::builtin("", "v1", "pods").expect("pods are served");
     let pod = read(ctx, pods, ns, name).await?;
     let container = container_of(&pod, name, query.get("container"))?;
     let kq = kubelet_query(query)?;
@@ -423,7 +423,7 @@ pub(crate) async fn node_proxy(
         None => format!("/{rest}"),
     };
     if !port.is_empty() {
-        let nodes = r8s_api::find("", "v1", "nodes").expect("nodes are served");
+        let nodes = crate::registry::catalogue::builtin("", "v1", "nodes").expect("nodes are served");
         let node = read(ctx, nodes, "", name).await?;
         let (host, kubelet_port) = kubelet_endpoint(&node)
             .ok_or_else(|| ApiError::internal(format!("node {name:?} has no address")))?;
@@ -520,7 +520,7 @@ pub(crate) async fn stream(
             &format!("pods/{sub}"),
         ));
     }
-    let pods = r8s_api::find("", "v1", "pods").expect("pods are served");
+    let pods = crate::registry::catalogue::builtin("", "v1", "pods").expect("pods are served");
     let pod = read(ctx, pods, ns, name).await?;
     let mut raw_query = req.uri().query().unwrap_or("").to_owned();
     connect_admission(ctx, sub, &raw_query).await?;
@@ -675,7 +675,7 @@ pub(crate) async fn pod_proxy(
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     let (scheme, name, port) = proxied(id, "pod")?;
-    let pods = r8s_api::find("", "v1", "pods").expect("pods are served");
+    let pods = crate::registry::catalogue::builtin("", "v1", "pods").expect("pods are served");
     let pod = read(ctx, pods, ns, name).await?;
     let first_port = || {
         pod["spec"]["containers"]
@@ -718,7 +718,7 @@ pub(crate) async fn service_proxy(
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
     let (scheme, name, port) = proxied(id, "service")?;
-    let services = r8s_api::find("", "v1", "services").expect("services are served");
+    let services = crate::registry::catalogue::builtin("", "v1", "services").expect("services are served");
     let svc = read(ctx, services, ns, name).await?;
     // A port number names the Service port it is; the endpoints know ports by name.
     let mut port_name = port.to_owned();
@@ -737,7 +737,7 @@ pub(crate) async fn service_proxy(
             }
         }
     }
-    let endpoints = r8s_api::find("", "v1", "endpoints").expect("endpoints are served");
+    let endpoints = crate::registry::catalogue::builtin("", "v1", "endpoints").expect("endpoints are served");
     let none = || ApiError::service_unavailable(format!("no endpoints available for service {name:?}"));
     let ep = read(ctx, endpoints, ns, name).await.map_err(|_| none())?;
     let mut candidates = Vec::new();
@@ -944,7 +944,7 @@ fn proxy_tls() -> Arc<rustls::ClientConfig> {
 
 /// The node's kubelet: address, port, and the client this API server reaches it with.
 async fn kubelet_of(ctx: &Ctx, node_name: &str) -> Result<(String, u16, KubeletClient), ApiError> {
-    let nodes = r8s_api::find("", "v1", "nodes").expect("nodes are served");
+    let nodes = crate::registry::catalogue::builtin("", "v1", "nodes").expect("nodes are served");
     let node = read(ctx, nodes, "", node_name).await?;
     let (host, port) = kubelet_endpoint(&node)
         .ok_or_else(|| ApiError::internal(format!("node {node_name:?} has no address")))?;

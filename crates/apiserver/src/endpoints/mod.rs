@@ -10,9 +10,9 @@ pub(crate) mod kubelet;
 pub(crate) mod resource_metrics;
 pub(crate) mod watch;
 
+use crate::registry::Resource;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Response, StatusCode};
-use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
 use crate::context::Ctx;
@@ -37,7 +37,7 @@ pub(crate) async fn resource(
     let def = served
         .find(&info.api_group, &info.api_version, &info.resource)
         .ok_or_else(ApiError::not_found_path)?;
-    if let Some(warning) = registry::custom::custom_strategy(def).and_then(|s| s.warning.clone()) {
+    if let Some(warning) = def.custom().and_then(|s| s.warning.clone()) {
         // A deprecated version of a custom resource says so on every request.
         ctx.warnings.add(warning);
     }
@@ -239,7 +239,7 @@ enum Shape {
 /// A write's answer shaped as the client asked (`as=PartialObjectMetadata` or `as=Table`),
 /// its status code and warnings kept.
 async fn shaped(
-    def: &ResourceDef,
+    def: &Resource,
     query: &Query,
     shape: Shape,
     resp: Result<Response<Body>, ApiError>,
@@ -266,7 +266,7 @@ async fn shaped(
 }
 
 /// The Go package upstream's internal type of `def` lives in (for the 406 messages' `%T`).
-fn internal_package(def: &ResourceDef) -> &str {
+fn internal_package(def: &Resource) -> &str {
     match def.group {
         "" => "core",
         g => g.split('.').next().unwrap_or(g),
@@ -289,7 +289,7 @@ fn written(w: Written) -> Result<Response<Body>, ApiError> {
 }
 
 /// A list object around a page of decoded items.
-fn list_of(def: &ResourceDef, page: registry::Page<Value>) -> Value {
+fn list_of(def: &Resource, page: registry::Page<Value>) -> Value {
     json!({
         "kind": registry::list_kind(def),
         "apiVersion": def.api_version(),
@@ -299,7 +299,7 @@ fn list_of(def: &ResourceDef, page: registry::Page<Value>) -> Value {
 }
 
 /// A list response written around items that are JSON already.
-fn raw_list(def: &ResourceDef, page: registry::Page<impl AsRef<[u8]>>) -> Response<Body> {
+fn raw_list(def: &Resource, page: registry::Page<impl AsRef<[u8]>>) -> Response<Body> {
     let items = &page.items;
     let mut body = Vec::with_capacity(items.iter().map(|o| o.as_ref().len() + 1).sum::<usize>() + 256);
     body.extend_from_slice(
@@ -325,7 +325,7 @@ fn raw_list(def: &ResourceDef, page: registry::Page<impl AsRef<[u8]>>) -> Respon
 /// deprecation warning.
 async fn component_statuses(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     method: &Method,
     verb: &str,
     name: &str,
@@ -367,7 +367,7 @@ async fn component_statuses(
 
 async fn get(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     headers: &HeaderMap,
@@ -393,7 +393,7 @@ async fn get(
 
 async fn list(
     ctx: &Ctx,
-    def: &'static ResourceDef,
+    def: &'static Resource,
     ns: &str,
     headers: &HeaderMap,
     query: &Query,
@@ -430,7 +430,7 @@ async fn list(
 
 async fn create(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     query: &Query,
     body: Bytes,
@@ -445,7 +445,7 @@ async fn create(
 
 async fn update(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     query: &Query,
@@ -464,7 +464,7 @@ async fn update(
 #[allow(clippy::too_many_arguments)]
 async fn subresource(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     sub: &str,
@@ -476,7 +476,7 @@ async fn subresource(
     let not_allowed =
         || ApiError::method_not_allowed(method.as_str(), &format!("{}/{sub}", def.group_resource()));
     let Some(view) = View::of(sub) else {
-        return match (registry::strategy::of(def).connect(sub), method) {
+        return match (def.strategy.connect(sub), method) {
             (Some(Connect::Binding), &Method::POST) => Ok(json_response(
                 StatusCode::CREATED,
                 &registry::subresource::bind(ctx, def, ns, name, query, body).await?,

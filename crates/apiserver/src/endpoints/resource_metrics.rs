@@ -3,8 +3,8 @@
 //! or pod, carrying its labels, selected by its labels and fields, usage as quantities (CPU in
 //! nanocores, memory in bytes, in their canonical forms), `timestamp` and `window`.
 
+use crate::registry::Resource;
 use http::{HeaderMap, Method, Response, StatusCode};
-use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
 use crate::context::Ctx;
@@ -126,7 +126,7 @@ fn running(pod: &Value) -> bool {
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     method: &Method,
     verb: &str,
     ns: &str,
@@ -135,7 +135,8 @@ pub(crate) async fn serve(
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
     let nodes = def.plural == "nodes";
-    let source = r8s_api::find("", "v1", def.plural).expect("nodes and pods are served");
+    let source =
+        crate::registry::catalogue::builtin("", "v1", def.plural).expect("nodes and pods are served");
     let of = |obj: &Value| {
         if nodes {
             node_metrics(ctx, obj)

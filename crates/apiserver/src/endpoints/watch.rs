@@ -3,6 +3,7 @@
 //! change; from a compacted one, a single ERROR event with 410 Expired. Selectors are applied to
 //! both sides of a change, so objects entering or leaving the selection are ADDED or DELETED.
 
+use crate::registry::Resource;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,7 +11,6 @@ use futures_util::stream;
 use http::{header, HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
-use r8s_api::ResourceDef;
 use r8s_store::{EventKind, StoreError};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -26,7 +26,7 @@ const CHUNK: usize = 64 * 1024;
 
 struct Emitter {
     tx: mpsc::Sender<Bytes>,
-    table: Option<(&'static ResourceDef, Query)>,
+    table: Option<(&'static Resource, Query)>,
     /// Objects cut down to PartialObjectMetadata (bookmarks too, as upstream).
     partial: bool,
 }
@@ -89,7 +89,7 @@ impl Emitter {
 
 pub(crate) async fn serve(
     ctx: &Ctx,
-    def: &'static ResourceDef,
+    def: &'static Resource,
     ns: &str,
     headers: &HeaderMap,
     query: &Query,
@@ -233,7 +233,7 @@ fn next_bookmark(deadline: Option<tokio::time::Instant>) -> tokio::time::Instant
 #[allow(clippy::too_many_arguments)]
 async fn serve_cached(
     emitter: &Emitter,
-    def: &ResourceDef,
+    def: &Resource,
     filter: &Filter,
     ns: &str,
     start: i64,
@@ -334,7 +334,7 @@ fn cached_type(filter: &Filter, ev: &CachedEvent) -> Option<&'static str> {
 }
 
 /// A store event as the watcher should see it, or nothing if it does not concern it.
-fn translate(def: &ResourceDef, filter: &Filter, ev: r8s_store::Event) -> Option<(&'static str, Value)> {
+fn translate(def: &Resource, filter: &Filter, ev: r8s_store::Event) -> Option<(&'static str, Value)> {
     match ev.kind {
         EventKind::Put => {
             let cur = decode(def, &ev.kv).ok()?;

@@ -735,9 +735,12 @@ fn controller_roles() -> Vec<(&'static str, Vec<PolicyRule>)> {
                 rule("update", &[CORE], "persistentvolumeclaims/status"),
                 rule("list watch get create delete", &[CORE], "pods"),
                 rule(READ, &[STORAGE], "storageclasses"),
+                rule("list watch", &[CORE], "nodes"),
+                events(),
                 // The recycler watches its pod's events.
                 rule("watch", &[CORE], "events"),
-                events(),
+                // A volume plugin's (portworx's) service lookup.
+                rule("get", &[CORE], "services"),
             ],
         ),
         (

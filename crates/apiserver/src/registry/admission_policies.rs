@@ -6,8 +6,11 @@ use async_trait::async_trait;
 use r8s_api::validation::FieldError;
 use serde_json::{json, Value};
 
-use super::strategy::{age_cell, col, name_cell, Column, Strategy, AGE, NAME};
+use super::strategy::{age_cell, col, name_cell, Column, Finish, Strategy, AGE, NAME};
+use crate::cel::check::{check, Type};
 use crate::cel::Expr;
+use crate::context::Ctx;
+use crate::status::ApiError;
 
 pub(crate) struct Policies;
 pub(crate) struct Bindings;
@@ -67,10 +70,296 @@ pub(crate) fn check_match_conditions(errs: &mut Vec<FieldError>, list: &Value, p
     check_expressions(errs, list, path, &["expression"]);
 }
 
+// Type checking: upstream's ValidatingAdmissionPolicy status controller (run by
+// kube-controller-manager) checks each validation's expression and messageExpression against
+// the schemas of the kinds the policy matches, and writes the issues it finds to
+// `status.typeChecking.expressionWarnings` with `status.observedGeneration`. Here the same
+// check runs when a policy is written with a new generation (create, or an update of its
+// spec), so the status is there when the write returns.
+
+/// At most this many kinds are checked, as upstream.
+const MAX_TYPES_TO_CHECK: usize = 10;
+
+/// A built-in kind's schema, its `$ref`s inlined (nested deeper than a resource needs:
+/// `dyn`).
+fn builtin_schema(def: &r8s_api::ResourceDef) -> Option<Value> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<Value>>>> = OnceLock::new();
+    let key = format!("{}/{}/{}", def.group, def.version, def.kind);
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    cache
+        .entry(key)
+        .or_insert_with(|| {
+            let schemas = r8s_api::typed::openapi_schemas([def]);
+            let root = schemas
+                .values()
+                .find(|s| s["x-kubernetes-group-version-kind"][0]["kind"] == def.kind)?;
+            Some(inline_refs(root, &schemas, 0))
+        })
+        .clone()
+}
+
+fn inline_refs(v: &Value, schemas: &serde_json::Map<String, Value>, depth: usize) -> Value {
+    let target = |r: &Value| {
+        r.as_str()
+            .and_then(|r| r.rsplit('/').next())
+            .and_then(|name| schemas.get(name))
+    };
+    match v {
+        Value::Object(m) => {
+            let referred =
+                m.get("$ref")
+                    .and_then(target)
+                    .or_else(|| match m.get("allOf").and_then(Value::as_array) {
+                        Some(all) if all.len() == 1 => target(&all[0]["$ref"]),
+                        _ => None,
+                    });
+            if let Some(s) = referred {
+                if depth > 24 {
+                    return json!({"x-kubernetes-int-or-string": true});
+                }
+                return inline_refs(s, schemas, depth + 1);
+            }
+            Value::Object(
+                m.iter()
+                    .map(|(k, v)| (k.clone(), inline_refs(v, schemas, depth)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(|v| inline_refs(v, schemas, depth)).collect()),
+        v => v.clone(),
+    }
+}
+
+/// The kind of `group`/`version`/`resource` (a plural) and its schema: a built-in's from
+/// the served OpenAPI, a custom resource's from its CRD.
+fn resolve_resource(group: &str, version: &str, resource: &str) -> Option<(String, Value)> {
+    if let Some(def) = r8s_api::catalogue()
+        .iter()
+        .find(|d| d.group == group && d.version == version && d.plural == resource)
+    {
+        return Some((def.kind.to_owned(), builtin_schema(def)?));
+    }
+    let made = crate::registry::custom::find_made(group, version, resource)?;
+    Some((made.kind.to_owned(), made.custom()?.schema.clone()?))
+}
+
+/// [`resolve_resource`] by kind.
+fn resolve_kind(group: &str, version: &str, kind: &str) -> Option<Value> {
+    if let Some(def) = r8s_api::catalogue()
+        .iter()
+        .find(|d| d.group == group && d.version == version && d.kind == kind)
+    {
+        return builtin_schema(def);
+    }
+    let made = crate::registry::custom::find_made_kind(group, version, kind)?;
+    made.custom()?.schema.clone()
+}
+
+/// The kinds a policy's resource rules match, as upstream's `typesToCheck` finds them (no
+/// wildcards), with their schemas: `(group, version, kind, schema)`, sorted.
+fn types_to_check(policy: &Value) -> Vec<(String, String, String, Value)> {
+    let mut found: Vec<(String, String, String, Value)> = Vec::new();
+    let mut count = 0;
+    let strings = |v: &Value| -> Option<Vec<String>> {
+        let list: Vec<String> = v
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect();
+        (!list.is_empty() && list.iter().all(|s| !s.contains('*'))).then(|| {
+            let mut list = list;
+            list.sort();
+            list
+        })
+    };
+    'rules: for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let (Some(groups), Some(versions), Some(resources)) = (
+            strings(&rule["apiGroups"]),
+            strings(&rule["apiVersions"]),
+            strings(&rule["resources"]),
+        ) else {
+            continue;
+        };
+        for g in &groups {
+            for v in &versions {
+                for r in &resources {
+                    let Some((kind, schema)) = resolve_resource(g, v, r) else {
+                        continue;
+                    };
+                    if !found
+                        .iter()
+                        .any(|(fg, fv, fk, _)| fg == g && fv == v && *fk == kind)
+                    {
+                        found.push((g.clone(), v.clone(), kind, schema));
+                    }
+                    count += 1;
+                    if count == MAX_TYPES_TO_CHECK {
+                        break 'rules;
+                    }
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| (&a.0, &a.1, &a.2).cmp(&(&b.0, &b.1, &b.2)));
+    found
+}
+
+/// The type of the `request` variable (upstream's `BuildRequestType`).
+fn request_type() -> Type {
+    let s = |n: &str| (n.to_owned(), Type::String);
+    let gvk = Type::object(
+        "kubernetes.GroupVersionKind",
+        [s("group"), s("version"), s("kind")],
+    );
+    let gvr = Type::object(
+        "kubernetes.GroupVersionResource",
+        [s("group"), s("version"), s("resource")],
+    );
+    let strings = Type::List(Box::new(Type::String));
+    let user = Type::object(
+        "kubernetes.UserInfo",
+        [
+            s("username"),
+            s("uid"),
+            ("groups".to_owned(), strings.clone()),
+            (
+                "extra".to_owned(),
+                Type::Map(Box::new(Type::String), Box::new(strings)),
+            ),
+        ],
+    );
+    Type::object(
+        "kubernetes.AdmissionRequest",
+        [
+            ("kind".to_owned(), gvk.clone()),
+            ("resource".to_owned(), gvr.clone()),
+            s("subResource"),
+            ("requestKind".to_owned(), gvk),
+            ("requestResource".to_owned(), gvr),
+            s("requestSubResource"),
+            s("name"),
+            s("namespace"),
+            s("operation"),
+            ("userInfo".to_owned(), user),
+            ("dryRun".to_owned(), Type::Bool),
+            ("options".to_owned(), Type::Dyn),
+        ],
+    )
+}
+
+/// Upstream's type checking of a policy: its `status.typeChecking.expressionWarnings`.
+pub(crate) fn expression_warnings(policy: &Value) -> Vec<Value> {
+    let spec = &policy["spec"];
+    let kinds = types_to_check(policy);
+    let params = spec["paramKind"].as_object().map(|pk| {
+        let api_version = pk.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = pk.get("kind").and_then(Value::as_str).unwrap_or("");
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        resolve_kind(group, version, kind)
+            .and_then(|s| Type::from_schema(&s, true, &format!("{kind}Params")))
+            .unwrap_or(Type::Dyn)
+    });
+    // The declarations of each kind: its object, then the policy's variables in order.
+    let declarations: Vec<(String, Vec<(&str, Type)>)> = kinds
+        .iter()
+        .map(|(g, v, k, schema)| {
+            let object = Type::from_schema(schema, true, k).unwrap_or(Type::Dyn);
+            let mut vars = vec![
+                ("object", object.clone()),
+                ("oldObject", object),
+                ("request", request_type()),
+                ("namespaceObject", Type::Dyn),
+                ("authorizer", Type::Opaque("kubernetes.authorization.Authorizer")),
+            ];
+            if let Some(p) = &params {
+                vars.push(("params", p.clone()));
+            }
+            let mut fields = Vec::new();
+            for var in spec["variables"].as_array().into_iter().flatten() {
+                let (Some(name), Some(expr)) = (var["name"].as_str(), var["expression"].as_str()) else {
+                    continue;
+                };
+                let mut with = vars.clone();
+                with.push(("variables", Type::object("kubernetes.variables", fields.clone())));
+                let t = check(expr, &with).map_or(Type::Dyn, |c| c.result);
+                fields.push((name.to_owned(), t));
+            }
+            vars.push(("variables", Type::object("kubernetes.variables", fields)));
+            (format!("{g}/{v}, Kind={k}"), vars)
+        })
+        .collect();
+    let mut warnings = Vec::new();
+    for (i, validation) in spec["validations"].as_array().into_iter().flatten().enumerate() {
+        for field in ["expression", "messageExpression"] {
+            let Some(source) = validation[field].as_str().filter(|s| !s.is_empty()) else {
+                continue;
+            };
+            let issues: Vec<String> = declarations
+                .iter()
+                .filter_map(|(gvk, vars)| {
+                    let e = check(source, vars).err()?;
+                    Some(format!("{gvk}: compilation failed: {e}\n"))
+                })
+                .collect();
+            if !issues.is_empty() {
+                warnings.push(json!({
+                    "fieldRef": format!("spec.validations[{i}].{field}"),
+                    "warning": issues.join("\n"),
+                }));
+            }
+        }
+    }
+    warnings
+}
+
+/// Writes the type checking's results into the status of a policy of a generation not yet
+/// checked.
+fn write_type_checking(obj: &mut Value) {
+    let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
+    if generation <= obj["status"]["observedGeneration"].as_i64().unwrap_or(0) {
+        return;
+    }
+    let warnings = expression_warnings(obj);
+    if !obj["status"].is_object() {
+        obj["status"] = json!({});
+    }
+    obj["status"]["observedGeneration"] = json!(generation);
+    obj["status"]["typeChecking"] = if warnings.is_empty() {
+        json!({})
+    } else {
+        json!({ "expressionWarnings": warnings })
+    };
+}
+
 #[async_trait]
 impl Strategy for Policies {
     fn tracks_generation(&self) -> bool {
         true
+    }
+
+    async fn begin_create(&self, _ctx: &Ctx, obj: &mut Value) -> Result<Option<Box<dyn Finish>>, ApiError> {
+        write_type_checking(obj);
+        Ok(None)
+    }
+
+    async fn begin_update(
+        &self,
+        _ctx: &Ctx,
+        obj: &mut Value,
+        _old: &Value,
+    ) -> Result<Option<Box<dyn Finish>>, ApiError> {
+        write_type_checking(obj);
+        Ok(None)
     }
 
     fn status_subresource(&self) -> bool {
@@ -250,6 +539,38 @@ impl Strategy for Bindings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The status controller's warnings: each expression checked against each matched kind.
+    #[test]
+    fn expressions_are_type_checked_against_the_matched_kinds() {
+        let mut p = json!({"metadata": {"name": "p", "generation": 1}, "spec": {
+            "matchConstraints": {"resourceRules": [{"operations": ["CREATE"], "apiGroups": ["apps"],
+                "apiVersions": ["v1"], "resources": ["deployments", "replicasets"]}]},
+            "variables": [{"name": "n", "expression": "object.spec.replicas"}],
+            "validations": [
+                {"expression": "object.spec.replicaz > 1"},
+                {"expression": "variables.n > 1 && object.metadata.name != '' && request.userInfo.username != ''",
+                 "messageExpression": "'too many: ' + object.spec.replicas"},
+                {"expression": "object.spec.template.spec.containers.all(c, c.image.startsWith('x'))"}]}});
+        write_type_checking(&mut p);
+        let replicaz = "compilation failed: ERROR: <input>:1:12: undefined field 'replicaz'\n | object.spec.replicaz > 1\n | ...........^\n";
+        let plus = "compilation failed: ERROR: <input>:1:14: found no matching overload for '_+_' applied to '(string, int)'\n | 'too many: ' + object.spec.replicas\n | .............^\n";
+        assert_eq!(
+            p["status"],
+            json!({"observedGeneration": 1, "typeChecking": {"expressionWarnings": [
+                {"fieldRef": "spec.validations[0].expression",
+                 "warning": format!("apps/v1, Kind=Deployment: {replicaz}\napps/v1, Kind=ReplicaSet: {replicaz}")},
+                {"fieldRef": "spec.validations[1].messageExpression",
+                 "warning": format!("apps/v1, Kind=Deployment: {plus}\napps/v1, Kind=ReplicaSet: {plus}")},
+            ]}})
+        );
+        // A policy with nothing to warn about; wildcards are not checked.
+        let mut p = json!({"metadata": {"generation": 2}, "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["*"], "apiVersions": ["v1"], "resources": ["pods"]}]},
+            "validations": [{"expression": "object.nope"}]}});
+        write_type_checking(&mut p);
+        assert_eq!(p["status"], json!({"observedGeneration": 2, "typeChecking": {}}));
+    }
 
     #[test]
     fn policies_must_compile_and_bindings_must_act() {

@@ -95,7 +95,7 @@ fn walk(v: &Value, node: Node, prefix: &mut Path, out: &mut BTreeSet<Path>) {
             }
         }
         Value::Array(items) if !items.is_empty() => {
-            let kind = node.list().map(|f| f.ssa_list()).unwrap_or(ListKind::Atomic);
+            let kind = node.ssa_list();
             let item_node = node.item();
             match kind {
                 ListKind::Set => {

@@ -58,7 +58,7 @@ fn component(name: &str, healthy: Result<(), String>) -> Value {
 
 /// Whether someone holds and keeps renewing the kube-system Lease `name`.
 async fn lease_held(ctx: &Ctx, name: &str) -> Result<(), String> {
-    let def = r8s_api::find("coordination.k8s.io", "v1", "leases").expect("served");
+    let def = crate::registry::catalogue::builtin("coordination.k8s.io", "v1", "leases").expect("served");
     let lease = read(ctx, def, "kube-system", name)
         .await
         .map_err(|_| format!("no leader holds the kube-system/{name} Lease"))?;

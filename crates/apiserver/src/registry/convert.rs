@@ -2,7 +2,7 @@
 //! `v1` Events (as upstream does), so `kubectl get events` shows what recorders write through
 //! either API. Objects are converted on their way into and out of storage.
 
-use r8s_api::ResourceDef;
+use crate::registry::Resource;
 use serde_json::{json, Map, Value};
 
 /// `events.k8s.io/v1` field → core `v1` field (upstream's `events/v1` conversion).
@@ -17,8 +17,8 @@ const EVENT_FIELDS: &[(&str, &str)] = &[
 ];
 
 /// Whether `def` is stored in another version's form.
-pub(crate) fn converts(def: &ResourceDef) -> bool {
-    super::strategy::of(def).converts()
+pub(crate) fn converts(def: &Resource) -> bool {
+    def.strategy.converts()
 }
 
 /// Rename fields of `obj` (`from` → `to`) and make it an Event of `api_version`.
@@ -55,8 +55,8 @@ pub(crate) fn event_from_core(obj: Value, api_version: &str) -> Value {
 }
 
 /// The stored form of an object of `def`.
-pub(crate) fn to_storage(def: &ResourceDef, obj: Value) -> Value {
-    let s = super::strategy::of(def);
+pub(crate) fn to_storage(def: &Resource, obj: Value) -> Value {
+    let s = &def.strategy;
     if s.converts() {
         s.to_storage(obj)
     } else {
@@ -65,8 +65,8 @@ pub(crate) fn to_storage(def: &ResourceDef, obj: Value) -> Value {
 }
 
 /// An object of `def` from its stored form.
-pub(crate) fn from_storage(def: &ResourceDef, obj: Value) -> Value {
-    let s = super::strategy::of(def);
+pub(crate) fn from_storage(def: &Resource, obj: Value) -> Value {
+    let s = &def.strategy;
     if s.converts() {
         s.served_from_storage(obj, &def.api_version())
     } else {
@@ -80,7 +80,7 @@ mod tests {
 
     #[test]
     fn events_round_trip_through_core_storage() {
-        let def = r8s_api::find("events.k8s.io", "v1", "events").unwrap();
+        let def = crate::registry::catalogue::builtin("events.k8s.io", "v1", "events").unwrap();
         let ev = json!({
             "apiVersion": "events.k8s.io/v1", "kind": "Event",
             "metadata": {"name": "e", "namespace": "default"},
@@ -98,7 +98,7 @@ mod tests {
         assert!(stored.get("note").is_none());
         let back = from_storage(def, stored);
         assert_eq!(back, ev);
-        let core = r8s_api::find("", "v1", "events").unwrap();
+        let core = crate::registry::catalogue::builtin("", "v1", "events").unwrap();
         assert_eq!(
             to_storage(core, ev.clone()),
             ev,

@@ -7,6 +7,7 @@
 //! budget is decremented — its `disruptedPods` records the pod — in the same step, so two
 //! evictions racing for the last allowed disruption cannot both win.
 
+use crate::registry::Resource;
 use r8s_api::validation::FieldError;
 use serde_json::{json, Value};
 
@@ -173,7 +174,7 @@ fn with_version_precondition(opts: &Value, pod: &Value) -> Value {
 
 pub(crate) async fn evict(
     ctx: &Ctx,
-    pods: &r8s_api::ResourceDef,
+    pods: &Resource,
     ns: &str,
     name: &str,
     query: &Query,
@@ -206,7 +207,8 @@ pub(crate) async fn evict(
     let dry_run = opts["dryRun"]
         .as_array()
         .is_some_and(|a| a.iter().any(|v| v == "All"));
-    let pdb_def = r8s_api::find("policy", "v1", "poddisruptionbudgets").expect("served");
+    let pdb_def =
+        crate::registry::catalogue::builtin("policy", "v1", "poddisruptionbudgets").expect("served");
     let success =
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
     for _ in 0..5 {
@@ -348,7 +350,7 @@ pub(crate) async fn evict(
 /// that no longer holds is left to the delete to refuse.
 async fn condition_and_delete(
     ctx: &Ctx,
-    pods: &r8s_api::ResourceDef,
+    pods: &Resource,
     ns: &str,
     name: &str,
     pod: &Value,
@@ -397,7 +399,7 @@ async fn condition_and_delete(
 /// `EvictionByEvictionAPI`), replacing one it had; the pod's new resourceVersion.
 async fn mark_disruption_target(
     ctx: &Ctx,
-    pods: &r8s_api::ResourceDef,
+    pods: &Resource,
     ns: &str,
     pod: &Value,
 ) -> Result<i64, r8s_store::StoreError> {

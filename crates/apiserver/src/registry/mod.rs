@@ -1,7 +1,7 @@
 //! The generic registry (upstream's `genericregistry.Store`): create, get, list, watch,
 //! update, patch, delete and deletecollection, written once for every resource in the
-//! catalogue. Per-resource behaviour comes from each resource's [`strategy`], found in the
-//! [`catalogue`]; nothing here tests which resource it serves.
+//! catalogue. Per-resource behaviour comes from each resource's [`strategy`], which its
+//! [`Resource`] carries; nothing here tests which resource it serves.
 //!
 //! Objects are stored as JSON under `/registry/<resource>/<namespace>/<name>` (or
 //! `/registry/<resource>/<name>` for cluster-scoped ones); `metadata.resourceVersion` is not
@@ -65,6 +65,8 @@ use r8s_api::validation::FieldError;
 use r8s_api::ResourceDef;
 use r8s_store::{KeyValue, RangeRequest, StoreError};
 use serde_json::{json, Value};
+
+pub(crate) use catalogue::Resource;
 
 use crate::admission::{Attributes, Operation};
 use crate::context::Ctx;
@@ -158,16 +160,12 @@ pub(crate) fn prefix(def: &ResourceDef, namespace: &str) -> String {
 }
 
 /// Decode a stored object as `def` and give it its resource version.
-pub(crate) fn decode(def: &ResourceDef, kv: &KeyValue) -> Result<Value, ApiError> {
-    decode_with(def, &*strategy::of(def), kv)
+pub(crate) fn decode(def: &Resource, kv: &KeyValue) -> Result<Value, ApiError> {
+    decode_with(def, &*def.strategy, kv)
 }
 
 /// [`decode`] with `def`'s strategy looked up already (once per list, not per object).
-fn decode_with(
-    def: &ResourceDef,
-    strategy: &dyn strategy::Strategy,
-    kv: &KeyValue,
-) -> Result<Value, ApiError> {
+fn decode_with(def: &Resource, strategy: &dyn strategy::Strategy, kv: &KeyValue) -> Result<Value, ApiError> {
     let obj: Value = serde_json::from_slice(&kv.value)
         .map_err(|e| ApiError::internal(format!("stored object {} is unreadable: {e}", kv.key)))?;
     let mut obj = if strategy.converts() {
@@ -181,7 +179,7 @@ fn decode_with(
 
 /// The stored form: apiVersion, kind and metadata first (so [`with_resource_version`] can find
 /// the metadata without parsing), without resourceVersion.
-pub(crate) fn encode(def: &ResourceDef, obj: &Value) -> Bytes {
+pub(crate) fn encode(def: &Resource, obj: &Value) -> Bytes {
     if convert::converts(def) {
         return encode_in_order(&convert::to_storage(def, obj.clone()));
     }
@@ -189,8 +187,8 @@ pub(crate) fn encode(def: &ResourceDef, obj: &Value) -> Bytes {
 }
 
 /// [`encode`] for a request's write: a conversion that fails refuses the write.
-pub(crate) fn try_encode(def: &ResourceDef, obj: &Value) -> Result<Bytes, ApiError> {
-    let s = strategy::of(def);
+pub(crate) fn try_encode(def: &Resource, obj: &Value) -> Result<Bytes, ApiError> {
+    let s = &def.strategy;
     if s.converts() {
         return Ok(encode_in_order(&s.try_to_storage(obj.clone())?));
     }
@@ -264,13 +262,13 @@ pub(crate) fn with_resource_version(stored: &[u8], rv: i64) -> Option<Vec<u8>> {
 }
 
 /// A stored object as JSON bytes of `def` with its resourceVersion.
-fn raw_item(def: &ResourceDef, kv: &KeyValue) -> Result<Vec<u8>, ApiError> {
+fn raw_item(def: &Resource, kv: &KeyValue) -> Result<Vec<u8>, ApiError> {
     raw_item_as(def, kv, convert::converts(def))
 }
 
 /// [`raw_item`] knowing already whether `def` is stored in another form (asked once per
 /// list: the strategy lookup is not free).
-fn raw_item_as(def: &ResourceDef, kv: &KeyValue, converts: bool) -> Result<Vec<u8>, ApiError> {
+fn raw_item_as(def: &Resource, kv: &KeyValue, converts: bool) -> Result<Vec<u8>, ApiError> {
     match with_resource_version(&kv.value, kv.mod_revision).filter(|_| !converts) {
         Some(b) => Ok(b),
         None => Ok(serde_json::to_vec(&decode(def, kv)?).expect("JSON serializes")),
@@ -350,7 +348,7 @@ pub(crate) fn store_error(def: &ResourceDef, name: &str, e: StoreError) -> ApiEr
     }
 }
 
-pub(crate) async fn read(ctx: &Ctx, def: &ResourceDef, ns: &str, name: &str) -> Result<Value, ApiError> {
+pub(crate) async fn read(ctx: &Ctx, def: &Resource, ns: &str, name: &str) -> Result<Value, ApiError> {
     let resp = ctx
         .shared
         .store
@@ -363,12 +361,7 @@ pub(crate) async fn read(ctx: &Ctx, def: &ResourceDef, ns: &str, name: &str) -> 
 
 /// One object's stored JSON with its resourceVersion, not decoded (nothing inside it needs
 /// looking at).
-pub(crate) async fn get_stored(
-    ctx: &Ctx,
-    def: &ResourceDef,
-    ns: &str,
-    name: &str,
-) -> Result<Vec<u8>, ApiError> {
+pub(crate) async fn get_stored(ctx: &Ctx, def: &Resource, ns: &str, name: &str) -> Result<Vec<u8>, ApiError> {
     let kv = ctx
         .shared
         .store
@@ -384,7 +377,7 @@ pub(crate) async fn get_stored(
 /// asks for it (`includeUninitialized=true`), as upstream's Initializers stage had it.
 pub(crate) async fn get(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     query: &Query,
@@ -430,7 +423,7 @@ pub(crate) fn uninitialized(obj: &Value) -> bool {
 }
 
 impl Filter {
-    pub fn from_query(def: &ResourceDef, query: &Query) -> Result<Self, ApiError> {
+    pub fn from_query(def: &Resource, query: &Query) -> Result<Self, ApiError> {
         let labels =
             parse_label_selector(query.get("labelSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
         let fields =
@@ -468,7 +461,7 @@ impl Filter {
             && !(self.hide_uninitialized && obj.uninitialized)
     }
 
-    pub fn matches(&self, def: &ResourceDef, obj: &Value) -> bool {
+    pub fn matches(&self, def: &Resource, obj: &Value) -> bool {
         (self.labels.is_empty() || self.labels.matches(&meta::labels(obj)))
             && (self.fields.is_empty() || self.fields.matches(&strategy::fields(def, obj)))
             && !(self.hide_uninitialized && uninitialized(obj))
@@ -507,13 +500,13 @@ pub(crate) fn list_kind(def: &ResourceDef) -> String {
 /// continue token if more remain.
 pub(crate) async fn list_objects(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     query: &Query,
     filter: &Filter,
 ) -> Result<(Vec<Value>, i64, Option<String>, Option<i64>), ApiError> {
     let counted = filter.is_empty();
-    let strategy = strategy::of(def);
+    let strategy = def.strategy.clone();
     list_page(ctx, def, ns, query, counted, |kv| {
         let obj = decode_with(def, &*strategy, kv)?;
         Ok(filter.matches(def, &obj).then_some(obj))
@@ -525,7 +518,7 @@ pub(crate) async fn list_objects(
 /// every stored object is an item, so the remaining count is exact.
 async fn list_page<T>(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     query: &Query,
     counted: bool,
@@ -645,7 +638,7 @@ async fn wait_for_revision(ctx: &Ctx, query: &Query) -> Result<(), ApiError> {
 /// resourceVersion. `None`: the datastore answers.
 pub(crate) async fn list_cached(
     ctx: &Ctx,
-    def: &'static ResourceDef,
+    def: &'static Resource,
     ns: &str,
     query: &Query,
     filter: &Filter,
@@ -696,7 +689,7 @@ pub(crate) async fn list_cached(
 /// decoded (for a list without selectors).
 pub(crate) async fn list_stored(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     query: &Query,
 ) -> Result<Page<Vec<u8>>, ApiError> {
@@ -712,7 +705,7 @@ pub(crate) async fn list_stored(
 /// A page of the objects of `def` in `ns` that `filter` keeps, decoded.
 pub(crate) async fn list(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     query: &Query,
     filter: &Filter,
@@ -823,7 +816,7 @@ pub(crate) fn duplicate_fields(body: &[u8]) -> Vec<String> {
 /// `fieldValidation`: `Strict` refuses unknown fields, `Warn` (the default) drops them with a
 /// warning, `Ignore` drops them silently. Returns the object and the warnings for the response.
 pub(crate) fn typed(
-    def: &ResourceDef,
+    def: &Resource,
     mut obj: Value,
     ns: &str,
     query: &Query,
@@ -844,7 +837,7 @@ pub(crate) fn typed(
     } else {
         None
     };
-    let mut decoded = match custom::custom_strategy(def).filter(|_| def.custom) {
+    let mut decoded = match def.custom() {
         // A custom resource is pruned to its CRD's schema.
         Some(s) => {
             let unknown_fields = s.prune(&mut obj);
@@ -966,7 +959,7 @@ pub(crate) struct Written {
 /// then [`create_object`].
 pub(crate) async fn create(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     obj: Value,
     query: &Query,
@@ -991,7 +984,7 @@ pub(crate) async fn create(
 /// Replace an object with a decoded request object (typed per `fieldValidation`).
 pub(crate) async fn update(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     obj: Value,
@@ -1034,7 +1027,7 @@ pub(crate) async fn update(
 /// validating admission, allocations, store. Returns the stored object.
 pub(crate) async fn create_object(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     obj: Value,
     dry_run: bool,
@@ -1046,12 +1039,12 @@ pub(crate) async fn create_object(
 /// object is stored as served (no dry run, no version conversion).
 async fn create_stored(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     mut obj: Value,
     dry_run: bool,
 ) -> Result<(Value, Option<Vec<u8>>), ApiError> {
-    let strategy = strategy::of(def);
+    let strategy = def.strategy.clone();
     {
         let m = meta::meta_mut(&mut obj);
         m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
@@ -1165,7 +1158,7 @@ async fn create_stored(
 /// The object a request is about.
 #[derive(Clone, Copy)]
 pub(crate) struct Target<'a> {
-    pub def: &'a ResourceDef,
+    pub def: &'a Resource,
     pub ns: &'a str,
     pub name: &'a str,
 }
@@ -1181,7 +1174,7 @@ pub(crate) async fn apply_update(
     view: subresource::View,
 ) -> Result<Value, ApiError> {
     let Target { def, ns, name } = target;
-    let strategy = strategy::of(def);
+    let strategy = def.strategy.clone();
     check_type_and_namespace(def, &mut obj, ns)?;
     let old_rv = meta::resource_version(old).unwrap_or(0);
     let expected = match meta::resource_version(&obj) {
@@ -1299,7 +1292,7 @@ pub(crate) async fn apply_update(
 #[allow(clippy::too_many_arguments)]
 async fn write_update(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     strategy: &dyn strategy::Strategy,
     ns: &str,
     name: &str,
@@ -1351,7 +1344,7 @@ async fn write_update(
 /// whether it is gone.
 pub(crate) async fn delete_object(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     opts: &Value,
@@ -1374,7 +1367,7 @@ pub(crate) async fn delete_object(
 
 async fn delete_object_once(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     opts: &Value,
@@ -1382,7 +1375,7 @@ async fn delete_object_once(
     let dry_run = opts["dryRun"]
         .as_array()
         .is_some_and(|a| a.iter().any(|v| v == "All"));
-    let strategy = strategy::of(def);
+    let strategy = def.strategy.clone();
     let old = read(ctx, def, ns, name).await?;
     let rv = meta::resource_version(&old).unwrap_or(0);
     if let Some(uid) = opts["preconditions"]["uid"].as_str() {
@@ -1552,7 +1545,7 @@ pub(crate) fn delete_options(query: &Query, body: &[u8]) -> Result<Value, ApiErr
 /// now are) and the revision the list was read at.
 pub(crate) async fn delete_collection(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     filter: &Filter,
     opts: &Value,
@@ -1596,7 +1589,7 @@ mod tests {
     #[test]
     fn resource_versions_are_spliced_into_stored_objects() {
         let obj = json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}, "kind": "Deployment", "apiVersion": "apps/v1", "metadata": {"name": "web"}});
-        let def = r8s_api::find("apps", "v1", "deployments").unwrap();
+        let def = crate::registry::catalogue::builtin("apps", "v1", "deployments").unwrap();
         let stored = encode(def, &obj);
         assert!(stored.starts_with(b"{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"metadata\":{"));
         let out: Value = serde_json::from_slice(&with_resource_version(&stored, 42).unwrap()).unwrap();

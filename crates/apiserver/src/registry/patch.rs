@@ -3,10 +3,10 @@
 //! same path as an update. Without a resourceVersion in the patch, a conflict is retried on the
 //! new object, as upstream does.
 
+use crate::registry::Resource;
 use bytes::Bytes;
 use http::{header, HeaderMap};
 use r8s_api::patch_strategy::Node;
-use r8s_api::ResourceDef;
 use serde_json::{json, Map, Value};
 
 use super::subresource::View;
@@ -31,7 +31,7 @@ pub(super) enum PatchType {
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn patch(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     view: View,
@@ -108,11 +108,14 @@ pub(crate) async fn patch(
     }
 }
 
-/// The type of what a patch of `view` of `def` patches: the resource's kind, or autoscaling/v1
-/// Scale for the scale subresource.
-pub(crate) fn root_node(def: &ResourceDef, view: View) -> Node {
+/// The type of what a patch of `view` of `def` patches: the resource's kind (a custom
+/// resource's schema), or autoscaling/v1 Scale for the scale subresource.
+pub(crate) fn root_node(def: &Resource, view: View) -> Node {
     if view == View::Scale {
         Node::root("autoscaling", "v1", "Scale")
+    } else if let Some(schema) = def.custom().and_then(|c| c.apply_schema) {
+        // A custom resource: as its CRD's schema has it.
+        Node::Schema(schema)
     } else {
         Node::root(def.group, def.version, def.kind)
     }
@@ -188,7 +191,7 @@ pub(crate) fn decode_apply_body(body: &[u8]) -> Result<Value, ApiError> {
 
 async fn server_side_apply(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     query: &Query,
@@ -213,7 +216,7 @@ async fn server_side_apply(
     if !applied.is_object() {
         return Err(ApiError::bad_request("the apply configuration must be an object"));
     }
-    if let Some(s) = super::custom::custom_strategy(def).filter(|_| def.custom) {
+    if let Some(s) = def.custom() {
         // A custom resource's apply configuration is typed by its schema: a field the schema
         // does not declare fails it whatever fieldValidation says (upstream's structured
         // merge, which answers with an internal error).

@@ -4,8 +4,8 @@
 //! "1.5Gi" → "1536Mi"), the values of resource lists rounded up to thousandths
 //! (`SetDefaults_ResourceList`), so that every reader sees what a kubeadm cluster would store.
 
+use crate::registry::Resource;
 use r8s_api::quantity::Quantity;
-use r8s_api::ResourceDef;
 use serde_json::Value;
 
 /// Upstream's decoding error for a malformed quantity.
@@ -14,8 +14,8 @@ pub(crate) const FORMAT_ERROR: &str =
 
 /// Check and canonicalise the quantities of a decoded object of `def` (each resource's
 /// strategy knows where its quantities are).
-pub(crate) fn canonicalize(def: &ResourceDef, obj: &mut Value) -> Result<(), &'static str> {
-    super::strategy::of(def).canonicalize_quantities(obj)
+pub(crate) fn canonicalize(def: &Resource, obj: &mut Value) -> Result<(), &'static str> {
+    def.strategy.canonicalize_quantities(obj)
 }
 
 /// The quantities of a pod spec: its containers' resources, overhead, pod-level resources and
@@ -68,8 +68,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn def(kind: &str) -> &'static ResourceDef {
-        r8s_api::catalogue()
+    fn def(kind: &str) -> &'static Resource {
+        crate::registry::catalogue::builtins()
             .iter()
             .find(|d| d.kind == kind && d.group != "events.k8s.io")
             .unwrap()

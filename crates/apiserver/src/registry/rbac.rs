@@ -15,7 +15,7 @@ use crate::status::ApiError;
 const GROUP: &str = "rbac.authorization.k8s.io";
 
 fn def(plural: &str) -> &'static ResourceDef {
-    r8s_api::find(GROUP, "v1", plural).expect("RBAC resources are in the catalogue")
+    crate::registry::catalogue::builtin(GROUP, "v1", plural).expect("RBAC resources are in the catalogue")
 }
 
 /// Roles, or ClusterRoles (`cluster`).

@@ -192,6 +192,21 @@ impl Strategy for PersistentVolumeClaims {
         let mut new_spec = obj["spec"].clone();
         let old_spec = &old["spec"];
         if old["status"]["phase"] == "Bound" {
+            // A bound claim may grow. Asking for less than before is allowed only down to above
+            // what it has (upstream's RecoverVolumeExpansionFailure, on by default in 1.33:
+            // undoing an expansion that failed; nothing shrinks a volume).
+            let quantity = |v: &Value| v.as_str().and_then(|q| r8s_api::quantity::parse_value(q).ok());
+            let want = quantity(&obj["spec"]["resources"]["requests"]["storage"]);
+            let before = quantity(&old_spec["resources"]["requests"]["storage"]);
+            let have = quantity(&old["status"]["capacity"]["storage"]);
+            if let (Some(want), Some(before)) = (want, before) {
+                if want < before && have.is_some_and(|have| want <= have) {
+                    return vec![FieldError::forbidden(
+                        "spec.resources.requests.storage",
+                        "field can not be less than status.capacity",
+                    )];
+                }
+            }
             new_spec["resources"]["requests"] = old_spec["resources"]["requests"].clone();
             new_spec["volumeAttributesClassName"] = old_spec["volumeAttributesClassName"].clone();
             if let Some(m) = new_spec.as_object_mut() {
@@ -451,6 +466,26 @@ mod tests {
         assert!(PersistentVolumeClaims
             .validate_main_update(&grown, &bound)
             .is_empty());
+        // A claim bound to a bigger volume than it asked for may still be updated; it may ask
+        // for less than before only down to above its capacity.
+        bound["status"]["capacity"] = json!({"storage": "2Gi"});
+        let mut labelled = bound.clone();
+        labelled["metadata"] = json!({"labels": {"a": "b"}});
+        assert!(PersistentVolumeClaims
+            .validate_main_update(&labelled, &bound)
+            .is_empty());
+        let mut asked = bound.clone();
+        asked["spec"]["resources"]["requests"]["storage"] = json!("4Gi");
+        let mut less = asked.clone();
+        less["spec"]["resources"]["requests"]["storage"] = json!("3Gi");
+        assert!(PersistentVolumeClaims
+            .validate_main_update(&less, &asked)
+            .is_empty());
+        less["spec"]["resources"]["requests"]["storage"] = json!("2Gi");
+        assert_eq!(
+            PersistentVolumeClaims.validate_main_update(&less, &asked)[0].to_string(),
+            "spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"
+        );
         // The binder naming the volume of an unbound claim.
         let mut named = old.clone();
         named["spec"]["volumeName"] = json!("pv-1");

@@ -1,16 +1,16 @@
 //! The per-resource part of the registry (upstream's `rest.RESTCreateStrategy`,
 //! `RESTUpdateStrategy`, `RESTDeleteStrategy`, `TableConvertor` and the generic store's
-//! BeginCreate/AfterDelete hooks): one object per resource, registered in the
-//! [`catalogue`](super::catalogue). The generic registry asks it; everything else is shared.
+//! BeginCreate/AfterDelete hooks): one object per resource, carried by its
+//! [`Resource`](super::catalogue::Resource). The generic registry asks it; everything else is shared.
 //! Every method has a default, so a plain resource implements almost nothing.
 
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use r8s_api::validation::{dns1123_subdomain, label_value, qualified_name, FieldError};
-use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
+use super::catalogue::Resource;
 use super::meta::{self, human_age, str_field};
 use crate::authn::UserInfo;
 use crate::context::Ctx;
@@ -292,37 +292,32 @@ pub(crate) fn keep_status(obj: &mut Value, old: &Value) {
     }
 }
 
-/// The strategy of `def`.
-pub(crate) fn of(def: &ResourceDef) -> std::sync::Arc<dyn Strategy> {
-    super::catalogue::global().strategy(def)
+/// Defaults of `res`'s objects.
+pub(crate) fn default(res: &Resource, obj: &mut Value) {
+    res.strategy.default(obj);
 }
 
-/// Defaults of `def`'s objects.
-pub(crate) fn default(def: &ResourceDef, obj: &mut Value) {
-    of(def).default(obj);
-}
-
-/// Every check of an object of `def`: metadata, then the resource's own.
-pub(crate) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
-    let s = of(def);
-    let mut errs = validate_meta(&*s, obj);
+/// Every check of an object of `res`: metadata, then the resource's own.
+pub(crate) fn validate(res: &Resource, obj: &Value) -> Vec<FieldError> {
+    let s = &*res.strategy;
+    let mut errs = validate_meta(s, obj);
     errs.extend(s.validate(obj));
     errs
 }
 
-/// The checks of an update of `def`'s object that need the stored one.
-pub(crate) fn validate_update(def: &ResourceDef, obj: &Value, old: &Value) -> Vec<FieldError> {
-    of(def).validate_update(obj, old)
+/// The checks of an update of `res`'s object that need the stored one.
+pub(crate) fn validate_update(res: &Resource, obj: &Value, old: &Value) -> Vec<FieldError> {
+    res.strategy.validate_update(obj, old)
 }
 
 /// The values field selectors can name (upstream's `GetAttrs`/field label conversion).
-pub(crate) fn fields(def: &ResourceDef, obj: &Value) -> BTreeMap<String, String> {
+pub(crate) fn fields(res: &Resource, obj: &Value) -> BTreeMap<String, String> {
     let mut f = BTreeMap::new();
     f.insert("metadata.name".into(), meta::name(obj).to_owned());
-    if def.namespaced {
+    if res.namespaced {
         f.insert("metadata.namespace".into(), meta::namespace(obj).to_owned());
     }
-    of(def).fields(obj, &mut f);
+    res.strategy.fields(obj, &mut f);
     f
 }
 

@@ -1,8 +1,8 @@
 //! The built-in strategies through the catalogue, as the generic registry calls them:
 //! defaults, validation, immutable fields, tables.
 
+use super::Resource;
 use r8s_api::validation::FieldError;
-use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
 use super::configmaps::MAX_DATA_BYTES;
@@ -11,33 +11,33 @@ use super::pods::qos_class;
 use super::strategy::{self, validate, Column, MAX_ANNOTATIONS_BYTES};
 use crate::authn::UserInfo;
 
-fn default(def: &ResourceDef, obj: &mut Value) {
-    strategy::of(def).default(obj);
+fn default(def: &Resource, obj: &mut Value) {
+    def.strategy.default(obj);
 }
 
-fn prepare_for_create(def: &ResourceDef, obj: &mut Value) {
-    strategy::of(def).prepare_for_create(&UserInfo::default(), obj);
+fn prepare_for_create(def: &Resource, obj: &mut Value) {
+    def.strategy.prepare_for_create(&UserInfo::default(), obj);
 }
 
-fn validate_update(def: &ResourceDef, obj: &Value, old: &Value) -> Vec<FieldError> {
+fn validate_update(def: &Resource, obj: &Value, old: &Value) -> Vec<FieldError> {
     strategy::validate_update(def, obj, old)
 }
 
-fn columns(def: &ResourceDef) -> Vec<Column> {
-    strategy::of(def).columns()
+fn columns(def: &Resource) -> Vec<Column> {
+    def.strategy.columns()
 }
 
 /// A write of a pod's main resource: what an update may change.
 fn validate_pod_update(obj: &Value, old: &Value) -> Vec<FieldError> {
-    strategy::of(def("pods")).validate_main_update(obj, old)
+    def("pods").strategy.validate_main_update(obj, old)
 }
 
-fn cells(def: &ResourceDef, obj: &Value) -> Vec<Value> {
-    strategy::of(def).cells(obj)
+fn cells(def: &Resource, obj: &Value) -> Vec<Value> {
+    def.strategy.cells(obj)
 }
 
-fn def(plural: &str) -> &'static ResourceDef {
-    r8s_api::catalogue()
+fn def(plural: &str) -> &'static Resource {
+    super::catalogue::builtins()
         .iter()
         .find(|d| d.plural == plural && d.group != "events.k8s.io")
         .unwrap()
@@ -187,7 +187,7 @@ fn services_endpoints_and_nodes_get_upstreams_defaults() {
 fn a_new_service_has_an_empty_load_balancer_status_whatever_it_was_sent_with() {
     let user = crate::authn::UserInfo::default();
     let mut svc = json!({"spec": {}, "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}});
-    super::strategy::of(def("services")).prepare_for_create(&user, &mut svc);
+    def("services").strategy.prepare_for_create(&user, &mut svc);
     assert_eq!(svc["status"], json!({"loadBalancer": {}}));
 }
 
@@ -621,10 +621,10 @@ fn stateful_sets_default_and_keep_their_identity_fields() {
     assert!(validate(sts, &s).is_empty(), "{:?}", validate(sts, &s));
     let mut scaled = s.clone();
     scaled["spec"]["replicas"] = json!(5);
-    assert!(strategy::of(sts).validate_main_update(&scaled, &s).is_empty());
+    assert!(sts.strategy.validate_main_update(&scaled, &s).is_empty());
     scaled["spec"]["serviceName"] = json!("other");
     assert_eq!(
-        messages(&strategy::of(sts).validate_main_update(&scaled, &s)),
+        messages(&sts.strategy.validate_main_update(&scaled, &s)),
         ["spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"]
     );
     s["spec"]["podManagementPolicy"] = json!("Random");
@@ -652,13 +652,13 @@ fn stateful_sets_default_and_keep_their_identity_fields() {
         json!({"partition": 0})
     );
     let mut updated = new.clone();
-    strategy::of(sts).prepare_for_update(&mut updated, &s).unwrap();
+    sts.strategy.prepare_for_update(&mut updated, &s).unwrap();
     assert_eq!(
         updated["spec"]["updateStrategy"]["rollingUpdate"],
         json!({"partition": 0})
     );
     let mut kept = new.clone();
-    strategy::of(sts).prepare_for_update(&mut kept, &new).unwrap();
+    sts.strategy.prepare_for_update(&mut kept, &new).unwrap();
     assert_eq!(
         kept["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"],
         2
@@ -683,7 +683,7 @@ fn daemon_sets_roll_one_node_at_a_time_by_default() {
     assert!(validate(ds, &d).is_empty());
     let mut updated = d.clone();
     updated["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx");
-    strategy::of(ds).prepare_for_update(&mut updated, &d).unwrap();
+    ds.strategy.prepare_for_update(&mut updated, &d).unwrap();
     assert_eq!(
         updated["metadata"]["annotations"]["deprecated.daemonset.template.generation"],
         "2"
@@ -800,6 +800,27 @@ fn field_selectors_of_events_and_certificate_requests() {
     assert_eq!(f["spec.signerName"], "example.com/x");
 }
 
-fn def_of(group: &str, plural: &str) -> &'static ResourceDef {
-    r8s_api::find(group, "v1", plural).expect("in the catalogue")
+fn def_of(group: &str, plural: &str) -> &'static Resource {
+    crate::registry::catalogue::builtin(group, "v1", plural).expect("in the catalogue")
+}
+
+#[test]
+fn service_names_are_dns_1035_labels() {
+    let svc = |name: &str| {
+        json!({"metadata": {"name": name, "namespace": "default"},
+               "spec": {"ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}], "type": "ClusterIP",
+                        "sessionAffinity": "None", "ipFamilyPolicy": "SingleStack"}})
+    };
+    let name_errors = |name: &str| -> Vec<String> {
+        messages(&validate(def("services"), &svc(name)))
+            .into_iter()
+            .filter(|m| m.starts_with("metadata.name"))
+            .collect()
+    };
+    assert_eq!(name_errors("web-1"), Vec::<String>::new());
+    // A digit first is a DNS-1123 label but not a DNS-1035 one, as upstream refuses it.
+    assert_eq!(
+        name_errors("1web"),
+        ["metadata.name: Invalid value: \"1web\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"]
+    );
 }

@@ -2,8 +2,8 @@
 //! `autoscaling/v1` Scale over spec.replicas), `binding` (pods: sets spec.nodeName and the
 //! PodScheduled condition) and `finalize` (namespaces: spec.finalizers).
 
+use crate::registry::Resource;
 use bytes::Bytes;
-use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
 use super::{apply_update, decode_body, meta, read, store_error, Query, Target};
@@ -43,7 +43,7 @@ impl View {
     }
 
     /// What a client of this view sees of `obj`.
-    pub fn project(view: View, def: &ResourceDef, obj: &Value) -> Value {
+    pub fn project(view: View, def: &Resource, obj: &Value) -> Value {
         match view {
             View::Main
             | View::Apply
@@ -54,7 +54,7 @@ impl View {
             | View::EphemeralContainers => obj.clone(),
             View::Scale => {
                 let m = &obj["metadata"];
-                let (spec, status, selector) = super::strategy::of(def).scale(obj);
+                let (spec, status, selector) = def.strategy.scale(obj);
                 json!({
                     "kind": "Scale",
                     "apiVersion": "autoscaling/v1",
@@ -77,7 +77,7 @@ impl View {
 
     /// The whole object to write when a client of this view sends `new`. Only the view's part
     /// changes; `new`'s resourceVersion is the precondition.
-    pub fn merge_back(self, def: &ResourceDef, old: &Value, new: Value) -> Result<Value, ApiError> {
+    pub fn merge_back(self, def: &Resource, old: &Value, new: Value) -> Result<Value, ApiError> {
         let rv = new["metadata"]["resourceVersion"].clone();
         let mut full = match self {
             View::Main | View::Apply => return Ok(new),
@@ -89,7 +89,7 @@ impl View {
                 let mut full = old.clone();
                 if new["metadata"].is_object() {
                     full["metadata"] = new["metadata"].clone();
-                    for field in super::strategy::of(def).status_keeps_metadata() {
+                    for field in def.strategy.status_keeps_metadata() {
                         match old["metadata"].get(*field) {
                             Some(v) => full["metadata"][*field] = v.clone(),
                             None => {
@@ -101,7 +101,7 @@ impl View {
                 match new.get("status") {
                     Some(s) => {
                         full["status"] = s.clone();
-                        if super::strategy::of(def).stamps_conditions() {
+                        if def.strategy.stamps_conditions() {
                             stamp_conditions(&mut full["status"]);
                         }
                     }
@@ -127,7 +127,7 @@ impl View {
                     ));
                 }
                 let mut full = old.clone();
-                super::strategy::of(def).set_scale(&mut full, replicas);
+                def.strategy.set_scale(&mut full, replicas);
                 full
             }
             View::Finalize => {
@@ -263,7 +263,7 @@ fn resize(old: &Value, new: &Value) -> Result<Value, ApiError> {
 /// GET of a view: the object projected on it.
 pub(crate) async fn get(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     view: View,
@@ -276,7 +276,7 @@ pub(crate) async fn get(
 /// (only namespaces serve `finalize`).
 pub(crate) async fn put(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     view: View,
@@ -298,7 +298,7 @@ pub(crate) async fn put(
 /// POST pods/<name>/binding: assign the pod to a node, once. Answers a Success Status.
 pub(crate) async fn bind(
     ctx: &Ctx,
-    def: &ResourceDef,
+    def: &Resource,
     ns: &str,
     name: &str,
     query: &Query,
@@ -369,8 +369,8 @@ pub(crate) async fn bind(
 mod tests {
     use super::*;
 
-    fn def(group: &str, plural: &str) -> &'static ResourceDef {
-        r8s_api::find(group, "v1", plural).expect("in the catalogue")
+    fn def(group: &str, plural: &str) -> &'static Resource {
+        crate::registry::catalogue::builtin(group, "v1", plural).expect("in the catalogue")
     }
 
     /// A /status write keeps the stored spec, takes the writer's status and metadata (the

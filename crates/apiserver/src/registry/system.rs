@@ -4,7 +4,7 @@
 //! validation are the registry's, as for a request; admission does not run again (the write
 //! is part of the request being admitted).
 
-use r8s_api::ResourceDef;
+use crate::registry::Resource;
 use r8s_store::{RangeRequest, Store, StoreError};
 use serde_json::Value;
 
@@ -13,7 +13,7 @@ use crate::status::ApiError;
 
 /// Every object of `def` in `ns`, read from the datastore at its latest revision (each with
 /// its resourceVersion, for a later compare-and-swap).
-pub(crate) async fn list(store: &dyn Store, def: &ResourceDef, ns: &str) -> Result<Vec<Value>, ApiError> {
+pub(crate) async fn list(store: &dyn Store, def: &Resource, ns: &str) -> Result<Vec<Value>, ApiError> {
     let resp = store
         .range(RangeRequest {
             prefix: prefix(def, ns),
@@ -25,12 +25,7 @@ pub(crate) async fn list(store: &dyn Store, def: &ResourceDef, ns: &str) -> Resu
 }
 
 /// The object `name` of `def` as stored now (with its resourceVersion).
-pub(crate) async fn get(
-    store: &dyn Store,
-    def: &ResourceDef,
-    ns: &str,
-    name: &str,
-) -> Result<Value, ApiError> {
+pub(crate) async fn get(store: &dyn Store, def: &Resource, ns: &str, name: &str) -> Result<Value, ApiError> {
     let resp = store
         .get(&key(def, ns, name), 0)
         .await
@@ -46,7 +41,7 @@ pub(crate) async fn get(
 /// version `old` was read at. `Ok(false)` if the object changed or went meanwhile.
 pub(crate) async fn update_status(
     store: &dyn Store,
-    def: &ResourceDef,
+    def: &Resource,
     new: &Value,
     old: &Value,
 ) -> Result<bool, ApiError> {
@@ -83,8 +78,8 @@ mod tests {
         (dir, s)
     }
 
-    fn quota_def() -> &'static ResourceDef {
-        r8s_api::find("", "v1", "resourcequotas").unwrap()
+    fn quota_def() -> &'static Resource {
+        crate::registry::catalogue::builtin("", "v1", "resourcequotas").unwrap()
     }
 
     #[tokio::test]

@@ -1,13 +1,13 @@
 //! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`: a `meta.k8s.io/v1` Table with the
 //! resource's columns, what `kubectl get` prints.
 
-use r8s_api::ResourceDef;
+use crate::registry::Resource;
 use serde_json::{json, Value};
 
 use super::{strategy, Query};
 
-pub(crate) fn render(def: &ResourceDef, objects: &[Value], list_meta: Option<Value>, query: &Query) -> Value {
-    let strategy = strategy::of(def);
+pub(crate) fn render(def: &Resource, objects: &[Value], list_meta: Option<Value>, query: &Query) -> Value {
+    let strategy = def.strategy.clone();
     render_with(
         &strategy.columns(),
         |o| strategy.cells(o),
@@ -109,7 +109,7 @@ mod tests {
 
     #[test]
     fn pods_table_has_upstream_columns_and_metadata_rows() {
-        let def = r8s_api::find("", "v1", "pods").unwrap();
+        let def = crate::registry::catalogue::builtin("", "v1", "pods").unwrap();
         let pod = json!({"metadata": {"name": "p", "resourceVersion": "7"}, "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}});
         let t = render(def, &[pod], None, &Query::parse(None));
         let names: Vec<&str> = t["columnDefinitions"]

@@ -1,9 +1,9 @@
 //! TokenRequest (`POST serviceaccounts/<name>/token`): a signed, expiring token for a
 //! ServiceAccount, optionally bound to a pod, secret or node so it dies with that object.
 
+use crate::registry::Resource;
 use bytes::Bytes;
 use r8s_api::validation::FieldError;
-use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
 use super::{invalid, not_found, read, Query};
@@ -18,7 +18,7 @@ const DEFAULT_EXPIRATION: i64 = 3600;
 
 pub(crate) async fn create(
     ctx: &Ctx,
-    sa_def: &ResourceDef,
+    sa_def: &Resource,
     ns: &str,
     name: &str,
     query: &Query,
@@ -65,7 +65,8 @@ pub(crate) async fn create(
         ));
     }
     if !errs.is_empty() {
-        let def = r8s_api::find("authentication.k8s.io", "v1", "tokenreviews").unwrap_or(sa_def);
+        let def = crate::registry::catalogue::builtin("authentication.k8s.io", "v1", "tokenreviews")
+            .unwrap_or(sa_def);
         let mut e = invalid(def, name, &errs);
         e.message = e.message.replace(
             "TokenReview.authentication.k8s.io",
@@ -99,7 +100,8 @@ pub(crate) async fn create(
             "Secret" => ("", "secrets"),
             _ => ("", "nodes"),
         };
-        let def = r8s_api::find(group, "v1", plural).ok_or_else(ApiError::not_found_path)?;
+        let def =
+            crate::registry::catalogue::builtin(group, "v1", plural).ok_or_else(ApiError::not_found_path)?;
         let bound_name = bound["name"].as_str().unwrap_or_default();
         let obj_ns = if def.namespaced { ns } else { "" };
         let obj = match read(ctx, def, obj_ns, bound_name).await {
@@ -135,7 +137,8 @@ pub(crate) async fn create(
             "Pod" => {
                 // A pod-bound token also names the pod's node, as upstream's does.
                 if let Some(node) = obj["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
-                    let node_def = r8s_api::find("", "v1", "nodes").ok_or_else(ApiError::not_found_path)?;
+                    let node_def = crate::registry::catalogue::builtin("", "v1", "nodes")
+                        .ok_or_else(ApiError::not_found_path)?;
                     if let Ok(n) = read(ctx, node_def, "", node).await {
                         claim.node = Some(ObjectRef {
                             name: node.to_owned(),

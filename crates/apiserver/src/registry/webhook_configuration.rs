@@ -2,7 +2,7 @@
 //! ValidatingWebhookConfigurations: upstream's defaults (`SetDefaults_*Webhook`) and validation
 //! (`ValidateMutatingWebhookConfiguration` and its validating twin), in upstream's words.
 
-use r8s_api::validation::{dns1123_label, dns1123_subdomain, label_value, qualified_name, FieldError};
+use r8s_api::validation::{dns1123_subdomain, label_value, qualified_name, FieldError};
 use serde_json::{json, Value};
 
 use super::strategy::{age_cell, col, name_cell, Column, Strategy, AGE, NAME};
@@ -395,12 +395,8 @@ fn validate_review_versions(errs: &mut Vec<FieldError>, path: &str, versions: &[
             continue;
         }
         seen.push(*v);
-        let starts_alpha = v.as_bytes().first().is_some_and(u8::is_ascii_lowercase);
-        let mut problems = dns1123_label(v);
-        if problems.is_empty() && !starts_alpha {
-            problems.push("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".to_owned());
-        }
-        for e in problems {
+        // Upstream checks each version as a DNS-1035 label, and only so.
+        for e in r8s_api::validation::dns1035_label(v) {
             errs.push(FieldError::invalid(format!("{path}[{i}]"), v, e));
         }
     }
@@ -627,6 +623,30 @@ mod tests {
                 "webhooks[0].namespaceSelector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'",
                 "webhooks[0].namespaceSelector.matchExpressions[1].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
                 "webhooks[0].namespaceSelector.matchExpressions[2].operator: Invalid value: \"Near\": not a valid selector operator",
+            ]
+        );
+    }
+}
+
+#[cfg(test)]
+mod review_version_tests {
+    use super::*;
+
+    #[test]
+    fn review_versions_are_dns_1035_labels() {
+        let mut errs = Vec::new();
+        validate_review_versions(
+            &mut errs,
+            "webhooks[0].admissionReviewVersions",
+            &["v1", "V2", "3v"],
+        );
+        let msgs: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        let dns1035 = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
+        assert_eq!(
+            msgs,
+            [
+                format!("webhooks[0].admissionReviewVersions[1]: Invalid value: \"V2\": {dns1035}"),
+                format!("webhooks[0].admissionReviewVersions[2]: Invalid value: \"3v\": {dns1035}"),
             ]
         );
     }

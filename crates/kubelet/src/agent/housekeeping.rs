@@ -82,4 +82,23 @@ impl Agent {
         }
         Ok(())
     }
+
+    /// Every `LOCAL_VOLUMES_SWEEP`, keep the local volumes (r8s's provisioner's) in step with
+    /// their PersistentVolumes: grown when their claim was expanded, their data removed when
+    /// the volume is gone (a claim of a `Delete` class was deleted).
+    pub(super) async fn local_volumes_loop(
+        self: std::sync::Arc<Self>,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(LOCAL_VOLUMES_SWEEP) => {}
+            }
+            self.volumes.remove_deleted_local_volumes().await;
+        }
+    }
 }
+
+/// How often the data of deleted local volumes is looked for.
+const LOCAL_VOLUMES_SWEEP: std::time::Duration = std::time::Duration::from_secs(10);

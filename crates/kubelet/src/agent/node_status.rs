@@ -231,10 +231,25 @@ impl Agent {
             status: Some(self.node_status(false)),
         };
         match self.node_api().create(&PostParams::default(), &node).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(Error::Other(format!("registering node {name}: {e}"))),
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(Error::Other(format!("registering node {name}: {e}"))),
         }
+        // Where this node keeps the volumes r8s's local provisioner makes for it.
+        let dir = std::path::absolute(self.opts.dir.join("storage"))
+            .unwrap_or_else(|_| self.opts.dir.join("storage"));
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            r8s_api::local_path::DIR_ANNOTATION: dir.to_string_lossy(),
+        }}});
+        self.node_api()
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| Error::Other(format!("annotating node {name}: {e}")))?;
+        Ok(())
     }
 
     /// The images the runtime holds, as upstream's kubelet lists them in `status.images`: the

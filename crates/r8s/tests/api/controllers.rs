@@ -879,8 +879,8 @@ fn component_statuses_and_workload_kinds_are_served() {
 }
 
 /// A StatefulSet's volumeClaimTemplates become one PersistentVolumeClaim per pod, created
-/// before the pod; with nothing to bind them, the pods wait with the scheduler's upstream
-/// reason. The retention policy's `whenDeleted: Delete` lets the claims go with the set.
+/// before the pod; with nothing to bind them (no class, no volume), the pods wait with the
+/// scheduler's upstream reason. The retention policy's `whenDeleted: Delete` lets the claims go with the set.
 #[test]
 fn statefulset_claims_are_created_and_unbound_ones_hold_their_pods() {
     let s = Server::start();
@@ -904,6 +904,7 @@ spec:
   - metadata: {name: data, labels: {tier: storage}}
     spec:
       accessModes: [ReadWriteOnce]
+      storageClassName: ""
       resources: {requests: {storage: 1Gi}}
 "#;
     s.ok_stdin("1.33", &["apply", "-f", "-"], set);
@@ -1452,4 +1453,129 @@ spec:
         mark_ready(&s, "1.33", "default", "app=web");
         (updated().len() == 4).then_some(())
     });
+}
+
+/// The persistent volume controller binds claims to the volumes that fit them (smallest first,
+/// by selector), keeps both phases, and reclaims a released volume by its policy.
+#[test]
+fn claims_bind_to_fitting_volumes_and_released_volumes_are_reclaimed() {
+    let s = Server::start();
+    let v = "1.33";
+    let pv = |name: &str, size: &str, policy: &str, tier: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {name}, labels: {{tier: {tier}}}}}\nspec:\n  capacity: {{storage: {size}}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: {policy}\n  storageClassName: \"\"\n  hostPath: {{path: /tmp/r8s-test-never-mounted/{name}}}\n---\n"
+        )
+    };
+    let manifest = [
+        pv("big", "10Gi", "Retain", "db"),
+        pv("small", "2Gi", "Retain", "db"),
+        pv("tiny", "500Mi", "Retain", "db"),
+        pv("web", "1Gi", "Delete", "web"),
+    ]
+    .concat();
+    s.ok_stdin(v, &["apply", "-f", "-"], &manifest);
+    wait_for(20, "the volumes to be Available", || {
+        let phases = s.ok(v, &["get", "pv", "-o", "jsonpath={.items[*].status.phase}"]);
+        (phases == "Available Available Available Available").then_some(())
+    });
+    let claim = |name: &str, size: &str, tier: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: \"\"\n  resources: {{requests: {{storage: {size}}}}}\n  selector: {{matchLabels: {{tier: {tier}}}}}\n"
+        )
+    };
+    // 1Gi of tier db: the smallest db volume that fits is `small`.
+    s.ok_stdin(v, &["apply", "-f", "-"], &claim("data", "1Gi", "db"));
+    s.ok_stdin(v, &["apply", "-f", "-"], &claim("site", "1Gi", "web"));
+    let bound = |c: &str| {
+        wait_for(20, "the claim to be Bound", || {
+            let out = s.ok(
+                v,
+                &[
+                    "get",
+                    "pvc",
+                    c,
+                    "-o",
+                    "jsonpath={.status.phase} {.spec.volumeName} {.status.capacity.storage}",
+                ],
+            );
+            out.starts_with("Bound ").then_some(out)
+        })
+    };
+    assert_eq!(bound("data"), "Bound small 2Gi");
+    assert_eq!(bound("site"), "Bound web 1Gi");
+    let small = json(&s, v, &["get", "pv", "small"]);
+    assert_eq!(small["status"]["phase"], "Bound");
+    assert_eq!(small["spec"]["claimRef"]["name"], "data");
+    let data = json(&s, v, &["get", "pvc", "data"]);
+    assert_eq!(
+        data["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"],
+        "yes"
+    );
+    // kubectl's table shows the binding both ways.
+    let table = s.ok(v, &["get", "pv", "small"]);
+    assert!(
+        table.contains("Bound") && table.contains("default/data"),
+        "{table}"
+    );
+
+    // Nothing fits 20Gi: the claim stays Pending and says why.
+    s.ok_stdin(v, &["apply", "-f", "-"], &claim("huge", "20Gi", "db"));
+    wait_for(20, "the FailedBinding event", || {
+        let events = s.ok(
+            v,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=huge",
+                "-o",
+                "jsonpath={.items[*].reason}",
+            ],
+        );
+        events.contains("FailedBinding").then_some(())
+    });
+    assert_eq!(
+        s.ok(v, &["get", "pvc", "huge", "-o", "jsonpath={.status.phase}"]),
+        "Pending"
+    );
+
+    // Protection: both carry their finalizers; a claim a scheduled pod uses stays until the pod
+    // goes.
+    assert_eq!(
+        small["metadata"]["finalizers"],
+        serde_json::json!(["kubernetes.io/pv-protection"])
+    );
+    assert_eq!(
+        data["metadata"]["finalizers"],
+        serde_json::json!(["kubernetes.io/pvc-protection"])
+    );
+    s.ok_stdin(
+        v,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: user}\nspec:\n  nodeName: n1\n  containers: [{name: c, image: busybox}]\n  volumes: [{name: d, persistentVolumeClaim: {claimName: data}}]\n",
+    );
+    s.ok(v, &["delete", "pvc", "data", "--wait=false"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let held = json(&s, v, &["get", "pvc", "data"]);
+    assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
+    assert_eq!(
+        s.ok(v, &["get", "pv", "small", "-o", "jsonpath={.status.phase}"]),
+        "Bound"
+    );
+    s.ok(v, &["delete", "pod", "user", "--grace-period=0", "--force"]);
+    wait_for(20, "the claim to go once no pod uses it", || {
+        (!s.kubectl(v, &["get", "pvc", "data"]).status.success()).then_some(())
+    });
+
+    // Retain: the released volume stays, Released; Delete: the volume goes.
+    s.ok(v, &["delete", "pvc", "site"]);
+    wait_for(20, "the retained volume to be Released", || {
+        (s.ok(v, &["get", "pv", "small", "-o", "jsonpath={.status.phase}"]) == "Released").then_some(())
+    });
+    wait_for(20, "the deleted volume to go", || {
+        (!s.kubectl(v, &["get", "pv", "web"]).status.success()).then_some(())
+    });
+    // A Released volume is not bound again.
+    s.ok_stdin(v, &["apply", "-f", "-"], &claim("again", "1Gi", "db"));
+    assert_eq!(bound("again"), "Bound big 10Gi");
 }

@@ -383,6 +383,20 @@ fn crds_are_refused_with_upstreams_words_and_names_conflicts_are_reported() {
         "{err}"
     );
 
+    // A rule must type-check against the schema it sits on.
+    let typo = CRD.replace("self.size <= 8 ||", "self.sise <= 8 ||");
+    let err = String::from_utf8(server.fails_stdin(k, &["create", "-f", "-"], &typo)).unwrap();
+    assert!(
+        err.contains(
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: \
+             Invalid value: apiextensions.ValidationRule{Rule:\"self.sise <= 8 || self.color == 'blue'\", \
+             Message:\"only blue widgets may be bigger than 8\", MessageExpression:\"\", \
+             Reason:(*apiextensions.FieldValueErrorReason)(nil), FieldPath:\"\", OptionalOldSelf:(*bool)(nil)}: \
+             compilation failed: ERROR: <input>:1:5: undefined field 'sise'\n | self.sise <= 8 || self.color == 'blue'\n | ....^"
+        ),
+        "{err}"
+    );
+
     // A second CRD asking for a kind the first holds is not established.
     server.ok_stdin(k, &["apply", "-f", "-"], CRD);
     server.ok(
@@ -654,4 +668,118 @@ fn custom_resources_are_collected_namespaced_applied_and_authorized_like_built_i
         err.contains("cannot delete resource \"widgets\" in API group \"example.com\""),
         "{err}"
     );
+}
+
+const GADGETS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              ports:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  required: [name]
+                  properties:
+                    name: {type: string}
+                    port: {type: integer}
+              tags:
+                type: array
+                x-kubernetes-list-type: set
+                items: {type: string}
+              args:
+                type: array
+                items: {type: string}
+"#;
+
+/// Server-side apply merges a custom resource's lists as its schema types them: a list map by
+/// its keys and a set by value, each item owned by the manager that applied it; a list
+/// without a type is one value.
+#[test]
+fn server_side_apply_merges_custom_resource_lists_by_their_schema() {
+    let server = Server::start();
+    let k = "1.33";
+    server.ok_stdin(k, &["apply", "-f", "-"], GADGETS);
+    server.ok(
+        k,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/gadgets.example.com",
+            "--timeout=10s",
+        ],
+    );
+    let gadget = |spec: &str| {
+        format!("apiVersion: example.com/v1\nkind: Gadget\nmetadata: {{name: g}}\nspec: {spec}\n")
+    };
+    let apply = |manager: &str, spec: &str| {
+        server.ok_stdin(
+            k,
+            &[
+                "apply",
+                "--server-side",
+                &format!("--field-manager={manager}"),
+                "-f",
+                "-",
+            ],
+            &gadget(spec),
+        )
+    };
+    apply("alice", "{ports: [{name: http, port: 80}], tags: [a], args: [x]}");
+    apply("bob", "{ports: [{name: metrics, port: 9090}], tags: [b]}");
+    let obj: Value =
+        serde_json::from_str(&server.ok(k, &["get", "gadget", "g", "--show-managed-fields", "-o", "json"]))
+            .unwrap();
+    assert_eq!(
+        obj["spec"]["ports"],
+        json!([{"name": "http", "port": 80}, {"name": "metrics", "port": 9090}]),
+        "{obj}"
+    );
+    assert_eq!(obj["spec"]["tags"], json!(["a", "b"]), "{obj}");
+    let fields_of = |manager: &str| {
+        obj["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["manager"] == manager)
+            .map(|m| m["fieldsV1"].to_string())
+            .unwrap_or_default()
+    };
+    let bob = fields_of("bob");
+    assert!(
+        bob.contains(r#"k:{\"name\":\"metrics\"}"#) && bob.contains(r#"v:\"b\""#),
+        "{bob}"
+    );
+    assert!(!bob.contains("http"), "{bob}");
+
+    // Alice drops her port: only hers goes.
+    apply("alice", "{tags: [a], args: [x]}");
+    let ports = server.ok(k, &["get", "gadget", "g", "-o", "jsonpath={.spec.ports[*].name}"]);
+    assert_eq!(ports, "metrics");
+
+    // A list without a type is one value, owned whole: another manager's change conflicts.
+    let err = String::from_utf8(server.fails_stdin(
+        k,
+        &["apply", "--server-side", "--field-manager=bob", "-f", "-"],
+        &gadget("{ports: [{name: metrics, port: 9090}], tags: [b], args: [y]}"),
+    ))
+    .unwrap();
+    assert!(err.contains("conflict") && err.contains(".spec.args"), "{err}");
 }

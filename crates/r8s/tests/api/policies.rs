@@ -60,6 +60,39 @@ fn a_validating_admission_policy_with_a_param_denies_and_warns() {
         "{cols}"
     );
 
+    // Type checking, as upstream's status controller reports it: nothing to say of this one,
+    // an undefined field in another.
+    let status = |name: &str| -> serde_json::Value {
+        let out = server.ok(
+            k,
+            &[
+                "get",
+                "validatingadmissionpolicy",
+                name,
+                "-o",
+                "jsonpath={.status}",
+            ],
+        );
+        serde_json::from_str(&out).unwrap()
+    };
+    assert_eq!(
+        status("replica-limit"),
+        serde_json::json!({"observedGeneration": 1, "typeChecking": {}})
+    );
+    let typo = POLICY
+        .replace("name: replica-limit", "name: typo")
+        .replace("object.spec.replicas <=", "object.spec.replicaz <=");
+    server.ok_stdin(k, &["create", "-f", "-"], &typo);
+    let warning =
+        "apps/v1, Kind=Deployment: compilation failed: ERROR: <input>:1:12: undefined field 'replicaz'\n \
+                   | object.spec.replicaz <= variables.max\n | ...........^\n";
+    assert_eq!(
+        status("typo"),
+        serde_json::json!({"observedGeneration": 1, "typeChecking": {"expressionWarnings": [
+            {"fieldRef": "spec.validations[0].expression", "warning": warning}]}})
+    );
+    server.ok(k, &["delete", "validatingadmissionpolicy", "typo"]);
+
     // The policy is followed from the datastore: poll until it takes effect.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     let err = loop {

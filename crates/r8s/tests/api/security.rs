@@ -1069,3 +1069,131 @@ fn token_reviews_check_and_report_audiences() {
     let r = review("nonsense", &[]);
     assert_eq!(r["authenticated"], false, "{r}");
 }
+
+/// A client certificate for `cn`, signed by the CA in `dir`'s `<name>.crt`/`<name>.key`;
+/// written beside them, returns (cert path, key path).
+fn client_cert(dir: &std::path::Path, ca: &str, cn: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let ca_cert = std::fs::read_to_string(dir.join(format!("{ca}.crt"))).unwrap();
+    let ca_key =
+        rcgen::KeyPair::from_pem(&std::fs::read_to_string(dir.join(format!("{ca}.key"))).unwrap()).unwrap();
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_cert, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let (cert_path, key_path) = (
+        dir.join(format!("test-{cn}.crt")),
+        dir.join(format!("test-{cn}.key")),
+    );
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (cert_path, key_path)
+}
+
+#[test]
+fn a_front_proxy_names_the_user_in_request_headers() {
+    let s = server();
+    let tls = s.dir.path().join("server/tls");
+    // POST a SelfSubjectReview with the client certificate `cert` and `headers`: (code, body).
+    let whoami = |cert: &(std::path::PathBuf, std::path::PathBuf), headers: &[&str]| {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--cacert"])
+            .arg(tls.join("ca.crt"))
+            .arg("--cert")
+            .arg(&cert.0)
+            .arg("--key")
+            .arg(&cert.1)
+            .args([
+                "-H",
+                "Content-Type: application/json",
+                "-w",
+                "\n%{http_code}",
+                "-d",
+            ])
+            .arg(r#"{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}"#);
+        for h in headers {
+            cmd.args(["-H", h]);
+        }
+        cmd.arg(format!(
+            "https://127.0.0.1:{}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            s.port
+        ));
+        let text = stdout(&cmd.output().unwrap());
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (code.to_owned(), body.to_owned())
+    };
+    let user_of = |body: &str| -> serde_json::Value {
+        serde_json::from_str::<serde_json::Value>(body).unwrap()["status"]["userInfo"].clone()
+    };
+    let proxy = client_cert(&tls, "front-proxy-ca", "front-proxy-client");
+    let (code, body) = whoami(
+        &proxy,
+        &[
+            "X-Remote-User: alice",
+            "X-Remote-Group: devs",
+            "X-Remote-Group: ops",
+            "X-Remote-Extra-Example.com%2fScope: read",
+        ],
+    );
+    assert_eq!(code, "201", "{body}");
+    let user = user_of(&body);
+    assert_eq!(user["username"], "alice", "{body}");
+    assert_eq!(
+        user["groups"],
+        serde_json::json!(["devs", "ops", "system:authenticated"]),
+        "{body}"
+    );
+    assert_eq!(
+        user["extra"]["example.com/scope"],
+        serde_json::json!(["read"]),
+        "{body}"
+    );
+
+    // The proxy's own certificate is no user of its own: without the headers, 401.
+    assert_eq!(whoami(&proxy, &[]).0, "401");
+    // A certificate of the same CA with a name not allowed may not name users.
+    let other = client_cert(&tls, "front-proxy-ca", "intruder");
+    let (code, body) = whoami(&other, &["X-Remote-User: alice"]);
+    assert_eq!(code, "401", "{body}");
+    // A cluster client certificate's headers mean nothing: it is its own user.
+    let client = client_cert(&tls, "ca", "bob");
+    let (code, body) = whoami(
+        &client,
+        &["X-Remote-User: alice", "X-Remote-Group: system:masters"],
+    );
+    assert_eq!(code, "201", "{body}");
+    assert_eq!(user_of(&body)["username"], "bob", "{body}");
+    assert!(!body.contains("system:masters"), "{body}");
+
+    // What aggregated API servers read to trust the proxy.
+    let cm = s.ok(
+        "1.33",
+        &[
+            "get",
+            "configmap",
+            "-n",
+            "kube-system",
+            "extension-apiserver-authentication",
+            "-o",
+            "json",
+        ],
+    );
+    let cm: serde_json::Value = serde_json::from_str(&cm).unwrap();
+    assert_eq!(
+        cm["data"]["requestheader-allowed-names"],
+        "[\"front-proxy-client\"]"
+    );
+    assert_eq!(
+        cm["data"]["requestheader-username-headers"],
+        "[\"X-Remote-User\"]"
+    );
+    assert_eq!(
+        cm["data"]["requestheader-client-ca-file"].as_str().map(str::trim),
+        Some(
+            std::fs::read_to_string(tls.join("front-proxy-ca.crt"))
+                .unwrap()
+                .trim()
+        )
+    );
+}

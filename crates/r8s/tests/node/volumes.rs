@@ -354,3 +354,290 @@ fn missing_sources_keep_containers_waiting_until_they_exist() {
     s.kill();
     assert!(mounts_under(&data).is_empty(), "{:?}", mounts_under(&data));
 }
+
+/// A pod of `name` that runs `script` with the claim `claim` mounted at /data.
+fn claim_pod(name: &str, claim: &str, script: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: busybox\n    command: [sh, -c, '{script}']\n    volumeMounts: [{{name: data, mountPath: /data}}]\n  volumes:\n  - name: data\n    persistentVolumeClaim: {{claimName: {claim}}}\n"
+    )
+}
+
+/// Issue 39's first journey: a claim on the default class (r8s's local provisioner) binds when
+/// its pod is scheduled, on that pod's node; the pod writes a file, and writing past the
+/// claim's size fails with "No space left on device"; a new pod reads the file back; the
+/// claim's deletion removes the volume, its file system and its directory.
+#[test]
+fn a_claim_on_the_default_class_is_provisioned_on_its_pods_node_and_keeps_its_data() {
+    let c = start("claim-node", "10.216.0.0/16", "r8sst");
+    let s = &c.s;
+    let classes = s.ok(V, &["get", "storageclass"]);
+    assert!(
+        classes.contains("local-path (default)")
+            && classes.contains("r8s.io/local-path")
+            && classes.contains("WaitForFirstConsumer"),
+        "{classes}"
+    );
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data}\nspec:\n  accessModes: [ReadWriteOnce]\n  resources: {requests: {storage: 64Mi}}\n",
+    );
+    // The default class is filled in; nothing is provisioned before a pod uses the claim.
+    assert_eq!(
+        s.ok(
+            V,
+            &["get", "pvc", "data", "-o", "jsonpath={.spec.storageClassName}"]
+        ),
+        "local-path"
+    );
+    wait_for(20, "the claim to wait for its consumer", || {
+        let events = s.ok(
+            V,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=data",
+                "-o",
+                "jsonpath={.items[*].reason}",
+            ],
+        );
+        events.contains("WaitForFirstConsumer").then_some(())
+    });
+    assert_eq!(
+        s.ok(V, &["get", "pvc", "data", "-o", "jsonpath={.status.phase}"]),
+        "Pending"
+    );
+
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        &claim_pod(
+            "writer",
+            "data",
+            "echo kept-across-pods > /data/file; dd if=/dev/zero of=/data/big bs=1M count=100 2> /data/dd.log; rm -f /data/big; sleep 3600",
+        ),
+    );
+    wait_for(90, "the writer to run", || {
+        (s.ok(V, &["get", "pod", "writer", "-o", "jsonpath={.status.phase}"]) == "Running").then_some(())
+    });
+    let pv = s.ok(
+        V,
+        &[
+            "get",
+            "pvc",
+            "data",
+            "-o",
+            "jsonpath={.status.phase} {.spec.volumeName}",
+        ],
+    );
+    let pv = pv
+        .strip_prefix("Bound ")
+        .unwrap_or_else(|| panic!("claim not bound: {pv}"))
+        .to_owned();
+    let volume = json(s, &["get", "pv", &pv]);
+    assert_eq!(
+        volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"],
+        serde_json::json!(["claim-node"])
+    );
+    assert_eq!(volume["spec"]["persistentVolumeReclaimPolicy"], "Delete");
+    let dir = PathBuf::from(volume["spec"]["hostPath"]["path"].as_str().unwrap());
+    assert!(
+        dir.starts_with(c.data.join("agent").join("storage")),
+        "{}",
+        dir.display()
+    );
+    wait_for(30, "the file on the node", || {
+        (std::fs::read_to_string(dir.join("file")).ok()? == "kept-across-pods\n").then_some(())
+    });
+    // The claim's 64Mi is a file system of that size.
+    let log = wait_for(60, "the writer to fill its volume", || {
+        let log = std::fs::read_to_string(dir.join("dd.log")).ok()?;
+        log.contains("records out").then_some(log)
+    });
+    assert!(log.contains("No space left on device"), "{log}");
+    let image = PathBuf::from(format!("{}.img", dir.display()));
+    assert!(image.is_file(), "{}", image.display());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        mounts
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()) && l.contains(" ext4 ")),
+        "{} is not an ext4 mount",
+        dir.display()
+    );
+
+    // The claim grows (the class allows expansion): the volume, then its file system online.
+    let patch = |size: &str| {
+        s.kubectl(
+            V,
+            &[
+                "patch",
+                "pvc",
+                "data",
+                "-p",
+                &format!("{{\"spec\":{{\"resources\":{{\"requests\":{{\"storage\":\"{size}\"}}}}}}}}"),
+            ],
+        )
+    };
+    let shrink = patch("32Mi");
+    assert!(
+        String::from_utf8_lossy(&shrink.stderr).contains("field can not be less than status.capacity"),
+        "{}",
+        String::from_utf8_lossy(&shrink.stderr)
+    );
+    assert!(patch("128Mi").status.success());
+    wait_for(30, "the claim's capacity to grow", || {
+        (s.ok(
+            V,
+            &["get", "pvc", "data", "-o", "jsonpath={.status.capacity.storage}"],
+        ) == "128Mi")
+            .then_some(())
+    });
+    // Another pod reads what the first wrote, on the grown file system (grown online where the
+    // kernel allows it, else when the volume is mounted again for this pod).
+    s.ok(V, &["delete", "pod", "writer", "--wait=true"]);
+    // No pod uses the volume now: its file system is unmounted.
+    let mounted = |d: &PathBuf| {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(d.to_str().unwrap()))
+    };
+    wait_for(30, "the unused volume to be unmounted", || {
+        (!mounted(&dir)).then_some(())
+    });
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        &claim_pod("reader", "data", "cat /data/file; sleep 3600"),
+    );
+    wait_for(90, "the reader to print the file", || {
+        let out = s.kubectl(V, &["logs", "reader"]);
+        (String::from_utf8_lossy(&out.stdout).trim() == "kept-across-pods").then_some(())
+    });
+    let fs_kb = || -> Option<u64> {
+        let out = Command::new("df")
+            .args(["-k", "--output=size"])
+            .arg(&dir)
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)?
+            .trim()
+            .parse()
+            .ok()
+    };
+    wait_for(60, "the file system to grow", || {
+        fs_kb().filter(|kb| *kb > 100 * 1024).map(|_| ())
+    });
+
+    // The claim's deletion takes its volume and the directory with it.
+    s.ok(V, &["delete", "pod", "reader", "--wait=true"]);
+    s.ok(V, &["delete", "pvc", "data"]);
+    wait_for(30, "the volume to go", || {
+        (!s.kubectl(V, &["get", "pv", &pv]).status.success()).then_some(())
+    });
+    wait_for(60, "the directory and its image to go", || {
+        (!dir.exists() && !image.exists()).then_some(())
+    });
+}
+
+/// A generic ephemeral volume: the claim its controller makes (`<pod>-<volume>`, owned by the
+/// pod) is provisioned on the pod's node and goes with the pod, and its volume's data with it.
+#[test]
+fn an_ephemeral_volume_is_a_claim_that_lives_and_dies_with_its_pod() {
+    let c = start("ephemeral-node", "10.217.0.0/16", "r8sep");
+    let s = &c.s;
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: scratch}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: busybox\n    command: [sh, -c, 'echo in-ephemeral > /scratch/file; sleep 3600']\n    volumeMounts: [{name: work, mountPath: /scratch}]\n  volumes:\n  - name: work\n    ephemeral:\n      volumeClaimTemplate:\n        metadata: {labels: {kind: scratch}}\n        spec:\n          accessModes: [ReadWriteOnce]\n          resources: {requests: {storage: 32Mi}}\n",
+    );
+    wait_for(90, "the pod to run", || {
+        (s.ok(V, &["get", "pod", "scratch", "-o", "jsonpath={.status.phase}"]) == "Running").then_some(())
+    });
+    let claim = json(s, &["get", "pvc", "scratch-work"]);
+    assert_eq!(claim["metadata"]["ownerReferences"][0]["kind"], "Pod");
+    assert_eq!(claim["metadata"]["ownerReferences"][0]["name"], "scratch");
+    assert_eq!(claim["metadata"]["labels"]["kind"], "scratch");
+    assert_eq!(claim["spec"]["storageClassName"], "local-path");
+    assert_eq!(claim["status"]["phase"], "Bound");
+    let pv = claim["spec"]["volumeName"].as_str().unwrap().to_owned();
+    let dir = PathBuf::from(
+        json(s, &["get", "pv", &pv])["spec"]["hostPath"]["path"]
+            .as_str()
+            .unwrap(),
+    );
+    wait_for(30, "the file in the volume", || {
+        (std::fs::read_to_string(dir.join("file")).ok()? == "in-ephemeral\n").then_some(())
+    });
+    // The pod goes: its claim (garbage-collected), the volume and the data follow.
+    s.ok(V, &["delete", "pod", "scratch", "--wait=true"]);
+    wait_for(60, "the claim to go", || {
+        (!s.kubectl(V, &["get", "pvc", "scratch-work"]).status.success()).then_some(())
+    });
+    wait_for(60, "the volume to go", || {
+        (!s.kubectl(V, &["get", "pv", &pv]).status.success()).then_some(())
+    });
+    wait_for(60, "the data to go", || (!dir.exists()).then_some(()));
+}
+
+/// A StatefulSet's volumeClaimTemplates on the default class: each replica gets its own claim
+/// and volume, and a replica's pod deleted and made again finds its data.
+#[test]
+fn statefulset_replicas_keep_their_own_volumes_across_pod_deletion() {
+    let c = start("sts-vol-node", "10.218.0.0/16", "r8sss");
+    let s = &c.s;
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db}\nspec:\n  replicas: 2\n  serviceName: db\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      containers:\n      - name: main\n        image: busybox\n        command: [sh, -c, '[ -f /data/born ] || hostname > /data/born; echo $(hostname) >> /data/starts; sleep 3600']\n        volumeMounts: [{name: data, mountPath: /data}]\n  volumeClaimTemplates:\n  - metadata: {name: data}\n    spec:\n      accessModes: [ReadWriteOnce]\n      resources: {requests: {storage: 32Mi}}\n",
+    );
+    let dir_of = |claim: &str| -> PathBuf {
+        let pv = wait_for(90, "the claim to be bound", || {
+            let out = s.kubectl(
+                V,
+                &[
+                    "get",
+                    "pvc",
+                    claim,
+                    "-o",
+                    "jsonpath={.status.phase} {.spec.volumeName}",
+                ],
+            );
+            String::from_utf8_lossy(&out.stdout)
+                .strip_prefix("Bound ")
+                .map(str::to_owned)
+        });
+        PathBuf::from(
+            json(s, &["get", "pv", &pv])["spec"]["hostPath"]["path"]
+                .as_str()
+                .unwrap(),
+        )
+    };
+    let (d0, d1) = (dir_of("data-db-0"), dir_of("data-db-1"));
+    assert_ne!(d0, d1);
+    for (d, name) in [(&d0, "db-0"), (&d1, "db-1")] {
+        wait_for(60, "the replica to write its volume", || {
+            (std::fs::read_to_string(d.join("born")).ok()?.trim() == name).then_some(())
+        });
+    }
+    // db-0 goes and comes back: the same volume, its first start remembered.
+    let uid = uid_of(s, "db-0");
+    s.ok(V, &["delete", "pod", "db-0", "--wait=true"]);
+    wait_for(90, "db-0 to start again", || {
+        let starts = std::fs::read_to_string(d0.join("starts")).ok()?;
+        (starts.lines().count() == 2 && uid_of(s, "db-0") != uid).then_some(())
+    });
+    assert_eq!(std::fs::read_to_string(d0.join("born")).unwrap().trim(), "db-0");
+    assert_eq!(
+        std::fs::read_to_string(d1.join("starts"))
+            .unwrap()
+            .lines()
+            .count(),
+        1
+    );
+    s.ok(V, &["delete", "statefulset", "db", "--wait=true"]);
+}

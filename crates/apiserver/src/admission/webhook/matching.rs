@@ -3,9 +3,8 @@
 //! one resource, and the namespace and object selectors (upstream's `predicates/rules`,
 //! `predicates/namespace`, `predicates/object` and `generic.Webhook.ShouldCallHook`).
 
+use crate::registry::Resource;
 use std::collections::BTreeMap;
-
-use r8s_api::ResourceDef;
 
 use super::source::{Hook, Rule};
 
@@ -49,8 +48,8 @@ pub(crate) fn rule_matches(rule: &Rule, r: &RequestAttrs<'_>) -> bool {
 
 /// The other served versions of a resource stored as one (upstream's equivalent resources):
 /// core and `events.k8s.io` Events here.
-pub(crate) fn equivalents(def: &ResourceDef) -> Vec<&'static ResourceDef> {
-    r8s_api::catalogue()
+pub(crate) fn equivalents(def: &Resource) -> Vec<&'static Resource> {
+    crate::registry::catalogue::builtins()
         .iter()
         .filter(|d| {
             d.plural == def.plural
@@ -61,7 +60,7 @@ pub(crate) fn equivalents(def: &ResourceDef) -> Vec<&'static ResourceDef> {
 }
 
 /// Group, version and kind of `def`'s `subresource` (its own kind where it has one, as Scale).
-pub(crate) fn kind_of(def: &ResourceDef, subresource: &str) -> (String, String, String) {
+pub(crate) fn kind_of(def: &Resource, subresource: &str) -> (String, String, String) {
     if let Some(s) = def.subresource(subresource).filter(|s| !s.kind.is_empty()) {
         let gv = s
             .group_version
@@ -77,18 +76,14 @@ pub(crate) fn kind_of(def: &ResourceDef, subresource: &str) -> (String, String, 
 /// `matchPolicy: Equivalent`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Invocation {
-    pub def: &'static ResourceDef,
+    pub def: &'static Resource,
     /// Whether `def` is not the request's resource (the object is converted for the webhook).
     pub converted: bool,
 }
 
 /// Which resource (if any) of `hook`'s rules the request matches: its own first, then, with
 /// `matchPolicy: Equivalent`, an equivalent one, earlier rules first.
-pub(crate) fn match_rules(
-    hook: &Hook,
-    def: &'static ResourceDef,
-    r: &RequestAttrs<'_>,
-) -> Option<Invocation> {
+pub(crate) fn match_rules(hook: &Hook, def: &'static Resource, r: &RequestAttrs<'_>) -> Option<Invocation> {
     if hook.rules.iter().any(|rule| rule_matches(rule, r)) {
         return Some(Invocation {
             def,
@@ -244,7 +239,7 @@ mod tests {
 
     #[test]
     fn equivalent_versions_match_under_equivalent_policy() {
-        let core = r8s_api::find("", "v1", "events").unwrap();
+        let core = crate::registry::catalogue::builtin("", "v1", "events").unwrap();
         let r = RequestAttrs {
             operation: "CREATE",
             group: "",
@@ -266,7 +261,7 @@ mod tests {
         )];
         let inv = match_rules(&hook(both, true), core, &r).unwrap();
         assert_eq!((inv.def.group, inv.converted), ("", false));
-        let pods = r8s_api::find("", "v1", "pods").unwrap();
+        let pods = crate::registry::catalogue::builtin("", "v1", "pods").unwrap();
         assert!(equivalents(pods).is_empty());
     }
 
@@ -306,7 +301,7 @@ mod tests {
 
     #[test]
     fn kinds_of_subresources() {
-        let d = r8s_api::find("apps", "v1", "deployments").unwrap();
+        let d = crate::registry::catalogue::builtin("apps", "v1", "deployments").unwrap();
         assert_eq!(
             kind_of(d, "scale"),
             ("autoscaling".into(), "v1".into(), "Scale".into())

@@ -11,17 +11,16 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use r8s_api::ResourceDef;
 use r8s_store::{RangeRequest, StoreError, WatchItem};
 use serde_json::{json, Value};
 
 use super::{condition_true, definitions, set_condition, CLEANUP_FINALIZER};
-use crate::registry::catalogue::version_order;
+use crate::registry::catalogue::{builtin, version_order, Resource};
 use crate::registry::{decode, encode, key, meta, prefix, system};
 use crate::Shared;
 
-fn crd_def() -> &'static ResourceDef {
-    r8s_api::find("apiextensions.k8s.io", "v1", "customresourcedefinitions").expect("CRDs are served")
+fn crd_def() -> &'static Resource {
+    builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions").expect("CRDs are served")
 }
 
 /// Run the controllers until the server stops.
@@ -98,7 +97,7 @@ async fn reconcile(shared: &Arc<Shared>, crds: &mut [Value], finalizing: &Arc<Mu
             }
         }
     }
-    let mut served: Vec<&'static ResourceDef> = Vec::new();
+    let mut served: Vec<&'static Resource> = Vec::new();
     let mut terminating = Vec::new();
     for crd in crds.iter() {
         if !condition_true(crd, "Established") {
@@ -112,10 +111,8 @@ async fn reconcile(shared: &Arc<Shared>, crds: &mut [Value], finalizing: &Arc<Mu
         served.extend(defs);
     }
     let gvs: Vec<(&'static str, &'static str)> = {
-        let mut gvs: Vec<(&'static str, &'static str)> = served
-            .iter()
-            .map(|d: &&ResourceDef| (d.group, d.version))
-            .collect();
+        let mut gvs: Vec<(&'static str, &'static str)> =
+            served.iter().map(|d: &&Resource| (d.group, d.version)).collect();
         gvs.dedup();
         gvs
     };
@@ -149,7 +146,8 @@ async fn reconcile(shared: &Arc<Shared>, crds: &mut [Value], finalizing: &Arc<Mu
 /// served custom resources, and none for a group version no CRD serves any more.
 async fn register_apiservices(shared: &Arc<Shared>, gvs: &[(&'static str, &'static str)]) {
     use crate::registry::apiservices::{local, name_of, AUTOMANAGED};
-    let def = r8s_api::find("apiregistration.k8s.io", "v1", "apiservices").expect("served");
+    let def =
+        crate::registry::catalogue::builtin("apiregistration.k8s.io", "v1", "apiservices").expect("served");
     let Ok(existing) = system::list(shared.store.as_ref(), def, "").await else {
         return;
     };

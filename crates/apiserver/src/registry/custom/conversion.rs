@@ -62,7 +62,7 @@ impl Webhook {
             svc["namespace"].as_str().unwrap_or(""),
             svc["name"].as_str().unwrap_or(""),
         );
-        let def = r8s_api::find("", "v1", "services").expect("services are served");
+        let def = crate::registry::catalogue::builtin("", "v1", "services").expect("services are served");
         let obj = crate::registry::system::get(self.store.as_ref(), def, ns, name)
             .await
             .map_err(|_| format!("service \"{ns}/{name}\" not found"))?;

@@ -3,10 +3,10 @@
 //! version (schema, subresources, printer columns, selectable fields) and going through the
 //! same generic registry as the built-in kinds.
 //!
-//! A served custom resource is a `&'static ResourceDef` like a built-in one, so requests,
-//! watch caches and admission handle both alike. Each distinct definition (the CRD version's
-//! names, scope, schema and subresources) is allocated once and kept for the life of the
-//! process, with its strategy: a request in flight when its CRD changes or goes keeps a valid
+//! A served custom resource is a `&'static Resource` (a definition with its strategy) like a
+//! built-in one, so requests, watch caches and admission handle both alike. Each distinct
+//! definition (the CRD version's names, scope, schema and subresources) is allocated once and
+//! kept for the life of the process, with its strategy: a request in flight when its CRD changes or goes keeps a valid
 //! definition, and a server's memory grows only with the number of distinct definitions it
 //! has ever served (a few hundred bytes to a few KB each), never with requests.
 
@@ -25,6 +25,7 @@ use r8s_api::validation::{dns1035_label, dns1123_subdomain, FieldError};
 use r8s_api::ResourceDef;
 use serde_json::{json, Value};
 
+use super::catalogue::Resource;
 use super::meta::{self, human_age, str_field};
 use super::strategy::{drop_status, keep_status, name_cell, Column, Strategy, NAME};
 use crate::authn::UserInfo;
@@ -61,61 +62,35 @@ fn leak_list(items: &[String]) -> &'static [&'static str] {
     )
 }
 
-/// Definitions already made, by their content, and the strategy of each (by its address).
-struct Interned {
-    by_content: HashMap<String, &'static ResourceDef>,
-    strategies: HashMap<usize, Arc<CustomResources>>,
+/// Resources already made, by their definitions' content.
+fn interned() -> &'static RwLock<HashMap<String, &'static Resource>> {
+    static I: OnceLock<RwLock<HashMap<String, &'static Resource>>> = OnceLock::new();
+    I.get_or_init(Default::default)
 }
 
-fn interned() -> &'static RwLock<Interned> {
-    static I: OnceLock<RwLock<Interned>> = OnceLock::new();
-    I.get_or_init(|| {
-        RwLock::new(Interned {
-            by_content: HashMap::new(),
-            strategies: HashMap::new(),
-        })
-    })
-}
-
-/// The strategy of a custom resource's definition.
-pub(crate) fn strategy_of(def: &ResourceDef) -> Option<Arc<dyn Strategy>> {
+/// A custom resource made for `group`/`version`/`plural` (any of them, when its CRD changed),
+/// for code that has the request's names but not its server's served set: admission plugins,
+/// built before the server, which need the names and the schema.
+pub(crate) fn find_made(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
     let i = interned().read().unwrap_or_else(PoisonError::into_inner);
-    i.strategies
-        .get(&(def as *const ResourceDef as usize))
-        .map(|s| s.clone() as Arc<dyn Strategy>)
-}
-
-/// A custom resource definition made for `group`/`version`/`plural` (any of them, when its
-/// CRD changed), for code that has the request's names but not its server's catalogue:
-/// admission matching, which needs only the names.
-pub(crate) fn find_made(group: &str, version: &str, plural: &str) -> Option<&'static ResourceDef> {
-    let i = interned().read().unwrap_or_else(PoisonError::into_inner);
-    i.by_content
-        .values()
+    i.values()
         .find(|d| d.group == group && d.version == version && d.plural == plural)
         .copied()
 }
 
 /// [`find_made`] by kind.
-pub(crate) fn find_made_kind(group: &str, version: &str, kind: &str) -> Option<&'static ResourceDef> {
+pub(crate) fn find_made_kind(group: &str, version: &str, kind: &str) -> Option<&'static Resource> {
     let i = interned().read().unwrap_or_else(PoisonError::into_inner);
-    i.by_content
-        .values()
+    i.values()
         .find(|d| d.group == group && d.version == version && d.kind == kind)
         .copied()
-}
-
-/// The custom resource strategy of `def`, for what only custom resources have.
-pub(crate) fn custom_strategy(def: &ResourceDef) -> Option<Arc<CustomResources>> {
-    let i = interned().read().unwrap_or_else(PoisonError::into_inner);
-    i.strategies.get(&(def as *const ResourceDef as usize)).cloned()
 }
 
 /// The served definitions of a CRD: one per served version, with the names it has been
 /// granted (`status.acceptedNames`, as upstream serves them). `store`: the serving server's
 /// datastore, where a conversion webhook's Service is looked up (such a CRD's definitions
 /// are the server's own).
-pub(crate) fn definitions(crd: &Value, store: &Arc<dyn r8s_store::Store>) -> Vec<&'static ResourceDef> {
+pub(crate) fn definitions(crd: &Value, store: &Arc<dyn r8s_store::Store>) -> Vec<&'static Resource> {
     let spec = &crd["spec"];
     let webhook = spec["conversion"]["strategy"] == "Webhook";
     let server = if webhook {
@@ -139,7 +114,6 @@ pub(crate) fn definitions(crd: &Value, store: &Arc<dyn r8s_store::Store>) -> Vec
         if let Some(d) = interned()
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .by_content
             .get(&content)
         {
             out.push(*d);
@@ -183,13 +157,11 @@ pub(crate) fn definitions(crd: &Value, store: &Arc<dyn r8s_store::Store>) -> Vec
                 &spec["conversion"]["webhook"],
             )));
         }
-        let strategy = Arc::new(strategy);
         let mut i = interned().write().unwrap_or_else(PoisonError::into_inner);
-        let def = *i.by_content.entry(content).or_insert(def);
-        i.strategies
-            .entry(def as *const ResourceDef as usize)
-            .or_insert(strategy);
-        out.push(def);
+        let res = *i
+            .entry(content)
+            .or_insert_with(|| Box::leak(Box::new(Resource::custom_resource(def, Arc::new(strategy)))));
+        out.push(res);
     }
     out
 }
@@ -223,6 +195,9 @@ pub(crate) struct CustomResources {
     /// `group/version` of objects stored in the storage version.
     storage_api_version: String,
     pub schema: Option<Value>,
+    /// The schema as server-side apply walks it (list and map types), made once per served
+    /// definition like the definition itself.
+    pub apply_schema: Option<&'static r8s_api::patch_strategy::SchemaNode>,
     /// `preserveUnknownFields` (v1beta1's legacy: nothing is pruned).
     preserve_unknown: bool,
     status: bool,
@@ -286,6 +261,9 @@ impl CustomResources {
             schema: v["schema"]["openAPIV3Schema"]
                 .as_object()
                 .map(|_| v["schema"]["openAPIV3Schema"].clone()),
+            apply_schema: v["schema"]["openAPIV3Schema"]
+                .as_object()
+                .map(|_| r8s_api::patch_strategy::SchemaNode::leaked(&v["schema"]["openAPIV3Schema"])),
             preserve_unknown: crd["spec"]["preserveUnknownFields"].as_bool().unwrap_or(false),
             status: v["subresources"]["status"].is_object(),
             scale: scale.is_object().then(|| ScalePaths {
@@ -814,6 +792,10 @@ fn validate_crd(obj: &Value) -> Vec<FieldError> {
                         "must be object at the root",
                     ));
                 }
+            }
+            if schema.is_object() {
+                let at = format!("{path}.schema.openAPIV3Schema");
+                errs.extend(schema::check_rules(schema, &at));
             }
             let scale = &v["subresources"]["scale"];
             if scale.is_object() {

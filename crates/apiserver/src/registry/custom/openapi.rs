@@ -7,7 +7,7 @@
 use r8s_api::ResourceDef;
 use serde_json::{json, Map, Value};
 
-use super::custom_strategy;
+use crate::registry::Resource;
 
 const API_VERSION: &str = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources";
 const KIND: &str = "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds";
@@ -92,9 +92,8 @@ fn to_v2(schema: &Value) -> Value {
 }
 
 /// The kind's schema and its list's, by definition name.
-pub(crate) fn schemas(def: &ResourceDef, v2: bool) -> Vec<(String, Value)> {
-    let strategy = custom_strategy(def);
-    let schema = strategy.as_ref().and_then(|s| s.schema.clone());
+pub(crate) fn schemas(def: &Resource, v2: bool) -> Vec<(String, Value)> {
+    let schema = def.custom().and_then(|s| s.schema.clone());
     let root_preserves = schema
         .as_ref()
         .is_some_and(|s| s.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)));

@@ -367,6 +367,154 @@ fn check(schema: &Value, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
     }
 }
 
+/// Upstream's compile-time checks of a CRD's `x-kubernetes-validations` (its
+/// `ValidateCustomResourceDefinitionOpenAPISchema` with `cel.Compile`): each rule must parse
+/// and type-check with `self` (and `oldSelf`) typed by the schema node it sits on and yield a
+/// bool, each messageExpression must yield a string, `oldSelf` may not be used where old and
+/// new values cannot be correlated (under a list that is not a map list), and
+/// `optionalOldSelf` only with `oldSelf`. `path`: the schema's field path.
+pub(crate) fn check_rules(schema: &Value, path: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    check_node_rules(schema, path, true, None, &mut errs);
+    errs
+}
+
+fn check_node_rules(
+    schema: &Value,
+    path: &str,
+    root: bool,
+    uncorrelatable: Option<&str>,
+    errs: &mut Vec<FieldError>,
+) {
+    use crate::cel::check::{check, Type};
+    if let Some(list) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
+        let embedded = root || flag(schema, "x-kubernetes-embedded-resource");
+        let self_type = Type::from_schema(schema, embedded, "self").unwrap_or(Type::Dyn);
+        for (i, r) in list.iter().enumerate() {
+            let rule = r["rule"].as_str().unwrap_or("");
+            let at = format!("{path}.x-kubernetes-validations[{i}]");
+            if rule.trim().is_empty() {
+                continue;
+            }
+            let invalid = |field: &str, detail: String| {
+                FieldError::invalid_raw(format!("{at}.{field}"), &validation_rule(r), detail)
+            };
+            if let Some(e) = crate::cel::Expr::compile(rule).compile_error() {
+                errs.push(invalid("rule", format!("compilation failed: {e}")));
+                continue;
+            }
+            let old_type = if r["optionalOldSelf"] == true {
+                Type::Optional(Box::new(self_type.clone()))
+            } else {
+                self_type.clone()
+            };
+            let vars = [("self", self_type.clone()), ("oldSelf", old_type)];
+            let checked = match check(rule, &vars) {
+                Ok(c) => c,
+                Err(e) => {
+                    errs.push(invalid("rule", format!("compilation failed: {e}")));
+                    continue;
+                }
+            };
+            if !matches!(checked.result, Type::Bool | Type::Dyn | Type::Error | Type::Free) {
+                errs.push(invalid(
+                    "rule",
+                    "cel expression must evaluate to a bool".to_owned(),
+                ));
+                continue;
+            }
+            if let Some(m) = r["messageExpression"].as_str().filter(|m| !m.trim().is_empty()) {
+                if let Some(e) = crate::cel::Expr::compile(m).compile_error() {
+                    errs.push(invalid(
+                        "messageExpression",
+                        format!("messageExpression compilation failed: {e}"),
+                    ));
+                } else {
+                    match check(m, &vars) {
+                        Err(e) => errs.push(invalid(
+                            "messageExpression",
+                            format!("messageExpression compilation failed: {e}"),
+                        )),
+                        Ok(c) if !matches!(c.result, Type::String | Type::Dyn | Type::Error | Type::Free) => {
+                            errs.push(invalid(
+                                "messageExpression",
+                                "messageExpression must evaluate to a string".to_owned(),
+                            ))
+                        }
+                        Ok(_) => {}
+                    }
+                }
+            }
+            if checked.uses_old_self {
+                if let Some(within) = uncorrelatable {
+                    errs.push(FieldError::invalid(
+                        format!("{at}.rule"),
+                        rule,
+                        format!("oldSelf cannot be used on the uncorrelatable portion of the schema within {within}"),
+                    ));
+                }
+            } else if let Some(b) = r["optionalOldSelf"].as_bool() {
+                errs.push(FieldError::invalid_raw(
+                    format!("{at}.optionalOldSelf"),
+                    &b.to_string(),
+                    "may not be set if oldSelf is not used in rule",
+                ));
+            }
+        }
+    }
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        let map_type = schema.get("x-kubernetes-map-type").and_then(Value::as_str);
+        let correlatable = map_type.is_none_or(|t| t == "granular" || t == "atomic");
+        for (k, sub) in props {
+            let within = if correlatable {
+                uncorrelatable
+            } else {
+                uncorrelatable.or(Some(path))
+            };
+            check_node_rules(sub, &format!("{path}.properties[{k}]"), false, within, errs);
+        }
+    }
+    if let Some(add) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+        check_node_rules(
+            add,
+            &format!("{path}.additionalProperties"),
+            false,
+            uncorrelatable,
+            errs,
+        );
+    }
+    if let Some(items) = schema.get("items").filter(|i| i.is_object()) {
+        let is_map = schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("map");
+        let within = if is_map {
+            uncorrelatable
+        } else {
+            uncorrelatable.or(Some(path))
+        };
+        check_node_rules(items, &format!("{path}.items"), false, within, errs);
+    }
+}
+
+/// A rule as upstream shows the invalid value (Go's `%#v` of an `apiextensions.ValidationRule`;
+/// a pointer that is set is shown without its address).
+fn validation_rule(r: &Value) -> String {
+    let q = |k: &str| crate::cel::go_quote(r[k].as_str().unwrap_or(""));
+    let reason = match r["reason"].as_str() {
+        Some(_) => "(*apiextensions.FieldValueErrorReason)(...)",
+        None => "(*apiextensions.FieldValueErrorReason)(nil)",
+    };
+    let old = match r["optionalOldSelf"].as_bool() {
+        Some(_) => "(*bool)(...)",
+        None => "(*bool)(nil)",
+    };
+    format!(
+        "apiextensions.ValidationRule{{Rule:{}, Message:{}, MessageExpression:{}, Reason:{reason}, FieldPath:{}, OptionalOldSelf:{old}}}",
+        q("rule"),
+        q("message"),
+        q("messageExpression"),
+        q("fieldPath"),
+    )
+}
+
 /// A CEL rule compiled once per process (the rules are the CRDs' own: few).
 fn compiled_rule(rule: &str) -> std::sync::Arc<crate::cel::Expr> {
     use std::collections::HashMap;
@@ -412,11 +560,12 @@ fn rules(
         if transitions && old.is_none() && r["optionalOldSelf"] != true {
             continue;
         }
-        let mut vars = vec![("self", crate::cel::value(v))];
+        let mut vars = vec![("self", crate::cel::typed_value(schema, v))];
         if transitions {
             vars.push((
                 "oldSelf",
-                old.map(crate::cel::value).unwrap_or(crate::cel::Value::Null),
+                old.map(|o| crate::cel::typed_value(schema, o))
+                    .unwrap_or(crate::cel::Value::Null),
             ));
         }
         let expr = compiled_rule(rule);
@@ -872,6 +1021,36 @@ mod tests {
         let m = messages(&validate_transitions(&schema, &changed, &ok));
         assert_eq!(m, ["spec: Invalid value: \"object\": mode is immutable"]);
         assert!(validate_transitions(&schema, &ok, &ok).is_empty());
+    }
+
+    /// Upstream refuses a CRD whose rules do not type-check against their schema.
+    #[test]
+    fn rules_must_type_check_against_their_schema() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "self.foo > 0"},
+                {"rule": "self.replicas", "message": "m"},
+                {"rule": "self.replicas > 0", "messageExpression": "self.replicas"},
+                {"rule": "self.replicas > 0", "optionalOldSelf": true},
+                {"rule": "self.replicas >= oldSelf.replicas && self.items.all(i, i.size() > 0)"}],
+            "properties": {"replicas": {"type": "integer"},
+                "items": {"type": "array", "items": {"type": "string",
+                    "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}}}}});
+        let errs = check_rules(&schema, "spec.versions[0].schema.openAPIV3Schema");
+        let at = "spec.versions[0].schema.openAPIV3Schema.properties[spec]";
+        let rule = |r: &str, m: &str, me: &str, old: &str| {
+            format!("apiextensions.ValidationRule{{Rule:\"{r}\", Message:\"{m}\", MessageExpression:\"{me}\", Reason:(*apiextensions.FieldValueErrorReason)(nil), FieldPath:\"\", OptionalOldSelf:{old}}}")
+        };
+        assert_eq!(
+            messages(&errs),
+            [
+                format!("{at}.x-kubernetes-validations[0].rule: Invalid value: {}: compilation failed: ERROR: <input>:1:5: undefined field 'foo'\n | self.foo > 0\n | ....^", rule("self.foo > 0", "", "", "(*bool)(nil)")),
+                format!("{at}.x-kubernetes-validations[1].rule: Invalid value: {}: cel expression must evaluate to a bool", rule("self.replicas", "m", "", "(*bool)(nil)")),
+                format!("{at}.x-kubernetes-validations[2].messageExpression: Invalid value: {}: messageExpression must evaluate to a string", rule("self.replicas > 0", "", "self.replicas", "(*bool)(nil)")),
+                format!("{at}.x-kubernetes-validations[3].optionalOldSelf: Invalid value: true: may not be set if oldSelf is not used in rule"),
+                format!("{at}.properties[items].items.x-kubernetes-validations[0].rule: Invalid value: \"self == oldSelf\": oldSelf cannot be used on the uncorrelatable portion of the schema within {at}.properties[items]"),
+            ]
+        );
     }
 
     #[test]

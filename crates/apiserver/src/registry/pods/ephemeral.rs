@@ -139,7 +139,7 @@ mod tests {
     use super::*;
 
     fn pods() -> &'static r8s_api::ResourceDef {
-        r8s_api::find("", "v1", "pods").unwrap()
+        crate::registry::catalogue::builtin("", "v1", "pods").unwrap()
     }
 
     fn pod_with(ephemeral: Value) -> Value {

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use async_trait::async_trait;
-use r8s_api::validation::{dns1123_label, dns1123_subdomain, FieldError};
+use r8s_api::validation::{dns1035_label, dns1123_subdomain, FieldError};
 use serde_json::{json, Value};
 
 use super::allocator::{self, AllocError, IpFamily, Pool};
@@ -49,8 +49,10 @@ impl Strategy for Services {
         default(obj);
     }
 
+    /// Upstream's `ValidateServiceName`: a DNS-1035 label (a Service's name becomes a DNS
+    /// name and an environment variable prefix, so it may not start with a digit).
     fn validate_name(&self, name: &str) -> Vec<String> {
-        dns1123_label(name)
+        dns1035_label(name)
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
@@ -495,7 +497,7 @@ fn remove(v: &mut Value, fields: &[&str]) {
 }
 
 fn api_error(obj: &Value, e: AllocError) -> ApiError {
-    let def = r8s_api::find("", "v1", "services").expect("in the catalogue");
+    let def = crate::registry::catalogue::builtin("", "v1", "services").expect("in the catalogue");
     match e {
         AllocError::Invalid(fe) => super::invalid(def, meta::name(obj), &[fe]),
         AllocError::Full(m) => ApiError::internal(m),
@@ -511,7 +513,7 @@ async fn allocate(
     held: &[(Pool, String)],
     old: Option<&Value>,
 ) -> Result<Vec<(Pool, String)>, ApiError> {
-    let def = r8s_api::find("", "v1", "services").expect("in the catalogue");
+    let def = crate::registry::catalogue::builtin("", "v1", "services").expect("in the catalogue");
     families::init(&ctx.shared.service_cidrs, obj, old)
         .map_err(|e| super::invalid(def, meta::name(obj), &e))?;
     let store = ctx.shared.store.as_ref();
