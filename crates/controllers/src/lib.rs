@@ -35,6 +35,7 @@ pub mod nodelifecycle;
 pub mod persistentvolume;
 pub mod pod_control;
 pub mod podautoscaler;
+pub mod podgc;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod root_ca_cert_publisher;
@@ -97,6 +98,8 @@ pub struct Options {
     /// The IPv6 node mask, for the IPv6 range of a dual-stack cluster CIDR.
     pub node_cidr_mask_size_ipv6: u8,
     pub node_monitor_grace_period: Duration,
+    /// Finished pods kept before the oldest are deleted (0: all are kept).
+    pub terminated_pod_gc_threshold: usize,
     pub leader_elect: bool,
     /// Identity in the leader-election Lease.
     pub identity: String,
@@ -122,6 +125,7 @@ impl Default for Options {
             node_cidr_mask_size: 24,
             node_cidr_mask_size_ipv6: 64,
             node_monitor_grace_period: Duration::from_secs(40),
+            terminated_pod_gc_threshold: podgc::DEFAULT_TERMINATED_THRESHOLD,
             leader_elect: true,
             identity: r8s_client::default_identity(),
             credentials: credentials::Credentials::Shared,
@@ -183,6 +187,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "pvc-protection-controller",
         "pv-protection-controller",
         "ephemeral-volume-controller",
+        "pod-garbage-collector",
     ] {
         let c = loop {
             match credentials::client_for(&client, &opts.credentials, name, &stop).await {
@@ -243,6 +248,8 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     let pv_protection = volume_protection::PvProtectionController::new(&views["pv-protection-controller"]);
     let ephemeral_volumes =
         ephemeral::EphemeralVolumeController::new(&views["ephemeral-volume-controller"], events.clone());
+    let podgc =
+        podgc::PodGcController::new(&views["pod-garbage-collector"], opts.terminated_pod_gc_threshold);
     let endpoints = endpoints::EndpointsController::new(&views["endpoint-controller"]);
     let slices = endpointslice::EndpointSliceController::new(&views["endpointslice-controller"]);
     let mirroring =
@@ -283,6 +290,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     tasks.push(tokio::spawn(pvc_protection.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(pv_protection.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(ephemeral_volumes.run(opts.workers, stop.clone())));
+    tasks.push(tokio::spawn(podgc.run(stop.clone())));
     tasks.push(tokio::spawn(endpoints.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(slices.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(mirroring.run(opts.workers, stop.clone())));

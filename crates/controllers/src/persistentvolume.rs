@@ -16,9 +16,15 @@
 //!   as upstream's binder ran the in-tree provisioners: a hostPath volume in the chosen node's
 //!   local volume directory, required on that node.
 //!   A volume without a claim is Available. A claim whose volume is gone is Lost.
+//! - A local volume (reclaim policy Delete) whose node has been deleted for
+//!   [`NODE_GONE_GRACE`] is given up: its claim is deleted (so a StatefulSet makes a new one,
+//!   provisioned where its replica runs now), and then the volume, as the local static
+//!   provisioner's node cleanup controller does upstream. Retained volumes stay, for the node
+//!   to come back with their data.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
     HostPathVolumeSource, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference,
@@ -62,6 +68,34 @@ pub struct PersistentVolumeController {
     pvc_store: Store<PersistentVolumeClaim>,
     class_store: Store<StorageClass>,
     queue: Arc<WorkQueue>,
+    /// Since when each deleted node has been seen gone (cleared when it registers again).
+    gone_since: Arc<Mutex<HashMap<String, Instant>>>,
+}
+
+/// How long a node must stay deleted before its local volumes are given up: a node deleted
+/// and registered again meanwhile keeps them.
+pub const NODE_GONE_GRACE: Duration = Duration::from_secs(30);
+
+/// The node a volume made by r8s's local provisioner lives on (its required
+/// `kubernetes.io/hostname In [node]`).
+pub fn local_volume_node(pv: &PersistentVolume) -> Option<&str> {
+    if annotation(&pv.metadata, PROVISIONED_BY) != Some(r8s_api::local_path::PROVISIONER) {
+        return None;
+    }
+    pv.spec
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required
+        .as_ref()?
+        .node_selector_terms
+        .iter()
+        .flat_map(|t| t.match_expressions.iter().flatten())
+        .find(|e| e.key == "kubernetes.io/hostname" && e.operator == "In")?
+        .values
+        .as_ref()?
+        .first()
+        .map(String::as_str)
 }
 
 /// A claim's key in the queue.
@@ -173,6 +207,25 @@ impl PersistentVolumeController {
             pvcs,
             classes,
             queue: WorkQueue::new("persistentvolume"),
+            gone_since: Arc::default(),
+        });
+        // A node deleted: its local volumes are looked at (given up after the grace); a node
+        // registered again keeps them.
+        let q = this.queue.clone();
+        let pv_store = this.pv_store.clone();
+        let gone = this.gone_since.clone();
+        this.nodes.add_handler(move |c| match c {
+            Change::Added(n) | Change::Updated(_, n) => {
+                gone.lock().unwrap().remove(&n.name_any());
+            }
+            Change::Deleted(n) => {
+                let node = n.name_any();
+                for pv in pv_store.state() {
+                    if local_volume_node(&pv) == Some(node.as_str()) {
+                        q.add(volume_key(&pv.name_any()));
+                    }
+                }
+            }
         });
         let q = this.queue.clone();
         this.pvs.add_handler(move |c| match c {
@@ -656,6 +709,16 @@ impl PersistentVolumeController {
         if pv.metadata.deletion_timestamp.is_some() {
             return Ok(None);
         }
+        let policy = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+            .unwrap_or("Retain");
+        if let Some(node) = local_volume_node(&pv).filter(|_| policy == "Delete") {
+            if lookup(&self.node_store, node).is_none() {
+                return self.give_up_local_volume(&pv, node).await;
+            }
+        }
         let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.clone()) else {
             if phase_of_volume(&pv) != "Available" {
                 self.set_volume_phase(&pv, "Available").await?;
@@ -698,11 +761,6 @@ impl PersistentVolumeController {
                 if phase_of_volume(&pv) != "Released" && phase_of_volume(&pv) != "Failed" {
                     self.set_volume_phase(&pv, "Released").await?;
                 }
-                let policy = pv
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
-                    .unwrap_or("Retain");
                 match policy {
                     "Delete" => {
                         let api: Api<PersistentVolume> = Api::all(self.client.clone());
@@ -725,6 +783,78 @@ impl PersistentVolumeController {
                     _ => Ok(None),
                 }
             }
+        }
+    }
+}
+
+impl PersistentVolumeController {
+    /// A local volume whose node is deleted: once the node has stayed gone for
+    /// [`NODE_GONE_GRACE`], its claim is deleted (the claim's sync then releases the volume,
+    /// which its Delete policy removes), or the volume itself when no claim holds it.
+    async fn give_up_local_volume(&self, pv: &PersistentVolume, node: &str) -> SyncResult {
+        let since = *self
+            .gone_since
+            .lock()
+            .unwrap()
+            .entry(node.to_owned())
+            .or_insert_with(Instant::now);
+        let waited = since.elapsed();
+        if waited < NODE_GONE_GRACE {
+            return Ok(Some(NODE_GONE_GRACE - waited));
+        }
+        let name = pv.name_any();
+        let claim = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|r| {
+                lookup(
+                    &self.pvc_store,
+                    &format!("{}/{}", r.namespace.as_deref()?, r.name.as_deref()?),
+                )
+            })
+            .filter(|c| refers_to(pv, c));
+        if let Some(pvc) = claim {
+            if pvc.metadata.deletion_timestamp.is_some() {
+                return Ok(None);
+            }
+            let ns = pvc.namespace().unwrap_or_default();
+            self.events.warning(
+                pv,
+                "NodeDeleted",
+                format!(
+                    "node {node} was deleted with the volume's data: claim {ns}/{} is deleted so that its workload gets a new volume",
+                    pvc.name_any()
+                ),
+            );
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
+            let dp = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: pvc.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            return match api.delete(&pvc.name_any(), &dp).await {
+                Ok(_) => Ok(None),
+                Err(e) if r8s_client::is_not_found(&e) || r8s_client::is_conflict(&e) => Ok(None),
+                Err(e) => Err(e.into()),
+            };
+        }
+        self.events.warning(
+            pv,
+            "NodeDeleted",
+            format!("node {node} was deleted with the volume's data: the volume is deleted"),
+        );
+        // No claim holds it any more: not Bound, so that pv-protection lets it go.
+        if phase_of_volume(pv) == "Bound" {
+            self.set_volume_phase(pv, "Released").await?;
+        }
+        let api: Api<PersistentVolume> = Api::all(self.client.clone());
+        match api.delete(&name, &Default::default()).await {
+            Ok(_) => Ok(None),
+            Err(e) if r8s_client::is_not_found(&e) => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 }

@@ -414,6 +414,10 @@ struct ControllerArgs {
     #[arg(long, default_value = "40s", value_parser = parse_duration)]
     node_monitor_grace_period: Duration,
 
+    /// Finished pods (Succeeded or Failed) kept before the oldest are deleted; 0 keeps all.
+    #[arg(long, default_value_t = r8s_controllers::podgc::DEFAULT_TERMINATED_THRESHOLD)]
+    terminated_pod_gc_threshold: usize,
+
     /// Workers per controller.
     #[arg(long, default_value_t = 5)]
     concurrent_syncs: usize,
@@ -481,6 +485,7 @@ impl ControllerArgs {
             node_cidr_mask_size: self.node_cidr_mask_size,
             node_cidr_mask_size_ipv6: self.node_cidr_mask_size_ipv6,
             node_monitor_grace_period: self.node_monitor_grace_period,
+            terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
             leader_elect,
             identity: r8s_client::default_identity(),
             root_ca_pem,

@@ -731,7 +731,9 @@ fn controller_roles() -> Vec<(&'static str, Vec<PolicyRule>)> {
             vec![
                 rule("get list watch update create delete", &[CORE], pvs),
                 rule("update", &[CORE], "persistentvolumes/status"),
-                rule("get list watch update", &[CORE], pvcs),
+                // r8s adds `delete`: the claim of a local volume whose node was deleted is
+                // given up (upstream leaves that to the local static provisioner).
+                rule("get list watch update delete", &[CORE], pvcs),
                 rule("update", &[CORE], "persistentvolumeclaims/status"),
                 rule("list watch get create delete", &[CORE], "pods"),
                 rule(READ, &[STORAGE], "storageclasses"),

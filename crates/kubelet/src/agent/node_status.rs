@@ -63,6 +63,28 @@ fn os_image() -> String {
         .unwrap_or_else(|| "Linux".into())
 }
 
+/// `status.volumesInUse` and `status.volumesAttached` of the node's mounted volumes (unique
+/// name, device): what the kubelet attached itself (r8s has no attach/detach controller, as
+/// upstream's kubelet with `--enable-controller-attach-detach=false`). Null when there are
+/// none, so that the merge patch removes the lists (upstream omits them when empty).
+fn volume_lists(volumes: &[(String, String)]) -> (serde_json::Value, serde_json::Value) {
+    if volumes.is_empty() {
+        return (serde_json::Value::Null, serde_json::Value::Null);
+    }
+    let in_use: Vec<&str> = volumes.iter().map(|(n, _)| n.as_str()).collect();
+    let attached: Vec<serde_json::Value> = volumes
+        .iter()
+        .filter(|(_, device)| !device.is_empty())
+        .map(|(name, device)| json!({"name": name, "devicePath": device}))
+        .collect();
+    let attached = if attached.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::Value::Array(attached)
+    };
+    (json!(in_use), attached)
+}
+
 /// Upstream's `nodeStatusMaxImages` and `MaxNamesPerImageInNodeStatus`.
 const MAX_IMAGES: usize = 50;
 const MAX_NAMES_PER_IMAGE: usize = 5;
@@ -270,9 +292,25 @@ impl Agent {
     }
 
     pub(super) async fn update_node_status(&self, network_ready: bool) -> Result<(), Error> {
+        self.update_node_status_with(network_ready, &self.volumes.local_volumes_in_use())
+            .await
+    }
+
+    /// The status with `volumes` (from [`VolumeManager::local_volumes_in_use`]) as the volumes
+    /// in use and attached.
+    ///
+    /// [`VolumeManager::local_volumes_in_use`]: crate::volumes::VolumeManager::local_volumes_in_use
+    async fn update_node_status_with(
+        &self,
+        network_ready: bool,
+        volumes: &[(String, String)],
+    ) -> Result<(), Error> {
         let mut status = self.node_status(network_ready);
         status.images = self.node_images().await;
-        let patch = json!({ "status": status });
+        let mut patch = json!({ "status": status });
+        let (in_use, attached) = volume_lists(volumes);
+        patch["status"]["volumesInUse"] = in_use;
+        patch["status"]["volumesAttached"] = attached;
         self.node_api()
             .patch_status(
                 &self.opts.node_name,
@@ -308,6 +346,7 @@ impl Agent {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
         let name = self.opts.node_name.clone();
         let mut status_tick = 0u32;
+        let mut reported_volumes = self.volumes.local_volumes_in_use();
         loop {
             let spec = LeaseSpec {
                 holder_identity: Some(name.clone()),
@@ -346,10 +385,14 @@ impl Agent {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "agent: lease renewal failed");
             }
-            // Status heartbeat every minute (upstream: on change and at least every 5 minutes).
+            // Status heartbeat every minute (upstream: on change and at least every 5 minutes),
+            // and at once when the volumes in use changed.
             status_tick += 1;
-            if status_tick.is_multiple_of(6) {
-                let _ = self.update_node_status(true).await;
+            let volumes = self.volumes.local_volumes_in_use();
+            if (status_tick.is_multiple_of(6) || volumes != reported_volumes)
+                && self.update_node_status_with(true, &volumes).await.is_ok()
+            {
+                reported_volumes = volumes;
             }
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -370,6 +413,26 @@ mod tests {
             size,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn mounted_volumes_are_in_use_and_loop_devices_attached() {
+        let (in_use, attached) = volume_lists(&[]);
+        assert!(in_use.is_null() && attached.is_null());
+        let (in_use, attached) = volume_lists(&[
+            ("r8s.io/local-path/pvc-a".into(), "/dev/loop3".into()),
+            ("r8s.io/local-path/pvc-b".into(), String::new()),
+        ]);
+        assert_eq!(
+            in_use,
+            json!(["r8s.io/local-path/pvc-a", "r8s.io/local-path/pvc-b"])
+        );
+        assert_eq!(
+            attached,
+            json!([{"name": "r8s.io/local-path/pvc-a", "devicePath": "/dev/loop3"}])
+        );
+        let (_, attached) = volume_lists(&[("r8s.io/local-path/pvc-b".into(), String::new())]);
+        assert!(attached.is_null());
     }
 
     #[test]

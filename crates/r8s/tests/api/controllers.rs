@@ -1579,3 +1579,89 @@ fn claims_bind_to_fitting_volumes_and_released_volumes_are_reclaimed() {
     s.ok_stdin(v, &["apply", "-f", "-"], &claim("again", "1Gi", "db"));
     assert_eq!(bound("again"), "Bound big 10Gi");
 }
+
+/// A local volume (r8s's provisioner, reclaim policy Delete) whose node is deleted and stays
+/// gone is given up: its claim is deleted, then the volume, with a NodeDeleted event; a
+/// retained volume on that node and the volumes of other nodes stay.
+#[test]
+fn local_volumes_of_a_deleted_node_are_given_up() {
+    let s = Server::start();
+    let v = "1.33";
+    let node = |name: &str| {
+        format!("apiVersion: v1\nkind: Node\nmetadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}\n---\n")
+    };
+    let pv = |name: &str, node: &str, policy: &str, claim: Option<&str>| {
+        let claim_ref = claim
+            .map(|c| format!("  claimRef: {{namespace: default, name: {c}}}\n"))
+            .unwrap_or_default();
+        format!(
+            "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: {name}\n  annotations: {{pv.kubernetes.io/provisioned-by: r8s.io/local-path}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: {policy}\n  storageClassName: \"\"\n{claim_ref}  hostPath: {{path: /tmp/r8s-test-never-mounted/{name}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [{node}]}}]\n---\n"
+        )
+    };
+    let claim = |name: &str, volume: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}}}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: \"\"\n  volumeName: {volume}\n  resources: {{requests: {{storage: 1Gi}}}}\n---\n"
+        )
+    };
+    let manifest = [
+        node("doomed"),
+        node("staying"),
+        pv("doomed-data", "doomed", "Delete", Some("data")),
+        claim("data", "doomed-data"),
+        pv("doomed-kept", "doomed", "Retain", None),
+        pv("doomed-free", "doomed", "Delete", None),
+        pv("staying-data", "staying", "Delete", Some("other")),
+        claim("other", "staying-data"),
+    ]
+    .concat();
+    s.ok_stdin(v, &["apply", "-f", "-"], &manifest);
+    wait_for(20, "both claims Bound", || {
+        let phases = s.ok(
+            v,
+            &[
+                "get",
+                "pvc",
+                "data",
+                "other",
+                "-o",
+                "jsonpath={.items[*].status.phase}",
+            ],
+        );
+        (phases == "Bound Bound").then_some(())
+    });
+
+    let deleted = Instant::now();
+    s.ok(v, &["delete", "node", "doomed"]);
+    wait_for(90, "the doomed node's claim and volumes to go", || {
+        let claims = s.ok(v, &["get", "pvc", "-o", "name"]);
+        let volumes = s.ok(v, &["get", "pv", "-o", "name"]);
+        (!claims.contains("/data") && !volumes.contains("/doomed-data") && !volumes.contains("/doomed-free"))
+            .then_some(())
+    });
+    let took = deleted.elapsed();
+    assert!(
+        took >= Duration::from_secs(29),
+        "given up after {took:?}, within the grace a node has to come back"
+    );
+    // The retained volume, and the other node's claim and volume, stay.
+    assert_eq!(
+        s.ok(v, &["get", "pv", "-o", "jsonpath={.items[*].metadata.name}"]),
+        "doomed-kept staying-data"
+    );
+    assert_eq!(
+        s.ok(v, &["get", "pvc", "other", "-o", "jsonpath={.status.phase}"]),
+        "Bound"
+    );
+    let reasons = s.ok(
+        v,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=doomed-data",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+    );
+    assert!(reasons.contains("NodeDeleted"), "{reasons}");
+}

@@ -208,6 +208,74 @@ items:
   subjects: [{kind: ServiceAccount, name: default, namespace: default}]
 "#;
 
+/// A StatefulSet of three replicas spread one per node, each with a claim of the default
+/// class (r8s's local provisioner): a replica writes its name in its volume when it is new.
+const DB: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  replicas: 3
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: db}}}
+      containers:
+      - name: main
+        image: busybox
+        command: [sh, -c, '[ -f /data/born ] || hostname > /data/born; sleep 3600']
+        volumeMounts: [{name: data, mountPath: /data}]
+  volumeClaimTemplates:
+  - metadata: {name: data}
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources: {requests: {storage: 32Mi}}
+"#;
+
+/// Running db replicas: (name, node).
+fn running_db_pods(h: &Harness) -> Vec<(String, String)> {
+    let l = h.json(&["get", "pods", "-l", "app=db"]);
+    let mut pods: Vec<(String, String)> = l["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap().to_owned(),
+                p["spec"]["nodeName"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    pods.sort();
+    pods
+}
+
+/// The volume of a db replica's claim and the node that volume is on.
+fn db_volume(h: &Harness, pod: &str) -> Option<(String, String)> {
+    let out = h.kubectl(&[
+        "get",
+        "pvc",
+        &format!("data-{pod}"),
+        "-o",
+        "jsonpath={.status.phase} {.spec.volumeName}",
+    ]);
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let pv = out.strip_prefix("Bound ")?.to_owned();
+    let node = h.ok(&[
+        "get",
+        "pv",
+        &pv,
+        "-o",
+        "jsonpath={.spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values[0]}",
+    ]);
+    Some((pv, node))
+}
+
 /// Ready web pods: (name, node, IP).
 fn ready_web_pods(h: &Harness) -> Vec<(String, String, String)> {
     let l = h.json(&["get", "pods", "-l", "app=web"]);
@@ -649,6 +717,31 @@ spec:
     });
     h.ok(&["delete", "pod", "on-node2", "--wait=false"]);
 
+    // Storage on three nodes (issue 39): each replica's claim is provisioned on its pod's
+    // node, and each replica finds its own data.
+    h.apply(DB);
+    let db = wait_for(240, "3 db replicas Running, one per node", || {
+        let p = running_db_pods(&h);
+        let mut nodes: Vec<&str> = p.iter().map(|(_, n)| n.as_str()).collect();
+        nodes.sort();
+        nodes.dedup();
+        (p.len() == 3 && nodes.len() == 3).then_some(p)
+    });
+    let mut db_volumes = std::collections::HashMap::new();
+    for (pod, node) in &db {
+        let (pv, on) = db_volume(&h, pod).unwrap_or_else(|| panic!("{pod}'s claim is not bound"));
+        assert_eq!(&on, node, "{pod}'s volume {pv}");
+        let born = wait_for(30, "the replica's name in its volume", || {
+            let out = h.kubectl(&["exec", pod, "--", "cat", "/data/born"]);
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        });
+        assert_eq!(&born, pod);
+        db_volumes.insert(pod.clone(), pv);
+    }
+    let (db_on_node3, _) = db.iter().find(|(_, n)| n == "node3").unwrap().clone();
+
     // Losing node3: SIGKILL of its init kills the whole node.
     let victim = ready_web_pods(&h)
         .into_iter()
@@ -717,8 +810,45 @@ spec:
         "entries followed the deletion only after {took:?}"
     );
 
-    // Teardown leaves nothing: namespaces, links, processes, cgroups, mounts, the directory.
+    // node3's db replica: its pod is collected (its node is gone), its claim and local volume
+    // are given up, and the replica is made again on a survivor with a new volume there.
+    let old_pv = db_volumes[&db_on_node3].clone();
+    let (node, pv) = wait_for(300, "node3's db replica Running again on a survivor", || {
+        let (_, node) = running_db_pods(&h).into_iter().find(|(p, _)| *p == db_on_node3)?;
+        let (pv, on) = db_volume(&h, &db_on_node3)?;
+        (node != "node3" && pv != old_pv && on == node).then_some((node, pv))
+    });
+    eprintln!(
+        "node3 deleted: {db_on_node3} runs again on {node} with volume {pv} after {:?}",
+        deleted.elapsed()
+    );
+    assert!(
+        !h.kubectl(&["get", "pv", &old_pv]).status.success(),
+        "{old_pv} stayed"
+    );
+    let born = wait_for(30, "the new volume's first write", || {
+        let out = h.kubectl(&["exec", &db_on_node3, "--", "cat", "/data/born"]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    });
+    assert_eq!(born, db_on_node3);
+    // The survivors' replicas kept their volumes.
+    for (pod, pv) in &db_volumes {
+        if *pod != db_on_node3 {
+            assert_eq!(db_volume(&h, pod).map(|(v, _)| v).as_ref(), Some(pv), "{pod}");
+        }
+    }
+
+    // Teardown leaves nothing: namespaces, links, processes, cgroups, mounts, loop devices,
+    // the directory.
     drop(h);
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    let loops = String::from_utf8_lossy(&loops.stdout);
+    assert!(
+        !loops.contains(&dir.display().to_string()),
+        "loop devices left: {loops}"
+    );
     let netns = std::fs::read_dir("/run/netns")
         .map(|rd| {
             rd.flatten()

@@ -7,6 +7,7 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::Value;
 use support::cluster::*;
@@ -532,9 +533,34 @@ fn a_claim_on_the_default_class_is_provisioned_on_its_pods_node_and_keeps_its_da
     wait_for(60, "the file system to grow", || {
         fs_kb().filter(|kb| *kb > 100 * 1024).map(|_| ())
     });
+    // The node reports the volume in use, attached as the loop device it is mounted from, and
+    // that device reads its image with direct I/O (no second page cache).
+    let unique = format!("r8s.io/local-path/{pv}");
+    let attached = wait_for(30, "the node to report the volume in use", || {
+        let node = json(s, &["get", "node", "claim-node"]);
+        let in_use = node["status"]["volumesInUse"].as_array()?.clone();
+        (in_use == [serde_json::json!(unique)]).then(|| node["status"]["volumesAttached"].clone())
+    });
+    assert_eq!(attached[0]["name"], unique.as_str(), "{attached}");
+    let device = attached[0]["devicePath"].as_str().unwrap().to_owned();
+    assert!(device.starts_with("/dev/loop"), "{attached}");
+    let loop_info = Command::new("losetup")
+        .args(["--noheadings", "-O", "BACK-FILE,DIO", &device])
+        .output()
+        .unwrap();
+    let loop_info = String::from_utf8_lossy(&loop_info.stdout);
+    assert!(
+        loop_info.contains(image.to_str().unwrap()) && loop_info.trim_end().ends_with('1'),
+        "{device}: {loop_info}"
+    );
 
     // The claim's deletion takes its volume and the directory with it.
     s.ok(V, &["delete", "pod", "reader", "--wait=true"]);
+    wait_for(30, "the node to report no volume in use", || {
+        let node = json(s, &["get", "node", "claim-node"]);
+        (node["status"]["volumesInUse"].is_null() && node["status"]["volumesAttached"].is_null())
+            .then_some(())
+    });
     s.ok(V, &["delete", "pvc", "data"]);
     wait_for(30, "the volume to go", || {
         (!s.kubectl(V, &["get", "pv", &pv]).status.success()).then_some(())
@@ -582,6 +608,98 @@ fn an_ephemeral_volume_is_a_claim_that_lives_and_dies_with_its_pod() {
         (!s.kubectl(V, &["get", "pv", &pv]).status.success()).then_some(())
     });
     wait_for(60, "the data to go", || (!dir.exists()).then_some(()));
+}
+
+/// A static volume: a hostPath PersistentVolume (Retain) that a claim picks by its selector.
+/// A pod reads what the directory held and writes through the whole volume and a subPath;
+/// another mounts the claim read-only and cannot write; the claim in use is held
+/// (pvc-protection) until its pods go; then the volume is Released and the data stays.
+#[test]
+fn a_static_volume_is_chosen_by_selector_and_retains_its_data() {
+    let c = start("static-vol-node", "10.219.0.0/16", "r8ssv");
+    let s = &c.s;
+    let dir = c.data.join("static-volume");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("seed"), "from-the-admin\n").unwrap();
+    let pv = |name: &str, tier: &str, path: &Path| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: {name}, labels: {{tier: {tier}}}}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  persistentVolumeReclaimPolicy: Retain\n  storageClassName: \"\"\n  hostPath: {{path: {}, type: Directory}}\n---\n",
+            path.display()
+        )
+    };
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        &[
+            pv("static-web", "web", &c.data.join("never-used")),
+            pv("static-db", "db", &dir),
+        ]
+        .concat(),
+    );
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: db}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: \"\"\n  selector: {matchLabels: {tier: db}}\n  resources: {requests: {storage: 100Mi}}\n",
+    );
+    wait_for(30, "the claim bound to the db volume", || {
+        let out = s.ok(
+            V,
+            &[
+                "get",
+                "pvc",
+                "db",
+                "-o",
+                "jsonpath={.status.phase} {.spec.volumeName}",
+            ],
+        );
+        (out == "Bound static-db").then_some(())
+    });
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: writer}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: busybox\n    command: [sh, -c, 'cat /data/seed > /sub/copied; echo written > /data/out; sleep 3600']\n    volumeMounts:\n    - {name: data, mountPath: /data}\n    - {name: data, mountPath: /sub, subPath: nested/dir}\n  volumes:\n  - name: data\n    persistentVolumeClaim: {claimName: db}\n",
+    );
+    wait_for(90, "the writer's files on the node", || {
+        let copied = std::fs::read_to_string(dir.join("nested/dir/copied")).ok()?;
+        let out = std::fs::read_to_string(dir.join("out")).ok()?;
+        (copied == "from-the-admin\n" && out == "written\n").then_some(())
+    });
+    // Read-only where the pod asks: the claim's data is there, and writing fails.
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: reader}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    image: busybox\n    command: [sh, -c, 'touch /data/new 2>&1; cat /data/out; sleep 3600']\n    volumeMounts: [{name: data, mountPath: /data}]\n  volumes:\n  - name: data\n    persistentVolumeClaim: {claimName: db, readOnly: true}\n",
+    );
+    let logs = wait_for(90, "the reader's output", || {
+        let out = s.kubectl(V, &["logs", "reader"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("written").then_some(text)
+    });
+    assert!(logs.contains("Read-only file system"), "{logs}");
+    assert!(!dir.join("new").exists());
+
+    // In use: the claim's deletion waits for its pods.
+    s.ok(V, &["delete", "pvc", "db", "--wait=false"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let held = json(s, &["get", "pvc", "db"]);
+    assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
+    assert_eq!(
+        held["metadata"]["finalizers"],
+        serde_json::json!(["kubernetes.io/pvc-protection"])
+    );
+    s.ok(V, &["delete", "pod", "writer", "reader", "--wait=true"]);
+    wait_for(30, "the claim to go", || {
+        (!s.kubectl(V, &["get", "pvc", "db"]).status.success()).then_some(())
+    });
+    // Retain: the volume is Released, not bound again, and the data stays.
+    wait_for(30, "the volume Released", || {
+        (s.ok(V, &["get", "pv", "static-db", "-o", "jsonpath={.status.phase}"]) == "Released").then_some(())
+    });
+    assert_eq!(std::fs::read_to_string(dir.join("out")).unwrap(), "written\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("nested/dir/copied")).unwrap(),
+        "from-the-admin\n"
+    );
 }
 
 /// A StatefulSet's volumeClaimTemplates on the default class: each replica gets its own claim
