@@ -598,15 +598,16 @@ fn three_nodes_are_one_network_and_survive_losing_one() {
     });
 
     // Every pod reaches every other by IP (TCP), and sees the other's own address (UDP: no
-    // masquerade between pods).
+    // masquerade between pods). A pod is Ready as soon as its own node's side is up; the
+    // paths to the other nodes follow within seconds (each node programs its peers as it
+    // sees them, as flannel does), so the first exchange of each pair may wait a little.
+    let reach_started = Instant::now();
     for (from, from_node, from_ip) in &pods {
         for (to, to_node, to_ip) in &pods {
-            let got = gets(&h, from, to_ip, 8080, 1);
-            assert_eq!(
-                got.as_slice(),
-                std::slice::from_ref(to),
-                "{from} ({from_node}) → {to} ({to_node}) by IP"
-            );
+            let what = format!("{from} ({from_node}) → {to} ({to_node}) by IP");
+            wait_for(15, &what, || {
+                (gets(&h, from, to_ip, 8080, 1).as_slice() == std::slice::from_ref(to)).then_some(())
+            });
             if from != to {
                 let src = udp_between(from, to, to_ip.parse().unwrap());
                 assert_eq!(
@@ -617,6 +618,11 @@ fn three_nodes_are_one_network_and_survive_losing_one() {
             }
         }
     }
+
+    eprintln!(
+        "every pod reached every other by IP {:?} after the pods were Ready",
+        reach_started.elapsed()
+    );
 
     // The Service by cluster IP and by DNS name from every node reaches every replica.
     let cluster_ip = h.ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);

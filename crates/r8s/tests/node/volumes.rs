@@ -700,6 +700,43 @@ fn a_static_volume_is_chosen_by_selector_and_retains_its_data() {
         std::fs::read_to_string(dir.join("nested/dir/copied")).unwrap(),
         "from-the-admin\n"
     );
+
+    // A pod put on this node (no scheduler) with a volume of another node cannot start, and
+    // says why.
+    let elsewhere = c.data.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    s.ok_stdin(
+        V,
+        &["apply", "-f", "-"],
+        &format!(
+            "apiVersion: v1\nkind: PersistentVolume\nmetadata: {{name: static-elsewhere}}\nspec:\n  capacity: {{storage: 1Gi}}\n  accessModes: [ReadWriteOnce]\n  storageClassName: \"\"\n  claimRef: {{namespace: default, name: far}}\n  hostPath: {{path: {}}}\n  nodeAffinity:\n    required:\n      nodeSelectorTerms:\n      - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [another-node]}}]\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: far}}\nspec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: \"\"\n  volumeName: static-elsewhere\n  resources: {{requests: {{storage: 1Gi}}}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: misplaced}}\nspec:\n  nodeName: static-vol-node\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: main, image: busybox, command: [sleep, \"3600\"], volumeMounts: [{{name: data, mountPath: /data}}]}}\n  volumes:\n  - name: data\n    persistentVolumeClaim: {{claimName: far}}\n",
+            elsewhere.display()
+        ),
+    );
+    let message = wait_for(60, "the FailedMount event", || {
+        let events = json(
+            s,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=misplaced",
+            ],
+        );
+        events["items"]
+            .as_array()?
+            .iter()
+            .filter(|e| e["reason"] == "FailedMount")
+            .map(|e| e["message"].as_str().unwrap_or("").to_owned())
+            // (Before its claim is bound, the pod waits for that first.)
+            .find(|m| m.contains("volume node affinity conflict"))
+    });
+    assert!(message.contains("static-elsewhere"), "{message}");
+    assert_eq!(
+        s.ok(V, &["get", "pod", "misplaced", "-o", "jsonpath={.status.phase}"]),
+        "Pending"
+    );
+    s.ok(V, &["delete", "pod", "misplaced", "--grace-period=0", "--force"]);
 }
 
 /// A StatefulSet's volumeClaimTemplates on the default class: each replica gets its own claim
