@@ -3,10 +3,11 @@
 //! node's disk directly. A real `r8s server` with its agent runs one busybox pod that mounts
 //! its claim at /vol and a hostPath directory beside the agent's data (the same disk as the
 //! volume's image) at /disk, and writes `--mib` MiB with `dd … conv=fsync` to each in turn,
-//! `--rounds` times (alternating, so that both see the same machine). Each figure is dd's own
-//! bytes / seconds.
+//! `--rounds` times (alternating, so that both see the same machine), noting the uptime before
+//! and after each in /disk/results (busybox's dd prints no rate). Each figure is bytes / seconds,
+//! to the 10 ms of /proc/uptime.
 //!
-//!   cargo build --release -p r8s --bins --examples && target/release/examples/volume-write-bench [--mib 256] [--rounds 5]
+//!   cargo build --release -p r8s --bins --examples && target/release/examples/volume-write-bench [--mib 512] [--rounds 5]
 
 #[path = "common/mod.rs"]
 mod common;
@@ -14,24 +15,29 @@ mod common;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{Api, DeleteParams, LogParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
-/// dd's seconds from its summary line (busybox: "… bytes (…) copied, 0.41 seconds, …").
+/// The seconds a result line (`<where> <uptime before> <uptime after>`) took.
 fn dd_seconds(line: &str) -> Option<f64> {
-    let rest = line.split("copied, ").nth(1)?;
-    rest.split(' ').next()?.trim_end_matches('s').parse().ok()
+    let mut f = line.split_whitespace().skip(1).map(|t| t.parse::<f64>().ok());
+    let (before, after) = (f.next()??, f.next()??);
+    Some(after - before)
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     common::r8s_binary();
     let images = common::test_images();
-    let mib = common::arg("--mib", 256);
+    let mib = common::arg("--mib", 512);
     let rounds = common::arg("--rounds", 5);
     let (dir, mut server, client) =
         common::start_node(&images, "bench-node", "r8svolw0", "10.186.0.0/16").await;
-    common::create_default_service_accounts(&client).await;
+    // The controller manager's ServiceAccount controller makes `default` (pods need it).
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), "default");
+    while sas.get_opt("default").await.ok().flatten().is_none() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let direct = dir.path().join("agent").join("bench-direct");
     std::fs::create_dir_all(&direct).unwrap();
 
@@ -47,9 +53,12 @@ async fn main() {
         "for i in $(seq {rounds}); do \
            for d in vol disk; do \
              sync; \
-             echo $d $(dd if=/dev/zero of=/$d/f bs=1M count={mib} conv=fsync 2>&1 | tail -1); rm -f /$d/f; \
+             t0=$(cut -d\" \" -f1 /proc/uptime); \
+             dd if=/dev/zero of=/$d/f bs=1M count={mib} conv=fsync 2>/dev/null; \
+             echo $d $t0 $(cut -d\" \" -f1 /proc/uptime) >> /disk/results; \
+             rm -f /$d/f; \
            done; \
-         done; echo done"
+         done"
     );
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "writer"},
@@ -76,7 +85,8 @@ async fn main() {
         assert!(Instant::now() < deadline, "the writer did not finish in 10 min");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let logs = pods.logs("writer", &LogParams::default()).await.unwrap();
+    // The results, from the node's side of the hostPath directory.
+    let logs = std::fs::read_to_string(direct.join("results")).unwrap();
     let bytes = (mib * 1024 * 1024) as f64;
     let mut vol = Vec::new();
     let mut disk = Vec::new();
