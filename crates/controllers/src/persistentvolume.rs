@@ -789,8 +789,8 @@ impl PersistentVolumeController {
 
 impl PersistentVolumeController {
     /// A local volume whose node is deleted: once the node has stayed gone for
-    /// [`NODE_GONE_GRACE`], its claim is deleted (the claim's sync then releases the volume,
-    /// which its Delete policy removes), or the volume itself when no claim holds it.
+    /// [`NODE_GONE_GRACE`], its claim is deleted (pvc-protection holds it until the pods that
+    /// used it are collected), and once no claim holds the volume, the volume.
     async fn give_up_local_volume(&self, pv: &PersistentVolume, node: &str) -> SyncResult {
         let since = *self
             .gone_since
