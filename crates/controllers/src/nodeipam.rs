@@ -138,6 +138,10 @@ pub struct NodeIpamController {
     /// One per cluster CIDR, each with the indices of its subnets in use.
     sets: Vec<CidrSet>,
     used: Mutex<Vec<BTreeSet<u32>>>,
+    /// The nodes (name → uid) given their CIDRs by this controller: until the informer shows
+    /// the node's podCIDR, another event of the node must not allocate it a second range (the
+    /// node's agent and overlay would each take a different one).
+    assigned: Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl NodeIpamController {
@@ -150,6 +154,7 @@ impl NodeIpamController {
             informer,
             queue: WorkQueue::new("nodeipam"),
             used: Mutex::new(vec![BTreeSet::new(); sets.len()]),
+            assigned: Mutex::default(),
             sets,
         });
         let weak = Arc::downgrade(&this);
@@ -160,7 +165,10 @@ impl NodeIpamController {
                     this.mark(n, true);
                     this.queue.add(n.name_any());
                 }
-                Change::Deleted(n) => this.mark(n, false),
+                Change::Deleted(n) => {
+                    this.assigned.lock().unwrap().remove(&n.name_any());
+                    this.mark(n, false)
+                }
             }
         });
         Ok(this)
@@ -206,6 +214,11 @@ impl NodeIpamController {
         if node.spec.as_ref().and_then(|s| s.pod_cidr.as_ref()).is_some() {
             return Ok(None);
         }
+        let uid = node.metadata.uid.clone().unwrap_or_default();
+        if self.assigned.lock().unwrap().get(name) == Some(&uid) {
+            // Given its range already; the informer has not seen the write yet.
+            return Ok(None);
+        }
         // One subnet of each cluster CIDR, all or none.
         let indices = {
             let mut used = self.used.lock().unwrap();
@@ -235,6 +248,7 @@ impl NodeIpamController {
             .await
         {
             Ok(_) => {
+                self.assigned.lock().unwrap().insert(name.to_owned(), uid);
                 tracing::info!(node = name, cidrs = %cidrs.join(","), "allocated pod CIDRs");
                 Ok(None)
             }

@@ -386,7 +386,7 @@ impl Agent {
                 tracing::debug!(error = %e, "agent: lease renewal failed");
             }
             // Status heartbeat every minute (upstream: on change and at least every 5 minutes),
-            // and at once when the volumes in use changed.
+            // and at the next 10 s tick when the volumes in use changed.
             status_tick += 1;
             let volumes = self.volumes.local_volumes_in_use();
             if (status_tick.is_multiple_of(6) || volumes != reported_volumes)
