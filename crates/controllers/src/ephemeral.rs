@@ -81,10 +81,7 @@ impl EphemeralVolumeController {
         let this = self.clone();
         run_controller(
             self.queue.clone(),
-            vec![
-                Box::pin(async move { a.wait_synced().await }),
-                Box::pin(async move { b.wait_synced().await }),
-            ],
+            vec![a.synced(), b.synced()],
             workers,
             stop,
             move |key| {

@@ -288,12 +288,7 @@ impl PersistentVolumeController {
         tokio::spawn(resync);
         run_controller(
             self.queue.clone(),
-            vec![
-                Box::pin(async move { a.wait_synced().await }),
-                Box::pin(async move { b.wait_synced().await }),
-                Box::pin(async move { c.wait_synced().await }),
-                Box::pin(async move { d.wait_synced().await }),
-            ],
+            vec![a.synced(), b.synced(), c.synced(), d.synced()],
             workers,
             stop,
             move |key| {

@@ -125,10 +125,7 @@ impl PvcProtectionController {
         let this = self.clone();
         run_controller(
             self.queue.clone(),
-            vec![
-                Box::pin(async move { a.wait_synced().await }),
-                Box::pin(async move { b.wait_synced().await }),
-            ],
+            vec![a.synced(), b.synced()],
             workers,
             stop,
             move |key| {
@@ -198,16 +195,10 @@ impl PvProtectionController {
     pub async fn run(self: Arc<Self>, workers: usize, stop: CancellationToken) {
         let a = self.pvs.clone();
         let this = self.clone();
-        run_controller(
-            self.queue.clone(),
-            vec![Box::pin(async move { a.wait_synced().await })],
-            workers,
-            stop,
-            move |key| {
-                let this = this.clone();
-                async move { this.sync(&key).await }
-            },
-        )
+        run_controller(self.queue.clone(), vec![a.synced()], workers, stop, move |key| {
+            let this = this.clone();
+            async move { this.sync(&key).await }
+        })
         .await;
     }
 
