@@ -21,6 +21,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use r8s_api::pod::is_terminal;
 use r8s_client::informer::{lookup, Factory, Informer};
 
 /// How often pods are looked at (upstream's `gcCheckPeriod`).
@@ -42,14 +43,6 @@ pub struct PodGcController {
     missing_since: Mutex<HashMap<String, Instant>>,
 }
 
-fn phase(pod: &Pod) -> &str {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
-}
-
-fn terminated(pod: &Pod) -> bool {
-    matches!(phase(pod), "Succeeded" | "Failed")
-}
-
 fn node_name(pod: &Pod) -> &str {
     pod.spec
         .as_ref()
@@ -59,7 +52,7 @@ fn node_name(pod: &Pod) -> &str {
 
 /// The finished pods past `threshold`, oldest first (upstream orders by creation time).
 pub fn terminated_over(pods: &[Arc<Pod>], threshold: usize) -> Vec<Arc<Pod>> {
-    let mut done: Vec<Arc<Pod>> = pods.iter().filter(|p| terminated(p)).cloned().collect();
+    let mut done: Vec<Arc<Pod>> = pods.iter().filter(|p| is_terminal(p)).cloned().collect();
     if threshold == 0 || done.len() <= threshold {
         return Vec::new();
     }
@@ -175,7 +168,7 @@ impl PodGcController {
         let ns = pod.namespace().unwrap_or_default();
         let name = pod.name_any();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        if !terminated(pod) {
+        if !is_terminal(pod) {
             let mut status = json!({"phase": "Failed"});
             if let Some(message) = message {
                 status["conditions"] = json!([{

@@ -62,14 +62,6 @@ pub fn claims_of(pod: &Pod) -> Vec<String> {
         .collect()
 }
 
-/// A pod that has finished (Succeeded or Failed) uses no claim any more.
-fn finished(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
-    )
-}
-
 pub struct PvcProtectionController {
     client: Client,
     pvcs: Arc<Informer<PersistentVolumeClaim>>,
@@ -109,7 +101,7 @@ impl PvcProtectionController {
         this.pods.add_handler(move |c| {
             let pod = match c {
                 Change::Deleted(p) => p,
-                Change::Updated(_, p) if finished(p) => p,
+                Change::Updated(_, p) if r8s_api::pod::is_terminal(p) => p,
                 _ => return,
             };
             let ns = pod.namespace().unwrap_or_default();
@@ -153,7 +145,7 @@ impl PvcProtectionController {
                     .as_ref()
                     .and_then(|s| s.node_name.as_deref())
                     .is_some_and(|n| !n.is_empty())
-                && !finished(p)
+                && !r8s_api::pod::is_terminal(p)
                 && claims_of(p).contains(&name)
         });
         if in_use {
@@ -234,6 +226,6 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(claims_of(&pod), ["data", "web-scratch"]);
-        assert!(!finished(&pod));
+        assert!(!r8s_api::pod::is_terminal(&pod));
     }
 }
