@@ -2,7 +2,7 @@
 # Run upstream's conformance suite (the [Conformance] specs of Kubernetes' e2e tests, v1.33)
 # against a multi-node r8s cluster on this machine, and tear the cluster down after:
 #
-#   scripts/conformance.sh [--focus REGEX | --subset FILE] [--skip REGEX] [--nodes N]
+#   scripts/conformance.sh [--focus REGEX | --subset FILE] [--skip REGEX] [--labels EXPR] [--nodes N]
 #                          [--procs P] [--report-dir DIR] [--no-serial] [--keep]
 #
 # It builds what is missing (cached under target/: r8s, the suite and its images), brings up
@@ -14,6 +14,8 @@
 #   --subset FILE   only the specs FILE names, one whole spec name a line (# comments);
 #                   conformance/ci-subset.txt is the one scripts/test.sh (and CI) runs
 #   --skip REGEX    leave these out too
+#   --labels EXPR   the suite's label filter instead of Conformance (e.g. '!Feature && !Flaky &&
+#                   !Disruptive' with --focus to run an area's other specs too; Serial is added)
 #   --no-serial     the parallel pass only
 #   --keep          leave the cluster up (its kubeconfig is printed); `scripts/multi-node.sh down`
 #                   removes it
@@ -23,7 +25,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-focus='' skip='' nodes=2 procs=4 report='' serial=1 keep=0
+focus='' skip='' labels=Conformance nodes=2 procs=4 report='' serial=1 keep=0
 while [ $# -gt 0 ]; do
   case $1 in
     --focus) focus=$2; shift 2 ;;
@@ -34,12 +36,13 @@ while [ $# -gt 0 ]; do
       shift 2
       ;;
     --skip) skip=$2; shift 2 ;;
+    --labels) labels=$2; shift 2 ;;
     --nodes) nodes=$2; shift 2 ;;
     --procs) procs=$2; shift 2 ;;
     --report-dir) report=$2; shift 2 ;;
     --no-serial) serial=0; shift ;;
     --keep) keep=1; shift ;;
-    *) echo "usage: $0 [--focus REGEX | --subset FILE] [--skip REGEX] [--nodes N] [--procs P] [--report-dir DIR] [--no-serial] [--keep]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--focus REGEX | --subset FILE] [--skip REGEX] [--labels EXPR] [--nodes N] [--procs P] [--report-dir DIR] [--no-serial] [--keep]" >&2; exit 2 ;;
   esac
 done
 [ "$nodes" -ge 2 ] || { echo "conformance: the suite needs at least 2 nodes" >&2; exit 2; }
@@ -132,7 +135,7 @@ skip_args=()
 status=0
 say "parallel pass ($procs processes)"
 mkdir -p "$report/parallel"
-"$bindir/ginkgo" --procs="$procs" --timeout=24h --no-color --label-filter='Conformance && !Serial' \
+"$bindir/ginkgo" --procs="$procs" --timeout=24h --no-color --label-filter="($labels) && !Serial" \
   "${focus_args[@]}" "${skip_args[@]}" \
   "$bindir/e2e.test" -- "${e2e_args[@]}" --report-dir="$report/parallel" \
   >"$report/parallel.log" 2>&1 || status=1
@@ -140,7 +143,7 @@ tail -5 "$report/parallel.log" >&2
 if [ "$serial" = 1 ]; then
   say "serial pass"
   mkdir -p "$report/serial"
-  "$bindir/e2e.test" "${e2e_args[@]}" --ginkgo.label-filter='Conformance && Serial' \
+  "$bindir/e2e.test" "${e2e_args[@]}" --ginkgo.label-filter="($labels) && Serial" \
     "${focus_args[@]/#--/--ginkgo.}" "${skip_args[@]/#--/--ginkgo.}" \
     --report-dir="$report/serial" >"$report/serial.log" 2>&1 || status=1
   tail -5 "$report/serial.log" >&2

@@ -1171,7 +1171,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         });
     }
     if on("ValidatingAdmissionPolicy") {
-        admission.push_validating(adm::policy::ValidatingAdmissionPolicy::start(store.clone()));
+        admission.push_validating(adm::policy::ValidatingAdmissionPolicy::start(
+            store.clone(),
+            Some(authorizers.clone()),
+        ));
     }
     if on("ValidatingAdmissionWebhook") {
         admission.push_validating(adm::webhook::ValidatingWebhook::start(store.clone()));

@@ -16,7 +16,8 @@ use tokio::sync::watch;
 use super::webhook::matching::{rule_matches, RequestAttrs};
 use super::webhook::source::Rule;
 use super::{Attributes, Operation, ValidatingPlugin};
-use crate::cel::{self, Expr};
+use crate::authz::AuthorizerChain;
+use crate::cel::{self, authz, Expr};
 use crate::follow::{self, Change};
 use crate::status::ApiError;
 
@@ -257,10 +258,14 @@ pub struct ValidatingAdmissionPolicy {
     rx: watch::Receiver<Option<Compiled>>,
     store: Arc<dyn Store>,
     listers: super::listers::Listers,
+    /// What the expressions' `authorizer` asks (the API server's own authorizers).
+    authorizers: Option<AuthorizerChain>,
 }
 
 impl ValidatingAdmissionPolicy {
-    pub fn start(store: Arc<dyn Store>) -> Self {
+    /// `authorizers`: what the expressions' `authorizer` variable asks; without, its checks
+    /// are errors.
+    pub fn start(store: Arc<dyn Store>, authorizers: Option<AuthorizerChain>) -> Self {
         let (tx, rx) = watch::channel(None);
         const POLICIES: &str = "/registry/validatingadmissionpolicies/";
         const BINDINGS: &str = "/registry/validatingadmissionpolicybindings/";
@@ -307,6 +312,7 @@ impl ValidatingAdmissionPolicy {
             rx,
             listers: super::listers::Listers::new(store.clone()),
             store,
+            authorizers,
         }
     }
 
@@ -501,6 +507,8 @@ impl ValidatingPlugin for ValidatingAdmissionPolicy {
                     }
                 },
             };
+            // The decisions of the authorization checks of this binding's expressions.
+            let session = Arc::new(authz::Session::default());
             for param in &params {
                 let mut vars: Vec<(&str, cel::Value)> = vec![
                     ("object", cel::value(object.unwrap_or(&Value::Null))),
@@ -512,10 +520,20 @@ impl ValidatingPlugin for ValidatingAdmissionPolicy {
                         cel::value(ns_obj.as_deref().unwrap_or(&Value::Null)),
                     ),
                 ];
-                // matchConditions: all must hold (an error is the failure policy's).
+                vars.extend(authz::variables(a.user, info, &session));
+                let authorizers = self.authorizers.as_ref();
+                // matchConditions: all must hold (an error is the failure policy's). Each
+                // expression's cost is charged before it runs (`cel::cost`): the conditions
+                // to a budget of their own, the rest to the binding's.
+                let mut conditions_left = cel::cost::MATCH_CONDITIONS_BUDGET;
+                let mut left = cel::cost::RUNTIME_BUDGET;
                 let mut skip = false;
                 for (cname, cond) in &policy.match_conditions {
-                    match cond.eval_bool(&vars) {
+                    let result = match cond.charge(&vars, &mut conditions_left) {
+                        Ok(()) => authz::eval_bool(cond, &vars, &session, authorizers).await,
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match result {
                         Ok(true) => {}
                         Ok(false) => {
                             skip = true;
@@ -537,17 +555,25 @@ impl ValidatingPlugin for ValidatingAdmissionPolicy {
                 for (vname, expr) in &policy.variables {
                     let mut with: Vec<(&str, cel::Value)> = vars.clone();
                     with.push(("variables", cel::map(var_values.iter().map(|(k, v)| (k, v)))));
-                    if let Ok(v) = expr.eval(&with) {
+                    if expr.charge(&with, &mut left).is_err() {
+                        continue;
+                    }
+                    if let Ok(v) = authz::eval(expr, &with, &session, authorizers).await {
                         var_values.push((vname.clone(), v));
                     }
                 }
                 vars.push(("variables", cel::map(var_values.iter().map(|(k, v)| (k, v)))));
                 for v in &policy.validations {
-                    let message = match v.expression.eval_bool(&vars) {
+                    let result = match v.expression.charge(&vars, &mut left) {
+                        Ok(()) => authz::eval_bool(&v.expression, &vars, &session, authorizers).await,
+                        Err(e) => Err(e.to_string()),
+                    };
+                    let message = match result {
                         Ok(true) => continue,
                         Ok(false) => v
                             .message_expression
                             .as_ref()
+                            .filter(|m| m.charge(&vars, &mut left).is_ok())
                             .and_then(|m| m.eval(&vars).ok())
                             .and_then(|m| cel::as_string(&m))
                             .filter(|m| !m.trim().is_empty())

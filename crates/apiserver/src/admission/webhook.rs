@@ -165,8 +165,14 @@ impl Dispatcher {
                     crate::cel::value(&super::policy::request_value(a, name)),
                 ),
             ];
+            // Each condition's cost is charged before it runs (`crate::cel::cost`).
+            let mut left = crate::cel::cost::MATCH_CONDITIONS_BUDGET;
             for (cname, cond) in &hook.match_conditions {
-                match cond.eval_bool(&vars) {
+                let result = cond
+                    .charge(&vars, &mut left)
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| cond.eval_bool(&vars));
+                match result {
                     Ok(true) => {}
                     Ok(false) => return Ok(None),
                     Err(_) if hook.fail_open => return Ok(None),

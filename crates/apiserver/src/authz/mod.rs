@@ -24,14 +24,15 @@ pub trait Authorizer: Send + Sync {
     async fn authorize(&self, user: &UserInfo, request: &RequestInfo) -> Decision;
 }
 
-#[derive(Default)]
+/// Cloned where something besides the request path asks (admission policies' `authorizer`).
+#[derive(Default, Clone)]
 pub struct AuthorizerChain {
-    authorizers: Vec<Box<dyn Authorizer>>,
+    authorizers: Vec<std::sync::Arc<dyn Authorizer>>,
 }
 
 impl AuthorizerChain {
     pub fn push(&mut self, a: impl Authorizer + 'static) {
-        self.authorizers.push(Box::new(a));
+        self.authorizers.push(std::sync::Arc::new(a));
     }
 
     pub fn names(&self) -> Vec<&'static str> {

@@ -285,6 +285,24 @@ fn escape(name: &str) -> Option<String> {
     (out != name).then_some(out)
 }
 
+/// The property name a CEL field name stands for (the inverse of [`escape`]).
+pub(crate) fn unescape(field: &str) -> String {
+    if let Some(inner) = field.strip_prefix("__").and_then(|f| f.strip_suffix("__")) {
+        if RESERVED.contains(&inner) {
+            return inner.to_owned();
+        }
+    }
+    if !field.contains("__") {
+        return field.to_owned();
+    }
+    field
+        .replace("__underscores__", "\u{0}")
+        .replace("__dot__", ".")
+        .replace("__dash__", "-")
+        .replace("__slash__", "/")
+        .replace("\u{0}", "__")
+}
+
 // Declarations: the functions of the environment, each with its overloads written as
 // `(arg, ...) result` (a global function) or `receiver.(arg, ...) result` (a member one).
 
@@ -807,6 +825,10 @@ pub(crate) struct Checked {
     pub result: Type,
     /// Whether it refers to the variable `oldSelf`.
     pub uses_old_self: bool,
+    /// The parsed expression (macros expanded) and the type of each of its nodes, by id: what
+    /// the cost estimator (`super::cost`) reads.
+    pub ast: Option<IdedExpr>,
+    pub types: HashMap<u64, Type>,
 }
 
 /// Type-checks `source` with `vars` declared. A source that does not parse is `dyn` here
@@ -816,6 +838,8 @@ pub(crate) fn check(source: &str, vars: &[Var<'_>]) -> Result<Checked, String> {
         return Ok(Checked {
             result: Type::Dyn,
             uses_old_self: false,
+            ast: None,
+            types: HashMap::new(),
         });
     };
     let mut c = Checker {
@@ -824,12 +848,15 @@ pub(crate) fn check(source: &str, vars: &[Var<'_>]) -> Result<Checked, String> {
         globals: vars.len(),
         errors: Vec::new(),
         uses_old_self: false,
+        types: HashMap::new(),
     };
     let result = c.check(&ast);
     if c.errors.is_empty() {
         return Ok(Checked {
             result,
             uses_old_self: c.uses_old_self,
+            types: c.types,
+            ast: Some(ast),
         });
     }
     Err(c.display(source))
@@ -844,6 +871,8 @@ struct Checker<'i> {
     /// Each error's offset in the source and message.
     errors: Vec<(usize, String)>,
     uses_old_self: bool,
+    /// Each node's type, by id.
+    types: HashMap<u64, Type>,
 }
 
 impl Checker<'_> {
@@ -912,6 +941,12 @@ impl Checker<'_> {
     }
 
     fn check(&mut self, e: &IdedExpr) -> Type {
+        let t = self.check_node(e);
+        self.types.insert(e.id, t.clone());
+        t
+    }
+
+    fn check_node(&mut self, e: &IdedExpr) -> Type {
         match &e.expr {
             Expr::Unspecified => Type::Dyn,
             Expr::Literal(l) => match l {
@@ -925,6 +960,17 @@ impl Checker<'_> {
             },
             Expr::Ident(name) => self.ident(e.id, name),
             Expr::Select(sel) => {
+                // A variable of a qualified name (`authorizer.requestResource`).
+                if !sel.test {
+                    if let Some(t) = e
+                        .expr
+                        .qualified_name_segments_pub()
+                        .filter(|n| n.contains('.'))
+                        .and_then(|n| self.lookup(&n))
+                    {
+                        return t;
+                    }
+                }
                 let operand = self.check(&sel.operand);
                 let t = self.select(e.id, &operand, &sel.field, false);
                 if sel.test {

@@ -9,17 +9,22 @@
 //! - Kubernetes' own: lists (`sum`, `min`, `isSorted`, ...), regex (`find`, `findAll`), urls,
 //!   quantity, ip and cidr, format, semver.
 //!
-//! Timestamps and durations are the crate's (its `chrono` feature). Missing: the authz library (no `authorizer` variable is bound)
-//! and cost limits. Compiling does not type-check; `check` does, where upstream does it: CRD
-//! rules when a CRD is written, admission policies' expressions for their status.
+//! - authz (`authorizer`, see [`authz`]).
+//!
+//! Timestamps and durations are the crate's (its `chrono` feature). Compiling does not
+//! type-check; `check` does, where upstream does it: CRD rules when a CRD is written, admission
+//! policies' expressions for their status. Costs are estimated and limited as upstream limits
+//! them ([`cost`]).
 //!
 //! The environment is built once, and every expression is compiled (macros expanded) and
 //! evaluated with it. The libraries' own types (`kubernetes.Quantity`, `net.IP`, `net.CIDR`,
 //! `kubernetes.URL`, `kubernetes.Semver`, `kubernetes.NamedFormat`) are opaque values: they
 //! pass through `Value` unchanged, so a policy's variable may hold one.
 
+pub(crate) mod authz;
 pub(crate) mod check;
 mod comprehensions;
+pub(crate) mod cost;
 mod format;
 mod lists;
 mod net;
@@ -59,6 +64,7 @@ fn kubernetes_env() -> Result<Env, DeclarationError> {
     env.add_extension(net::library)?;
     env.add_extension(format::library)?;
     env.add_extension(semver::library)?;
+    env.add_extension(authz::library)?;
     Ok(env)
 }
 
@@ -66,6 +72,29 @@ fn kubernetes_env() -> Result<Env, DeclarationError> {
 pub(crate) struct Expr {
     pub source: String,
     program: Result<Program, String>,
+    /// The expression checked with the variables of its first evaluation as `dyn`: what its
+    /// cost at run time is bounded by (see [`cost`]); `None` if it does not check.
+    checked: OnceLock<Option<check::Checked>>,
+}
+
+/// Why an expression was not run (upstream's words).
+#[derive(Debug, PartialEq)]
+pub(crate) enum OverBudget {
+    /// Over the per-call limit.
+    CallLimit,
+    /// Over what is left of the budget of the evaluations it is one of.
+    Budget,
+}
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OverBudget::CallLimit => "operation cancelled: actual cost limit exceeded",
+            OverBudget::Budget => {
+                "validation failed due to running out of cost budget, no further validation rules will be run"
+            }
+        })
+    }
 }
 
 impl Expr {
@@ -73,7 +102,28 @@ impl Expr {
         Self {
             source: source.to_owned(),
             program: env().compile(source).map_err(|e| e.to_string()),
+            checked: OnceLock::new(),
         }
+    }
+
+    /// What evaluating with `vars` bound costs at most, in cel-go's units ([`cost`]).
+    pub fn cost(&self, vars: &[(&str, Value)]) -> u64 {
+        let checked = self.checked.get_or_init(|| {
+            let decls: Vec<check::Var<'_>> = vars.iter().map(|(n, _)| (*n, check::Type::Dyn)).collect();
+            check::check(&self.source, &decls).ok()
+        });
+        checked.as_ref().map_or(0, |c| cost::runtime_cost(c, vars))
+    }
+
+    /// Charge the cost of evaluating with `vars` to `left` (what is left of a budget), if it
+    /// is within the per-call limit and what is left; the expression must not run otherwise.
+    pub fn charge(&self, vars: &[(&str, Value)], left: &mut u64) -> Result<(), OverBudget> {
+        let cost = self.cost(vars);
+        if cost > cost::PER_CALL_LIMIT {
+            return Err(OverBudget::CallLimit);
+        }
+        *left = left.checked_sub(cost).ok_or(OverBudget::Budget)?;
+        Ok(())
     }
 
     /// Why the expression does not compile, if it does not.

@@ -280,6 +280,10 @@ pub(crate) fn expression_warnings(policy: &Value) -> Vec<Value> {
                 ("request", request_type()),
                 ("namespaceObject", Type::Dyn),
                 ("authorizer", Type::Opaque("kubernetes.authorization.Authorizer")),
+                (
+                    "authorizer.requestResource",
+                    Type::Opaque("kubernetes.authorization.ResourceCheck"),
+                ),
             ];
             if let Some(p) = &params {
                 vars.push(("params", p.clone()));

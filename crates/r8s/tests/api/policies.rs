@@ -189,3 +189,142 @@ fn a_validating_admission_policy_with_a_param_denies_and_warns() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+const GUARD: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: secrets-readers-only}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [configmaps]
+  validations:
+  - expression: >-
+      authorizer.group('').resource('secrets').namespace(object.metadata.namespace)
+      .check('get').allowed()
+    messageExpression: "request.userInfo.username + ' may not read secrets here'"
+  - expression: "!authorizer.requestResource.check('delete').allowed() || (has(object.data) && object.data.size() > 0)"
+    message: those who may delete configmaps write none empty
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: secrets-readers-only}
+spec:
+  policyName: secrets-readers-only
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels: {kubernetes.io/metadata.name: guarded}
+"#;
+
+/// The `authorizer` variable asks the server's own authorizers (RBAC here) about the
+/// requesting user, whose permissions change while the policy stands.
+#[test]
+fn a_policy_asks_the_authorizer_about_the_requesting_user() {
+    let server = Server::start();
+    let k = "1.33";
+    server.ok(k, &["create", "namespace", "guarded"]);
+    server.ok(
+        k,
+        &[
+            "create",
+            "role",
+            "writer",
+            "-n",
+            "guarded",
+            "--verb=create",
+            "--resource=configmaps",
+        ],
+    );
+    server.ok(
+        k,
+        &[
+            "create",
+            "rolebinding",
+            "bob-writes",
+            "-n",
+            "guarded",
+            "--role=writer",
+            "--user=bob",
+        ],
+    );
+    server.ok_stdin(k, &["apply", "-f", "-"], GUARD);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let err = loop {
+        let out = server.kubectl(
+            k,
+            &[
+                "create",
+                "configmap",
+                "c1",
+                "-n",
+                "guarded",
+                "--from-literal=a=b",
+                "--as=bob",
+            ],
+        );
+        if !out.status.success() {
+            break String::from_utf8_lossy(&out.stderr).into_owned();
+        }
+        server.ok(k, &["delete", "configmap", "c1", "-n", "guarded"]);
+        assert!(std::time::Instant::now() < deadline, "the policy never denied");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(
+        err.contains("ValidatingAdmissionPolicy 'secrets-readers-only' with binding 'secrets-readers-only' denied request: bob may not read secrets here"),
+        "{err}"
+    );
+    // The cluster admin reads secrets, and may delete configmaps: an empty one is refused.
+    server.ok(
+        k,
+        &["create", "configmap", "c0", "-n", "guarded", "--from-literal=a=b"],
+    );
+    let err = server.fails(k, &["create", "configmap", "empty", "-n", "guarded"]);
+    assert!(
+        err.contains("those who may delete configmaps write none empty"),
+        "{err}"
+    );
+    // Once bob may read secrets, his configmap is let through (and, as he may not delete
+    // configmaps, even an empty one).
+    server.ok(
+        k,
+        &[
+            "create",
+            "role",
+            "reader",
+            "-n",
+            "guarded",
+            "--verb=get",
+            "--resource=secrets",
+        ],
+    );
+    server.ok(
+        k,
+        &[
+            "create",
+            "rolebinding",
+            "bob-reads",
+            "-n",
+            "guarded",
+            "--role=reader",
+            "--user=bob",
+        ],
+    );
+    server.ok(
+        k,
+        &[
+            "create",
+            "configmap",
+            "c2",
+            "-n",
+            "guarded",
+            "--from-literal=a=b",
+            "--as=bob",
+        ],
+    );
+    server.ok(k, &["create", "configmap", "c3", "-n", "guarded", "--as=bob"]);
+}

@@ -175,6 +175,7 @@ pub(crate) fn default(schema: &Value, v: &mut Value) {
 /// Validate `obj` (the whole custom resource) against its schema: every error, in upstream's
 /// words. Metadata is the registry's to check.
 pub(crate) fn validate(schema: &Value, obj: &Value) -> Vec<FieldError> {
+    budget::reset();
     let mut errs = Vec::new();
     if let Some(o) = obj.as_object() {
         let props = schema.get("properties").and_then(Value::as_object);
@@ -373,23 +374,98 @@ fn check(schema: &Value, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
 /// bool, each messageExpression must yield a string, `oldSelf` may not be used where old and
 /// new values cannot be correlated (under a list that is not a map list), and
 /// `optionalOldSelf` only with `oldSelf`. `path`: the schema's field path.
+///
+/// And each rule's estimated cost, times how many times it could run on one object, must stay
+/// within upstream's `StaticEstimatedCostLimit`, and all of them together within
+/// `StaticEstimatedCRDCostLimit` (see `crate::cel::cost`).
 pub(crate) fn check_rules(schema: &Value, path: &str) -> Vec<FieldError> {
+    use crate::cel::cost::{over_budget, STATIC_CRD_LIMIT};
     let mut errs = Vec::new();
-    check_node_rules(schema, path, true, None, &mut errs);
+    let mut total = TotalCost::default();
+    check_node_rules(schema, path, true, None, Some(1), &mut total, &mut errs);
+    if total.total > STATIC_CRD_LIMIT {
+        for (at, _) in &total.most_expensive {
+            errs.push(FieldError::forbidden(
+                at.clone(),
+                "contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema",
+            ));
+        }
+        errs.push(FieldError::forbidden(
+            path,
+            over_budget(
+                "x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema",
+                total.total,
+                STATIC_CRD_LIMIT,
+            ),
+        ));
+    }
     errs
 }
 
+/// The estimated cost of a CRD's rules together, and the (at most 4) dearest of them that
+/// each take at least 1% of the limit (upstream's `TotalCost`).
+#[derive(Default)]
+struct TotalCost {
+    total: u64,
+    most_expensive: Vec<(String, u64)>,
+}
+
+impl TotalCost {
+    fn observe(&mut self, at: String, cost: u64) {
+        use crate::cel::cost::STATIC_CRD_LIMIT;
+        self.total = self.total.saturating_add(cost);
+        if cost < STATIC_CRD_LIMIT / 100 {
+            return;
+        }
+        self.most_expensive.push((at, cost));
+        self.most_expensive.sort_by_key(|e| std::cmp::Reverse(e.1));
+        self.most_expensive.truncate(4);
+    }
+}
+
+/// By how much a schema multiplies how often its children's rules can run (upstream's
+/// `extractMaxElements`); `None`: without bound.
+fn max_elements_factor(schema: &Value) -> Option<u64> {
+    let limit = |k: &str| schema.get(k).and_then(Value::as_i64).map(|n| n.max(0) as u64);
+    match schema.get("type").and_then(Value::as_str) {
+        Some("object")
+            if schema
+                .get("additionalProperties")
+                .is_some_and(|a| a.is_object() || a == true) =>
+        {
+            limit("maxProperties")
+        }
+        Some("array") => limit("maxItems"),
+        _ => Some(1),
+    }
+}
+
+/// A rule's (or message expression's) estimated cost at its schema node.
+fn estimated_cost(checked: &crate::cel::check::Checked, schema: &Value, embedded: bool) -> u64 {
+    let Some(ast) = &checked.ast else { return 0 };
+    let mut sizes = crate::cel::cost::SchemaSizes {
+        root: schema,
+        resource_root: embedded,
+    };
+    crate::cel::cost::estimate(ast, &checked.types, &mut sizes).max
+}
+
+#[allow(clippy::too_many_arguments)]
 fn check_node_rules(
     schema: &Value,
     path: &str,
     root: bool,
     uncorrelatable: Option<&str>,
+    cardinality: Option<u64>,
+    total: &mut TotalCost,
     errs: &mut Vec<FieldError>,
 ) {
     use crate::cel::check::{check, Type};
+    use crate::cel::cost::{max_cardinality, over_budget, STATIC_LIMIT};
     if let Some(list) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
         let embedded = root || flag(schema, "x-kubernetes-embedded-resource");
         let self_type = Type::from_schema(schema, embedded, "self").unwrap_or(Type::Dyn);
+        let times = cardinality.unwrap_or_else(|| max_cardinality(schema));
         for (i, r) in list.iter().enumerate() {
             let rule = r["rule"].as_str().unwrap_or("");
             let at = format!("{path}.x-kubernetes-validations[{i}]");
@@ -423,6 +499,15 @@ fn check_node_rules(
                 ));
                 continue;
             }
+            let cost = estimated_cost(&checked, schema, embedded);
+            let cost = if cost == 0 { 0 } else { cost.saturating_mul(times) };
+            if cost > STATIC_LIMIT {
+                errs.push(FieldError::forbidden(
+                    format!("{at}.rule"),
+                    over_budget("estimated rule cost", cost, STATIC_LIMIT),
+                ));
+            }
+            total.observe(format!("{at}.rule"), cost);
             if let Some(m) = r["messageExpression"].as_str().filter(|m| !m.trim().is_empty()) {
                 if let Some(e) = crate::cel::Expr::compile(m).compile_error() {
                     errs.push(invalid(
@@ -441,7 +526,17 @@ fn check_node_rules(
                                 "messageExpression must evaluate to a string".to_owned(),
                             ))
                         }
-                        Ok(_) => {}
+                        Ok(c) => {
+                            // Upstream counts a message expression once, not per occurrence.
+                            let cost = estimated_cost(&c, schema, embedded);
+                            if cost > STATIC_LIMIT {
+                                errs.push(FieldError::forbidden(
+                                    format!("{at}.messageExpression"),
+                                    over_budget("estimated messageExpression cost", cost, STATIC_LIMIT),
+                                ));
+                            }
+                            total.observe(format!("{at}.messageExpression"), cost);
+                        }
                     }
                 }
             }
@@ -462,6 +557,9 @@ fn check_node_rules(
             }
         }
     }
+    let child_cardinality = cardinality
+        .zip(max_elements_factor(schema))
+        .map(|(c, f)| c.saturating_mul(f));
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         let map_type = schema.get("x-kubernetes-map-type").and_then(Value::as_str);
         let correlatable = map_type.is_none_or(|t| t == "granular" || t == "atomic");
@@ -471,7 +569,15 @@ fn check_node_rules(
             } else {
                 uncorrelatable.or(Some(path))
             };
-            check_node_rules(sub, &format!("{path}.properties[{k}]"), false, within, errs);
+            check_node_rules(
+                sub,
+                &format!("{path}.properties[{k}]"),
+                false,
+                within,
+                child_cardinality,
+                total,
+                errs,
+            );
         }
     }
     if let Some(add) = schema.get("additionalProperties").filter(|a| a.is_object()) {
@@ -480,6 +586,8 @@ fn check_node_rules(
             &format!("{path}.additionalProperties"),
             false,
             uncorrelatable,
+            child_cardinality,
+            total,
             errs,
         );
     }
@@ -490,7 +598,15 @@ fn check_node_rules(
         } else {
             uncorrelatable.or(Some(path))
         };
-        check_node_rules(items, &format!("{path}.items"), false, within, errs);
+        check_node_rules(
+            items,
+            &format!("{path}.items"),
+            false,
+            within,
+            child_cardinality,
+            total,
+            errs,
+        );
     }
 }
 
@@ -533,6 +649,31 @@ fn compiled_rule(rule: &str) -> std::sync::Arc<crate::cel::Expr> {
         .clone()
 }
 
+/// What is left of the cost budget of the validation running on this thread (upstream's
+/// `RuntimeCELCostBudget` for one object), `None` once it ran out or a rule went over the
+/// per-call limit: no further rule runs then. Validation is synchronous, so a thread-local is
+/// the object's own.
+mod budget {
+    use std::cell::Cell;
+
+    thread_local! {
+        static LEFT: Cell<Option<u64>> = const { Cell::new(Some(crate::cel::cost::RUNTIME_BUDGET)) };
+    }
+
+    /// A fresh budget for the validation of one object.
+    pub(super) fn reset() {
+        LEFT.with(|l| l.set(Some(crate::cel::cost::RUNTIME_BUDGET)));
+    }
+
+    pub(super) fn left() -> Option<u64> {
+        LEFT.with(Cell::get)
+    }
+
+    pub(super) fn set(left: Option<u64>) {
+        LEFT.with(|l| l.set(left));
+    }
+}
+
 /// Whether a rule is a transition rule (it compares with the stored value).
 fn is_transition(rule: &str) -> bool {
     rule.contains("oldSelf")
@@ -554,6 +695,7 @@ fn rules(
     let kind = schema.get("type").and_then(Value::as_str).unwrap_or("object");
     for r in list {
         let Some(rule) = r["rule"].as_str() else { continue };
+        let Some(left) = budget::left() else { return };
         if is_transition(rule) != transitions {
             continue;
         }
@@ -575,12 +717,44 @@ fn rules(
             None if path.is_empty() => "<nil>".to_owned(),
             None => path.to_owned(),
         };
+        // The rule's cost is bounded before it runs (`crate::cel::cost`): over the per-call
+        // limit, or over what is left of the object's budget, it does not run, and neither
+        // does any rule after it.
+        let mut left = left;
+        if let Err(over) = expr.charge(&vars, &mut left) {
+            let shown = r["message"]
+                .as_str()
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .unwrap_or(rule.trim());
+            let detail = match over {
+                crate::cel::OverBudget::CallLimit => format!(
+                    "'{over}': no further validation rules will be run due to call cost exceeds limit for rule: {shown}"
+                ),
+                crate::cel::OverBudget::Budget => over.to_string(),
+            };
+            errs.push(FieldError {
+                reason: "FieldValueInvalid",
+                field: if path.is_empty() { "<nil>" } else { path }.to_owned(),
+                message: format!("Invalid value: \"{kind}\": {detail}"),
+            });
+            budget::set(None);
+            return;
+        }
+        budget::set(Some(left));
         let message = match expr.eval_bool(&vars) {
             Ok(true) => continue,
             Ok(false) => r["messageExpression"]
                 .as_str()
                 .filter(|m| !m.is_empty())
-                .and_then(|m| compiled_rule(m).eval(&vars).ok())
+                .map(compiled_rule)
+                // A message expression too dear to run leaves the rule's message.
+                .filter(|m| {
+                    let fits = m.charge(&vars, &mut left).is_ok();
+                    budget::set(Some(left));
+                    fits
+                })
+                .and_then(|m| m.eval(&vars).ok())
                 .and_then(|m| crate::cel::as_string(&m))
                 .filter(|m| !m.trim().is_empty())
                 .or_else(|| r["message"].as_str().filter(|m| !m.is_empty()).map(str::to_owned))
@@ -611,6 +785,7 @@ fn rules(
 /// and the stored object both have a value (object properties by name, map-keyed list items
 /// by key).
 pub(crate) fn validate_transitions(schema: &Value, obj: &Value, old: &Value) -> Vec<FieldError> {
+    budget::reset();
     let mut errs = Vec::new();
     transitions(schema, obj, Some(old), "", &mut errs);
     errs
@@ -1034,7 +1209,7 @@ mod tests {
                 {"rule": "self.replicas > 0", "optionalOldSelf": true},
                 {"rule": "self.replicas >= oldSelf.replicas && self.items.all(i, i.size() > 0)"}],
             "properties": {"replicas": {"type": "integer"},
-                "items": {"type": "array", "items": {"type": "string",
+                "items": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 10,
                     "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}}}}});
         let errs = check_rules(&schema, "spec.versions[0].schema.openAPIV3Schema");
         let at = "spec.versions[0].schema.openAPIV3Schema.properties[spec]";
@@ -1050,6 +1225,62 @@ mod tests {
                 format!("{at}.x-kubernetes-validations[3].optionalOldSelf: Invalid value: true: may not be set if oldSelf is not used in rule"),
                 format!("{at}.properties[items].items.x-kubernetes-validations[0].rule: Invalid value: \"self == oldSelf\": oldSelf cannot be used on the uncorrelatable portion of the schema within {at}.properties[items]"),
             ]
+        );
+    }
+
+    /// The two cost specs of upstream's e2e suite (`crd_validation_rules.go`).
+    #[test]
+    fn rules_are_held_to_upstreams_cost_limits() {
+        // Estimated: a rule on each of an unbounded list of unbounded lists of strings.
+        let expensive = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "properties": {"x": {"type": "array", "items": {"type": "array",
+                "items": {"type": "string"},
+                "x-kubernetes-validations": [{"rule": "self.all(s, s == 'string constant')"}]}}}}}});
+        let at = "spec.versions[0].schema.openAPIV3Schema";
+        let m = messages(&check_rules(&expensive, at));
+        let budget = "(try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and strings are declared)";
+        let rule_at = format!("{at}.properties[spec].properties[x].items.x-kubernetes-validations[0].rule");
+        assert_eq!(
+            m,
+            [
+                format!("{rule_at}: Forbidden: estimated rule cost exceeds budget by factor of more than 100x {budget}"),
+                format!("{rule_at}: Forbidden: contributed to estimated rule cost total exceeding cost limit for entire OpenAPIv3 schema"),
+                format!("{at}: Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema exceeds budget by factor of more than 100x {budget}"),
+            ]
+        );
+        // Bounded by maxItems and maxLength, the same rule is accepted.
+        let mut bounded = expensive.clone();
+        bounded["properties"]["spec"]["properties"]["x"]["maxItems"] = json!(10);
+        bounded["properties"]["spec"]["properties"]["x"]["items"]["maxItems"] = json!(10);
+        bounded["properties"]["spec"]["properties"]["x"]["items"]["items"]["maxLength"] = json!(20);
+        assert_eq!(messages(&check_rules(&bounded, at)), Vec::<String>::new());
+
+        // At run time: accepted when written, refused on an object large enough.
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "self.x + self.y > 0"},
+                {"rule": "self.largeArray.all(x, self.largeArray.all(y, y == x))"}],
+            "properties": {"x": {"type": "integer"}, "y": {"type": "integer"},
+                "largeArray": {"type": "array", "maxItems": 725, "items": {"type": "integer"}}}}}});
+        assert_eq!(messages(&check_rules(&schema, at)), Vec::<String>::new());
+        let obj = |n: usize| json!({"spec": {"x": 1, "y": 1, "largeArray": vec![20; n]}});
+        assert_eq!(messages(&validate(&schema, &obj(10))), Vec::<String>::new());
+        assert_eq!(
+            messages(&validate(&schema, &obj(725))),
+            ["spec: Invalid value: \"object\": 'operation cancelled: actual cost limit exceeded': no further validation rules will be run due to call cost exceeds limit for rule: self.largeArray.all(x, self.largeArray.all(y, y == x))"]
+        );
+        // The object's budget is shared: many cheap-enough rules run out of it.
+        let many: Vec<Value> = (0..12)
+            .map(|i| json!({"rule": format!("self.l.all(x, x != {i})")}))
+            .collect();
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": many,
+            "properties": {"l": {"type": "array", "maxItems": 200000, "items": {"type": "integer"}}}}}});
+        let big = json!({"spec": {"l": vec![100; 180_000]}});
+        let m = messages(&validate(&schema, &big));
+        assert_eq!(
+            m,
+            ["spec: Invalid value: \"object\": validation failed due to running out of cost budget, no further validation rules will be run"]
         );
     }
 
