@@ -324,18 +324,44 @@ static CATALOGUE: &[ResourceDef] = &[
 ];
 
 /// Resources served only while their feature gate is on: InitializerConfigurations
-/// (`--feature-gates=Initializers=true`).
-static ALPHA: &[ResourceDef] = &[
-    res!("admissionregistration.k8s.io", "v1alpha1", "InitializerConfiguration",
+/// (`--feature-gates=Initializers=true`), MutatingAdmissionPolicies and their bindings
+/// (`MutatingAdmissionPolicy=true`).
+/// A gate's state, and what it serves.
+type Gated = (fn() -> bool, ResourceDef);
+
+static ALPHA: &[Gated] = &[
+    (
+        crate::features::initializers,
+        res!("admissionregistration.k8s.io", "v1alpha1", "InitializerConfiguration",
     "initializerconfigurations", "initializerconfiguration", false,
     short: [], cat: [], verbs: STANDARD_VERBS, sub: []),
+    ),
+    (
+        crate::features::mutating_admission_policy,
+        res!("admissionregistration.k8s.io", "v1alpha1", "MutatingAdmissionPolicy",
+    "mutatingadmissionpolicies", "mutatingadmissionpolicy", false,
+    short: [], cat: ["api-extensions"], verbs: STANDARD_VERBS, sub: []),
+    ),
+    (
+        crate::features::mutating_admission_policy,
+        res!("admissionregistration.k8s.io", "v1alpha1", "MutatingAdmissionPolicyBinding",
+    "mutatingadmissionpolicybindings", "mutatingadmissionpolicybinding", false,
+    short: [], cat: ["api-extensions"], verbs: STANDARD_VERBS, sub: []),
+    ),
 ];
 
-/// Every served resource.
+/// Every served resource. The gates are set at start, before the first call: the catalogue
+/// is made once.
 pub fn catalogue() -> &'static [ResourceDef] {
-    if crate::features::initializers() {
+    if ALPHA.iter().any(|(on, _)| on()) {
         static WITH_ALPHA: std::sync::OnceLock<Vec<ResourceDef>> = std::sync::OnceLock::new();
-        WITH_ALPHA.get_or_init(|| CATALOGUE.iter().chain(ALPHA).copied().collect())
+        WITH_ALPHA.get_or_init(|| {
+            CATALOGUE
+                .iter()
+                .copied()
+                .chain(ALPHA.iter().filter(|(on, _)| on()).map(|(_, d)| *d))
+                .collect()
+        })
     } else {
         CATALOGUE
     }

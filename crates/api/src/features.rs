@@ -20,6 +20,16 @@ pub fn max_unavailable_stateful_set() -> bool {
     MAX_UNAVAILABLE_STATEFUL_SET.load(Ordering::Relaxed)
 }
 
+static MUTATING_ADMISSION_POLICY: AtomicBool = AtomicBool::new(false);
+
+/// The `MutatingAdmissionPolicy` gate (alpha in 1.33, off by default as upstream's):
+/// MutatingAdmissionPolicies and their bindings (admissionregistration.k8s.io/v1alpha1) are
+/// served and applied. Upstream also wants the group version turned on with
+/// `--runtime-config`; r8s serves it with the gate alone.
+pub fn mutating_admission_policy() -> bool {
+    MUTATING_ADMISSION_POLICY.load(Ordering::Relaxed)
+}
+
 /// Set gates from `Name=true,Other=false`; unknown names are an error.
 pub fn set(spec: &str) -> Result<(), String> {
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -34,6 +44,7 @@ pub fn set(spec: &str) -> Result<(), String> {
         match name {
             "Initializers" => INITIALIZERS.store(on, Ordering::Relaxed),
             "MaxUnavailableStatefulSet" => MAX_UNAVAILABLE_STATEFUL_SET.store(on, Ordering::Relaxed),
+            "MutatingAdmissionPolicy" => MUTATING_ADMISSION_POLICY.store(on, Ordering::Relaxed),
             other => return Err(format!("unrecognized feature gate: {other}")),
         }
     }

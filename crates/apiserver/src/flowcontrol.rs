@@ -44,6 +44,11 @@ pub struct RejectLabels {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LevelLabels {
+    pub priority_level: String,
+}
+
 /// Upstream's `apiserver_flowcontrol_*` metrics.
 #[derive(Clone, Default)]
 pub struct FlowMetrics {
@@ -51,6 +56,24 @@ pub struct FlowMetrics {
     pub rejected: Family<RejectLabels, Counter>,
     pub executing: Family<FlowLabels, Gauge>,
     pub inqueue: Family<FlowLabels, Gauge>,
+    /// Each level's nominal concurrency limit, in seats (0 for an exempt level): clients
+    /// (and upstream's e2e suite) read it to know a new level is in force.
+    pub nominal_limit: Family<LevelLabels, Gauge>,
+}
+
+impl FlowMetrics {
+    /// Report the levels of `config`, and no others.
+    fn levels_changed(&self, config: &Config) {
+        self.nominal_limit.clear();
+        for (name, spec) in &config.levels {
+            let limit = if spec.exempt { 0 } else { config.limit(spec) };
+            self.nominal_limit
+                .get_or_create(&LevelLabels {
+                    priority_level: name.clone(),
+                })
+                .set(limit as i64);
+        }
+    }
 }
 
 /// One rule of a FlowSchema.
@@ -161,6 +184,11 @@ impl Config {
             levels,
             total_shares,
         }
+    }
+
+    /// A limited level's nominal concurrency limit: its share of the server's.
+    fn limit(&self, spec: &LevelSpec) -> usize {
+        ((SERVER_CONCURRENCY * spec.shares / self.total_shares).ceil() as usize).max(1)
     }
 
     /// Upstream's classification: the first schema (by precedence) with a rule whose
@@ -312,6 +340,8 @@ impl FlowControl {
         let mut schemas: BTreeMap<String, Value> = BTreeMap::new();
         let mut levels: BTreeMap<String, Value> = BTreeMap::new();
         let mut dirty = false;
+        let metrics = FlowMetrics::default();
+        let reported = metrics.clone();
         follow::spawn(
             store,
             &[SCHEMAS, LEVELS],
@@ -343,7 +373,9 @@ impl FlowControl {
                 Change::BatchEnd => {
                     if dirty {
                         dirty = false;
-                        tx.send_replace(Some(Arc::new(Config::build(&schemas, &levels))));
+                        let config = Config::build(&schemas, &levels);
+                        reported.levels_changed(&config);
+                        tx.send_replace(Some(Arc::new(config)));
                     }
                 }
             },
@@ -351,7 +383,7 @@ impl FlowControl {
         Self {
             config: rx,
             levels: Mutex::new(HashMap::new()),
-            metrics: FlowMetrics::default(),
+            metrics,
         }
     }
 
@@ -414,7 +446,7 @@ impl FlowControl {
                 headers: Some(headers),
             });
         }
-        let limit = ((SERVER_CONCURRENCY * spec.shares / config.total_shares).ceil() as usize).max(1);
+        let limit = config.limit(&spec);
         let level = self.level(&schema.level, limit, spec.queuing);
         let reject = |reason: &'static str| {
             self.metrics
@@ -506,6 +538,36 @@ mod tests {
                 .collect()
         };
         Config::build(&by_name(schemas), &by_name(levels))
+    }
+
+    /// Each level's nominal limit is reported as upstream's
+    /// `apiserver_flowcontrol_nominal_limit_seats` (what clients wait for to know a new level
+    /// is in force), and only the levels there are.
+    #[test]
+    fn nominal_limits_are_reported_per_level() {
+        let metrics = FlowMetrics::default();
+        let config = config();
+        metrics.levels_changed(&config);
+        let seats = |name: &str| {
+            metrics
+                .nominal_limit
+                .get_or_create(&LevelLabels {
+                    priority_level: name.to_owned(),
+                })
+                .get()
+        };
+        assert_eq!(seats("exempt"), 0);
+        // Upstream's bootstrap shares: workload-low 100 of 245 in all.
+        assert_eq!(seats("workload-low"), (600.0_f64 * 100.0 / 245.0).ceil() as i64);
+        let mut encoded = String::new();
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("seats", "", metrics.nominal_limit.clone());
+        prometheus_client::encoding::text::encode(&mut encoded, &registry).unwrap();
+        assert_eq!(
+            encoded.matches("seats{priority_level=").count(),
+            config.levels.len(),
+            "{encoded}"
+        );
     }
 
     #[test]

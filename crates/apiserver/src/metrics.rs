@@ -167,6 +167,11 @@ impl Metrics {
             "Number of requests currently pending in queues of the API Priority and Fairness subsystem",
             m.inqueue.clone(),
         );
+        r.register(
+            "apiserver_flowcontrol_nominal_limit_seats",
+            "Nominal number of execution seats configured for each priority level",
+            m.nominal_limit.clone(),
+        );
     }
 
     /// Serve `source`'s metrics after the API server's own.

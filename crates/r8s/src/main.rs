@@ -789,6 +789,7 @@ const ADMISSION_PLUGINS: &[(&str, bool)] = &[
     ("NodeRestriction", true),
     ("PodSecurity", true),
     ("ResourceQuota", true),
+    ("MutatingAdmissionPolicy", true),
     ("MutatingAdmissionWebhook", true),
     ("ValidatingAdmissionPolicy", true),
     ("ValidatingAdmissionWebhook", true),
@@ -1139,8 +1140,18 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             listers: listers.clone(),
         });
     }
+    // Upstream's plugin is on by default and does nothing until its feature gate is.
+    if on("MutatingAdmissionPolicy") && r8s_api::features::mutating_admission_policy() {
+        admission.push_mutating(adm::policy::MutatingAdmissionPolicy::start(
+            store.clone(),
+            Some(authorizers.clone()),
+        ));
+    }
     if on("MutatingAdmissionWebhook") {
-        admission.push_mutating(adm::webhook::MutatingWebhook::start(store.clone()));
+        admission.push_mutating(adm::webhook::MutatingWebhook::start(
+            store.clone(),
+            Some(authorizers.clone()),
+        ));
     }
     if on("LimitRanger") {
         admission.push_validating(adm::limit_ranger::LimitRanger {
@@ -1177,7 +1188,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         ));
     }
     if on("ValidatingAdmissionWebhook") {
-        admission.push_validating(adm::webhook::ValidatingWebhook::start(store.clone()));
+        admission.push_validating(adm::webhook::ValidatingWebhook::start(
+            store.clone(),
+            Some(authorizers.clone()),
+        ));
     }
     if on("ResourceQuota") {
         admission.push_validating(

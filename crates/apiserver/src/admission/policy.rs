@@ -121,6 +121,13 @@ impl Matcher {
     }
 }
 
+/// A mutation of a MutatingAdmissionPolicy, compiled (`cel::mutation`).
+struct Mutation {
+    /// JSONPatch (a list of operations) rather than ApplyConfiguration (an object merged in).
+    json_patch: bool,
+    expression: Expr,
+}
+
 /// A validation of a policy, compiled.
 struct Validation {
     expression: Expr,
@@ -136,6 +143,8 @@ struct Policy {
     match_conditions: Vec<(String, Expr)>,
     variables: Vec<(String, Expr)>,
     validations: Vec<Validation>,
+    /// A MutatingAdmissionPolicy's mutations, in order.
+    mutations: Vec<Mutation>,
     fail_open: bool,
     /// `apiVersion` and `kind` of its parameters.
     param_kind: Option<(String, String)>,
@@ -176,6 +185,23 @@ impl Policy {
                         .filter(|m| !m.is_empty())
                         .map(Expr::compile),
                     reason: val["reason"].as_str().unwrap_or("Invalid").to_owned(),
+                })
+                .collect(),
+            mutations: spec["mutations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|m| {
+                    let json_patch = m["patchType"] == "JSONPatch";
+                    let src = if json_patch {
+                        &m["jsonPatch"]["expression"]
+                    } else {
+                        &m["applyConfiguration"]["expression"]
+                    };
+                    Mutation {
+                        json_patch,
+                        expression: cel::mutation::compile(src.as_str().unwrap_or("")),
+                    }
                 })
                 .collect(),
             fail_open: spec["failurePolicy"] == "Ignore",
@@ -254,65 +280,105 @@ impl Request<'_> {
     }
 }
 
-pub struct ValidatingAdmissionPolicy {
+/// The ValidatingAdmissionPolicy plugin.
+pub struct ValidatingAdmissionPolicy(Policies);
+
+impl ValidatingAdmissionPolicy {
+    /// Follow the policies and bindings in `store`. `authorizers`: what the expressions'
+    /// `authorizer` variable asks; without, its checks are errors.
+    pub fn start(store: Arc<dyn Store>, authorizers: Option<AuthorizerChain>) -> Self {
+        Self(Policies::start(store, authorizers, Kind::Validating))
+    }
+}
+
+/// The MutatingAdmissionPolicy plugin (admissionregistration.k8s.io/v1alpha1, behind the
+/// `MutatingAdmissionPolicy` feature gate as upstream's): each mutation of a policy whose
+/// binding selects the request patches the object, an apply configuration merged in as a
+/// strategic merge patch (upstream applies it with server-side apply's merge: the same for
+/// maps and keyed lists) or a JSON patch. Its `reinvocationPolicy` is kept, but a policy is
+/// not run again after later mutating plugins (as `Never`).
+pub struct MutatingAdmissionPolicy(Policies);
+
+impl MutatingAdmissionPolicy {
+    /// As [`ValidatingAdmissionPolicy::start`].
+    pub fn start(store: Arc<dyn Store>, authorizers: Option<AuthorizerChain>) -> Self {
+        Self(Policies::start(store, authorizers, Kind::Mutating))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Validating,
+    Mutating,
+}
+
+/// What both plugins are: the policies and bindings of one kind, followed from the datastore
+/// and compiled, evaluated for each request they select.
+struct Policies {
     rx: watch::Receiver<Option<Compiled>>,
     store: Arc<dyn Store>,
     listers: super::listers::Listers,
     /// What the expressions' `authorizer` asks (the API server's own authorizers).
     authorizers: Option<AuthorizerChain>,
+    kind: Kind,
 }
 
-impl ValidatingAdmissionPolicy {
-    /// `authorizers`: what the expressions' `authorizer` variable asks; without, its checks
-    /// are errors.
-    pub fn start(store: Arc<dyn Store>, authorizers: Option<AuthorizerChain>) -> Self {
+impl Policies {
+    fn start(store: Arc<dyn Store>, authorizers: Option<AuthorizerChain>, kind: Kind) -> Self {
         let (tx, rx) = watch::channel(None);
-        const POLICIES: &str = "/registry/validatingadmissionpolicies/";
-        const BINDINGS: &str = "/registry/validatingadmissionpolicybindings/";
+        const VALIDATING: [&str; 2] = [
+            "/registry/validatingadmissionpolicies/",
+            "/registry/validatingadmissionpolicybindings/",
+        ];
+        const MUTATING: [&str; 2] = [
+            "/registry/mutatingadmissionpolicies/",
+            "/registry/mutatingadmissionpolicybindings/",
+        ];
+        let (prefixes, name): (&'static [&'static str; 2], _) = match kind {
+            Kind::Validating => (&VALIDATING, "ValidatingAdmissionPolicy"),
+            Kind::Mutating => (&MUTATING, "MutatingAdmissionPolicy"),
+        };
+        let [policies_prefix, bindings_prefix] = *prefixes;
         let mut policies: BTreeMap<String, Value> = BTreeMap::new();
         let mut bindings: BTreeMap<String, Value> = BTreeMap::new();
         let mut dirty = false;
-        follow::spawn(
-            store.clone(),
-            &[POLICIES, BINDINGS],
-            "ValidatingAdmissionPolicy",
-            move |change| match change {
-                Change::Reset => {
-                    policies.clear();
-                    bindings.clear();
-                    dirty = true;
-                }
-                Change::Put(key, json) => {
-                    if let Ok(obj) = serde_json::from_slice::<Value>(json) {
-                        if let Some(name) = key.strip_prefix(BINDINGS) {
-                            bindings.insert(name.to_owned(), obj);
-                        } else if let Some(name) = key.strip_prefix(POLICIES) {
-                            policies.insert(name.to_owned(), obj);
-                        }
-                        dirty = true;
-                    }
-                }
-                Change::Delete(key) => {
-                    if let Some(name) = key.strip_prefix(BINDINGS) {
-                        bindings.remove(name);
-                    } else if let Some(name) = key.strip_prefix(POLICIES) {
-                        policies.remove(name);
+        follow::spawn(store.clone(), prefixes, name, move |change| match change {
+            Change::Reset => {
+                policies.clear();
+                bindings.clear();
+                dirty = true;
+            }
+            Change::Put(key, json) => {
+                if let Ok(obj) = serde_json::from_slice::<Value>(json) {
+                    if let Some(name) = key.strip_prefix(bindings_prefix) {
+                        bindings.insert(name.to_owned(), obj);
+                    } else if let Some(name) = key.strip_prefix(policies_prefix) {
+                        policies.insert(name.to_owned(), obj);
                     }
                     dirty = true;
                 }
-                Change::BatchEnd => {
-                    if dirty {
-                        dirty = false;
-                        tx.send_replace(Some(compile(&policies, &bindings)));
-                    }
+            }
+            Change::Delete(key) => {
+                if let Some(name) = key.strip_prefix(bindings_prefix) {
+                    bindings.remove(name);
+                } else if let Some(name) = key.strip_prefix(policies_prefix) {
+                    policies.remove(name);
                 }
-            },
-        );
+                dirty = true;
+            }
+            Change::BatchEnd => {
+                if dirty {
+                    dirty = false;
+                    tx.send_replace(Some(compile(&policies, &bindings)));
+                }
+            }
+        });
         Self {
             rx,
             listers: super::listers::Listers::new(store.clone()),
             store,
             authorizers,
+            kind,
         }
     }
 
@@ -396,7 +462,12 @@ pub(crate) fn request_value(a: &Attributes<'_>, name: &str) -> Value {
         "name": name,
         "namespace": r.namespace,
         "operation": operation(a.operation),
-        "userInfo": {"username": a.user.name, "groups": a.user.groups},
+        "userInfo": {
+            "username": a.user.name,
+            "uid": a.user.uid,
+            "groups": a.user.groups,
+            "extra": a.user.extra,
+        },
         "dryRun": a.dry_run,
     })
 }
@@ -418,6 +489,34 @@ impl ValidatingPlugin for ValidatingAdmissionPolicy {
     }
 
     async fn validate(&self, a: &Attributes<'_>) -> Result<(), ApiError> {
+        self.0.run(a, None).await
+    }
+}
+
+#[async_trait]
+impl super::MutatingPlugin for MutatingAdmissionPolicy {
+    fn name(&self) -> &'static str {
+        "MutatingAdmissionPolicy"
+    }
+
+    async fn admit(&self, a: &mut Attributes<'_>) -> Result<(), ApiError> {
+        // Only writes carry an object to mutate.
+        let Some(mut object) = a.object.as_deref().cloned() else {
+            return Ok(());
+        };
+        self.0.run(a, Some(&mut object)).await?;
+        if let Some(dst) = a.object.as_deref_mut() {
+            *dst = object;
+        }
+        Ok(())
+    }
+}
+
+impl Policies {
+    /// Evaluate the policies whose bindings select the request: a validating policy's
+    /// validations, or a mutating one's mutations of `mutated` (the object as the mutations
+    /// before have left it; the request's own object is what the policies are matched with).
+    async fn run(&self, a: &Attributes<'_>, mut mutated: Option<&mut Value>) -> Result<(), ApiError> {
         let Some(compiled) = self.compiled().await else {
             return Ok(());
         };
@@ -460,8 +559,13 @@ impl ValidatingPlugin for ValidatingAdmissionPolicy {
                     code,
                     reason,
                     format!(
-                        "ValidatingAdmissionPolicy '{}' with binding '{}' denied request: {message}",
-                        policy.name, binding.name
+                        "{}AdmissionPolicy '{}' with binding '{}' denied request: {message}",
+                        match self.kind {
+                            Kind::Validating => "Validating",
+                            Kind::Mutating => "Mutating",
+                        },
+                        policy.name,
+                        binding.name
                     ),
                 )
             };
@@ -511,7 +615,10 @@ impl ValidatingPlugin for ValidatingAdmissionPolicy {
             let session = Arc::new(authz::Session::default());
             for param in &params {
                 let mut vars: Vec<(&str, cel::Value)> = vec![
-                    ("object", cel::value(object.unwrap_or(&Value::Null))),
+                    (
+                        "object",
+                        cel::value(mutated.as_deref().or(object).unwrap_or(&Value::Null)),
+                    ),
                     ("oldObject", cel::value(a.old_object.unwrap_or(&Value::Null))),
                     ("params", cel::value(param)),
                     ("request", cel::value(&request_value(a, name))),
@@ -563,6 +670,31 @@ impl ValidatingPlugin for ValidatingAdmissionPolicy {
                     }
                 }
                 vars.push(("variables", cel::map(var_values.iter().map(|(k, v)| (k, v)))));
+                // Mutations in order, each on the object as the one before left it.
+                for m in &policy.mutations {
+                    let Some(target) = mutated.as_deref_mut() else {
+                        break;
+                    };
+                    let result = match m.expression.charge(&vars, &mut left) {
+                        Ok(()) => authz::eval(&m.expression, &vars, &session, authorizers).await,
+                        Err(e) => Err(e.to_string()),
+                    };
+                    let applied = result.and_then(|v| cel::mutation::to_json(&v)).and_then(|patch| {
+                        let resource = (
+                            info.api_group.as_str(),
+                            info.api_version.as_str(),
+                            info.resource.as_str(),
+                        );
+                        crate::registry::patch::apply_mutation(resource, target, &patch, m.json_patch)
+                    });
+                    match applied {
+                        Ok(()) => vars[0].1 = cel::value(target),
+                        Err(e) => fail(format!(
+                            "expression '{}' resulted in error: {e}",
+                            m.expression.source
+                        ))?,
+                    }
+                }
                 for v in &policy.validations {
                     let result = match v.expression.charge(&vars, &mut left) {
                         Ok(()) => authz::eval_bool(&v.expression, &vars, &session, authorizers).await,

@@ -84,10 +84,12 @@ impl<'a> RequestView<'a> {
     }
 }
 
-/// What webhook calls share: the datastore, for namespaces and services.
+/// What webhook calls share: the datastore, for namespaces and services, and the server's
+/// authorizers, for the match conditions' `authorizer`.
 struct Dispatcher {
     source: Source,
     listers: super::listers::Listers,
+    authorizers: Option<crate::authz::AuthorizerChain>,
 }
 
 /// Namespace labels, looked up once per request and only when a selector needs them.
@@ -151,7 +153,8 @@ impl Dispatcher {
         }
         if !hook.match_conditions.is_empty() {
             let name = a.object.as_deref().or(a.old_object).map(meta::name).unwrap_or("");
-            let vars = [
+            let session = Arc::new(crate::cel::authz::Session::default());
+            let mut vars = vec![
                 (
                     "object",
                     crate::cel::value(a.object.as_deref().unwrap_or(&Value::Null)),
@@ -165,13 +168,16 @@ impl Dispatcher {
                     crate::cel::value(&super::policy::request_value(a, name)),
                 ),
             ];
+            vars.extend(crate::cel::authz::variables(a.user, a.request, &session));
             // Each condition's cost is charged before it runs (`crate::cel::cost`).
             let mut left = crate::cel::cost::MATCH_CONDITIONS_BUDGET;
             for (cname, cond) in &hook.match_conditions {
-                let result = cond
-                    .charge(&vars, &mut left)
-                    .map_err(|e| e.to_string())
-                    .and_then(|()| cond.eval_bool(&vars));
+                let result = match cond.charge(&vars, &mut left) {
+                    Ok(()) => {
+                        crate::cel::authz::eval_bool(cond, &vars, &session, self.authorizers.as_ref()).await
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
                 match result {
                     Ok(true) => {}
                     Ok(false) => return Ok(None),
@@ -373,8 +379,9 @@ pub struct MutatingWebhook {
 }
 
 impl MutatingWebhook {
-    /// Start following the MutatingWebhookConfigurations in `store`.
-    pub fn start(store: Arc<dyn Store>) -> Self {
+    /// Start following the MutatingWebhookConfigurations in `store`; `authorizers` answer
+    /// the match conditions' `authorizer` (without, its checks are errors).
+    pub fn start(store: Arc<dyn Store>, authorizers: Option<crate::authz::AuthorizerChain>) -> Self {
         let source = Source::start(
             store.clone(),
             &["/registry/mutatingwebhookconfigurations/"],
@@ -384,6 +391,7 @@ impl MutatingWebhook {
             d: Dispatcher {
                 source,
                 listers: super::listers::Listers::new(store),
+                authorizers,
             },
         }
     }
@@ -553,8 +561,9 @@ pub struct ValidatingWebhook {
 }
 
 impl ValidatingWebhook {
-    /// Start following the ValidatingWebhookConfigurations in `store`.
-    pub fn start(store: Arc<dyn Store>) -> Self {
+    /// Start following the ValidatingWebhookConfigurations in `store`; `authorizers` answer
+    /// the match conditions' `authorizer` (without, its checks are errors).
+    pub fn start(store: Arc<dyn Store>, authorizers: Option<crate::authz::AuthorizerChain>) -> Self {
         let source = Source::start(
             store.clone(),
             &["/registry/validatingwebhookconfigurations/"],
@@ -564,6 +573,7 @@ impl ValidatingWebhook {
             d: Dispatcher {
                 source,
                 listers: super::listers::Listers::new(store),
+                authorizers,
             },
         }
     }

@@ -27,6 +27,7 @@ mod comprehensions;
 pub(crate) mod cost;
 mod format;
 mod lists;
+pub(crate) mod mutation;
 mod net;
 mod quantity;
 mod regex;
@@ -72,6 +73,9 @@ fn kubernetes_env() -> Result<Env, DeclarationError> {
 pub(crate) struct Expr {
     pub source: String,
     program: Result<Program, String>,
+    /// The environment it was compiled in and evaluates in (the shared one, but for
+    /// mutations: see [`mutation`]).
+    env: Arc<Env>,
     /// The expression checked with the variables of its first evaluation as `dyn`: what its
     /// cost at run time is bounded by (see [`cost`]); `None` if it does not check.
     checked: OnceLock<Option<check::Checked>>,
@@ -99,9 +103,25 @@ impl std::fmt::Display for OverBudget {
 
 impl Expr {
     pub fn compile(source: &str) -> Self {
+        Self::compile_in(Arc::clone(env()), source)
+    }
+
+    /// Compile in an environment of its own.
+    fn compile_in(env: Arc<Env>, source: &str) -> Self {
         Self {
             source: source.to_owned(),
-            program: env().compile(source).map_err(|e| e.to_string()),
+            program: env.compile(source).map_err(|e| e.to_string()),
+            env,
+            checked: OnceLock::new(),
+        }
+    }
+
+    /// An expression that could not be compiled, for `why`.
+    fn failed(source: &str, why: String) -> Self {
+        Self {
+            source: source.to_owned(),
+            program: Err(why),
+            env: Arc::clone(env()),
             checked: OnceLock::new(),
         }
     }
@@ -134,7 +154,7 @@ impl Expr {
     /// Evaluate with `vars` (name, value) bound.
     pub fn eval(&self, vars: &[(&str, Value)]) -> Result<Value, String> {
         let program = self.program.as_ref().map_err(Clone::clone)?;
-        let mut ctx = Context::with_env(Arc::clone(env()));
+        let mut ctx = Context::with_env(Arc::clone(&self.env));
         for (name, v) in vars {
             ctx.add_variable_from_value(*name, v.clone());
         }

@@ -540,6 +540,149 @@ impl Strategy for Bindings {
     }
 }
 
+/// MutatingAdmissionPolicies (admissionregistration.k8s.io/v1alpha1, behind the
+/// `MutatingAdmissionPolicy` feature gate): defaults and validation as upstream's. The plugin
+/// that applies them is `admission::policy::MutatingAdmissionPolicy`.
+pub(crate) struct MutatingPolicies;
+pub(crate) struct MutatingBindings;
+
+#[async_trait]
+impl Strategy for MutatingPolicies {
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+
+    fn default(&self, obj: &mut Value) {
+        let spec = &mut obj["spec"];
+        if !spec.is_object() {
+            return;
+        }
+        if spec["failurePolicy"].is_null() {
+            spec["failurePolicy"] = json!("Fail");
+        }
+        default_match(&mut spec["matchConstraints"]);
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        let spec = &obj["spec"];
+        match spec["failurePolicy"].as_str() {
+            Some("Fail" | "Ignore") => {}
+            Some(other) => errs.push(FieldError::not_supported(
+                "spec.failurePolicy",
+                other,
+                &["Fail", "Ignore"],
+            )),
+            None => errs.push(FieldError::required("spec.failurePolicy", "")),
+        }
+        if !spec["matchConstraints"].is_object() {
+            errs.push(FieldError::required("spec.matchConstraints", ""));
+        } else {
+            let rules = spec["matchConstraints"]["resourceRules"].as_array();
+            if rules.is_none_or(Vec::is_empty) {
+                errs.push(FieldError::required("spec.matchConstraints.resourceRules", ""));
+            }
+            // Only creates and updates carry an object to mutate.
+            for op in rules
+                .into_iter()
+                .flatten()
+                .flat_map(|r| r["operations"].as_array().into_iter().flatten())
+                .filter_map(Value::as_str)
+            {
+                if !matches!(op, "*" | "CREATE" | "UPDATE") {
+                    errs.push(FieldError::not_supported(
+                        "spec.matchConstraints.resourceRules.operations",
+                        op,
+                        &["*", "CREATE", "UPDATE"],
+                    ));
+                }
+            }
+        }
+        check_match_conditions(&mut errs, &spec["matchConditions"], "spec.matchConditions");
+        check_expressions(&mut errs, &spec["variables"], "spec.variables", &["expression"]);
+        let mutations = spec["mutations"].as_array();
+        if mutations.is_none_or(Vec::is_empty) {
+            errs.push(FieldError::required(
+                "spec.mutations",
+                "mutations must contain at least one item",
+            ));
+        }
+        for (i, m) in mutations.into_iter().flatten().enumerate() {
+            let at = format!("spec.mutations[{i}]");
+            let (want, other) = match m["patchType"].as_str() {
+                Some("JSONPatch") => ("jsonPatch", "applyConfiguration"),
+                Some("ApplyConfiguration") => ("applyConfiguration", "jsonPatch"),
+                Some(t) => {
+                    errs.push(FieldError::not_supported(
+                        format!("{at}.patchType"),
+                        t,
+                        &["ApplyConfiguration", "JSONPatch"],
+                    ));
+                    continue;
+                }
+                None => {
+                    errs.push(FieldError::required(format!("{at}.patchType"), ""));
+                    continue;
+                }
+            };
+            let patch_type = m["patchType"].as_str().unwrap_or("");
+            if !m[other].is_null() {
+                errs.push(FieldError::invalid_raw(
+                    format!("{at}.{other}"),
+                    &format!("{{{other}}}"),
+                    format!("must not be specified when patchType is {patch_type}"),
+                ));
+            }
+            if !m[want].is_object() {
+                errs.push(FieldError::required(
+                    format!("{at}.{want}"),
+                    &format!("must be specified when patchType is {patch_type}"),
+                ));
+                continue;
+            }
+            let src = m[want]["expression"].as_str().unwrap_or("").trim();
+            if src.is_empty() {
+                errs.push(FieldError::required(format!("{at}.{want}.expression"), ""));
+            } else if let Some(e) = crate::cel::mutation::compile(src).compile_error() {
+                errs.push(FieldError::invalid(
+                    format!("{at}.{want}.expression"),
+                    src,
+                    format!("compilation failed: {e}"),
+                ));
+            }
+        }
+        match spec["reinvocationPolicy"].as_str() {
+            Some("Never" | "IfNeeded") => {}
+            Some(other) => errs.push(FieldError::not_supported(
+                "spec.reinvocationPolicy",
+                other,
+                &["IfNeeded", "Never"],
+            )),
+            None => errs.push(FieldError::required("spec.reinvocationPolicy", "")),
+        }
+        errs
+    }
+}
+
+#[async_trait]
+impl Strategy for MutatingBindings {
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+
+    fn default(&self, obj: &mut Value) {
+        default_match(&mut obj["spec"]["matchResources"]);
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        if obj["spec"]["policyName"].as_str().is_none_or(str::is_empty) {
+            errs.push(FieldError::required("spec.policyName", ""));
+        }
+        errs
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -280,6 +280,12 @@ fn builtin_strategy(def: &ResourceDef) -> Option<Arc<dyn Strategy>> {
         ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
             Arc::new(admission_policies::Bindings)
         }
+        ("admissionregistration.k8s.io", "mutatingadmissionpolicies") => {
+            Arc::new(admission_policies::MutatingPolicies)
+        }
+        ("admissionregistration.k8s.io", "mutatingadmissionpolicybindings") => {
+            Arc::new(admission_policies::MutatingBindings)
+        }
         ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => {
             Arc::new(webhook_configuration::WebhookConfigurations { mutating: true })
         }

@@ -319,6 +319,26 @@ async fn server_side_apply(
     Err(ApiError::new(409, "Conflict", format!("Operation cannot be fulfilled on {} \"{name}\": the object kept changing while it was applied; try again", def.group_resource())))
 }
 
+/// Apply a MutatingAdmissionPolicy's mutation to `doc`, an object of the resource
+/// `group`/`version`/`plural`: an apply configuration merged in as a strategic merge patch of
+/// its kind (a custom resource's by its schema), or a JSON patch.
+pub(crate) fn apply_mutation(
+    (group, version, plural): (&str, &str, &str),
+    doc: &mut Value,
+    patch: &Value,
+    json_patch: bool,
+) -> Result<(), String> {
+    let def = super::catalogue::builtin(group, version, plural)
+        .or_else(|| super::custom::find_made(group, version, plural))
+        .ok_or_else(|| format!("the resource {plural} of {group}/{version} is not served"))?;
+    let kind = if json_patch {
+        PatchType::Json
+    } else {
+        PatchType::Strategic
+    };
+    apply(kind, doc, patch, root_node(def, View::Main)).map_err(|e| e.message)
+}
+
 /// Apply a patch of `kind` to `doc`, an object of the type `root` says (strategic merge patch
 /// merges by it).
 pub(super) fn apply(kind: PatchType, doc: &mut Value, patch: &Value, root: Node) -> Result<(), ApiError> {

@@ -328,3 +328,109 @@ fn a_policy_asks_the_authorizer_about_the_requesting_user() {
     );
     server.ok(k, &["create", "configmap", "c3", "-n", "guarded", "--as=bob"]);
 }
+
+const MUTATE: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1alpha1
+kind: MutatingAdmissionPolicy
+metadata: {name: stamp}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [apps]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [deployments]
+  variables:
+  - name: team
+    expression: "object.metadata.namespace + '-team'"
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >-
+        Object{metadata: Object.metadata{labels: {"team": variables.team}},
+          spec: Object.spec{template: Object.spec.template{spec: Object.spec.template.spec{
+            containers: [Object.spec.template.spec.containers{name: "sidecar", image: "busybox"}]}}}}
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >-
+        [JSONPatch{op: "add", path: "/metadata/annotations",
+          value: {"replicas-asked": string(object.spec.replicas), "labels-seen": string(size(object.metadata.labels))}}]
+  reinvocationPolicy: Never
+---
+apiVersion: admissionregistration.k8s.io/v1alpha1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: stamp}
+spec:
+  policyName: stamp
+  matchResources:
+    namespaceSelector:
+      matchLabels: {kubernetes.io/metadata.name: stamped}
+"#;
+
+/// MutatingAdmissionPolicies (alpha, behind their feature gate as upstream's): an apply
+/// configuration merged into the object (a keyed list merged by its key) and a JSON patch
+/// that sees what the mutation before it did.
+#[test]
+fn a_mutating_admission_policy_patches_what_its_binding_selects() {
+    let server = Server::start_with(&["--feature-gates=MutatingAdmissionPolicy=true"]);
+    let k = "1.33";
+    server.ok(k, &["create", "namespace", "stamped"]);
+    let err = String::from_utf8_lossy(&server.fails_stdin(
+        k,
+        &["create", "-f", "-"],
+        &MUTATE.replace("reinvocationPolicy: Never", "reinvocationPolicy: Sometimes"),
+    ))
+    .into_owned();
+    assert!(
+        err.contains("spec.reinvocationPolicy: Unsupported value: \"Sometimes\""),
+        "{err}"
+    );
+    server.ok_stdin(k, &["apply", "-f", "-"], MUTATE);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let deployment = loop {
+        server.ok(
+            k,
+            &[
+                "create",
+                "deployment",
+                "web",
+                "-n",
+                "stamped",
+                "--image=nginx",
+                "--replicas=2",
+            ],
+        );
+        let out = server.ok(k, &["get", "deployment", "web", "-n", "stamped", "-o", "json"]);
+        let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+        if d["metadata"]["labels"]["team"].is_string() {
+            break d;
+        }
+        server.ok(k, &["delete", "deployment", "web", "-n", "stamped"]);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the policy never mutated: {out}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(deployment["metadata"]["labels"]["team"], "stamped-team");
+    // kubectl's own label is kept beside the policy's.
+    assert_eq!(deployment["metadata"]["labels"]["app"], "web");
+    let names: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sidecar", "nginx"], "containers merged by name");
+    assert_eq!(
+        deployment["metadata"]["annotations"],
+        serde_json::json!({"replicas-asked": "2", "labels-seen": "2"})
+    );
+    // Elsewhere nothing is mutated.
+    server.ok(k, &["create", "deployment", "plain", "--image=nginx"]);
+    let out = server.ok(
+        k,
+        &["get", "deployment", "plain", "-o", "jsonpath={.metadata.labels}"],
+    );
+    assert!(!out.contains("team"), "{out}");
+}
