@@ -5,8 +5,12 @@
 //! are served round-robin across queues, or get 429 when their queue is full, the level
 //! rejects, or they waited too long. Exempt levels (system:masters) are never held.
 //!
-//! Kept simple where upstream is elaborate: no borrowing between levels (lendablePercent),
-//! and a request's width is one seat.
+//! Levels lend and borrow seats (`lendablePercent`, `borrowingLimitPercent`): a level always
+//! has its nominal seats less those it lends; beyond that it may use seats no other level
+//! holds, up to its borrowing limit, as long as every level can still have its unlent seats.
+//! Upstream re-divides the seats every 10 s by smoothed demand; here a seat is lent or
+//! borrowed when a request starts (and a freed seat goes first to a level below its nominal
+//! share), which comes to the same bounds without the period. A request's width is one seat.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -96,14 +100,16 @@ struct Schema {
 /// A level's queuing: (queues, hand size, queue length limit).
 type Queuing = (usize, usize, usize);
 
-/// The live levels by name, with the limit and queuing each was made for.
-type Levels = HashMap<String, (usize, Option<Queuing>, Arc<Level>)>;
-
 #[derive(Clone)]
 struct LevelSpec {
     uid: String,
     exempt: bool,
     shares: f64,
+    /// The share of its nominal seats it lends, in percent.
+    lendable_percent: f64,
+    /// How many seats beyond its nominal ones it may borrow, in percent of them; `None`:
+    /// without limit.
+    borrowing_percent: Option<f64>,
     /// (queues, hand size, queue length limit); `None`: reject when full.
     queuing: Option<Queuing>,
 }
@@ -139,6 +145,8 @@ impl Config {
                         uid: l["metadata"]["uid"].as_str().unwrap_or("").to_owned(),
                         exempt: spec["type"] == "Exempt",
                         shares: limited["nominalConcurrencyShares"].as_f64().unwrap_or(30.0),
+                        lendable_percent: limited["lendablePercent"].as_f64().unwrap_or(0.0),
+                        borrowing_percent: limited["borrowingLimitPercent"].as_f64(),
                         queuing,
                     },
                 )
@@ -189,6 +197,22 @@ impl Config {
     /// A limited level's nominal concurrency limit: its share of the server's.
     fn limit(&self, spec: &LevelSpec) -> usize {
         ((SERVER_CONCURRENCY * spec.shares / self.total_shares).ceil() as usize).max(1)
+    }
+
+    /// A limited level's seats: nominal, the fewest it keeps (what it does not lend), the
+    /// most it may hold (with what it may borrow).
+    fn bounds(&self, spec: &LevelSpec) -> Bounds {
+        let nominal = self.limit(spec);
+        let lendable = (nominal as f64 * spec.lendable_percent / 100.0).round() as usize;
+        let max = match spec.borrowing_percent {
+            Some(p) => nominal + (nominal as f64 * p / 100.0).round() as usize,
+            None => usize::MAX,
+        };
+        Bounds {
+            nominal,
+            min: nominal.saturating_sub(lendable),
+            max,
+        }
     }
 
     /// Upstream's classification: the first schema (by precedence) with a rule whose
@@ -258,40 +282,163 @@ fn resource_rule_matches(rr: &Value, info: &RequestInfo) -> bool {
         && scope_ok
 }
 
-/// One priority level's seats and queues.
-struct Level {
-    limit: usize,
-    state: Mutex<LevelState>,
+/// A level's seats (see [`Config::bounds`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Bounds {
+    nominal: usize,
+    min: usize,
+    max: usize,
 }
 
+/// The `Dangling` condition of each FlowSchema, as upstream's configuration controller keeps
+/// it: `True` while the PriorityLevelConfiguration it names does not exist. Only schemas whose
+/// condition is not yet so are written, in the background, each read again first (what is
+/// followed carries no resource version); a write that loses a race is made again when the
+/// change it lost to comes by.
+fn mark_dangling(
+    store: &Arc<dyn Store>,
+    schemas: &BTreeMap<String, Value>,
+    levels: &BTreeMap<String, Value>,
+) {
+    let dangling = |fs: &Value, status: &str| {
+        fs["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Dangling"))
+            .is_some_and(|c| c["status"] == status)
+    };
+    let mut writes = Vec::new();
+    for fs in schemas.values() {
+        let level = fs["spec"]["priorityLevelConfiguration"]["name"]
+            .as_str()
+            .unwrap_or("");
+        let exists = levels.contains_key(level);
+        let status = if exists { "False" } else { "True" };
+        if dangling(fs, status) {
+            continue;
+        }
+        let (reason, message) = if exists {
+            ("Found", format!("This FlowSchema references the PriorityLevelConfiguration object named {level:?} and it exists"))
+        } else {
+            ("NotFound", format!("This FlowSchema references the PriorityLevelConfiguration object named {level:?} but there is no such object"))
+        };
+        let condition = serde_json::json!({"type": "Dangling", "status": status,
+            "lastTransitionTime": crate::registry::meta::now_rfc3339(),
+            "reason": reason, "message": message});
+        writes.push((crate::registry::meta::name(fs).to_owned(), status, condition));
+    }
+    if writes.is_empty() {
+        return;
+    }
+    let store = store.clone();
+    tokio::spawn(async move {
+        let Some(def) =
+            crate::registry::catalogue::builtin("flowcontrol.apiserver.k8s.io", "v1", "flowschemas")
+        else {
+            return;
+        };
+        for (name, status, condition) in writes {
+            let Ok(current) = crate::registry::system::get(store.as_ref(), def, "", &name).await else {
+                continue;
+            };
+            if dangling(&current, status) {
+                continue;
+            }
+            let mut next = current.clone();
+            let mut conditions: Vec<Value> = current["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|c| c["type"] != "Dangling")
+                .collect();
+            conditions.push(condition);
+            next["status"]["conditions"] = Value::Array(conditions);
+            let _ = crate::registry::system::update_status(store.as_ref(), def, &next, &current).await;
+        }
+    });
+}
+
+/// One priority level's seats and queues.
 struct LevelState {
+    bounds: Bounds,
+    queuing: Option<Queuing>,
     executing: usize,
     queues: Vec<VecDeque<oneshot::Sender<()>>>,
     /// Where the round-robin over queues resumes.
     next: usize,
 }
 
-impl Level {
-    /// Give a freed seat to the next waiter (round-robin over the queues), or free it.
-    fn release(&self) {
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = st.queues.len();
-        for i in 0..n {
-            let q = (st.next + i) % n.max(1);
-            while let Some(tx) = st.queues[q].pop_front() {
-                if tx.send(()).is_ok() {
-                    st.next = (q + 1) % n;
-                    return;
+/// The seats of every limited level, shared: one lock, as a seat lent or borrowed concerns
+/// two levels.
+#[derive(Default)]
+struct Pool {
+    levels: HashMap<String, LevelState>,
+}
+
+impl Pool {
+    /// Whether a request of `level` may start now: within the seats it keeps, or with one
+    /// more beyond them while the seats held (each level counted at least at what it keeps)
+    /// stay within all levels' nominal seats together, and within its borrowing limit.
+    fn may_start(&self, level: &str) -> bool {
+        let Some(l) = self.levels.get(level) else {
+            return false;
+        };
+        if l.executing < l.bounds.min {
+            return true;
+        }
+        if l.executing >= l.bounds.max {
+            return false;
+        }
+        let (held, total) = self.levels.values().fold((0, 0), |(h, t), l| {
+            (h + l.executing.max(l.bounds.min), t + l.bounds.nominal)
+        });
+        held < total
+    }
+
+    /// Give freed seats to waiters: first to levels below their nominal seats, then to those
+    /// that borrow, each level's queues round-robin.
+    fn dispatch(&mut self) {
+        loop {
+            let mut waiting: Vec<(&String, &LevelState)> = self
+                .levels
+                .iter()
+                .filter(|(_, l)| l.queues.iter().any(|q| !q.is_empty()))
+                .collect();
+            waiting.sort_by_key(|(name, l)| (l.executing >= l.bounds.nominal, l.executing, (*name).clone()));
+            let Some(name) = waiting
+                .iter()
+                .map(|(name, _)| (*name).clone())
+                .find(|name| self.may_start(name))
+            else {
+                return;
+            };
+            let l = self.levels.get_mut(&name).expect("a waiting level");
+            let n = l.queues.len();
+            for i in 0..n {
+                let q = (l.next + i) % n;
+                if let Some(tx) = l.queues[q].pop_front() {
+                    l.next = (q + 1) % n;
+                    // A waiter that gave up (timed out) leaves the seat for the next.
+                    if tx.send(()).is_ok() {
+                        l.executing += 1;
+                    }
+                    break;
                 }
             }
         }
-        st.executing = st.executing.saturating_sub(1);
+    }
+
+    fn release(&mut self, level: &str) {
+        if let Some(l) = self.levels.get_mut(level) {
+            l.executing = l.executing.saturating_sub(1);
+        }
+        self.dispatch();
     }
 }
 
 /// A seat held while a request executes; freed when dropped.
 pub(crate) struct Seat {
-    level: Option<Arc<Level>>,
+    level: Option<(Arc<Mutex<Pool>>, String)>,
     executing: Option<Gauge>,
     /// The response headers upstream sets: (FlowSchema UID, PriorityLevel UID).
     pub headers: Option<(String, String)>,
@@ -302,8 +449,8 @@ impl Drop for Seat {
         if let Some(g) = &self.executing {
             g.dec();
         }
-        if let Some(l) = &self.level {
-            l.release();
+        if let Some((pool, name)) = &self.level {
+            pool.lock().unwrap_or_else(PoisonError::into_inner).release(name);
         }
     }
 }
@@ -316,7 +463,7 @@ pub(crate) struct Rejected {
 
 pub(crate) struct FlowControl {
     config: watch::Receiver<Option<Arc<Config>>>,
-    levels: Mutex<Levels>,
+    pool: Arc<Mutex<Pool>>,
     pub metrics: FlowMetrics,
 }
 
@@ -327,7 +474,7 @@ impl FlowControl {
         let (_tx, rx) = watch::channel(None);
         Self {
             config: rx,
-            levels: Mutex::new(HashMap::new()),
+            pool: Arc::default(),
             metrics: FlowMetrics::default(),
         }
     }
@@ -342,6 +489,7 @@ impl FlowControl {
         let mut dirty = false;
         let metrics = FlowMetrics::default();
         let reported = metrics.clone();
+        let writer = store.clone();
         follow::spawn(
             store,
             &[SCHEMAS, LEVELS],
@@ -375,6 +523,7 @@ impl FlowControl {
                         dirty = false;
                         let config = Config::build(&schemas, &levels);
                         reported.levels_changed(&config);
+                        mark_dangling(&writer, &schemas, &levels);
                         tx.send_replace(Some(Arc::new(config)));
                     }
                 }
@@ -382,30 +531,9 @@ impl FlowControl {
         );
         Self {
             config: rx,
-            levels: Mutex::new(HashMap::new()),
+            pool: Arc::default(),
             metrics,
         }
-    }
-
-    /// The level `name` as configured now (a changed configuration starts it afresh; waiters
-    /// of the old one finish there).
-    fn level(&self, name: &str, limit: usize, queuing: Option<Queuing>) -> Arc<Level> {
-        let mut levels = self.levels.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((l, q, level)) = levels.get(name) {
-            if *l == limit && *q == queuing {
-                return level.clone();
-            }
-        }
-        let level = Arc::new(Level {
-            limit,
-            state: Mutex::new(LevelState {
-                executing: 0,
-                queues: (0..queuing.map_or(0, |q| q.0)).map(|_| VecDeque::new()).collect(),
-                next: 0,
-            }),
-        });
-        levels.insert(name.to_owned(), (limit, queuing, level.clone()));
-        level
     }
 
     /// Admit a request: a seat (held until dropped), or why not.
@@ -446,8 +574,7 @@ impl FlowControl {
                 headers: Some(headers),
             });
         }
-        let limit = config.limit(&spec);
-        let level = self.level(&schema.level, limit, spec.queuing);
+        let bounds = config.bounds(&spec);
         let reject = |reason: &'static str| {
             self.metrics
                 .rejected
@@ -463,14 +590,37 @@ impl FlowControl {
             }
         };
         let wait = {
-            let mut st = level.state.lock().unwrap_or_else(PoisonError::into_inner);
-            if st.executing < level.limit {
-                st.executing += 1;
+            let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+            // The level as configured now (a changed queue count starts its queues afresh:
+            // their waiters time out).
+            let queue_count = spec.queuing.map_or(0, |q| q.0);
+            let st = pool
+                .levels
+                .entry(schema.level.clone())
+                .or_insert_with(|| LevelState {
+                    bounds,
+                    queuing: spec.queuing,
+                    executing: 0,
+                    queues: Vec::new(),
+                    next: 0,
+                });
+            st.bounds = bounds;
+            if st.queuing != spec.queuing || st.queues.len() != queue_count {
+                st.queuing = spec.queuing;
+                st.queues = (0..queue_count).map(|_| VecDeque::new()).collect();
+                st.next = 0;
+            }
+            let queued = st.queues.iter().any(|q| !q.is_empty());
+            if !queued && pool.may_start(&schema.level) {
+                if let Some(st) = pool.levels.get_mut(&schema.level) {
+                    st.executing += 1;
+                }
                 None
             } else {
                 let Some((queues, hand, max_len)) = spec.queuing else {
                     return Err(reject("concurrency-limit"));
                 };
+                let st = pool.levels.get_mut(&schema.level).expect("just made");
                 // Shuffle sharding: the flow's hand of queues, the shortest taken.
                 let flow = if schema.by_user {
                     user.name.as_str()
@@ -511,7 +661,7 @@ impl FlowControl {
         let executing = self.metrics.executing.get_or_create(&labels).clone();
         executing.inc();
         Ok(Seat {
-            level: Some(level),
+            level: Some((self.pool.clone(), schema.level.clone())),
             executing: Some(executing),
             headers: Some(headers),
         })
@@ -570,6 +720,54 @@ mod tests {
         );
     }
 
+    /// A level lends what it does not keep, gets it back before a borrower gets more, and
+    /// a borrower stops at what all levels' nominal seats allow.
+    #[test]
+    fn seats_are_lent_and_borrowed_within_bounds() {
+        let level = |nominal, min, max| LevelState {
+            bounds: Bounds { nominal, min, max },
+            queuing: Some((1, 1, 10)),
+            executing: 0,
+            queues: vec![VecDeque::new()],
+            next: 0,
+        };
+        let mut pool = Pool::default();
+        // `lender` keeps 1 of its 2 seats and borrows none; `borrower` keeps its 2 and may
+        // borrow without limit.
+        pool.levels.insert("lender".into(), level(2, 1, 2));
+        pool.levels.insert("borrower".into(), level(2, 2, usize::MAX));
+        let start = |pool: &mut Pool, name: &str| {
+            let ok = pool.may_start(name);
+            if ok {
+                pool.levels.get_mut(name).unwrap().executing += 1;
+            }
+            ok
+        };
+        assert!(start(&mut pool, "borrower") && start(&mut pool, "borrower"));
+        assert!(start(&mut pool, "borrower"), "the lender's idle lendable seat");
+        assert!(
+            !start(&mut pool, "borrower"),
+            "the lender's kept seat is not lent"
+        );
+        assert!(start(&mut pool, "lender"), "a kept seat is always there");
+        assert!(!start(&mut pool, "lender"), "its lent seat is in use");
+        // The lender waits; the borrower's next freed seat is the lender's.
+        let (tx, mut rx) = oneshot::channel();
+        pool.levels.get_mut("lender").unwrap().queues[0].push_back(tx);
+        let (btx, mut brx) = oneshot::channel();
+        pool.levels.get_mut("borrower").unwrap().queues[0].push_back(btx);
+        pool.release("borrower");
+        assert!(rx.try_recv().is_ok(), "the lender got its seat back");
+        assert!(brx.try_recv().is_err(), "the borrower waits");
+        assert_eq!(pool.levels["lender"].executing, 2);
+        assert_eq!(pool.levels["borrower"].executing, 2);
+        // A borrowing limit of 0 keeps a level to its nominal seats even with seats idle.
+        let mut pool = Pool::default();
+        pool.levels.insert("capped".into(), level(1, 1, 1));
+        pool.levels.insert("idle".into(), level(5, 0, 5));
+        assert!(start(&mut pool, "capped") && !start(&mut pool, "capped"));
+    }
+
     #[test]
     fn requests_are_classified_as_upstreams_bootstrap_configuration_says() {
         let c = config();
@@ -606,7 +804,8 @@ mod admit_tests {
     async fn a_limited_level_queues_then_rejects_and_a_freed_seat_goes_to_the_queue() {
         let (mut levels, mut schemas) = crate::registry::flowcontrol::bootstrap_objects();
         levels.push(json!({"metadata": {"name": "flood", "uid": "l"}, "spec": {"type": "Limited", "limited": {
-            "nominalConcurrencyShares": 1, "limitResponse": {"type": "Queue", "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 2}}}}}));
+            "nominalConcurrencyShares": 1, "borrowingLimitPercent": 0,
+            "limitResponse": {"type": "Queue", "queuing": {"queues": 1, "handSize": 1, "queueLengthLimit": 2}}}}}));
         schemas.push(json!({"metadata": {"name": "flooders", "uid": "s"}, "spec": {"matchingPrecedence": 200,
             "priorityLevelConfiguration": {"name": "flood"}, "distinguisherMethod": {"type": "ByUser"},
             "rules": [{"subjects": [{"kind": "User", "user": {"name": "flooder"}}],
@@ -620,7 +819,7 @@ mod admit_tests {
         let (_tx, rx) = watch::channel(Some(Arc::new(config)));
         let fc = Arc::new(FlowControl {
             config: rx,
-            levels: Mutex::new(HashMap::new()),
+            pool: Arc::default(),
             metrics: FlowMetrics::default(),
         });
         let user = UserInfo {

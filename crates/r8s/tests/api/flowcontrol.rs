@@ -50,6 +50,34 @@ fn flow_schemas_and_priority_levels_are_served_with_the_bootstrap_configuration(
         &["create", "-f", "-"],
         &fs.replace("matchingPrecedence: 0", "matchingPrecedence: 500"),
     );
+    // The server keeps each schema's Dangling condition, as upstream's configuration
+    // controller: False while its level exists, True while it does not.
+    let dangling = |name: &str, want: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let got = server.ok(
+                k,
+                &["get", "flowschema", name, "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Dangling\")].status} {.status.conditions[?(@.type==\"Dangling\")].reason}"],
+            );
+            if got == want {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{name}: {got}, not {want}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    dangling("batch", "False Found");
+    server.ok_stdin(
+        k,
+        &["create", "-f", "-"],
+        &fs.replace("matchingPrecedence: 0", "matchingPrecedence: 600")
+            .replace("metadata: {name: batch}", "metadata: {name: orphan}")
+            .replace("{name: batch}", "{name: nowhere}"),
+    );
+    dangling("orphan", "True NotFound");
+    server.ok_stdin(k, &["create", "-f", "-"], "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: PriorityLevelConfiguration\nmetadata: {name: nowhere}\nspec:\n  type: Limited\n  limited:\n    limitResponse: {type: Reject}\n");
+    dangling("orphan", "False Found");
     server.ok(
         k,
         &[
@@ -117,9 +145,9 @@ fn a_flood_from_one_user_is_queued_and_shed_while_node_status_updates_keep_their
     let server = Server::start();
     let k = "1.33";
     // The flooder's own narrow priority level: one seat (its single share against a large
-    // level's thousand) and one short queue.
+    // level's thousand), none to borrow from the levels that lend, and one short queue.
     server.ok_stdin(k, &["create", "-f", "-"], "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: PriorityLevelConfiguration\nmetadata: {name: reserved}\nspec:\n  type: Limited\n  limited:\n    nominalConcurrencyShares: 1000\n    limitResponse: {type: Reject}\n");
-    server.ok_stdin(k, &["create", "-f", "-"], "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: PriorityLevelConfiguration\nmetadata: {name: flood}\nspec:\n  type: Limited\n  limited:\n    nominalConcurrencyShares: 1\n    limitResponse: {type: Queue, queuing: {queues: 1, handSize: 1, queueLengthLimit: 1}}\n");
+    server.ok_stdin(k, &["create", "-f", "-"], "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: PriorityLevelConfiguration\nmetadata: {name: flood}\nspec:\n  type: Limited\n  limited:\n    nominalConcurrencyShares: 1\n    borrowingLimitPercent: 0\n    limitResponse: {type: Queue, queuing: {queues: 1, handSize: 1, queueLengthLimit: 1}}\n");
     server.ok_stdin(k, &["create", "-f", "-"], "apiVersion: flowcontrol.apiserver.k8s.io/v1\nkind: FlowSchema\nmetadata: {name: flooders}\nspec:\n  priorityLevelConfiguration: {name: flood}\n  matchingPrecedence: 200\n  distinguisherMethod: {type: ByUser}\n  rules:\n  - subjects: [{kind: User, user: {name: flooder}}]\n    resourceRules: [{verbs: ['*'], apiGroups: ['*'], resources: ['*'], namespaces: ['*'], clusterScope: true}]\n");
     server.ok_stdin(
         k,
