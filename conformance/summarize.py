@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Summarise the JUnit reports of a conformance run (scripts/conformance.sh) in Markdown.
 
-Only [Conformance] specs are counted; a spec that appears in several reports (the parallel pass
+Only [Conformance] specs are counted (every spec with --all, for runs of other labels); a spec that appears in several reports (the parallel pass
 skips what the serial pass runs, and the other way round) takes its most telling state:
 failed over passed over skipped. Prints the totals, a table by area (the suite's [sig-…]
 names) and each failed spec with the first line of its failure.
 
-usage: summarize.py [--wall SECONDS] [--commit SHA] JUNIT.xml...
+usage: summarize.py [--all] [--wall SECONDS] [--commit SHA] JUNIT.xml...
 """
 import argparse
 import datetime
@@ -43,6 +43,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wall", type=int)
     ap.add_argument("--commit")
+    ap.add_argument("--all", action="store_true", help="count every spec, not only [Conformance] ones")
     ap.add_argument("reports", nargs="+")
     args = ap.parse_args()
 
@@ -55,7 +56,11 @@ def main():
             continue
         for case in tree.iter("testcase"):
             name = case.get("name", "")
-            if "[Conformance]" not in name:
+            if args.all:
+                # Every spec, not the suite's set-up and tear-down nodes.
+                if not name.startswith("[It]"):
+                    continue
+            elif "[Conformance]" not in name:
                 continue
             name = re.sub(r"^\[It\]\s*", "", name)
             state = state_of(case)
@@ -77,7 +82,7 @@ def main():
                + (f", wall time {args.wall // 60} min {args.wall % 60} s" if args.wall else ""))
     out.append("")
     out.append(f"passed {total['passed']}, failed {total['failed']}, skipped {total['skipped']} "
-               f"of {len(specs)} [Conformance] specs")
+               f"of {len(specs)} {'' if args.all else '[Conformance] '}specs")
     out.append("")
     out.append("| area | passed | failed | skipped |")
     out.append("|---|---:|---:|---:|")

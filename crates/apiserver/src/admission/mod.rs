@@ -202,6 +202,17 @@ pub(crate) fn parsed(stored: &bytes::Bytes) -> Option<std::sync::Arc<Value>> {
 pub trait MutatingPlugin: Send + Sync {
     fn name(&self) -> &'static str;
     async fn admit(&self, attrs: &mut Attributes<'_>) -> Result<(), ApiError>;
+
+    /// Whether the plugin may want to run again when a later plugin changed the object
+    /// (upstream's `reinvocationPolicy: IfNeeded`): then [`MutatingPlugin::readmit`] is called.
+    fn reinvokes(&self) -> bool {
+        false
+    }
+
+    /// The second run, after later plugins changed the object.
+    async fn readmit(&self, _attrs: &mut Attributes<'_>) -> Result<(), ApiError> {
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -234,8 +245,19 @@ impl AdmissionChain {
     /// The mutating phase alone (the registry runs it before its own defaulting and
     /// validation, as upstream's handlers do).
     pub async fn admit(&self, attrs: &mut Attributes<'_>) -> Result<(), ApiError> {
+        // The object as each plugin that may run again left it.
+        let mut left: Vec<(&dyn MutatingPlugin, Option<Value>)> = Vec::new();
         for p in &self.mutating {
             p.admit(attrs).await?;
+            if p.reinvokes() {
+                left.push((p.as_ref(), attrs.object.as_deref().cloned()));
+            }
+        }
+        // Upstream's reinvocation: once more, where a later plugin changed the object.
+        for (p, as_left) in left {
+            if attrs.object.as_deref() != as_left.as_ref() {
+                p.readmit(attrs).await?;
+            }
         }
         Ok(())
     }
@@ -289,6 +311,75 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts its runs in the object's `runs` label; asks to run again.
+    struct Counting;
+
+    #[async_trait]
+    impl MutatingPlugin for Counting {
+        fn name(&self) -> &'static str {
+            "counting"
+        }
+        async fn admit(&self, a: &mut Attributes<'_>) -> Result<(), ApiError> {
+            if let Some(o) = a.object.as_deref_mut() {
+                let runs = o["metadata"]["labels"]["runs"].as_str().unwrap_or("").to_owned() + "x";
+                o["metadata"]["labels"]["runs"] = Value::String(runs);
+            }
+            Ok(())
+        }
+        fn reinvokes(&self) -> bool {
+            true
+        }
+        async fn readmit(&self, a: &mut Attributes<'_>) -> Result<(), ApiError> {
+            self.admit(a).await
+        }
+    }
+
+    /// Sets a label to a fixed value.
+    struct Setting(&'static str);
+
+    #[async_trait]
+    impl MutatingPlugin for Setting {
+        fn name(&self) -> &'static str {
+            "setting"
+        }
+        async fn admit(&self, a: &mut Attributes<'_>) -> Result<(), ApiError> {
+            if let Some(o) = a.object.as_deref_mut() {
+                o["metadata"]["labels"]["set"] = Value::String(self.0.to_owned());
+            }
+            Ok(())
+        }
+    }
+
+    /// A plugin that asks to run again does, once, where a later plugin changed the object,
+    /// and only there (upstream's reinvocation).
+    #[tokio::test]
+    async fn a_plugin_runs_again_when_a_later_one_changed_the_object() {
+        let run = |later: &'static str| async move {
+            let mut chain = AdmissionChain::default();
+            chain.push_mutating(Counting);
+            chain.push_mutating(Setting(later));
+            let info =
+                crate::request_info::parse_request(&http::Method::POST, "/api/v1/namespaces/d/pods", None);
+            let user = UserInfo::default();
+            let warnings = Warnings::default();
+            let mut pod = serde_json::json!({"metadata": {"name": "p", "labels": {"set": "same"}}});
+            let mut attrs = Attributes {
+                operation: Operation::Create,
+                request: &info,
+                user: &user,
+                object: Some(&mut pod),
+                old_object: None,
+                dry_run: false,
+                options: None,
+                warnings: &warnings,
+            };
+            chain.admit(&mut attrs).await.unwrap();
+            pod["metadata"]["labels"]["runs"].as_str().unwrap().to_owned()
+        };
+        assert_eq!(run("changed").await, "xx");
+        assert_eq!(run("same").await, "x");
+    }
 
     #[test]
     fn stored_objects_are_parsed_once_per_content() {

@@ -145,6 +145,8 @@ struct Policy {
     validations: Vec<Validation>,
     /// A MutatingAdmissionPolicy's mutations, in order.
     mutations: Vec<Mutation>,
+    /// `reinvocationPolicy: IfNeeded`: run again when a later plugin changed the object.
+    reinvoke: bool,
     fail_open: bool,
     /// `apiVersion` and `kind` of its parameters.
     param_kind: Option<(String, String)>,
@@ -204,6 +206,7 @@ impl Policy {
                     }
                 })
                 .collect(),
+            reinvoke: spec["reinvocationPolicy"] == "IfNeeded",
             fail_open: spec["failurePolicy"] == "Ignore",
             param_kind: spec["paramKind"].is_object().then(|| {
                 (
@@ -295,8 +298,8 @@ impl ValidatingAdmissionPolicy {
 /// `MutatingAdmissionPolicy` feature gate as upstream's): each mutation of a policy whose
 /// binding selects the request patches the object, an apply configuration merged in as a
 /// strategic merge patch (upstream applies it with server-side apply's merge: the same for
-/// maps and keyed lists) or a JSON patch. Its `reinvocationPolicy` is kept, but a policy is
-/// not run again after later mutating plugins (as `Never`).
+/// maps and keyed lists) or a JSON patch. A policy with `reinvocationPolicy: IfNeeded` runs
+/// once more when a later mutating plugin changed the object.
 pub struct MutatingAdmissionPolicy(Policies);
 
 impl MutatingAdmissionPolicy {
@@ -489,7 +492,7 @@ impl ValidatingPlugin for ValidatingAdmissionPolicy {
     }
 
     async fn validate(&self, a: &Attributes<'_>) -> Result<(), ApiError> {
-        self.0.run(a, None).await
+        self.0.run(a, None, false).await
     }
 }
 
@@ -500,11 +503,26 @@ impl super::MutatingPlugin for MutatingAdmissionPolicy {
     }
 
     async fn admit(&self, a: &mut Attributes<'_>) -> Result<(), ApiError> {
+        self.mutate(a, false).await
+    }
+
+    fn reinvokes(&self) -> bool {
+        true
+    }
+
+    /// The policies with `reinvocationPolicy: IfNeeded` run again.
+    async fn readmit(&self, a: &mut Attributes<'_>) -> Result<(), ApiError> {
+        self.mutate(a, true).await
+    }
+}
+
+impl MutatingAdmissionPolicy {
+    async fn mutate(&self, a: &mut Attributes<'_>, again: bool) -> Result<(), ApiError> {
         // Only writes carry an object to mutate.
         let Some(mut object) = a.object.as_deref().cloned() else {
             return Ok(());
         };
-        self.0.run(a, Some(&mut object)).await?;
+        self.0.run(a, Some(&mut object), again).await?;
         if let Some(dst) = a.object.as_deref_mut() {
             *dst = object;
         }
@@ -516,7 +534,13 @@ impl Policies {
     /// Evaluate the policies whose bindings select the request: a validating policy's
     /// validations, or a mutating one's mutations of `mutated` (the object as the mutations
     /// before have left it; the request's own object is what the policies are matched with).
-    async fn run(&self, a: &Attributes<'_>, mut mutated: Option<&mut Value>) -> Result<(), ApiError> {
+    /// `again`: the reinvocation, of the policies that ask for it only.
+    async fn run(
+        &self,
+        a: &Attributes<'_>,
+        mut mutated: Option<&mut Value>,
+        again: bool,
+    ) -> Result<(), ApiError> {
         let Some(compiled) = self.compiled().await else {
             return Ok(());
         };
@@ -553,6 +577,9 @@ impl Policies {
             namespace: ns_obj.clone(),
         };
         for (binding, policy) in compiled.iter() {
+            if again && !policy.reinvoke {
+                continue;
+            }
             let denied = |message: String, reason: &str| {
                 let (code, reason) = code_of(reason);
                 ApiError::new(

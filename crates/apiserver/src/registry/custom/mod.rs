@@ -795,6 +795,7 @@ fn validate_crd(obj: &Value) -> Vec<FieldError> {
             }
             if schema.is_object() {
                 let at = format!("{path}.schema.openAPIV3Schema");
+                errs.extend(schema::check_structural(schema, &at));
                 errs.extend(schema::check_rules(schema, &at));
             }
             let scale = &v["subresources"]["scale"];

@@ -368,6 +368,239 @@ fn check(schema: &Value, v: &Value, path: &str, errs: &mut Vec<FieldError>) {
     }
 }
 
+/// Where a schema node sits, for the messages of [`check_structural`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Root,
+    Field,
+    Item,
+}
+
+/// Upstream's structural-schema invariants of a CRD version's `openAPIV3Schema`
+/// (`ValidateStructural`, and the mutual exclusion of `properties` and `additionalProperties`
+/// from the CRD's own validation), in upstream's words, sorted as upstream sorts them: every
+/// specified field and array item has a type (unless it is int-or-string or keeps unknown
+/// fields), an array has `items`, `additionalProperties` is not at the root nor beside
+/// `properties` (but `true`) nor in an embedded resource, an embedded resource is an object,
+/// `metadata` at a resource's root restricts only `name` and `generateName`, and nothing but
+/// value validations sits under `allOf`, `anyOf`, `oneOf` and `not` (but int-or-string's two
+/// patterns). The root's own type is checked where the CRD is validated. Not checked: that
+/// what the junctors specify is also specified outside them.
+pub(crate) fn check_structural(schema: &Value, path: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    structural(schema, Level::Root, path, &mut errs);
+    errs.sort_by_key(ToString::to_string);
+    errs
+}
+
+fn structural(s: &Value, level: Level, path: &str, errs: &mut Vec<FieldError>) {
+    let kind = s.get("type").and_then(Value::as_str).unwrap_or("");
+    let embedded = flag(s, "x-kubernetes-embedded-resource");
+    let int_or_string = flag(s, "x-kubernetes-int-or-string");
+    let preserve = flag(s, "x-kubernetes-preserve-unknown-fields");
+    let props = s.get("properties").and_then(Value::as_object);
+    let additional = s.get("additionalProperties").filter(|a| !a.is_null());
+    if kind == "array" && s.get("items").is_none_or(Value::is_null) {
+        errs.push(FieldError::required(format!("{path}.items"), "must be specified"));
+    }
+    if let Some(items) = s.get("items").filter(|i| i.is_object()) {
+        structural(items, Level::Item, &format!("{path}.items"), errs);
+    }
+    for (k, v) in props.into_iter().flatten() {
+        structural(v, Level::Field, &format!("{path}.properties[{k}]"), errs);
+    }
+    if let Some(a) = additional {
+        if level == Level::Root {
+            errs.push(FieldError::forbidden(
+                format!("{path}.additionalProperties"),
+                "must not be used at the root",
+            ));
+        }
+        if props.is_some_and(|p| !p.is_empty()) && (a.is_object() || a == false) {
+            errs.push(FieldError::forbidden(
+                format!("{path}.additionalProperties"),
+                "additionalProperties and properties are mutual exclusive",
+            ));
+        }
+        if a.is_object() {
+            structural(a, Level::Field, &format!("{path}.additionalProperties"), errs);
+        }
+    }
+    if int_or_string && preserve {
+        errs.push(FieldError::invalid_raw(
+            format!("{path}.x-kubernetes-preserve-unknown-fields"),
+            "true",
+            "must be false if x-kubernetes-int-or-string is true",
+        ));
+    }
+    if int_or_string && embedded {
+        errs.push(FieldError::invalid_raw(
+            format!("{path}.x-kubernetes-embedded-resource"),
+            "true",
+            "must be false if x-kubernetes-int-or-string is true",
+        ));
+    }
+    let int_or_string_any_of = |v: &Value| {
+        v.as_array().is_some_and(|a| {
+            a.len() == 2
+                && a[0] == serde_json::json!({"type": "integer"})
+                && a[1] == serde_json::json!({"type": "string"})
+        })
+    };
+    let skip_any_of = int_or_string_any_of(&s["anyOf"]);
+    let skip_all_of_any_of = s["allOf"]
+        .as_array()
+        .and_then(|a| a.first())
+        .is_some_and(|first| int_or_string_any_of(&first["anyOf"]));
+    for junctor in ["allOf", "anyOf", "oneOf"] {
+        if junctor == "anyOf" && skip_any_of {
+            continue;
+        }
+        for (i, sub) in s[junctor].as_array().into_iter().flatten().enumerate() {
+            if junctor == "allOf" && i == 0 && skip_all_of_any_of {
+                // The first allOf's anyOf is int-or-string's pattern; the rest of it is not.
+                let mut rest = sub.clone();
+                if let Some(o) = rest.as_object_mut() {
+                    o.remove("anyOf");
+                }
+                nested(&rest, &format!("{path}.{junctor}[{i}]"), errs);
+                continue;
+            }
+            nested(sub, &format!("{path}.{junctor}[{i}]"), errs);
+        }
+    }
+    if s.get("not").is_some_and(Value::is_object) {
+        nested(&s["not"], &format!("{path}.not"), errs);
+    }
+    if embedded && kind != "object" {
+        if kind.is_empty() {
+            errs.push(FieldError::required(
+                format!("{path}.type"),
+                "must be object if x-kubernetes-embedded-resource is true",
+            ));
+        } else {
+            errs.push(FieldError::invalid(
+                format!("{path}.type"),
+                kind,
+                "must be object if x-kubernetes-embedded-resource is true",
+            ));
+        }
+    } else if kind.is_empty() && !int_or_string && !preserve {
+        match level {
+            Level::Root => {}
+            Level::Item => errs.push(FieldError::required(
+                format!("{path}.type"),
+                "must not be empty for specified array items",
+            )),
+            Level::Field => errs.push(FieldError::required(
+                format!("{path}.type"),
+                "must not be empty for specified object fields",
+            )),
+        }
+    }
+    if embedded && additional.is_some() {
+        errs.push(FieldError::forbidden(
+            format!("{path}.additionalProperties"),
+            "must not be used if x-kubernetes-embedded-resource is set",
+        ));
+    }
+    let resource_root = level == Level::Root || embedded;
+    if resource_root {
+        for k in ["kind", "apiVersion"] {
+            if let Some(p) = props.and_then(|p| p.get(k)) {
+                let t = p.get("type").and_then(Value::as_str).unwrap_or("");
+                if t != "string" {
+                    errs.push(FieldError::invalid(
+                        format!("{path}.properties[{k}].type"),
+                        t,
+                        "must be string",
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(meta) = props.and_then(|p| p.get("metadata")) {
+        let at = format!("{path}.properties[metadata]");
+        let t = meta.get("type").and_then(Value::as_str).unwrap_or("");
+        if resource_root && t != "object" {
+            errs.push(FieldError::invalid(format!("{at}.type"), t, "must be object"));
+        }
+        if level == Level::Root {
+            // Only name and generateName may be restricted (and the type, a default, a
+            // description).
+            let allowed = |k: &str| matches!(k, "type" | "default" | "description" | "properties");
+            let only_names = meta["properties"]
+                .as_object()
+                .is_none_or(|p| p.keys().all(|k| k == "name" || k == "generateName"));
+            if !only_names || meta.as_object().is_some_and(|m| m.keys().any(|k| !allowed(k))) {
+                errs.push(FieldError::forbidden(
+                    at,
+                    "must not specify anything other than name and generateName, but metadata is implicitly specified",
+                ));
+            }
+        }
+    }
+    if embedded && !preserve && props.is_none_or(|p| p.is_empty()) {
+        errs.push(FieldError::required(
+            format!("{path}.properties"),
+            "must not be empty if x-kubernetes-embedded-resource is true without x-kubernetes-preserve-unknown-fields",
+        ));
+    }
+}
+
+/// A schema under a logic junctor: value validations only.
+fn nested(s: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    for (k, v) in s["properties"].as_object().into_iter().flatten() {
+        nested(v, &format!("{path}.properties[{k}]"), errs);
+    }
+    if s.get("items").is_some_and(Value::is_object) {
+        nested(&s["items"], &format!("{path}.items"), errs);
+    }
+    for junctor in ["allOf", "anyOf", "oneOf"] {
+        for (i, sub) in s[junctor].as_array().into_iter().flatten().enumerate() {
+            nested(sub, &format!("{path}.{junctor}[{i}]"), errs);
+        }
+    }
+    if s.get("not").is_some_and(Value::is_object) {
+        nested(&s["not"], &format!("{path}.not"), errs);
+    }
+    let forbidden = [
+        ("type", "must be empty to be structural"),
+        ("additionalProperties", "must be undefined to be structural"),
+        ("default", "must be undefined to be structural"),
+        ("title", "must be empty to be structural"),
+        ("description", "must be empty to be structural"),
+        ("nullable", "must be false to be structural"),
+        (
+            "x-kubernetes-preserve-unknown-fields",
+            "must be false to be structural",
+        ),
+        ("x-kubernetes-embedded-resource", "must be false to be structural"),
+        ("x-kubernetes-int-or-string", "must be false to be structural"),
+        ("x-kubernetes-list-map-keys", "must be empty to be structural"),
+        ("x-kubernetes-list-type", "must be undefined to be structural"),
+        ("x-kubernetes-map-type", "must be undefined to be structural"),
+        ("x-kubernetes-validations", "must be empty to be structural"),
+    ];
+    for (k, why) in forbidden {
+        let set = match s.get(k) {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+            Some(Value::String(t)) => !t.is_empty(),
+            Some(Value::Array(a)) => !a.is_empty(),
+            Some(_) => true,
+        };
+        if set {
+            errs.push(FieldError::forbidden(format!("{path}.{k}"), why));
+        }
+    }
+    if s["properties"].get("metadata").is_some() {
+        errs.push(FieldError::forbidden(
+            format!("{path}.properties[metadata]"),
+            "must not be specified in a nested context",
+        ));
+    }
+}
+
 /// Upstream's compile-time checks of a CRD's `x-kubernetes-validations` (its
 /// `ValidateCustomResourceDefinitionOpenAPISchema` with `cel.Compile`): each rule must parse
 /// and type-check with `self` (and `oldSelf`) typed by the schema node it sits on and yield a
@@ -1224,6 +1457,42 @@ mod tests {
                 format!("{at}.x-kubernetes-validations[2].messageExpression: Invalid value: {}: messageExpression must evaluate to a string", rule("self.replicas > 0", "", "self.replicas", "(*bool)(nil)")),
                 format!("{at}.x-kubernetes-validations[3].optionalOldSelf: Invalid value: true: may not be set if oldSelf is not used in rule"),
                 format!("{at}.properties[items].items.x-kubernetes-validations[0].rule: Invalid value: \"self == oldSelf\": oldSelf cannot be used on the uncorrelatable portion of the schema within {at}.properties[items]"),
+            ]
+        );
+    }
+
+    /// A schema that is not structural is refused in upstream's words.
+    #[test]
+    fn schemas_must_be_structural() {
+        let at = "spec.versions[0].schema.openAPIV3Schema";
+        let good = json!({"type": "object", "properties": {
+            "metadata": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}}},
+            "spec": {"type": "object", "properties": {
+                "port": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]},
+                "free": {"x-kubernetes-preserve-unknown-fields": true},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                "either": {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+                    "oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+                "tags": {"type": "array", "items": {"type": "string"}}}}}});
+        assert_eq!(messages(&check_structural(&good, at)), Vec::<String>::new());
+        let bad = json!({"type": "object", "additionalProperties": {"type": "string"}, "properties": {
+            "metadata": {"type": "object", "properties": {"labels": {"type": "object"}}},
+            "spec": {"properties": {
+                "a": {"type": "string"},
+                "b": {"type": "object", "properties": {"x": {"type": "string"}}, "additionalProperties": {"type": "string"}},
+                "c": {"type": "array"},
+                "d": {"type": "object", "anyOf": [{"type": "string", "description": "no"}]}}}}});
+        assert_eq!(
+            messages(&check_structural(&bad, at)),
+            [
+                format!("{at}.additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"),
+                format!("{at}.additionalProperties: Forbidden: must not be used at the root"),
+                format!("{at}.properties[metadata]: Forbidden: must not specify anything other than name and generateName, but metadata is implicitly specified"),
+                format!("{at}.properties[spec].properties[b].additionalProperties: Forbidden: additionalProperties and properties are mutual exclusive"),
+                format!("{at}.properties[spec].properties[c].items: Required value: must be specified"),
+                format!("{at}.properties[spec].properties[d].anyOf[0].description: Forbidden: must be empty to be structural"),
+                format!("{at}.properties[spec].properties[d].anyOf[0].type: Forbidden: must be empty to be structural"),
+                format!("{at}.properties[spec].type: Required value: must not be empty for specified object fields"),
             ]
         );
     }
