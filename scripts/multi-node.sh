@@ -5,6 +5,10 @@
 #   scripts/multi-node.sh up N DIR     # returns once all N nodes are Ready;
 #                                      # the kubeconfig is DIR/kubeconfig.yaml
 #   scripts/multi-node.sh down DIR     # stops the nodes and removes everything `up` made
+#   scripts/multi-node.sh kill DIR NODE   # SIGKILL every process of node NODE (node2, or 2), as
+#                                         # a power cut: its data, mounts and pods' state stay
+#   scripts/multi-node.sh start DIR NODE  # start a killed node again, as it was started, on
+#                                         # its data
 #
 # Node 1 is `r8s server` (its own agent is node 1), nodes 2..N are `r8s agent`s joined with
 # the server's token. Each node runs in its own network namespace (r8smn-<tag>-<i>, with
@@ -23,7 +27,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
-  echo "usage: $0 up N DIR | down DIR" >&2
+  echo "usage: $0 up N DIR | down DIR | kill DIR NODE | start DIR NODE" >&2
   exit 2
 }
 
@@ -55,10 +59,78 @@ start_node() { # i args...
   # nsenter joins the node's network; unshare gives it a PID namespace (its first process
   # is the node's init: SIGKILL of it kills every process of the node) with a /proc of its
   # own, and a mount namespace where containerd's netns mounts stay.
+  # How it was started, for `start` after a `kill`.
+  printf '%s\0' "$bin" "$@" >"$d/cmdline"
   nsenter --net="/run/netns/$(ns_of "$i")" \
     unshare --pid --fork --mount-proc --propagation slave -- \
-    "$bin" "$@" >"$d/log" 2>&1 &
+    "$bin" "$@" >>"$d/log" 2>&1 &
   echo $! >"$d/pid"
+}
+
+# The number of node NODE (`node2` or `2`) of the cluster in DIR.
+node_number() {
+  local i=${2#node}
+  [[ "$i" =~ ^[0-9]+$ ]] && [ -f "$1/node$i/cmdline" ] || {
+    echo "multi-node: no node $2 in $1" >&2
+    exit 1
+  }
+  echo "$i"
+}
+
+kill_node() { # DIR NODE
+  names "$1"
+  local i
+  i=$(node_number "$dir" "$2")
+  local pf=$dir/node$i/pid
+  [ -f "$pf" ] && kill -0 "$(cat "$pf")" 2>/dev/null || {
+    echo "multi-node: node$i is not running" >&2
+    exit 1
+  }
+  # SIGKILL to the node's init (PID 1 of its PID namespace) kills every process of it at
+  # once: server or agent, containerd, shims and containers.
+  local init
+  init=$(pgrep -P "$(cat "$pf")" | head -1 || true)
+  [ -n "$init" ] && kill -KILL "$init" 2>/dev/null || true
+  kill -KILL "$(cat "$pf")" 2>/dev/null || true
+  for ((t = 0; t < 100; t++)); do
+    kill -0 "$(cat "$pf")" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "multi-node: node$i killed"
+}
+
+start_again() { # DIR NODE
+  names "$1"
+  local i
+  i=$(node_number "$dir" "$2")
+  local pf=$dir/node$i/pid
+  if [ -f "$pf" ] && kill -0 "$(cat "$pf")" 2>/dev/null; then
+    echo "multi-node: node$i is running" >&2
+    exit 1
+  fi
+  local args=()
+  mapfile -d '' args <"$dir/node$i/cmdline"
+  bin=${args[0]}
+  images='' # imported at its first start
+  local since
+  since=$(date -u +%FT%TZ)
+  echo "--- started again $since" >>"$dir/node$i/log"
+  start_node "$i" "${args[@]:1}"
+  # Ready once its kubelet reports it so again: a Ready heartbeat newer than this start (the
+  # condition from before the kill may still read Ready).
+  local ready=
+  for ((t = 0; t < 600; t++)); do
+    ready=$(kubectl --kubeconfig "$dir/kubeconfig.yaml" get node "node$i" -o \
+      jsonpath='{range .status.conditions[?(@.type=="Ready")]}{.status} {.lastHeartbeatTime}{end}' 2>/dev/null |
+      awk -v since="$since" '$1 == "True" && $2 >= since' || true)
+    [ -n "$ready" ] && break
+    sleep 0.2
+  done
+  [ -n "$ready" ] || {
+    echo "multi-node: node$i not Ready 120 s after its start" >&2
+    exit 1
+  }
+  echo "multi-node: node$i started again and Ready"
 }
 
 up() {
@@ -226,6 +298,14 @@ case "${1:-}" in
   down)
     [ $# = 2 ] || usage
     down "$2"
+    ;;
+  kill)
+    [ $# = 3 ] || usage
+    kill_node "$2" "$3"
+    ;;
+  start)
+    [ $# = 3 ] || usage
+    start_again "$2" "$3"
     ;;
   *) usage ;;
 esac
