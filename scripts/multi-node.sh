@@ -77,23 +77,35 @@ node_number() {
   echo "$i"
 }
 
+# Whether node I of the cluster in $dir runs.
+node_running() { # I
+  local pf=$dir/node$1/pid
+  [ -f "$pf" ] && kill -0 "$(cat "$pf")" 2>/dev/null
+}
+
+# SIGKILL to a node's init (PID 1 of its PID namespace, the child of the PID `start_node`
+# recorded) kills every process of the node at once: server or agent, containerd, shims and
+# containers.
+kill_init() { # PID
+  local init
+  init=$(pgrep -P "$1" | head -1 || true)
+  [ -n "$init" ] && kill -KILL "$init" 2>/dev/null || true
+  kill -KILL "$1" 2>/dev/null || true
+}
+
 kill_node() { # DIR NODE
   names "$1"
   local i
   i=$(node_number "$dir" "$2")
-  local pf=$dir/node$i/pid
-  [ -f "$pf" ] && kill -0 "$(cat "$pf")" 2>/dev/null || {
+  node_running "$i" || {
     echo "multi-node: node$i is not running" >&2
     exit 1
   }
-  # SIGKILL to the node's init (PID 1 of its PID namespace) kills every process of it at
-  # once: server or agent, containerd, shims and containers.
-  local init
-  init=$(pgrep -P "$(cat "$pf")" | head -1 || true)
-  [ -n "$init" ] && kill -KILL "$init" 2>/dev/null || true
-  kill -KILL "$(cat "$pf")" 2>/dev/null || true
+  local pid
+  pid=$(cat "$dir/node$i/pid")
+  kill_init "$pid"
   for ((t = 0; t < 100; t++)); do
-    kill -0 "$(cat "$pf")" 2>/dev/null || break
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
   echo "multi-node: node$i killed"
@@ -103,8 +115,7 @@ start_again() { # DIR NODE
   names "$1"
   local i
   i=$(node_number "$dir" "$2")
-  local pf=$dir/node$i/pid
-  if [ -f "$pf" ] && kill -0 "$(cat "$pf")" 2>/dev/null; then
+  if node_running "$i"; then
     echo "multi-node: node$i is running" >&2
     exit 1
   fi
@@ -247,10 +258,7 @@ down() {
     sleep 0.2
   done
   for p in "${pids[@]}"; do
-    local init
-    init=$(pgrep -P "$p" | head -1 || true)
-    [ -n "$init" ] && kill -KILL "$init" 2>/dev/null || true
-    kill -KILL "$p" 2>/dev/null || true
+    kill_init "$p"
   done
   # Processes naming DIR (containerd and shims of a node whose PID namespace outlived it).
   for p in $(pgrep -f "$dir/" || true); do

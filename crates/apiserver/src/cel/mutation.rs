@@ -112,7 +112,10 @@ pub(crate) fn compile(source: &str) -> Expr {
 }
 
 /// A CEL value as JSON: maps with string keys as objects, bytes as base64, timestamps in RFC
-/// 3339, durations as Go prints them.
+/// 3339, durations as Go prints them. Not the `cel` crate's `Value::json` (its `json`
+/// feature): that writes a duration as a number of nanoseconds (an object's duration field is
+/// a Go duration string), a NaN as null and a non-string key as its text, where a patch must
+/// rather fail.
 pub(crate) fn to_json(v: &Value) -> Result<Json, String> {
     Ok(match v {
         Value::Null => Json::Null,

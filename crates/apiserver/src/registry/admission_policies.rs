@@ -55,6 +55,19 @@ fn default_match(m: &mut Value) {
     }
 }
 
+/// Upstream's defaults of a policy (validating or mutating): failurePolicy Fail, and its
+/// matchConstraints'.
+fn default_policy(obj: &mut Value) {
+    let spec = &mut obj["spec"];
+    if !spec.is_object() {
+        return;
+    }
+    if spec["failurePolicy"].is_null() {
+        spec["failurePolicy"] = json!("Fail");
+    }
+    default_match(&mut spec["matchConstraints"]);
+}
+
 /// The checks shared by webhooks' and policies' matchConditions.
 pub(crate) fn check_match_conditions(errs: &mut Vec<FieldError>, list: &Value, path: &str) {
     let mut names = Vec::new();
@@ -371,14 +384,7 @@ impl Strategy for Policies {
     }
 
     fn default(&self, obj: &mut Value) {
-        let spec = &mut obj["spec"];
-        if !spec.is_object() {
-            return;
-        }
-        if spec["failurePolicy"].is_null() {
-            spec["failurePolicy"] = json!("Fail");
-        }
-        default_match(&mut spec["matchConstraints"]);
+        default_policy(obj);
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
@@ -553,14 +559,7 @@ impl Strategy for MutatingPolicies {
     }
 
     fn default(&self, obj: &mut Value) {
-        let spec = &mut obj["spec"];
-        if !spec.is_object() {
-            return;
-        }
-        if spec["failurePolicy"].is_null() {
-            spec["failurePolicy"] = json!("Fail");
-        }
-        default_match(&mut spec["matchConstraints"]);
+        default_policy(obj);
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {

@@ -32,6 +32,21 @@ fn binding(name: &str, ns: &str, action: &str) -> String {
     )
 }
 
+/// Policies are followed from the datastore: run `create` until it is refused (deleting with
+/// `undo` what it made while the policy was not yet in force), and return kubectl's error.
+fn first_refusal(server: &Server, k: &str, create: &[&str], undo: &[&str], what: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let out = server.kubectl(k, create);
+        if !out.status.success() {
+            return String::from_utf8_lossy(&out.stderr).into_owned();
+        }
+        server.ok(k, undo);
+        assert!(std::time::Instant::now() < deadline, "{what} never denied");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn a_validating_admission_policy_with_a_param_denies_and_warns() {
     let server = Server::start();
@@ -93,28 +108,21 @@ fn a_validating_admission_policy_with_a_param_denies_and_warns() {
     );
     server.ok(k, &["delete", "validatingadmissionpolicy", "typo"]);
 
-    // The policy is followed from the datastore: poll until it takes effect.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    let err = loop {
-        let out = server.kubectl(
-            k,
-            &[
-                "create",
-                "deployment",
-                "big",
-                "-n",
-                "strict",
-                "--image=nginx",
-                "--replicas=5",
-            ],
-        );
-        if !out.status.success() {
-            break String::from_utf8_lossy(&out.stderr).into_owned();
-        }
-        server.ok(k, &["delete", "deployment", "big", "-n", "strict"]);
-        assert!(std::time::Instant::now() < deadline, "the policy never denied");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    };
+    let err = first_refusal(
+        &server,
+        k,
+        &[
+            "create",
+            "deployment",
+            "big",
+            "-n",
+            "strict",
+            "--image=nginx",
+            "--replicas=5",
+        ],
+        &["delete", "deployment", "big", "-n", "strict"],
+        "the policy",
+    );
     assert!(
         err.contains("ValidatingAdmissionPolicy 'replica-limit' with binding 'deny-strict' denied request: replicas must be at most 3"),
         "{err}"
@@ -162,32 +170,22 @@ fn a_validating_admission_policy_with_a_param_denies_and_warns() {
     );
     // Without its parameter the Deny binding refuses.
     server.ok(k, &["delete", "configmap", "limits"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    loop {
-        let out = server.kubectl(
-            k,
-            &[
-                "create",
-                "deployment",
-                "other",
-                "-n",
-                "strict",
-                "--image=nginx",
-                "--replicas=1",
-            ],
-        );
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(err.contains("no params found"), "{err}");
-            break;
-        }
-        server.ok(k, &["delete", "deployment", "other", "-n", "strict"]);
-        assert!(
-            std::time::Instant::now() < deadline,
-            "a missing param never denied"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    let err = first_refusal(
+        &server,
+        k,
+        &[
+            "create",
+            "deployment",
+            "other",
+            "-n",
+            "strict",
+            "--image=nginx",
+            "--replicas=1",
+        ],
+        &["delete", "deployment", "other", "-n", "strict"],
+        "a missing param",
+    );
+    assert!(err.contains("no params found"), "{err}");
 }
 
 const GUARD: &str = r#"
@@ -253,27 +251,21 @@ fn a_policy_asks_the_authorizer_about_the_requesting_user() {
         ],
     );
     server.ok_stdin(k, &["apply", "-f", "-"], GUARD);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    let err = loop {
-        let out = server.kubectl(
-            k,
-            &[
-                "create",
-                "configmap",
-                "c1",
-                "-n",
-                "guarded",
-                "--from-literal=a=b",
-                "--as=bob",
-            ],
-        );
-        if !out.status.success() {
-            break String::from_utf8_lossy(&out.stderr).into_owned();
-        }
-        server.ok(k, &["delete", "configmap", "c1", "-n", "guarded"]);
-        assert!(std::time::Instant::now() < deadline, "the policy never denied");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    };
+    let err = first_refusal(
+        &server,
+        k,
+        &[
+            "create",
+            "configmap",
+            "c1",
+            "-n",
+            "guarded",
+            "--from-literal=a=b",
+            "--as=bob",
+        ],
+        &["delete", "configmap", "c1", "-n", "guarded"],
+        "the policy",
+    );
     assert!(
         err.contains("ValidatingAdmissionPolicy 'secrets-readers-only' with binding 'secrets-readers-only' denied request: bob may not read secrets here"),
         "{err}"
