@@ -307,6 +307,8 @@ fn vxlan_joins_pods_of_two_nodes_and_masquerades_only_what_leaves_the_cluster() 
         Ok(b.pod_ip6().into())
     );
     assert!(a.ns.nft(&["list", "tables"]).contains("table ip6 r8s-overlay"));
+    let listed = a.ns.lists_with_nft();
+    assert!(listed.contains("table ip r8s-overlay"), "{listed}");
 
     // The peer goes: its entries and route go, the pods are apart again.
     let b_mac = mac_b;

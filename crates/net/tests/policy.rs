@@ -90,6 +90,7 @@ fn enforce(node: &Netns, pods: &[Pod], in_force: &mut Option<Program>, policies:
     node.run(|| Conn::new().unwrap().apply(batch).expect("table"));
     // What is in force equals what a whole rewrite would give: the chains the kernel holds.
     let listed = node.nft(&["list", "table", "ip", "r8s-policy"]);
+    assert!(node.lists_with_nft().contains("table ip r8s-policy"));
     for chain in prog.chains.keys() {
         assert!(
             listed.contains(&format!("chain {chain} ")),

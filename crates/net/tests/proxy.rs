@@ -296,6 +296,8 @@ fn cluster_ips_node_ports_and_the_guard_route_real_traffic() {
         }
     }
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec!["pod-a", "pod-b"]);
+    let listed = w.node.lists_with_nft();
+    assert!(listed.contains("flat-endpoints"), "{listed}");
 
     // ClientIP affinity sticks to one endpoint.
     let sticky = service("web", "10.43.0.20", Some(30080), true);
@@ -414,6 +416,8 @@ fn ipv6_services_route_beside_ipv4_ones() {
     }
     assert_eq!(w.leaked_of("ip6"), 0);
     assert_eq!(w.leaked(), 0);
+    let listed = w.node.lists_with_nft();
+    assert!(listed.contains("table ip6 r8s"), "{listed}");
 
     // Both tables go on a clean stop.
     w.node.run(|| v6.remove().and_then(|_| v4.remove())).unwrap();

@@ -106,7 +106,12 @@ pub mod types {
     pub const IPV6_ADDR: u32 = 8;
     pub const INET_PROTO: u32 = 12;
     pub const INET_SERVICE: u32 = 13;
+    /// A number of no fixed size: only for a whole key or value, never a field of a
+    /// concatenation (nft splits a concatenated element by its fields' type sizes, and this
+    /// one's is 0: Debian 12's nft 1.0.6 then aborts listing the whole ruleset).
     pub const INTEGER: u32 = 4;
+    /// 32 bits in host byte order (nft's `mark`): a number that is a concatenation's field.
+    pub const MARK: u32 = 19;
 
     pub const fn concat(fields: &[u32]) -> u32 {
         let mut v = 0;

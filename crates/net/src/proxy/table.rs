@@ -106,7 +106,7 @@ fn flat_sets(f: AddrFamily) -> Vec<SetSpec> {
         (f.addr_type(), f.addr_len()),
         (INET_PROTO, 1),
         (INET_SERVICE, 2),
-        (INTEGER, 4),
+        (MARK, 4),
     );
     vec![
         set(FLAT_COUNTS, &[addr, proto, port], count),

@@ -82,3 +82,17 @@ impl Drop for Netns {
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
     }
 }
+
+impl Netns {
+    /// What an operator runs on the node: Debian's own `nft` must list (in text and JSON)
+    /// every rule in the namespace, r8s's included; the text listing is returned. A rule or
+    /// set `nft` cannot decode aborts it (it then shows no rule at all, anyone's).
+    pub fn lists_with_nft(&self) -> String {
+        let text = self.nft(&["list", "ruleset"]);
+        let json = self.nft(&["-j", "list", "ruleset"]);
+        let parsed: serde_json::Value =
+            serde_json::from_str(&json).unwrap_or_else(|e| panic!("nft -j: {e}:\n{json}"));
+        assert!(parsed["nftables"].is_array(), "nft -j: {json}");
+        text
+    }
+}
