@@ -156,7 +156,7 @@ pub struct ContainerPlan {
 }
 
 impl ContainerPlan {
-    fn new(name: &str, sidecar: bool) -> Self {
+    pub(crate) fn new(name: &str, sidecar: bool) -> Self {
         Self {
             name: name.to_string(),
             sidecar,

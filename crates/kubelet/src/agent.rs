@@ -29,8 +29,8 @@ use std::time::Instant;
 use futures::StreamExt;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
-    Event, EventSource, ObjectReference, Pod, PodCondition, PodIP,
+    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Event, EventSource,
+    ObjectReference, Pod, PodCondition, PodIP,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -41,7 +41,7 @@ use r8s_client::queue::WorkQueue;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::actions::{self, ContainerPlan, PodActions, SandboxAction};
+use crate::actions::{self, PodActions, SandboxAction};
 use crate::admission;
 use crate::cgroups::{CgroupManager, Layout};
 use crate::cni::{self, CniOptions};
@@ -50,7 +50,7 @@ use crate::cri::Cri;
 use crate::lifecycle;
 use crate::pleg;
 use crate::pod_sync::{Hooks, Place, PodSync};
-use crate::pod_workers::{PodRecord, PodWorkers, RecordedEvent, WorkerState};
+use crate::pod_workers::{PodRecord, PodWorker, PodWorkers, RecordedEvent, WorkerState};
 use crate::prober::{self, ProbeEvent, ProbeManager};
 use crate::qos::{self, QosClass};
 use crate::runtime::{self, CriRuntime, Runtime};
@@ -63,6 +63,7 @@ use crate::Error;
 mod housekeeping;
 mod image_manager;
 mod node_status;
+mod observe;
 
 pub const FIELD_MANAGER: &str = "kubelet";
 
@@ -240,8 +241,6 @@ const TERMINATE_LIMIT: Duration = Duration::from_secs(45);
 /// How long a stopping agent may take at most, all told: whoever waits for `Agent::run` to
 /// return after `stop` should wait this long.
 pub const STOP_LIMIT: Duration = Duration::from_secs(60);
-/// Pod workers running at once.
-const WORKERS: usize = 4;
 /// The work-queue key that sweeps what the runtime runs for pods no worker knows.
 const SWEEP: &str = "/";
 const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
@@ -408,22 +407,15 @@ impl Agent {
                 a.event(&e.pod, "Warning", &e.reason, &e.message).await;
             }
         });
-        let mut workers: Vec<_> = (0..WORKERS)
-            .map(|_| tokio::spawn(agent.clone().work(stop.clone())))
-            .collect();
+        let workers = tokio::spawn(agent.clone().work(stop.clone()));
         stop.cancelled().await;
         // Stopping is a state of the workers: nothing new reaches them (no watch, no relist,
-        // no wake-ups), the syncs in flight finish, and then every pod is terminated.
+        // no wake-ups), the syncs in flight finish (or are cancelled after `DRAIN_LIMIT`), and
+        // then every pod is terminated.
         for t in tasks {
             t.abort();
         }
-        let drain = futures::future::join_all(workers.iter_mut());
-        if tokio::time::timeout(DRAIN_LIMIT, drain).await.is_err() {
-            tracing::warn!("agent: pod syncs still running at shutdown, cancelled");
-            for w in &workers {
-                w.abort();
-            }
-        }
+        let _ = workers.await;
         agent.probes.stop_all();
         probe_event_task.abort();
         if agent.opts.keep_pods_on_exit {
@@ -669,24 +661,44 @@ impl Agent {
         self.runtime.list_containers(Some(sandbox)).await
     }
 
-    /// One pod worker: syncs the keys the queue hands it until `stop`. A sync in flight when
-    /// `stop` comes finishes; none starts after it.
+    /// The pod workers: every key the queue hands out is synced in a task of its own (upstream's
+    /// kubelet runs a goroutine per pod), so a pod whose containers wait out their grace period,
+    /// or whose image is being pulled, holds no other pod up. The queue never hands out a key
+    /// that is being synced, so one pod's syncs never overlap. When `stop` comes no sync starts;
+    /// those in flight get `DRAIN_LIMIT` to finish and are then cancelled.
     async fn work(self: Arc<Self>, stop: CancellationToken) {
+        let mut syncs = tokio::task::JoinSet::new();
         loop {
+            while syncs.try_join_next().is_some() {}
             let key = tokio::select! {
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => break,
                 key = self.queue.get() => key,
             };
-            let Some(key) = key else { return };
-            match self.sync(&key).await {
-                Ok(()) => self.queue.forget(&key),
-                Err(e) => {
-                    tracing::info!(%key, error = %e, "agent: pod sync failed; retrying");
-                    self.queue.add_rate_limited(&key);
-                }
-            }
-            self.queue.done(&key);
+            let Some(key) = key else { break };
+            let agent = self.clone();
+            syncs.spawn(async move { agent.sync_key(&key).await });
         }
+        let drain = async { while syncs.join_next().await.is_some() {} };
+        if tokio::time::timeout(DRAIN_LIMIT, drain).await.is_err() {
+            tracing::warn!(
+                running = syncs.len(),
+                "agent: pod syncs still running at shutdown, cancelled"
+            );
+            syncs.abort_all();
+            while syncs.join_next().await.is_some() {}
+        }
+    }
+
+    /// Sync one key from the queue; a failure retries it after its back-off.
+    async fn sync_key(&self, key: &str) {
+        match self.sync(key).await {
+            Ok(()) => self.queue.forget(key),
+            Err(e) => {
+                tracing::info!(%key, error = %e, "agent: pod sync failed; retrying");
+                self.queue.add_rate_limited(key);
+            }
+        }
+        self.queue.done(key);
     }
 
     /// Terminate pod `uid` (upstream `SyncTerminatingPod` then `SyncTerminatedPod`): its
@@ -765,10 +777,9 @@ impl Agent {
         self.wakeups.after(&key, left);
     }
 
-    /// Run pod `uid`'s worker once, as its state says: syncing (upstream `SyncPod`, much
-    /// Run pod `uid`'s worker once, as its state says: syncing (upstream `SyncPod`: the pod's
-    /// actions computed from what the runtime runs, then carried out), terminating
-    /// (`SyncTerminatingPod` and `SyncTerminatedPod`), terminated.
+    /// Run pod `uid`'s worker once, in its phase of life (upstream's podSyncer): syncing
+    /// (`sync_pod`), terminating (`sync_terminating_pod`, which ends in terminated), or
+    /// terminated (nothing left to do; the record goes once the API no longer has the pod).
     async fn sync_once(&self, key: &str) -> Result<(), Error> {
         let worker = self.workers.lock().unwrap().get(key).cloned();
         let Some(worker) = worker else {
@@ -787,35 +798,45 @@ impl Agent {
             state = WorkerState::Terminating;
         }
         match state {
-            WorkerState::Terminated => return Ok(()),
-            WorkerState::Terminating => {
-                let deleted = pod.metadata.deletion_timestamp.is_some() && !worker.gone;
-                if deleted {
-                    self.report_terminated(&pod, &uid).await?;
-                }
-                self.terminate_pod(&uid, Some(&pod)).await?;
-                if deleted {
-                    // The kubelet's final word: the pod is gone from the node, remove it now.
-                    let api: Api<Pod> =
-                        Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-                    let dp = DeleteParams {
-                        grace_period_seconds: Some(0),
-                        preconditions: Some(kube::api::Preconditions {
-                            uid: Some(uid.clone()),
-                            resource_version: None,
-                        }),
-                        ..Default::default()
-                    };
-                    match api.delete(&pod.name_any(), &dp).await {
-                        Ok(_) | Err(kube::Error::Api(_)) => {}
-                        Err(e) => return Err(Error::Other(e.to_string())),
-                    }
-                }
-                self.workers.lock().unwrap().terminated(&uid);
-                return Ok(());
-            }
-            WorkerState::Syncing => {}
+            WorkerState::Terminated => Ok(()),
+            WorkerState::Terminating => self.sync_terminating_pod(&pod, &uid, worker.gone).await,
+            WorkerState::Syncing => self.sync_pod(&worker, pod, &uid).await,
         }
+    }
+
+    /// A terminating pod (upstream `SyncTerminatingPod` then `SyncTerminatedPod`): a pod deleted
+    /// in the API has its terminal status written, its containers stop within their grace
+    /// period, its sandbox, volumes and cgroup go, and a deleted pod is then removed from the
+    /// API (the kubelet's final word). Its worker is then terminated.
+    async fn sync_terminating_pod(&self, pod: &Arc<Pod>, uid: &str, gone: bool) -> Result<(), Error> {
+        let deleted = pod.metadata.deletion_timestamp.is_some() && !gone;
+        if deleted {
+            self.report_terminated(pod, uid).await?;
+        }
+        self.terminate_pod(uid, Some(pod)).await?;
+        if deleted {
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+            let dp = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(kube::api::Preconditions {
+                    uid: Some(uid.to_string()),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match api.delete(&pod.name_any(), &dp).await {
+                Ok(_) | Err(kube::Error::Api(_)) => {}
+                Err(e) => return Err(Error::Other(e.to_string())),
+            }
+        }
+        self.workers.lock().unwrap().terminated(uid);
+        Ok(())
+    }
+
+    /// A pod that should run (upstream `SyncPod`): its actions computed from what the runtime
+    /// runs of it, admission once, its volumes, the actions carried out, its status written.
+    async fn sync_pod(&self, worker: &PodWorker, pod: Arc<Pod>, uid: &str) -> Result<(), Error> {
+        let uid = uid.to_string();
         // What the runtime runs of the pod, and what to do about it. The back-offs are
         // committed only if the actions are carried out.
         let hooks = self.hooks(None);
@@ -894,86 +915,43 @@ impl Agent {
         if let Some(at) = applied.wake_at {
             self.wake_at(&pod, at);
         }
-        let sandbox_id = applied.sandbox_id.as_str();
-        let pod_ip = applied.pod_ip.clone();
-        let pod_ips = applied.pod_ips.clone();
+        // One reading of the runtime after the actions; the statuses follow from it.
+        let previous: Vec<&str> = actions
+            .init
+            .iter()
+            .chain(&actions.containers)
+            .filter_map(|p| p.previous.as_deref())
+            .collect();
+        let view = self
+            .runtime_view(&pod, &uid, &applied.sandbox_id, &previous)
+            .await?;
+        let mut observed = observe::observe(&pod, &actions, &view, &applied.waiting, applied.pod_ips.clone());
+        // The probe workers follow the instances that run now (sidecars and app containers).
         let spec = pod.spec.clone().unwrap_or_default();
-        let waiting = |name: &str| applied.waiting.get(name).cloned();
-        // The init containers' statuses, up to the one the pod waits for.
-        let mut init_statuses = Vec::new();
-        for plan in &actions.init {
-            let Some(c) = spec
-                .init_containers
-                .iter()
-                .flatten()
-                .find(|c| c.name == plan.name)
-            else {
-                continue;
-            };
-            let mut st = self
-                .container_status(c, sandbox_id, waiting(&c.name), &uid)
-                .await?;
-            if plan.sidecar {
-                self.follow_container(&pod, c, plan, &mut st, &pod_ip).await;
-            } else {
-                st.ready = plan.done;
-                self.last_run(c, plan, &mut st).await;
-            }
-            init_statuses.push(st);
+        let sidecars = actions.init.iter().filter(|p| p.sidecar).filter_map(|p| {
+            let c = spec.init_containers.iter().flatten().find(|c| c.name == p.name)?;
+            let st = observed.init_statuses.iter().find(|s| s.name == p.name)?;
+            Some((c, st))
+        });
+        let apps = spec.containers.iter().zip(&observed.statuses);
+        let follow: Vec<_> = if actions.initialized {
+            sidecars.chain(apps).collect()
+        } else {
+            sidecars.collect()
+        };
+        for (c, st) in follow {
+            self.probes
+                .update(&pod, c, observe::running_instance(st), &applied.pod_ip);
         }
-        // Those not reached yet wait for the ones before them (upstream lists them all).
-        for c in spec.init_containers.iter().flatten().skip(actions.init.len()) {
-            init_statuses.push(pod_initializing(c));
-        }
-        let mut ephemeral_statuses = Vec::new();
-        for plan in &actions.ephemeral {
-            let Some(c) = crate::pod_sync::ephemeral_container(&pod, &plan.name) else {
-                continue;
-            };
-            let st = self
-                .container_status(&c, sandbox_id, waiting(&c.name), &uid)
-                .await?;
-            ephemeral_statuses.push(ContainerStatus {
-                ready: false,
-                restart_count: 0,
-                ..st
-            });
-        }
-        if !actions.initialized {
-            let statuses = spec.containers.iter().map(pod_initializing).collect();
-            return self
-                .report(
-                    &pod,
-                    Observed {
-                        pod_ips,
-                        statuses,
-                        init_statuses,
-                        ephemeral_statuses,
-                        initialized: false,
-                        failed: None,
-                        terminal: false,
-                        resize_pending: None,
-                    },
-                )
-                .await;
-        }
-        // The app containers' statuses; a running one whose resources changed is resized.
-        let mut statuses = Vec::new();
-        let mut resize_pending = None;
-        for (c, plan) in spec.containers.iter().zip(&actions.containers) {
-            let mut status = self
-                .container_status(c, sandbox_id, waiting(&c.name), &uid)
-                .await?;
-            if let Some(id) = status
-                .state
-                .as_ref()
-                .and_then(|s| s.running.as_ref())
-                .and(status.container_id.as_deref())
-            {
-                let id = id.trim_start_matches("containerd://").to_string();
-                match self.resize_container(&pod, c, &id, &node).await {
-                    Ok(()) => {}
-                    Err(pending) => resize_pending = Some(pending),
+        // A running app container whose resources changed is resized.
+        if actions.initialized {
+            for (c, status) in spec.containers.iter().zip(observed.statuses.iter_mut()) {
+                let Some((id, _)) = observe::running_instance(status) else {
+                    continue;
+                };
+                let id = id.to_string();
+                if let Err(pending) = self.resize_container(&pod, c, &id, &node).await {
+                    observed.resize_pending = Some(pending);
                 }
                 let applied_now = worker.record.lock().unwrap().applied.get(&id).cloned();
                 if applied_now == Some(qos::container_resources(&pod, c, node.allocatable_memory as i64)) {
@@ -981,94 +959,10 @@ impl Agent {
                     status.allocated_resources = c.resources.as_ref().and_then(|r| r.requests.clone());
                 }
             }
-            self.follow_container(&pod, c, plan, &mut status, &pod_ip).await;
-            statuses.push(status);
         }
-        self.report(
-            &pod,
-            Observed {
-                pod_ips,
-                statuses,
-                init_statuses,
-                ephemeral_statuses,
-                initialized: true,
-                failed: None,
-                terminal: false,
-                resize_pending,
-            },
-        )
-        .await
+        self.report(&pod, observed).await
     }
 
-    /// For a container that restarts (app or sidecar): its probe workers follow the instance
-    /// that runs now, and the previous run's end is its lastState.
-    async fn follow_container(
-        &self,
-        pod: &Arc<Pod>,
-        c: &k8s_openapi::api::core::v1::Container,
-        plan: &ContainerPlan,
-        status: &mut ContainerStatus,
-        pod_ip: &str,
-    ) {
-        let now_running = status
-            .state
-            .as_ref()
-            .and_then(|s| s.running.as_ref())
-            .and_then(|r| r.started_at.as_ref())
-            .zip(status.container_id.as_deref());
-        match now_running {
-            Some((at, id)) => {
-                let id = id.trim_start_matches("containerd://");
-                let at = std::time::SystemTime::from(at.0);
-                self.probes.update(pod, c, Some((id, at)), pod_ip);
-            }
-            None => self.probes.update(pod, c, None, pod_ip),
-        }
-        self.last_run(c, plan, status).await;
-    }
-
-    /// The container's last state (the run before this one) and its restart count.
-    async fn last_run(
-        &self,
-        c: &k8s_openapi::api::core::v1::Container,
-        plan: &ContainerPlan,
-        status: &mut ContainerStatus,
-    ) {
-        if let Some(prev) = &plan.previous {
-            if let Ok(Some(term)) = self.terminated_state(prev, c).await {
-                status.last_state = Some(ContainerState {
-                    terminated: Some(term),
-                    ..Default::default()
-                });
-            }
-            status.restart_count = plan.restarts as i32 + i32::from(plan.start.is_some());
-        }
-    }
-
-    async fn terminated_state(
-        &self,
-        id: &str,
-        c: &k8s_openapi::api::core::v1::Container,
-    ) -> Result<Option<ContainerStateTerminated>, Error> {
-        let cs = self.runtime.container_status(id).await?.unwrap_or_default();
-        if cs.state != cri::ContainerState::ContainerExited as i32 {
-            return Ok(None);
-        }
-        let ts =
-            |n: i64| Time(jiff::Timestamp::from_nanosecond(n as i128).unwrap_or(jiff::Timestamp::UNIX_EPOCH));
-        Ok(Some(ContainerStateTerminated {
-            exit_code: cs.exit_code,
-            reason: Some(terminated_reason(&cs)),
-            message: self.termination_message(&cs, c),
-            started_at: Some(ts(cs.started_at)),
-            finished_at: Some(ts(cs.finished_at)),
-            container_id: Some(format!("containerd://{}", cs.id)),
-            ..Default::default()
-        }))
-    }
-
-    /// Where container `name`'s run `attempt` of pod `uid` writes its termination message
-    /// (`<agent>/pods/<uid>/containers/<name>/<attempt>`, mounted at terminationMessagePath).
     fn termination_file(&self, uid: &str, name: &str, attempt: u32) -> PathBuf {
         self.volumes
             .pod_dir(uid)
@@ -1501,10 +1395,14 @@ impl Agent {
         exec.kill(pod, actions).await;
         let spec = pod.spec.clone().unwrap_or_default();
         let newest = snapshot.sandboxes.iter().max_by_key(|s| s.created_at);
+        let view = match newest {
+            Some(sb) => Some(self.runtime_view(pod, &uid, &sb.id, &[]).await?),
+            None => None,
+        };
         let mut statuses = Vec::new();
         for c in &spec.containers {
-            let st = match newest {
-                Some(sb) => self.container_status(c, &sb.id, None, &uid).await?,
+            let st = match &view {
+                Some(view) => observe::container_status(c, view, None),
                 None => ContainerStatus {
                     name: c.name.clone(),
                     image: c.image.clone().unwrap_or_default(),
@@ -1537,10 +1435,14 @@ impl Agent {
         let newest = sandboxes.iter().max_by_key(|s| s.created_at);
         let old = pod.status.clone().unwrap_or_default();
         let spec = pod.spec.clone().unwrap_or_default();
+        let view = match newest {
+            Some(sb) => Some(self.runtime_view(pod, uid, &sb.id, &[]).await?),
+            None => None,
+        };
         let mut statuses = Vec::new();
         for c in &spec.containers {
-            let st = match newest {
-                Some(sb) => self.container_status(c, &sb.id, None, uid).await?,
+            let st = match &view {
+                Some(view) => observe::container_status(c, view, None),
                 None => old
                     .container_statuses
                     .iter()
@@ -1634,103 +1536,6 @@ impl Agent {
             resize_pending: None,
         };
         self.report(pod, observed).await
-    }
-
-    async fn container_status(
-        &self,
-        c: &k8s_openapi::api::core::v1::Container,
-        sandbox_id: &str,
-        waiting: Option<(String, String)>,
-        uid: &str,
-    ) -> Result<ContainerStatus, Error> {
-        let existing = self.containers_of(sandbox_id).await?;
-        let latest = existing
-            .iter()
-            .filter(|x| x.metadata.as_ref().is_some_and(|m| m.name == c.name))
-            .max_by_key(|x| x.metadata.as_ref().map(|m| m.attempt).unwrap_or(0));
-        let mut status = ContainerStatus {
-            name: c.name.clone(),
-            image: c.image.clone().unwrap_or_default(),
-            ..Default::default()
-        };
-        if let Some((reason, message)) = waiting {
-            status.state = Some(ContainerState {
-                waiting: Some(ContainerStateWaiting {
-                    reason: Some(reason),
-                    message: Some(message),
-                }),
-                ..Default::default()
-            });
-            return Ok(status);
-        }
-        let Some(latest) = latest else {
-            status.state = Some(ContainerState {
-                waiting: Some(ContainerStateWaiting {
-                    reason: Some("ContainerCreating".into()),
-                    message: None,
-                }),
-                ..Default::default()
-            });
-            return Ok(status);
-        };
-        let cs = self
-            .runtime
-            .container_status(&latest.id)
-            .await?
-            .unwrap_or_default();
-        let ts = |nanos: i64| {
-            Time(jiff::Timestamp::from_nanosecond(nanos as i128).unwrap_or(jiff::Timestamp::UNIX_EPOCH))
-        };
-        status.container_id = Some(format!("containerd://{}", cs.id));
-        status.image_id = cs.image_ref.clone();
-        status.restart_count = cs.metadata.as_ref().map(|m| m.attempt as i32).unwrap_or(0);
-        let running = cs.state == cri::ContainerState::ContainerRunning as i32;
-        // With a probe, only its success counts (before its worker runs there is none).
-        let started = running
-            && if c.startup_probe.is_some() {
-                self.probes
-                    .probe_succeeded(uid, &c.name, &cs.id, prober::Kind::Startup)
-            } else {
-                true
-            };
-        status.started = Some(started);
-        status.ready = started
-            && if c.readiness_probe.is_some() {
-                self.probes
-                    .probe_succeeded(uid, &c.name, &cs.id, prober::Kind::Readiness)
-            } else {
-                true
-            };
-        status.state = Some(if running {
-            ContainerState {
-                running: Some(ContainerStateRunning {
-                    started_at: Some(ts(cs.started_at)),
-                }),
-                ..Default::default()
-            }
-        } else if cs.state == cri::ContainerState::ContainerExited as i32 {
-            ContainerState {
-                terminated: Some(ContainerStateTerminated {
-                    exit_code: cs.exit_code,
-                    reason: Some(terminated_reason(&cs)),
-                    message: self.termination_message(&cs, c),
-                    started_at: Some(ts(cs.started_at)),
-                    finished_at: Some(ts(cs.finished_at)),
-                    container_id: Some(format!("containerd://{}", cs.id)),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }
-        } else {
-            ContainerState {
-                waiting: Some(ContainerStateWaiting {
-                    reason: Some("ContainerCreating".into()),
-                    message: None,
-                }),
-                ..Default::default()
-            }
-        });
-        Ok(status)
     }
 
     /// Phase, conditions, IPs and container statuses (upstream `generateAPIPodStatus`).
