@@ -101,20 +101,28 @@ pub(crate) async fn ensure_kubernetes_service(
     .await
 }
 
-/// The `kubernetes` Service's Endpoints and EndpointSlice: this API server's address and port,
-/// written at start (put right if they say otherwise), as upstream's endpoint reconciler
-/// keeps them. Services without a selector are left to whoever writes their endpoints, so
-/// the controllers do not touch these.
+/// The `kubernetes` Service's Endpoints and EndpointSlice: the live API servers' addresses
+/// (`ips`, of one family) and their port, put right when they say otherwise, as upstream's
+/// endpoint reconciler keeps them (see `endpoint_reconciler`). Services without a selector are
+/// left to whoever writes their endpoints, so the controllers do not touch these.
 pub(crate) async fn ensure_kubernetes_endpoints(
     store: &dyn Store,
-    ip: std::net::IpAddr,
+    ips: &[std::net::IpAddr],
     port: u16,
 ) -> Result<(), StoreError> {
-    let ip = ip.to_string();
-    let address_type = if ip.contains(':') { "IPv6" } else { "IPv4" };
+    let mut ips: Vec<std::net::IpAddr> = ips.to_vec();
+    ips.sort();
+    ips.dedup();
+    let address_type = if ips.first().is_some_and(|ip| ip.is_ipv6()) {
+        "IPv6"
+    } else {
+        "IPv4"
+    };
+    let ips: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
     let endpoints = crate::registry::catalogue::builtin("", "v1", "endpoints").expect("in the catalogue");
+    let addresses: Vec<Value> = ips.iter().map(|ip| json!({"ip": ip})).collect();
     let subsets = json!([{
-        "addresses": [{"ip": ip}],
+        "addresses": addresses,
         "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
     }]);
     let labels = json!({"endpointslice.kubernetes.io/skip-mirror": "true"});
@@ -140,7 +148,10 @@ pub(crate) async fn ensure_kubernetes_endpoints(
         labels,
         |o| {
             o["addressType"] = json!(address_type);
-            o["endpoints"] = json!([{"addresses": [ip], "conditions": {"ready": true}}]);
+            o["endpoints"] = ips
+                .iter()
+                .map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}}))
+                .collect();
             o["ports"] = json!([{"name": "https", "port": port, "protocol": "TCP"}]);
         },
     )
@@ -406,7 +417,7 @@ mod endpoint_tests {
                 )
             }
         };
-        ensure_kubernetes_endpoints(&store, ip, 6443).await.unwrap();
+        ensure_kubernetes_endpoints(&store, &[ip], 6443).await.unwrap();
         let (ep, rev) = read(&ep_key).await;
         assert_eq!(
             ep["subsets"],
@@ -419,10 +430,10 @@ mod endpoint_tests {
             "kubernetes"
         );
         // Same again: nothing written.
-        ensure_kubernetes_endpoints(&store, ip, 6443).await.unwrap();
+        ensure_kubernetes_endpoints(&store, &[ip], 6443).await.unwrap();
         assert_eq!(read(&ep_key).await.1, rev);
         // Another port: put right, the object's identity kept.
-        ensure_kubernetes_endpoints(&store, ip, 7443).await.unwrap();
+        ensure_kubernetes_endpoints(&store, &[ip], 7443).await.unwrap();
         let (moved, rev2) = read(&ep_key).await;
         assert!(rev2 > rev);
         assert_eq!(moved["subsets"][0]["ports"][0]["port"], 7443);

@@ -13,6 +13,7 @@ mod bootstrap;
 mod cel;
 mod context;
 mod discovery;
+mod endpoint_reconciler;
 mod endpoints;
 mod flowcontrol;
 mod follow;
@@ -115,8 +116,10 @@ pub struct ApiServer {
     task: tokio::task::JoinHandle<()>,
     shared: Arc<Shared>,
     tls: Arc<rustls::ServerConfig>,
-    /// Further listeners ([`ApiServer::serve_also`]).
+    /// Further listeners ([`ApiServer::serve_also`]) and background tasks.
     also: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The address this server is an endpoint of the `kubernetes` Service at.
+    advertise: Option<IpAddr>,
 }
 
 impl ApiServer {
@@ -164,9 +167,14 @@ impl ApiServer {
             .advertise_address
             .or(Some(config.serving.bind_address).filter(|a| !a.is_unspecified()));
         if let Some(ip) = advertise {
-            bootstrap::ensure_kubernetes_endpoints(config.store.as_ref(), ip, local_addr.port())
-                .await
-                .map_err(|e| std::io::Error::other(format!("writing the kubernetes endpoints: {e}")))?;
+            endpoint_reconciler::reconcile(
+                config.store.as_ref(),
+                ip,
+                local_addr.port(),
+                std::time::SystemTime::now(),
+            )
+            .await
+            .map_err(|e| std::io::Error::other(format!("writing the kubernetes endpoints: {e}")))?;
         }
         let tls = server::tls_config(
             &config.serving,
@@ -211,12 +219,21 @@ impl ApiServer {
         let crds = tokio::spawn(registry::custom::controller::run(shared.clone()));
         let aggregation = tokio::spawn(aggregator::run(shared.clone()));
         let task = tokio::spawn(server::serve(listener, tls.clone(), shared.clone()));
+        let mut also = vec![crds, aggregation];
+        if let Some(ip) = advertise {
+            also.push(tokio::spawn(endpoint_reconciler::run(
+                shared.store.clone(),
+                ip,
+                local_addr.port(),
+            )));
+        }
         Ok(Self {
             local_addr,
             task,
             shared,
             tls,
-            also: std::sync::Mutex::new(vec![crds, aggregation]),
+            also: std::sync::Mutex::new(also),
+            advertise,
         })
     }
 
@@ -231,6 +248,21 @@ impl ApiServer {
     pub fn serve_also(&self, listener: tokio::net::TcpListener) {
         let task = tokio::spawn(server::serve(listener, self.tls.clone(), self.shared.clone()));
         self.also.lock().unwrap().push(task);
+    }
+
+    /// A clean stop: this server's lease on the `kubernetes` Service's endpoints goes, so
+    /// clients are sent to the other servers at once (upstream's RemoveEndpoints at shutdown).
+    pub async fn leave(&self) {
+        let Some(ip) = self.advertise else { return };
+        let store = self.shared.store.clone();
+        let removed = endpoint_reconciler::remove(store.as_ref(), ip, self.local_addr.port());
+        match tokio::time::timeout(std::time::Duration::from_secs(5), removed).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "could not remove this server from the kubernetes endpoints")
+            }
+            Err(_) => tracing::warn!("removing this server from the kubernetes endpoints timed out"),
+        }
     }
 
     /// Stop accepting connections.

@@ -1,6 +1,7 @@
 //! `r8s`: Kubernetes in one binary. This file only parses arguments and composes the crates.
 
 mod join;
+mod server_join;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -531,6 +532,26 @@ struct ServerArgs {
     #[arg(long, env = "R8S_DATASTORE_ENDPOINT")]
     datastore_endpoint: Option<String>,
 
+    /// Join the cluster of the server at this URL as another server (e.g.
+    /// https://10.0.0.1:6443), with --token: it serves with that cluster's CA and
+    /// service-account keys, on the cluster's shared datastore.
+    #[arg(long, env = "R8S_URL", requires = "join_token")]
+    server: Option<String>,
+
+    /// The cluster's join token (`K10<ca-hash>::<id>.<secret>`, the first server's
+    /// <data-dir>/server/node-token), to join as another server.
+    #[arg(
+        long = "token",
+        id = "join_token",
+        env = "R8S_TOKEN",
+        conflicts_with = "join_token_file"
+    )]
+    join_token: Option<String>,
+
+    /// A file holding the join token.
+    #[arg(long = "token-file", id = "join_token_file")]
+    join_token_file: Option<PathBuf>,
+
     /// How often kubelets are scraped for resource metrics (`metrics.k8s.io`, `kubectl top`)
     /// while they are in use (metrics-server's --metric-resolution).
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
@@ -919,6 +940,20 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         );
     }
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    let join_token = match (&args.join_token, &args.join_token_file) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(f)) => {
+            Some(std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
+        }
+        (None, None) => None,
+    }
+    .map(|t| r8s_kubelet::bootstrap::JoinToken::parse(&t))
+    .transpose()?;
+    if args.server.is_some() && args.datastore_endpoint.is_none() {
+        anyhow::bail!(
+            "--server: a server joins the cluster's shared datastore; give it with --datastore-endpoint"
+        );
+    }
     let store = open_store(&args, &data_dir).await?;
     tracing::info!(
         backend = store.backend(),
@@ -943,11 +978,36 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // full name.
     sans.extend(args.service_cidr.iter().map(|c| c.first().to_string()));
     sans.push(format!("kubernetes.default.svc.{}", args.agent.cluster_domain));
-    if !args.bind_address.is_unspecified() && !args.bind_address.is_loopback() {
+    if !args.bind_address.is_unspecified() && !sans.contains(&args.bind_address.to_string()) {
         sans.push(args.bind_address.to_string());
     }
     sans.extend(args.tls_san.iter().cloned());
     let tls_dir = data_dir.join("server").join("tls");
+    // A joining server takes the cluster's CA and keys, once, before it makes its own
+    // serving certificate with them.
+    if let Some(token) = &join_token {
+        if !tls_dir.join("ca.crt").exists() {
+            let files = match &args.server {
+                Some(url) => Some(
+                    server_join::fetch(url, token)
+                        .await
+                        .with_context(|| format!("joining the cluster of {url}"))?,
+                ),
+                None => server_join::fetch_from_store(store.as_ref(), token)
+                    .await
+                    .context("reading the cluster's bootstrap data from the datastore")?,
+            };
+            match files {
+                Some(files) => {
+                    server_join::install(&files, &tls_dir, &data_dir.join("server"), token)?;
+                    println!("r8s server: joined the cluster (its CA and service-account keys)");
+                }
+                None => {
+                    tracing::info!("no server has bootstrapped this datastore yet: this server is the first")
+                }
+            }
+        }
+    }
     let pki = {
         let sans = sans.clone();
         tokio::task::spawn_blocking(move || r8s_apiserver::pki::Pki::ensure(&tls_dir, &sans)).await??
@@ -1278,9 +1338,14 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     );
     // Agents on other machines join with the token written here.
     let admin = client_from_kubeconfig(&kubeconfig_path).await?;
-    join::ensure(&admin, &data_dir.join("server"), &pki.ca_cert_pem)
+    let join = join::ensure(&admin, &data_dir.join("server"), &pki.ca_cert_pem)
         .await
         .context("preparing the join token for agents")?;
+    // Other servers join with the same token.
+    let bootstrap = r8s_kubelet::bootstrap::JoinToken::parse(&join)?.bootstrap;
+    server_join::publish(&admin, &data_dir.join("server").join("tls"), &bootstrap)
+        .await
+        .context("keeping the cluster's bootstrap data for joining servers")?;
     // The packaged default StorageClass (k3s's `local-storage`), made once: a user may change
     // it or take its default mark away.
     if !args.disable.iter().any(|d| d == "local-storage") {
@@ -1468,6 +1533,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         r = tokio::signal::ctrl_c() => r?,
         _ = term.recv() => {}
     }
+    // Clients are sent to the other servers (if any) from now on.
+    api.leave().await;
     stop.cancel();
     // The agent terminates its pods (each within its grace period) before it returns; the
     // API server serves it until then.

@@ -20,4 +20,5 @@ mod kubectl_differential;
 mod policies;
 mod scheduler;
 mod security;
+mod server_join;
 mod webhooks;

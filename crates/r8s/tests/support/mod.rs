@@ -52,6 +52,8 @@ pub struct Server {
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
     pub port: u16,
+    /// The loopback address it listens on (127.0.0.1 unless started with `start_at`).
+    pub bind: String,
     child: Child,
 }
 
@@ -79,13 +81,20 @@ impl Server {
             .local_addr()
             .unwrap()
             .port();
+        Self::start_at(dir, "127.0.0.1", port, extra)
+    }
+
+    /// On a loopback address and port of the caller's choice (several servers of one cluster
+    /// share a port on different loopback addresses, as on different machines).
+    pub fn start_at(dir: tempfile::TempDir, bind: &str, port: u16, extra: &[&str]) -> Self {
         let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
-        let child = Self::spawn(dir.path(), port, extra, log);
+        let child = Self::spawn(dir.path(), bind, port, extra, log);
         let kubeconfig = dir.path().join("kubeconfig.yaml");
         let mut server = Server {
             dir,
             kubeconfig,
             port,
+            bind: bind.to_string(),
             child,
         };
         server.wait_up(extra);
@@ -99,21 +108,16 @@ impl Server {
             .append(true)
             .open(self.dir.path().join("server.log"))
             .unwrap();
-        self.child = Self::spawn(self.dir.path(), self.port, extra, log);
+        self.child = Self::spawn(self.dir.path(), &self.bind, self.port, extra, log);
         self.wait_up(extra);
     }
 
-    fn spawn(dir: &Path, port: u16, extra: &[&str], log: std::fs::File) -> Child {
+    fn spawn(dir: &Path, bind: &str, port: u16, extra: &[&str], log: std::fs::File) -> Child {
         Command::new(env!("CARGO_BIN_EXE_r8s"))
             .arg("server")
             .arg("--data-dir")
             .arg(dir)
-            .args([
-                "--bind-address",
-                "127.0.0.1",
-                "--https-listen-port",
-                &port.to_string(),
-            ])
+            .args(["--bind-address", bind, "--https-listen-port", &port.to_string()])
             .args(extra)
             .env("R8S_LOG", "info")
             .stdout(log.try_clone().unwrap())
@@ -129,7 +133,9 @@ impl Server {
             if let Some(status) = self.child.try_wait().unwrap() {
                 panic!("r8s server exited ({status}):\n{}", self.log());
             }
-            if self.kubeconfig.exists() && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if self.kubeconfig.exists()
+                && std::net::TcpStream::connect((self.bind.as_str(), self.port)).is_ok()
+            {
                 break;
             }
             assert!(
