@@ -35,6 +35,22 @@ pub struct Pki {
     pub service_account_key_pem: String,
 }
 
+/// The datastore's certificates (see [`Pki::etcd`]), as PEM; the files are in `dir`.
+pub struct EtcdPki {
+    pub dir: PathBuf,
+    pub ca_pem: String,
+    pub server_cert_pem: String,
+    pub server_key_pem: String,
+    pub client_cert_pem: String,
+    pub client_key_pem: String,
+}
+
+impl EtcdPki {
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 const LEAF_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 /// Leaf certificates closer than this to expiry are renewed at start.
@@ -159,6 +175,62 @@ impl Pki {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
             ca_pem: ca_cert_pem,
+        })
+    }
+
+    /// The cluster datastore's PKI (`--cluster-init`'s etcd members), kubeadm's layout under
+    /// this directory: the etcd CA (`etcd-ca.crt`, made once and shared by every server), this
+    /// member's certificate for both its client and peer ports (`etcd-server`, for `sans`,
+    /// reissued when a SAN is added), and the API server's client certificate
+    /// (`etcd-client`, `kube-apiserver-etcd-client`).
+    pub fn etcd(&self, sans: &[String]) -> Result<EtcdPki, PkiError> {
+        let ca_cert_path = self.dir.join("etcd-ca.crt");
+        let ca_key_path = self.dir.join("etcd-ca.key");
+        let (ca_cert_pem, ca_key_pem) = match (read(&ca_cert_path)?, read(&ca_key_path)?) {
+            (Some(c), Some(k)) => (c, k),
+            _ => new_ca(&format!("etcd-ca@{}", unix_now()), &ca_cert_path, &ca_key_path)?,
+        };
+        let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|e| invalid(&ca_key_path, e))?;
+        let issuer = Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key).map_err(|e| invalid(&ca_cert_path, e))?;
+        let (server_cert_pem, server_key_pem) = leaf(&self.dir, "etcd-server", &issuer, |existing| {
+            let mut params = CertificateParams::new(Vec::<String>::new())?;
+            params.distinguished_name = dn("etcd-server", &[]);
+            params.subject_alt_names = sans
+                .iter()
+                .map(|s| match s.parse() {
+                    Ok(ip) => Ok(SanType::IpAddress(ip)),
+                    Err(_) => s.clone().try_into().map(SanType::DnsName),
+                })
+                .collect::<Result<_, _>>()?;
+            // Peers present it as clients of each other too.
+            params.extended_key_usages = vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ];
+            params.key_usages = vec![
+                KeyUsagePurpose::DigitalSignature,
+                KeyUsagePurpose::KeyEncipherment,
+            ];
+            let reuse = existing.is_some_and(|cert| sans.iter().all(|s| cert_has_san(cert, s)));
+            Ok((params, reuse))
+        })?;
+        let (client_cert_pem, client_key_pem) = leaf(&self.dir, "etcd-client", &issuer, |existing| {
+            let mut params = CertificateParams::new(Vec::<String>::new())?;
+            params.distinguished_name = dn("kube-apiserver-etcd-client", &[]);
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+            params.key_usages = vec![
+                KeyUsagePurpose::DigitalSignature,
+                KeyUsagePurpose::KeyEncipherment,
+            ];
+            Ok((params, existing.is_some()))
+        })?;
+        Ok(EtcdPki {
+            dir: self.dir.clone(),
+            ca_pem: ca_cert_pem,
+            server_cert_pem,
+            server_key_pem,
+            client_cert_pem,
+            client_key_pem,
         })
     }
 

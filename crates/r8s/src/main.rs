@@ -1,5 +1,6 @@
 //! `r8s`: Kubernetes in one binary. This file only parses arguments and composes the crates.
 
+mod cluster_etcd;
 mod join;
 mod server_join;
 
@@ -532,9 +533,24 @@ struct ServerArgs {
     #[arg(long, env = "R8S_DATASTORE_ENDPOINT")]
     datastore_endpoint: Option<String>,
 
+    /// Start a new cluster whose datastore is etcd, a member beside each server (the
+    /// distribution's etcd, run by r8s): other servers join it with --server and --token,
+    /// and three servers survive the loss of one.
+    #[arg(long)]
+    cluster_init: bool,
+
+    /// The etcd member's client port (--cluster-init), on this server's address and loopback.
+    #[arg(long, default_value_t = 2379)]
+    etcd_client_port: u16,
+
+    /// The etcd member's peer port (--cluster-init).
+    #[arg(long, default_value_t = 2380)]
+    etcd_peer_port: u16,
+
     /// Join the cluster of the server at this URL as another server (e.g.
     /// https://10.0.0.1:6443), with --token: it serves with that cluster's CA and
-    /// service-account keys, on the cluster's shared datastore.
+    /// service-account keys, on the cluster's datastore (an etcd member of its own beside it
+    /// when the cluster was made with --cluster-init; else the --datastore-endpoint given).
     #[arg(long, env = "R8S_URL", requires = "join_token")]
     server: Option<String>,
 
@@ -925,6 +941,32 @@ fn audit_options(args: &ServerArgs) -> anyhow::Result<Option<r8s_apiserver::audi
     Ok(Some(r8s_apiserver::audit::AuditOptions { policy, log }))
 }
 
+/// The address this server is reached at: its bind address, or on every interface the node's
+/// (the agent's --node-ip, else the default route's interface).
+fn advertise_ip(args: &ServerArgs) -> Option<std::net::IpAddr> {
+    if !args.bind_address.is_unspecified() {
+        return Some(args.bind_address);
+    }
+    args.agent
+        .node_ip
+        .as_deref()
+        .and_then(|ips| ips.split(',').next().map(str::to_owned))
+        .unwrap_or_else(r8s_kubelet::agent::default_ip)
+        .parse()
+        .ok()
+}
+
+/// The host of an `https://host[:port][/…]` URL (an IPv6 address in its brackets).
+fn url_host(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => &authority[..v6.find(']')? + 2],
+        None => authority.split(':').next()?,
+    };
+    (!host.is_empty()).then_some(host)
+}
+
 fn host_name() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
@@ -949,18 +991,18 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     }
     .map(|t| r8s_kubelet::bootstrap::JoinToken::parse(&t))
     .transpose()?;
-    if args.server.is_some() && args.datastore_endpoint.is_none() {
+    // The datastore: the embedded one, an external etcd (--datastore-endpoint), or etcd
+    // members beside the servers (--cluster-init, and servers that join one with --server).
+    let cluster_etcd = args.cluster_init || (args.server.is_some() && args.datastore_endpoint.is_none());
+    if args.cluster_init && (args.datastore_endpoint.is_some() || args.server.is_some()) {
         anyhow::bail!(
-            "--server: a server joins the cluster's shared datastore; give it with --datastore-endpoint"
+            "--cluster-init starts a new cluster on etcd members of its own: it takes neither --server nor --datastore-endpoint"
         );
     }
-    let store = open_store(&args, &data_dir).await?;
-    tracing::info!(
-        backend = store.backend(),
-        revision = store.current_revision().await?,
-        data_dir = %data_dir.display(),
-        "datastore ready"
-    );
+    if join_token.is_some() && args.server.is_none() && args.datastore_endpoint.is_none() {
+        anyhow::bail!("--token joins a cluster: give the server to join with --server (or the shared --datastore-endpoint)");
+    }
+    let advertise = advertise_ip(&args);
 
     // PKI: made at first start, reused after.
     let mut sans: Vec<String> = [
@@ -978,34 +1020,82 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     // full name.
     sans.extend(args.service_cidr.iter().map(|c| c.first().to_string()));
     sans.push(format!("kubernetes.default.svc.{}", args.agent.cluster_domain));
-    if !args.bind_address.is_unspecified() && !sans.contains(&args.bind_address.to_string()) {
-        sans.push(args.bind_address.to_string());
+    if let Some(ip) = advertise.filter(|ip| !sans.contains(&ip.to_string())) {
+        sans.push(ip.to_string());
     }
     sans.extend(args.tls_san.iter().cloned());
     let tls_dir = data_dir.join("server").join("tls");
     // A joining server takes the cluster's CA and keys, once, before it makes its own
-    // serving certificate with them.
-    if let Some(token) = &join_token {
-        if !tls_dir.join("ca.crt").exists() {
-            let files = match &args.server {
-                Some(url) => Some(
-                    server_join::fetch(url, token)
-                        .await
-                        .with_context(|| format!("joining the cluster of {url}"))?,
-                ),
-                None => server_join::fetch_from_store(store.as_ref(), token)
-                    .await
-                    .context("reading the cluster's bootstrap data from the datastore")?,
-            };
-            match files {
-                Some(files) => {
-                    server_join::install(&files, &tls_dir, &data_dir.join("server"), token)?;
-                    println!("r8s server: joined the cluster (its CA and service-account keys)");
-                }
-                None => {
-                    tracing::info!("no server has bootstrapped this datastore yet: this server is the first")
-                }
+    // certificates with them: from the server it joins, or from the shared datastore.
+    let joined = tls_dir.join("ca.crt").exists();
+    if let (Some(token), Some(url), false) = (&join_token, &args.server, joined) {
+        let files = server_join::fetch(url, token)
+            .await
+            .with_context(|| format!("joining the cluster of {url}"))?;
+        server_join::install(&files, &tls_dir, &data_dir.join("server"), token)?;
+        println!("r8s server: joined the cluster of {url} (its CA and service-account keys)");
+    }
+    let mut etcd_member = None;
+    let store: Arc<dyn Store> = if cluster_etcd {
+        let ip =
+            advertise.context("--cluster-init needs this server's address (--bind-address or --node-ip)")?;
+        let pki = {
+            let (dir, sans) = (tls_dir.clone(), sans.clone());
+            tokio::task::spawn_blocking(move || r8s_apiserver::pki::Pki::ensure(&dir, &sans)).await??
+        };
+        let mut etcd_sans = vec!["localhost".to_string(), "127.0.0.1".to_string(), ip.to_string()];
+        etcd_sans.extend(host_name());
+        let etcd_pki = pki.etcd(&etcd_sans)?;
+        let tls = cluster_etcd::tls_of(&etcd_pki);
+        let cfg = cluster_etcd::MemberConfig {
+            name: cluster_etcd::member_name(
+                &args.agent.options(data_dir.join("agent"))?.node_name,
+                ip,
+                args.etcd_peer_port,
+            ),
+            ip,
+            client_port: args.etcd_client_port,
+            peer_port: args.etcd_peer_port,
+            data_dir: cluster_etcd::data_dir(&data_dir.join("server")),
+            log: data_dir.join("server").join("etcd.log"),
+            tls_dir: tls_dir.clone(),
+        };
+        // The member of the server joined: its etcd client port, on its address.
+        let join = match &args.server {
+            Some(url) => {
+                let host = url_host(url).with_context(|| format!("--server {url:?}: no host"))?;
+                Some(format!("https://{host}:{}", args.etcd_client_port))
             }
+            None => None,
+        };
+        let member = cluster_etcd::Member::start(cfg.clone(), tls.clone(), join)
+            .await
+            .context("starting this server's etcd member")?;
+        println!("r8s server: etcd member {} at {}", cfg.name, cfg.peer_url());
+        etcd_member = Some(member);
+        let store = EtcdStore::connect(cluster_etcd::local_options(&cfg, tls))
+            .await
+            .context("connecting to this server's etcd member")?;
+        Arc::new(store)
+    } else {
+        open_store(&args, &data_dir).await?
+    };
+    tracing::info!(
+        backend = store.backend(),
+        revision = store.current_revision().await?,
+        data_dir = %data_dir.display(),
+        "datastore ready"
+    );
+    if let (Some(token), None, false) = (&join_token, &args.server, joined) {
+        match server_join::fetch_from_store(store.as_ref(), token)
+            .await
+            .context("reading the cluster's bootstrap data from the datastore")?
+        {
+            Some(files) => {
+                server_join::install(&files, &tls_dir, &data_dir.join("server"), token)?;
+                println!("r8s server: joined the cluster on the shared datastore (its CA and service-account keys)");
+            }
+            None => tracing::info!("no server has bootstrapped this datastore yet: this server is the first"),
         }
     }
     let pki = {
@@ -1295,19 +1385,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         service_account_tokens: Some(sa_tokens),
         audit,
         kubelet: Some(kubelet),
-        advertise_address: if args.bind_address.is_unspecified() {
-            // Every interface: the node's address (the agent's --node-ip, else the default
-            // route's interface).
-            args.agent
-                .node_ip
-                .as_deref()
-                .and_then(|ips| ips.split(',').next().map(str::to_owned))
-                .unwrap_or_else(r8s_kubelet::agent::default_ip)
-                .parse()
-                .ok()
-        } else {
-            Some(args.bind_address)
-        },
+        advertise_address: advertise,
         metric_resolution: args.metric_resolution,
         proxy_identity: Some(proxy_identity),
         request_header: Some(request_header),
@@ -1560,6 +1638,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let _ = tokio::time::timeout(Duration::from_secs(15), c).await;
     }
     api.stop();
+    // The etcd member last: the components above wrote through it until now.
+    if let Some(member) = etcd_member {
+        member.stop().await;
+    }
     tracing::info!("shutting down");
     Ok(())
 }
@@ -1889,6 +1971,14 @@ fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_of_a_server_url() {
+        assert_eq!(url_host("https://10.0.0.1:6443"), Some("10.0.0.1"));
+        assert_eq!(url_host("https://[fd00::1]:6443/x"), Some("[fd00::1]"));
+        assert_eq!(url_host("https://server.example"), Some("server.example"));
+        assert_eq!(url_host("https://:6443"), None);
+    }
 
     #[test]
     fn node_ips_are_one_or_a_dual_stack_pair() {

@@ -35,6 +35,8 @@ pub const SHARED_FILES: &[&str] = &[
     "front-proxy-ca.key",
     "service-account.key",
 ];
+/// Shared too when they exist: the etcd CA of a `--cluster-init` cluster.
+pub const SHARED_IF_PRESENT: &[&str] = &["etcd-ca.crt", "etcd-ca.key"];
 const ITERATIONS: u32 = 100_000;
 /// What the bootstrap token's group may do: read this one Secret.
 const ROLE: &str = "r8s:server-bootstrap";
@@ -113,6 +115,11 @@ pub async fn publish(admin: &kube::Client, tls_dir: &Path, bootstrap: &str) -> a
             let text =
                 std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
             files.insert(name.to_string(), text);
+        }
+        for name in SHARED_IF_PRESENT {
+            if let Ok(text) = std::fs::read_to_string(tls_dir.join(name)) {
+                files.insert(name.to_string(), text);
+            }
         }
         let data = seal(bootstrap, &files)?
             .into_iter()
@@ -261,8 +268,10 @@ pub fn install(
     token: &r8s_kubelet::bootstrap::JoinToken,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(tls_dir).with_context(|| format!("creating {}", tls_dir.display()))?;
-    for name in SHARED_FILES {
-        r8s_apiserver::pki::write_private(&tls_dir.join(name), &files[*name])?;
+    for name in SHARED_FILES.iter().chain(SHARED_IF_PRESENT) {
+        if let Some(text) = files.get(*name) {
+            r8s_apiserver::pki::write_private(&tls_dir.join(name), text)?;
+        }
     }
     r8s_apiserver::pki::write_private(&server_dir.join("token"), &token.bootstrap)?;
     Ok(())

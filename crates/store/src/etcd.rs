@@ -34,6 +34,24 @@ pub struct EtcdOptions {
     pub retry_for: Duration,
     /// Per-request timeout.
     pub request_timeout: Duration,
+    /// Mutual TLS, for `https://` members.
+    pub tls: Option<EtcdTls>,
+}
+
+/// The CA that signs the members' certificates and this client's certificate and key (PEM).
+#[derive(Clone, Debug)]
+pub struct EtcdTls {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// A member of an etcd cluster: its name (empty until it has started) and peer URLs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub id: u64,
+    pub name: String,
+    pub peer_urls: Vec<String>,
 }
 
 impl EtcdOptions {
@@ -50,8 +68,71 @@ impl EtcdOptions {
             // Below etcd's own 7 s proposal timeout, so a request stuck behind a dead leader is
             // retried on another member soon after the election.
             request_timeout: Duration::from_secs(4),
+            tls: None,
         }
     }
+
+    fn connect_options(&self) -> ConnectOptions {
+        let connect = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(self.request_timeout)
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+        match &self.tls {
+            Some(t) => connect.with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(&t.ca_pem))
+                    .identity(etcd_client::Identity::from_pem(&t.cert_pem, &t.key_pem)),
+            ),
+            None => connect,
+        }
+    }
+
+    async fn client(&self) -> Result<Client> {
+        Client::connect(&self.endpoints, Some(self.connect_options()))
+            .await
+            .map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "cannot connect to etcd at {}: {e}",
+                    self.endpoints.join(",")
+                ))
+            })
+    }
+}
+
+fn members_of(list: &[etcd_client::Member]) -> Vec<Member> {
+    list.iter()
+        .map(|m| Member {
+            id: m.id(),
+            name: m.name().to_string(),
+            peer_urls: m.peer_urls().to_vec(),
+        })
+        .collect()
+}
+
+fn cluster_error(e: etcd_client::Error) -> StoreError {
+    StoreError::Unavailable(format!("etcd cluster call failed: {e}"))
+}
+
+/// The cluster's members.
+pub async fn member_list(opts: &EtcdOptions) -> Result<Vec<Member>> {
+    let mut client = opts.client().await?;
+    let list = client.member_list().await.map_err(cluster_error)?;
+    Ok(members_of(list.members()))
+}
+
+/// Add a member at `peer_url` (etcd's MemberAdd, before the member starts); every member after
+/// it, the new one (named "" until it starts) included.
+pub async fn member_add(opts: &EtcdOptions, peer_url: &str) -> Result<Vec<Member>> {
+    let mut client = opts.client().await?;
+    let added = client.member_add([peer_url], None).await.map_err(cluster_error)?;
+    Ok(members_of(added.member_list()))
+}
+
+/// Remove member `id`.
+pub async fn member_remove(opts: &EtcdOptions, id: u64) -> Result<()> {
+    let mut client = opts.client().await?;
+    client.member_remove(id).await.map_err(cluster_error)?;
+    Ok(())
 }
 
 #[derive(Clone)]
@@ -73,18 +154,7 @@ impl EtcdStore {
         if opts.endpoints.is_empty() {
             return Err(StoreError::Unavailable("no etcd endpoint given".into()));
         }
-        let connect = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(5))
-            .with_timeout(opts.request_timeout)
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
-        let client = Client::connect(&opts.endpoints, Some(connect))
-            .await
-            .map_err(|e| {
-                StoreError::Unavailable(format!(
-                    "cannot connect to etcd at {}: {e}",
-                    opts.endpoints.join(",")
-                ))
-            })?;
+        let client = opts.client().await?;
         let kv = client.kv_client().max_decoding_message_size(MAX_MESSAGE);
         Ok(Self {
             client,

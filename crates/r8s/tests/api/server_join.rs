@@ -209,8 +209,109 @@ fn a_server_joins_with_the_token_and_serves_the_same_cluster() {
     assert!(err.contains("does not present the cluster CA"), "{err}");
     let err = fails(&["--datastore-endpoint", &endpoints_arg, "--token", &wrong_secret]);
     assert!(err.contains("does not open with this token"), "{err}");
-    // Joining needs the shared datastore.
-    let err = fails(&["--server", &url, "--token", token]);
-    assert!(err.contains("--datastore-endpoint"), "{err}");
+    // A token alone names no cluster to join.
+    let err = fails(&["--token", token]);
+    assert!(err.contains("give the server to join with --server"), "{err}");
     drop(b);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `--cluster-init`: three servers, each with an etcd member of its own (the distribution's
+/// etcd, run by r8s, mutual TLS from the shared etcd CA), joined with the token. A power cut of
+/// the first (SIGKILL: its member dies with it) loses nothing: the others take writes again
+/// within seconds, the `kubernetes` Service drops it once its lease runs out, and it comes back
+/// on its data, with what was written meanwhile.
+#[test]
+fn three_servers_on_etcd_members_of_their_own_survive_the_loss_of_one() {
+    let (port, client, peer) = (free_port(), free_port(), free_port());
+    let etcd_ports = [
+        "--etcd-client-port".to_string(),
+        client.to_string(),
+        "--etcd-peer-port".to_string(),
+        peer.to_string(),
+    ];
+    let with = |more: &[&str]| -> Vec<String> {
+        let mut v = vec!["--disable-agent".to_string()];
+        v.extend(etcd_ports.iter().cloned());
+        v.extend(more.iter().map(|s| s.to_string()));
+        v
+    };
+    fn refs(v: &[String]) -> Vec<&str> {
+        v.iter().map(String::as_str).collect()
+    }
+    let a_args = with(&["--cluster-init"]);
+    let mut a = Server::start_at(tempfile::tempdir().unwrap(), "127.0.0.1", port, &refs(&a_args));
+    assert!(
+        a.dir.path().join("server/db/etcd/member").is_dir(),
+        "no etcd member data"
+    );
+    assert!(!a.dir.path().join("server/db/state.redb").exists());
+    let token = std::fs::read_to_string(a.dir.path().join("server/node-token")).unwrap();
+    let url = format!("https://127.0.0.1:{port}");
+    let join = with(&["--server", &url, "--token", token.trim()]);
+    let b = Server::start_at(tempfile::tempdir().unwrap(), "127.0.0.2", port, &refs(&join));
+    eprintln!("second server up");
+    let c = Server::start_at(tempfile::tempdir().unwrap(), "127.0.0.3", port, &refs(&join));
+    wait_endpoints(&a, &["127.0.0.1", "127.0.0.2", "127.0.0.3"]);
+    b.ok("1.33", &["create", "configmap", "before", "--from-literal=k=1"]);
+    assert_eq!(
+        c.ok("1.33", &["get", "cm", "before", "-o", "jsonpath={.data.k}"]),
+        "1"
+    );
+
+    // Power cut of the first server.
+    a.sigkill();
+    let cut = Instant::now();
+    let mut n = 0;
+    loop {
+        n += 1;
+        let out = b.kubectl(
+            "1.33",
+            &["create", "configmap", &format!("after-{n}"), "--from-literal=k=2"],
+        );
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            cut.elapsed() < Duration::from_secs(30),
+            "no write accepted 30 s after the power cut: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "writes accepted again {:?} after the first server's power cut",
+        cut.elapsed()
+    );
+    assert_eq!(
+        c.ok(
+            "1.33",
+            &["get", "cm", &format!("after-{n}"), "-o", "jsonpath={.data.k}"]
+        ),
+        "2"
+    );
+    wait_endpoints(&b, &["127.0.0.2", "127.0.0.3"]);
+
+    // Back on its data: it rejoins, with what was written meanwhile.
+    a.restart(&refs(&a_args));
+    assert_eq!(
+        a.ok(
+            "1.33",
+            &["get", "cm", &format!("after-{n}"), "-o", "jsonpath={.data.k}"]
+        ),
+        "2"
+    );
+    wait_endpoints(&c, &["127.0.0.1", "127.0.0.2", "127.0.0.3"]);
+
+    // Flags that make no sense together are refused.
+    let err = fails(&["--cluster-init", "--datastore-endpoint", "http://127.0.0.1:1"]);
+    assert!(err.contains("--cluster-init starts a new cluster"), "{err}");
 }

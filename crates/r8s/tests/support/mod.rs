@@ -345,6 +345,12 @@ impl Server {
         false
     }
 
+    /// SIGKILL, as a power cut: nothing of it runs on (its children die with it).
+    pub fn sigkill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Stop the server as an operator would (SIGTERM: the agent, if any, stops its pods and
     /// containerd); SIGKILL only if it does not exit within 30 s.
     pub fn kill(&mut self) {
