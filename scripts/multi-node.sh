@@ -2,7 +2,8 @@
 # A cluster of several real nodes on one machine, for tests and for trying r8s's multi-node
 # networking:
 #
-#   scripts/multi-node.sh up N DIR     # returns once all N nodes are Ready;
+#   scripts/multi-node.sh up N DIR [--servers K]
+#                                      # returns once all N nodes are Ready;
 #                                      # the kubeconfig is DIR/kubeconfig.yaml
 #   scripts/multi-node.sh down DIR     # stops the nodes and removes everything `up` made
 #   scripts/multi-node.sh kill DIR NODE   # SIGKILL every process of node NODE (node2, or 2), as
@@ -11,7 +12,9 @@
 #                                         # its data
 #
 # Node 1 is `r8s server` (its own agent is node 1), nodes 2..N are `r8s agent`s joined with
-# the server's token. Each node runs in its own network namespace (r8smn-<tag>-<i>, with
+# the server's token. With --servers K, nodes 1..K are servers of one HA cluster: node 1
+# starts it with --cluster-init (an etcd member beside each server), nodes 2..K join it with
+# --server and the token (each with its own etcd member), the rest are agents. Each node runs in its own network namespace (r8smn-<tag>-<i>, with
 # its own containerd, CNI bridge, host-local state, kubelet port, Service proxy, DNS and
 # overlay), mount namespace and PID namespace (killing its first process kills the node),
 # with its own data dir DIR/node<i> and pod cgroup parent. A bridge on the host stands for
@@ -27,7 +30,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
-  echo "usage: $0 up N DIR | down DIR | kill DIR NODE | start DIR NODE" >&2
+  echo "usage: $0 up N DIR [--servers K] | down DIR | kill DIR NODE | start DIR NODE" >&2
   exit 2
 }
 
@@ -144,9 +147,25 @@ start_again() { # DIR NODE
   echo "multi-node: node$i started again and Ready"
 }
 
+# Until server node I has written its join token and kubeconfig (it serves).
+wait_server() {
+  local d=$dir/node$1
+  for ((t = 0; t < 600; t++)); do
+    [ -s "$d/server/node-token" ] && [ -s "$d/kubeconfig.yaml" ] && return 0
+    kill -0 "$(cat "$d/pid")" 2>/dev/null || {
+      tail -20 "$d/log" >&2
+      return 1
+    }
+    sleep 0.2
+  done
+  echo "multi-node: server node$1 wrote no join token in 120 s" >&2
+  return 1
+}
+
 up() {
-  local n=$1
+  local n=$1 k=${3:-1}
   [ "$n" -ge 1 ] 2>/dev/null || usage
+  [ "$k" -ge 1 ] 2>/dev/null && [ "$k" -le "$n" ] || usage
   names "$2"
   mkdir -p "$dir"
   bin=${R8S_BIN:-}
@@ -198,23 +217,22 @@ up() {
   local extra=(${R8S_MN_ARGS:-})
   # shellcheck disable=SC2206
   local server_extra=(${R8S_MN_SERVER_ARGS:-})
+  local ha=()
+  [ "$k" -gt 1 ] && ha=(--cluster-init)
   start_node 1 server --data-dir "$dir/node1" --bind-address "$net.1" --node-ip "$net.1" \
-    --node-name node1 --cgroup-root "$cg/r8s-mn-$tag-node1" "${common[@]}" "${extra[@]}" "${server_extra[@]}"
+    --node-name node1 --cgroup-root "$cg/r8s-mn-$tag-node1" "${ha[@]}" "${common[@]}" "${extra[@]}" \
+    "${server_extra[@]}"
   local token=$dir/node1/server/node-token
-  for ((t = 0; t < 300; t++)); do
-    [ -s "$token" ] && [ -s "$dir/node1/kubeconfig.yaml" ] && break
-    kill -0 "$(cat "$dir/node1/pid")" 2>/dev/null || {
-      tail -20 "$dir/node1/log" >&2
-      false
-    }
-    sleep 0.2
-  done
-  [ -s "$token" ] || {
-    echo "multi-node: the server wrote no join token in 60 s" >&2
-    false
-  }
+  wait_server 1
   cp "$dir/node1/kubeconfig.yaml" "$dir/kubeconfig.yaml"
-  for ((i = 2; i <= n; i++)); do
+  # One server at a time: etcd adds a member only while every other one is connected.
+  for ((i = 2; i <= k; i++)); do
+    start_node "$i" server --server "https://$net.1:6443" --token-file "$token" \
+      --data-dir "$dir/node$i" --bind-address "$net.$i" --node-ip "$net.$i" --node-name "node$i" \
+      --cgroup-root "$cg/r8s-mn-$tag-node$i" "${common[@]}" "${extra[@]}" "${server_extra[@]}"
+    wait_server "$i"
+  done
+  for ((i = k + 1; i <= n; i++)); do
     start_node "$i" agent --server "https://$net.1:6443" --token-file "$token" \
       --data-dir "$dir/node$i" --node-name "node$i" --node-ip "$net.$i" \
       --cgroup-root "$cg/r8s-mn-$tag-node$i" "${common[@]}" "${extra[@]}"
@@ -300,8 +318,13 @@ down() {
 
 case "${1:-}" in
   up)
-    [ $# = 3 ] || usage
-    up "$2" "$3"
+    if [ $# = 3 ]; then
+      up "$2" "$3"
+    elif [ $# = 5 ] && [ "$4" = --servers ]; then
+      up "$2" "$3" "$5"
+    else
+      usage
+    fi
     ;;
   down)
     [ $# = 2 ] || usage

@@ -11,6 +11,7 @@ pub mod discovery;
 pub mod events;
 pub mod expectations;
 pub mod informer;
+pub mod lb;
 pub mod leader;
 pub mod queue;
 

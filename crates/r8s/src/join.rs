@@ -47,7 +47,7 @@ where
     }
 }
 
-/// Make sure agents can join; returns the join token.
+/// Make sure agents can join; returns the join token (see [`write_node_token`]).
 pub async fn ensure(client: &kube::Client, server_dir: &Path, ca_pem: &str) -> anyhow::Result<String> {
     let token_path = server_dir.join("token");
     let bootstrap = match std::fs::read_to_string(&token_path) {
@@ -165,9 +165,17 @@ pub async fn ensure(client: &kube::Client, server_dir: &Path, ca_pem: &str) -> a
     use rustls::pki_types::pem::PemObject;
     let ca_der = rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes())
         .context("reading the cluster CA")?;
-    let join = r8s_kubelet::bootstrap::JoinToken::format(ca_der.as_ref(), &bootstrap);
+    Ok(r8s_kubelet::bootstrap::JoinToken::format(
+        ca_der.as_ref(),
+        &bootstrap,
+    ))
+}
+
+/// Write the join token to `<server-dir>/node-token`, once everything a joining agent or
+/// server needs is in place (its presence tells scripts the server is ready to be joined).
+pub fn write_node_token(server_dir: &Path, join: &str) -> anyhow::Result<()> {
     r8s_apiserver::pki::write_private(&server_dir.join("node-token"), &format!("{join}\n"))?;
-    Ok(join)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -967,6 +967,15 @@ fn url_host(url: &str) -> Option<&str> {
     (!host.is_empty()).then_some(host)
 }
 
+/// `host:port` of an `https://` URL (port 443 when it names none).
+fn url_authority(url: &str) -> Option<String> {
+    let host = url_host(url)?;
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    let port = authority[host.len()..].strip_prefix(':').unwrap_or("443");
+    Some(format!("{host}:{port}"))
+}
+
 fn host_name() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
@@ -1424,6 +1433,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     server_join::publish(&admin, &data_dir.join("server").join("tls"), &bootstrap)
         .await
         .context("keeping the cluster's bootstrap data for joining servers")?;
+    join::write_node_token(&data_dir.join("server"), &join)?;
     // The packaged default StorageClass (k3s's `local-storage`), made once: a user may change
     // it or take its default mark away.
     if !args.disable.iter().any(|d| d == "local-storage") {
@@ -1872,10 +1882,25 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
             args.server, opts.node_name
         );
     }
-    let config = config_from_kubeconfig(&kubeconfig).await?;
+    let mut config = config_from_kubeconfig(&kubeconfig).await?;
     opts.client_ca = config.root_cert.clone().unwrap_or_default();
-    let client = kube::Client::try_from(config)?;
     let stop = tokio_util::sync::CancellationToken::new();
+    // Everything of the agent reaches the API servers through a load balancer on loopback that
+    // fails over between them (k3s's agent load balancer); it learns them from the kubernetes
+    // Service's endpoints.
+    let joined =
+        url_authority(&args.server).with_context(|| format!("--server {:?}: no host", args.server))?;
+    let lb = r8s_client::lb::LoadBalancer::start(0, vec![joined], stop.clone())
+        .await
+        .context("starting the API server load balancer")?;
+    config.cluster_url = format!("https://127.0.0.1:{}", lb.local.port()).parse()?;
+    let client = kube::Client::try_from(config)?;
+    tokio::spawn(r8s_client::lb::follow_endpoints(
+        lb,
+        client.clone(),
+        Duration::from_secs(15),
+        stop.clone(),
+    ));
     let overlay = args
         .agent
         .overlay(&mut opts, &args.cluster_cidr)
@@ -1978,6 +2003,14 @@ mod tests {
         assert_eq!(url_host("https://[fd00::1]:6443/x"), Some("[fd00::1]"));
         assert_eq!(url_host("https://server.example"), Some("server.example"));
         assert_eq!(url_host("https://:6443"), None);
+        assert_eq!(
+            url_authority("https://10.0.0.1:6443/").as_deref(),
+            Some("10.0.0.1:6443")
+        );
+        assert_eq!(
+            url_authority("https://[fd00::1]").as_deref(),
+            Some("[fd00::1]:443")
+        );
     }
 
     #[test]

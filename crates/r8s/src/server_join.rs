@@ -201,31 +201,73 @@ fn sealed_of(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-/// Joining server, through `server`'s API: the shared files, decrypted.
+/// What a join attempt found: refused for good, or not yet possible.
+enum Attempt {
+    Refused(anyhow::Error),
+    NotYet(anyhow::Error),
+}
+
+/// Joining server, through `server`'s API: the shared files, decrypted. A server that is not
+/// reachable yet, or not ready to be joined (still starting), is asked again for up to two
+/// minutes; a token it refuses, or a CA that is not the token's, is an error at once.
 pub async fn fetch(
     server: &str,
     token: &r8s_kubelet::bootstrap::JoinToken,
 ) -> anyhow::Result<BTreeMap<String, String>> {
-    let ca_der = r8s_kubelet::bootstrap::fetch_ca(server, &token.ca_hash).await?;
-    let mut config = kube::Config::new(server.parse().with_context(|| format!("--server {server:?}"))?);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        match fetch_once(server, token).await {
+            Ok(files) => return Ok(files),
+            Err(Attempt::Refused(e)) => return Err(e),
+            Err(Attempt::NotYet(e)) if tokio::time::Instant::now() < deadline => {
+                tracing::info!(error = %format!("{e:#}"), "cannot join yet; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            }
+            Err(Attempt::NotYet(e)) => return Err(e),
+        }
+    }
+}
+
+async fn fetch_once(
+    server: &str,
+    token: &r8s_kubelet::bootstrap::JoinToken,
+) -> Result<BTreeMap<String, String>, Attempt> {
+    use r8s_kubelet::bootstrap::BootstrapError;
+    let refused = |e: anyhow::Error| Attempt::Refused(e);
+    let ca_der = match r8s_kubelet::bootstrap::fetch_ca(server, &token.ca_hash).await {
+        Ok(der) => der,
+        Err(e @ BootstrapError::Unreachable { .. }) => return Err(Attempt::NotYet(e.into())),
+        Err(e) => return Err(refused(e.into())),
+    };
+    let url = server
+        .parse()
+        .with_context(|| format!("--server {server:?}"))
+        .map_err(refused)?;
+    let mut config = kube::Config::new(url);
     config.root_cert = Some(vec![ca_der]);
     config.auth_info.token = Some(token.bootstrap.clone().into());
-    let client = kube::Client::try_from(config)?;
+    let client = kube::Client::try_from(config).map_err(|e| refused(e.into()))?;
     let secrets: Api<Secret> = Api::namespaced(client, "kube-system");
     let secret = match secrets.get(SECRET).await {
         Ok(s) => s,
         Err(kube::Error::Api(s)) if s.code == 401 => {
-            anyhow::bail!("{server} refused the join token (expired, deleted, or of another cluster)")
+            return Err(refused(anyhow::anyhow!(
+                "{server} refused the join token (expired, deleted, or of another cluster)"
+            )))
         }
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => anyhow::bail!(
-            "{server} has no server bootstrap data for this token (a server older than server joins?)"
-        ),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => {
+            return Err(Attempt::NotYet(anyhow::anyhow!(
+                "{server} has no server bootstrap data for this token yet"
+            )))
+        }
         Err(e) => {
-            return Err(anyhow::Error::from(e).context(format!("reading the bootstrap data from {server}")))
+            return Err(Attempt::NotYet(
+                anyhow::Error::from(e).context(format!("reading the bootstrap data from {server}")),
+            ))
         }
     };
-    let files = open(&token.bootstrap, &sealed_of(&secret))?;
-    check(&files, token)?;
+    let files = open(&token.bootstrap, &sealed_of(&secret)).map_err(refused)?;
+    check(&files, token).map_err(refused)?;
     Ok(files)
 }
 

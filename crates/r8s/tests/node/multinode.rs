@@ -34,6 +34,11 @@ impl Harness {
 
     /// With `node_args` for every node (server and agents).
     fn up_with(n: usize, server_args: &str, node_args: &str) -> Harness {
+        Self::up_servers(n, 1, server_args, node_args)
+    }
+
+    /// `servers` of the `n` nodes are servers of one HA cluster (`--servers`).
+    fn up_servers(n: usize, servers: usize, server_args: &str, node_args: &str) -> Harness {
         let dir = tempfile::Builder::new()
             .prefix("r8s-mn")
             .tempdir()
@@ -50,6 +55,7 @@ impl Harness {
             .arg(script())
             .args(["up", &n.to_string()])
             .arg(&h.dir)
+            .args(["--servers", &servers.to_string()])
             .env("R8S_BIN", env!("CARGO_BIN_EXE_r8s"))
             .env("R8S_IMAGES", &images)
             .env("R8S_MN_SERVER_ARGS", server_args)
@@ -117,6 +123,24 @@ impl Harness {
             .as_str()
             .unwrap()
             .to_owned()
+    }
+
+    /// `multi-node.sh kill` or `start` of `node`.
+    fn node_command(&self, verb: &str, node: &str) {
+        let out = Command::new("bash")
+            .arg(script())
+            .arg(verb)
+            .arg(&self.dir)
+            .arg(node)
+            .env("R8S_BIN", env!("CARGO_BIN_EXE_r8s"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "multi-node.sh {verb} {node}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// The process that is the node's init (PID 1 of its PID namespace).
@@ -992,4 +1016,107 @@ items:
     let mut want = vec![a.clone(), b.clone()];
     want.sort();
     assert_eq!(seen, want, "both replicas through fd43");
+}
+
+/// An HA cluster on the harness (`up 4 --servers 3`: three servers on etcd members of their
+/// own, one agent joined through the first): a power cut of the first server loses nothing.
+/// Writes go on through another server within seconds; the agent's load balancer moves to a
+/// live server, so its node keeps renewing its Lease and its pods run on, never restarted;
+/// the first server comes back on its data with what was written meanwhile.
+#[test]
+fn a_server_power_cut_in_an_ha_cluster_loses_nothing() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut h = Harness::up_servers(4, 3, "", "");
+    // The harness's kubeconfig names node1: from now on, node2's.
+    h.kubeconfig = h.dir.join("node2/kubeconfig.yaml").display().to_string();
+    let eps = h.ok(&[
+        "get",
+        "endpoints",
+        "kubernetes",
+        "-o",
+        "jsonpath={.subsets[0].addresses[*].ip}",
+    ]);
+    assert_eq!(eps.split_whitespace().count(), 3, "{eps}");
+    h.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=4"]);
+    let pods = |h: &Harness| -> Vec<(String, String, String, i64)> {
+        let list = h.json(&["get", "pods", "-l", "app=web"]);
+        let mut out: Vec<_> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .map(|p| {
+                let c = &p["status"]["containerStatuses"][0];
+                (
+                    p["metadata"]["uid"].as_str().unwrap_or("").to_string(),
+                    p["spec"]["nodeName"].as_str().unwrap_or("").to_string(),
+                    c["containerID"].as_str().unwrap_or("").to_string(),
+                    c["restartCount"].as_i64().unwrap_or(-1),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let before = wait_for(120, "4 web pods Running", || {
+        let p = pods(&h);
+        (p.len() == 4).then_some(p)
+    });
+    // The scheduler spreads the replicas: one runs on the agent.
+    assert!(before.iter().any(|p| p.1 == "node4"), "{before:#?}");
+    let renew = |h: &Harness| {
+        h.ok(&[
+            "-n",
+            "kube-node-lease",
+            "get",
+            "lease",
+            "node4",
+            "-o",
+            "jsonpath={.spec.renewTime}",
+        ])
+    };
+
+    h.node_command("kill", "node1");
+    let cut = Instant::now();
+    let mut n = 0;
+    loop {
+        n += 1;
+        if h.kubectl(&["create", "configmap", &format!("after-{n}")])
+            .status
+            .success()
+        {
+            break;
+        }
+        assert!(
+            cut.elapsed() < Duration::from_secs(30),
+            "no write accepted 30 s after the cut"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "writes accepted {:?} after the first server's power cut",
+        cut.elapsed()
+    );
+    // The agent joined through node1; it renews its Lease through another server.
+    let seen = renew(&h);
+    wait_for(30, "node4's Lease renewed after the cut", || {
+        (renew(&h) != seen).then_some(())
+    });
+    eprintln!("node4 renewed its Lease {:?} after the cut", cut.elapsed());
+    let log = std::fs::read_to_string(h.dir.join("node4/log")).unwrap_or_default();
+    assert!(
+        log.contains("API server unreachable; using another"),
+        "no failover in node4's log"
+    );
+    // Its pods (and the other survivors') ran on, untouched.
+    let now = pods(&h);
+    for p in before.iter().filter(|p| p.1 != "node1") {
+        assert!(now.contains(p), "{p:?} changed: {now:#?}");
+    }
+
+    h.node_command("start", "node1");
+    h.kubeconfig = h.dir.join("node1/kubeconfig.yaml").display().to_string();
+    assert!(h
+        .ok(&["get", "configmap", "-o", "name"])
+        .contains(&format!("configmap/after-{n}")));
 }

@@ -1,0 +1,280 @@
+//! The agent's client-side load balancer (k3s's agent load balancer): a TCP proxy on loopback
+//! in front of every API server of the cluster. The kubelet, Service proxy, DNS and overlay
+//! talk to it; it passes each connection on, byte for byte (TLS goes end to end: the servers'
+//! certificates name 127.0.0.1), to the server in use, and moves to the next when that one
+//! stops answering:
+//!
+//! - a connection that cannot reach the server in use (refused, or no answer within
+//!   `CONNECT_TIMEOUT`) tries the next server, and that one is used from then on;
+//! - every `HEALTH_INTERVAL` the server in use is dialled; when it does not answer, the
+//!   connections open to it are closed (a watch on a powered-off server would otherwise hang
+//!   until TCP gives up, minutes later) and their clients reconnect through the next server.
+//!
+//! The list of servers starts with the one the agent joined and follows the `kubernetes`
+//! Service's endpoints (every live server, see the API server's endpoint reconciler).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+/// How long a server may take to accept a connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the server in use is checked.
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+struct State {
+    /// `host:port` of every server, the one in use first.
+    servers: Vec<String>,
+    /// Closes the connections open to the server in use.
+    generation: CancellationToken,
+}
+
+/// A running load balancer.
+#[derive(Clone)]
+pub struct LoadBalancer {
+    pub local: SocketAddr,
+    state: Arc<Mutex<State>>,
+}
+
+impl LoadBalancer {
+    /// Listen on `127.0.0.1:port` (0: any free port) in front of `servers` (`host:port`).
+    pub async fn start(port: u16, servers: Vec<String>, stop: CancellationToken) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await?;
+        let lb = LoadBalancer {
+            local: listener.local_addr()?,
+            state: Arc::new(Mutex::new(State {
+                servers,
+                generation: CancellationToken::new(),
+            })),
+        };
+        tokio::spawn(lb.clone().accept(listener, stop.clone()));
+        tokio::spawn(lb.clone().health(stop));
+        Ok(lb)
+    }
+
+    /// The servers, the one in use first.
+    pub fn servers(&self) -> Vec<String> {
+        self.state.lock().unwrap().servers.clone()
+    }
+
+    /// Replace the list of servers (e.g. from the kubernetes Service's endpoints); the one in
+    /// use stays in use while it is listed.
+    pub fn set_servers(&self, mut servers: Vec<String>) {
+        servers.sort();
+        servers.dedup();
+        if servers.is_empty() {
+            return;
+        }
+        let mut s = self.state.lock().unwrap();
+        let current = s.servers.first().cloned();
+        if let Some(i) = current.and_then(|c| servers.iter().position(|x| *x == c)) {
+            servers[..=i].rotate_right(1);
+        } else {
+            s.generation.cancel();
+            s.generation = CancellationToken::new();
+        }
+        s.servers = servers;
+    }
+
+    /// Stop using `server`: it goes to the end of the list and its connections close.
+    fn demote(&self, server: &str) {
+        let mut s = self.state.lock().unwrap();
+        if s.servers.first().map(String::as_str) != Some(server) || s.servers.len() < 2 {
+            return;
+        }
+        s.servers.rotate_left(1);
+        s.generation.cancel();
+        s.generation = CancellationToken::new();
+        tracing::warn!(from = server, to = %s.servers[0], "API server unreachable; using another");
+    }
+
+    async fn accept(self, listener: TcpListener, stop: CancellationToken) {
+        loop {
+            let conn = tokio::select! {
+                _ = stop.cancelled() => return,
+                c = listener.accept() => c,
+            };
+            let Ok((client, _)) = conn else { continue };
+            let _ = client.set_nodelay(true);
+            tokio::spawn(self.clone().serve(client));
+        }
+    }
+
+    /// Pass one connection on to the first server that takes it.
+    async fn serve(self, mut client: TcpStream) {
+        let candidates = self.servers();
+        for server in candidates {
+            let closed = self.state.lock().unwrap().generation.clone();
+            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(server.as_str())).await {
+                Ok(Ok(mut upstream)) => {
+                    let _ = upstream.set_nodelay(true);
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+                        _ = closed.cancelled() => {}
+                    }
+                    return;
+                }
+                _ => self.demote(&server),
+            }
+        }
+    }
+
+    /// Dial the server in use every `HEALTH_INTERVAL`; move on when it does not answer.
+    async fn health(self, stop: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(HEALTH_INTERVAL) => {}
+            }
+            let Some(current) = self.servers().first().cloned() else {
+                continue;
+            };
+            let ok = matches!(
+                tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(current.as_str())).await,
+                Ok(Ok(_))
+            );
+            if !ok {
+                self.demote(&current);
+            }
+        }
+    }
+}
+
+/// The `host:port` of each address of the `kubernetes` Endpoints.
+pub fn servers_of(endpoints: &k8s_openapi::api::core::v1::Endpoints) -> Vec<String> {
+    let mut out = Vec::new();
+    for subset in endpoints.subsets.iter().flatten() {
+        let port = subset
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some("https"))
+            .or_else(|| subset.ports.iter().flatten().next())
+            .map(|p| p.port);
+        let Some(port) = port else { continue };
+        for a in subset.addresses.iter().flatten() {
+            let host = if a.ip.contains(':') {
+                format!("[{}]", a.ip)
+            } else {
+                a.ip.clone()
+            };
+            out.push(format!("{host}:{port}"));
+        }
+    }
+    out
+}
+
+/// Keep `lb`'s servers those of the `kubernetes` Endpoints, read every `every` through `client`
+/// (itself through the balancer), until `stop`. The server the agent joined stays listed
+/// until the Endpoints name others.
+pub async fn follow_endpoints(
+    lb: LoadBalancer,
+    client: kube::Client,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let api: kube::Api<k8s_openapi::api::core::v1::Endpoints> = kube::Api::namespaced(client, "default");
+    loop {
+        match api.get("kubernetes").await {
+            Ok(ep) => {
+                let servers = servers_of(&ep);
+                if !servers.is_empty() && servers != lb.servers() {
+                    tracing::info!(?servers, "API servers");
+                    lb.set_servers(servers);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "reading the kubernetes endpoints"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A backend that answers each connection's bytes with its name, until dropped.
+    async fn backend(name: &'static str) -> (String, tokio::task::JoinHandle<()>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let task = tokio::spawn(async move {
+            loop {
+                let (mut s, _) = l.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(name.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, task)
+    }
+
+    async fn ask(stream: &mut TcpStream) -> Option<String> {
+        stream.write_all(b"?").await.ok()?;
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        (n > 0).then(|| String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    #[tokio::test]
+    async fn connections_move_to_a_live_server_and_those_to_a_dead_one_close() {
+        let (a, a_task) = backend("a").await;
+        let (b, _b_task) = backend("b").await;
+        let stop = CancellationToken::new();
+        let lb = LoadBalancer::start(0, vec![a.clone(), b.clone()], stop.clone())
+            .await
+            .unwrap();
+        let mut long = TcpStream::connect(lb.local).await.unwrap();
+        assert_eq!(ask(&mut long).await.as_deref(), Some("a"));
+        // a stops listening (its open connections would hang, as on a powered-off machine:
+        // the backend task's connections live on in their own tasks).
+        a_task.abort();
+        let _ = a_task.await;
+        // Within a health interval or two, the long connection is closed by the balancer...
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut buf = [0u8; 8];
+            loop {
+                match long.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the connection to the dead server stayed open");
+        // ...and new connections go to b.
+        let mut fresh = TcpStream::connect(lb.local).await.unwrap();
+        assert_eq!(ask(&mut fresh).await.as_deref(), Some("b"));
+        assert_eq!(lb.servers()[0], b);
+        // The endpoints name a's address again and b: b stays in use.
+        lb.set_servers(vec![a.clone(), b.clone()]);
+        assert_eq!(lb.servers(), vec![b.clone(), a.clone()]);
+        stop.cancel();
+    }
+
+    #[test]
+    fn servers_from_the_kubernetes_endpoints() {
+        let ep: k8s_openapi::api::core::v1::Endpoints = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kubernetes"},
+            "subsets": [{"addresses": [{"ip": "10.0.0.1"}, {"ip": "fd00::2"}],
+                         "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}]
+        }))
+        .unwrap();
+        assert_eq!(servers_of(&ep), vec!["10.0.0.1:6443", "[fd00::2]:6443"]);
+    }
+}
