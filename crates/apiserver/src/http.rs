@@ -36,10 +36,19 @@ pub(crate) fn text_response(code: StatusCode, text: String) -> Response<Body> {
 }
 
 pub(crate) fn error_response(err: &ApiError) -> Response<Body> {
-    json_response(
+    let mut resp = json_response(
         StatusCode::from_u16(err.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         &err.to_status(),
-    )
+    );
+    // A Status that says when to retry says it in the header too, as upstream's response
+    // writers do.
+    let retry = err.details.as_ref().and_then(|d| d["retryAfterSeconds"].as_i64());
+    if let Some(secs) = retry.filter(|s| *s > 0) {
+        if let Ok(v) = http::HeaderValue::from_str(&secs.to_string()) {
+            resp.headers_mut().entry(header::RETRY_AFTER).or_insert(v);
+        }
+    }
+    resp
 }
 
 /// A JSON body sent as it is (stored bytes, already encoded).

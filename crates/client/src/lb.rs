@@ -6,9 +6,12 @@
 //!
 //! - a connection that cannot reach the server in use (refused, or no answer within
 //!   `CONNECT_TIMEOUT`) tries the next server, and that one is used from then on;
-//! - every `HEALTH_INTERVAL` the server in use is dialled; when it does not answer, the
-//!   connections open to it are closed (a watch on a powered-off server would otherwise hang
-//!   until TCP gives up, minutes later) and their clients reconnect through the next server.
+//! - every `HEALTH_INTERVAL` the server in use is probed: dialled, sent a line that is no TLS
+//!   handshake, and expected to answer it (with an alert, or by closing) within
+//!   `PROBE_TIMEOUT`. A server that is gone refuses or does not answer the dial; one that is
+//!   stopped (SIGSTOP) or hung accepts the dial in its kernel but never answers. Either way the
+//!   connections open to it are closed (a watch on it would otherwise hang until TCP gives up,
+//!   minutes later) and their clients reconnect through the next server.
 //!
 //! The list of servers starts with the one the agent joined and follows the `kubernetes`
 //! Service's endpoints (every live server, see the API server's endpoint reconciler).
@@ -24,6 +27,25 @@ use tokio_util::sync::CancellationToken;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How often the server in use is checked.
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a live server may take to answer a probe.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether the server at `addr` is alive: it takes a connection and answers what is sent on
+/// it (any bytes, or closing it).
+async fn probe(addr: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(Ok(mut s)) = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await else {
+        return false;
+    };
+    if s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").await.is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    // Data, EOF or a reset all mean a process answered; only silence means none did.
+    tokio::time::timeout(PROBE_TIMEOUT, s.read(&mut buf))
+        .await
+        .is_ok()
+}
 
 #[derive(Default)]
 struct State {
@@ -133,11 +155,7 @@ impl LoadBalancer {
             let Some(current) = self.servers().first().cloned() else {
                 continue;
             };
-            let ok = matches!(
-                tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(current.as_str())).await,
-                Ok(Ok(_))
-            );
-            if !ok {
+            if !probe(&current).await {
                 self.demote(&current);
             }
         }
@@ -265,6 +283,33 @@ mod tests {
         lb.set_servers(vec![a.clone(), b.clone()]);
         assert_eq!(lb.servers(), vec![b.clone(), a.clone()]);
         stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_server_that_accepts_but_never_answers_is_left() {
+        // A stopped process: its kernel completes the handshake (the listener's backlog), and
+        // nothing ever answers.
+        let hung = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let hung_addr = hung.local_addr().unwrap().to_string();
+        let (b, _b_task) = backend("b").await;
+        assert!(!probe(&hung_addr).await);
+        assert!(probe(&b).await);
+        let stop = CancellationToken::new();
+        let lb = LoadBalancer::start(0, vec![hung_addr.clone(), b.clone()], stop.clone())
+            .await
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while lb.servers()[0] != b {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the hung server is still in use"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut fresh = TcpStream::connect(lb.local).await.unwrap();
+        assert_eq!(ask(&mut fresh).await.as_deref(), Some("b"));
+        stop.cancel();
+        drop(hung);
     }
 
     #[test]

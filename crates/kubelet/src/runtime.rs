@@ -39,6 +39,15 @@ pub trait Runtime: Send + Sync {
         id: &str,
         linux: cri::LinuxContainerResources,
     ) -> Result<(), Error>;
+    /// What the runtime holds of `image` (None: not present).
+    async fn image_status(&self, image: &str) -> Result<Option<cri::Image>, Error>;
+    /// Pull `image` with `auth` for a pod of `sandbox_config`; the image's reference.
+    async fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<cri::AuthConfig>,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<String, Error>;
 }
 
 /// An error's message as the runtime gave it (a gRPC status's message alone).
@@ -237,6 +246,42 @@ impl Runtime for CriRuntime {
         .await?;
         Ok(())
     }
+
+    async fn image_status(&self, image: &str) -> Result<Option<cri::Image>, Error> {
+        let mut images = self.0.images.clone();
+        Ok(images
+            .image_status(cri::ImageStatusRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            })
+            .await?
+            .into_inner()
+            .image)
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<cri::AuthConfig>,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<String, Error> {
+        let mut images = self.0.images.clone();
+        Ok(images
+            .pull_image(cri::PullImageRequest {
+                image: Some(cri::ImageSpec {
+                    image: image.to_string(),
+                    ..Default::default()
+                }),
+                auth,
+                sandbox_config: Some(sandbox_config.clone()),
+            })
+            .await?
+            .into_inner()
+            .image_ref)
+    }
 }
 
 /// A runtime in memory for tests that run without containerd: sandboxes and containers as
@@ -254,6 +299,10 @@ pub mod fake {
         calls: Vec<String>,
         next: u32,
         clock: i64,
+        /// Images present, by name.
+        images: std::collections::BTreeSet<String>,
+        /// Images whose pull fails, with the registry's message.
+        unpullable: std::collections::BTreeMap<String, String>,
     }
 
     #[derive(Default)]
@@ -315,6 +364,20 @@ pub mod fake {
                 .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
                 .max_by_key(|c| c.created_at)
                 .map(|c| c.id.clone())
+        }
+
+        /// `image` is present (imported) without a pull.
+        pub fn has_image(&self, image: &str) {
+            self.inner.lock().unwrap().images.insert(image.to_string());
+        }
+
+        /// Pulls of `image` fail with `message`.
+        pub fn unpullable(&self, image: &str, message: &str) {
+            self.inner
+                .lock()
+                .unwrap()
+                .unpullable
+                .insert(image.to_string(), message.to_string());
         }
 
         pub fn sandbox_count(&self) -> usize {
@@ -500,5 +563,43 @@ pub mod fake {
             i.calls.push(format!("update_container_resources {id}"));
             i.container(id).map(|_| ())
         }
+
+        async fn image_status(&self, image: &str) -> Result<Option<cri::Image>, Error> {
+            let i = self.inner.lock().unwrap();
+            Ok(i.images.contains(image).then(|| cri::Image {
+                id: format!("sha256:{image}"),
+                repo_tags: vec![image.to_string()],
+                size: 1024,
+                ..Default::default()
+            }))
+        }
+
+        async fn pull_image(
+            &self,
+            image: &str,
+            _auth: Option<cri::AuthConfig>,
+            _sandbox_config: &cri::PodSandboxConfig,
+        ) -> Result<String, Error> {
+            let mut i = self.inner.lock().unwrap();
+            i.calls.push(format!("pull_image {image}"));
+            if let Some(m) = i.unpullable.get(image) {
+                return Err(Error::Status(tonic::Status::unknown(m.clone())));
+            }
+            i.images.insert(image.to_string());
+            Ok(format!("sha256:{image}"))
+        }
+    }
+
+    #[tokio::test]
+    async fn images_are_present_after_a_pull_unless_the_registry_refuses() {
+        let rt = FakeRuntime::default();
+        let sb = cri::PodSandboxConfig::default();
+        assert!(rt.image_status("nginx").await.unwrap().is_none());
+        rt.pull_image("nginx", None, &sb).await.unwrap();
+        assert!(rt.image_status("nginx").await.unwrap().is_some());
+        rt.unpullable("ghost", "not found");
+        assert!(rt.pull_image("ghost", None, &sb).await.is_err());
+        assert!(rt.image_status("ghost").await.unwrap().is_none());
+        assert_eq!(rt.calls(), vec!["pull_image nginx", "pull_image ghost"]);
     }
 }

@@ -1002,13 +1002,24 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     .transpose()?;
     // The datastore: the embedded one, an external etcd (--datastore-endpoint), or etcd
     // members beside the servers (--cluster-init, and servers that join one with --server).
-    let cluster_etcd = args.cluster_init || (args.server.is_some() && args.datastore_endpoint.is_none());
+    // A server whose data is on an etcd member of its own keeps it (as k3s does) even when
+    // restarted without the flags that made it.
+    let server_dir = data_dir.join("server");
+    let has_member = cluster_etcd::data_dir(&server_dir).join("member").is_dir();
+    let cluster_etcd =
+        args.datastore_endpoint.is_none() && (args.cluster_init || args.server.is_some() || has_member);
+    if cluster_etcd && !has_member && server_dir.join("db").join("state.redb").exists() {
+        anyhow::bail!(
+            "this server's data is in the embedded datastore ({}); an etcd member would start an empty cluster beside it, and moving the data to etcd is not supported yet",
+            server_dir.join("db").join("state.redb").display()
+        );
+    }
     if args.cluster_init && (args.datastore_endpoint.is_some() || args.server.is_some()) {
         anyhow::bail!(
             "--cluster-init starts a new cluster on etcd members of its own: it takes neither --server nor --datastore-endpoint"
         );
     }
-    if join_token.is_some() && args.server.is_none() && args.datastore_endpoint.is_none() {
+    if join_token.is_some() && args.server.is_none() && args.datastore_endpoint.is_none() && !has_member {
         anyhow::bail!("--token joins a cluster: give the server to join with --server (or the shared --datastore-endpoint)");
     }
     let advertise = advertise_ip(&args);

@@ -343,7 +343,11 @@ pub(crate) fn store_error(def: &ResourceDef, name: &str, e: StoreError) -> ApiEr
         StoreError::Compacted { requested, .. } => {
             ApiError::new(410, "Expired", format!("too old resource version: {requested}"))
         }
-        StoreError::Unavailable(m) => ApiError::service_unavailable(m),
+        // The datastore is down or has no quorum: try again in a moment (clients that honour
+        // Retry-After, as client-go does, wait and retry by themselves).
+        StoreError::Unavailable(m) => {
+            ApiError::service_unavailable(m).with_details(serde_json::json!({"retryAfterSeconds": 1}))
+        }
         other => ApiError::internal(other.to_string()),
     }
 }

@@ -24,47 +24,14 @@ impl Agent {
         sandbox_config: &cri::PodSandboxConfig,
     ) -> Result<Option<cri::Image>, (String, String)> {
         let image = c.image.clone().unwrap_or_default();
-        let mut images = self.cri.images.clone();
-        let spec = || cri::ImageSpec {
-            image: image.clone(),
-            ..Default::default()
-        };
-        let status = |mut images: crate::cri::ImageClient| {
-            let spec = spec();
-            async move {
-                images
-                    .image_status(cri::ImageStatusRequest {
-                        image: Some(spec),
-                        verbose: false,
-                    })
-                    .await
-                    .ok()
-                    .and_then(|r| r.into_inner().image)
+        let present = self.runtime.image_status(&image).await.ok().flatten();
+        let airgap = self.airgap_images.contains(&crate::images::normalize(&image));
+        let pull = match pull_decision(&image, c.image_pull_policy.as_deref(), present.is_some(), airgap) {
+            Ok(pull) => pull,
+            Err(msg) => {
+                self.event(pod, "Warning", "ErrImageNeverPull", &msg).await;
+                return Err(("ErrImageNeverPull".into(), msg));
             }
-        };
-        let present = status(images.clone()).await;
-        let policy = c.image_pull_policy.clone().unwrap_or_else(|| {
-            let tagged = image.contains('@')
-                || image
-                    .rsplit('/')
-                    .next()
-                    .and_then(|l| l.split_once(':'))
-                    .is_some_and(|(_, t)| t != "latest");
-            if tagged { "IfNotPresent" } else { "Always" }.to_string()
-        });
-        let pull = match policy.as_str() {
-            "Never" => {
-                if present.is_none() {
-                    let msg = format!("Container image \"{image}\" is not present with pull policy of Never");
-                    self.event(pod, "Warning", "ErrImageNeverPull", &msg).await;
-                    return Err(("ErrImageNeverPull".into(), msg));
-                }
-                false
-            }
-            // An air-gap image is the only copy there is: used as it is (r8s's choice; upstream
-            // would pull it and fail where no registry is reachable).
-            "Always" => present.is_none() || !self.airgap_images.contains(&crate::images::normalize(&image)),
-            _ => present.is_none(),
         };
         if !pull {
             let msg = format!("Container image \"{image}\" already present on machine");
@@ -125,14 +92,7 @@ impl Agent {
         let began = Instant::now();
         let mut last_error = None;
         for auth in auths {
-            let r = images
-                .pull_image(cri::PullImageRequest {
-                    image: Some(spec()),
-                    auth,
-                    sandbox_config: Some(sandbox_config.clone()),
-                })
-                .await;
-            match r {
+            match self.runtime.pull_image(&image, auth, sandbox_config).await {
                 Ok(_) => {
                     last_error = None;
                     break;
@@ -146,7 +106,10 @@ impl Agent {
                 .unwrap()
                 .backoff
                 .next(&key, std::time::SystemTime::now());
-            let err = format!("rpc error: code = {:?} desc = {}", e.code(), e.message());
+            let err = match &e {
+                crate::Error::Status(s) => format!("rpc error: code = {:?} desc = {}", s.code(), s.message()),
+                e => e.to_string(),
+            };
             self.event(
                 pod,
                 "Warning",
@@ -160,7 +123,7 @@ impl Agent {
             return Err(("ErrImagePull".into(), err));
         }
         let took = go_duration(began.elapsed());
-        let pulled = status(images).await;
+        let pulled = self.runtime.image_status(&image).await.ok().flatten();
         let size = pulled.as_ref().map(|i| i.size).unwrap_or(0);
         let msg = format!(
             "Successfully pulled image \"{image}\" in {took} ({took} including waiting). Image size: {size} bytes."
@@ -240,5 +203,60 @@ mod tests {
         assert_eq!(go_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(go_duration(Duration::from_millis(123_004)), "2m3.004s");
         assert_eq!(go_duration(Duration::from_secs(4500)), "1h15m0s");
+    }
+}
+
+/// Whether to pull `image` under `policy` (upstream's defaulting when unset: Always for an
+/// untagged or `:latest` image, else IfNotPresent), given whether it is `present` and whether it
+/// is an `airgap` image (imported from a tarball: the only copy there is, used as it is even
+/// under Always — r8s's choice; upstream would pull it and fail where no registry is reachable).
+/// Err: the message of ErrImageNeverPull.
+fn pull_decision(image: &str, policy: Option<&str>, present: bool, airgap: bool) -> Result<bool, String> {
+    let policy = policy.unwrap_or_else(|| {
+        let tagged = image.contains('@')
+            || image
+                .rsplit('/')
+                .next()
+                .and_then(|l| l.split_once(':'))
+                .is_some_and(|(_, t)| t != "latest");
+        if tagged {
+            "IfNotPresent"
+        } else {
+            "Always"
+        }
+    });
+    match policy {
+        "Never" if !present => Err(format!(
+            "Container image \"{image}\" is not present with pull policy of Never"
+        )),
+        "Never" => Ok(false),
+        "Always" => Ok(!present || !airgap),
+        _ => Ok(!present),
+    }
+}
+
+#[cfg(test)]
+mod pull_tests {
+    use super::pull_decision;
+
+    #[test]
+    fn pulls_follow_the_policy_and_its_default() {
+        // Defaults: untagged and :latest are Always, tagged and digests IfNotPresent.
+        assert_eq!(pull_decision("nginx", None, true, false), Ok(true));
+        assert_eq!(pull_decision("nginx:latest", None, true, false), Ok(true));
+        assert_eq!(pull_decision("nginx:1.25", None, true, false), Ok(false));
+        assert_eq!(pull_decision("nginx:1.25", None, false, false), Ok(true));
+        assert_eq!(
+            pull_decision("reg:5000/app@sha256:ab", None, true, false),
+            Ok(false)
+        );
+        // An air-gap image is used as it is, even under Always.
+        assert_eq!(pull_decision("nginx", Some("Always"), true, true), Ok(false));
+        assert_eq!(pull_decision("nginx", Some("Always"), false, true), Ok(true));
+        assert_eq!(pull_decision("nginx:1.25", Some("Never"), true, false), Ok(false));
+        assert_eq!(
+            pull_decision("ghost:1", Some("Never"), false, false),
+            Err("Container image \"ghost:1\" is not present with pull policy of Never".into())
+        );
     }
 }

@@ -42,11 +42,14 @@ fn wait_endpoints(s: &Server, want: &[&str]) {
 
 /// `r8s server` run to fail: its exit status and output.
 fn fails(args: &[&str]) -> String {
-    let dir = tempfile::tempdir().unwrap();
+    fails_in(tempfile::tempdir().unwrap().path(), args)
+}
+
+fn fails_in(dir: &std::path::Path, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_r8s"))
         .arg("server")
         .arg("--data-dir")
-        .arg(dir.path())
+        .arg(dir)
         .args(["--disable-agent", "--https-listen-port", "0"])
         .args(args)
         .output()
@@ -215,6 +218,41 @@ fn a_server_joins_with_the_token_and_serves_the_same_cluster() {
     drop(b);
 }
 
+/// The etcd member a server runs (its child process named etcd).
+fn etcd_of(server: u32) -> u32 {
+    let out = Command::new("pgrep")
+        .args(["-P", &server.to_string(), "-x", "etcd"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_else(|| panic!("server {server} runs no etcd member"))
+        .parse()
+        .unwrap()
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status();
+}
+
+/// SIGCONT to `pids` when dropped (also when the test fails: a stopped member would outlive it).
+struct Resume(Vec<u32>);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            signal(*p, "CONT");
+        }
+    }
+}
+
+fn scopeguard(pids: &[u32]) -> Resume {
+    Resume(pids.to_vec())
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -311,7 +349,80 @@ fn three_servers_on_etcd_members_of_their_own_survive_the_loss_of_one() {
     );
     wait_endpoints(&c, &["127.0.0.1", "127.0.0.2", "127.0.0.3"]);
 
+    // Degrade, never exit: with the other two members paused (SIGSTOP), the first server has
+    // no quorum. It answers writes with 503 and Retry-After, and takes writes again once they
+    // are back.
+    let members: Vec<u32> = [&b, &c].iter().map(|s| etcd_of(s.pid())).collect();
+    a.ok("1.33", &["get", "cm", "before"]);
+    for m in &members {
+        signal(*m, "STOP");
+    }
+    let resumed = scopeguard(&members);
+    std::thread::sleep(Duration::from_secs(2));
+    // One request, as it is answered (kubectl would wait and retry, as Retry-After asks).
+    let tls = a.dir.path().join("server/tls");
+    let refused = Command::new("curl")
+        .args([
+            "-sk",
+            "--max-time",
+            "90",
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+            "-X",
+            "POST",
+        ])
+        .arg("--cert")
+        .arg(tls.join("client-admin.crt"))
+        .arg("--key")
+        .arg(tls.join("client-admin.key"))
+        .args(["-H", "Content-Type: application/json", "-d"])
+        .arg(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"no-quorum"}}"#)
+        .arg(format!(
+            "https://127.0.0.1:{port}/api/v1/namespaces/default/configmaps"
+        ))
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&refused.stdout).to_ascii_lowercase();
+    let status = head.split_whitespace().nth(1);
+    assert!(status == Some("503") && head.contains("retry-after: 1"), "{head}");
+    drop(resumed);
+    let back = Instant::now();
+    loop {
+        if a.kubectl("1.33", &["create", "configmap", "quorum-again"])
+            .status
+            .success()
+        {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(60),
+            "writes did not resume:\n{}",
+            a.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for s in [&b, &c] {
+        assert!(s
+            .ok("1.33", &["get", "cm", "quorum-again", "-o", "name"])
+            .contains("quorum-again"));
+    }
+
     // Flags that make no sense together are refused.
     let err = fails(&["--cluster-init", "--datastore-endpoint", "http://127.0.0.1:1"]);
     assert!(err.contains("--cluster-init starts a new cluster"), "{err}");
+}
+
+/// A server whose data is in the embedded datastore is not silently started on an empty etcd
+/// cluster by `--cluster-init` (nothing lost: it refuses, and its data stays as it was).
+#[test]
+fn cluster_init_refuses_a_server_with_embedded_data() {
+    let mut s = Server::start();
+    s.ok("1.33", &["create", "configmap", "kept"]);
+    assert!(s.terminate(Duration::from_secs(30)));
+    let err = fails_in(s.dir.path(), &["--cluster-init"]);
+    assert!(err.contains("data is in the embedded datastore"), "{err}");
+    s.restart(&["--disable-agent"]);
+    s.ok("1.33", &["get", "configmap", "kept"]);
 }

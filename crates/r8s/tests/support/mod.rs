@@ -345,6 +345,11 @@ impl Server {
         false
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, as a power cut: nothing of it runs on (its children die with it).
     pub fn sigkill(&mut self) {
         let _ = self.child.kill();
