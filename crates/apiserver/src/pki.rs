@@ -81,13 +81,7 @@ impl Pki {
         let (serving_cert_pem, serving_key_pem) = leaf(dir, "serving-kube-apiserver", &issuer, |existing| {
             let mut params = CertificateParams::new(Vec::<String>::new())?;
             params.distinguished_name = dn("kube-apiserver", &[]);
-            params.subject_alt_names = sans
-                .iter()
-                .map(|s| match s.parse() {
-                    Ok(ip) => Ok(SanType::IpAddress(ip)),
-                    Err(_) => s.clone().try_into().map(SanType::DnsName),
-                })
-                .collect::<Result<_, _>>()?;
+            params.subject_alt_names = san_types(sans)?;
             params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
             params.key_usages = vec![
                 KeyUsagePurpose::DigitalSignature,
@@ -153,18 +147,7 @@ impl Pki {
     /// it signs for `front-proxy-client`, which the aggregator presents to aggregated API
     /// servers (upstream's kubeadm layout). The CA is the one they trust for request headers.
     pub fn front_proxy_client(&self) -> Result<crate::ProxyIdentity, PkiError> {
-        let ca_cert_path = self.dir.join("front-proxy-ca.crt");
-        let ca_key_path = self.dir.join("front-proxy-ca.key");
-        let (ca_cert_pem, ca_key_pem) = match (read(&ca_cert_path)?, read(&ca_key_path)?) {
-            (Some(c), Some(k)) => (c, k),
-            _ => new_ca(
-                &format!("front-proxy-ca@{}", unix_now()),
-                &ca_cert_path,
-                &ca_key_path,
-            )?,
-        };
-        let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|e| invalid(&ca_key_path, e))?;
-        let issuer = Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key).map_err(|e| invalid(&ca_cert_path, e))?;
+        let (ca_cert_pem, issuer) = load_or_new_ca(&self.dir, "front-proxy-ca")?;
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name = dn("front-proxy-client", &[]);
@@ -184,24 +167,11 @@ impl Pki {
     /// reissued when a SAN is added), and the API server's client certificate
     /// (`etcd-client`, `kube-apiserver-etcd-client`).
     pub fn etcd(&self, sans: &[String]) -> Result<EtcdPki, PkiError> {
-        let ca_cert_path = self.dir.join("etcd-ca.crt");
-        let ca_key_path = self.dir.join("etcd-ca.key");
-        let (ca_cert_pem, ca_key_pem) = match (read(&ca_cert_path)?, read(&ca_key_path)?) {
-            (Some(c), Some(k)) => (c, k),
-            _ => new_ca(&format!("etcd-ca@{}", unix_now()), &ca_cert_path, &ca_key_path)?,
-        };
-        let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|e| invalid(&ca_key_path, e))?;
-        let issuer = Issuer::from_ca_cert_pem(&ca_cert_pem, ca_key).map_err(|e| invalid(&ca_cert_path, e))?;
+        let (ca_cert_pem, issuer) = load_or_new_ca(&self.dir, "etcd-ca")?;
         let (server_cert_pem, server_key_pem) = leaf(&self.dir, "etcd-server", &issuer, |existing| {
             let mut params = CertificateParams::new(Vec::<String>::new())?;
             params.distinguished_name = dn("etcd-server", &[]);
-            params.subject_alt_names = sans
-                .iter()
-                .map(|s| match s.parse() {
-                    Ok(ip) => Ok(SanType::IpAddress(ip)),
-                    Err(_) => s.clone().try_into().map(SanType::DnsName),
-                })
-                .collect::<Result<_, _>>()?;
+            params.subject_alt_names = san_types(sans)?;
             // Peers present it as clients of each other too.
             params.extended_key_usages = vec![
                 ExtendedKeyUsagePurpose::ServerAuth,
@@ -302,6 +272,30 @@ fn new_ca(common_name: &str, cert_path: &Path, key_path: &Path) -> Result<(Strin
     write(key_path, &key.serialize_pem(), 0o600)?;
     write(cert_path, &cert.pem(), 0o644)?;
     Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// The CA `<dir>/<name>.{crt,key}` (made at first use, named `<name>@<time>`): its
+/// certificate (PEM) and the issuer it signs as.
+fn load_or_new_ca(dir: &Path, name: &str) -> Result<(String, Issuer<'static, KeyPair>), PkiError> {
+    let cert_path = dir.join(format!("{name}.crt"));
+    let key_path = dir.join(format!("{name}.key"));
+    let (cert_pem, key_pem) = match (read(&cert_path)?, read(&key_path)?) {
+        (Some(c), Some(k)) => (c, k),
+        _ => new_ca(&format!("{name}@{}", unix_now()), &cert_path, &key_path)?,
+    };
+    let key = KeyPair::from_pem(&key_pem).map_err(|e| invalid(&key_path, e))?;
+    let issuer = Issuer::from_ca_cert_pem(&cert_pem, key).map_err(|e| invalid(&cert_path, e))?;
+    Ok((cert_pem, issuer))
+}
+
+/// Subject alternative names: IP addresses as such, anything else as a DNS name.
+fn san_types(sans: &[String]) -> Result<Vec<SanType>, rcgen::Error> {
+    sans.iter()
+        .map(|s| match s.parse() {
+            Ok(ip) => Ok(SanType::IpAddress(ip)),
+            Err(_) => s.clone().try_into().map(SanType::DnsName),
+        })
+        .collect()
 }
 
 fn leaf(

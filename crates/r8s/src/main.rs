@@ -1056,6 +1056,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         println!("r8s server: joined the cluster of {url} (its CA and service-account keys)");
     }
     let mut etcd_member = None;
+    // The PKI, made or loaded once (before the datastore when that is this server's etcd).
+    let mut early_pki = None;
     let store: Arc<dyn Store> = if cluster_etcd {
         let ip =
             advertise.context("--cluster-init needs this server's address (--bind-address or --node-ip)")?;
@@ -1066,6 +1068,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let mut etcd_sans = vec!["localhost".to_string(), "127.0.0.1".to_string(), ip.to_string()];
         etcd_sans.extend(host_name());
         let etcd_pki = pki.etcd(&etcd_sans)?;
+        early_pki = Some(pki);
         let tls = cluster_etcd::tls_of(&etcd_pki);
         let cfg = cluster_etcd::MemberConfig {
             name: cluster_etcd::member_name(
@@ -1118,9 +1121,12 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             None => tracing::info!("no server has bootstrapped this datastore yet: this server is the first"),
         }
     }
-    let pki = {
-        let sans = sans.clone();
-        tokio::task::spawn_blocking(move || r8s_apiserver::pki::Pki::ensure(&tls_dir, &sans)).await??
+    let pki = match early_pki {
+        Some(pki) => pki,
+        None => {
+            let sans = sans.clone();
+            tokio::task::spawn_blocking(move || r8s_apiserver::pki::Pki::ensure(&tls_dir, &sans)).await??
+        }
     };
     let client_ca_pem = match &args.client_ca_file {
         Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
