@@ -72,34 +72,7 @@ async fn main() {
 
     // 1. Creates at full speed.
     let api: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..writers)
-        .map(|_| {
-            let api = api.clone();
-            let next = next.clone();
-            tokio::spawn(async move {
-                let mut lat = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= pods {
-                        return lat;
-                    }
-                    let t = Instant::now();
-                    api.create(&PostParams::default(), &pod(&format!("p-{i:06}")))
-                        .await
-                        .unwrap();
-                    lat.push(t.elapsed());
-                }
-            })
-        })
-        .collect();
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await.unwrap());
-    }
-    let elapsed = started.elapsed();
-    lat.sort();
+    let (lat, elapsed) = common::create_pods(std::slice::from_ref(&api), pods, writers, "p", pod).await;
     println!(
         "creates:        {:>8.0} /s   p50 {}  p99 {}",
         lat.len() as f64 / elapsed.as_secs_f64(),

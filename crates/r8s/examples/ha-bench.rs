@@ -22,7 +22,6 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
@@ -145,35 +144,11 @@ impl Drop for Server {
 
 /// Create `n` pods through `clients` (64 writers, spread over them): creates/s, p50, p99.
 async fn creates(clients: &[Client], n: usize, prefix: &str) -> (f64, Duration, Duration) {
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..64)
-        .map(|w| {
-            let api: Api<Pod> = Api::namespaced(clients[w % clients.len()].clone(), "default");
-            let next = next.clone();
-            let prefix = prefix.to_string();
-            tokio::spawn(async move {
-                let mut lat = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        return lat;
-                    }
-                    let t = Instant::now();
-                    api.create(&PostParams::default(), &pod(&format!("{prefix}-{i:06}")))
-                        .await
-                        .unwrap();
-                    lat.push(t.elapsed());
-                }
-            })
-        })
+    let apis: Vec<Api<Pod>> = clients
+        .iter()
+        .map(|c| Api::namespaced(c.clone(), "default"))
         .collect();
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await.unwrap());
-    }
-    let elapsed = started.elapsed();
-    lat.sort();
+    let (lat, elapsed) = common::create_pods(&apis, n, 64, prefix, pod).await;
     (
         lat.len() as f64 / elapsed.as_secs_f64(),
         common::pct(&lat, 0.5),
@@ -237,7 +212,12 @@ async fn main() {
         &etcd(&["--cluster-init"]),
     )];
     let first = servers[0].client().await;
-    let token = std::fs::read_to_string(servers[0].dir.join("server/node-token")).unwrap();
+    // Written once joining servers can use it (after the server answers).
+    let token_file = servers[0].dir.join("server/node-token");
+    while !token_file.exists() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let token = std::fs::read_to_string(token_file).unwrap();
     let url = format!("https://127.0.0.1:{port}");
     for i in 2..=3 {
         let s = Server::spawn(

@@ -391,3 +391,48 @@ impl Drop for Floor {
         r8s_kubelet::cni::remove_bridge(&self.bridge);
     }
 }
+
+/// Create `n` pods, `make(<prefix>-NNNNNN)`, by `writers` concurrent clients taking turns over
+/// `apis`: each create's latency (sorted) and the time all of them took.
+pub async fn create_pods(
+    apis: &[kube::Api<k8s_openapi::api::core::v1::Pod>],
+    n: usize,
+    writers: usize,
+    prefix: &str,
+    make: fn(&str) -> k8s_openapi::api::core::v1::Pod,
+) -> (Vec<Duration>, Duration) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = std::sync::Arc::new(AtomicUsize::new(0));
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let api = apis[w % apis.len()].clone();
+            let next = next.clone();
+            let prefix = prefix.to_string();
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        return lat;
+                    }
+                    let t = std::time::Instant::now();
+                    api.create(
+                        &kube::api::PostParams::default(),
+                        &make(&format!("{prefix}-{i:06}")),
+                    )
+                    .await
+                    .unwrap();
+                    lat.push(t.elapsed());
+                }
+            })
+        })
+        .collect();
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    lat.sort();
+    (lat, elapsed)
+}
