@@ -369,6 +369,7 @@ fn claim_pod(name: &str, claim: &str, script: &str) -> String {
 /// claim's deletion removes the volume, its file system and its directory.
 #[test]
 fn a_claim_on_the_default_class_is_provisioned_on_its_pods_node_and_keeps_its_data() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
     let c = start("claim-node", "10.216.0.0/16", "r8sst");
     let s = &c.s;
     let classes = s.ok(V, &["get", "storageclass"]);
@@ -574,6 +575,7 @@ fn a_claim_on_the_default_class_is_provisioned_on_its_pods_node_and_keeps_its_da
 /// pod) is provisioned on the pod's node and goes with the pod, and its volume's data with it.
 #[test]
 fn an_ephemeral_volume_is_a_claim_that_lives_and_dies_with_its_pod() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
     let c = start("ephemeral-node", "10.217.0.0/16", "r8sep");
     let s = &c.s;
     s.ok_stdin(
@@ -616,6 +618,7 @@ fn an_ephemeral_volume_is_a_claim_that_lives_and_dies_with_its_pod() {
 /// (pvc-protection) until its pods go; then the volume is Released and the data stays.
 #[test]
 fn a_static_volume_is_chosen_by_selector_and_retains_its_data() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
     let c = start("static-vol-node", "10.219.0.0/16", "r8ssv");
     let s = &c.s;
     let dir = c.data.join("static-volume");
@@ -743,6 +746,7 @@ fn a_static_volume_is_chosen_by_selector_and_retains_its_data() {
 /// and volume, and a replica's pod deleted and made again finds its data.
 #[test]
 fn statefulset_replicas_keep_their_own_volumes_across_pod_deletion() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
     let c = start("sts-vol-node", "10.218.0.0/16", "r8sss");
     let s = &c.s;
     s.ok_stdin(

@@ -221,7 +221,8 @@ pub fn remove_cni_masquerade(cidr: &str) {
     }
 }
 
-/// The agents of these tests share the host's pod cgroup parent: one test at a time.
+/// The agents of these tests share the host's pod cgroup parent, the proxy's and policy's nft
+/// tables and the cluster DNS address: every test that starts an agent takes this, one at a time.
 pub static ONE_AGENT: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A server with its agent, and the guard that cleans up after it (dropped after the server).
