@@ -42,6 +42,7 @@ pub use aggregator::ProxyIdentity;
 pub use endpoints::kubelet::KubeletClient;
 pub use registry::allocator::{IpFamily, ServiceCidr, ServiceCidrs};
 pub use server::ServingConfig;
+pub use watch_cache::Lookup;
 
 /// The Kubernetes version r8s speaks.
 pub const KUBERNETES_VERSION: &str = "v1.33.0";
@@ -81,6 +82,9 @@ pub struct ApiServerConfig {
     /// API priority and fairness (`--enable-priority-and-fairness`, on by default): requests
     /// classified by the FlowSchemas and queued by their priority levels.
     pub priority_and_fairness: bool,
+    /// The lookup the authenticators read objects through, over `store`: the server serves
+    /// from its watch cache too, so both share one (absent: the server makes its own cache).
+    pub lookup: Option<Lookup>,
 }
 
 /// State shared by every request.
@@ -198,7 +202,10 @@ impl ApiServer {
             None => None,
         };
         let shared = Arc::new(Shared {
-            watch_cache: Arc::new(watch_cache::WatchCache::new(config.store.clone())),
+            watch_cache: match config.lookup {
+                Some(l) => l.cache(),
+                None => Arc::new(watch_cache::WatchCache::new(config.store.clone())),
+            },
             served: registry::catalogue::Served::builtin(),
             openapi: Default::default(),
             flow_control,

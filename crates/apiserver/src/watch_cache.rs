@@ -184,6 +184,13 @@ impl ResourceCache {
             .await
     }
 
+    /// The current object under `key`, as far as the cache has applied (upstream's cacher
+    /// answers a get at resourceVersion "0" this way: any state, served from memory).
+    pub fn object(&self, key: &str) -> Option<Arc<CachedObject>> {
+        let w = self.window.read().unwrap_or_else(|e| e.into_inner());
+        w.objects.get(key).cloned()
+    }
+
     async fn list_within(
         &self,
         key_prefix: &str,
@@ -392,6 +399,52 @@ fn natural_type(kind: EventKind, had_prev: bool) -> &'static str {
         (EventKind::Delete, _) => "DELETED",
         (EventKind::Put, false) => "ADDED",
         (EventKind::Put, true) => "MODIFIED",
+    }
+}
+
+/// Single objects by name for the server's own per-request work (the authenticators' service
+/// accounts, pods and bootstrap token Secrets): from the watch cache, as upstream's
+/// authenticators read their informers' listers, so a datastore without quorum does not turn
+/// every token away; an object the cache does not hold (yet) is read from the datastore, as
+/// upstream's getters fall back to the API on a lister miss.
+#[derive(Clone)]
+pub struct Lookup {
+    cache: Arc<WatchCache>,
+}
+
+impl Lookup {
+    /// A lookup with a watch cache of its own over `store` (the API server given it in its
+    /// config serves from the same cache).
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self {
+            cache: Arc::new(WatchCache::new(store)),
+        }
+    }
+
+    pub(crate) fn cache(&self) -> Arc<WatchCache> {
+        self.cache.clone()
+    }
+
+    /// The built-in object `plural` of `group` `version` named `name` in `namespace` ("" for
+    /// cluster-scoped ones), or `None` if there is none.
+    pub async fn get(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, r8s_store::StoreError> {
+        let def = crate::registry::catalogue::builtin(group, version, plural)
+            .unwrap_or_else(|| panic!("{plural}.{group}/{version} is not a built-in resource"));
+        let key = crate::registry::key(def, namespace, name);
+        if let Some(cache) = self.cache.get(def).await {
+            if let Some(o) = cache.object(&key) {
+                return Ok(Some(o.value()));
+            }
+        }
+        let got = self.cache.store.get(&key, 0).await?;
+        Ok(got.kv.and_then(|kv| serde_json::from_slice(&kv.value).ok()))
     }
 }
 

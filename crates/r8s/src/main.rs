@@ -1149,6 +1149,10 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         group_headers: nonempty(&args.requestheader_group_headers),
         extra_headers_prefix: nonempty(&args.requestheader_extra_headers_prefix),
     };
+    // The authenticators read service accounts, pods and token Secrets through the server's
+    // watch cache (as upstream's read informers): a datastore without quorum does not stop
+    // tokens that were valid before.
+    let lookup = r8s_apiserver::Lookup::new(store.clone());
     let mut authenticators = r8s_apiserver::authn::AuthenticatorChain::default();
     authenticators.push(
         r8s_apiserver::authn::RequestHeaderAuthenticator::new(request_header.clone())
@@ -1176,7 +1180,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         &sa_public_keys,
         &args.service_account_issuer,
         &args.api_audiences,
-        store.clone(),
+        lookup.clone(),
     )
     .map_err(|e| anyhow::anyhow!("service-account keys: {e}"))?;
     sa_tokens.max_expiration_seconds = args
@@ -1185,8 +1189,11 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let sa_tokens = Arc::new(sa_tokens);
     authenticators
         .push(r8s_apiserver::authn::service_account::ServiceAccountAuthenticator(sa_tokens.clone()));
-    authenticators
-        .push(r8s_apiserver::authn::bootstrap_token::BootstrapTokenAuthenticator { store: store.clone() });
+    authenticators.push(
+        r8s_apiserver::authn::bootstrap_token::BootstrapTokenAuthenticator {
+            lookup: lookup.clone(),
+        },
+    );
     if let Some(issuer) = &args.oidc_issuer_url {
         let ca_pem = match &args.oidc_ca_file {
             Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
@@ -1416,6 +1423,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         proxy_identity: Some(proxy_identity),
         request_header: Some(request_header),
         priority_and_fairness: args.enable_priority_and_fairness,
+        lookup: Some(lookup),
     })
     .await
     .with_context(|| format!("serving on {}:{}", args.bind_address, args.https_listen_port))?;

@@ -3,11 +3,8 @@
 //! for its own certificate (user `system:bootstrap:<id>`, group `system:bootstrappers`), as
 //! upstream's bootstrap token authenticator does.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use base64::Engine;
-use r8s_store::Store;
 use serde_json::Value;
 
 use super::{Authenticator, AuthnOutcome, AuthnRequest, UserInfo};
@@ -16,7 +13,8 @@ pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
 pub const GROUP: &str = "system:bootstrappers";
 
 pub struct BootstrapTokenAuthenticator {
-    pub store: Arc<dyn Store>,
+    /// Where token Secrets are read: the watch cache first, as upstream reads its informer.
+    pub lookup: crate::Lookup,
 }
 
 /// `(id, secret)` of a token in the bootstrap format: 6 and 16 characters of `[a-z0-9]`.
@@ -78,11 +76,9 @@ impl Authenticator for BootstrapTokenAuthenticator {
         let Some((id, secret_value)) = super::token_file::bearer_token(req.headers).and_then(parse) else {
             return AuthnOutcome::NotApplicable;
         };
-        let key = format!("/registry/secrets/kube-system/bootstrap-token-{id}");
-        let secret = match self.store.get(&key, 0).await {
-            Ok(r) => {
-                r.kv.and_then(|kv| serde_json::from_slice::<Value>(&kv.value).ok())
-            }
+        let name = format!("bootstrap-token-{id}");
+        let secret = match self.lookup.get("", "v1", "secrets", "kube-system", &name).await {
+            Ok(secret) => secret,
             Err(e) => return AuthnOutcome::Rejected(e.to_string()),
         };
         // A token that looks like a bootstrap token but has no Secret may be another kind.

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use base64::Engine;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
-use r8s_store::Store;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -72,7 +71,8 @@ pub struct ServiceAccountTokens {
     jwks: Value,
     /// The longest lifetime TokenRequest grants (`--service-account-max-token-expiration`).
     pub max_expiration_seconds: Option<i64>,
-    store: Arc<dyn Store>,
+    /// Where the objects a token names are read: the watch cache first (upstream's listers).
+    lookup: crate::Lookup,
 }
 
 fn b64(bytes: &[u8]) -> String {
@@ -104,7 +104,7 @@ impl ServiceAccountTokens {
         public_key_pems: &[String],
         issuers: &[String],
         api_audiences: &[String],
-        store: Arc<dyn Store>,
+        lookup: crate::Lookup,
     ) -> Result<Self, String> {
         let (signing, algorithm, public_der) = load_private(signing_key_pem)?;
         let kid = key_id(&public_der);
@@ -154,7 +154,7 @@ impl ServiceAccountTokens {
             verifying,
             jwks: serde_json::json!({"keys": jwk_keys}),
             max_expiration_seconds: None,
-            store,
+            lookup,
         })
     }
 
@@ -204,19 +204,19 @@ impl ServiceAccountTokens {
         Some(Err(last))
     }
 
-    async fn stored(&self, key: &str) -> Result<Option<Value>, String> {
-        let got = self.store.get(key, 0).await.map_err(|e| e.to_string())?;
-        Ok(got.kv.and_then(|kv| serde_json::from_slice(&kv.value).ok()))
+    /// The core/v1 object `plural` named `name` in `namespace` ("" for nodes).
+    async fn stored(&self, plural: &str, namespace: &str, name: &str) -> Result<Option<Value>, String> {
+        self.lookup
+            .get("", "v1", plural, namespace, name)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Whether the objects a token names still exist as they were when it was issued.
     async fn check_bindings(&self, c: &KubernetesClaim) -> Result<(), String> {
         let ns = &c.namespace;
         let sa = self
-            .stored(&format!(
-                "/registry/serviceaccounts/{ns}/{}",
-                c.serviceaccount.name
-            ))
+            .stored("serviceaccounts", ns, &c.serviceaccount.name)
             .await?
             .ok_or_else(|| format!("serviceaccounts \"{}\" not found", c.serviceaccount.name))?;
         if !c.serviceaccount.uid.is_empty() && sa["metadata"]["uid"] != c.serviceaccount.uid.as_str() {
@@ -226,32 +226,18 @@ impl ServiceAccountTokens {
                 c.serviceaccount.uid
             ));
         }
-        for (kind, r, key) in [
-            (
-                "Pod",
-                &c.pod,
-                c.pod.as_ref().map(|p| format!("/registry/pods/{ns}/{}", p.name)),
-            ),
-            (
-                "Secret",
-                &c.secret,
-                c.secret
-                    .as_ref()
-                    .map(|s| format!("/registry/secrets/{ns}/{}", s.name)),
-            ),
-            (
-                "Node",
-                &c.node,
-                c.node.as_ref().map(|n| format!("/registry/nodes/{}", n.name)),
-            ),
+        for (kind, r, plural, namespace) in [
+            ("Pod", &c.pod, "pods", ns.as_str()),
+            ("Secret", &c.secret, "secrets", ns.as_str()),
+            ("Node", &c.node, "nodes", ""),
         ] {
-            let (Some(r), Some(key)) = (r, key) else { continue };
+            let Some(r) = r else { continue };
             // A node-bound token from a pod-bound request only names the node: not checked.
             if kind == "Node" && c.pod.is_some() {
                 continue;
             }
             let obj = self
-                .stored(&key)
+                .stored(plural, namespace, &r.name)
                 .await?
                 .ok_or_else(|| format!("{kind} \"{}\" not found", r.name))?;
             if obj["metadata"]["uid"] != r.uid.as_str() {
@@ -424,6 +410,7 @@ impl Authenticator for ServiceAccountAuthenticator {
 mod tests {
     use super::*;
     use r8s_store::embedded::{EmbeddedOptions, EmbeddedStore};
+    use r8s_store::Store;
 
     fn claims(aud: &str, exp: i64) -> Claims {
         Claims {
@@ -454,7 +441,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(EmbeddedOptions::new(dir.path())).unwrap());
         let key = rcgen::KeyPair::generate().unwrap().serialize_pem();
-        let tokens = ServiceAccountTokens::new(&key, &[], &[], &[], store.clone()).unwrap();
+        let tokens =
+            ServiceAccountTokens::new(&key, &[], &[], &[], crate::Lookup::new(store.clone())).unwrap();
         assert_eq!(tokens.jwks()["keys"][0]["kty"], "EC");
         let aud = vec![DEFAULT_ISSUER.to_owned()];
         let token = tokens.sign(&claims(DEFAULT_ISSUER, now() + 600)).unwrap();
@@ -524,14 +512,22 @@ mod tests {
             &[],
             &[],
             &[],
-            store.clone(),
+            crate::Lookup::new(store.clone()),
         )
         .unwrap();
         let forged = stranger.sign(&claims(DEFAULT_ISSUER, now() + 600)).unwrap();
         assert!(tokens.authenticate_token(&forged, &aud).await.unwrap().is_err());
 
-        // Once the pod is gone, so is the token.
+        // Once the pod is gone, so is the token (as soon as the watch cache has seen it go).
         store.delete("/registry/pods/dev/p", None).await.unwrap();
-        assert!(tokens.authenticate_token(&token, &aud).await.unwrap().is_err());
+        let mut refused = false;
+        for _ in 0..100 {
+            if tokens.authenticate_token(&token, &aud).await.unwrap().is_err() {
+                refused = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(refused, "the token of a deleted pod still authenticates after 2 s");
     }
 }

@@ -174,13 +174,24 @@ pub(crate) async fn resource(
     };
     match (method, info.verb.as_str()) {
         (_, "get") if partial.is_some() => {
-            let obj = registry::get(ctx, def, ns, &info.name, &query).await?;
+            let obj = get_object(ctx, def, ns, &info.name, &query).await?;
             Ok(json_response(StatusCode::OK, &partial_object(&obj)))
         }
         (_, "get") => get(ctx, def, ns, &info.name, headers, &query).await,
         (_, "list") if partial.is_some() => {
             let filter = Filter::from_query(def, &query)?;
-            let page = registry::list(ctx, def, ns, &query, &filter).await?;
+            // Metadata informers list at "0" too: from the watch cache when it can answer.
+            let page = match registry::list_cached(ctx, def, ns, &query, &filter).await? {
+                Some(page) => registry::Page {
+                    items: page
+                        .items
+                        .iter()
+                        .filter_map(|o| serde_json::from_slice(o).ok())
+                        .collect(),
+                    meta: page.meta,
+                },
+                None => registry::list(ctx, def, ns, &query, &filter).await?,
+            };
             Ok(json_response(
                 StatusCode::OK,
                 &partial_list(&page.meta, &page.items),
@@ -365,15 +376,35 @@ async fn component_statuses(
     ))
 }
 
+/// One object, decoded: from the watch cache for a get at resourceVersion "0", else as stored.
+async fn get_object(
+    ctx: &Ctx,
+    def: &'static Resource,
+    ns: &str,
+    name: &str,
+    query: &Query,
+) -> Result<Value, ApiError> {
+    match registry::get_cached(ctx, def, ns, name, query).await? {
+        Some(o) => Ok(o.value()),
+        None => registry::get(ctx, def, ns, name, query).await,
+    }
+}
+
 async fn get(
     ctx: &Ctx,
-    def: &Resource,
+    def: &'static Resource,
     ns: &str,
     name: &str,
     headers: &HeaderMap,
     query: &Query,
 ) -> Result<Response<Body>, ApiError> {
     let table = wants_table(headers);
+    if !table {
+        // At "0", any state will do: the watch cache's, as it was sent to watchers.
+        if let Some(o) = registry::get_cached(ctx, def, ns, name, query).await? {
+            return Ok(raw_json(StatusCode::OK, o.json.clone()));
+        }
+    }
     if !table && !r8s_api::features::initializers() {
         // Nothing to look at inside the object: the stored bytes with their resourceVersion.
         return Ok(raw_json(
@@ -381,7 +412,7 @@ async fn get(
             registry::get_stored(ctx, def, ns, name).await?,
         ));
     }
-    let obj = registry::get(ctx, def, ns, name, query).await?;
+    let obj = get_object(ctx, def, ns, name, query).await?;
     if table {
         return Ok(json_response(
             StatusCode::OK,

@@ -112,12 +112,27 @@ pub(crate) async fn serve(
         _ => 0,
     };
 
-    // The initial state, read before the watch starts so nothing falls between.
-    let (initial_items, list_rv) = if initial {
-        let (items, rv, _, _) = list_objects(ctx, def, ns, &Query::parse(None), &filter).await?;
-        (items, rv)
+    // The initial state, read before the watch starts so nothing falls between: at "0" (any
+    // state) the watch cache's, as upstream's cacher starts such a watch, else the datastore's.
+    let cached_initial = if rv.as_deref() == Some("0") {
+        match ctx.shared.watch_cache.get(def).await {
+            Some(cache) => {
+                cache
+                    .list(&prefix(def, ns), 0, |o| filter.matches_cached(o))
+                    .await
+            }
+            None => None,
+        }
     } else {
-        (Vec::new(), start_after)
+        None
+    };
+    let (initial_items, list_rv) = match cached_initial {
+        Some((items, rv)) => (items.iter().map(|o| o.value()).collect(), rv),
+        None if initial => {
+            let (items, rv, _, _) = list_objects(ctx, def, ns, &Query::parse(None), &filter).await?;
+            (items, rv)
+        }
+        None => (Vec::new(), start_after),
     };
     let store = ctx.shared.store.clone();
     let prefix = prefix(def, ns);

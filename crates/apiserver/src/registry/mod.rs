@@ -393,6 +393,28 @@ pub(crate) async fn get(
     Ok(obj)
 }
 
+/// A get at resourceVersion "0" (any state will do) from the watch cache, as upstream's
+/// cacher serves it: an object the cache does not hold is not found. `None`: no "0" asked, or no
+/// cache for this resource; the datastore answers.
+pub(crate) async fn get_cached(
+    ctx: &Ctx,
+    def: &'static Resource,
+    ns: &str,
+    name: &str,
+    query: &Query,
+) -> Result<Option<std::sync::Arc<crate::watch_cache::CachedObject>>, ApiError> {
+    if query.get("resourceVersion") != Some("0") {
+        return Ok(None);
+    }
+    let Some(cache) = ctx.shared.watch_cache.get(def).await else {
+        return Ok(None);
+    };
+    match cache.object(&key(def, ns, name)) {
+        Some(o) if !o.uninitialized || query.flag("includeUninitialized") => Ok(Some(o)),
+        _ => Err(not_found(def, name)),
+    }
+}
+
 /// A page of a list: its items and the list's metadata (resourceVersion, and continue and
 /// remainingItemCount when paged).
 pub(crate) struct Page<T> {
@@ -668,9 +690,14 @@ pub(crate) async fn list_cached(
     let listed = match min_revision {
         Some(min) => cache.list(&prefix(def, ns), min, keep).await,
         None => {
-            let Ok(current) = ctx.shared.store.current_revision().await else {
-                return Ok(None);
-            };
+            // A consistent read needs the datastore's word on its latest revision: without it
+            // (no quorum) the list fails now rather than wait on the datastore a second time.
+            let current = ctx
+                .shared
+                .store
+                .current_revision()
+                .await
+                .map_err(|e| store_error(def, "", e))?;
             cache.list_consistent(&prefix(def, ns), current, keep).await
         }
     };

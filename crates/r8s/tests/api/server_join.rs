@@ -354,13 +354,111 @@ fn three_servers_on_etcd_members_of_their_own_survive_the_loss_of_one() {
     // are back.
     let members: Vec<u32> = [&b, &c].iter().map(|s| etcd_of(s.pid())).collect();
     a.ok("1.33", &["get", "cm", "before"]);
+    // A service account's token made before, allowed to read.
+    let sa_token = a.ok("1.33", &["create", "token", "default"]);
+    a.ok(
+        "1.33",
+        &[
+            "create",
+            "clusterrolebinding",
+            "sa-view",
+            "--clusterrole=view",
+            "--serviceaccount=default:default",
+        ],
+    );
+    let tls = a.dir.path().join("server/tls");
+    // (status, body, seconds) of a GET to the first server, as the admin or with a token.
+    let get = |path: &str, token: Option<&str>| -> (String, String, f64) {
+        let mut cmd = Command::new("curl");
+        cmd.args([
+            "-sk",
+            "--max-time",
+            "60",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code} %{time_total}",
+        ]);
+        match token {
+            Some(t) => {
+                cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+            }
+            None => {
+                cmd.arg("--cert")
+                    .arg(tls.join("client-admin.crt"))
+                    .arg("--key")
+                    .arg(tls.join("client-admin.key"));
+            }
+        }
+        let out = cmd
+            .arg(format!("https://127.0.0.1:{port}{path}"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, last) = text.rsplit_once('\n').unwrap_or(("", &text));
+        let (code, secs) = last.split_once(' ').unwrap_or((last, "0"));
+        (code.to_owned(), body.to_owned(), secs.parse().unwrap_or(0.0))
+    };
+    // Warm: the caches of the resources read below exist before the quorum goes.
+    for path in [
+        "/api/v1/namespaces/default/configmaps?resourceVersion=0",
+        "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=0&timeoutSeconds=1",
+    ] {
+        assert_eq!(get(path, Some(&sa_token)).0, "200", "{path}");
+    }
     for m in &members {
         signal(*m, "STOP");
     }
     let resumed = scopeguard(&members);
     std::thread::sleep(Duration::from_secs(2));
+    // Reads that any state will do are served from the watch cache, at once (upstream's
+    // cacher answers resourceVersion "0" from memory), and a token made before still
+    // authenticates (its service account read from the cache, as upstream's informers).
+    for (path, token, want_code, want) in [
+        (
+            "/api/v1/namespaces/default/configmaps?resourceVersion=0",
+            None,
+            "200",
+            &["\"name\":\"before\""][..],
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps?resourceVersion=0",
+            Some(sa_token.as_str()),
+            "200",
+            &["\"name\":\"before\""],
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps/before?resourceVersion=0",
+            None,
+            "200",
+            &["\"k\":\"1\""],
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps/nothing?resourceVersion=0",
+            None,
+            "404",
+            &["\"reason\":\"NotFound\""],
+        ),
+        (
+            "/api/v1/namespaces/default/configmaps?watch=1&resourceVersion=0&timeoutSeconds=1",
+            Some(sa_token.as_str()),
+            "200",
+            &["{\"type\":\"ADDED\"", "\"name\":\"before\""],
+        ),
+    ] {
+        let (code, body, secs) = get(path, token);
+        assert!(
+            code == want_code && want.iter().all(|w| body.contains(w)) && secs < 3.0,
+            "{path} without quorum: {code} in {secs} s: {body}"
+        );
+    }
+    // A consistent list needs the datastore's latest revision: 503 with Retry-After, once.
+    let (code, body, secs) = get("/api/v1/namespaces/default/configmaps", None);
+    assert!(
+        code == "503" && body.contains("\"retryAfterSeconds\":1") && secs < 25.0,
+        "a consistent list without quorum: {code} in {secs} s: {body}"
+    );
     // One request, as it is answered (kubectl would wait and retry, as Retry-After asks).
-    let tls = a.dir.path().join("server/tls");
     let refused = Command::new("curl")
         .args([
             "-sk",
