@@ -7,6 +7,7 @@ need=()
 command -v protoc >/dev/null || need+=(protobuf-compiler)   # etcd-client compiles etcd's protos
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)  # ... which import protobuf's own
 command -v etcd >/dev/null || need+=(etcd-server)           # the etcd backend's tests and benchmark
+command -v etcdctl >/dev/null || need+=(etcd-client)        # r8s etcd-snapshot restore (etcd's own restore)
 command -v cc >/dev/null && command -v make >/dev/null || need+=(build-essential)  # ... and busybox for the test images
 command -v bzip2 >/dev/null || need+=(bzip2)                  # busybox's source tarball
 command -v xz >/dev/null || need+=(xz-utils)                  # ... and Debian's files for it

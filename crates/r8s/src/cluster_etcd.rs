@@ -61,6 +61,28 @@ impl MemberConfig {
         format!("https://{loopback}:{}", self.client_port)
     }
 
+    /// Where [`MemberConfig::record`] keeps what `r8s etcd-snapshot` needs to find the member.
+    pub fn record_path(server_dir: &Path) -> PathBuf {
+        server_dir.join("db").join("etcd-member.json")
+    }
+
+    /// Write down the member's name and addresses beside its data, for `r8s etcd-snapshot`
+    /// (which runs without the server's flags).
+    fn record(&self) -> anyhow::Result<()> {
+        let server_dir = self
+            .data_dir
+            .parent()
+            .and_then(Path::parent)
+            .context("the member's data directory is not under a server's")?;
+        let record = serde_json::json!({
+            "name": self.name,
+            "peerURL": self.peer_url(),
+            "clientURL": self.local_client_url(),
+        });
+        std::fs::write(Self::record_path(server_dir), format!("{record:#}\n"))?;
+        Ok(())
+    }
+
     fn started_before(&self) -> bool {
         self.data_dir.join("member").exists()
     }
@@ -149,6 +171,7 @@ impl Member {
     /// whose member answers at `join` (a client URL), or, when it has run before, on its data.
     pub async fn start(cfg: MemberConfig, tls: EtcdTls, join: Option<String>) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&cfg.data_dir)?;
+        cfg.record()?;
         let initial = if cfg.started_before() {
             None
         } else if let Some(url) = join {
@@ -346,6 +369,30 @@ pub fn tls_of(pki: &r8s_apiserver::pki::EtcdPki) -> EtcdTls {
 /// The member's data directory under the server's.
 pub fn data_dir(server_dir: &Path) -> PathBuf {
     server_dir.join("db").join("etcd")
+}
+
+/// What a server wrote down about its member ([`MemberConfig::record`]).
+#[derive(Debug, serde::Deserialize)]
+pub struct Recorded {
+    pub name: String,
+    #[serde(rename = "peerURL")]
+    pub peer_url: String,
+    #[serde(rename = "clientURL")]
+    pub client_url: String,
+}
+
+impl Recorded {
+    /// The record of the member of the server whose directory is `server_dir`, if it runs one.
+    pub fn read(server_dir: &Path) -> anyhow::Result<Option<Self>> {
+        let path = MemberConfig::record_path(server_dir);
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(
+                serde_json::from_slice(&b).with_context(|| format!("reading {}", path.display()))?,
+            )),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `r8s`: Kubernetes in one binary. This file only parses arguments and composes the crates.
 
 mod cluster_etcd;
+mod etcd_snapshot;
 mod join;
 mod server_join;
 
@@ -35,6 +36,8 @@ enum Command {
     Scheduler(SchedulerArgs),
     /// Run a node (kubelet) that joins a server with a join token.
     Agent(Box<AgentCmdArgs>),
+    /// Snapshots of a --cluster-init server's etcd member: save, ls, delete, prune, restore.
+    EtcdSnapshot(etcd_snapshot::SnapshotArgs),
     /// The client: `r8s kubectl get pods` (also this binary invoked as `kubectl`).
     #[command(disable_help_flag = true)]
     Kubectl {
@@ -546,6 +549,23 @@ struct ServerArgs {
     /// The etcd member's peer port (--cluster-init).
     #[arg(long, default_value_t = 2380)]
     etcd_peer_port: u16,
+
+    /// Take no scheduled snapshots of this server's etcd member.
+    #[arg(long)]
+    etcd_disable_snapshots: bool,
+
+    /// When to snapshot this server's etcd member: a cron expression (five fields, or six with
+    /// seconds first), in local time.
+    #[arg(long, default_value = "0 */12 * * *", value_parser = etcd_snapshot::parse_schedule)]
+    etcd_snapshot_schedule_cron: croner::Cron,
+
+    /// How many scheduled snapshots to keep.
+    #[arg(long, default_value_t = 5)]
+    etcd_snapshot_retention: usize,
+
+    /// Where snapshots go (default <data-dir>/server/db/snapshots).
+    #[arg(long)]
+    etcd_snapshot_dir: Option<PathBuf>,
 
     /// Join the cluster of the server at this URL as another server (e.g.
     /// https://10.0.0.1:6443), with --token: it serves with that cluster's CA and
@@ -1095,6 +1115,19 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             .await
             .context("starting this server's etcd member")?;
         println!("r8s server: etcd member {} at {}", cfg.name, cfg.peer_url());
+        if !args.etcd_disable_snapshots {
+            let dir = args
+                .etcd_snapshot_dir
+                .clone()
+                .unwrap_or_else(|| etcd_snapshot::default_dir(&server_dir));
+            tokio::spawn(etcd_snapshot::schedule(
+                cluster_etcd::local_options(&cfg, tls.clone()),
+                cfg.name.clone(),
+                dir,
+                args.etcd_snapshot_schedule_cron.clone(),
+                args.etcd_snapshot_retention,
+            ));
+        }
         etcd_member = Some(member);
         let store = EtcdStore::connect(cluster_etcd::local_options(&cfg, tls))
             .await
@@ -2013,6 +2046,7 @@ fn main() -> anyhow::Result<()> {
             Command::ControllerManager(args) => controller_manager(args).await,
             Command::Scheduler(args) => scheduler(args).await,
             Command::Agent(args) => agent(*args).await,
+            Command::EtcdSnapshot(args) => etcd_snapshot::run(args, default_data_dir()).await,
             Command::Kubectl { .. } => unreachable!("dispatched before the runtime starts"),
         }
     })

@@ -135,6 +135,39 @@ pub async fn member_remove(opts: &EtcdOptions, id: u64) -> Result<()> {
     Ok(())
 }
 
+/// A snapshot of the whole keyspace of the member `opts` names (etcd's Maintenance.Snapshot, the
+/// stream `etcdctl snapshot save` writes, its SHA-256 at the end), written to `path`: to a
+/// temporary file beside it first, synced, then renamed, so a failed or cut save leaves no
+/// partial snapshot under that name. Returns its size in bytes.
+pub async fn snapshot_to(opts: &EtcdOptions, path: &std::path::Path) -> Result<u64> {
+    use tokio::io::AsyncWriteExt;
+    let mut client = opts.client().await?;
+    let mut stream = client.snapshot().await.map_err(cluster_error)?;
+    let part = path.with_extension("part");
+    let io = |e: std::io::Error| StoreError::Unavailable(format!("writing {}: {e}", part.display()));
+    let mut file = tokio::fs::File::create(&part).await.map_err(io)?;
+    let mut size = 0u64;
+    let written = async {
+        while let Some(chunk) = stream.message().await.map_err(cluster_error)? {
+            file.write_all(chunk.blob()).await.map_err(io)?;
+            size += chunk.blob().len() as u64;
+        }
+        file.sync_all().await.map_err(io)?;
+        Ok::<_, StoreError>(())
+    }
+    .await;
+    if let Err(e) = written {
+        let _ = tokio::fs::remove_file(&part).await;
+        return Err(e);
+    }
+    if size == 0 {
+        let _ = tokio::fs::remove_file(&part).await;
+        return Err(StoreError::Unavailable("etcd sent an empty snapshot".into()));
+    }
+    tokio::fs::rename(&part, path).await.map_err(io)?;
+    Ok(size)
+}
+
 #[derive(Clone)]
 pub struct EtcdStore {
     client: Client,

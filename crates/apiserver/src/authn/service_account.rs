@@ -528,6 +528,9 @@ mod tests {
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        assert!(refused, "the token of a deleted pod still authenticates after 2 s");
+        assert!(
+            refused,
+            "the token of a deleted pod still authenticates after 2 s"
+        );
     }
 }

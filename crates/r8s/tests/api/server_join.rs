@@ -524,3 +524,123 @@ fn cluster_init_refuses_a_server_with_embedded_data() {
     s.restart(&["--disable-agent"]);
     s.ok("1.33", &["get", "configmap", "kept"]);
 }
+
+/// `r8s etcd-snapshot` with data dir `dir`: (success, stdout, stderr).
+fn snapshot_cmd(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_r8s"))
+        .arg("etcd-snapshot")
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The snapshot names `r8s etcd-snapshot ls` lists.
+fn snapshot_names(dir: &std::path::Path) -> Vec<String> {
+    let (ok, out, err) = snapshot_cmd(dir, &["ls"]);
+    assert!(ok, "{err}");
+    let mut lines = out.lines();
+    assert!(
+        lines
+            .next()
+            .is_some_and(|h| h.starts_with("NAME") && h.contains("LOCATION") && h.contains("SIZE")),
+        "{out}"
+    );
+    lines
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect()
+}
+
+/// Snapshots of a `--cluster-init` server's etcd member, as k3s users take them: on demand
+/// (`r8s etcd-snapshot save`), on a schedule with a retention, listed, deleted, and restored
+/// into the stopped server, which comes back with the snapshot's data and takes writes.
+#[test]
+fn etcd_snapshots_are_taken_on_demand_and_on_schedule_and_restore_the_data() {
+    let (port, client, peer) = (free_port(), free_port(), free_port());
+    let (client, peer) = (client.to_string(), peer.to_string());
+    let args = [
+        "--disable-agent",
+        "--cluster-init",
+        "--etcd-client-port",
+        &client,
+        "--etcd-peer-port",
+        &peer,
+        "--etcd-snapshot-schedule-cron",
+        "*/2 * * * * *",
+        "--etcd-snapshot-retention",
+        "2",
+    ];
+    let mut s = Server::start_at(tempfile::tempdir().unwrap(), "127.0.0.1", port, &args);
+    let dir = s.dir.path().to_path_buf();
+    s.ok("1.33", &["create", "configmap", "kept", "--from-literal=k=1"]);
+    let (ok, out, err) = snapshot_cmd(&dir, &["save", "--name", "before-change"]);
+    assert!(
+        ok && out.contains("Snapshot before-change-") && out.contains(" saved ("),
+        "{out}{err}"
+    );
+    let before = snapshot_names(&dir)
+        .into_iter()
+        .find(|n| n.starts_with("before-change-"))
+        .expect("the snapshot saved is listed");
+    let size = std::fs::metadata(dir.join("server/db/snapshots").join(&before))
+        .unwrap()
+        .len();
+    assert!(size > 4096, "a snapshot of {size} bytes");
+
+    // Scheduled every 2 s, 2 kept: after 7 s, two of them (the on-demand one stays).
+    std::thread::sleep(Duration::from_secs(7));
+    let names = snapshot_names(&dir);
+    let scheduled = names.iter().filter(|n| n.starts_with("etcd-snapshot-")).count();
+    assert_eq!(scheduled, 2, "{names:?}");
+    assert!(names.contains(&before), "{names:?}");
+    // Deleted by name; a name that is not there is an error.
+    let extra = snapshot_cmd(&dir, &["save", "--name", "extra"]);
+    assert!(extra.0, "{}", extra.2);
+    let extra_name = snapshot_names(&dir)
+        .into_iter()
+        .find(|n| n.starts_with("extra-"))
+        .unwrap();
+    let (ok, out, _) = snapshot_cmd(&dir, &["delete", &extra_name]);
+    assert!(ok && out.contains("deleted"), "{out}");
+    assert!(!snapshot_names(&dir).contains(&extra_name));
+    let (ok, _, err) = snapshot_cmd(&dir, &["delete", &extra_name]);
+    assert!(!ok && err.contains("not found"), "{err}");
+
+    // Changes after the snapshot.
+    s.ok("1.33", &["create", "configmap", "later"]);
+    s.ok("1.33", &["delete", "configmap", "kept"]);
+
+    // A running server's member is not restored into.
+    let (ok, _, err) = snapshot_cmd(&dir, &["restore", &before]);
+    assert!(!ok && err.contains("stop this server"), "{err}");
+    s.kill();
+    let (ok, _, err) = snapshot_cmd(&dir, &["restore", "no-such-snapshot"]);
+    assert!(!ok && err.contains("not found"), "{err}");
+    let (ok, out, err) = snapshot_cmd(&dir, &["restore", &before]);
+    assert!(ok && out.contains("Restored"), "{out}{err}");
+
+    // Back with the snapshot's data: what was kept is there, what came later is not.
+    s.restart(&args);
+    assert_eq!(
+        s.ok("1.33", &["get", "cm", "kept", "-o", "jsonpath={.data.k}"]),
+        "1"
+    );
+    let later = s.kubectl("1.33", &["get", "cm", "later"]);
+    assert!(
+        !later.status.success(),
+        "a configmap made after the snapshot is back"
+    );
+    s.ok("1.33", &["create", "configmap", "after-restore"]);
+
+    // A server on the embedded datastore has no member to snapshot.
+    let plain = tempfile::tempdir().unwrap();
+    let (ok, _, err) = snapshot_cmd(plain.path(), &["save"]);
+    assert!(!ok && err.contains("holds no etcd member"), "{err}");
+}
