@@ -10,6 +10,7 @@ mod aggregation;
 mod audit;
 mod controllers;
 mod custom_resources;
+mod degrade;
 mod etcd_backend;
 mod fidelity;
 mod flowcontrol;

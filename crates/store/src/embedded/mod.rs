@@ -56,7 +56,15 @@ pub struct EmbeddedOptions {
     pub compaction: CompactionPolicy,
     /// Most writes committed together in one sync.
     pub max_batch: usize,
+    /// Creates and updates are refused (deletes and compaction go on) while the datastore's
+    /// filesystem has less free space than this, as etcd refuses writes past its quota: redb
+    /// grows its file in steps while it commits, and a commit that runs out of space leaves
+    /// the open database unusable for reads too until it is reopened.
+    pub min_free_bytes: u64,
 }
+
+/// [`EmbeddedOptions::min_free_bytes`] by default.
+pub const DEFAULT_MIN_FREE_BYTES: u64 = 64 << 20;
 
 impl EmbeddedOptions {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
@@ -64,6 +72,7 @@ impl EmbeddedOptions {
             dir: dir.into(),
             compaction: CompactionPolicy::default(),
             max_batch: 1024,
+            min_free_bytes: DEFAULT_MIN_FREE_BYTES,
         }
     }
 }
@@ -179,9 +188,10 @@ impl EmbeddedStore {
             let shared = shared.clone();
             let policy = opts.compaction.clone();
             let max_batch = opts.max_batch.max(1);
+            let min_free = opts.min_free_bytes;
             std::thread::Builder::new()
                 .name("store-writer".into())
-                .spawn(move || writer::run(shared, rx, policy, max_batch))
+                .spawn(move || writer::run(shared, rx, policy, max_batch, min_free))
                 .map_err(|e| StoreError::Io(format!("cannot start the writer thread: {e}")))?
         };
         Ok(Self {
@@ -430,6 +440,32 @@ mod tests {
             before,
             "the file must not be modified"
         );
+    }
+
+    #[tokio::test]
+    async fn a_disk_short_of_space_refuses_creates_and_updates_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = EmbeddedOptions::new(dir.path());
+        let store = EmbeddedStore::open(opts.clone()).unwrap();
+        let a = store.create("/a", Bytes::from_static(b"1")).await.unwrap();
+        drop(store);
+        // More kept free than any disk has.
+        opts.min_free_bytes = u64::MAX;
+        let store = EmbeddedStore::open(opts).unwrap();
+        let err = store.create("/b", Bytes::from_static(b"2")).await.unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+        assert!(err.to_string().contains("the datastore's disk is full"), "{err}");
+        let err = store
+            .update("/a", Bytes::from_static(b"3"), a.mod_revision)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("disk is full"), "{err}");
+        // Reads go on; nothing changed; a delete (which lets space be reclaimed) is taken.
+        let got = store.get("/a", 0).await.unwrap().kv.unwrap();
+        assert_eq!(&got.value[..], b"1");
+        assert!(store.get("/b", 0).await.unwrap().kv.is_none());
+        store.delete("/a", None).await.unwrap();
+        assert!(store.get("/a", 0).await.unwrap().kv.is_none());
     }
 
     #[tokio::test]

@@ -60,9 +60,16 @@ pub(crate) struct Request {
 }
 
 /// The writer thread's loop; returns when every sender is gone.
-pub(crate) fn run(shared: Arc<Shared>, rx: Receiver<Request>, policy: CompactionPolicy, max_batch: usize) {
+pub(crate) fn run(
+    shared: Arc<Shared>,
+    rx: Receiver<Request>,
+    policy: CompactionPolicy,
+    max_batch: usize,
+    min_free: u64,
+) {
     let mut w = Writer {
         shared,
+        min_free,
         // Resume an interrupted compaction pass: leftovers below the mark are removed again.
         compaction_cursor: Some(None),
     };
@@ -109,6 +116,8 @@ pub(crate) fn run(shared: Arc<Shared>, rx: Receiver<Request>, policy: Compaction
 
 struct Writer {
     shared: Arc<Shared>,
+    /// Free space below which creates and updates are refused.
+    min_free: u64,
     /// `Some(cursor)` while a compaction pass is under way: the key after which to go on.
     compaction_cursor: Option<Option<String>>,
 }
@@ -130,6 +139,7 @@ impl Writer {
     }
 
     fn commit(&mut self, batch: Vec<Request>) {
+        let batch = self.refuse_when_full(batch);
         if batch.is_empty() && self.compaction_cursor.is_none() {
             return;
         }
@@ -210,6 +220,49 @@ impl Writer {
             let _ = a.reply.send(a.result);
         }
     }
+}
+
+impl Writer {
+    /// The batch without its creates and updates when the filesystem is short of space (they
+    /// are answered with an error that says so); deletes and compaction, which let space be
+    /// reclaimed, go on.
+    fn refuse_when_full(&self, batch: Vec<Request>) -> Vec<Request> {
+        let grows = |op: &Op| matches!(op, Op::Create { .. } | Op::Update { .. });
+        if self.min_free == 0 || !batch.iter().any(|r| grows(&r.op)) {
+            return batch;
+        }
+        let dir = self.shared.path.parent().unwrap_or(std::path::Path::new("."));
+        let Some(free) = free_bytes(dir) else {
+            return batch;
+        };
+        if free >= self.min_free {
+            return batch;
+        }
+        let msg = format!(
+            "the datastore's disk is full: {} MiB free at {}, {} MiB kept free; creates and updates are refused until space is freed",
+            free >> 20,
+            dir.display(),
+            self.min_free >> 20
+        );
+        tracing::warn!("{msg}");
+        let (refused, kept): (Vec<_>, Vec<_>) = batch.into_iter().partition(|r| grows(&r.op));
+        for r in refused {
+            let _ = r.reply.send(Err(StoreError::Unavailable(msg.clone())));
+        }
+        kept
+    }
+}
+
+/// The space unprivileged writers may still use on the filesystem holding `dir`.
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` is a valid statvfs to fill.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 fn fail(batch: Vec<Request>, err: StoreError) {

@@ -1,0 +1,156 @@
+//! Degrade, never exit: a server whose datastore's disk fills up refuses creates and updates
+//! with a clear 503 (Retry-After), keeps serving reads and deletes, corrupts nothing, and takes
+//! writes again once space is freed.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use support::Server;
+
+/// A tmpfs of `mib` MiB mounted on a directory of its own, unmounted and removed when dropped
+/// (after the server on it: declare it first).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(mib: u64) -> Self {
+        let dir = std::env::temp_dir().join(format!("r8s-full-disk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(
+            ok,
+            "mounting a tmpfs on {} (the test runs as root)",
+            dir.display()
+        );
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Free bytes on the filesystem of `path`.
+fn free(path: &Path) -> u64 {
+    let out = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap()
+}
+
+/// (status, body) of a request to `s` as its admin.
+fn request(s: &Server, method: &str, path: &str, body: Option<&str>) -> (String, String) {
+    let tls = s.dir.path().join("server/tls");
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-sk",
+        "--max-time",
+        "30",
+        "-o",
+        "-",
+        "-w",
+        "\n%{http_code}",
+        "-X",
+        method,
+    ])
+    .arg("--cert")
+    .arg(tls.join("client-admin.crt"))
+    .arg("--key")
+    .arg(tls.join("client-admin.key"));
+    if let Some(b) = body {
+        cmd.args(["-H", "Content-Type: application/json", "-d", b]);
+    }
+    let out = cmd
+        .arg(format!("https://127.0.0.1:{}{path}", s.port))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.to_owned(), body.to_owned())
+}
+
+#[test]
+fn a_full_disk_refuses_writes_clearly_keeps_reads_and_recovers() {
+    let disk = Tmpfs::mount(160);
+    let data = tempfile::Builder::new().tempdir_in(&disk.0).unwrap();
+    let s = Server::start_in(data, &["--disable-agent"]);
+    s.ok("1.33", &["create", "configmap", "before", "--from-literal=k=1"]);
+
+    // Fill the disk until less than the datastore keeps free (64 MiB) is left: 32 MiB.
+    let filler = disk.0.join("filler");
+    let size = free(&disk.0).saturating_sub(32 << 20);
+    let ok = Command::new("fallocate")
+        .args(["-l", &size.to_string()])
+        .arg(&filler)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok && free(&disk.0) < 40 << 20, "the disk did not fill");
+
+    let cm =
+        |name: &str| format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}}}}"#);
+    let (code, body) = request(
+        &s,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(&cm("refused")),
+    );
+    assert!(
+        code == "503" && body.contains("disk is full") && body.contains("\"retryAfterSeconds\":1"),
+        "a create on a full disk: {code} {body}"
+    );
+    // An update too (a merge patch), and it changes nothing.
+    let out = s.kubectl(
+        "1.33",
+        &[
+            "patch",
+            "cm",
+            "before",
+            "--type=merge",
+            "-p",
+            r#"{"data":{"k":"2"}}"#,
+            "--request-timeout=60s",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("disk is full"), "{err}");
+    // Reads go on, from the cache and from the datastore; nothing half-written shows.
+    assert_eq!(
+        s.ok("1.33", &["get", "cm", "before", "-o", "jsonpath={.data.k}"]),
+        "1"
+    );
+    let (code, body) = request(&s, "GET", "/api/v1/namespaces/default/configmaps", None);
+    assert!(
+        code == "200" && body.contains("\"before\"") && !body.contains("\"refused\""),
+        "{code} {body}"
+    );
+    assert!(s.kubectl("1.33", &["get", "cm", "refused"]).status.code() == Some(1));
+
+    // Space freed: writes are taken again, and the server never stopped.
+    std::fs::remove_file(&filler).unwrap();
+    let (code, body) = request(
+        &s,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(&cm("after")),
+    );
+    assert_eq!(code, "201", "{body}");
+    assert!(s
+        .ok("1.33", &["get", "cm", "-o", "name"])
+        .contains("configmap/after"));
+}
