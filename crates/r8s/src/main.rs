@@ -896,6 +896,32 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     r8s_api::duration::parse(s)
 }
 
+/// SIGINT (Ctrl-C) and SIGTERM (what init systems and `kill` send), caught from the start of
+/// a command: one that comes while it is still starting is a clean stop once started, not the
+/// default action (an instant exit that leaves the proxy's table, routes and pods behind).
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Until either arrives (or has arrived since [`StopSignals::new`]).
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
 fn default_data_dir() -> PathBuf {
     // /proc/self belongs to the process's effective user.
     let is_root = std::fs::metadata("/proc/self")
@@ -1004,6 +1030,7 @@ fn host_name() -> Option<String> {
 }
 
 async fn server(args: ServerArgs) -> anyhow::Result<()> {
+    let mut signals = StopSignals::new()?;
     if let Some(unknown) = args.disable.iter().find(|d| !DISABLEABLE.contains(&d.as_str())) {
         anyhow::bail!(
             "--disable: unknown component {unknown:?} (valid items: {})",
@@ -1674,11 +1701,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         }));
     }
     // SIGINT (Ctrl-C) or SIGTERM (what init systems and `kill` send) stop the server.
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
+    signals.recv().await;
     // Clients are sent to the other servers (if any) from now on.
     api.leave().await;
     stop.cancel();
@@ -1851,6 +1874,7 @@ async fn config_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::
 }
 
 async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
+    let mut signals = StopSignals::new()?;
     let mut opts = r8s_scheduler::Options {
         profiles: args
             .scheduler_names
@@ -1875,17 +1899,14 @@ async fn scheduler(args: SchedulerArgs) -> anyhow::Result<()> {
         .context("reaching the API server")?;
     let stop = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn(r8s_scheduler::run(client, opts, stop.clone()));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
+    signals.recv().await;
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     Ok(())
 }
 
 async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
+    let mut signals = StopSignals::new()?;
     r8s_api::features::set(&args.feature_gates).map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
     let config = config_from_kubeconfig(&args.kubeconfig).await?;
     let client = kube::Client::try_from(config.clone())?;
@@ -1903,11 +1924,7 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
             .options(args.leader_elect, &config, token_dir.clone())?,
         stop.clone(),
     ));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
+    signals.recv().await;
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     let _ = std::fs::remove_dir_all(&token_dir);
@@ -1915,6 +1932,7 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
 }
 
 async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
+    let mut signals = StopSignals::new()?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
     let mut opts = args.agent.options(data_dir.join("agent"))?;
     let kubeconfig = data_dir.join("agent").join("kubelet.kubeconfig");
@@ -1993,11 +2011,7 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
         let stop = stop.clone();
         tokio::spawn(async move { r8s_kubelet::agent::Agent::run(client, opts, stop).await })
     };
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
+    signals.recv().await;
     stop.cancel();
     let result = match tokio::time::timeout(r8s_kubelet::agent::STOP_LIMIT, task).await {
         Ok(Ok(Err(e))) => Err(anyhow::anyhow!("agent: {e}")),

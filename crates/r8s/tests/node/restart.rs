@@ -154,7 +154,11 @@ fn a_restarted_agent_adopts_its_running_pods() {
         .args(["list", "table", "ip", "r8s"])
         .output()
         .unwrap();
-    assert!(!table.status.success(), "the proxy's table is left");
+    assert!(
+        !table.status.success(),
+        "the proxy's table is left:\n{}",
+        c.s.log()
+    );
     let runc_root = c.data.join("agent/containerd/state/runc/k8s.io");
     let left = Command::new("runc")
         .arg("--root")
