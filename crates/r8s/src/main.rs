@@ -897,28 +897,41 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// SIGINT (Ctrl-C) and SIGTERM (what init systems and `kill` send), caught from the start of
-/// a command: one that comes while it is still starting is a clean stop once started, not the
-/// default action (an instant exit that leaves the proxy's table, routes and pods behind).
+/// a command: one that comes while it is still starting is a clean stop once started (not the
+/// default action, an instant exit that leaves the proxy's table, routes and pods behind),
+/// unless the start takes 10 s more: then the command exits at once, as before.
 struct StopSignals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    started: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl StopSignals {
     fn new() -> std::io::Result<Self> {
         use tokio::signal::unix::{signal, SignalKind};
-        Ok(Self {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-        })
+        let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+        let (tx, stopping) = tokio::sync::watch::channel(false);
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let running = started.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            let _ = tx.send(true);
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            if !running.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("r8s: asked to stop while starting; the start did not finish within 10 s");
+                std::process::exit(143);
+            }
+        });
+        Ok(Self { stopping, started })
     }
 
-    /// Until either arrives (or has arrived since [`StopSignals::new`]).
+    /// The command has started: until a signal arrives (or has arrived since
+    /// [`StopSignals::new`]).
     async fn recv(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
-        }
+        self.started.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.stopping.wait_for(|s| *s).await;
     }
 }
 
