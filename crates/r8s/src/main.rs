@@ -1,6 +1,7 @@
 //! `r8s`: Kubernetes in one binary. This file only parses arguments and composes the crates.
 
 mod cluster_etcd;
+mod etcd_members;
 mod etcd_snapshot;
 mod join;
 mod server_join;
@@ -1116,6 +1117,8 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         println!("r8s server: joined the cluster of {url} (its CA and service-account keys)");
     }
     let mut etcd_member = None;
+    // This server's member's name and the client options for it (--cluster-init).
+    let mut etcd_identity = None;
     // The PKI, made or loaded once (before the datastore when that is this server's etcd).
     let mut early_pki = None;
     let store: Arc<dyn Store> = if cluster_etcd {
@@ -1169,6 +1172,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
             ));
         }
         etcd_member = Some(member);
+        etcd_identity = Some((cfg.name.clone(), cluster_etcd::local_options(&cfg, tls.clone())));
         let store = EtcdStore::connect(cluster_etcd::local_options(&cfg, tls))
             .await
             .context("connecting to this server's etcd member")?;
@@ -1550,6 +1554,16 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
     let stop = tokio_util::sync::CancellationToken::new();
     let mut components = Vec::new();
     let mut agent = None;
+    if let Some((member, etcd)) = etcd_identity {
+        // The member of a server whose Node is deleted leaves the etcd cluster.
+        components.push(tokio::spawn(etcd_members::run(
+            admin.clone(),
+            etcd,
+            args.agent.options(data_dir.join("agent"))?.node_name,
+            member,
+            stop.clone(),
+        )));
+    }
     if !args.disable_controller_manager {
         let (cert, key) = pki.issue_client_cert("system:kube-controller-manager", &[])?;
         let kc = r8s_apiserver::pki::kubeconfig(

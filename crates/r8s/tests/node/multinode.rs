@@ -1119,4 +1119,52 @@ fn a_server_power_cut_in_an_ha_cluster_loses_nothing() {
     assert!(h
         .ok(&["get", "configmap", "-o", "name"])
         .contains(&format!("configmap/after-{n}")));
+
+    // A server gone for good leaves the etcd cluster (k3s's member controller): node3 is cut,
+    // then its Node deleted; a server removes node3's member, and only then the Node goes (its
+    // finalizer). Two members are left, and writes go on.
+    let node3 = h.json(&["get", "node", "node3"]);
+    let member = node3["metadata"]["annotations"]["etcd.r8s.io/node-name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("node3 names no etcd member: {node3}"))
+        .to_string();
+    assert!(
+        node3["metadata"]["finalizers"]
+            .to_string()
+            .contains("etcd.r8s.io/member"),
+        "{node3}"
+    );
+    assert!(etcd_members(&h).contains(&member));
+    h.node_command("kill", "node3");
+    h.ok(&["delete", "node", "node3", "--wait=false"]);
+    wait_for(60, "node3's Node gone", || {
+        (!h.kubectl(&["get", "node", "node3"]).status.success()).then_some(())
+    });
+    let members = etcd_members(&h);
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert!(!members.contains(&member), "{members:?}");
+    h.ok(&["create", "configmap", "after-node3"]);
+}
+
+/// The names of the etcd cluster's members, asked of node1's member (its client port, with
+/// its server's etcd client certificate).
+fn etcd_members(h: &Harness) -> Vec<String> {
+    let tls = h.dir.join("node1/server/tls");
+    let read = |f: &str| std::fs::read_to_string(tls.join(f)).unwrap();
+    let mut opts =
+        r8s_store::etcd::EtcdOptions::from_endpoint_list(&format!("https://{}:2379", h.node_ip("node1")));
+    opts.tls = Some(r8s_store::etcd::EtcdTls {
+        ca_pem: read("etcd-ca.crt"),
+        cert_pem: read("etcd-client.crt"),
+        key_pem: read("etcd-client.key"),
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(r8s_store::etcd::member_list(&opts))
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect()
 }
