@@ -70,6 +70,7 @@ pub(crate) fn run(
     let mut w = Writer {
         shared,
         min_free,
+        warned_full: None,
         // Resume an interrupted compaction pass: leftovers below the mark are removed again.
         compaction_cursor: Some(None),
     };
@@ -118,6 +119,8 @@ struct Writer {
     shared: Arc<Shared>,
     /// Free space below which creates and updates are refused.
     min_free: u64,
+    /// When a full disk was last logged (once a minute is enough while it stays full).
+    warned_full: Option<Instant>,
     /// `Some(cursor)` while a compaction pass is under way: the key after which to go on.
     compaction_cursor: Option<Option<String>>,
 }
@@ -226,7 +229,7 @@ impl Writer {
     /// The batch without its creates and updates when the filesystem is short of space (they
     /// are answered with an error that says so); deletes and compaction, which let space be
     /// reclaimed, go on.
-    fn refuse_when_full(&self, batch: Vec<Request>) -> Vec<Request> {
+    fn refuse_when_full(&mut self, batch: Vec<Request>) -> Vec<Request> {
         let grows = |op: &Op| matches!(op, Op::Create { .. } | Op::Update { .. });
         if self.min_free == 0 || !batch.iter().any(|r| grows(&r.op)) {
             return batch;
@@ -244,7 +247,13 @@ impl Writer {
             dir.display(),
             self.min_free >> 20
         );
-        tracing::warn!("{msg}");
+        if self
+            .warned_full
+            .is_none_or(|t| t.elapsed() > Duration::from_secs(60))
+        {
+            tracing::warn!("{msg}");
+            self.warned_full = Some(Instant::now());
+        }
         let (refused, kept): (Vec<_>, Vec<_>) = batch.into_iter().partition(|r| grows(&r.op));
         for r in refused {
             let _ = r.reply.send(Err(StoreError::Unavailable(msg.clone())));
