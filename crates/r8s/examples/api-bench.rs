@@ -108,32 +108,14 @@ async fn main() {
     );
 
     // 3. Gets.
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..writers)
-        .map(|_| {
-            let api = api.clone();
-            let next = next.clone();
-            tokio::spawn(async move {
-                let mut lat = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= pods {
-                        return lat;
-                    }
-                    let t = Instant::now();
-                    api.get(&format!("p-{i:06}")).await.unwrap();
-                    lat.push(t.elapsed());
-                }
-            })
-        })
-        .collect();
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await.unwrap());
-    }
-    let elapsed = started.elapsed();
-    lat.sort();
+    let getter = api.clone();
+    let (lat, elapsed) = common::concurrently(pods, writers, move |i| {
+        let api = getter.clone();
+        async move {
+            api.get(&format!("p-{i:06}")).await.unwrap();
+        }
+    })
+    .await;
     println!(
         "gets:           {:>8.0} /s   p50 {}  p99 {}",
         lat.len() as f64 / elapsed.as_secs_f64(),

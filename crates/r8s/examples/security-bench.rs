@@ -15,7 +15,6 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -180,32 +179,8 @@ where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
-    let op = Arc::new(op);
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let (op, next) = (op.clone(), next.clone());
-            tokio::spawn(async move {
-                let mut lat = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        return lat;
-                    }
-                    let t = Instant::now();
-                    op(i).await;
-                    lat.push(t.elapsed());
-                }
-            })
-        })
-        .collect();
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await.unwrap());
-    }
-    let rate = lat.len() as f64 / started.elapsed().as_secs_f64();
-    lat.sort();
+    let (lat, elapsed) = common::concurrently(n, CLIENTS, op).await;
+    let rate = lat.len() as f64 / elapsed.as_secs_f64();
     (rate, common::pct(&lat, 0.5), common::pct(&lat, 0.99))
 }
 

@@ -392,23 +392,20 @@ impl Drop for Floor {
     }
 }
 
-/// Create `n` pods, `make(<prefix>-NNNNNN)`, by `writers` concurrent clients taking turns over
-/// `apis`: each create's latency (sorted) and the time all of them took.
-pub async fn create_pods(
-    apis: &[kube::Api<k8s_openapi::api::core::v1::Pod>],
-    n: usize,
-    writers: usize,
-    prefix: &str,
-    make: fn(&str) -> k8s_openapi::api::core::v1::Pod,
-) -> (Vec<Duration>, Duration) {
+/// `n` calls of `op(i)` (i in 0..n) from `clients` concurrent tasks taking the next `i` in
+/// turn: each call's latency (sorted) and the time all of them took.
+pub async fn concurrently<F, Fut>(n: usize, clients: usize, op: F) -> (Vec<Duration>, Duration)
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     use std::sync::atomic::{AtomicUsize, Ordering};
+    let op = std::sync::Arc::new(op);
     let next = std::sync::Arc::new(AtomicUsize::new(0));
     let started = std::time::Instant::now();
-    let tasks: Vec<_> = (0..writers)
-        .map(|w| {
-            let api = apis[w % apis.len()].clone();
-            let next = next.clone();
-            let prefix = prefix.to_string();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let (op, next) = (op.clone(), next.clone());
             tokio::spawn(async move {
                 let mut lat = Vec::new();
                 loop {
@@ -417,12 +414,7 @@ pub async fn create_pods(
                         return lat;
                     }
                     let t = std::time::Instant::now();
-                    api.create(
-                        &kube::api::PostParams::default(),
-                        &make(&format!("{prefix}-{i:06}")),
-                    )
-                    .await
-                    .unwrap();
+                    op(i).await;
                     lat.push(t.elapsed());
                 }
             })
@@ -435,4 +427,24 @@ pub async fn create_pods(
     let elapsed = started.elapsed();
     lat.sort();
     (lat, elapsed)
+}
+
+/// Create `n` pods, `make(<prefix>-NNNNNN)`, by `writers` concurrent clients taking turns over
+/// `apis`: each create's latency (sorted) and the time all of them took.
+pub async fn create_pods(
+    apis: &[kube::Api<k8s_openapi::api::core::v1::Pod>],
+    n: usize,
+    writers: usize,
+    prefix: &str,
+    make: fn(&str) -> k8s_openapi::api::core::v1::Pod,
+) -> (Vec<Duration>, Duration) {
+    let (apis, prefix) = (apis.to_vec(), prefix.to_string());
+    concurrently(n, writers, move |i| {
+        let api = apis[i % apis.len()].clone();
+        let pod = make(&format!("{prefix}-{i:06}"));
+        async move {
+            api.create(&kube::api::PostParams::default(), &pod).await.unwrap();
+        }
+    })
+    .await
 }
