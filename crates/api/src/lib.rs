@@ -17,6 +17,9 @@ pub mod catalogue;
 pub mod cron;
 pub mod duration;
 pub mod features;
+/// Entry points for the fuzz targets in `fuzz/` (not an API).
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod local_path;
 pub mod node_affinity;
 pub mod owner;

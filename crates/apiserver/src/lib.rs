@@ -16,6 +16,11 @@ mod discovery;
 mod endpoint_reconciler;
 mod endpoints;
 mod flowcontrol;
+/// Entry points for the fuzz targets in `fuzz/` (not an API).
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::registry::fuzzing::{object, patch, protobuf, query};
+}
 mod follow;
 mod handler;
 mod health;

@@ -125,6 +125,40 @@ pub fn load(files: &[PathBuf]) -> Result<Value> {
     Ok(merged)
 }
 
+/// Entry point for the fuzz target `kubeconfig` in `fuzz/` (not an API): a kubeconfig file as
+/// every command reads it, loaded (YAML, several documents, merged), filled to its typed form,
+/// and resolved into a client for the current context (no request is sent; exec plugins and
+/// auth providers are removed first, so no command named by the input runs).
+#[doc(hidden)]
+pub fn fuzz_kubeconfig(data: &[u8]) {
+    use std::sync::OnceLock;
+    static WORLD: OnceLock<(tokio::runtime::Runtime, tempfile::TempDir)> = OnceLock::new();
+    let (rt, dir) = WORLD.get_or_init(|| {
+        (
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime"),
+            tempfile::tempdir().expect("a temporary directory"),
+        )
+    });
+    let file = dir.path().join("config");
+    std::fs::write(&file, data).expect("writing the kubeconfig");
+    let Ok(mut config) = load(&[file]) else {
+        return;
+    };
+    typed_form(&mut config);
+    let flags = Flags::default();
+    let _ = current_user(&flags, &config);
+    for user in config["users"].as_array_mut().into_iter().flatten() {
+        if let Some(u) = user.get_mut("user").and_then(Value::as_object_mut) {
+            u.remove("exec");
+            u.remove("auth-provider");
+        }
+    }
+    let _ = rt.block_on(connect(&flags, &config));
+}
+
 /// Relative file references are relative to the kubeconfig that names them.
 fn absolutize(doc: &mut Value, dir: &Path) {
     let fix = |v: &mut Value| {
@@ -471,6 +505,12 @@ pub fn cache_dir(flags: &Flags) -> PathBuf {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The kubeconfig fuzz corpus (and every input it once crashed on) goes through again.
+    #[test]
+    fn the_kubeconfig_corpus_replays_without_a_panic() {
+        assert!(r8s_api::fuzzing::replay("kubeconfig", fuzz_kubeconfig) > 0);
+    }
 
     #[test]
     fn proxies_come_from_the_environment_as_go_reads_it() {

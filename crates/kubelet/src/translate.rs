@@ -238,9 +238,69 @@ async fn copy<S>(
     writer.shutdown().await;
 }
 
+/// Entry point for the fuzz target `websocket` in `fuzz/` (not an API): an exec session's
+/// translation fed from both ends. The input up to its first `0xFF 0x00 0xFF` is what the
+/// client sends on its WebSocket (raw frames, masked as a client's must be), the rest what the
+/// runtime sends on its SPDY connection (frames on streams 1, 3, 5, 7: stdin, stdout, stderr,
+/// error). Each side then ends; the session must end too, whatever came, within 5 s.
+#[doc(hidden)]
+pub fn fuzz_session(data: &[u8]) {
+    use std::sync::OnceLock;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let rt = RT.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    });
+    let (from_client, from_runtime) = match data.windows(3).position(|w| w == [0xff, 0, 0xff]) {
+        Some(at) => (&data[..at], &data[at + 3..]),
+        None => (data, &[][..]),
+    };
+    rt.block_on(async {
+        let (mut client, kubelet_ws) = tokio::io::duplex(1 << 20);
+        let (mut runtime, kubelet_spdy) = tokio::io::duplex(1 << 20);
+        let spdy::Connection { reader, writer, .. } =
+            spdy::Connection::new(kubelet_spdy, spdy::REMOTE_COMMAND_V4.to_owned());
+        let channels = vec![(1, STDIN), (3, STDOUT), (5, STDERR), (7, ERROR), (9, RESIZE)];
+        let (client_in, runtime_in) = (from_client.to_vec(), from_runtime.to_vec());
+        // Each far end sends its bytes, ends its side, and reads whatever comes back.
+        let client_end = tokio::spawn(async move {
+            let _ = client.write_all(&client_in).await;
+            let _ = client.shutdown().await;
+            let mut sink = Vec::new();
+            let _ = client.read_to_end(&mut sink).await;
+        });
+        let runtime_end = tokio::spawn(async move {
+            let _ = runtime.write_all(&runtime_in).await;
+            let _ = runtime.shutdown().await;
+            let mut sink = Vec::new();
+            let _ = runtime.read_to_end(&mut sink).await;
+        });
+        let ws = tokio_tungstenite::WebSocketStream::from_raw_socket(kubelet_ws, Role::Server, None).await;
+        let session = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            copy(ws, reader, writer, channels),
+        );
+        assert!(
+            session.await.is_ok(),
+            "the session did not end when both sides had"
+        );
+        client_end.abort();
+        runtime_end.abort();
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The websocket fuzz corpus (and every input it once crashed on) goes through again.
+    #[test]
+    fn the_websocket_corpus_replays_without_a_panic() {
+        assert!(r8s_api::fuzzing::replay("websocket", fuzz_session) > 0);
+    }
 
     #[test]
     fn v5_is_recognised_among_the_offered_protocols() {

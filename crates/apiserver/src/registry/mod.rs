@@ -24,6 +24,7 @@ pub(crate) mod disruption;
 mod endpoints;
 mod events;
 pub(crate) mod flowcontrol;
+pub(crate) mod fuzzing;
 pub(crate) mod ingresses;
 #[cfg(test)]
 mod keyed_lists_tests;

@@ -5,6 +5,8 @@
 //! stack, with query-loss reports against its forwarder).
 
 pub mod forward;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod run;
 pub mod zone;
 
