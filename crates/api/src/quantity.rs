@@ -29,10 +29,9 @@ fn parse_scaled(s: &str, scale: i32) -> Result<(i128, Format), String> {
     if (int.is_empty() && frac.is_empty()) || !int.chars().chain(frac.chars()).all(|c| c.is_ascii_digit()) {
         return Err(bad());
     }
-    // The number as an integer mantissa and a power-of-ten exponent.
-    let digits = format!("{int}{frac}");
-    let mantissa: i128 = digits.trim_start_matches('0').parse().unwrap_or(0);
-    let mut exp10: i32 = -(frac.len() as i32);
+    // The number's power-of-ten exponent from its suffix (i64: an exponent written out may be
+    // as large as it likes; what does not fit is refused below, never wrapped).
+    let mut exp10: i64 = 0;
     let mut mul: i128 = 1;
     let mut format = Format::DecimalSI;
     match suffix {
@@ -49,31 +48,50 @@ fn parse_scaled(s: &str, scale: i32) -> Result<(i128, Format), String> {
             };
             mul = 1 << power;
         }
-        "n" => exp10 -= 9,
-        "u" => exp10 -= 6,
-        "m" => exp10 -= 3,
-        "k" => exp10 += 3,
-        "M" => exp10 += 6,
-        "G" => exp10 += 9,
-        "T" => exp10 += 12,
-        "P" => exp10 += 15,
-        "E" => exp10 += 18,
+        "n" => exp10 = -9,
+        "u" => exp10 = -6,
+        "m" => exp10 = -3,
+        "k" => exp10 = 3,
+        "M" => exp10 = 6,
+        "G" => exp10 = 9,
+        "T" => exp10 = 12,
+        "P" => exp10 = 15,
+        "E" => exp10 = 18,
         e if e.starts_with(['e', 'E']) => {
             format = Format::DecimalExponent;
-            exp10 += e[1..].parse::<i32>().map_err(|_| bad())?;
+            exp10 = e[1..].parse::<i64>().map_err(|_| bad())?;
         }
         _ => return Err(bad()),
     }
-    // value * 10^scale = mantissa * mul * 10^(exp10 + scale), rounded up.
-    let exp = exp10 + scale;
-    let scaled = mantissa.checked_mul(mul).ok_or_else(bad)?;
-    let value = if exp >= 0 {
-        scaled
-            .checked_mul(10i128.checked_pow(exp as u32).ok_or_else(bad)?)
-            .ok_or_else(bad)?
+    // value * 10^scale = int.frac * mul * 10^shift. Fractional digits far below one unit of
+    // the result cannot change it but by rounding up: they are dropped, and remembered.
+    let shift = exp10.saturating_add(i64::from(scale));
+    let frac = frac.trim_end_matches('0');
+    let useful = usize::try_from(shift.saturating_add(20).max(0)).unwrap_or(usize::MAX);
+    let (frac, dropped) = match frac.get(..useful) {
+        Some(kept) if kept.len() < frac.len() => (kept, frac[useful..].bytes().any(|b| b != b'0')),
+        _ => (frac, false),
+    };
+    let digits = format!("{int}{frac}");
+    let digits = digits.trim_start_matches('0');
+    let mantissa: i128 = if digits.is_empty() {
+        0
     } else {
-        let div = 10i128.checked_pow((-exp) as u32).unwrap_or(i128::MAX);
-        (scaled + div - 1) / div
+        digits.parse().map_err(|_| bad())?
+    };
+    let scaled = mantissa.checked_mul(mul).ok_or_else(bad)?;
+    let exp = shift.saturating_sub(frac.len() as i64);
+    let value = if scaled == 0 && !dropped {
+        0
+    } else if exp >= 0 {
+        let power = u32::try_from(exp).ok().and_then(|p| 10i128.checked_pow(p));
+        power.and_then(|p| scaled.checked_mul(p)).ok_or_else(bad)?
+    } else {
+        // Rounded up: any remainder (or dropped digit) makes one more.
+        match u32::try_from(-exp).ok().and_then(|p| 10i128.checked_pow(p)) {
+            Some(div) => scaled / div + i128::from(scaled % div != 0 || dropped),
+            None => 1,
+        }
     };
     Ok((if negative { -value } else { value }, format))
 }
@@ -117,7 +135,7 @@ impl Quantity {
 
     pub fn from_milli(m: i128) -> Self {
         Self {
-            nanos: m * 1_000_000,
+            nanos: m.saturating_mul(1_000_000),
             format: Format::DecimalSI,
         }
     }
@@ -139,7 +157,7 @@ impl Quantity {
     /// Rounded up to a thousandth of the unit, in the same format (upstream `RoundUp(-3)`).
     pub fn round_up_milli(&self) -> Quantity {
         Quantity {
-            nanos: self.milli_value() * 1_000_000,
+            nanos: self.milli_value().saturating_mul(1_000_000),
             format: self.format,
         }
     }
@@ -150,24 +168,25 @@ impl Quantity {
     }
 
     /// The sum, in this quantity's format (or the other's if this one is zero), as upstream's
-    /// `Add`.
+    /// `Add`. Upstream's quantities have no bound; these stop at i128's nanos (about 1.7e29
+    /// units) rather than wrap.
     pub fn add(&self, other: &Quantity) -> Quantity {
         Quantity {
-            nanos: self.nanos + other.nanos,
+            nanos: self.nanos.saturating_add(other.nanos),
             format: if self.is_zero() { other.format } else { self.format },
         }
     }
 
     pub fn sub(&self, other: &Quantity) -> Quantity {
         Quantity {
-            nanos: self.nanos - other.nanos,
+            nanos: self.nanos.saturating_sub(other.nanos),
             format: if self.is_zero() { other.format } else { self.format },
         }
     }
 
     pub fn neg(&self) -> Quantity {
         Quantity {
-            nanos: -self.nanos,
+            nanos: self.nanos.saturating_neg(),
             format: self.format,
         }
     }
@@ -261,12 +280,39 @@ impl std::fmt::Display for Quantity {
 
 /// Whole units, rounded up (upstream `Value`).
 pub fn parse_value(s: &str) -> Result<i128, String> {
-    parse_milli(s).map(|m| (m + 999).div_euclid(1000))
+    parse_milli(s).map(|m| m.div_euclid(1000) + i128::from(m.rem_euclid(1000) != 0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the quantity fuzzer (fuzz/regressions/quantity): exponents beyond i32 and
+    /// digits beyond i128 neither wrap nor read as zero.
+    #[test]
+    fn extreme_exponents_and_long_fractions_are_exact_or_refused() {
+        // A tiny magnitude rounds up to one thousandth, away from zero.
+        assert_eq!(parse_milli("-2.0000004E-1000000000").unwrap(), -1);
+        assert_eq!(parse_milli("1e-99999999999").unwrap(), 1);
+        assert_eq!(parse_milli("0e99999999999").unwrap(), 0);
+        assert!(parse_milli("1e1000000000").is_err());
+        assert!(parse_milli("1e99999999999999999999").is_err());
+        // Trailing zeros past i128's 38 digits are still one.
+        assert_eq!(
+            parse_milli("1.000000000000000000000000000000000000000000000").unwrap(),
+            1000
+        );
+        // Digits below a thousandth round up; those past i128's digits too.
+        assert_eq!(parse_milli("0.0001").unwrap(), 1);
+        assert_eq!(
+            parse_milli("1.0000000000000000000000000000000000000000001").unwrap(),
+            1001
+        );
+        assert_eq!(parse_value("1.5Ki").unwrap(), 1536);
+        assert_eq!(parse_milli("0.0009765625Ki").unwrap(), 1000);
+        // An integer part beyond i128 is refused, not read as zero.
+        assert!(parse_milli("123456789012345678901234567890123456789012345").is_err());
+    }
 
     #[test]
     fn cpu_and_memory_forms() {

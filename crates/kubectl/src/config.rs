@@ -118,6 +118,8 @@ pub fn load(files: &[PathBuf]) -> Result<Value> {
                     f.display()
                 )));
             }
+            check_shape(&doc)
+                .map_err(|e| msg(format!("error loading config file \"{}\": {e}", f.display())))?;
             absolutize(&mut doc, f.parent().unwrap_or(Path::new(".")));
             merge(&mut merged, doc);
         }
@@ -157,6 +159,71 @@ pub fn fuzz_kubeconfig(data: &[u8]) {
         }
     }
     let _ = rt.block_on(connect(&flags, &config));
+}
+
+/// Go's name of a JSON value's type in its decoding errors.
+fn go_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// The shape clientcmd's v1 `Config` decodes: its named lists are lists of objects whose
+/// bodies are objects (found by the kubeconfig fuzzer: a string where a cluster was made
+/// every command panic). The error is Go's decoding error.
+fn check_shape(doc: &Value) -> std::result::Result<(), String> {
+    let wrong = |got: &Value, field: &str, ty: &str| {
+        format!(
+            "json: cannot unmarshal {} into Go struct field {field} of type {ty}",
+            go_type(got)
+        )
+    };
+    for (list, item, inner, body) in [
+        ("clusters", "NamedCluster", "cluster", "v1.Cluster"),
+        ("users", "NamedAuthInfo", "user", "v1.AuthInfo"),
+        ("contexts", "NamedContext", "context", "v1.Context"),
+        (
+            "extensions",
+            "NamedExtension",
+            "extension",
+            "runtime.RawExtension",
+        ),
+    ] {
+        let entries = match &doc[list] {
+            Value::Null => continue,
+            Value::Array(entries) => entries,
+            other => return Err(wrong(other, &format!("Config.{list}"), &format!("[]v1.{item}"))),
+        };
+        for e in entries {
+            if !e.is_object() {
+                return Err(wrong(e, &format!("Config.{list}"), &format!("v1.{item}")));
+            }
+            if !matches!(e["name"], Value::Null | Value::String(_)) {
+                return Err(wrong(&e["name"], &format!("{item}.{list}.name"), "string"));
+            }
+            if !matches!(e[inner], Value::Null | Value::Object(_)) && inner != "extension" {
+                return Err(wrong(&e[inner], &format!("{item}.{list}.{inner}"), body));
+            }
+        }
+    }
+    for (key, ty) in [
+        ("current-context", "string"),
+        ("kind", "string"),
+        ("apiVersion", "string"),
+    ] {
+        if !matches!(doc[key], Value::Null | Value::String(_)) {
+            return Err(wrong(&doc[key], &format!("Config.{key}"), ty));
+        }
+    }
+    if !matches!(doc["preferences"], Value::Null | Value::Object(_)) {
+        return Err(wrong(&doc["preferences"], "Config.preferences", "v1.Preferences"));
+    }
+    Ok(())
 }
 
 /// Relative file references are relative to the kubeconfig that names them.
@@ -505,6 +572,35 @@ pub fn cache_dir(flags: &Flags) -> PathBuf {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Found by the kubeconfig fuzzer: a kubeconfig of the wrong shape is Go's decoding error,
+    /// never a panic.
+    #[test]
+    fn a_kubeconfig_of_the_wrong_shape_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config");
+        for (text, words) in [
+            ("clusters:\n- c1\n", "cannot unmarshal string into Go struct field Config.clusters of type v1.NamedCluster"),
+            ("clusters:\n- name: c\n  cluster: x\n", "cannot unmarshal string into Go struct field NamedCluster.clusters.cluster of type v1.Cluster"),
+            ("users: 3\n", "cannot unmarshal number into Go struct field Config.users of type []v1.NamedAuthInfo"),
+            ("contexts:\n- name: [a]\n", "cannot unmarshal array into Go struct field NamedContext.contexts.name of type string"),
+            ("current-context: {a: b}\n", "cannot unmarshal object into Go struct field Config.current-context of type string"),
+        ] {
+            std::fs::write(&file, text).unwrap();
+            let err = load(std::slice::from_ref(&file)).unwrap_err().to_string();
+            assert!(err.contains(words), "{text:?}: {err}");
+            assert!(err.contains("error loading config file \"/"), "{err}");
+        }
+        std::fs::write(
+            &file,
+            "clusters:\n- name: c\n  cluster: {server: https://a}\ncurrent-context: x\n",
+        )
+        .unwrap();
+        assert_eq!(
+            load(&[file]).unwrap()["clusters"][0]["cluster"]["server"],
+            "https://a"
+        );
+    }
 
     /// The kubeconfig fuzz corpus (and every input it once crashed on) goes through again.
     #[test]
