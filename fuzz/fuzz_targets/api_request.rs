@@ -148,6 +148,7 @@ async fn start() -> (kube::Client, r8s_apiserver::ApiServer, tempfile::TempDir) 
         proxy_identity: None,
         request_header: None,
         priority_and_fairness: true,
+        request_timeout: std::time::Duration::from_secs(60),
         lookup: None,
     })
     .await

@@ -187,11 +187,71 @@ async fn authorized(
         audit,
     };
     let warnings = ctx.warnings.clone();
-    let resp = match route(ctx, req).await {
+    let deadline = match request_deadline(&ctx.info, ctx.query.as_deref(), ctx.shared.request_timeout) {
+        Ok(d) => d,
+        Err(err) => return error_response(&err),
+    };
+    let result = match deadline {
+        None => route(ctx, req).await,
+        // As upstream's finisher: the handler runs on (a write may still land) while the
+        // client is told it did not complete in time.
+        Some(timeout) => {
+            let mut handler = tokio::spawn(route(ctx, req));
+            match tokio::time::timeout(timeout, &mut handler).await {
+                Ok(Ok(result)) => result,
+                // A panic goes on to the panic guard around the chain.
+                Ok(Err(e)) => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => Err(timed_out()),
+            }
+        }
+    };
+    let resp = match result {
         Ok(resp) => resp,
         Err(err) => error_response(&err),
     };
     crate::http::with_warnings(resp, &warnings.take())
+}
+
+/// The 504 of a request that outlived its deadline (upstream's `NewTimeoutError` from the
+/// finisher, with its empty details).
+fn timed_out() -> ApiError {
+    ApiError::new(
+        504,
+        "Timeout",
+        "Timeout: request did not complete within requested timeout - context deadline exceeded",
+    )
+    .with_details(serde_json::json!({}))
+}
+
+/// How long a request may take (upstream's `WithRequestDeadline`): `None` for long-running
+/// requests (watches keep their own `timeoutSeconds`); otherwise the request's `timeout`
+/// parameter when it is shorter than the server's `--request-timeout` and positive, else that.
+fn request_deadline(
+    info: &crate::request_info::RequestInfo,
+    query: Option<&str>,
+    request_timeout: std::time::Duration,
+) -> Result<Option<std::time::Duration>, ApiError> {
+    if crate::audit::is_long_running(info) {
+        return Ok(None);
+    }
+    let value = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "timeout")
+        .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty());
+    let Some(value) = value else {
+        return Ok(Some(request_timeout));
+    };
+    // Go's ParseDuration takes a negative duration, which then means "the server's".
+    let asked = match value.strip_prefix('-') {
+        Some(rest) => r8s_api::duration::parse(rest).map(|_| std::time::Duration::ZERO),
+        None => r8s_api::duration::parse(&value),
+    }
+    .map_err(|e| ApiError::bad_request(format!("invalid timeout specified in the request URL - {e}")))?;
+    Ok(Some(if asked.is_zero() || asked > request_timeout {
+        request_timeout
+    } else {
+        asked
+    }))
 }
 
 async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
@@ -281,4 +341,59 @@ async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiEr
         return crate::endpoints::resource(&ctx, &parts.method, &parts.headers, body).await;
     }
     Err(ApiError::not_found_path())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn deadline(method: http::Method, path: &str, query: &str) -> Result<Option<Duration>, ApiError> {
+        let info = parse_request(&method, path, Some(query));
+        request_deadline(&info, Some(query), Duration::from_secs(60))
+    }
+
+    /// Upstream's `WithRequestDeadline`: the server's timeout unless the request asks for less;
+    /// zero, negative or larger asks mean the server's; a malformed one is a 400; long-running
+    /// requests have none.
+    #[test]
+    fn the_deadline_is_the_servers_or_the_shorter_one_asked_for() {
+        let pods = "/api/v1/namespaces/default/pods";
+        let post = || http::Method::POST;
+        assert_eq!(deadline(post(), pods, "").unwrap(), Some(Duration::from_secs(60)));
+        assert_eq!(
+            deadline(post(), pods, "timeout=3s").unwrap(),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            deadline(post(), pods, "timeout=1m30s").unwrap(),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            deadline(post(), pods, "timeout=0s").unwrap(),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            deadline(post(), pods, "timeout=-5s").unwrap(),
+            Some(Duration::from_secs(60))
+        );
+        let err = deadline(post(), pods, "timeout=foo").unwrap_err();
+        assert_eq!((err.code, err.reason), (400, "BadRequest"));
+        assert_eq!(
+            err.message,
+            "invalid timeout specified in the request URL - time: invalid duration \"foo\""
+        );
+        assert_eq!(
+            deadline(http::Method::GET, pods, "watch=true&timeout=1s").unwrap(),
+            None
+        );
+        assert_eq!(
+            deadline(http::Method::GET, &format!("{pods}/x/log"), "timeout=1s").unwrap(),
+            None
+        );
+        let t = timed_out().to_status();
+        assert_eq!(t["code"], 504);
+        assert_eq!(t["reason"], "Timeout");
+        assert_eq!(t["details"], serde_json::json!({}));
+    }
 }

@@ -87,6 +87,10 @@ pub struct ApiServerConfig {
     /// API priority and fairness (`--enable-priority-and-fairness`, on by default): requests
     /// classified by the FlowSchemas and queued by their priority levels.
     pub priority_and_fairness: bool,
+    /// How long a request that is not long-running may take before it is answered 504
+    /// (`--request-timeout`, upstream's default one minute; a request's own `timeout`
+    /// parameter may shorten it).
+    pub request_timeout: std::time::Duration,
     /// The lookup the authenticators read objects through, over `store`: the server serves
     /// from its watch cache too, so both share one (absent: the server makes its own cache).
     pub lookup: Option<Lookup>,
@@ -115,6 +119,8 @@ pub(crate) struct Shared {
     pub service_account_tokens: Option<Arc<authn::service_account::ServiceAccountTokens>>,
     pub audit: Option<Arc<audit::Auditor>>,
     pub kubelet: Option<KubeletClient>,
+    /// `--request-timeout`.
+    pub request_timeout: std::time::Duration,
     /// The kubelets' resource usage, for `metrics.k8s.io`.
     pub resource_metrics: Arc<resource_metrics::ResourceMetrics>,
 }
@@ -225,6 +231,7 @@ impl ApiServer {
             rbac: config.rbac,
             service_account_tokens: config.service_account_tokens,
             kubelet: config.kubelet,
+            request_timeout: config.request_timeout,
             resource_metrics: Arc::new(resource_metrics::ResourceMetrics::new(config.metric_resolution)),
             advertise: local_addr.to_string(),
         });

@@ -46,7 +46,7 @@ impl LeaderElection {
         loop {
             // Campaign.
             loop {
-                match self.try_acquire_or_renew(&api).await {
+                match self.attempt(&api).await {
                     Ok(true) => break,
                     Ok(false) => {}
                     Err(e) => tracing::debug!(lease = %self.name, error = %e, "leader election"),
@@ -65,7 +65,7 @@ impl LeaderElection {
                     _ = stop.cancelled() => break false,
                     _ = tokio::time::sleep(self.retry_period) => {}
                 }
-                match self.try_acquire_or_renew(&api).await {
+                match self.attempt(&api).await {
                     Ok(true) => last_renew = tokio::time::Instant::now(),
                     Ok(false) => break true,
                     Err(e) => {
@@ -84,6 +84,14 @@ impl LeaderElection {
             }
             tracing::warn!(lease = %self.name, "leader election lost");
         }
+    }
+
+    /// One attempt, given the renew deadline at most (upstream's renew loop): a server whose
+    /// datastore stalls must not hold a candidate or the leader in one request past it.
+    async fn attempt(&self, api: &Api<Lease>) -> Result<bool, kube::Error> {
+        tokio::time::timeout(self.renew_deadline, self.try_acquire_or_renew(api))
+            .await
+            .unwrap_or_else(|_| Err(kube::Error::Service("the lease request timed out".into())))
     }
 
     /// One attempt: true if we hold the lease afterwards.

@@ -64,6 +64,7 @@ async fn start_api() -> TestApi {
         proxy_identity: None,
         request_header: None,
         priority_and_fairness: true,
+        request_timeout: std::time::Duration::from_secs(60),
         lookup: None,
     })
     .await

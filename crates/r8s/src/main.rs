@@ -629,6 +629,17 @@ struct ServerArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     enable_priority_and_fairness: bool,
 
+    /// Test hook (hidden): the embedded datastore's commits stall while this file exists, as on
+    /// a disk whose sync stalls (the slow-disk tests).
+    #[arg(long, hide = true)]
+    test_datastore_stall_while: Option<PathBuf>,
+
+    /// How long a request may take before the server answers 504 Timeout (upstream's
+    /// --request-timeout; watches, logs, exec and proxies are exempt; a request's `timeout`
+    /// parameter may ask for less).
+    #[arg(long, default_value = "1m0s", value_parser = parse_duration)]
+    request_timeout: Duration,
+
     /// CA bundle that signs the client certificates of proxies trusted to name the user in
     /// request headers (the aggregator's, an authenticating proxy's); default: the front-proxy
     /// CA r8s made.
@@ -965,6 +976,7 @@ async fn open_store(args: &ServerArgs, data_dir: &std::path::Path) -> anyhow::Re
             .then_some(args.datastore_compaction_interval),
         retain_revisions: args.datastore_compaction_retain,
     };
+    opts.stall_while = args.test_datastore_stall_while.clone();
     let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(opts)).await??;
     Ok(Arc::new(store))
 }
@@ -1500,6 +1512,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         proxy_identity: Some(proxy_identity),
         request_header: Some(request_header),
         priority_and_fairness: args.enable_priority_and_fairness,
+        request_timeout: args.request_timeout,
         lookup: Some(lookup),
     })
     .await

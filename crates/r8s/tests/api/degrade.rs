@@ -1,11 +1,13 @@
 //! Degrade, never exit: a server whose datastore's disk fills up refuses creates and updates
 //! with a clear 503 (Retry-After), keeps serving reads and deletes, corrupts nothing, and takes
-//! writes again once space is freed.
+//! writes again once space is freed; one whose disk stalls answers writes 504 at their
+//! deadline, keeps serving reads, lets its controllers step down and lead again, and lives on.
 
 use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use support::Server;
 
@@ -153,4 +155,107 @@ fn a_full_disk_refuses_writes_clearly_keeps_reads_and_recovers() {
     assert!(s
         .ok("1.33", &["get", "cm", "-o", "name"])
         .contains("configmap/after"));
+}
+
+#[test]
+fn a_stalled_disk_times_writes_out_keeps_reads_and_the_controllers_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    // The hook's file lives beside the data directory, removed with it.
+    let stall = dir.path().join("stall-commits");
+    let stall_arg = stall.to_str().unwrap().to_owned();
+    let s = Server::start_in(
+        dir,
+        &["--disable-agent", "--test-datastore-stall-while", &stall_arg],
+    );
+    s.ok("1.33", &["create", "configmap", "before", "--from-literal=k=1"]);
+    let pid = s.pid();
+
+    // The disk's syncs stall (every commit waits while the file exists).
+    std::fs::write(&stall, "").unwrap();
+    let stalled = Instant::now();
+    let cm =
+        |name: &str| format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}}}}"#);
+    // A write with a deadline of its own is answered 504 Timeout when it passes (upstream's
+    // finisher), not left hanging.
+    let t = Instant::now();
+    let (code, body) = request(
+        &s,
+        "POST",
+        "/api/v1/namespaces/default/configmaps?timeout=2s",
+        Some(&cm("late")),
+    );
+    let took = t.elapsed();
+    assert!(
+        code == "504"
+            && body.contains(r#""reason":"Timeout""#)
+            && body.contains("request did not complete within requested timeout"),
+        "a create on a stalled disk: {code} {body}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "answered after {took:?}"
+    );
+    // A malformed deadline is the client's error.
+    let (code, body) = request(&s, "GET", "/api/v1/namespaces?timeout=soon", None);
+    assert!(
+        code == "400" && body.contains("invalid timeout specified in the request URL"),
+        "{code} {body}"
+    );
+    // Reads go on meanwhile: from the datastore (consistent) and from the watch cache.
+    let t = Instant::now();
+    assert_eq!(
+        s.ok("1.33", &["get", "cm", "before", "-o", "jsonpath={.data.k}"]),
+        "1"
+    );
+    let (code, body) = request(
+        &s,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?resourceVersion=0",
+        None,
+    );
+    assert!(code == "200" && body.contains(r#""before""#), "{code} {body}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "reads took {:?}",
+        t.elapsed()
+    );
+
+    // Stalled past the leases' renew deadline (10 s): the controller manager steps down
+    // rather than exit, and the server is still there.
+    while stalled.elapsed() < Duration::from_secs(16) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "the server exited during the stall:\n{}",
+        s.log()
+    );
+    assert!(
+        s.log().contains("leader election lost"),
+        "no component stepped down during a 16 s stall:\n{}",
+        s.log()
+    );
+
+    // The disk comes back: the write that timed out landed after all (its handler ran on, as
+    // upstream's), writes are taken again, and the controllers lead again: a Deployment gets
+    // its ReplicaSet.
+    std::fs::remove_file(&stall).unwrap();
+    s.ok("1.33", &["create", "deployment", "web", "--image=nginx"]);
+    let deadline = Instant::now() + Duration::from_secs(45);
+    loop {
+        let rs = s.kubectl("1.33", &["get", "rs", "-l", "app=web", "-o", "name"]);
+        if String::from_utf8_lossy(&rs.stdout).contains("replicaset.apps/web-") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ReplicaSet for the Deployment after the stall:\n{}",
+            s.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(s
+        .ok("1.33", &["get", "cm", "-o", "name"])
+        .contains("configmap/late"));
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
 }

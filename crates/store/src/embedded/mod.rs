@@ -61,6 +61,10 @@ pub struct EmbeddedOptions {
     /// grows its file in steps while it commits, and a commit that runs out of space leaves
     /// the open database unusable for reads too until it is reopened.
     pub min_free_bytes: u64,
+    /// A test hook standing for a disk whose sync stalls: while this file exists, every commit
+    /// waits before it syncs (`r8s server --test-datastore-stall-while`, hidden; the slow-disk
+    /// tests use it). `None` in normal use.
+    pub stall_while: Option<PathBuf>,
 }
 
 /// [`EmbeddedOptions::min_free_bytes`] by default.
@@ -73,6 +77,7 @@ impl EmbeddedOptions {
             compaction: CompactionPolicy::default(),
             max_batch: 1024,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
+            stall_while: None,
         }
     }
 }
@@ -189,9 +194,10 @@ impl EmbeddedStore {
             let policy = opts.compaction.clone();
             let max_batch = opts.max_batch.max(1);
             let min_free = opts.min_free_bytes;
+            let stall_while = opts.stall_while.clone();
             std::thread::Builder::new()
                 .name("store-writer".into())
-                .spawn(move || writer::run(shared, rx, policy, max_batch, min_free))
+                .spawn(move || writer::run(shared, rx, policy, max_batch, min_free, stall_while))
                 .map_err(|e| StoreError::Io(format!("cannot start the writer thread: {e}")))?
         };
         Ok(Self {

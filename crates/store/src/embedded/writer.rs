@@ -66,10 +66,12 @@ pub(crate) fn run(
     policy: CompactionPolicy,
     max_batch: usize,
     min_free: u64,
+    stall_while: Option<std::path::PathBuf>,
 ) {
     let mut w = Writer {
         shared,
         min_free,
+        stall_while,
         warned_full: None,
         // Resume an interrupted compaction pass: leftovers below the mark are removed again.
         compaction_cursor: Some(None),
@@ -119,6 +121,8 @@ struct Writer {
     shared: Arc<Shared>,
     /// Free space below which creates and updates are refused.
     min_free: u64,
+    /// The slow-disk test hook ([`super::EmbeddedOptions::stall_while`]).
+    stall_while: Option<std::path::PathBuf>,
     /// When a full disk was last logged (once a minute is enough while it stays full).
     warned_full: Option<Instant>,
     /// `Some(cursor)` while a compaction pass is under way: the key after which to go on.
@@ -139,6 +143,19 @@ impl Writer {
             op: Op::Compact { revision },
             reply,
         }]);
+    }
+
+    /// The slow-disk hook: wait, as a sync that stalls, while its file exists.
+    fn stall(&self) {
+        let Some(path) = &self.stall_while else {
+            return;
+        };
+        if path.exists() {
+            tracing::warn!(path = %path.display(), "test hook: the datastore's commits stall while this file exists");
+            while path.exists() {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     }
 
     fn commit(&mut self, batch: Vec<Request>) {
@@ -189,6 +206,7 @@ impl Writer {
             }
             Ok(())
         })();
+        self.stall();
         let committed = body.and_then(|()| txn.commit().map_err(|e| shared.io(e)));
         if let Err(err) = committed {
             tracing::error!(%err, "datastore commit failed; the batch was not applied");
