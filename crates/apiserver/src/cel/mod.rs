@@ -101,6 +101,78 @@ impl std::fmt::Display for OverBudget {
     }
 }
 
+/// cel-go's parser limits (`maxRecursionDepth`, `expressionSizeCodePointLimit`).
+const MAX_RECURSION_DEPTH: usize = 250;
+const MAX_CODE_POINTS: usize = 100_000;
+
+/// Why `source` is beyond what cel-go's parser takes, if it is: longer than its code point
+/// limit, or nesting deeper than its recursion limit. The depth counted is brackets plus the
+/// operators chained inside each (an AST level each), outside string literals: an estimate
+/// from above of cel-go's count. Found by the object fuzzer: a policy whose expression
+/// nested 40 braces took the parser over 256 KiB of stack; a few thousand would have
+/// overflowed the server's.
+fn too_deep(source: &str) -> Option<String> {
+    let size = source.chars().count();
+    if size > MAX_CODE_POINTS {
+        return Some(format!(
+            "expression code point size exceeds limit: size: {size}, limit {MAX_CODE_POINTS}"
+        ));
+    }
+    // Operators chained at each open bracket level.
+    let mut levels: Vec<usize> = vec![0];
+    let mut quote: Option<char> = None;
+    let mut chars = source.chars().peekable();
+    while let Some(c) = chars.next() {
+        if let Some(q) = quote {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                c if c == q => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' => quote = Some(c),
+            '(' | '[' | '{' => levels.push(0),
+            ')' | ']' | '}' if levels.len() > 1 => {
+                levels.pop();
+            }
+            // One level per operator (`==`, `&&`, `<=` … once).
+            '+' | '-' | '*' | '/' | '%' | '!' | '<' | '>' | '=' | '&' | '|' | '?' | '.' => {
+                if matches!(chars.peek(), Some('=' | '&' | '|')) && "=!<>&|".contains(c) {
+                    chars.next();
+                }
+                if let Some(n) = levels.last_mut() {
+                    *n += 1;
+                }
+            }
+            _ => {}
+        }
+        let depth = levels.len() + levels.iter().sum::<usize>();
+        if depth > MAX_RECURSION_DEPTH {
+            return Some("max recursion depth exceeded".to_owned());
+        }
+    }
+    None
+}
+
+/// Run `f` (the cel crate's parser, our checker) on a thread with a large stack: the
+/// ANTLR-generated parser takes several KiB of stack per nesting level, so the depth cel-go
+/// accepts does not fit a tokio worker's 2 MiB.
+pub(crate) fn on_parser_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("cel-parser".into())
+            .stack_size(64 << 20)
+            .spawn_scoped(s, f)
+            .expect("a thread for the CEL parser")
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
 impl Expr {
     pub fn compile(source: &str) -> Self {
         Self::compile_in(Arc::clone(env()), source)
@@ -108,9 +180,13 @@ impl Expr {
 
     /// Compile in an environment of its own.
     fn compile_in(env: Arc<Env>, source: &str) -> Self {
+        if let Some(why) = too_deep(source) {
+            return Self::failed(source, why);
+        }
+        let program = on_parser_stack(|| env.compile(source).map_err(|e| e.to_string()));
         Self {
             source: source.to_owned(),
-            program: env.compile(source).map_err(|e| e.to_string()),
+            program,
             env,
             checked: OnceLock::new(),
         }
@@ -130,7 +206,7 @@ impl Expr {
     pub fn cost(&self, vars: &[(&str, Value)]) -> u64 {
         let checked = self.checked.get_or_init(|| {
             let decls: Vec<check::Var<'_>> = vars.iter().map(|(n, _)| (*n, check::Type::Dyn)).collect();
-            check::check(&self.source, &decls).ok()
+            on_parser_stack(|| check::check(&self.source, &decls).ok())
         });
         checked.as_ref().map_or(0, |c| cost::runtime_cost(c, vars))
     }
@@ -389,6 +465,49 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// Found by the object fuzzer (fuzz/regressions/object): deep nesting is refused with
+    /// cel-go's words, and what is accepted parses on its own stack, even when the caller's is
+    /// small (a 256 KiB thread here; 40 nested braces took more than that in the parser).
+    #[test]
+    fn deep_expressions_are_refused_or_parsed_off_the_callers_stack() {
+        let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+        assert_eq!(
+            Expr::compile(&deep).compile_error(),
+            Some("max recursion depth exceeded")
+        );
+        let chain = vec!["1"; 300].join(" + ");
+        assert_eq!(
+            Expr::compile(&chain).compile_error(),
+            Some("max recursion depth exceeded")
+        );
+        let huge = format!("'{}'", "a".repeat(100_001));
+        assert!(Expr::compile(&huge)
+            .compile_error()
+            .is_some_and(|e| e.starts_with("expression code point size exceeds limit")));
+        let fine = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(|| {
+                let nested = format!("{}1{}", "(".repeat(60), ")".repeat(60));
+                let e = Expr::compile(&nested);
+                (e.compile_error().map(str::to_owned), e.cost(&[]) > 0)
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(fine.0, None);
+        // Long flat expressions are not deep: sixty alternatives, a list of three hundred.
+        let alternatives = (0..60)
+            .map(|i| format!("x == {i}"))
+            .collect::<Vec<_>>()
+            .join(" || ");
+        assert_eq!(too_deep(&alternatives), None);
+        let list = format!("[{}].size() == 300", vec!["1"; 300].join(", "));
+        assert_eq!(too_deep(&list), None);
+        assert_eq!(eval(&list).unwrap(), Value::Bool(true));
+        // Brackets inside strings are not nesting.
+        assert_eq!(too_deep(&format!("'{}' != ''", "(".repeat(400))), None);
+    }
 
     /// Evaluates `expr` with no variables.
     pub(super) fn eval(expr: &str) -> Result<Value, String> {

@@ -92,8 +92,10 @@ fn struct_names(e: &IdedExpr, out: &mut Vec<String>) {
 /// Compile a mutation's expression (see the module's documentation).
 pub(crate) fn compile(source: &str) -> Expr {
     let mut names = vec!["JSONPatch".to_owned()];
-    if let Ok(ast) = super::env().parser().parse(source) {
-        struct_names(&ast, &mut names);
+    if super::too_deep(source).is_none() {
+        if let Ok(ast) = super::on_parser_stack(|| super::env().parser().parse(source)) {
+            struct_names(&ast, &mut names);
+        }
     }
     let env = (|| {
         let mut env = super::kubernetes_env()?;
