@@ -285,6 +285,20 @@ fn unknown(input: &Value, out: &Value, path: &str, found: &mut Vec<String>) {
     }
 }
 
+/// How Go's encoding/json names a JSON value's type in its errors ("cannot unmarshal string
+/// into …").
+pub fn go_json_type(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -161,18 +161,6 @@ pub fn fuzz_kubeconfig(data: &[u8]) {
     let _ = rt.block_on(connect(&flags, &config));
 }
 
-/// Go's name of a JSON value's type in its decoding errors.
-fn go_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 /// The shape clientcmd's v1 `Config` decodes: its named lists are lists of objects whose
 /// bodies are objects (found by the kubeconfig fuzzer: a string where a cluster was made
 /// every command panic). The error is Go's decoding error.
@@ -180,7 +168,7 @@ fn check_shape(doc: &Value) -> std::result::Result<(), String> {
     let wrong = |got: &Value, field: &str, ty: &str| {
         format!(
             "json: cannot unmarshal {} into Go struct field {field} of type {ty}",
-            go_type(got)
+            r8s_api::typed::go_json_type(got)
         )
     };
     for (list, item, inner, body) in [

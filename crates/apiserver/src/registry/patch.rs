@@ -365,7 +365,7 @@ pub(super) fn apply(kind: PatchType, doc: &mut Value, patch: &Value, root: Node)
             if !doc.is_object() {
                 return Err(ApiError::bad_request(format!(
                     "json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
-                    go_json_type(doc)
+                    r8s_api::typed::go_json_type(doc)
                 )));
             }
             Ok(())
@@ -379,18 +379,6 @@ pub(super) fn apply(kind: PatchType, doc: &mut Value, patch: &Value, root: Node)
             strategic_merge(doc, patch, root);
             Ok(())
         }
-    }
-}
-
-/// How Go's encoding/json names a JSON value's type in its errors.
-fn go_json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
     }
 }
 
