@@ -37,14 +37,15 @@ fn passed_on(name: &header::HeaderName) -> bool {
 
 /// Send `req` on to `path_and_query` of `host` over `backend` and, if it switches protocols,
 /// join the two upgraded connections.
-pub async fn proxy<S>(
-    mut req: Request<Incoming>,
+pub async fn proxy<S, B>(
+    mut req: Request<B>,
     backend: S,
     host: &str,
     path_and_query: &str,
 ) -> Result<Proxied, String>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: Send + 'static,
 {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(backend))
         .await

@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 
@@ -271,7 +271,10 @@ async fn connect(
 
 /// A streamed response body (watches included) as the server's body type: ends at the first
 /// error (the client sees the stream end, as when the backend goes).
-fn stream_body(body: Incoming) -> Body {
+fn stream_body<B>(body: B) -> Body
+where
+    B: hyper::body::Body<Data = Bytes> + Send + Sync + Unpin + 'static,
+{
     let stream = futures_util::stream::unfold(Some(body), |state| async move {
         let mut body = state?;
         match body.frame().await {
@@ -287,7 +290,7 @@ pub(crate) async fn proxy(
     shared: &Shared,
     route: &Route,
     user: &UserInfo,
-    req: Request<Incoming>,
+    req: Request<crate::http::RequestBody>,
 ) -> Result<Response<Body>, ApiError> {
     if !route.available {
         return Err(ApiError::service_unavailable(format!(

@@ -5,9 +5,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::http::RequestBody;
 use http::{header, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use rustls::pki_types::CertificateDer;
 
 use crate::audit::RequestAudit;
@@ -20,7 +20,7 @@ use crate::{discovery, health, Shared};
 
 pub(crate) async fn handle(
     shared: Arc<Shared>,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     peer_certificates: Arc<Vec<CertificateDer<'static>>>,
     peer: SocketAddr,
 ) -> Response<Body> {
@@ -46,7 +46,7 @@ pub(crate) async fn handle(
 
 async fn authenticated(
     shared: Arc<Shared>,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     info: crate::request_info::RequestInfo,
     peer_certificates: Arc<Vec<CertificateDer<'static>>>,
     origin: &crate::audit::Origin,
@@ -61,7 +61,7 @@ async fn authenticated(
             audiences: None,
         })
         .await;
-    let begin_audit = |user: Option<&UserInfo>, req: &Request<Incoming>| match &shared.audit {
+    let begin_audit = |user: Option<&UserInfo>, req: &Request<RequestBody>| match &shared.audit {
         Some(auditor) => auditor.begin(origin, req.uri(), req.headers(), &info, user),
         None => RequestAudit::disabled(),
     };
@@ -86,7 +86,7 @@ async fn authenticated(
 
 async fn impersonated(
     shared: Arc<Shared>,
-    mut req: Request<Incoming>,
+    mut req: Request<RequestBody>,
     info: crate::request_info::RequestInfo,
     mut user: UserInfo,
     audit: RequestAudit,
@@ -156,7 +156,7 @@ fn flow_headers(resp: &mut Response<Body>, (schema, level): &(String, String)) {
 
 async fn authorized(
     shared: Arc<Shared>,
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     info: crate::request_info::RequestInfo,
     user: crate::authn::UserInfo,
     audit: RequestAudit,
@@ -254,7 +254,7 @@ fn request_deadline(
     }))
 }
 
-async fn route(ctx: Ctx, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+async fn route(ctx: Ctx, req: Request<RequestBody>) -> Result<Response<Body>, ApiError> {
     let path = ctx.info.path.trim_end_matches('/').to_owned();
     let path = if path.is_empty() { "/".to_owned() } else { path };
     if let Some(resp) = health::route(&ctx, &path).await {

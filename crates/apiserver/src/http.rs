@@ -10,6 +10,74 @@ use crate::status::ApiError;
 
 pub(crate) type Body = BoxBody<Bytes, std::convert::Infallible>;
 
+/// How much of a request body left unread is read and thrown away after the answer (Go's
+/// server reads up to 256 KiB for the same reason), and for how long at most.
+const DRAIN_LIMIT: usize = 256 << 10;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A request's body as the handlers see it. A handler may answer without reading it (a 401 or
+/// 403 before the body was looked at); dropping an HTTP/2 request body unread resets its stream
+/// (RST_STREAM CANCEL), and the reset can overtake the answer, so that a client still sending
+/// sees "stream error" instead of the 401 (curl does). What is left unread is therefore read in
+/// the background, bounded in bytes and time, so the answer goes out before the stream ends.
+pub(crate) struct RequestBody {
+    inner: Option<hyper::body::Incoming>,
+}
+
+impl RequestBody {
+    pub(crate) fn new(inner: hyper::body::Incoming) -> Self {
+        Self { inner: Some(inner) }
+    }
+}
+
+impl hyper::body::Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        match self.inner.as_mut() {
+            Some(inner) => std::pin::Pin::new(inner).poll_frame(cx),
+            None => std::task::Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.as_ref().map(|b| b.size_hint()).unwrap_or_default()
+    }
+}
+
+impl Drop for RequestBody {
+    fn drop(&mut self) {
+        use hyper::body::Body as _;
+        let Some(mut body) = self.inner.take() else { return };
+        if body.is_end_stream() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let drain = async {
+                let mut read = 0usize;
+                while let Some(Ok(frame)) = body.frame().await {
+                    read += frame.data_ref().map_or(0, |d| d.len());
+                    if read > DRAIN_LIMIT {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+        });
+    }
+}
+
 pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }

@@ -98,7 +98,13 @@ pub(crate) async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>,
                 let peer_certs = peer_certs.clone();
                 async move {
                     Ok::<_, std::convert::Infallible>(
-                        crate::handler::handle(shared, req, peer_certs, peer).await,
+                        crate::handler::handle(
+                            shared,
+                            req.map(crate::http::RequestBody::new),
+                            peer_certs,
+                            peer,
+                        )
+                        .await,
                     )
                 }
             });

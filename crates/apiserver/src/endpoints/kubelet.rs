@@ -347,7 +347,7 @@ pub(crate) fn is_websocket(headers: &http::HeaderMap) -> bool {
 /// for none), base64 text for `base64.binary.k8s.io` — and the socket closed at its end.
 pub(crate) async fn pod_log_websocket(
     ctx: &Ctx,
-    mut req: http::Request<hyper::body::Incoming>,
+    mut req: http::Request<crate::http::RequestBody>,
 ) -> Result<Response<Body>, ApiError> {
     use tokio_tungstenite::tungstenite::{protocol::Role, Message};
     let key = req
@@ -511,7 +511,7 @@ fn enc(s: &str) -> String {
 /// connections joined once the kubelet has switched protocols.
 pub(crate) async fn stream(
     ctx: &Ctx,
-    req: http::Request<hyper::body::Incoming>,
+    req: http::Request<crate::http::RequestBody>,
 ) -> Result<Response<Body>, ApiError> {
     let (ns, name, sub) = (&ctx.info.namespace, &ctx.info.name, ctx.info.subresource.as_str());
     if !matches!(*req.method(), http::Method::GET | http::Method::POST) {
