@@ -171,7 +171,14 @@ fn normalise(text: &str, suffix: &str) -> String {
                 w = w.replace(&hash, "HASH");
             } else if is_age(&w) {
                 w = "AGE".into();
-            } else if w.starts_with("\"20") && w.trim_end_matches(',').ends_with("Z\"") {
+            } else if (w.starts_with("\"20") && w.trim_end_matches(',').ends_with("Z\""))
+                || (bare.len() == 20
+                    && bare.starts_with("20")
+                    && bare.ends_with('Z')
+                    && bare.as_bytes()[10] == b'T')
+            {
+                // A timestamp, quoted in JSON or bare (RFC 3339, as `describe`'s generic
+                // layout shows one): the twins may be made a second apart.
                 w = "TIME".into();
             } else if !w.trim_matches(|c| c == '"' || c == ',').is_empty()
                 && w.trim_matches(|c| c == '"' || c == ',')
@@ -1579,6 +1586,10 @@ fn normalising_keeps_what_matters() {
     assert_eq!(
         normalise("  resourceVersion: \"193\"\n", "-r"),
         "  resourceVersion: RV\n"
+    );
+    assert_eq!(
+        normalise("  Creation Timestamp:  2026-11-29T08:18:20Z\n", "-r"),
+        "  Creation Timestamp:  TIME\n"
     );
     assert!(!is_age("deployment"));
     assert!(is_age("2d3h"));

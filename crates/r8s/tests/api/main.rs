@@ -12,6 +12,7 @@ mod controllers;
 mod custom_resources;
 mod degrade;
 mod etcd_backend;
+mod faults;
 mod fidelity;
 mod flowcontrol;
 mod kube_rs;
