@@ -309,6 +309,47 @@ current-context: y
     for n, r in enumerate(reqs):
         write("api_request", f"{n}", r)
 
+    # cri_results: a pod shape, then the runtime's answers as length-delimited CRI messages.
+    def delimited(msg):
+        return varint(len(msg)) + msg
+
+    def sandbox(sid, ready=True, attempt=0):
+        meta = field(1, "p") + field(2, "u") + field(3, "default") + number(4, attempt)
+        return field(1, sid) + field(2, meta) + number(3, 0 if ready else 1) + number(4, 1_700_000_000_000_000_000)
+
+    def sandbox_status(sid, ips):
+        network = field(1, ips[0]) + b"".join(field(2, field(1, ip)) for ip in ips[1:])
+        return field(1, sid) + number(3, 0) + field(5, network)
+
+    def ctr(cid, sid, name, attempt, state):
+        return field(1, cid) + field(2, sid) + field(3, field(1, name) + number(2, attempt)) + number(6, state)
+
+    def ctr_status(cid, name, attempt, state, exit_code=0, reason="", message=""):
+        out = field(1, cid) + field(2, field(1, name) + number(2, attempt)) + number(3, state)
+        out += number(5, 1_700_000_001_000_000_000) + number(6, 1_700_000_002_000_000_000 if state == 2 else 0)
+        out += number(7, exit_code) + field(9, "sha256:0") + field(10, reason) + field(11, message)
+        return out
+
+    def answers(shape, sandboxes, status, containers, statuses):
+        return (bytes([shape]) + delimited(b"".join(field(1, sb) for sb in sandboxes)) + delimited(status)
+                + delimited(b"".join(field(1, c) for c in containers)) + b"".join(delimited(s) for s in statuses))
+
+    write("cri_results", "running", answers(
+        0, [sandbox("s1")], sandbox_status("s1", ["10.42.0.5", "fd00::5"]),
+        [ctr("c1", "s1", "app", 0, 1)], [ctr_status("c1", "app", 0, 1)]))
+    write("cri_results", "restarted", answers(
+        4 | 16, [sandbox("s1")], sandbox_status("s1", ["10.42.0.6"]),
+        [ctr("c1", "s1", "app", 0, 2), ctr("c2", "s1", "app", 1, 1), ctr("c3", "s1", "second", 0, 2)],
+        [ctr_status("c1", "app", 0, 2, 1, "Error", "boom"), ctr_status("c2", "app", 1, 1),
+         ctr_status("c3", "second", 0, 2, 137, "OOMKilled")]))
+    write("cri_results", "initialising", answers(
+        2 | 32 | 64, [sandbox("s1")], sandbox_status("s1", ["fd00::7", "10.42.0.7"]),
+        [ctr("i1", "s1", "init", 0, 2), ctr("i2", "s1", "sidecar", 0, 1), ctr("c1", "s1", "app", 0, 0)],
+        [ctr_status("i1", "init", 0, 2), ctr_status("i2", "sidecar", 0, 1), ctr_status("c1", "app", 0, 0)]))
+    write("cri_results", "sandbox-changed", answers(
+        1 | 8, [sandbox("s1", ready=False), sandbox("s2", attempt=1)], sandbox_status("s2", ["not-an-ip"]),
+        [ctr("c1", "s1", "app", 0, 2)], [ctr_status("c1", "app", 0, 2, 0, "Completed")]))
+
 
 if __name__ == "__main__":
     main()

@@ -65,6 +65,8 @@ mod image_manager;
 mod node_status;
 mod observe;
 
+pub use observe::fuzz_cri_results;
+
 pub const FIELD_MANAGER: &str = "kubelet";
 
 #[derive(Clone, Debug)]
@@ -1550,6 +1552,12 @@ impl Agent {
             terminal,
             resize_pending,
         } = observed;
+        let node_ipv6 = self
+            .opts
+            .node_ip
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|a| a.is_ipv6());
+        let pod_ips = crate::runtime::status_pod_ips(&pod_ips, node_ipv6);
         let restart = pod
             .spec
             .as_ref()

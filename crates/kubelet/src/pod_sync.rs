@@ -222,17 +222,9 @@ impl PodSync<'_> {
                 self.runtime.run_sandbox(sandbox_config, &handler).await?
             }
         };
-        let network = self
-            .runtime
-            .sandbox_status(&sandbox_id)
-            .await?
-            .and_then(|s| s.network)
-            .unwrap_or_default();
-        let pod_ip = network.ip.clone();
-        let pod_ips: Vec<String> = std::iter::once(network.ip)
-            .chain(network.additional_ips.into_iter().map(|a| a.ip))
-            .filter(|ip| !ip.is_empty())
-            .collect();
+        let status = self.runtime.sandbox_status(&sandbox_id).await?;
+        let pod_ips = runtime::sandbox_ips(status.as_ref().and_then(|s| s.network.as_ref()));
+        let pod_ip = pod_ips.first().cloned().unwrap_or_default();
         if matches!(actions.sandbox, SandboxAction::Create { .. }) && !pod_ip.is_empty() {
             self.hooks.sandbox_network_ready(pod, &pod_ip).await;
         }

@@ -64,40 +64,87 @@ pub async fn pod_runtime(rt: &dyn Runtime, uid: &str) -> Result<PodRuntime, Erro
     let mut out = PodRuntime::default();
     for sb in rt.list_sandboxes(Some(uid)).await? {
         for c in rt.list_containers(Some(&sb.id)).await? {
-            let state = match cri::ContainerState::try_from(c.state) {
-                Ok(cri::ContainerState::ContainerCreated) => State::Created,
-                Ok(cri::ContainerState::ContainerRunning) => State::Running,
-                Ok(cri::ContainerState::ContainerExited) => State::Exited,
-                _ => State::Unknown,
+            // The end of a container that is not running (its exit code and times).
+            let status = if c.state == cri::ContainerState::ContainerRunning as i32 {
+                None
+            } else {
+                rt.container_status(&c.id).await.ok().flatten()
             };
-            let mut rc = RuntimeContainer {
-                id: c.id.clone(),
-                sandbox_id: sb.id.clone(),
-                name: c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default(),
-                attempt: c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
-                state,
-                exit_code: 0,
-                started_at: 0,
-                finished_at: 0,
-                hash: c.annotations.get(actions::CONTAINER_HASH).cloned(),
-            };
-            if state != State::Running {
-                if let Some(s) = rt.container_status(&c.id).await.ok().flatten() {
-                    rc.exit_code = s.exit_code;
-                    rc.started_at = s.started_at;
-                    rc.finished_at = s.finished_at;
-                }
-            }
-            out.containers.push(rc);
+            out.containers
+                .push(runtime_container(&sb.id, &c, status.as_ref()));
         }
-        out.sandboxes.push(Sandbox {
-            id: sb.id.clone(),
-            attempt: sb.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
-            ready: sb.state == cri::PodSandboxState::SandboxReady as i32,
-            created_at: sb.created_at,
-        });
+        out.sandboxes.push(sandbox(&sb));
     }
     Ok(out)
+}
+
+/// Container `c` of sandbox `sandbox_id` as plain data, with the end `status` reports for one
+/// not running.
+pub fn runtime_container(
+    sandbox_id: &str,
+    c: &cri::Container,
+    status: Option<&cri::ContainerStatus>,
+) -> RuntimeContainer {
+    let state = match cri::ContainerState::try_from(c.state) {
+        Ok(cri::ContainerState::ContainerCreated) => State::Created,
+        Ok(cri::ContainerState::ContainerRunning) => State::Running,
+        Ok(cri::ContainerState::ContainerExited) => State::Exited,
+        _ => State::Unknown,
+    };
+    let end = status.filter(|_| state != State::Running);
+    RuntimeContainer {
+        id: c.id.clone(),
+        sandbox_id: sandbox_id.to_string(),
+        name: c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default(),
+        attempt: c.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+        state,
+        exit_code: end.map_or(0, |s| s.exit_code),
+        started_at: end.map_or(0, |s| s.started_at),
+        finished_at: end.map_or(0, |s| s.finished_at),
+        hash: c.annotations.get(actions::CONTAINER_HASH).cloned(),
+    }
+}
+
+/// Sandbox `sb` as plain data.
+pub fn sandbox(sb: &cri::PodSandbox) -> Sandbox {
+    Sandbox {
+        id: sb.id.clone(),
+        attempt: sb.metadata.as_ref().map(|m| m.attempt).unwrap_or(0),
+        ready: sb.state == cri::PodSandboxState::SandboxReady as i32,
+        created_at: sb.created_at,
+    }
+}
+
+/// A sandbox's addresses as the runtime reports them (from the CNI result; upstream
+/// `determinePodSandboxIPs`): the primary first, then the additional ones. If any of them does
+/// not parse as an IP, none is taken (upstream logs and drops them all).
+pub fn sandbox_ips(network: Option<&cri::PodSandboxNetworkStatus>) -> Vec<String> {
+    let Some(network) = network else {
+        return Vec::new();
+    };
+    let ips: Vec<&str> = std::iter::once(network.ip.as_str())
+        .filter(|ip| !ip.is_empty())
+        .chain(network.additional_ips.iter().map(|a| a.ip.as_str()))
+        .collect();
+    if let Some(bad) = ips.iter().find(|ip| ip.parse::<std::net::IpAddr>().is_err()) {
+        tracing::info!(ip = %bad, "pod sandbox reported an unparseable IP; none of its IPs is used");
+        return Vec::new();
+    }
+    ips.into_iter().map(str::to_string).collect()
+}
+
+/// The pod IPs a status carries (upstream's kubelet `sortPodIPs`): the first address of the
+/// node's primary family, then the first of the other family; no more than one of each.
+pub fn status_pod_ips(ips: &[String], node_primary_ipv6: bool) -> Vec<String> {
+    let of_family = |v6: bool| {
+        ips.iter()
+            .find(|ip| ip.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_ipv6() == v6))
+    };
+    of_family(node_primary_ipv6)
+        .into_iter()
+        .chain(of_family(!node_primary_ipv6))
+        .cloned()
+        .collect()
 }
 
 /// The runtime over CRI.
@@ -601,5 +648,40 @@ pub mod fake {
         assert!(rt.pull_image("ghost", None, &sb).await.is_err());
         assert!(rt.image_status("ghost").await.unwrap().is_none());
         assert_eq!(rt.calls(), vec!["pull_image nginx", "pull_image ghost"]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn network(ip: &str, more: &[&str]) -> cri::PodSandboxNetworkStatus {
+        cri::PodSandboxNetworkStatus {
+            ip: ip.into(),
+            additional_ips: more.iter().map(|ip| cri::PodIp { ip: ip.to_string() }).collect(),
+        }
+    }
+
+    #[test]
+    fn sandbox_ips_are_the_primary_then_the_others_and_none_if_one_is_bad() {
+        assert!(sandbox_ips(None).is_empty());
+        assert_eq!(
+            sandbox_ips(Some(&network("10.42.0.5", &["fd00::5"]))),
+            ["10.42.0.5", "fd00::5"]
+        );
+        assert_eq!(sandbox_ips(Some(&network("", &["fd00::5"]))), ["fd00::5"]);
+        assert!(sandbox_ips(Some(&network("10.42.0.5", &["fd00::zz"]))).is_empty());
+        assert!(sandbox_ips(Some(&network("not-an-ip", &[]))).is_empty());
+    }
+
+    #[test]
+    fn status_pod_ips_put_the_nodes_family_first_and_keep_one_of_each() {
+        let ips: Vec<String> = ["fd00::1", "10.0.0.1", "10.0.0.2", "fd00::2"]
+            .map(String::from)
+            .into();
+        assert_eq!(status_pod_ips(&ips, false), ["10.0.0.1", "fd00::1"]);
+        assert_eq!(status_pod_ips(&ips, true), ["fd00::1", "10.0.0.1"]);
+        assert_eq!(status_pod_ips(&ips[1..3], true), ["10.0.0.1"]);
+        assert!(status_pod_ips(&[], false).is_empty());
     }
 }

@@ -273,10 +273,121 @@ fn all_containers(pod: &Pod) -> Vec<Container> {
     all
 }
 
+/// Entry point for the fuzz target `cri_results` in `fuzz/` (not an API): what the runtime
+/// answers over CRI for one pod — its sandboxes, the sandbox's status with the addresses CNI
+/// gave it, its containers and their statuses — read as the protobuf they arrive as, then made
+/// into the pod's runtime snapshot, the sync's actions, the container statuses, the phase and
+/// the pod IPs. No answer may panic the kubelet. Input: byte 0 picks the pod's shape (restart
+/// policy, probes, a second container, init containers, a sidecar), then length-delimited
+/// messages: `ListPodSandboxResponse`, `PodSandboxStatus`, `ListContainersResponse`, then any
+/// number of `ContainerStatus`.
+pub fn fuzz_cri_results(data: &[u8]) {
+    use prost::Message;
+    let Some((&shape, mut rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(sandboxes) = cri::ListPodSandboxResponse::decode_length_delimited(&mut rest) else {
+        return;
+    };
+    let Ok(sandbox_status) = cri::PodSandboxStatus::decode_length_delimited(&mut rest) else {
+        return;
+    };
+    let Ok(list) = cri::ListContainersResponse::decode_length_delimited(&mut rest) else {
+        return;
+    };
+    let mut statuses = HashMap::new();
+    while !rest.is_empty() {
+        match cri::ContainerStatus::decode_length_delimited(&mut rest) {
+            Ok(s) => statuses.insert(s.id.clone(), s),
+            Err(_) => return,
+        };
+    }
+
+    let pod = fuzz_pod(shape);
+    let mut snapshot = crate::actions::PodRuntime::default();
+    for sb in &sandboxes.items {
+        for c in list.containers.iter().filter(|c| c.pod_sandbox_id == sb.id) {
+            snapshot
+                .containers
+                .push(crate::runtime::runtime_container(&sb.id, c, statuses.get(&c.id)));
+        }
+        snapshot.sandboxes.push(crate::runtime::sandbox(sb));
+    }
+    let failed_probes = HashMap::new();
+    let mut backoff = crate::backoff::Backoff::default();
+    let actions = crate::actions::compute_pod_actions(
+        &pod,
+        &snapshot,
+        &mut crate::actions::Context {
+            failed_probes: &failed_probes,
+            backoff: &mut backoff,
+            now: std::time::SystemTime::now(),
+        },
+    );
+    let view = RuntimeView {
+        containers: list.containers,
+        messages: statuses
+            .iter()
+            .map(|(id, s)| (id.clone(), s.message.clone()))
+            .collect(),
+        statuses,
+        probes_ok: HashSet::new(),
+    };
+    let ips = crate::runtime::sandbox_ips(sandbox_status.network.as_ref());
+    let observed = observe(&pod, &actions, &view, &HashMap::new(), ips);
+    for ip in crate::runtime::status_pod_ips(&observed.pod_ips, shape & 1 == 1) {
+        assert!(ip.parse::<std::net::IpAddr>().is_ok(), "{ip}");
+    }
+    let restart = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always");
+    let _ = super::pod_phase(&observed.statuses, restart);
+    let _ = super::terminal_phase(&observed.statuses);
+    // The statuses go to the API server as JSON.
+    serde_json::to_vec(&observed.statuses).expect("container statuses serialize");
+}
+
+/// The pod of shape `shape` (see [`fuzz_cri_results`]).
+fn fuzz_pod(shape: u8) -> Pod {
+    let probe = serde_json::json!({"exec": {"command": ["true"]}});
+    let mut app = serde_json::json!({"name": "app", "image": "app"});
+    if shape & 4 != 0 {
+        app["readinessProbe"] = probe.clone();
+    }
+    if shape & 8 != 0 {
+        app["startupProbe"] = probe.clone();
+    }
+    let mut containers = vec![app];
+    if shape & 16 != 0 {
+        containers.push(serde_json::json!({"name": "second", "image": "second"}));
+    }
+    let mut inits = Vec::new();
+    if shape & 32 != 0 {
+        inits.push(serde_json::json!({"name": "init", "image": "init"}));
+    }
+    if shape & 64 != 0 {
+        inits.push(serde_json::json!({"name": "sidecar", "image": "sidecar", "restartPolicy": "Always"}));
+    }
+    let restart = ["Always", "OnFailure", "Never"][usize::from(shape >> 1 & 3) % 3];
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+        "spec": {"containers": containers, "initContainers": inits, "restartPolicy": restart},
+    }))
+    .expect("a valid pod")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The cri_results fuzz corpus (and every input it once crashed on) goes through again.
+    #[test]
+    fn the_cri_results_corpus_replays_without_a_panic() {
+        assert!(r8s_api::fuzzing::replay("cri_results", fuzz_cri_results) >= 4);
+    }
 
     fn cri_container(id: &str, name: &str, attempt: u32) -> cri::Container {
         cri::Container {
