@@ -4,8 +4,9 @@
 //! own addresses, a Service's cluster IP and DNS name reach every replica from every node, a
 //! NodePort answers on every node's address, a pod on a joined node reaches the API through
 //! the kubernetes Service; losing a node (SIGKILL of its init) makes it NotReady, its pod is
-//! replaced on a survivor and the Service keeps answering from the survivors; teardown leaves
-//! nothing behind. Traffic goes only to the harness's own namespaces and pods.
+//! replaced on a survivor and the Service keeps answering from the survivors; a lost node that
+//! comes back starts none of its evicted pods again and no StatefulSet replica runs twice;
+//! teardown leaves nothing behind. Traffic goes only to the harness's own namespaces and pods.
 
 use std::net::{Ipv4Addr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -1167,4 +1168,210 @@ fn etcd_members(h: &Harness) -> Vec<String> {
         .into_iter()
         .map(|m| m.name)
         .collect()
+}
+
+/// What a lost node runs when it comes back: a Deployment replica and a StatefulSet replica on
+/// node2 (evicted 2 s after their node goes NotReady), node2 cut off (SIGKILL of the whole
+/// node) and started again later on its data.
+const RETURNING: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: web}
+  spec:
+    replicas: 2
+    selector: {matchLabels: {app: web}}
+    template:
+      metadata: {labels: {app: web}}
+      spec:
+        terminationGracePeriodSeconds: 1
+        # One per node while both are up; the replacement may join the other on node1.
+        affinity:
+          podAntiAffinity:
+            preferredDuringSchedulingIgnoredDuringExecution:
+            - weight: 100
+              podAffinityTerm:
+                topologyKey: kubernetes.io/hostname
+                labelSelector: {matchLabels: {app: web}}
+        tolerations:
+        - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+        - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+        containers:
+        - {name: c, image: busybox, command: [sleep, "3600"]}
+- apiVersion: apps/v1
+  kind: StatefulSet
+  metadata: {name: one}
+  spec:
+    replicas: 1
+    serviceName: one
+    selector: {matchLabels: {app: one}}
+    template:
+      metadata: {labels: {app: one}}
+      spec:
+        terminationGracePeriodSeconds: 1
+        # On node2 if it can; anywhere else if not (so a second one-0 would run at once).
+        affinity:
+          nodeAffinity:
+            preferredDuringSchedulingIgnoredDuringExecution:
+            - weight: 100
+              preference:
+                matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [node2]}]
+        tolerations:
+        - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+        - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+        containers:
+        - {name: c, image: busybox, command: [sleep, "3600"]}
+"#;
+
+/// The pod UIDs of the containers node `i`'s containerd runs (asked of its socket with `ctr`).
+fn running_pod_uids(h: &Harness, i: usize) -> Vec<String> {
+    let sock = h.dir.join(format!("node{i}/agent/containerd/containerd.sock"));
+    let ctr = |args: &[&str]| {
+        let out = Command::new("ctr")
+            .arg("--address")
+            .arg(&sock)
+            .args(["-n", "k8s.io"])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut uids = Vec::new();
+    for line in ctr(&["tasks", "ls"]).lines().skip(1) {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        if cols.get(2) != Some(&"RUNNING") {
+            continue;
+        }
+        let info: Value = serde_json::from_str(&ctr(&["containers", "info", cols[0]])).unwrap_or_default();
+        // Sandboxes (pause) and containers alike carry their pod's UID.
+        if let Some(uid) = info["Labels"]["io.kubernetes.pod.uid"].as_str() {
+            uids.push(uid.to_owned());
+        }
+    }
+    uids.sort();
+    uids.dedup();
+    uids
+}
+
+/// A lost node that comes back loses nothing and doubles nothing: while node2 is cut off, its
+/// Deployment replica is replaced on node1 but its StatefulSet replica is not (one-0 stays,
+/// Terminating: its kubelet has not said it stopped); when node2 returns, its kubelet starts
+/// neither of its evicted pods again, confirms their deletion, and only then does one-0 run
+/// again, once.
+#[test]
+fn a_lost_node_that_comes_back_runs_none_of_its_evicted_pods_and_no_replica_twice() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: the multi-node harness needs root");
+        return;
+    }
+    let h = Harness::up(2, "--node-monitor-grace-period 15s");
+    h.apply(RETURNING);
+    // (name, uid, node, deleting) of the pods labelled `app`.
+    let pods = |app: &str| -> Vec<(String, String, String, bool)> {
+        let l = h.json(&["get", "pods", "-l", &format!("app={app}")]);
+        l["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["metadata"]["name"].as_str().unwrap().to_owned(),
+                    p["metadata"]["uid"].as_str().unwrap().to_owned(),
+                    p["spec"]["nodeName"].as_str().unwrap_or("").to_owned(),
+                    !p["metadata"]["deletionTimestamp"].is_null(),
+                )
+            })
+            .collect()
+    };
+    let running = |app: &str| -> Vec<(String, String, String)> {
+        let l = h.json(&["get", "pods", "-l", &format!("app={app}")]);
+        l["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
+            .map(|p| {
+                (
+                    p["metadata"]["name"].as_str().unwrap().to_owned(),
+                    p["metadata"]["uid"].as_str().unwrap().to_owned(),
+                    p["spec"]["nodeName"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    };
+    let (web_on_2, one_0) = wait_for(180, "web on both nodes and one-0 on node2, Running", || {
+        let web = running("web");
+        let one = running("one");
+        let on2 = web.iter().find(|p| p.2 == "node2")?.clone();
+        (web.len() == 2 && one.len() == 1 && one[0].2 == "node2").then(|| (on2, one[0].clone()))
+    });
+    let on_node2 = running_pod_uids(&h, 2);
+    assert!(
+        on_node2.contains(&web_on_2.1) && on_node2.contains(&one_0.1),
+        "node2's containerd runs {on_node2:?}"
+    );
+
+    h.node_command("kill", "node2");
+    let lost = Instant::now();
+    // The Deployment's replica is replaced on node1; the old one waits, Terminating.
+    wait_for(120, "web's replica replaced on node1", || {
+        let web = running("web");
+        (web.len() == 2 && web.iter().all(|p| p.2 == "node1")).then_some(())
+    });
+    // one-0 is evicted (marked for deletion) but not made again while node2 may still run it.
+    wait_for(60, "one-0 marked for deletion", || {
+        pods("one").iter().any(|p| p.1 == one_0.1 && p.3).then_some(())
+    });
+    eprintln!("node2 lost: its pods evicted after {:?}", lost.elapsed());
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until {
+        let one = pods("one");
+        assert_eq!(
+            one.iter().map(|p| p.1.as_str()).collect::<Vec<_>>(),
+            [one_0.1.as_str()],
+            "a second one-0 while node2 is away: {one:?}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+
+    h.node_command("start", "node2");
+    eprintln!("node2 back and Ready after {:?}", lost.elapsed());
+    // The evicted pods' deletions are confirmed by node2's kubelet, and their objects go.
+    wait_for(60, "node2's evicted pods gone", || {
+        let all: Vec<_> = pods("web").into_iter().chain(pods("one")).collect();
+        all.iter()
+            .all(|p| p.1 != web_on_2.1 && p.1 != one_0.1)
+            .then_some(())
+    });
+    // one-0 runs again, once, as a new pod.
+    let again = wait_for(120, "one-0 Running again", || {
+        let one = running("one");
+        (one.len() == 1).then(|| one[0].clone())
+    });
+    assert_ne!(again.1, one_0.1);
+    assert_eq!(pods("one").len(), 1, "{:?}", pods("one"));
+    // node2 never started the evicted pods again; what it runs now is only what is bound to it.
+    let on_node2 = running_pod_uids(&h, 2);
+    assert!(
+        !on_node2.contains(&web_on_2.1) && !on_node2.contains(&one_0.1),
+        "node2 runs an evicted pod again: {on_node2:?}"
+    );
+    let bound = h.json(&["get", "pods", "-A", "--field-selector", "spec.nodeName=node2"]);
+    let bound: Vec<&str> = bound["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["metadata"]["uid"].as_str())
+        .collect();
+    for uid in &on_node2 {
+        assert!(
+            bound.contains(&uid.as_str()),
+            "node2 runs pod {uid}, which is not bound to it: {bound:?}"
+        );
+    }
+    let web = running("web");
+    assert_eq!(web.len(), 2, "{web:?}");
 }
