@@ -634,6 +634,11 @@ struct ServerArgs {
     #[arg(long, hide = true)]
     test_datastore_stall_while: Option<PathBuf>,
 
+    /// Test hook (hidden): every write and sync of the embedded datastore's file fails (EIO)
+    /// while this file exists, as on a failing disk (the failing-disk tests).
+    #[arg(long, hide = true)]
+    test_datastore_fail_while: Option<PathBuf>,
+
     /// How long a request may take before the server answers 504 Timeout (upstream's
     /// --request-timeout; watches, logs, exec and proxies are exempt; a request's `timeout`
     /// parameter may ask for less).
@@ -977,6 +982,7 @@ async fn open_store(args: &ServerArgs, data_dir: &std::path::Path) -> anyhow::Re
         retain_revisions: args.datastore_compaction_retain,
     };
     opts.stall_while = args.test_datastore_stall_while.clone();
+    opts.fail_while = args.test_datastore_fail_while.clone();
     let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(opts)).await??;
     Ok(Arc::new(store))
 }

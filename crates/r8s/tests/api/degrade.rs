@@ -1,7 +1,9 @@
 //! Degrade, never exit: a server whose datastore's disk fills up refuses creates and updates
 //! with a clear 503 (Retry-After), keeps serving reads and deletes, corrupts nothing, and takes
 //! writes again once space is freed; one whose disk stalls answers writes 504 at their
-//! deadline, keeps serving reads, lets its controllers step down and lead again, and lives on.
+//! deadline, keeps serving reads, lets its controllers step down and lead again, and lives on; one
+//! whose disk fails (EIO) refuses writes with 503 and is reopened, without a restart, once the
+//! disk works again.
 
 use crate::support;
 
@@ -258,4 +260,82 @@ fn a_stalled_disk_times_writes_out_keeps_reads_and_the_controllers_come_back() {
         .ok("1.33", &["get", "cm", "-o", "name"])
         .contains("configmap/late"));
     assert!(Path::new(&format!("/proc/{pid}")).exists());
+}
+
+#[test]
+fn a_failing_disk_refuses_writes_with_503_keeps_list_reads_and_the_store_is_reopened() {
+    let dir = tempfile::tempdir().unwrap();
+    // The hook's file lives beside the data directory, removed with it.
+    let failing = dir.path().join("failing-disk");
+    let failing_arg = failing.to_str().unwrap().to_owned();
+    let s = Server::start_in(
+        dir,
+        &["--disable-agent", "--test-datastore-fail-while", &failing_arg],
+    );
+    s.ok("1.33", &["create", "configmap", "before", "--from-literal=k=1"]);
+    let pid = s.pid();
+    let cm =
+        |name: &str| format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}}}}"#);
+
+    // The disk fails every write and sync (EIO): a create is refused with 503 and Retry-After,
+    // saying why; redb refuses everything after a failed I/O, so the datastore is closed.
+    std::fs::write(&failing, "").unwrap();
+    let (code, body) = request(
+        &s,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        Some(&cm("refused")),
+    );
+    assert!(
+        code == "503" && body.contains("disk failed an I/O") && body.contains(r#""retryAfterSeconds":1"#),
+        "a create on a failing disk: {code} {body}"
+    );
+    // Lists from the watch cache go on.
+    let (code, body) = request(
+        &s,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?resourceVersion=0",
+        None,
+    );
+    assert!(
+        code == "200" && body.contains(r#""before""#) && !body.contains(r#""refused""#),
+        "{code} {body}"
+    );
+
+    // The disk works again: the store is reopened within seconds, without a restart, and
+    // nothing was lost or half-written.
+    std::fs::remove_file(&failing).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (code, body) = request(
+            &s,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            Some(&cm("after")),
+        );
+        if code == "201" {
+            break;
+        }
+        assert!(
+            code == "503" && Instant::now() < deadline,
+            "{code} {body}\n{}",
+            s.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let names = s.ok("1.33", &["get", "cm", "-o", "name"]);
+    assert!(
+        names.contains("configmap/before") && names.contains("configmap/after") && !names.contains("refused"),
+        "{names}"
+    );
+    assert_eq!(
+        s.ok("1.33", &["get", "cm", "before", "-o", "jsonpath={.data.k}"]),
+        "1"
+    );
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    assert!(
+        s.log().contains("datastore reopened after an I/O error"),
+        "{}",
+        s.log()
+    );
 }

@@ -65,6 +65,10 @@ pub struct EmbeddedOptions {
     /// waits before it syncs (`r8s server --test-datastore-stall-while`, hidden; the slow-disk
     /// tests use it). `None` in normal use.
     pub stall_while: Option<PathBuf>,
+    /// A test hook standing for a disk that fails: while this file exists, every write and
+    /// sync of the datastore file fails with EIO (`r8s server --test-datastore-fail-while`,
+    /// hidden). `None` in normal use.
+    pub fail_while: Option<PathBuf>,
 }
 
 /// [`EmbeddedOptions::min_free_bytes`] by default.
@@ -78,13 +82,16 @@ impl EmbeddedOptions {
             max_batch: 1024,
             min_free_bytes: DEFAULT_MIN_FREE_BYTES,
             stall_while: None,
+            fail_while: None,
         }
     }
 }
 
 /// State shared by the request handlers, the writer thread and watch tasks.
 pub(crate) struct Shared {
-    pub db: Database,
+    /// The open database; `None` while the writer reopens it after an I/O error (redb refuses
+    /// every read and write of a database once one of its I/Os failed, until it is reopened).
+    db: RwLock<Option<Arc<Database>>>,
     pub index: RwLock<Index>,
     pub hub: Mutex<watch::Hub>,
     pub path: PathBuf,
@@ -97,6 +104,31 @@ impl Shared {
 
     pub fn io(&self, err: impl std::fmt::Display) -> StoreError {
         StoreError::Io(format!("{}: {err}", self.path.display()))
+    }
+
+    /// The open database, or why there is none just now.
+    pub fn db(&self) -> Result<Arc<Database>> {
+        self.db
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| {
+                StoreError::Unavailable(format!(
+                    "{}: the datastore is being reopened after an I/O error",
+                    self.path.display()
+                ))
+            })
+    }
+
+    /// A snapshot to read from.
+    pub fn begin_read(&self) -> Result<redb::ReadTransaction> {
+        self.db()?.begin_read().map_err(|e| self.io(e))
+    }
+
+    /// Put `db` in place (after a reopen), or take the open one away (`None`).
+    pub fn set_db(&self, db: Option<Database>) -> Option<Arc<Database>> {
+        let mut slot = self.db.write().unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *slot, db.map(Arc::new))
     }
 
     /// The revision a read at `requested` (0 = latest) is served at, or why it cannot be.
@@ -167,7 +199,7 @@ impl EmbeddedStore {
             reason,
         };
         let existed = std::fs::metadata(&path).map(|m| m.len() > 0).unwrap_or(false);
-        let db = Database::create(&path).map_err(|e| match e {
+        let db = open_database(&path, opts.fail_while.as_deref()).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => unreadable(
                 "it is already open (is another r8s server running on this data directory?)".into(),
             ),
@@ -183,7 +215,7 @@ impl EmbeddedStore {
             "embedded datastore opened"
         );
         let shared = Arc::new(Shared {
-            db,
+            db: RwLock::new(Some(Arc::new(db))),
             index: RwLock::new(index),
             hub: Mutex::new(watch::Hub::default()),
             path,
@@ -194,10 +226,13 @@ impl EmbeddedStore {
             let policy = opts.compaction.clone();
             let max_batch = opts.max_batch.max(1);
             let min_free = opts.min_free_bytes;
-            let stall_while = opts.stall_while.clone();
+            let hooks = writer::Hooks {
+                stall_while: opts.stall_while.clone(),
+                fail_while: opts.fail_while.clone(),
+            };
             std::thread::Builder::new()
                 .name("store-writer".into())
-                .spawn(move || writer::run(shared, rx, policy, max_batch, min_free, stall_while))
+                .spawn(move || writer::run(shared, rx, policy, max_batch, min_free, hooks))
                 .map_err(|e| StoreError::Io(format!("cannot start the writer thread: {e}")))?
         };
         Ok(Self {
@@ -237,8 +272,80 @@ impl EmbeddedStore {
     }
 }
 
+/// Open (or create) the database file at `path`; with `fail_while` (the failing-disk test
+/// hook), through a backend whose writes and syncs fail while that file exists.
+pub(crate) fn open_database(
+    path: &Path,
+    fail_while: Option<&Path>,
+) -> std::result::Result<Database, redb::DatabaseError> {
+    let Some(fail_while) = fail_while else {
+        return Database::create(path);
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    let backend = FailingDisk {
+        inner: redb::backends::FileBackend::new(file)?,
+        fail_while: fail_while.to_owned(),
+    };
+    redb::Builder::new().create_with_backend(backend)
+}
+
+/// The failing-disk test hook's storage: the file's own backend, whose writes, syncs and
+/// resizes fail with EIO while `fail_while` exists (reads go on, as on a disk whose writes
+/// fail). redb's backend trait is the one seam for this; a device-mapper `dm-flakey` device
+/// would need a loop device and root in every test.
+#[derive(Debug)]
+struct FailingDisk {
+    inner: redb::backends::FileBackend,
+    fail_while: PathBuf,
+}
+
+impl FailingDisk {
+    fn check(&self) -> std::io::Result<()> {
+        if self.fail_while.exists() {
+            Err(std::io::Error::from_raw_os_error(libc_eio()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// EIO, the error a failing disk gives.
+const fn libc_eio() -> i32 {
+    5
+}
+
+impl redb::StorageBackend for FailingDisk {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+
+    fn read(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        self.inner.read(offset, len)
+    }
+
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.check()?;
+        self.inner.set_len(len)
+    }
+
+    fn sync_data(&self, eventual: bool) -> std::io::Result<()> {
+        self.check()?;
+        self.inner.sync_data(eventual)
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+        self.check()?;
+        self.inner.write(offset, data)
+    }
+}
+
 /// Check the format marker (or write it to a new file) and rebuild the index from the log.
-fn load(db: &Database, existed: bool) -> std::result::Result<Index, String> {
+pub(crate) fn load(db: &Database, existed: bool) -> std::result::Result<Index, String> {
     if !existed {
         let w = db.begin_write().map_err(|e| e.to_string())?;
         {
@@ -305,7 +412,7 @@ impl Store for EmbeddedStore {
             // Open the snapshot before releasing the index, so compaction cannot remove the
             // record between the lookup and the read.
             let snapshot = match entry {
-                Some(_) => Some(shared.db.begin_read().map_err(|e| shared.io(e))?),
+                Some(_) => Some(shared.begin_read()?),
                 None => None,
             };
             (entry, revision, snapshot)
@@ -336,7 +443,7 @@ impl Store for EmbeddedStore {
                 revision,
                 req.count,
             );
-            let snapshot = shared.db.begin_read().map_err(|e| shared.io(e))?;
+            let snapshot = shared.begin_read()?;
             (found, more, count, revision, snapshot)
         };
         let log = snapshot.open_table(LOG).map_err(|e| shared.io(e))?;
@@ -496,6 +603,62 @@ mod tests {
         assert!(store.get("/b", 0).await.unwrap().kv.is_none());
         store.delete("/a", None).await.unwrap();
         assert!(store.get("/a", 0).await.unwrap().kv.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_failing_disk_refuses_writes_and_the_store_is_reopened_once_it_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let failing = dir.path().join("failing");
+        let mut opts = EmbeddedOptions::new(dir.path().join("db"));
+        opts.fail_while = Some(failing.clone());
+        let store = EmbeddedStore::open(opts).unwrap();
+        let a = store.create("/a", Bytes::from_static(b"1")).await.unwrap();
+        let mut watch = store.watch("/", a.mod_revision + 1).await.unwrap();
+
+        std::fs::write(&failing, "").unwrap();
+        let err = store.create("/b", Bytes::from_static(b"2")).await.unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+        assert!(err.to_string().contains("disk failed an I/O"), "{err}");
+        // While the disk fails, writes stay refused (the reopen fails too) and say why.
+        let err = store
+            .update("/a", Bytes::from_static(b"3"), a.mod_revision)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+
+        // The disk works again: within seconds the store is reopened and takes writes.
+        std::fs::remove_file(&failing).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let c = loop {
+            match store.create("/c", Bytes::from_static(b"3")).await {
+                Ok(kv) => break kv,
+                Err(StoreError::Unavailable(m)) => {
+                    assert!(std::time::Instant::now() < deadline, "not reopened: {m}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        // Nothing lost, nothing half-written: /a as it was, /b never landed, /c next in line.
+        assert_eq!(&store.get("/a", 0).await.unwrap().kv.unwrap().value[..], b"1");
+        assert!(store.get("/b", 0).await.unwrap().kv.is_none());
+        assert_eq!(c.mod_revision, a.mod_revision + 1);
+        // The watch opened before the failure goes on with the write after it.
+        let events = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next())
+            .await
+            .expect("the watch delivers the write after the reopen")
+            .unwrap()
+            .unwrap();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(
+            (events[0].kv.key.as_str(), events[0].kv.mod_revision),
+            ("/c", c.mod_revision)
+        );
+        // A new store on the same directory reads the same (the reopened file closed cleanly).
+        drop(watch);
+        drop(store);
+        let store = EmbeddedStore::open(EmbeddedOptions::new(dir.path().join("db"))).unwrap();
+        assert_eq!(&store.get("/c", 0).await.unwrap().kv.unwrap().value[..], b"3");
     }
 
     #[tokio::test]

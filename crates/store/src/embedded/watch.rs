@@ -108,7 +108,7 @@ pub(crate) fn register(shared: Arc<Shared>, prefix: &str, start: Revision) -> Re
         return Ok(Watch::new(live_rx, lagged, Some(progress)));
     }
     // Everything up to `current` is committed; the snapshot holds it even if compaction runs.
-    let snapshot = shared.db.begin_read().map_err(|e| shared.io(e))?;
+    let snapshot = shared.begin_read()?;
     drop(hub);
     let (out_tx, out_rx) = mpsc::channel(WATCH_BUFFER);
     let prefix = prefix.to_owned();
@@ -153,20 +153,7 @@ async fn catch_up(
                 let rec =
                     Record::decode(raw.value()).map_err(|e| shared.io(format!("revision {rev}: {e}")))?;
                 if rec.key.starts_with(prefix) {
-                    let prev = match rec.prev_revision {
-                        0 => None,
-                        p => Some(shared.record(&log, p)?.into_kv(p)),
-                    };
-                    let kind = if rec.tombstone {
-                        EventKind::Delete
-                    } else {
-                        EventKind::Put
-                    };
-                    chunk.push(Event {
-                        kind,
-                        kv: rec.into_kv(rev),
-                        prev,
-                    });
+                    chunk.push(event(shared, &log, rev, rec)?);
                 }
                 if read >= CATCH_UP_CHUNK {
                     break;
@@ -181,4 +168,27 @@ async fn catch_up(
         }
     }
     Ok(())
+}
+
+/// The event the log record `rec` at revision `rev` stands for, with the key's previous value.
+pub(crate) fn event(
+    shared: &Shared,
+    log: &impl redb::ReadableTable<u64, &'static [u8]>,
+    rev: Revision,
+    rec: Record,
+) -> Result<Event> {
+    let prev = match rec.prev_revision {
+        0 => None,
+        p => Some(shared.record(log, p)?.into_kv(p)),
+    };
+    let kind = if rec.tombstone {
+        EventKind::Delete
+    } else {
+        EventKind::Put
+    };
+    Ok(Event {
+        kind,
+        kv: rec.into_kv(rev),
+        prev,
+    })
 }

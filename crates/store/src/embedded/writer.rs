@@ -59,6 +59,15 @@ pub(crate) struct Request {
     pub reply: oneshot::Sender<Result<Outcome>>,
 }
 
+/// The test hooks standing for a bad disk ([`super::EmbeddedOptions`]); none in normal use.
+pub(crate) struct Hooks {
+    pub stall_while: Option<std::path::PathBuf>,
+    pub fail_while: Option<std::path::PathBuf>,
+}
+
+/// How often a datastore that failed an I/O is tried again (reopened) while no write comes.
+const REOPEN_EVERY: Duration = Duration::from_millis(500);
+
 /// The writer thread's loop; returns when every sender is gone.
 pub(crate) fn run(
     shared: Arc<Shared>,
@@ -66,12 +75,14 @@ pub(crate) fn run(
     policy: CompactionPolicy,
     max_batch: usize,
     min_free: u64,
-    stall_while: Option<std::path::PathBuf>,
+    hooks: Hooks,
 ) {
     let mut w = Writer {
         shared,
         min_free,
-        stall_while,
+        stall_while: hooks.stall_while,
+        fail_while: hooks.fail_while,
+        broken: None,
         warned_full: None,
         // Resume an interrupted compaction pass: leftovers below the mark are removed again.
         compaction_cursor: Some(None),
@@ -87,6 +98,12 @@ pub(crate) fn run(
                 .map(|t| t.saturating_duration_since(Instant::now()))
                 .unwrap_or(Duration::from_secs(3600))
         };
+        // After a failed I/O, reads wait for the reopen too: try it soon even without writes.
+        let wait = if w.broken.is_some() {
+            wait.min(REOPEN_EVERY)
+        } else {
+            wait
+        };
         let mut batch = Vec::new();
         match rx.recv_timeout(wait) {
             Ok(first) => {
@@ -98,7 +115,11 @@ pub(crate) fn run(
                     }
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Timeout) => {
+                if w.broken.is_some() {
+                    w.reopen();
+                }
+            }
             Err(RecvTimeoutError::Disconnected) => return,
         }
         if let (Some(due), Some(interval)) = (next_auto, policy.interval) {
@@ -123,6 +144,10 @@ struct Writer {
     min_free: u64,
     /// The slow-disk test hook ([`super::EmbeddedOptions::stall_while`]).
     stall_while: Option<std::path::PathBuf>,
+    /// The failing-disk test hook ([`super::EmbeddedOptions::fail_while`]), for reopening.
+    fail_while: Option<std::path::PathBuf>,
+    /// Since when, and why, the database is unusable after a failed I/O (until reopened).
+    broken: Option<(Instant, String)>,
     /// When a full disk was last logged (once a minute is enough while it stays full).
     warned_full: Option<Instant>,
     /// `Some(cursor)` while a compaction pass is under way: the key after which to go on.
@@ -145,6 +170,76 @@ impl Writer {
         }]);
     }
 
+    /// Note a failed I/O: the database is unusable until reopened.
+    fn broke(&mut self, err: &str) {
+        if self.broken.is_none() {
+            tracing::error!(%err, "datastore I/O failed; reopening it (writes are refused until then)");
+            self.broken = Some((Instant::now(), err.to_string()));
+        }
+    }
+
+    /// What a write is told while the database is unusable.
+    fn unavailable(&self) -> String {
+        let why = self.broken.as_ref().map_or("", |(_, why)| why.as_str());
+        format!("the datastore's disk failed an I/O ({why}); it is being reopened")
+    }
+
+    /// Close the database that failed an I/O and open it again (redb then recovers it from
+    /// its last commit). What is on disk decides: a commit whose sync reported an error but
+    /// that landed is published now, to the index and to watchers. True once it is open.
+    fn reopen(&mut self) -> bool {
+        let shared = self.shared.clone();
+        // No new reader takes the failed database; the file closes when the last one that
+        // holds it (a read or a watch catching up) lets go.
+        drop(shared.set_db(None));
+        let db = match super::open_database(&shared.path, self.fail_while.as_deref()) {
+            Ok(db) => db,
+            Err(e) => {
+                tracing::debug!(error = %e, "datastore reopen failed; trying again");
+                return false;
+            }
+        };
+        let index = match super::load(&db, true) {
+            Ok(ix) => ix,
+            Err(e) => {
+                tracing::warn!(error = %e, "datastore reopened but unreadable; trying again");
+                return false;
+            }
+        };
+        let events = {
+            let published = shared.index().current;
+            if index.current < published {
+                // The disk lost what it had acknowledged: say so loudly, and go on from it.
+                tracing::error!(
+                    published,
+                    on_disk = index.current,
+                    "the datastore's disk lost acknowledged writes"
+                );
+            }
+            match landed(&shared, &db, published, index.current) {
+                Ok(events) => events,
+                Err(e) => {
+                    tracing::warn!(error = %e, "datastore reopened but its log is unreadable; trying again");
+                    return false;
+                }
+            }
+        };
+        {
+            let mut hub = shared.hub.lock().unwrap_or_else(|e| e.into_inner());
+            *shared.index.write().unwrap_or_else(|e| e.into_inner()) = index;
+            shared.set_db(Some(db));
+            hub.broadcast(&events);
+        }
+        if let Some((since, _)) = self.broken.take() {
+            tracing::info!(
+                after = ?since.elapsed(),
+                landed = events.len(),
+                "datastore reopened after an I/O error; writes are taken again"
+            );
+        }
+        true
+    }
+
     /// The slow-disk hook: wait, as a sync that stalls, while its file exists.
     fn stall(&self) {
         let Some(path) = &self.stall_while else {
@@ -163,6 +258,10 @@ impl Writer {
         if batch.is_empty() && self.compaction_cursor.is_none() {
             return;
         }
+        if self.broken.is_some() && !self.reopen() {
+            let why = self.unavailable();
+            return fail(batch, || StoreError::Unavailable(why.clone()));
+        }
         let shared = self.shared.clone();
         let (current, compacted) = {
             let ix = shared.index();
@@ -177,9 +276,16 @@ impl Writer {
             entries: Vec::new(),
             events: Vec::new(),
         };
-        let txn = match shared.db.begin_write() {
+        let txn = match shared
+            .db()
+            .and_then(|db| db.begin_write().map_err(|e| shared.io(e)))
+        {
             Ok(t) => t,
-            Err(e) => return fail(batch, shared.io(e)),
+            Err(e) => {
+                self.broke(&e.to_string());
+                let why = self.unavailable();
+                return fail(batch, || StoreError::Unavailable(why.clone()));
+            }
         };
         let mut applied = Vec::with_capacity(batch.len());
         let mut removed = Vec::new();
@@ -209,11 +315,15 @@ impl Writer {
         self.stall();
         let committed = body.and_then(|()| txn.commit().map_err(|e| shared.io(e)));
         if let Err(err) = committed {
-            tracing::error!(%err, "datastore commit failed; the batch was not applied");
-            // Nothing was published; a compaction pass in progress starts over next time.
+            // Nothing was published; a compaction pass in progress starts over next time. A
+            // commit whose sync failed may still be on disk: the reopen finds out and publishes
+            // it then, so a write answered with an error may turn out applied (as a write to
+            // etcd that timed out).
             self.compaction_cursor = Some(None);
+            self.broke(&err.to_string());
+            let why = format!("{}; the write may not have been applied", self.unavailable());
             for a in applied {
-                let _ = a.reply.send(Err(StoreError::Io(err.to_string())));
+                let _ = a.reply.send(Err(StoreError::Unavailable(why.clone())));
             }
             return;
         }
@@ -292,10 +402,9 @@ fn free_bytes(dir: &std::path::Path) -> Option<u64> {
     Some(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
-fn fail(batch: Vec<Request>, err: StoreError) {
-    let msg = err.to_string();
+fn fail(batch: Vec<Request>, err: impl Fn() -> StoreError) {
     for req in batch {
-        let _ = req.reply.send(Err(StoreError::Io(msg.clone())));
+        let _ = req.reply.send(Err(err()));
     }
 }
 
@@ -477,4 +586,30 @@ fn kv(key: &str, entry: &Entry, value: Bytes) -> KeyValue {
         mod_revision: entry.mod_revision,
         version: entry.version,
     }
+}
+
+/// The events of the revisions after `published` up to `current` that are in `db`'s log: a
+/// commit that reported an error but reached the disk.
+fn landed(
+    shared: &Shared,
+    db: &redb::Database,
+    published: Revision,
+    current: Revision,
+) -> Result<Vec<Event>> {
+    if current <= published {
+        return Ok(Vec::new());
+    }
+    let snapshot = db.begin_read().map_err(|e| shared.io(e))?;
+    let log = snapshot.open_table(LOG).map_err(|e| shared.io(e))?;
+    let mut events = Vec::new();
+    for item in log
+        .range(published as u64 + 1..=current as u64)
+        .map_err(|e| shared.io(e))?
+    {
+        let (rev, raw) = item.map_err(|e| shared.io(e))?;
+        let rev = rev.value() as Revision;
+        let rec = Record::decode(raw.value()).map_err(|e| shared.io(format!("revision {rev}: {e}")))?;
+        events.push(super::watch::event(shared, &log, rev, rec)?);
+    }
+    Ok(events)
 }
