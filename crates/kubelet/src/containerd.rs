@@ -1,11 +1,14 @@
 //! containerd as the agent's child (as k3s runs it): a configuration written under the agent's
 //! data dir — root, state and socket there, the CRI plugin with r8s's CNI directories and pause
-//! image, cgroupfs (no systemd here) — then `containerd --config` until the agent stops. On stop
-//! it gets SIGTERM (SIGKILL after 10 s) and whatever it left mounted under its root is unmounted.
+//! image, cgroupfs (no systemd here) — then `containerd --config` until the agent stops, started
+//! again whenever it exits before. On stop it gets SIGTERM (SIGKILL after 10 s) and whatever it
+//! left mounted under its root is unmounted.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::Error;
@@ -90,14 +93,31 @@ state = "{d}/state"
     }
 }
 
-/// A running containerd, stopped on drop.
+/// A running containerd, stopped on drop, started again whenever it exits on its own.
 pub struct Containerd {
     opts: ContainerdOptions,
-    child: Option<Child>,
+    child: Arc<Mutex<Option<Child>>>,
+    /// Set before a stop: the supervisor then leaves the child alone.
+    stopping: Arc<AtomicBool>,
+    restarts: Arc<AtomicU32>,
+    supervisor: Option<std::thread::JoinHandle<()>>,
 }
 
+/// How long containerd must have run for its next exit to be restarted at once; a quicker
+/// exit doubles the wait before the next start (up to `MAX_BACKOFF`).
+const STABLE: Duration = Duration::from_secs(60);
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How often the supervisor looks at its child.
+const CHECK: Duration = Duration::from_millis(200);
+
 impl Containerd {
-    /// Write the configuration, start containerd and wait for its socket (at most 20 s).
+    /// Write the configuration, start containerd and wait for its socket (at most 20 s). From
+    /// then on a thread of its own watches it: a containerd that exits (a crash, an OOM kill,
+    /// a SIGKILL by hand) is started again on the same directory, where it takes over the
+    /// containers its shims kept running, as the next agent start does. The kubelet's CRI
+    /// connection reconnects on its next call. (k3s exits with its containerd and leaves the
+    /// restart to systemd; r8s degrades instead of exiting, and PID 1 may be no supervisor.)
     pub fn start(opts: ContainerdOptions) -> Result<Self, Error> {
         for d in [&opts.dir, &opts.cni_conf_dir, &opts.dir.join("certs.d")] {
             std::fs::create_dir_all(d)?;
@@ -107,38 +127,34 @@ impl Containerd {
         // state: it goes first. Its containers stay; the new one takes them over.
         stop_stale(&opts.dir.join("containerd.pid"), &config);
         std::fs::File::create(&config)?.write_all(opts.config().as_bytes())?;
-        let _ = std::fs::remove_file(opts.socket());
-        let log = std::fs::File::create(opts.dir.join("containerd.log"))?;
-        let child = Command::new(&opts.binary)
-            .arg("--config")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| Error::Other(format!("starting {}: {e}", opts.binary.display())))?;
-        std::fs::write(c_pid_file(&opts), child.id().to_string())?;
-        let mut c = Self {
-            opts,
-            child: Some(child),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !c.opts.socket().exists() {
-            if let Some(status) = c.child.as_mut().and_then(|ch| ch.try_wait().ok().flatten()) {
-                return Err(Error::Other(format!(
-                    "containerd exited ({status}); its log:\n{}",
-                    c.log()
-                )));
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Other(format!(
-                    "containerd did not start; its log:\n{}",
-                    c.log()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let mut child = spawn(&opts, false)?;
+        if let Err(e) = wait_for_socket(&opts, &mut child) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
         }
-        Ok(c)
+        let child = Arc::new(Mutex::new(Some(child)));
+        let stopping = Arc::new(AtomicBool::new(false));
+        let restarts = Arc::new(AtomicU32::new(0));
+        let supervisor = std::thread::Builder::new()
+            .name("containerd-supervisor".into())
+            .spawn({
+                let (opts, child, stopping, restarts) =
+                    (opts.clone(), child.clone(), stopping.clone(), restarts.clone());
+                move || supervise(&opts, &child, &stopping, &restarts)
+            })?;
+        Ok(Self {
+            opts,
+            child,
+            stopping,
+            restarts,
+            supervisor: Some(supervisor),
+        })
+    }
+
+    /// How many times containerd was started again after exiting on its own.
+    pub fn restarts(&self) -> u32 {
+        self.restarts.load(Ordering::Relaxed)
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -146,7 +162,7 @@ impl Containerd {
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
+        self.child.lock().unwrap().as_ref().map(|c| c.id())
     }
 
     pub fn log(&self) -> String {
@@ -161,7 +177,14 @@ impl Containerd {
     }
 
     fn terminate(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        self.stopping.store(true, Ordering::SeqCst);
+        // Taken under the lock: a start the supervisor has under way ends first, and its
+        // child is the one stopped here.
+        let child = self.child.lock().unwrap().take();
+        if let Some(t) = self.supervisor.take() {
+            let _ = t.join();
+        }
+        if let Some(mut child) = child {
             let _ = Command::new("kill")
                 .arg("-TERM")
                 .arg(child.id().to_string())
@@ -196,6 +219,114 @@ impl Containerd {
 impl Drop for Containerd {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Start containerd on `opts` with its output in `containerd.log` (appended to when it is
+/// started again, so the log of the exit stays) and its pid in `containerd.pid`.
+fn spawn(opts: &ContainerdOptions, again: bool) -> Result<Child, Error> {
+    let _ = std::fs::remove_file(opts.socket());
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(again)
+        .truncate(!again)
+        .open(opts.dir.join("containerd.log"))?;
+    let child = Command::new(&opts.binary)
+        .arg("--config")
+        .arg(opts.dir.join("config.toml"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| Error::Other(format!("starting {}: {e}", opts.binary.display())))?;
+    std::fs::write(c_pid_file(opts), child.id().to_string())?;
+    Ok(child)
+}
+
+/// Wait (at most 20 s) until containerd's socket is there, or it exited.
+fn wait_for_socket(opts: &ContainerdOptions, child: &mut Child) -> Result<(), Error> {
+    let log = || std::fs::read_to_string(opts.dir.join("containerd.log")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !opts.socket().exists() {
+        if let Some(status) = child.try_wait().ok().flatten() {
+            return Err(Error::Other(format!(
+                "containerd exited ({status}); its log:\n{}",
+                log()
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Other(format!(
+                "containerd did not start; its log:\n{}",
+                log()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// The supervisor's loop: until `stopping`, a child that exited is started again, at once if
+/// it had run for `STABLE`, else after a wait that doubles with each quick exit.
+fn supervise(
+    opts: &ContainerdOptions,
+    child: &Mutex<Option<Child>>,
+    stopping: &AtomicBool,
+    restarts: &AtomicU32,
+) {
+    let mut started = Instant::now();
+    let mut backoff = FIRST_BACKOFF;
+    while !stopping.load(Ordering::SeqCst) {
+        std::thread::sleep(CHECK);
+        let status = {
+            let mut guard = child.lock().unwrap();
+            match guard.as_mut() {
+                None => return,
+                Some(c) => match c.try_wait() {
+                    Ok(Some(status)) => status,
+                    _ => continue,
+                },
+            }
+        };
+        let wait = if started.elapsed() >= STABLE {
+            backoff = FIRST_BACKOFF;
+            Duration::ZERO
+        } else {
+            let w = backoff;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            w
+        };
+        tracing::error!(
+            %status,
+            restart_in = ?wait,
+            "containerd exited; starting it again (the pods run on in their shims)"
+        );
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if stopping.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(CHECK.min(until.saturating_duration_since(Instant::now())));
+        }
+        let mut guard = child.lock().unwrap();
+        if stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        started = Instant::now();
+        match spawn(opts, true) {
+            Ok(mut c) => {
+                let pid = c.id();
+                let ready = wait_for_socket(opts, &mut c);
+                *guard = Some(c);
+                restarts.fetch_add(1, Ordering::Relaxed);
+                match ready {
+                    Ok(()) => tracing::info!(pid, "containerd: started again"),
+                    Err(e) => tracing::error!(error = %e, "containerd: started again but not answering"),
+                }
+            }
+            // The exited child stays: the next round waits and tries again.
+            Err(e) => tracing::error!(error = %e, "containerd: could not start it again"),
+        }
     }
 }
 

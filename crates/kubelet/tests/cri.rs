@@ -48,11 +48,47 @@ async fn containerd_answers_cri_and_leaves_nothing_behind() {
     assert_eq!(ready("RuntimeReady"), Some(true), "{conditions:?}");
     assert_eq!(ready("NetworkReady"), Some(false), "{conditions:?}");
 
+    // A containerd that dies is started again, and the same CRI connection answers again.
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while containerd.restarts() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "containerd not started again"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let pid = containerd.pid().unwrap();
+    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+    let mut answered = None;
+    for _ in 0..100 {
+        match cri.version().await {
+            Ok(v) => {
+                answered = Some(v);
+                break;
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    }
+    assert_eq!(
+        answered.map(|v| v.runtime_name).as_deref(),
+        Some("containerd"),
+        "the CRI connection did not answer after containerd's restart"
+    );
+    // Its log keeps the first run's lines: both starts are in it.
+    let log = containerd.log();
+    assert_eq!(log.matches("successfully booted").count(), 2, "{log}");
+
     containerd.stop();
     assert!(
         !std::path::Path::new(&format!("/proc/{pid}")).exists(),
         "containerd stopped"
     );
+    assert_eq!(containerd.restarts(), 1, "a stop is no exit to restart");
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(
         !mounts.contains(dir.path().to_str().unwrap()),

@@ -1,7 +1,8 @@
 //! An agent restart adopts the pods it left running (`--keep-pods-on-exit`), as a kubelet
 //! restart does upstream: while the server is down the containers keep serving on their pod
 //! IPs; after it the same pods have the same containers (no restart counted), addresses and
-//! logs. Without the flag, stopping stops everything.
+//! logs. A containerd killed under a running agent is started again and takes the same pods
+//! over. Without the flag, stopping stops everything.
 
 use crate::support;
 
@@ -130,12 +131,58 @@ fn a_restarted_agent_adopts_its_running_pods() {
         // The kubelet serves the adopted containers' logs too.
         assert!(c.s.kubectl(V, &["logs", name]).status.success());
     }
+
+    // containerd dies (SIGKILL) under the running agent: the agent starts it again, the new
+    // one takes the pods over from their shims, and nothing is restarted or recreated; the
+    // Service answers throughout, a new pod starts, and exec and logs go through the new one.
+    let pid_file = c.data.join("agent/containerd/containerd.pid");
+    let old_pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_string();
+    assert!(Command::new("kill")
+        .args(["-KILL", &old_pid])
+        .status()
+        .unwrap()
+        .success());
+    wait_for(30, "containerd started again", || {
+        let pid = std::fs::read_to_string(&pid_file).ok()?.trim().to_string();
+        (pid != old_pid && std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())
+    });
+    c.s.ok(V, &["scale", "deployment", "web", "--replicas=3"]);
+    let three = wait_for(90, "3 web pods Ready after containerd's restart", || {
+        all_ready(&c.s, 3)
+    });
+    for p in &after {
+        assert!(
+            three.contains(p),
+            "{p:?} changed by containerd's restart: {three:#?}"
+        );
+    }
+    let (name, _, ip, _) = &after[0];
+    c.s.ok(V, &["exec", name, "--", "nginx", "-v"]);
+    // The container's output reaches its log again (containerd re-attached it).
+    let marker = "/after-containerd-restart";
+    wait_for(
+        30,
+        "a request after containerd's restart in the pod's log",
+        || {
+            let _ = Command::new("curl")
+                .args(["-s", "-o", "/dev/null", "--max-time", "3", "--interface", &bridge])
+                .arg(format!("http://{ip}{marker}"))
+                .status();
+            c.s.ok(V, &["logs", name]).contains(marker).then_some(())
+        },
+    );
+    assert!(
+        c.s.log().contains("containerd exited; starting it again"),
+        "the agent did not say why containerd started again"
+    );
+    c.s.ok(V, &["scale", "deployment", "web", "--replicas=2"]);
+    wait_for(60, "back to 2 web pods", || all_ready(&c.s, 2));
     asking.store(false, std::sync::atomic::Ordering::Relaxed);
     let (asked, failed) = poller.join().unwrap();
     assert!(asked > 20, "asked {asked} times");
     assert_eq!(
         failed, 0,
-        "{failed} of {asked} requests to the Service failed across the restart"
+        "{failed} of {asked} requests to the Service failed across the restarts"
     );
 
     // Without the flag, a stop stops the pods: no container is left, nor the pod bridge.
