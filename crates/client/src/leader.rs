@@ -3,8 +3,17 @@
 //! that cannot renew within `renew_deadline` stops leading; a candidate takes the lease over once
 //! `lease_duration` has passed since the last renewal. Every write is a compare-and-swap on the
 //! Lease's resourceVersion, so two candidates never both win.
+//!
+//! Beyond client-go: a leader's writes are fenced. A process that stalls (SIGSTOP, a hung VM, a
+//! long GC-like pause) wakes with every task runnable at once, and its controllers could act on
+//! stale caches before its elector notices that another server took the Lease meanwhile (seen
+//! here: a controller manager stopped for 30 s created two pods on waking, which the new leader
+//! then deleted). [`Fence`] says whether the last successful renewal *began* less than the
+//! renew deadline ago (by the monotonic clock, which runs on through a stall); [`fenced`] gives
+//! the leader a client whose writes are refused, without reaching the server, while it does not.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -20,6 +29,42 @@ pub struct LeaderElection {
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
+    /// Valid while this candidate holds the Lease by a renewal begun within `renew_deadline`.
+    pub fence: Fence,
+}
+
+/// Until when a leader may write (see the module's notes).
+#[derive(Clone, Debug, Default)]
+pub struct Fence(Arc<Mutex<Option<Instant>>>);
+
+impl Fence {
+    /// Whether the leader may write now.
+    pub fn valid(&self) -> bool {
+        self.0.lock().unwrap().is_some_and(|until| Instant::now() < until)
+    }
+
+    fn set(&self, until: Option<Instant>) {
+        *self.0.lock().unwrap() = until;
+    }
+}
+
+/// `client`, with every request but reads refused while `fence` is not valid (a
+/// `kube::Error::Service` the callers retry as any failed write).
+pub fn fenced(client: Client, fence: Fence) -> Client {
+    let namespace = client.default_namespace().to_string();
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (client, fence) = (client.clone(), fence.clone());
+        async move {
+            let read = matches!(*req.method(), http::Method::GET | http::Method::HEAD);
+            if !read && !fence.valid() {
+                return Err::<http::Response<kube::client::Body>, Box<dyn std::error::Error + Send + Sync>>(
+                    "not leading: no renewal of the leader's Lease within its renew deadline".into(),
+                );
+            }
+            client.send(req).await.map_err(Into::into)
+        }
+    });
+    Client::new(service, namespace)
 }
 
 impl LeaderElection {
@@ -32,6 +77,7 @@ impl LeaderElection {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            fence: Fence::default(),
         }
     }
 
@@ -76,6 +122,7 @@ impl LeaderElection {
                     }
                 }
             };
+            self.fence.set(None);
             leading.cancel();
             let _ = task.await;
             if !lost {
@@ -88,10 +135,19 @@ impl LeaderElection {
 
     /// One attempt, given the renew deadline at most (upstream's renew loop): a server whose
     /// datastore stalls must not hold a candidate or the leader in one request past it.
+    /// The fence follows: valid for `renew_deadline` from the start of a successful attempt,
+    /// closed by one that finds the Lease another's.
     async fn attempt(&self, api: &Api<Lease>) -> Result<bool, kube::Error> {
-        tokio::time::timeout(self.renew_deadline, self.try_acquire_or_renew(api))
+        let began = Instant::now();
+        let held = tokio::time::timeout(self.renew_deadline, self.try_acquire_or_renew(api))
             .await
-            .unwrap_or_else(|_| Err(kube::Error::Service("the lease request timed out".into())))
+            .unwrap_or_else(|_| Err(kube::Error::Service("the lease request timed out".into())));
+        match held {
+            Ok(true) => self.fence.set(Some(began + self.renew_deadline)),
+            Ok(false) => self.fence.set(None),
+            Err(_) => {}
+        }
+        held
     }
 
     /// One attempt: true if we hold the lease afterwards.
@@ -176,5 +232,58 @@ impl LeaderElection {
         let _ = api
             .replace(&self.name, &kube::api::PostParams::default(), &lease)
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A client whose "server" counts the requests reaching it and answers each with a
+    /// ConfigMap.
+    fn counting() -> (Client, Arc<AtomicUsize>) {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let s = seen.clone();
+        let service = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+            s.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let body =
+                    r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"default"}}"#;
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body.as_bytes().to_vec()))
+                        .unwrap(),
+                )
+            }
+        });
+        (Client::new(service, "default"), seen)
+    }
+
+    #[tokio::test]
+    async fn a_fenced_client_writes_only_within_the_renew_deadline_and_always_reads() {
+        let (client, seen) = counting();
+        let fence = Fence::default();
+        let api: Api<ConfigMap> = Api::default_namespaced(fenced(client, fence.clone()));
+        let cm: ConfigMap = serde_json::from_str(r#"{"metadata":{"name":"x"}}"#).unwrap();
+        let pp = kube::api::PostParams::default();
+        // Never renewed: writes refused before reaching the server, reads go through.
+        let err = api.create(&pp, &cm).await.unwrap_err();
+        assert!(err.to_string().contains("not leading"), "{err}");
+        assert_eq!(seen.load(Ordering::SeqCst), 0);
+        api.get("x").await.unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+        // Renewed: writes pass.
+        fence.set(Some(Instant::now() + Duration::from_secs(10)));
+        assert!(fence.valid());
+        api.create(&pp, &cm).await.unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
+        // The deadline passed (a stall): refused again, with nothing sent.
+        fence.set(Some(Instant::now() - Duration::from_millis(1)));
+        assert!(!fence.valid());
+        assert!(api.delete("x", &Default::default()).await.is_err());
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
     }
 }

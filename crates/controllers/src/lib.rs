@@ -143,9 +143,11 @@ pub async fn run(client: Client, opts: Options, stop: CancellationToken) {
     if opts.leader_elect {
         let election =
             r8s_client::leader::LeaderElection::new("kube-controller-manager", opts.identity.clone());
+        // The controllers write only while the Lease is surely theirs (the elector's fence).
+        let fenced = r8s_client::leader::fenced(client.clone(), election.fence.clone());
         election
-            .run(client.clone(), stop, move |leading| {
-                run_controllers(client.clone(), opts.clone(), leading)
+            .run(client, stop, move |leading| {
+                run_controllers(fenced.clone(), opts.clone(), leading)
             })
             .await;
     } else {

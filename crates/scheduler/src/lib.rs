@@ -140,9 +140,11 @@ pub async fn run(client: Client, opts: Options, stop: CancellationToken) {
                 .unwrap_or_else(|| "kube-scheduler".into())
         };
         let election = r8s_client::leader::LeaderElection::new(&lease, opts.identity.clone());
+        // Bindings are written only while the Lease is surely ours (the elector's fence).
+        let fenced = r8s_client::leader::fenced(client.clone(), election.fence.clone());
         election
-            .run(client.clone(), stop, move |leading| {
-                let s = Scheduler::new(client.clone(), opts.clone());
+            .run(client, stop, move |leading| {
+                let s = Scheduler::new(fenced.clone(), opts.clone());
                 async move { s.run(leading).await }
             })
             .await;
