@@ -10,6 +10,10 @@
 #                                         # a power cut: its data, mounts and pods' state stay
 #   scripts/multi-node.sh start DIR NODE  # start a killed node again, as it was started, on
 #                                         # its data
+#   scripts/multi-node.sh pause DIR NODE  # SIGSTOP every process of node NODE (server or
+#                                         # agent, etcd, containerd, shims), as a VM that
+#                                         # hangs; its containers' own processes run on
+#   scripts/multi-node.sh resume DIR NODE # SIGCONT them
 #
 # Node 1 is `r8s server` (its own agent is node 1), nodes 2..N are `r8s agent`s joined with
 # the server's token. With --servers K, nodes 1..K are servers of one HA cluster: node 1
@@ -30,7 +34,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
-  echo "usage: $0 up N DIR [--servers K] | down DIR | kill DIR NODE | start DIR NODE" >&2
+  echo "usage: $0 up N DIR [--servers K] | down DIR | kill DIR NODE | start DIR NODE | pause DIR NODE | resume DIR NODE" >&2
   exit 2
 }
 
@@ -112,6 +116,38 @@ kill_node() { # DIR NODE
     sleep 0.1
   done
   echo "multi-node: node$i killed"
+}
+
+# Every process in node I's PID namespace (its init's), not those of the containers, which
+# have namespaces of their own.
+node_pids() { # I
+  local init ns p
+  init=$(pgrep -P "$(cat "$dir/node$1/pid")" | head -1 || true)
+  [ -n "$init" ] || return 0
+  ns=$(readlink "/proc/$init/ns/pid") || return 0
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/pid" 2>/dev/null)" = "$ns" ] && echo "${p#/proc/}"
+  done
+  return 0
+}
+
+signal_node() { # DIR NODE SIGNAL WHAT
+  names "$1"
+  local i
+  i=$(node_number "$dir" "$2")
+  node_running "$i" || {
+    echo "multi-node: node$i is not running" >&2
+    exit 1
+  }
+  local pids
+  pids=$(node_pids "$i")
+  [ -n "$pids" ] || {
+    echo "multi-node: node$i has no processes" >&2
+    exit 1
+  }
+  # shellcheck disable=SC2086 # one pid per word
+  kill "-$3" $pids 2>/dev/null || true
+  echo "multi-node: node$i $4 ($(echo $pids | wc -w) processes)"
 }
 
 start_again() { # DIR NODE
@@ -337,6 +373,14 @@ case "${1:-}" in
   start)
     [ $# = 3 ] || usage
     start_again "$2" "$3"
+    ;;
+  pause)
+    [ $# = 3 ] || usage
+    signal_node "$2" "$3" STOP paused
+    ;;
+  resume)
+    [ $# = 3 ] || usage
+    signal_node "$2" "$3" CONT resumed
     ;;
   *) usage ;;
 esac
