@@ -100,14 +100,19 @@ kill_init() { # PID
   kill -KILL "$1" 2>/dev/null || true
 }
 
-kill_node() { # DIR NODE
+# Sets dir (and the names) and i, the number of NODE, which must be running.
+running_node() { # DIR NODE
   names "$1"
-  local i
   i=$(node_number "$dir" "$2")
   node_running "$i" || {
     echo "multi-node: node$i is not running" >&2
     exit 1
   }
+}
+
+kill_node() { # DIR NODE
+  local i
+  running_node "$1" "$2"
   local pid
   pid=$(cat "$dir/node$i/pid")
   kill_init "$pid"
@@ -132,13 +137,8 @@ node_pids() { # I
 }
 
 signal_node() { # DIR NODE SIGNAL WHAT
-  names "$1"
   local i
-  i=$(node_number "$dir" "$2")
-  node_running "$i" || {
-    echo "multi-node: node$i is not running" >&2
-    exit 1
-  }
+  running_node "$1" "$2"
   local pids
   pids=$(node_pids "$i")
   [ -n "$pids" ] || {
