@@ -178,7 +178,7 @@ pub struct PodActions {
     pub finished: bool,
     /// Past its activeDeadlineSeconds: every container is killed, every sandbox stopped.
     pub deadline_exceeded: bool,
-    /// Sandboxes to stop (finished pod, deadline).
+    /// Sandboxes to stop (finished pod, deadline, and the dead ones when a new one is made).
     pub stop_sandboxes: Vec<String>,
     pub sandbox: SandboxAction,
     /// Containers to stop before anything starts.
@@ -317,8 +317,23 @@ pub fn compute_pod_actions(pod: &Pod, rt: &PodRuntime, cx: &mut Context<'_>) -> 
                     grace: None,
                 })
                 .collect();
+            // The dead sandboxes stop (CNI gives their addresses back) before the new one
+            // runs, as upstream kills the pod when its sandbox changed.
+            actions.stop_sandboxes = rt.sandboxes.iter().map(|s| s.id.clone()).collect();
             String::new()
         }
+    };
+    // A container's first instance in this sandbox continues the count of the instances in
+    // the pod's earlier sandboxes (upstream's restart count is the pod's, across sandboxes):
+    // the runtime's names carry the attempt, and a dead sandbox's `app_..._0` still holds
+    // its name after a power cut.
+    let first_attempt = |name: &str| -> u32 {
+        rt.containers
+            .iter()
+            .filter(|c| c.sandbox_id != sandbox_id && c.name == name)
+            .map(|c| c.attempt + 1)
+            .max()
+            .unwrap_or(0)
     };
     let instances = |name: &str| -> Vec<&RuntimeContainer> {
         let mut v: Vec<&RuntimeContainer> = rt
@@ -357,13 +372,24 @@ pub fn compute_pod_actions(pod: &Pod, rt: &PodRuntime, cx: &mut Context<'_>) -> 
         plan.restarts = latest.map(|l| l.attempt).unwrap_or(0);
         let blocks = if sidecar {
             // A sidecar restarts whatever the pod's policy.
-            sidecar_or_app(&uid, c, "Always", latest, &mine, &mut plan, &mut actions, cx);
+            let first = first_attempt(&c.name);
+            sidecar_or_app(
+                &uid,
+                c,
+                "Always",
+                latest,
+                &mine,
+                first,
+                &mut plan,
+                &mut actions,
+                cx,
+            );
             latest.is_none()
         } else {
             let exited = latest.is_some_and(|l| l.state == State::Exited);
             let code = latest.filter(|_| exited).map(|l| l.exit_code).unwrap_or(0);
             match latest {
-                None => plan.start = Some(0),
+                None => plan.start = Some(first_attempt(&c.name)),
                 Some(l) if exited && code != 0 && restart != "Never" => {
                     // A failed init container restarts after the same back-off as an app
                     // container (upstream: CrashLoopBackOff, 10 s doubling to 5 min).
@@ -417,7 +443,18 @@ pub fn compute_pod_actions(pod: &Pod, rt: &PodRuntime, cx: &mut Context<'_>) -> 
         let mut plan = ContainerPlan::new(&c.name, false);
         plan.latest = latest.map(|l| l.id.clone());
         plan.restarts = latest.map(|l| l.attempt).unwrap_or(0);
-        sidecar_or_app(&uid, c, restart, latest, &mine, &mut plan, &mut actions, cx);
+        let first = first_attempt(&c.name);
+        sidecar_or_app(
+            &uid,
+            c,
+            restart,
+            latest,
+            &mine,
+            first,
+            &mut plan,
+            &mut actions,
+            cx,
+        );
         actions.containers.push(plan);
     }
     actions
@@ -425,7 +462,7 @@ pub fn compute_pod_actions(pod: &Pod, rt: &PodRuntime, cx: &mut Context<'_>) -> 
 
 /// The decision for a sidecar or an app container: kill it on a failed probe or a changed
 /// spec, restart it as its policy says (a sidecar always), after its back-off; older exited
-/// instances go.
+/// instances go. `first`: the attempt of its first instance in this sandbox.
 #[allow(clippy::too_many_arguments)]
 fn sidecar_or_app(
     uid: &str,
@@ -433,6 +470,7 @@ fn sidecar_or_app(
     policy: &str,
     latest: Option<&RuntimeContainer>,
     mine: &[&RuntimeContainer],
+    first: u32,
     plan: &mut ContainerPlan,
     actions: &mut PodActions,
     cx: &mut Context<'_>,
@@ -500,7 +538,7 @@ fn sidecar_or_app(
         }
     }
     if start {
-        plan.start = Some(if latest.is_some() { restarts + 1 } else { 0 });
+        plan.start = Some(if latest.is_some() { restarts + 1 } else { first });
     }
     let previous = if exited {
         latest
@@ -688,13 +726,45 @@ mod tests {
         let p = pod("Always", &[], &["app"]);
         let rt = PodRuntime {
             sandboxes: vec![sb("sb0", 0, false)],
-            containers: vec![running("c1", "app", 0), exited("c0", "app", 0, 0, 5)],
+            containers: vec![running("c1", "app", 1), exited("c0", "app", 0, 0, 5)],
         };
         let a = compute(&p, &rt);
         assert_eq!(a.sandbox, SandboxAction::Create { attempt: 1 });
         assert_eq!(kills(&a), vec![("c1", KillReason::SandboxChanged)]);
-        // The containers start over in the new sandbox.
-        assert_eq!(starts(&a.containers), vec![("app", Some(0))]);
+        // The dead sandbox stops (its address goes back) before the new one runs.
+        assert_eq!(a.stop_sandboxes, ["sb0"]);
+        // The containers start again in the new sandbox, their count going on: the dead
+        // sandbox's instances keep their names (attempts 0 and 1) until they are removed.
+        assert_eq!(starts(&a.containers), vec![("app", Some(2))]);
+        // So do init containers and sidecars: after a power cut, the pod starts over from its
+        // first init container, each one's count going on.
+        let p = pod("Always", &[("init", None), ("side", Some("Always"))], &["app"]);
+        let rt = PodRuntime {
+            sandboxes: vec![sb("sb0", 0, false)],
+            containers: vec![
+                exited("i0", "init", 0, 0, 5),
+                exited("s0", "side", 0, 137, 9),
+                exited("a0", "app", 0, 137, 9),
+            ],
+        };
+        let a = compute(&p, &rt);
+        assert_eq!(starts(&a.init), vec![("init", Some(1))]);
+        assert!(!a.initialized);
+        let rt = PodRuntime {
+            sandboxes: vec![sb("sb0", 0, false), sb("sb1", 1, true)],
+            containers: vec![
+                exited("i0", "init", 0, 0, 5),
+                exited("s0", "side", 0, 137, 9),
+                exited("a0", "app", 0, 137, 9),
+                RuntimeContainer {
+                    sandbox_id: "sb1".into(),
+                    ..exited("i1", "init", 1, 0, 20)
+                },
+            ],
+        };
+        let a = compute(&p, &rt);
+        assert_eq!(starts(&a.init), vec![("init", None), ("side", Some(1))]);
+        assert!(a.stop_sandboxes.is_empty());
         // A ready sandbox among dead ones is kept (the newest ready one).
         let rt = PodRuntime {
             sandboxes: vec![sb("sb0", 0, false), sb("sb1", 1, true), sb("sb2", 2, true)],

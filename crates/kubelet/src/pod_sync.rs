@@ -215,6 +215,8 @@ impl PodSync<'_> {
         sandbox_config: &cri::PodSandboxConfig,
     ) -> Result<Applied, Error> {
         self.kill(pod, actions).await;
+        // A sandbox that changed: the dead ones stop first (their network goes).
+        self.stop_sandboxes(&actions.stop_sandboxes).await?;
         let sandbox_id = match &actions.sandbox {
             SandboxAction::Keep { id, .. } => id.clone(),
             SandboxAction::Create { .. } => {
@@ -727,6 +729,7 @@ mod tests {
             fake.calls(),
             [
                 "stop_container app-2",
+                "stop_sandbox sb1",
                 "run_sandbox sb3",
                 "create_container app",
                 "start_container app-4"

@@ -545,15 +545,41 @@ pub mod fake {
             _sandbox_config: &cri::PodSandboxConfig,
         ) -> Result<String, Error> {
             let mut i = self.inner.lock().unwrap();
-            if !i.sandboxes.iter().any(|s| s.id == sandbox_id) {
+            let Some(sandbox) = i.sandboxes.iter().find(|s| s.id == sandbox_id) else {
                 return Err(not_found(sandbox_id));
-            }
-            i.next += 1;
+            };
             let name = config
                 .metadata
                 .as_ref()
                 .map(|m| m.name.clone())
                 .unwrap_or_default();
+            // containerd reserves a container's name (its name, attempt and pod) until the
+            // container is removed, whatever its sandbox.
+            let attempt = config.metadata.as_ref().map_or(0, |m| m.attempt);
+            let pod_uid = sandbox
+                .metadata
+                .as_ref()
+                .map(|m| m.uid.clone())
+                .unwrap_or_default();
+            let sandbox_uid = |id: &str| {
+                i.sandboxes
+                    .iter()
+                    .find(|s| s.id == id)
+                    .and_then(|s| s.metadata.as_ref())
+                    .map(|m| m.uid.clone())
+            };
+            if let Some(holder) = i.containers.iter().find(|c| {
+                c.metadata
+                    .as_ref()
+                    .is_some_and(|m| m.name == name && m.attempt == attempt)
+                    && c.labels.get("sandbox").and_then(|s| sandbox_uid(s)) == Some(pod_uid.clone())
+            }) {
+                return Err(Error::Status(tonic::Status::unknown(format!(
+                    "failed to reserve container name \"{name}_{attempt}\": name is reserved for \"{}\"",
+                    holder.id
+                ))));
+            }
+            i.next += 1;
             let id = format!("{name}-{}", i.next);
             let at = i.tick();
             i.calls.push(format!("create_container {name}"));

@@ -1023,7 +1023,9 @@ items:
 /// own, one agent joined through the first): a power cut of the first server loses nothing.
 /// Writes go on through another server within seconds; the agent's load balancer moves to a
 /// live server, so its node keeps renewing its Lease and its pods run on, never restarted;
-/// the first server comes back on its data with what was written meanwhile.
+/// the first server comes back on its data with what was written meanwhile, and its pod runs
+/// again in a new sandbox; the controller manager's leader stalls for 30 s and nothing is
+/// made twice (`stalled_leader`); a server deleted for good leaves the etcd cluster.
 #[test]
 fn a_server_power_cut_in_an_ha_cluster_loses_nothing() {
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
@@ -1120,6 +1122,17 @@ fn a_server_power_cut_in_an_ha_cluster_loses_nothing() {
     assert!(h
         .ok(&["get", "configmap", "-o", "name"])
         .contains(&format!("configmap/after-{n}")));
+    // node1's pod runs again, the same pod in a new sandbox, its container counted as a
+    // restart (the dead sandbox's container still holds its name in containerd).
+    let on1 = before.iter().find(|p| p.1 == "node1").expect("a pod on node1");
+    wait_for(90, "node1's pod Running again", || {
+        let p = pods(&h);
+        p.iter()
+            .any(|p| p.0 == on1.0 && p.2 != on1.2 && p.3 == 1)
+            .then_some(())
+    });
+
+    stalled_leader(&mut h, &pods);
 
     // A server gone for good leaves the etcd cluster (k3s's member controller): node3 is cut,
     // then its Node deleted; a server removes node3's member, and only then the Node goes (its
@@ -1145,6 +1158,83 @@ fn a_server_power_cut_in_an_ha_cluster_loses_nothing() {
     assert_eq!(members.len(), 2, "{members:?}");
     assert!(!members.contains(&member), "{members:?}");
     h.ok(&["create", "configmap", "after-node3"]);
+}
+
+/// The controller manager's leader stalls (SIGSTOP of its whole node for 30 s, a hung VM)
+/// while the Deployment is scaled from 4 to 6: another server's controller manager takes the
+/// Lease and makes the two pods; the stalled one, woken, writes nothing from its stale caches
+/// (its writes are fenced), learns it lost the Lease and steps down; nothing is made twice.
+fn stalled_leader(h: &mut Harness, pods: &dyn Fn(&Harness) -> Vec<(String, String, String, i64)>) {
+    let lease_holder = |h: &Harness| {
+        h.ok(&[
+            "-n",
+            "kube-system",
+            "get",
+            "lease",
+            "kube-controller-manager",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ])
+    };
+    // The leader that runs now: the Lease may still name node1's killed process until it
+    // expires. A server's log since its last start names its identity when it leads.
+    let (leader, holder) = wait_for(60, "a live controller manager leading", || {
+        let holder = lease_holder(h);
+        let became = format!("became leader lease=kube-controller-manager identity={holder}");
+        (1..=3)
+            .find(|i| {
+                let log = std::fs::read_to_string(h.dir.join(format!("node{i}/log"))).unwrap_or_default();
+                let since = log.rfind("--- started again").unwrap_or(0);
+                log[since..].contains(&became)
+            })
+            .map(|i| (i, holder))
+    });
+    let node = format!("node{leader}");
+    let log = h.dir.join(format!("{node}/log"));
+    let mark = std::fs::metadata(&log).unwrap().len() as usize;
+    // Talk to a server that runs on.
+    let other = if leader == 2 { 3 } else { 2 };
+    h.kubeconfig = h
+        .dir
+        .join(format!("node{other}/kubeconfig.yaml"))
+        .display()
+        .to_string();
+    h.node_command("pause", &node);
+    let paused = Instant::now();
+    h.ok(&["scale", "deployment", "web", "--replicas=6"]);
+    wait_for(60, "the Lease taken by another server", || {
+        let now = lease_holder(h);
+        (now != holder && !now.is_empty()).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(30).saturating_sub(paused.elapsed()));
+    h.node_command("resume", &node);
+    eprintln!(
+        "{node} (the controller manager's leader) stalled {:?}",
+        paused.elapsed()
+    );
+    wait_for(90, "6 web pods Running after the stall", || {
+        (pods(h).len() == 6).then_some(())
+    });
+    wait_for(30, "the stalled leader stepping down", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text[mark.min(text.len())..]
+            .contains("leader election lost lease=kube-controller-manager")
+            .then_some(())
+    });
+    // Two pods made, none deleted: the woken leader added none to be taken away again.
+    let events = h.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.kind=ReplicaSet",
+        "-o",
+        "jsonpath={range .items[*]}{.reason} {.count}{\"\\n\"}{end}",
+    ]);
+    assert!(!events.contains("SuccessfulDelete"), "{events}");
+    let all = h.json(&["get", "pods", "-l", "app=web"]);
+    assert_eq!(all["items"].as_array().unwrap().len(), 6, "{all}");
+    assert_ne!(lease_holder(h), holder, "the stalled leader took the Lease back");
+    h.kubeconfig = h.dir.join("node1/kubeconfig.yaml").display().to_string();
 }
 
 /// The names of the etcd cluster's members, asked of node1's member (its client port, with
