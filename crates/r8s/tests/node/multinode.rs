@@ -1164,21 +1164,23 @@ fn a_server_power_cut_in_an_ha_cluster_loses_nothing() {
 /// while the Deployment is scaled from 4 to 6: another server's controller manager takes the
 /// Lease and makes the two pods; the stalled one, woken, writes nothing from its stale caches
 /// (its writes are fenced), learns it lost the Lease and steps down; nothing is made twice.
-fn stalled_leader(h: &mut Harness, pods: &dyn Fn(&Harness) -> Vec<(String, String, String, i64)>) {
-    let lease_holder = |h: &Harness| {
-        h.ok(&[
-            "-n",
-            "kube-system",
-            "get",
-            "lease",
-            "kube-controller-manager",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ])
-    };
-    // The leader that runs now: the Lease may still name node1's killed process until it
-    // expires. A server's log since its last start names its identity when it leads.
-    let (leader, holder) = wait_for(60, "a live controller manager leading", || {
+fn lease_holder(h: &Harness) -> String {
+    h.ok(&[
+        "-n",
+        "kube-system",
+        "get",
+        "lease",
+        "kube-controller-manager",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ])
+}
+
+/// The server whose controller manager leads now, and its identity. The Lease may still name
+/// a killed process until it expires; a server's log since its last start names its identity
+/// when it leads.
+fn live_leader(h: &Harness) -> (usize, String) {
+    wait_for(60, "a live controller manager leading", || {
         let holder = lease_holder(h);
         let became = format!("became leader lease=kube-controller-manager identity={holder}");
         (1..=3)
@@ -1188,7 +1190,11 @@ fn stalled_leader(h: &mut Harness, pods: &dyn Fn(&Harness) -> Vec<(String, Strin
                 log[since..].contains(&became)
             })
             .map(|i| (i, holder))
-    });
+    })
+}
+
+fn stalled_leader(h: &mut Harness, pods: &dyn Fn(&Harness) -> Vec<(String, String, String, i64)>) {
+    let (leader, holder) = live_leader(h);
     let node = format!("node{leader}");
     let log = h.dir.join(format!("{node}/log"));
     let mark = std::fs::metadata(&log).unwrap().len() as usize;
@@ -1235,6 +1241,244 @@ fn stalled_leader(h: &mut Harness, pods: &dyn Fn(&Harness) -> Vec<(String, Strin
     assert_eq!(all["items"].as_array().unwrap().len(), 6, "{all}");
     assert_ne!(lease_holder(h), holder, "the stalled leader took the Lease back");
     h.kubeconfig = h.dir.join("node1/kubeconfig.yaml").display().to_string();
+}
+
+/// What the controller manager works on while its server is killed: a Deployment rolling out
+/// (slowly: each new replica must be ready 3 s), an indexed Job of 100 completions, and later a
+/// StatefulSet scaling up one ordinal at a time on the agent. Pods tolerate a lost node for
+/// 2 s, and nodes are lost after 15 s without a heartbeat.
+const BUSY: &str = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: roll}
+  spec:
+    replicas: 6
+    minReadySeconds: 3
+    selector: {matchLabels: {app: roll}}
+    template:
+      metadata: {labels: {app: roll}}
+      spec:
+        terminationGracePeriodSeconds: 1
+        tolerations:
+        - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+        - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+        containers:
+        - name: c
+          image: busybox
+          env: [{name: V, value: "1"}]
+          command: [sleep, "3600"]
+- apiVersion: apps/v1
+  kind: StatefulSet
+  metadata: {name: ord}
+  spec:
+    replicas: 1
+    serviceName: ord
+    selector: {matchLabels: {app: ord}}
+    template:
+      metadata: {labels: {app: ord}}
+      spec:
+        terminationGracePeriodSeconds: 1
+        nodeSelector: {kubernetes.io/hostname: node4}
+        containers:
+        - {name: c, image: busybox, command: [sleep, "3600"]}
+"#;
+
+const JOB: &str = r#"
+apiVersion: batch/v1
+kind: Job
+metadata: {name: many}
+spec:
+  completions: 100
+  parallelism: 10
+  completionMode: Indexed
+  backoffLimit: 20
+  template:
+    spec:
+      restartPolicy: Never
+      terminationGracePeriodSeconds: 1
+      tolerations:
+      - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+      - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 2}
+      containers:
+      - {name: c, image: busybox, command: [sh, -c, "echo $JOB_COMPLETION_INDEX"]}
+"#;
+
+/// A server killed while its controller manager leads, twice: mid-rollout and mid-Job, then
+/// (with the first back) mid-scale. The rollout completes with six new replicas and no old
+/// one; the Job completes every index, each with exactly one succeeded pod; the StatefulSet
+/// reaches five ordinals, each made once. Writes go through a server that stays up.
+#[test]
+fn a_server_killed_mid_rollout_mid_job_and_mid_scale_loses_nothing() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut h = Harness::up_servers(4, 3, "--node-monitor-grace-period 15s", "");
+    let use_other_than = |h: &mut Harness, dead: usize| {
+        let other = if dead == 1 { 2 } else { 1 };
+        h.kubeconfig = h
+            .dir
+            .join(format!("node{other}/kubeconfig.yaml"))
+            .display()
+            .to_string();
+    };
+    h.apply(BUSY);
+    // (name, template hash, node) of roll's pods that run and are not being deleted.
+    let roll = |h: &Harness| -> Vec<(String, String, String)> {
+        let l = h.json(&["get", "pods", "-l", "app=roll"]);
+        l["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
+            .map(|p| {
+                (
+                    p["metadata"]["name"].as_str().unwrap().to_owned(),
+                    p["metadata"]["labels"]["pod-template-hash"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_owned(),
+                    p["spec"]["nodeName"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    };
+    let first = wait_for(120, "roll's 6 pods Running", || {
+        let r = roll(&h);
+        (r.len() == 6).then_some(r)
+    });
+    let old_hash = first[0].1.clone();
+
+    // The rollout and the Job start together; the leader's server dies when both are under way.
+    let (leader, _) = live_leader(&h);
+    use_other_than(&mut h, leader);
+    h.ok(&["set", "env", "deployment/roll", "V=2"]);
+    h.apply(JOB);
+    let job_status = |h: &Harness| h.json(&["get", "job", "many"])["status"].clone();
+    wait_for(180, "the Job 10 completions in, the rollout under way", || {
+        let done = job_status(&h)["succeeded"].as_i64().unwrap_or(0);
+        let new = roll(&h).iter().filter(|p| p.1 != old_hash).count();
+        (done >= 10 && (1..6).contains(&new)).then_some(())
+    });
+    let dead = format!("node{leader}");
+    h.node_command("kill", &dead);
+    let cut = Instant::now();
+    eprintln!(
+        "{dead} killed mid-rollout ({} new replicas) and mid-Job ({} succeeded)",
+        roll(&h).iter().filter(|p| p.1 != old_hash).count(),
+        job_status(&h)["succeeded"]
+    );
+
+    let done = wait_for(300, "the rollout complete", || {
+        let d = h.json(&["get", "deployment", "roll"]);
+        let st = &d["status"];
+        let r = roll(&h);
+        let all_new = r.len() == 6 && r.iter().all(|p| p.1 != old_hash && p.2 != dead);
+        (all_new
+            && st["updatedReplicas"] == 6
+            && st["availableReplicas"] == 6
+            && st["replicas"] == 6
+            && st["observedGeneration"] == d["metadata"]["generation"])
+            .then_some(r)
+    });
+    eprintln!("rollout complete {:?} after the kill", cut.elapsed());
+    let rs = h.json(&["get", "rs", "-l", "app=roll"]);
+    for r in rs["items"].as_array().unwrap() {
+        let want = if r["metadata"]["labels"]["pod-template-hash"] == old_hash.as_str() {
+            0
+        } else {
+            6
+        };
+        assert_eq!(r["spec"]["replicas"], want, "{r}");
+    }
+    assert_eq!(rs["items"].as_array().unwrap().len(), 2, "{rs}");
+    assert_eq!(
+        done.iter()
+            .map(|p| &p.0)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        6
+    );
+
+    let job = wait_for(300, "the Job complete", || {
+        let j = h.json(&["get", "job", "many"]);
+        let complete = j["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Complete" && c["status"] == "True");
+        complete.then_some(j)
+    });
+    eprintln!("Job complete {:?} after the kill", cut.elapsed());
+    assert_eq!(job["status"]["succeeded"], 100, "{}", job["status"]);
+    assert_eq!(job["status"]["completedIndexes"], "0-99", "{}", job["status"]);
+    // Each index succeeded in exactly one pod.
+    let pods = h.json(&["get", "pods", "-l", "job-name=many"]);
+    let mut succeeded = std::collections::BTreeMap::<i64, usize>::new();
+    for p in pods["items"].as_array().unwrap() {
+        if p["status"]["phase"] == "Succeeded" {
+            let index = p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+                .as_str()
+                .and_then(|i| i.parse().ok())
+                .unwrap_or_else(|| panic!("a Job pod without its index: {p}"));
+            *succeeded.entry(index).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = succeeded.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(
+        twice.is_empty(),
+        "indexes that succeeded more than once: {twice:?}"
+    );
+    assert_eq!(succeeded.len(), 100, "{succeeded:?}");
+
+    // The first server back (a quorum of three again), the StatefulSet scales from 1 to 5 one
+    // ordinal at a time, and the new leader's server dies on the way.
+    h.node_command("start", &dead);
+    let (leader, _) = live_leader(&h);
+    use_other_than(&mut h, leader);
+    let ord = |h: &Harness| -> Vec<(String, String, bool)> {
+        let l = h.json(&["get", "pods", "-l", "app=ord"]);
+        let mut v: Vec<_> = l["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["metadata"]["name"].as_str().unwrap().to_owned(),
+                    p["metadata"]["uid"].as_str().unwrap().to_owned(),
+                    p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    h.ok(&["scale", "statefulset", "ord", "--replicas=5"]);
+    let mut seen = std::collections::BTreeMap::<String, String>::new();
+    let mut record = |v: &[(String, String, bool)]| {
+        for (name, uid, _) in v {
+            let was = seen.entry(name.clone()).or_insert_with(|| uid.clone());
+            assert_eq!(was, uid, "{name} made twice");
+        }
+    };
+    wait_for(120, "ord-1 Running, ord-4 not yet", || {
+        let v = ord(&h);
+        record(&v);
+        let running = |n: &str| v.iter().any(|p| p.0 == n && p.2);
+        (running("ord-1") && !v.iter().any(|p| p.0 == "ord-4")).then_some(())
+    });
+    let dead = format!("node{leader}");
+    h.node_command("kill", &dead);
+    let cut = Instant::now();
+    wait_for(120, "ord-0 to ord-4 Running", || {
+        let v = ord(&h);
+        record(&v);
+        (v.len() == 5 && v.iter().all(|p| p.2)).then_some(())
+    });
+    eprintln!("StatefulSet scaled {:?} after {dead}'s kill", cut.elapsed());
+    let names: Vec<String> = ord(&h).into_iter().map(|p| p.0).collect();
+    assert_eq!(names, ["ord-0", "ord-1", "ord-2", "ord-3", "ord-4"]);
+    assert_eq!(seen.len(), 5, "{seen:?}");
 }
 
 /// The names of the etcd cluster's members, asked of node1's member (its client port, with
