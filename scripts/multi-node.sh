@@ -8,8 +8,11 @@
 #   scripts/multi-node.sh down DIR     # stops the nodes and removes everything `up` made
 #   scripts/multi-node.sh kill DIR NODE   # SIGKILL every process of node NODE (node2, or 2), as
 #                                         # a power cut: its data, mounts and pods' state stay
-#   scripts/multi-node.sh start DIR NODE  # start a killed node again, as it was started, on
-#                                         # its data
+#   scripts/multi-node.sh stop DIR NODE   # SIGTERM to node NODE's r8s, as an operator stops
+#                                         # it for an upgrade: it leaves the cluster, stops
+#                                         # its pods and exits (SIGKILL after 60 s)
+#   scripts/multi-node.sh start DIR NODE  # start a killed or stopped node again, as it was
+#                                         # started, on its data
 #   scripts/multi-node.sh pause DIR NODE  # SIGSTOP every process of node NODE (server or
 #                                         # agent, etcd, containerd, shims), as a VM that
 #                                         # hangs; its containers' own processes run on
@@ -34,7 +37,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
-  echo "usage: $0 up N DIR [--servers K] | down DIR | kill DIR NODE | start DIR NODE | pause DIR NODE | resume DIR NODE" >&2
+  echo "usage: $0 up N DIR [--servers K] | down DIR | kill DIR NODE | stop DIR NODE | start DIR NODE | pause DIR NODE | resume DIR NODE" >&2
   exit 2
 }
 
@@ -121,6 +124,26 @@ kill_node() { # DIR NODE
     sleep 0.1
   done
   echo "multi-node: node$i killed"
+}
+
+# SIGTERM to a node's r8s (its init): a server leaves the kubernetes Service's endpoints and
+# hands its Leases on, its agent stops the node's pods, and it exits; the node goes with it.
+stop_node() { # DIR NODE
+  local i
+  running_node "$1" "$2"
+  local pid init t
+  pid=$(cat "$dir/node$i/pid")
+  init=$(pgrep -P "$pid" | head -1 || true)
+  [ -n "$init" ] && kill -TERM "$init" 2>/dev/null || true
+  for ((t = 0; t < 600; t++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "multi-node: node$i still runs 60 s after SIGTERM; killing it" >&2
+    kill_init "$pid"
+  fi
+  echo "multi-node: node$i stopped in $((t / 10)).$((t % 10)) s"
 }
 
 # Every process in node I's PID namespace (its init's), not those of the containers, which
@@ -369,6 +392,10 @@ case "${1:-}" in
   kill)
     [ $# = 3 ] || usage
     kill_node "$2" "$3"
+    ;;
+  stop)
+    [ $# = 3 ] || usage
+    stop_node "$2" "$3"
     ;;
   start)
     [ $# = 3 ] || usage

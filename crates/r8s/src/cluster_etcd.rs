@@ -224,9 +224,13 @@ impl Member {
         }
     }
 
-    /// Stop the member (SIGTERM, then SIGKILL after 10 s).
+    /// Stop the member (SIGTERM, then SIGKILL after 10 s): a leader hands its leadership to
+    /// another member first, so the cluster does not wait out an election timeout.
     pub async fn stop(self) {
+        // The supervisor holds the child while it waits on it and gives it back once it sees
+        // the cancellation: only then is there a child to stop.
         self.stopping.cancel();
+        let _ = self.task.await;
         let child = self.child.lock().unwrap().take();
         if let Some(mut child) = child {
             if let Some(pid) = child.id() {
@@ -241,7 +245,6 @@ impl Member {
                 let _ = child.kill().await;
             }
         }
-        let _ = self.task.await;
     }
 }
 

@@ -507,6 +507,20 @@ fn three_servers_on_etcd_members_of_their_own_survive_the_loss_of_one() {
             .contains("quorum-again"));
     }
 
+    // A server stopped as an operator stops it (SIGTERM) stops its member the same way: etcd
+    // closes (a leader hands its leadership on first) rather than dying with the server.
+    let member = etcd_of(a.pid());
+    a.kill();
+    let log = std::fs::read_to_string(a.dir.path().join("server/etcd.log")).unwrap();
+    let since = log.rfind("starting an etcd server").unwrap_or(0);
+    assert!(
+        log[since..].contains("closed etcd server"),
+        "the member did not stop gracefully:\n{}",
+        &log[log.len().saturating_sub(3000)..]
+    );
+    assert!(!std::path::Path::new(&format!("/proc/{member}")).exists());
+    c.ok("1.33", &["create", "configmap", "after-a-stopped"]);
+
     // Flags that make no sense together are refused.
     let err = fails(&["--cluster-init", "--datastore-endpoint", "http://127.0.0.1:1"]);
     assert!(err.contains("--cluster-init starts a new cluster"), "{err}");

@@ -22,6 +22,7 @@ mod proxy;
 mod pull_secrets;
 mod qos;
 mod restart;
+mod rolling;
 mod runtime_endpoint;
 mod security_context;
 mod volumes;

@@ -19,9 +19,9 @@ use serde_json::Value;
 use crate::support;
 use support::cluster::{wait_for, ONE_AGENT, V};
 
-struct Harness {
-    dir: PathBuf,
-    kubeconfig: String,
+pub(crate) struct Harness {
+    pub(crate) dir: PathBuf,
+    pub(crate) kubeconfig: String,
 }
 
 fn script() -> PathBuf {
@@ -39,7 +39,7 @@ impl Harness {
     }
 
     /// `servers` of the `n` nodes are servers of one HA cluster (`--servers`).
-    fn up_servers(n: usize, servers: usize, server_args: &str, node_args: &str) -> Harness {
+    pub(crate) fn up_servers(n: usize, servers: usize, server_args: &str, node_args: &str) -> Harness {
         let dir = tempfile::Builder::new()
             .prefix("r8s-mn")
             .tempdir()
@@ -73,7 +73,7 @@ impl Harness {
         h
     }
 
-    fn kubectl(&self, args: &[&str]) -> Output {
+    pub(crate) fn kubectl(&self, args: &[&str]) -> Output {
         Command::new(support::kubectl_binary(V))
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
@@ -82,7 +82,7 @@ impl Harness {
             .unwrap()
     }
 
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.kubectl(args);
         assert!(
             out.status.success(),
@@ -92,7 +92,7 @@ impl Harness {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    fn apply(&self, yaml: &str) {
+    pub(crate) fn apply(&self, yaml: &str) {
         let mut child = Command::new(support::kubectl_binary(V))
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
@@ -106,14 +106,14 @@ impl Harness {
         assert!(child.wait().unwrap().success(), "kubectl apply");
     }
 
-    fn json(&self, args: &[&str]) -> Value {
+    pub(crate) fn json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
         serde_json::from_str(&self.ok(&all)).unwrap()
     }
 
     /// The node's address on the harness's underlay.
-    fn node_ip(&self, node: &str) -> String {
+    pub(crate) fn node_ip(&self, node: &str) -> String {
         let n = self.json(&["get", "node", node]);
         n["status"]["addresses"]
             .as_array()
@@ -127,7 +127,7 @@ impl Harness {
     }
 
     /// `multi-node.sh kill` or `start` of `node`.
-    fn node_command(&self, verb: &str, node: &str) {
+    pub(crate) fn node_command(&self, verb: &str, node: &str) {
         let out = Command::new("bash")
             .arg(script())
             .arg(verb)
@@ -1041,7 +1041,7 @@ fn a_server_power_cut_in_an_ha_cluster_loses_nothing() {
     ]);
     assert_eq!(eps.split_whitespace().count(), 3, "{eps}");
     h.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=4"]);
-    let pods = |h: &Harness| -> Vec<(String, String, String, i64)> {
+    let pods = |h: &Harness| -> WebPods {
         let list = h.json(&["get", "pods", "-l", "app=web"]);
         let mut out: Vec<_> = list["items"]
             .as_array()
@@ -1179,7 +1179,7 @@ fn lease_holder(h: &Harness) -> String {
 /// The server whose controller manager leads now, and its identity. The Lease may still name
 /// a killed process until it expires; a server's log since its last start names its identity
 /// when it leads.
-fn live_leader(h: &Harness) -> (usize, String) {
+pub(crate) fn live_leader(h: &Harness) -> (usize, String) {
     wait_for(60, "a live controller manager leading", || {
         let holder = lease_holder(h);
         let became = format!("became leader lease=kube-controller-manager identity={holder}");
@@ -1193,7 +1193,10 @@ fn live_leader(h: &Harness) -> (usize, String) {
     })
 }
 
-fn stalled_leader(h: &mut Harness, pods: &dyn Fn(&Harness) -> Vec<(String, String, String, i64)>) {
+/// (uid, node, container ID, restart count) of the Running web pods.
+type WebPods = Vec<(String, String, String, i64)>;
+
+fn stalled_leader(h: &mut Harness, pods: &dyn Fn(&Harness) -> WebPods) {
     let (leader, holder) = live_leader(h);
     let node = format!("node{leader}");
     let log = h.dir.join(format!("{node}/log"));

@@ -1,0 +1,298 @@
+//! A rolling upgrade of an HA cluster (`multi-node.sh up 4 --servers 3`): every server stopped
+//! (SIGTERM) and started again on its data, one after the other, while a client behind the
+//! agents' own load balancer (`r8s_client::lb`, in front of all three servers) writes and
+//! watches. No write fails beyond the client's retries (each succeeds within 5 s of its first
+//! try), every acknowledged write is there at the end, the watch (resumed from its last
+//! resourceVersion whenever its server goes, bookmarks on) sees each write exactly once and
+//! in order, and the agent's node stays Ready with its pods untouched.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::Client;
+use serde_json::Value;
+
+use crate::multinode::{live_leader, Harness};
+use crate::support::cluster::{wait_for, ONE_AGENT};
+
+/// What the writer saw: the names it made, in order, and how hard it was.
+#[derive(Default, Debug)]
+struct Writes {
+    names: Vec<String>,
+    /// Tries that failed (each retried after 100 ms).
+    failed_tries: usize,
+    /// Writes whose retry found the object made (an earlier try's answer was lost).
+    already_made: usize,
+    /// The longest time from a write's first try to its success.
+    longest: Duration,
+    /// The writes that took over a second: when each began (from the writer's start), and
+    /// how long it took.
+    slow: Vec<(Duration, Duration)>,
+}
+
+/// Create ConfigMaps `rolling-N` one after another until `stop`, retrying each until it is
+/// made (at most 30 s).
+async fn writer(client: Client, stop: Arc<AtomicBool>) -> Writes {
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut w = Writes::default();
+    let start = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let name = format!("rolling-{}", w.names.len());
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"rolling": "yes"}}
+        }))
+        .unwrap();
+        let began = Instant::now();
+        loop {
+            let tried =
+                tokio::time::timeout(Duration::from_secs(5), cms.create(&PostParams::default(), &cm)).await;
+            match tried {
+                Ok(Ok(_)) => break,
+                Ok(Err(kube::Error::Api(s))) if s.code == 409 && w.failed_tries > 0 => {
+                    w.already_made += 1;
+                    break;
+                }
+                other => {
+                    w.failed_tries += 1;
+                    assert!(
+                        began.elapsed() < Duration::from_secs(30),
+                        "{name} not made 30 s after its first try: {other:?}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        w.longest = w.longest.max(began.elapsed());
+        if began.elapsed() > Duration::from_secs(1) {
+            w.slow.push((began - start, began.elapsed()));
+        }
+        w.names.push(name);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    w
+}
+
+/// Watch the ConfigMaps labelled `rolling` from `rv`, resuming from the last resourceVersion
+/// seen (an object's or a bookmark's) whenever the stream ends or fails, until `stop`. The
+/// names added, in the order seen, and how many times the watch was resumed.
+async fn watcher(
+    client: Client,
+    mut rv: String,
+    seen: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+) -> usize {
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let params = WatchParams {
+        bookmarks: true,
+        ..WatchParams::default().labels("rolling=yes").timeout(60)
+    };
+    let mut resumed = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let stream = match cms.watch(&params, &rv).await {
+            Ok(s) => s,
+            Err(e) => {
+                if let kube::Error::Api(s) = &e {
+                    assert_ne!(s.code, 410, "the watch from {rv} expired: {s:?}");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                resumed += 1;
+                continue;
+            }
+        };
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            let next = tokio::select! {
+                n = stream.next() => n,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if stop.load(Ordering::Relaxed) { break } else { continue }
+                }
+            };
+            match next {
+                Some(Ok(WatchEvent::Added(cm))) => {
+                    rv = cm.metadata.resource_version.clone().unwrap();
+                    seen.lock().unwrap().push(cm.metadata.name.unwrap());
+                }
+                Some(Ok(WatchEvent::Modified(cm) | WatchEvent::Deleted(cm))) => {
+                    panic!("no ConfigMap is changed or deleted here: {:?}", cm.metadata.name)
+                }
+                Some(Ok(WatchEvent::Bookmark(b))) => rv = b.metadata.resource_version,
+                Some(Ok(WatchEvent::Error(e))) => {
+                    assert_ne!(e.code, 410, "the watch from {rv} expired: {e:?}");
+                    break;
+                }
+                Some(Err(_)) | None => break,
+            }
+        }
+        resumed += 1;
+    }
+    resumed
+}
+
+/// (uid, container ID, restart count) of every pod on node4, the agent.
+fn agent_pods(h: &Harness) -> Vec<(String, String, i64)> {
+    let l = h.json(&["get", "pods", "-A", "--field-selector", "spec.nodeName=node4"]);
+    let mut v: Vec<_> = l["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p: &Value| {
+            let c = &p["status"]["containerStatuses"][0];
+            (
+                p["metadata"]["uid"].as_str().unwrap_or("").to_owned(),
+                c["containerID"].as_str().unwrap_or("").to_owned(),
+                c["restartCount"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn every_server_restarted_in_turn_fails_no_request_beyond_retries() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut h = Harness::up_servers(4, 3, "", "");
+    h.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=4"]);
+    wait_for(120, "4 web pods Running, one on the agent", || {
+        let l = h.json(&["get", "pods", "-l", "app=web"]);
+        let items = l["items"].as_array().unwrap();
+        let running = items.iter().filter(|p| p["status"]["phase"] == "Running").count();
+        (running == 4 && items.iter().any(|p| p["spec"]["nodeName"] == "node4")).then_some(())
+    });
+    let on_agent = agent_pods(&h);
+    let servers: Vec<String> = h
+        .ok(&[
+            "get",
+            "endpoints",
+            "kubernetes",
+            "-o",
+            "jsonpath={.subsets[0].addresses[*].ip}",
+        ])
+        .split_whitespace()
+        .map(|ip| format!("{ip}:6443"))
+        .collect();
+    assert_eq!(servers.len(), 3, "{servers:?}");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_watch = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (lb, client) = rt.block_on(async {
+        let lb = r8s_client::lb::LoadBalancer::start(
+            0,
+            servers.clone(),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        let kubeconfig = kube::config::Kubeconfig::read_from(h.dir.join("node1/kubeconfig.yaml")).unwrap();
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        config.cluster_url = format!("https://127.0.0.1:{}", lb.local.port()).parse().unwrap();
+        (lb, Client::try_from(config).unwrap())
+    });
+    let start_rv = rt.block_on(async {
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        cms.list(&ListParams::default().labels("rolling=yes"))
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap()
+    });
+    let write = rt.spawn(writer(client.clone(), stop.clone()));
+    let watch = rt.spawn(watcher(
+        client.clone(),
+        start_rv,
+        seen.clone(),
+        stop_watch.clone(),
+    ));
+
+    // The rolling upgrade: each server stopped, started again, and serving before the next.
+    std::thread::sleep(Duration::from_secs(2));
+    let began = Instant::now();
+    eprintln!(
+        "the restarts begin {:?} after the writer",
+        began.elapsed() + Duration::from_secs(2)
+    );
+    for i in 1..=3 {
+        let node = format!("node{i}");
+        let in_use = lb.servers()[0].clone();
+        h.kubeconfig = h
+            .dir
+            .join(format!("node{}/kubeconfig.yaml", i % 3 + 1))
+            .display()
+            .to_string();
+        h.node_command("stop", &node);
+        h.node_command("start", &node);
+        eprintln!(
+            "{node} restarted (the client was using {in_use}); {:?} since the first stop",
+            began.elapsed()
+        );
+        // Its controllers may lead again; wait for a live leader before the next goes.
+        live_leader(&h);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let writes = rt.block_on(write).unwrap();
+    eprintln!(
+        "{} writes; {} tries failed and were retried; {} found made on retry; the longest took {:?}; over 1 s (began, took): {:?}",
+        writes.names.len(),
+        writes.failed_tries,
+        writes.already_made,
+        writes.longest,
+        writes.slow
+    );
+    assert!(
+        writes.longest <= Duration::from_secs(3),
+        "a write took {:?} from its first try to its success",
+        writes.longest
+    );
+    // The watch catches up with every write, then stops.
+    wait_for(30, "the watch seeing every write", || {
+        (seen.lock().unwrap().len() >= writes.names.len()).then_some(())
+    });
+    stop_watch.store(true, Ordering::Relaxed);
+    let resumed = rt.block_on(watch).unwrap();
+    let seen = seen.lock().unwrap().clone();
+    eprintln!("the watch resumed {resumed} times");
+    assert_eq!(
+        seen, writes.names,
+        "the watch's ADDED events against the writes made"
+    );
+
+    // Every acknowledged write is there, through any server.
+    let listed = h.json(&["get", "configmaps", "-l", "rolling=yes"]);
+    let mut names: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str())
+        .collect();
+    names.sort();
+    let mut want: Vec<&str> = writes.names.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(names, want);
+    // The agent's node never went NotReady, and its pods ran on untouched.
+    let node4 = h.json(&["get", "node", "node4"]);
+    let ready = node4["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["status"], "True", "{ready}");
+    let since = jiff::Timestamp::now() - jiff::SignedDuration::try_from(began.elapsed()).unwrap();
+    let changed: jiff::Timestamp = ready["lastTransitionTime"].as_str().unwrap().parse().unwrap();
+    assert!(
+        changed < since,
+        "node4's Ready changed during the restarts: {ready}"
+    );
+    assert_eq!(agent_pods(&h), on_agent);
+}
