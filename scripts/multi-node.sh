@@ -13,6 +13,9 @@
 #                                         # its pods and exits (SIGKILL after 60 s)
 #   scripts/multi-node.sh start DIR NODE  # start a killed or stopped node again, as it was
 #                                         # started, on its data
+#   scripts/multi-node.sh partition DIR NODE  # cut node NODE off the network between hosts
+#                                         # (its link to the bridge down): it runs on alone
+#   scripts/multi-node.sh heal DIR NODE   # its link up again; returns once it is Ready again
 #   scripts/multi-node.sh pause DIR NODE  # SIGSTOP every process of node NODE (server or
 #                                         # agent, etcd, containerd, shims), as a VM that
 #                                         # hangs; its containers' own processes run on
@@ -37,7 +40,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
-  echo "usage: $0 up N DIR [--servers K] | down DIR | kill DIR NODE | stop DIR NODE | start DIR NODE | pause DIR NODE | resume DIR NODE" >&2
+  echo "usage: $0 up N DIR [--servers K] | down DIR | kill DIR NODE | stop DIR NODE | start DIR NODE | partition DIR NODE | heal DIR NODE | pause DIR NODE | resume DIR NODE" >&2
   exit 2
 }
 
@@ -189,21 +192,47 @@ start_again() { # DIR NODE
   since=$(date -u +%FT%TZ)
   echo "--- started again $since" >>"$dir/node$i/log"
   start_node "$i" "${args[@]:1}"
-  # Ready once its kubelet reports it so again: a Ready heartbeat newer than this start (the
-  # condition from before the kill may still read Ready).
-  local ready=
+  ready_since "$i" "$since" "its start"
+  echo "multi-node: node$i started again and Ready"
+}
+
+# Until node I's kubelet reports it Ready again: a Ready heartbeat not older than SINCE (the
+# condition from before may still read Ready). Asked of a server other than node I, if any.
+ready_since() { # I SINCE WHAT
+  local ready= kc=$dir/kubeconfig.yaml s
+  for ((s = 1; s <= $(cat "$dir/nodes"); s++)); do
+    if [ "$s" != "$1" ] && [ -f "$dir/node$s/server/node-token" ] && node_running "$s"; then
+      kc=$dir/node$s/kubeconfig.yaml
+      break
+    fi
+  done
   for ((t = 0; t < 600; t++)); do
-    ready=$(kubectl --kubeconfig "$dir/kubeconfig.yaml" get node "node$i" -o \
+    ready=$(kubectl --kubeconfig "$kc" get node "node$1" -o \
       jsonpath='{range .status.conditions[?(@.type=="Ready")]}{.status} {.lastHeartbeatTime}{end}' 2>/dev/null |
-      awk -v since="$since" '$1 == "True" && $2 >= since' || true)
-    [ -n "$ready" ] && break
+      awk -v since="$2" '$1 == "True" && $2 >= since' || true)
+    [ -n "$ready" ] && return 0
     sleep 0.2
   done
-  [ -n "$ready" ] || {
-    echo "multi-node: node$i not Ready 120 s after its start" >&2
-    exit 1
-  }
-  echo "multi-node: node$i started again and Ready"
+  echo "multi-node: node$1 not Ready 120 s after $3" >&2
+  exit 1
+}
+
+# Cut node NODE off the bridge (the host side of its link down): nothing reaches it or leaves
+# it, while everything on it runs on; `heal` brings the link up again.
+partition_node() { # DIR NODE
+  local i
+  running_node "$1" "$2"
+  ip link set "mn$tag$i" down
+  echo "multi-node: node$i cut off"
+}
+
+heal_node() { # DIR NODE
+  local i since
+  running_node "$1" "$2"
+  since=$(date -u +%FT%TZ)
+  ip link set "mn$tag$i" up
+  ready_since "$i" "$since" "the heal"
+  echo "multi-node: node$i joined again and Ready"
 }
 
 # Until server node I has written its join token and kubeconfig (it serves).
@@ -400,6 +429,14 @@ case "${1:-}" in
   start)
     [ $# = 3 ] || usage
     start_again "$2" "$3"
+    ;;
+  partition)
+    [ $# = 3 ] || usage
+    partition_node "$2" "$3"
+    ;;
+  heal)
+    [ $# = 3 ] || usage
+    heal_node "$2" "$3"
     ;;
   pause)
     [ $# = 3 ] || usage

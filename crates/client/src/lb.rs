@@ -102,16 +102,25 @@ impl LoadBalancer {
         s.servers = servers;
     }
 
-    /// Stop using `server`: it goes to the end of the list and its connections close.
-    fn demote(&self, server: &str) {
+    /// Stop using `server`: it goes to the end of the list and its connections close. False
+    /// if it is not the one in use or there is no other.
+    fn demote(&self, server: &str) -> bool {
         let mut s = self.state.lock().unwrap();
         if s.servers.first().map(String::as_str) != Some(server) || s.servers.len() < 2 {
-            return;
+            return false;
         }
         s.servers.rotate_left(1);
         s.generation.cancel();
         s.generation = CancellationToken::new();
         tracing::warn!(from = server, to = %s.servers[0], "API server unreachable; using another");
+        true
+    }
+
+    /// Close the connections open to the server in use, which stays in use.
+    fn reset(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.generation.cancel();
+        s.generation = CancellationToken::new();
     }
 
     async fn accept(self, listener: TcpListener, stop: CancellationToken) {
@@ -140,13 +149,22 @@ impl LoadBalancer {
                     }
                     return;
                 }
-                _ => self.demote(&server),
+                _ => {
+                    self.demote(&server);
+                }
             }
         }
     }
 
-    /// Dial the server in use every `HEALTH_INTERVAL`; move on when it does not answer.
+    /// Dial the server in use every `HEALTH_INTERVAL`; move on when it does not answer. With
+    /// no other server, its connections close all the same: they are as dead as the probe
+    /// (after a network partition they are half open: what was sent on them is retransmitted
+    /// ever more slowly, tens of seconds after the network is back, and a watch on one hangs
+    /// until TCP gives up), and their clients dial again, through the balancer, and get
+    /// through as soon as the server can be reached (upstream's kubelet closes its
+    /// connections when a heartbeat fails, for the same reason).
     async fn health(self, stop: CancellationToken) {
+        let mut unreachable = false;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -155,8 +173,17 @@ impl LoadBalancer {
             let Some(current) = self.servers().first().cloned() else {
                 continue;
             };
-            if !probe(&current).await {
-                self.demote(&current);
+            if probe(&current).await {
+                if unreachable {
+                    tracing::info!(server = %current, "API server reachable again");
+                    unreachable = false;
+                }
+            } else if !self.demote(&current) {
+                if !unreachable {
+                    tracing::warn!(server = %current, "API server unreachable and no other known; closing its connections");
+                }
+                unreachable = true;
+                self.reset();
             }
         }
     }
@@ -282,6 +309,62 @@ mod tests {
         // The endpoints name a's address again and b: b stays in use.
         lb.set_servers(vec![a.clone(), b.clone()]);
         assert_eq!(lb.servers(), vec![b.clone(), a.clone()]);
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn with_one_server_the_connections_to_it_close_while_it_cannot_be_reached() {
+        let (a, a_task) = backend("a").await;
+        let stop = CancellationToken::new();
+        let lb = LoadBalancer::start(0, vec![a.clone()], stop.clone())
+            .await
+            .unwrap();
+        let mut long = TcpStream::connect(lb.local).await.unwrap();
+        assert_eq!(ask(&mut long).await.as_deref(), Some("a"));
+        // a cannot be reached (its listener gone; its open connection lives on, as one across
+        // a network partition would): the connection is closed, so its client dials again.
+        a_task.abort();
+        let _ = a_task.await;
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut buf = [0u8; 8];
+            loop {
+                match long.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "the connection to the unreachable server stayed open"
+        );
+        // Back at the same address: connections get through again, to it.
+        let l = TcpListener::bind(a.as_str()).await.unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = l.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(b"a again").await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        // (A probe that failed just before may still close the first one.)
+        let mut answer = None;
+        for _ in 0..3 {
+            let mut fresh = TcpStream::connect(lb.local).await.unwrap();
+            answer = ask(&mut fresh).await;
+            if answer.is_some() {
+                break;
+            }
+        }
+        assert_eq!(answer.as_deref(), Some("a again"));
+        assert_eq!(lb.servers(), vec![a]);
         stop.cancel();
     }
 

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, GetParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -341,11 +341,14 @@ impl Agent {
         None
     }
 
-    /// Renew `kube-node-lease/<node>` every 10 s (40 s duration), owned by the Node.
+    /// Renew `kube-node-lease/<node>` every 10 s (40 s duration), owned by the Node; a
+    /// renewal that fails is tried again sooner, after 200 ms doubling to 7 s (upstream's
+    /// lease controller).
     pub(super) async fn lease_loop(self: Arc<Self>, stop: CancellationToken) {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
         let name = self.opts.node_name.clone();
-        let mut status_tick = 0u32;
+        let mut last_report = tokio::time::Instant::now();
+        let mut failures = 0u32;
         let mut reported_volumes = self.volumes.local_volumes_in_use();
         loop {
             let spec = LeaseSpec {
@@ -382,21 +385,41 @@ impl Agent {
                 }
                 Err(e) => Err(e),
             };
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "agent: lease renewal failed");
+            match result {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    tracing::debug!(error = %e, failures, "agent: lease renewal failed");
+                }
             }
             // Status heartbeat every minute (upstream: on change and at least every 5 minutes),
-            // and at the next 10 s tick when the volumes in use changed.
-            status_tick += 1;
-            let volumes = self.volumes.local_volumes_in_use();
-            if (status_tick.is_multiple_of(6) || volumes != reported_volumes)
-                && self.update_node_status_with(true, &volumes).await.is_ok()
-            {
-                reported_volumes = volumes;
+            // at once when the volumes in use changed, and at once when the API server's Node
+            // is not Ready: the node lifecycle controller marked it Unknown while its Lease
+            // went unrenewed (a partition, a server away), and only the kubelet's report makes
+            // it Ready again (upstream's tryUpdateNodeStatus compares with the Node it reads).
+            if failures == 0 {
+                let volumes = self.volumes.local_volumes_in_use();
+                let marked = || async {
+                    let node = self.node_api().get_with(&name, &GetParams::any()).await.ok()?;
+                    let conditions = node.status?.conditions?;
+                    let ready = conditions.iter().find(|c| c.type_ == "Ready")?;
+                    Some(ready.status != "True")
+                };
+                let due = last_report.elapsed() >= Duration::from_secs(60) || volumes != reported_volumes;
+                if (due || marked().await == Some(true))
+                    && self.update_node_status_with(true, &volumes).await.is_ok()
+                {
+                    reported_volumes = volumes;
+                    last_report = tokio::time::Instant::now();
+                }
             }
+            let wait = match failures {
+                0 => Duration::from_secs(10),
+                n => (Duration::from_millis(200) * 2u32.pow(n.min(6) - 1)).min(Duration::from_secs(7)),
+            };
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
     }

@@ -1594,9 +1594,12 @@ fn running_pod_uids(h: &Harness, i: usize) -> Vec<String> {
 
 /// A lost node that comes back loses nothing and doubles nothing: while node2 is cut off, its
 /// Deployment replica is replaced on node1 but its StatefulSet replica is not (one-0 stays,
-/// Terminating: its kubelet has not said it stopped); when node2 returns, its kubelet starts
-/// neither of its evicted pods again, confirms their deletion, and only then does one-0 run
-/// again, once.
+/// Terminating: its kubelet has not said it stopped); when node2 returns, its kubelet runs
+/// neither of its evicted pods any more, confirms their deletion, and only then does one-0 run
+/// again, once. Lost twice: by a power cut (SIGKILL of the whole node, started again on its
+/// data: the kubelet starts neither again) and by a network partition (everything on node2
+/// runs on alone; when the network is back the kubelet stops both, and the node is Ready again
+/// within seconds).
 #[test]
 fn a_lost_node_that_comes_back_runs_none_of_its_evicted_pods_and_no_replica_twice() {
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
@@ -1606,6 +1609,26 @@ fn a_lost_node_that_comes_back_runs_none_of_its_evicted_pods_and_no_replica_twic
     }
     let h = Harness::up(2, "--node-monitor-grace-period 15s");
     h.apply(RETURNING);
+    lose_node2(&h, Loss::PowerCut);
+    // Again with a replica of each on node2: one-0 was made again on node1 (node2 was still
+    // tainted unreachable then), the web replicas both run there.
+    wait_for(60, "node2 untainted", || {
+        let taints = h.json(&["get", "node", "node2"])["spec"]["taints"].clone();
+        taints.as_array().is_none_or(|t| t.is_empty()).then_some(())
+    });
+    h.ok(&["delete", "pod", "one-0"]);
+    h.ok(&["rollout", "restart", "deployment/web"]);
+    h.ok(&["rollout", "status", "deployment/web", "--timeout=120s"]);
+    lose_node2(&h, Loss::Partition);
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Loss {
+    PowerCut,
+    Partition,
+}
+
+fn lose_node2(h: &Harness, loss: Loss) {
     // (name, uid, node, deleting) of the pods labelled `app`.
     let pods = |app: &str| -> Vec<(String, String, String, bool)> {
         let l = h.json(&["get", "pods", "-l", &format!("app={app}")]);
@@ -1645,13 +1668,17 @@ fn a_lost_node_that_comes_back_runs_none_of_its_evicted_pods_and_no_replica_twic
         let on2 = web.iter().find(|p| p.2 == "node2")?.clone();
         (web.len() == 2 && one.len() == 1 && one[0].2 == "node2").then(|| (on2, one[0].clone()))
     });
-    let on_node2 = running_pod_uids(&h, 2);
+    let on_node2 = running_pod_uids(h, 2);
     assert!(
         on_node2.contains(&web_on_2.1) && on_node2.contains(&one_0.1),
         "node2's containerd runs {on_node2:?}"
     );
 
-    h.node_command("kill", "node2");
+    let (lose, back) = match loss {
+        Loss::PowerCut => ("kill", "start"),
+        Loss::Partition => ("partition", "heal"),
+    };
+    h.node_command(lose, "node2");
     let lost = Instant::now();
     // The Deployment's replica is replaced on node1; the old one waits, Terminating.
     wait_for(120, "web's replica replaced on node1", || {
@@ -1674,8 +1701,22 @@ fn a_lost_node_that_comes_back_runs_none_of_its_evicted_pods_and_no_replica_twic
         std::thread::sleep(Duration::from_secs(1));
     }
 
-    h.node_command("start", "node2");
-    eprintln!("node2 back and Ready after {:?}", lost.elapsed());
+    let returning = Instant::now();
+    h.node_command(back, "node2");
+    eprintln!(
+        "{loss:?}: node2 back and Ready after {:?}, {:?} after its {back}",
+        lost.elapsed(),
+        returning.elapsed()
+    );
+    if loss == Loss::Partition {
+        // Its kubelet reports the node Ready as soon as it reaches the server again (it was
+        // marked NotReady meanwhile), not at its next periodic report.
+        assert!(
+            returning.elapsed() < Duration::from_secs(20),
+            "node2 Ready only {:?} after the heal",
+            returning.elapsed()
+        );
+    }
     // The evicted pods' deletions are confirmed by node2's kubelet, and their objects go.
     wait_for(60, "node2's evicted pods gone", || {
         let all: Vec<_> = pods("web").into_iter().chain(pods("one")).collect();
@@ -1690,11 +1731,18 @@ fn a_lost_node_that_comes_back_runs_none_of_its_evicted_pods_and_no_replica_twic
     });
     assert_ne!(again.1, one_0.1);
     assert_eq!(pods("one").len(), 1, "{:?}", pods("one"));
-    // node2 never started the evicted pods again; what it runs now is only what is bound to it.
-    let on_node2 = running_pod_uids(&h, 2);
+    // node2 never started the evicted pods again (after a power cut), or stopped them (after a
+    // partition); what it runs now is only what is bound to it.
+    let runs_evicted = |on: &[String]| on.contains(&web_on_2.1) || on.contains(&one_0.1);
+    if loss == Loss::Partition {
+        wait_for(30, "node2 stopping its evicted pods", || {
+            (!runs_evicted(&running_pod_uids(h, 2))).then_some(())
+        });
+    }
+    let on_node2 = running_pod_uids(h, 2);
     assert!(
-        !on_node2.contains(&web_on_2.1) && !on_node2.contains(&one_0.1),
-        "node2 runs an evicted pod again: {on_node2:?}"
+        !runs_evicted(&on_node2),
+        "node2 runs an evicted pod: {on_node2:?}"
     );
     let bound = h.json(&["get", "pods", "-A", "--field-selector", "spec.nodeName=node2"]);
     let bound: Vec<&str> = bound["items"]
