@@ -16,6 +16,9 @@
 #   scripts/multi-node.sh partition DIR NODE  # cut node NODE off the network between hosts
 #                                         # (its link to the bridge down): it runs on alone
 #   scripts/multi-node.sh heal DIR NODE   # its link up again; returns once it is Ready again
+#   scripts/multi-node.sh clock DIR NODE OFFSET  # set node NODE's wall clock OFFSET from the
+#                                         # host's (+600, -300: seconds; +10m), a clock jump
+#                                         # (needs R8S_MN_FAKETIME=1 at `up`: libfaketime)
 #   scripts/multi-node.sh pause DIR NODE  # SIGSTOP every process of node NODE (server or
 #                                         # agent, etcd, containerd, shims), as a VM that
 #                                         # hangs; its containers' own processes run on
@@ -35,12 +38,13 @@
 #
 # Environment: R8S_BIN (default target/release/r8s, else target/debug/r8s), R8S_IMAGES (the
 # image tarballs each node imports; default target/test-images, built if missing),
-# R8S_MN_ARGS (more arguments for every node), R8S_MN_SERVER_ARGS (more for the server).
+# R8S_MN_ARGS (more arguments for every node), R8S_MN_SERVER_ARGS (more for the server),
+# R8S_MN_FAKETIME=1 (every node on a clock of its own, for `clock`).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
-  echo "usage: $0 up N DIR [--servers K] | down DIR | kill DIR NODE | stop DIR NODE | start DIR NODE | partition DIR NODE | heal DIR NODE | pause DIR NODE | resume DIR NODE" >&2
+  echo "usage: $0 up N DIR [--servers K] | down DIR | kill DIR NODE | stop DIR NODE | start DIR NODE | partition DIR NODE | heal DIR NODE | clock DIR NODE OFFSET | pause DIR NODE | resume DIR NODE" >&2
   exit 2
 }
 
@@ -74,9 +78,18 @@ start_node() { # i args...
   # own, and a mount namespace where containerd's netns mounts stay.
   # How it was started, for `start` after a `kill`.
   printf '%s\0' "$bin" "$@" >"$d/cmdline"
+  # With R8S_MN_FAKETIME=1 at `up`, the node's wall clock is libfaketime's, offset by what
+  # `clock` last wrote in DIR/node<i>/clock (its monotonic clock is left alone, as a real
+  # clock jump leaves it).
+  local fake=()
+  if [ -f "$dir/faketime" ]; then
+    [ -f "$d/clock" ] || echo "+0" >"$d/clock"
+    fake=(env "LD_PRELOAD=$(cat "$dir/faketime")" "FAKETIME_TIMESTAMP_FILE=$d/clock"
+      FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME_CACHE_DURATION=1)
+  fi
   nsenter --net="/run/netns/$(ns_of "$i")" \
     unshare --pid --fork --mount-proc --propagation slave -- \
-    "$bin" "$@" >>"$d/log" 2>&1 &
+    "${fake[@]}" "$bin" "$@" >>"$d/log" 2>&1 &
   echo $! >"$d/pid"
 }
 
@@ -226,6 +239,19 @@ partition_node() { # DIR NODE
   echo "multi-node: node$i cut off"
 }
 
+# Jump node NODE's wall clock to OFFSET from the host's (libfaketime reads it within a second).
+clock_node() { # DIR NODE OFFSET
+  local i
+  running_node "$1" "$2"
+  [ -f "$dir/faketime" ] || {
+    echo "multi-node: the nodes' clocks are the host's (R8S_MN_FAKETIME=1 at up moves them)" >&2
+    exit 1
+  }
+  [[ "$3" =~ ^[+-][0-9]+[smhd]?$ ]] || usage
+  echo "$3" >"$dir/node$i/clock"
+  echo "multi-node: node$i's clock is $3 off"
+}
+
 heal_node() { # DIR NODE
   local i since
   running_node "$1" "$2"
@@ -279,6 +305,15 @@ up() {
   cg=${cg%/}
   echo "$n" >"$dir/nodes"
   echo "$cg" >"$dir/cgroup"
+  if [ "${R8S_MN_FAKETIME:-}" = 1 ]; then
+    local lib
+    lib=$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 2>/dev/null | head -1)
+    [ -n "$lib" ] || {
+      echo "multi-node: R8S_MN_FAKETIME=1 needs libfaketime (apt-get install libfaketime)" >&2
+      exit 1
+    }
+    echo "$lib" >"$dir/faketime"
+  fi
   trap 'echo "multi-node: up failed; removing what was made" >&2; down "$dir"' ERR
 
   ip link add "$bridge" type bridge
@@ -429,6 +464,10 @@ case "${1:-}" in
   start)
     [ $# = 3 ] || usage
     start_again "$2" "$3"
+    ;;
+  clock)
+    [ $# = 4 ] || usage
+    clock_node "$2" "$3" "$4"
     ;;
   partition)
     [ $# = 3 ] || usage

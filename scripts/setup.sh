@@ -21,6 +21,7 @@ command -v nft >/dev/null || need+=(nftables)                # the Service proxy
 command -v ip >/dev/null && command -v bridge >/dev/null || need+=(iproute2)  # network namespaces; the overlay's tests read its entries
 command -v pgrep >/dev/null || need+=(procps)                # scripts/multi-node.sh finds and stops its nodes
 command -v nsenter >/dev/null || need+=(util-linux)           # ... and runs each in its own namespaces
+[ -n "$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null)" ] || need+=(libfaketime)  # ... and jumps one node's clock
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)          # local volumes: a size-limited ext4 image per claim
 [ -d /usr/share/zoneinfo/America ] || need+=(tzdata)          # CronJobs' timeZone (the IANA database)
 command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3 python3-venv)  # the official Python client's tests

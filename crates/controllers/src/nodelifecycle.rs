@@ -1,13 +1,19 @@
 //! Node lifecycle (upstream `nodelifecycle` and the taint-eviction controller): every
 //! `MONITOR_PERIOD` each node's last sign of life — its Lease in kube-node-lease or its Ready
-//! heartbeat — is checked. A node silent for longer than the grace period gets its conditions set
+//! heartbeat — is checked. What counts is when this controller saw one change, on its own
+//! monotonic clock, never the time the kubelet wrote in it (upstream's `probeTimestamp`): a
+//! node whose clock is behind is not judged silent while it renews, nor one whose clock is
+//! ahead judged alive after it stops. A node silent for longer than the grace period gets its conditions set
 //! to Unknown ("Kubelet stopped posting node status.") and the `node.kubernetes.io/unreachable`
 //! taints; a node reporting Ready=False gets `node.kubernetes.io/not-ready`; a Ready node loses
 //! both. Pods on a node with NoExecute taints they do not tolerate are deleted, at once or after
 //! their toleration's `tolerationSeconds`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint, Toleration};
@@ -34,9 +40,46 @@ pub struct NodeLifecycleController {
     lease_store: Store<Lease>,
     events: Events,
     grace: Duration,
+    health: Mutex<Health>,
 }
 
 pub use r8s_api::taints::tolerates;
+
+/// What a node last showed of life: its Lease's resourceVersion and its Ready condition's
+/// heartbeat, as written (compared for a change, whatever the clock that wrote them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub lease: Option<String>,
+    pub ready: Option<String>,
+}
+
+/// When each node's heartbeat last changed, on the controller's clock (upstream's
+/// `nodeHealthMap` with its `probeTimestamp`). A node first seen counts as seen then: after
+/// the controller starts (or takes the lead), every node has a whole grace period.
+#[derive(Default)]
+pub struct Health(HashMap<String, (Heartbeat, Instant)>);
+
+impl Health {
+    /// How long `node` has been silent at `now`, given what it shows now.
+    pub fn silence(&mut self, node: &str, seen: Heartbeat, now: Instant) -> Duration {
+        match self.0.get_mut(node) {
+            Some((last, at)) if *last == seen => now.saturating_duration_since(*at),
+            Some(entry) => {
+                *entry = (seen, now);
+                Duration::ZERO
+            }
+            None => {
+                self.0.insert(node.to_string(), (seen, now));
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// Forget the nodes not in `names` (deleted).
+    pub fn retain(&mut self, names: &[String]) {
+        self.0.retain(|n, _| names.contains(n));
+    }
+}
 
 /// When a pod on a node with these NoExecute taints must go: `Some(None)` now, `Some(Some(s))`
 /// after `s` seconds from the taint, `None` never (tolerated forever or no such taint).
@@ -91,6 +134,7 @@ impl NodeLifecycleController {
             pods: factory.get::<Pod>(),
             events,
             grace,
+            health: Mutex::default(),
         })
     }
 
@@ -122,25 +166,25 @@ impl NodeLifecycleController {
     pub async fn monitor(&self) -> Result<(), crate::Error> {
         let now = jiff::Timestamp::now();
         let api: Api<Node> = Api::all(self.client.clone());
-        for node in self.nodes.store().state() {
+        let nodes = self.nodes.store().state();
+        self.health
+            .lock()
+            .unwrap()
+            .retain(&nodes.iter().map(|n| n.name_any()).collect::<Vec<_>>());
+        for node in nodes {
             let name = node.name_any();
             let status = node.status.clone().unwrap_or_default();
             let conditions = status.conditions.clone().unwrap_or_default();
             let ready = conditions.iter().find(|c| c.type_ == "Ready");
             let lease = lookup(&self.lease_store, &format!("{LEASE_NAMESPACE}/{name}"));
-            let last_seen = [
-                lease
-                    .as_ref()
-                    .and_then(|l| l.spec.as_ref()?.renew_time.as_ref().map(|t| t.0)),
-                ready.and_then(|c| c.last_heartbeat_time.as_ref().map(|t| t.0)),
-                node.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            ]
-            .into_iter()
-            .flatten()
-            .max();
-            let silent = last_seen.is_none_or(|t| {
-                now.duration_since(t) > jiff::SignedDuration::try_from(self.grace).unwrap_or_default()
-            });
+            let seen = Heartbeat {
+                lease: lease.as_ref().and_then(|l| l.metadata.resource_version.clone()),
+                ready: ready
+                    .and_then(|c| c.last_heartbeat_time.as_ref())
+                    .map(|t| t.0.to_string()),
+            };
+            let silence = self.health.lock().unwrap().silence(&name, seen, Instant::now());
+            let silent = silence > self.grace;
             // A node that has not reported Ready yet is left alone until its grace period ends.
             let mut ready_status = ready.map(|c| c.status.clone());
             if silent && ready.is_none_or(|c| c.status != "Unknown") {
@@ -312,6 +356,59 @@ mod tests {
             &t
         ));
         assert!(!tolerates(&toleration(NOT_READY, "Exists", None, None), &t));
+    }
+
+    fn beat(lease: &str, ready: &str) -> Heartbeat {
+        Heartbeat {
+            lease: Some(lease.into()),
+            ready: Some(ready.into()),
+        }
+    }
+
+    #[test]
+    fn silence_counts_from_when_a_heartbeat_changed_on_the_controllers_clock() {
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let mut h = Health::default();
+        // First seen: a whole grace period from now, however old its timestamps read.
+        assert_eq!(
+            h.silence("a", beat("1", "2020-01-01T00:00:00Z"), s(0)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            h.silence("a", beat("1", "2020-01-01T00:00:00Z"), s(30)),
+            Duration::from_secs(30)
+        );
+        // A renewal (a new resourceVersion): alive now, whatever time the kubelet wrote.
+        assert_eq!(
+            h.silence("a", beat("7", "2020-01-01T00:00:00Z"), s(35)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            h.silence("a", beat("7", "2020-01-01T00:00:00Z"), s(50)),
+            Duration::from_secs(15)
+        );
+        // A heartbeat whose time went back (the node's clock jumped back) is a change too.
+        assert_eq!(
+            h.silence("a", beat("7", "2019-12-31T23:55:00Z"), s(55)),
+            Duration::ZERO
+        );
+        // A node whose clock is ahead and then stops: silent from its last change, though the
+        // time it wrote is in the future.
+        assert_eq!(
+            h.silence("b", beat("3", "2999-01-01T00:00:00Z"), s(55)),
+            Duration::ZERO
+        );
+        assert_eq!(
+            h.silence("b", beat("3", "2999-01-01T00:00:00Z"), s(96)),
+            Duration::from_secs(41)
+        );
+        // A deleted node is forgotten; made again, it starts over.
+        h.retain(&["b".to_string()]);
+        assert_eq!(
+            h.silence("a", beat("7", "2019-12-31T23:55:00Z"), s(100)),
+            Duration::ZERO
+        );
     }
 
     #[test]

@@ -40,6 +40,11 @@ impl Harness {
 
     /// `servers` of the `n` nodes are servers of one HA cluster (`--servers`).
     pub(crate) fn up_servers(n: usize, servers: usize, server_args: &str, node_args: &str) -> Harness {
+        Self::up_env(n, servers, server_args, node_args, &[])
+    }
+
+    /// With `env` for `multi-node.sh up` too.
+    fn up_env(n: usize, servers: usize, server_args: &str, node_args: &str, env: &[(&str, &str)]) -> Harness {
         let dir = tempfile::Builder::new()
             .prefix("r8s-mn")
             .tempdir()
@@ -61,6 +66,7 @@ impl Harness {
             .env("R8S_IMAGES", &images)
             .env("R8S_MN_SERVER_ARGS", server_args)
             .env("R8S_MN_ARGS", node_args)
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         assert!(
@@ -126,13 +132,18 @@ impl Harness {
             .to_owned()
     }
 
-    /// `multi-node.sh kill` or `start` of `node`.
+    /// `multi-node.sh kill` or `start` of `node` (or another verb, with `more` arguments).
     pub(crate) fn node_command(&self, verb: &str, node: &str) {
+        self.node_command_with(verb, node, &[]);
+    }
+
+    fn node_command_with(&self, verb: &str, node: &str, more: &[&str]) {
         let out = Command::new("bash")
             .arg(script())
             .arg(verb)
             .arg(&self.dir)
             .arg(node)
+            .args(more)
             .env("R8S_BIN", env!("CARGO_BIN_EXE_r8s"))
             .output()
             .unwrap();
@@ -1759,4 +1770,133 @@ fn lose_node2(h: &Harness, loss: Loss) {
     }
     let web = running("web");
     assert_eq!(web.len(), 2, "{web:?}");
+}
+
+/// A clock jump on one node (libfaketime moves node2's wall clock; its monotonic clock, and
+/// every other node's clocks, stay): the node lifecycle controller judges a node by when it
+/// saw its heartbeats change, on its own clock. With node2's clock 5 minutes behind, node2
+/// stays Ready, untainted, its pods untouched (its Lease reads 5 minutes old); with its clock
+/// 10 minutes ahead, node2 still runs, and once it dies it is NotReady and its Deployment
+/// replica replaced within the grace period (its last Lease reads 10 minutes in the future).
+#[test]
+fn a_node_whose_clock_jumps_is_judged_on_the_servers_clock() {
+    let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
+    let h = Harness::up_env(
+        2,
+        1,
+        "--node-monitor-grace-period 15s",
+        "",
+        &[("R8S_MN_FAKETIME", "1")],
+    );
+    h.apply(RETURNING);
+    // (uid, node) of the pods that run and are not being deleted.
+    let running = || -> Vec<(String, String)> {
+        let l = h.json(&["get", "pods"]);
+        let mut v: Vec<_> = l["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
+            .map(|p| {
+                (
+                    p["metadata"]["uid"].as_str().unwrap().to_owned(),
+                    p["spec"]["nodeName"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = wait_for(180, "web on both nodes and one-0, Running", || {
+        let r = running();
+        (r.len() == 3 && r.iter().filter(|p| p.1 == "node2").count() >= 1).then_some(r)
+    });
+    // Ready and untainted, and the same pods.
+    let healthy = |what: &str| {
+        let n = h.json(&["get", "node", "node2"]);
+        let ready = n["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(ready["status"], "True", "{what}: {ready}");
+        assert!(
+            n["spec"]["taints"].as_array().is_none_or(|t| t.is_empty()),
+            "{what}: {}",
+            n["spec"]["taints"]
+        );
+        assert_eq!(running(), before, "{what}");
+    };
+    // How far node2's last Lease renewal reads from the host's clock, in seconds.
+    let lease_skew = || {
+        let renewed = h.ok(&[
+            "-n",
+            "kube-node-lease",
+            "get",
+            "lease",
+            "node2",
+            "-o",
+            "jsonpath={.spec.renewTime}",
+        ]);
+        let renewed: jiff::Timestamp = renewed.parse().unwrap();
+        renewed.duration_since(jiff::Timestamp::now()).as_secs()
+    };
+    // (offset, seconds watched, the Lease's skew expected: the offset less up to a renewal
+    // interval)
+    for (offset, secs, skewed) in [("-300", 30, -315..=-290), ("+600", 20, 585..=605)] {
+        h.node_command_with("clock", "node2", &[offset]);
+        let until = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < until {
+            healthy(&format!("node2's clock {offset} s off"));
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        // node2 renewed its Lease meanwhile, on its own clock (the jump took).
+        let skew = lease_skew();
+        assert!(
+            skewed.contains(&skew),
+            "node2's clock {offset} s off, its Lease renewed {skew} s from now"
+        );
+    }
+
+    h.node_command("kill", "node2");
+    let lost = Instant::now();
+    wait_for(45, "node2 NotReady", || {
+        let n = h.json(&["get", "node", "node2"]);
+        n["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "Unknown")
+            .then_some(())
+    });
+    eprintln!(
+        "node2, its clock 10 minutes ahead, NotReady {:?} after its death",
+        lost.elapsed()
+    );
+    let web_on_2: Vec<&(String, String)> = before.iter().filter(|p| p.1 == "node2").collect();
+    wait_for(60, "node2's pods evicted and web running on node1", || {
+        let web = h.json(&["get", "pods", "-l", "app=web"]);
+        let on1 = web["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| {
+                p["metadata"]["deletionTimestamp"].is_null()
+                    && p["status"]["phase"] == "Running"
+                    && p["spec"]["nodeName"] == "node1"
+            })
+            .count();
+        let all = h.json(&["get", "pods"]);
+        let evicted = web_on_2.iter().all(|(uid, _)| {
+            all["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["metadata"]["uid"] == uid.as_str())
+                .is_none_or(|p| !p["metadata"]["deletionTimestamp"].is_null())
+        });
+        (on1 == 2 && evicted).then_some(())
+    });
 }
