@@ -248,7 +248,12 @@ mod tests {
 
     /// A backend that answers each connection's bytes with its name, until dropped.
     async fn backend(name: &'static str) -> (String, tokio::task::JoinHandle<()>) {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        backend_at("127.0.0.1:0", name).await
+    }
+
+    /// The same, listening on `addr`.
+    async fn backend_at(addr: &str, name: &'static str) -> (String, tokio::task::JoinHandle<()>) {
+        let l = TcpListener::bind(addr).await.unwrap();
         let addr = l.local_addr().unwrap().to_string();
         let task = tokio::spawn(async move {
             loop {
@@ -340,20 +345,7 @@ mod tests {
             "the connection to the unreachable server stayed open"
         );
         // Back at the same address: connections get through again, to it.
-        let l = TcpListener::bind(a.as_str()).await.unwrap();
-        tokio::spawn(async move {
-            loop {
-                let (mut s, _) = l.accept().await.unwrap();
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 64];
-                    while let Ok(n) = s.read(&mut buf).await {
-                        if n == 0 || s.write_all(b"a again").await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
+        let _again = backend_at(&a, "a again").await;
         // (A probe that failed just before may still close the first one.)
         let mut answer = None;
         for _ in 0..3 {

@@ -273,13 +273,23 @@ spec:
 "#;
 
 /// Running db replicas: (name, node).
-fn running_db_pods(h: &Harness) -> Vec<(String, String)> {
-    let l = h.json(&["get", "pods", "-l", "app=db"]);
-    let mut pods: Vec<(String, String)> = l["items"]
+/// The pods `kubectl get pods ARGS` lists that run and are not being deleted.
+fn live_pods(h: &Harness, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["get", "pods"];
+    all.extend(args);
+    let l = h.json(&all);
+    l["items"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
+        .cloned()
+        .collect()
+}
+
+fn running_db_pods(h: &Harness) -> Vec<(String, String)> {
+    let mut pods: Vec<(String, String)> = live_pods(h, &["-l", "app=db"])
+        .iter()
         .map(|p| {
             (
                 p["metadata"]["name"].as_str().unwrap().to_owned(),
@@ -1366,12 +1376,8 @@ fn a_server_killed_mid_rollout_mid_job_and_mid_scale_loses_nothing() {
     h.apply(BUSY);
     // (name, template hash, node) of roll's pods that run and are not being deleted.
     let roll = |h: &Harness| -> Vec<(String, String, String)> {
-        let l = h.json(&["get", "pods", "-l", "app=roll"]);
-        l["items"]
-            .as_array()
-            .unwrap()
+        live_pods(h, &["-l", "app=roll"])
             .iter()
-            .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
             .map(|p| {
                 (
                     p["metadata"]["name"].as_str().unwrap().to_owned(),
@@ -1685,12 +1691,8 @@ fn lose_node2(h: &Harness, loss: Loss) {
             .collect()
     };
     let running = |app: &str| -> Vec<(String, String, String)> {
-        let l = h.json(&["get", "pods", "-l", &format!("app={app}")]);
-        l["items"]
-            .as_array()
-            .unwrap()
+        live_pods(h, &["-l", &format!("app={app}")])
             .iter()
-            .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
             .map(|p| {
                 (
                     p["metadata"]["name"].as_str().unwrap().to_owned(),
@@ -1818,12 +1820,8 @@ fn a_node_whose_clock_jumps_is_judged_on_the_servers_clock() {
     h.apply(RETURNING);
     // (uid, node) of the pods that run and are not being deleted.
     let running = || -> Vec<(String, String)> {
-        let l = h.json(&["get", "pods"]);
-        let mut v: Vec<_> = l["items"]
-            .as_array()
-            .unwrap()
+        let mut v: Vec<_> = live_pods(&h, &[])
             .iter()
-            .filter(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
             .map(|p| {
                 (
                     p["metadata"]["uid"].as_str().unwrap().to_owned(),
