@@ -1295,9 +1295,9 @@ fn stalled_leader(h: &mut Harness, pods: &dyn Fn(&Harness) -> WebPods) {
 }
 
 /// What the controller manager works on while its server is killed: a Deployment rolling out
-/// (slowly: each new replica must be ready 3 s), an indexed Job of 100 completions, and later a
-/// StatefulSet scaling up one ordinal at a time on the agent. Pods tolerate a lost node for
-/// 2 s, and nodes are lost after 15 s without a heartbeat.
+/// (slowly: one replica at a time, each ready 3 s before the next), an indexed Job of 100
+/// completions, and later a StatefulSet scaling up one ordinal at a time on the agent. Pods
+/// tolerate a lost node for 2 s, and nodes are lost after 15 s without a heartbeat.
 const BUSY: &str = r#"
 apiVersion: v1
 kind: List
@@ -1308,6 +1308,7 @@ items:
   spec:
     replicas: 6
     minReadySeconds: 3
+    strategy: {rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}
     selector: {matchLabels: {app: roll}}
     template:
       metadata: {labels: {app: roll}}
@@ -1396,16 +1397,24 @@ fn a_server_killed_mid_rollout_mid_job_and_mid_scale_loses_nothing() {
     });
     let old_hash = first[0].1.clone();
 
-    // The rollout and the Job start together; the leader's server dies when both are under way.
+    // The Job starts, then (10 completions in) the rollout; the leader's server dies when both
+    // are under way. In this order, as the rollout goes one replica at a time and the Job has
+    // 90 completions to go, neither can finish before the other has begun (started together,
+    // a slower machine finished the rollout before the Job's tenth completion).
     let (leader, _) = live_leader(&h);
     use_other_than(&mut h, leader);
-    h.ok(&["set", "env", "deployment/roll", "V=2"]);
     h.apply(JOB);
     let job_status = |h: &Harness| h.json(&["get", "job", "many"])["status"].clone();
-    wait_for(180, "the Job 10 completions in, the rollout under way", || {
-        let done = job_status(&h)["succeeded"].as_i64().unwrap_or(0);
+    let succeeded = |h: &Harness| job_status(h)["succeeded"].as_i64().unwrap_or(0);
+    wait_for(180, "the Job's first 10 completions", || {
+        (succeeded(&h) >= 10).then_some(())
+    });
+    h.ok(&["set", "env", "deployment/roll", "V=2"]);
+    wait_for(120, "the rollout under way, the Job not complete", || {
         let new = roll(&h).iter().filter(|p| p.1 != old_hash).count();
-        (done >= 10 && (1..6).contains(&new)).then_some(())
+        let done = succeeded(&h);
+        assert!(done < 100, "the Job completed before the rollout began");
+        (1..6).contains(&new).then_some(())
     });
     let dead = format!("node{leader}");
     h.node_command("kill", &dead);
