@@ -43,7 +43,9 @@ impl Fence {
         self.0.lock().unwrap().is_some_and(|until| Instant::now() < until)
     }
 
-    fn set(&self, until: Option<Instant>) {
+    /// Let the leader write until `until` (`None`: not at all). The elector sets it after each
+    /// attempt; tests set it by hand.
+    pub fn set(&self, until: Option<Instant>) {
         *self.0.lock().unwrap() = until;
     }
 }

@@ -42,10 +42,13 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
-/// The client `controller` writes with (`root` is the controller manager's own).
+/// The client `controller` writes with (`root` is the controller manager's own). A client of
+/// its own is fenced by `fence` (the leader's, see `r8s_client::leader`) as `root` is: a
+/// stalled leader that wakes must not write through it.
 pub async fn client_for(
     root: &Client,
     creds: &Credentials,
+    fence: Option<&r8s_client::leader::Fence>,
     controller: &str,
     stop: &CancellationToken,
 ) -> Result<Client, Error> {
@@ -88,7 +91,11 @@ pub async fn client_for(
         token_file: Some(path.to_string_lossy().into_owned()),
         ..Default::default()
     };
-    Ok(Client::try_from(config)?)
+    let client = Client::try_from(config)?;
+    Ok(match fence {
+        Some(fence) => r8s_client::leader::fenced(client, fence.clone()),
+        None => client,
+    })
 }
 
 /// Request a token for ServiceAccount `name` and write it to `path` (atomically, mode 0600).

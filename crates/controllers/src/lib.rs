@@ -115,6 +115,9 @@ pub struct Options {
     pub servicelb: bool,
     /// The horizontal pod autoscaler's settings.
     pub hpa: podautoscaler::HpaOptions,
+    /// The leader's fence (set by `run` with leader election): every controller's writes go
+    /// through it, whatever credentials they use.
+    pub fence: Option<r8s_client::leader::Fence>,
 }
 
 impl Default for Options {
@@ -133,6 +136,7 @@ impl Default for Options {
             root_ca_pem: None,
             servicelb: false,
             hpa: podautoscaler::HpaOptions::default(),
+            fence: None,
         }
     }
 }
@@ -143,8 +147,13 @@ pub async fn run(client: Client, opts: Options, stop: CancellationToken) {
     if opts.leader_elect {
         let election =
             r8s_client::leader::LeaderElection::new("kube-controller-manager", opts.identity.clone());
-        // The controllers write only while the Lease is surely theirs (the elector's fence).
+        // The controllers write only while the Lease is surely theirs (the elector's fence),
+        // with the controller manager's credentials or their own.
         let fenced = r8s_client::leader::fenced(client.clone(), election.fence.clone());
+        let opts = Options {
+            fence: Some(election.fence.clone()),
+            ..opts
+        };
         election
             .run(client, stop, move |leading| {
                 run_controllers(fenced.clone(), opts.clone(), leading)
@@ -192,7 +201,8 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "pod-garbage-collector",
     ] {
         let c = loop {
-            match credentials::client_for(&client, &opts.credentials, name, &stop).await {
+            match credentials::client_for(&client, &opts.credentials, opts.fence.as_ref(), name, &stop).await
+            {
                 Ok(c) => break c,
                 Err(e) => {
                     tracing::warn!(controller = name, error = %e, "getting the controller's credentials failed; retrying");

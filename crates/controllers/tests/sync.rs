@@ -1,13 +1,15 @@
 //! The ReplicaSet and Deployment controllers' syncs driven one key at a time, as upstream's
 //! `replica_set_test.go` drives `syncHandler`: against the real API server running in this
 //! process on the embedded datastore (no kubelet, no scheduler, no other controller), so each
-//! test sees exactly what one sync wrote.
+//! test sees exactly what one sync wrote. And the controllers' own credentials, fenced as the
+//! leader's client is.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use r8s_client::events::Events;
@@ -18,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 /// An API server on loopback with its datastore in a temporary directory, and an admin client.
 struct TestApi {
     client: Client,
+    config: kube::Config,
     _server: r8s_apiserver::ApiServer,
     _dir: tempfile::TempDir,
 }
@@ -38,8 +41,23 @@ async fn start_api() -> TestApi {
     .await
     .unwrap()
     .unwrap();
+    // Service-account tokens too, for the controllers' own credentials.
+    let store: Arc<dyn r8s_store::Store> = Arc::new(store);
+    let lookup = r8s_apiserver::Lookup::new(store.clone());
+    let sa_tokens = Arc::new(
+        r8s_apiserver::authn::service_account::ServiceAccountTokens::new(
+            &pki.service_account_key_pem,
+            &[],
+            &["https://kubernetes.default.svc.cluster.local".to_string()],
+            &[],
+            lookup.clone(),
+        )
+        .unwrap(),
+    );
     let mut authenticators = r8s_apiserver::authn::AuthenticatorChain::default();
     authenticators.push(r8s_apiserver::authn::X509Authenticator::default());
+    authenticators
+        .push(r8s_apiserver::authn::service_account::ServiceAccountAuthenticator(sa_tokens.clone()));
     let mut authorizers = r8s_apiserver::authz::AuthorizerChain::default();
     authorizers.push(r8s_apiserver::authz::AlwaysAllow);
     let server = r8s_apiserver::ApiServer::start(r8s_apiserver::ApiServerConfig {
@@ -50,13 +68,13 @@ async fn start_api() -> TestApi {
             key_pem: pki.serving_key_pem.clone(),
             client_ca_pem: pki.ca_cert_pem.clone(),
         },
-        store: Arc::new(store),
+        store,
         authenticators,
         authorizers,
         admission: r8s_apiserver::admission::AdmissionChain::default(),
         service_cidrs: r8s_apiserver::ServiceCidrs::parse("10.43.0.0/16").unwrap(),
         rbac: None,
-        service_account_tokens: None,
+        service_account_tokens: Some(sa_tokens),
         audit: None,
         kubelet: None,
         advertise_address: None,
@@ -65,7 +83,7 @@ async fn start_api() -> TestApi {
         request_header: None,
         priority_and_fairness: true,
         request_timeout: std::time::Duration::from_secs(60),
-        lookup: None,
+        lookup: Some(lookup),
     })
     .await
     .unwrap();
@@ -75,7 +93,8 @@ async fn start_api() -> TestApi {
         .await
         .unwrap();
     TestApi {
-        client: Client::try_from(config).unwrap(),
+        client: Client::try_from(config.clone()).unwrap(),
+        config,
         _server: server,
         _dir: dir,
     }
@@ -312,5 +331,59 @@ async fn cronjob_sync_runs_the_most_recent_missed_time_once() {
     let status = cj.status.unwrap();
     assert_eq!(status.active.unwrap().len(), 1);
     assert_eq!(status.last_schedule_time.unwrap().0.as_second(), minute * 60);
+    stop.cancel();
+}
+
+/// A controller writing as its own ServiceAccount writes through the leader's fence as the
+/// controller manager's own client does: a leader that stalled and woke (its fence lapsed)
+/// writes nothing through it, not even with credentials of the controller's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controllers_own_credentials_write_only_within_the_leaders_fence() {
+    let api = start_api().await;
+    let dir = tempfile::tempdir().unwrap();
+    let creds = r8s_controllers::credentials::Credentials::ServiceAccounts {
+        config: Box::new(api.config.clone()),
+        dir: dir.path().to_path_buf(),
+    };
+    let fence = r8s_client::leader::Fence::default();
+    let stop = CancellationToken::new();
+    let own = r8s_controllers::credentials::client_for(
+        &api.client,
+        &creds,
+        Some(&fence),
+        "replicaset-controller",
+        &stop,
+    )
+    .await
+    .unwrap();
+    let as_own: Api<ConfigMap> = Api::namespaced(own.clone(), "default");
+    let as_admin: Api<ConfigMap> = Api::namespaced(api.client.clone(), "default");
+    let stale = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("stale".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    // No renewal within the renew deadline: refused before reaching the server.
+    let refused = as_own.create(&PostParams::default(), &stale).await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Service(e)) if e.to_string().contains("not leading")),
+        "{refused:?}"
+    );
+    assert!(as_admin.get_opt("stale").await.unwrap().is_none());
+    // Reads go through.
+    as_own.list(&ListParams::default()).await.unwrap();
+    // A renewal just now: writes go through, as the controller's ServiceAccount.
+    fence.set(Some(std::time::Instant::now() + Duration::from_secs(10)));
+    let review: SelfSubjectReview = Api::all(own)
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .unwrap();
+    let user = review.status.and_then(|s| s.user_info).and_then(|u| u.username);
+    assert_eq!(
+        user.as_deref(),
+        Some("system:serviceaccount:kube-system:replicaset-controller")
+    );
     stop.cancel();
 }

@@ -503,6 +503,8 @@ impl ControllerArgs {
                 initial_readiness_delay: self.horizontal_pod_autoscaler_initial_readiness_delay,
                 downscale_stabilization: self.horizontal_pod_autoscaler_downscale_stabilization,
             },
+            // Set by the controller manager's leader election when it runs.
+            fence: None,
         })
     }
 }
