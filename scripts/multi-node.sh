@@ -23,6 +23,13 @@
 #                                         # agent, etcd, containerd, shims), as a VM that
 #                                         # hangs; its containers' own processes run on
 #   scripts/multi-node.sh resume DIR NODE # SIGCONT them
+#   scripts/multi-node.sh crash DIR NODE [containerd]  # SIGKILL node NODE's r8s alone (as the
+#                                         # OOM killer or a `kill -9`): its containerd and etcd
+#                                         # die with it, its shims and containers run on, and
+#                                         # the node's init starts r8s again at once (systemd's
+#                                         # Restart=always); returns once it is Ready again.
+#                                         # With `containerd`: SIGKILL of its containerd alone
+#                                         # (r8s starts it again); returns once one runs again
 #
 # Node 1 is `r8s server` (its own agent is node 1), nodes 2..N are `r8s agent`s joined with
 # the server's token. With --servers K, nodes 1..K are servers of one HA cluster: node 1
@@ -44,7 +51,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 usage() {
-  echo "usage: $0 up N DIR [--servers K] | down DIR | kill DIR NODE | stop DIR NODE | start DIR NODE | partition DIR NODE | heal DIR NODE | clock DIR NODE OFFSET | pause DIR NODE | resume DIR NODE" >&2
+  echo "usage: $0 up N DIR [--servers K] | down DIR | kill DIR NODE | stop DIR NODE | start DIR NODE | partition DIR NODE | heal DIR NODE | clock DIR NODE OFFSET | pause DIR NODE | resume DIR NODE | crash DIR NODE [containerd]" >&2
   exit 2
 }
 
@@ -64,6 +71,29 @@ own_cgroup() {
     head -1
 }
 
+# A node's init (PID 1 of its PID namespace), as systemd is a machine's: it runs r8s, passes
+# SIGTERM on to it, reaps the orphans (shims whose parent died), and ends, ending the node,
+# when r8s ends; but when `crash` SIGKILLed r8s alone (it leaves DIR/node<i>/crashed), it
+# starts r8s again at once, as systemd's Restart=always would.
+# shellcheck disable=SC2016 # expanded by the init's bash
+node_init='d=$1; shift
+trap '"'"'kill -TERM "$child" 2>/dev/null'"'"' TERM INT
+while :; do
+  "$@" &
+  child=$!
+  while :; do
+    wait "$child"
+    rc=$?
+    kill -0 "$child" 2>/dev/null || break
+  done
+  if [ "$rc" = 137 ] && [ -f "$d/crashed" ]; then
+    rm -f "$d/crashed"
+    echo "--- started again $(date -u +%FT%TZ) after a crash"
+    continue
+  fi
+  exit "$rc"
+done'
+
 start_node() { # i args...
   local i=$1
   shift
@@ -74,8 +104,8 @@ start_node() { # i args...
     find "$images" -maxdepth 1 -type f ! -name dnsutils.tar -exec cp -f {} "$d/agent/images/" \;
   fi
   # nsenter joins the node's network; unshare gives it a PID namespace (its first process
-  # is the node's init: SIGKILL of it kills every process of the node) with a /proc of its
-  # own, and a mount namespace where containerd's netns mounts stay.
+  # is the node's init, `node_init`: SIGKILL of it kills every process of the node) with a
+  # /proc of its own, and a mount namespace where containerd's netns mounts stay.
   # How it was started, for `start` after a `kill`.
   printf '%s\0' "$bin" "$@" >"$d/cmdline"
   # With R8S_MN_FAKETIME=1 at `up`, the node's wall clock is libfaketime's, offset by what
@@ -89,7 +119,7 @@ start_node() { # i args...
   fi
   nsenter --net="/run/netns/$(ns_of "$i")" \
     unshare --pid --fork --mount-proc --propagation slave -- \
-    "${fake[@]}" "$bin" "$@" >>"$d/log" 2>&1 &
+    bash -c "$node_init" node-init "$d" "${fake[@]}" "$bin" "$@" >>"$d/log" 2>&1 &
   echo $! >"$d/pid"
 }
 
@@ -207,6 +237,55 @@ start_again() { # DIR NODE
   start_node "$i" "${args[@]:1}"
   ready_since "$i" "$since" "its start"
   echo "multi-node: node$i started again and Ready"
+}
+
+# SIGKILL of node NODE's r8s alone (its init's child), or of its containerd alone (found by
+# name among the node's processes); the init (or r8s) starts it again.
+crash_node() { # DIR NODE [containerd]
+  local i what=${3:-r8s}
+  running_node "$1" "$2"
+  local init old p t since
+  init=$(pgrep -P "$(cat "$dir/node$i/pid")" | head -1 || true)
+  case $what in
+    r8s) old=$(pgrep -P "$init" | head -1 || true) ;;
+    containerd)
+      old=
+      for p in $(node_pids "$i"); do
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = containerd ] && old=$p
+      done
+      ;;
+    *) usage ;;
+  esac
+  [ -n "$old" ] || {
+    echo "multi-node: node$i runs no $what" >&2
+    exit 1
+  }
+  since=$(date -u +%FT%TZ)
+  [ "$what" = r8s ] && : >"$dir/node$i/crashed"
+  kill -KILL "$old"
+  for ((t = 0; t < 600; t++)); do
+    case $what in
+      r8s) p=$(pgrep -P "$init" | head -1 || true) ;;
+      containerd)
+        p=
+        for q in $(node_pids "$i"); do
+          [ "$(cat "/proc/$q/comm" 2>/dev/null)" = containerd ] && p=$q
+        done
+        ;;
+    esac
+    [ -n "$p" ] && [ "$p" != "$old" ] && break
+    sleep 0.1
+  done
+  [ -n "$p" ] && [ "$p" != "$old" ] || {
+    echo "multi-node: node$i's $what not started again 60 s after its SIGKILL" >&2
+    exit 1
+  }
+  if [ "$what" = r8s ]; then
+    ready_since "$i" "$since" "its crash"
+    echo "multi-node: node$i's r8s crashed, started again and Ready"
+  else
+    echo "multi-node: node$i's containerd crashed and started again"
+  fi
 }
 
 # Until node I's kubelet reports it Ready again: a Ready heartbeat not older than SINCE (the
@@ -484,6 +563,10 @@ case "${1:-}" in
   resume)
     [ $# = 3 ] || usage
     signal_node "$2" "$3" CONT resumed
+    ;;
+  crash)
+    [ $# = 3 ] || [ $# = 4 ] || usage
+    crash_node "$2" "$3" "${4:-r8s}"
     ;;
   *) usage ;;
 esac

@@ -123,6 +123,23 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> NodeCond
     }
 }
 
+/// A condition's `lastTransitionTime` says when its status last changed: each of `new` whose
+/// status is that of the same type in `current` (the Node as the API server has it) keeps
+/// that one's (upstream's setters compare with the Node they read, so a kubelet restart or a
+/// routine report leaves it alone).
+fn keep_transition_times(new: &mut [NodeCondition], current: &[NodeCondition]) {
+    for c in new {
+        if let Some(was) = current
+            .iter()
+            .find(|o| o.type_ == c.type_ && o.status == c.status)
+        {
+            if was.last_transition_time.is_some() {
+                c.last_transition_time = was.last_transition_time.clone();
+            }
+        }
+    }
+}
+
 impl Agent {
     pub(super) fn node_api(&self) -> Api<Node> {
         Api::all(self.client.clone())
@@ -306,6 +323,18 @@ impl Agent {
         volumes: &[(String, String)],
     ) -> Result<(), Error> {
         let mut status = self.node_status(network_ready);
+        // The Node as the server has it (its cache will do), for the conditions' transition
+        // times; without it (a read that failed), this report's are taken.
+        let current = self
+            .node_api()
+            .get_with(&self.opts.node_name, &GetParams::any())
+            .await
+            .map_err(|e| tracing::debug!(error = %e, "agent: reading the Node for its status"))
+            .ok()
+            .and_then(|n| n.status?.conditions);
+        if let (Some(new), Some(current)) = (status.conditions.as_mut(), current) {
+            keep_transition_times(new, &current);
+        }
         status.images = self.node_images().await;
         let mut patch = json!({ "status": status });
         let (in_use, attached) = volume_lists(volumes);
@@ -436,6 +465,38 @@ mod tests {
             size,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_until_its_status_changes() {
+        let at = |s: &str| {
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                s.parse().unwrap(),
+            ))
+        };
+        let current = vec![
+            NodeCondition {
+                last_transition_time: at("2026-01-01T00:00:00Z"),
+                ..condition("Ready", "True", "KubeletReady", "")
+            },
+            NodeCondition {
+                last_transition_time: at("2026-01-02T00:00:00Z"),
+                ..condition("MemoryPressure", "True", "KubeletHasInsufficientMemory", "")
+            },
+        ];
+        let mut new = vec![
+            condition("Ready", "True", "KubeletReady", ""),
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory", ""),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID", ""),
+        ];
+        let fresh = new[1].last_transition_time.clone();
+        let beat = new[0].last_heartbeat_time.clone();
+        keep_transition_times(&mut new, &current);
+        assert_eq!(new[0].last_transition_time, at("2026-01-01T00:00:00Z"));
+        assert_eq!(new[1].last_transition_time, fresh);
+        assert!(new[2].last_transition_time.is_some());
+        // The heartbeat is this report's in any case.
+        assert_eq!(new[0].last_heartbeat_time, beat);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! watches. No write fails beyond the client's retries (each succeeds within 5 s of its first
 //! try), every acknowledged write is there at the end, the watch (resumed from its last
 //! resourceVersion whenever its server goes, bookmarks on) sees each write exactly once and
-//! in order, and the agent's node stays Ready with its pods untouched.
+//! in order, and the agent's node stays Ready with its pods untouched. Then the agent crashes
+//! (its r8s, then its containerd, SIGKILLed alone) and a Service answers throughout.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -153,7 +154,7 @@ fn agent_pods(h: &Harness) -> Vec<(String, String, i64)> {
 }
 
 #[test]
-fn every_server_restarted_in_turn_fails_no_request_beyond_retries() {
+fn servers_restarted_in_turn_and_a_crashed_agent_fail_no_request() {
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
     let mut h = Harness::up_servers(4, 3, "", "");
     h.ok(&["create", "deployment", "web", "--image=nginx", "--replicas=4"]);
@@ -295,4 +296,118 @@ fn every_server_restarted_in_turn_fails_no_request_beyond_retries() {
         "node4's Ready changed during the restarts: {ready}"
     );
     assert_eq!(agent_pods(&h), on_agent);
+
+    agent_crashes(&mut h, &on_agent);
+}
+
+/// The agent crashes: SIGKILL of its r8s alone (`multi-node.sh crash`; its containerd dies
+/// with it, its pods' shims and containers run on) and its init starts it again; then its
+/// containerd alone is killed, and the agent starts it again. A pod on node1 asks the web
+/// Service every 200 ms throughout and every answer comes; afterwards node4 never went
+/// NotReady, its pods are the same containers, never restarted, exec reaches them through
+/// the new containerd, and a new pod starts there.
+fn agent_crashes(h: &mut Harness, on_agent: &[(String, String, i64)]) {
+    h.ok(&["expose", "deployment", "web", "--port=80"]);
+    let ip = h.ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    h.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: asker}
+spec:
+  nodeName: node1
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: busybox, command: [sleep, "3600"]}
+"#,
+    );
+    // The asker's loop: until /tmp/stop exists (at most 600 questions), one line per
+    // answer's first line, FAIL for none.
+    let ask = format!(
+        "i=0; while [ ! -f /tmp/stop ] && [ $i -lt 600 ]; do i=$((i+1)); \
+         r=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 {ip} 80 | head -1); \
+         echo \"${{r:-FAIL}}\"; sleep 0.2; done"
+    );
+    wait_for(90, "the Service answering the asker", || {
+        let out = h.kubectl(&[
+            "exec",
+            "asker",
+            "--",
+            "sh",
+            "-c",
+            &format!("printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 {ip} 80 | head -1"),
+        ]);
+        String::from_utf8_lossy(&out.stdout).contains("200").then_some(())
+    });
+    let began = jiff::Timestamp::now();
+    let h: &Harness = h;
+    let answers = std::thread::scope(|s| {
+        let asking = s.spawn(|| h.kubectl(&["exec", "asker", "--", "sh", "-c", &ask]));
+        std::thread::sleep(Duration::from_secs(2));
+        let crashed = Instant::now();
+        h.node_command("crash", "node4");
+        eprintln!("node4's r8s crashed and Ready again in {:?}", crashed.elapsed());
+        wait_for(60, "node4's pods as they were after its crash", || {
+            (agent_pods(h) == on_agent).then_some(())
+        });
+        h.node_command_with("crash", "node4", &["containerd"]);
+        // Exec reaches node4's web pod through the new containerd.
+        let web = h.json(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "--field-selector",
+            "spec.nodeName=node4",
+        ]);
+        let web = web["items"][0]["metadata"]["name"].as_str().unwrap().to_owned();
+        wait_for(60, "exec in node4's web pod after containerd's crash", || {
+            h.kubectl(&["exec", &web, "--", "nginx", "-v"])
+                .status
+                .success()
+                .then_some(())
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        h.ok(&["exec", "asker", "--", "touch", "/tmp/stop"]);
+        asking.join().unwrap()
+    });
+    let answers = String::from_utf8_lossy(&answers.stdout).into_owned();
+    let lines: Vec<&str> = answers.lines().collect();
+    let failed = lines.iter().filter(|l| !l.contains("200 OK")).count();
+    eprintln!(
+        "the Service answered {} of {} questions",
+        lines.len() - failed,
+        lines.len()
+    );
+    assert!(lines.len() > 20, "{answers}");
+    assert_eq!(failed, 0, "the web Service failed to answer:\n{answers}");
+    assert_eq!(agent_pods(h), on_agent, "node4's pods changed");
+    let node4 = h.json(&["get", "node", "node4"]);
+    let ready = node4["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    let changed: jiff::Timestamp = ready["lastTransitionTime"].as_str().unwrap().parse().unwrap();
+    assert!(
+        ready["status"] == "True" && changed < began,
+        "node4's Ready changed through the crashes: {ready}"
+    );
+    h.apply(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: after-crashes}
+spec:
+  nodeName: node4
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: c, image: busybox, command: [sleep, "3600"]}
+"#,
+    );
+    wait_for(60, "a new pod Running on node4 after the crashes", || {
+        (h.json(&["get", "pod", "after-crashes"])["status"]["phase"] == "Running").then_some(())
+    });
 }
