@@ -1088,6 +1088,17 @@ fn a_server_power_cut_in_an_ha_cluster_loses_nothing() {
     });
     // The scheduler spreads the replicas: one runs on the agent.
     assert!(before.iter().any(|p| p.1 == "node4"), "{before:#?}");
+    // A pod on the agent asks the web Service every 200 ms from here on; its log (read at the
+    // end) says when each answer came or failed.
+    h.ok(&["expose", "deployment", "web", "--port=80"]);
+    let ip = h.ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    h.apply(&ASKER.replace("IP", &ip));
+    wait_for(60, "the asker's first answer", || {
+        let log = h.kubectl(&["logs", "asker"]);
+        String::from_utf8_lossy(&log.stdout)
+            .contains(" 200 OK")
+            .then_some(())
+    });
     let renew = |h: &Harness| {
         h.ok(&[
             "-n",
@@ -1100,6 +1111,7 @@ fn a_server_power_cut_in_an_ha_cluster_loses_nothing() {
         ])
     };
 
+    let cut_at = jiff::Timestamp::now().as_second();
     h.node_command("kill", "node1");
     let cut = Instant::now();
     let mut n = 0;
@@ -1152,8 +1164,63 @@ fn a_server_power_cut_in_an_ha_cluster_loses_nothing() {
             .any(|p| p.0 == on1.0 && p.2 != on1.2 && p.3 == 1)
             .then_some(())
     });
+    // ... and the Service's endpoints name its new address, not the dead sandbox's.
+    let ips = |what: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = h.ok(what).split_whitespace().map(str::to_owned).collect();
+        v.sort();
+        v
+    };
+    wait_for(60, "the web endpoints naming the Running pods", || {
+        let pods = ips(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "--field-selector",
+            "status.phase=Running",
+            "-o",
+            "jsonpath={.items[*].status.podIP}",
+        ]);
+        let eps = ips(&[
+            "get",
+            "endpoints",
+            "web",
+            "-o",
+            "jsonpath={.subsets[*].addresses[*].ip}",
+        ]);
+        (pods.len() == 4 && pods == eps).then_some(())
+    });
+    let back_at = jiff::Timestamp::now().as_second();
 
     stalled_leader(&mut h, &pods);
+
+    // The Service answered throughout, but for the dead node's endpoint: every failure came
+    // between node1's power cut and a few seconds after the endpoints named its pod's new
+    // address (the proxies learn it), none before, none after (not while the leader stalled:
+    // its node's containers ran on).
+    let log = h.ok(&["logs", "asker"]);
+    let answers: Vec<(i64, bool)> = log
+        .lines()
+        .filter_map(|l| {
+            let (at, answer) = l.split_once(' ')?;
+            Some((at.parse().ok()?, answer.contains(" 200 OK")))
+        })
+        .collect();
+    let outside: Vec<_> = answers
+        .iter()
+        .filter(|(at, ok)| !ok && (*at < cut_at || *at > back_at + 5))
+        .collect();
+    eprintln!(
+        "the Service answered {} of {} questions; {} failed outside node1's outage",
+        answers.iter().filter(|a| a.1).count(),
+        answers.len(),
+        outside.len()
+    );
+    assert!(answers.len() > 100, "{log}");
+    assert!(
+        outside.is_empty(),
+        "failures outside node1's outage ({cut_at}..{back_at}): {outside:?}"
+    );
 
     // A server gone for good leaves the etcd cluster (k3s's member controller): node3 is cut,
     // then its Node deleted; a server removes node3's member, and only then the Node goes (its
@@ -1180,6 +1247,31 @@ fn a_server_power_cut_in_an_ha_cluster_loses_nothing() {
     assert!(!members.contains(&member), "{members:?}");
     h.ok(&["create", "configmap", "after-node3"]);
 }
+
+/// A pod on the agent that asks the web Service at `IP` every 200 ms (at most 5,000 times) and
+/// logs when, and the answer's first line (FAIL for none).
+const ASKER: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: asker}
+spec:
+  nodeName: node4
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox
+    command:
+    - sh
+    - -c
+    - |
+      i=0
+      while [ $i -lt 5000 ]; do
+        i=$((i+1))
+        r=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 IP 80 | head -1)
+        echo "$(date +%s) ${r:-FAIL}"
+        sleep 0.2
+      done
+"#;
 
 /// The controller manager's leader stalls (SIGSTOP of its whole node for 30 s, a hung VM)
 /// while the Deployment is scaled from 4 to 6: another server's controller manager takes the
