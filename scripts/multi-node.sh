@@ -172,7 +172,7 @@ kill_node() { # DIR NODE
   echo "multi-node: node$i killed"
 }
 
-# SIGTERM to a node's r8s (its init): a server leaves the kubernetes Service's endpoints and
+# SIGTERM to a node's init, which passes it to r8s: a server leaves the kubernetes Service's endpoints and
 # hands its Leases on, its agent stops the node's pods, and it exits; the node goes with it.
 stop_node() { # DIR NODE
   local i
