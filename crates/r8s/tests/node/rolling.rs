@@ -153,6 +153,25 @@ fn agent_pods(h: &Harness) -> Vec<(String, String, i64)> {
     v
 }
 
+/// node4's Ready condition.
+fn node4_ready(h: &Harness) -> Value {
+    let node4 = h.json(&["get", "node", "node4"]);
+    node4["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone()
+}
+
+/// A busybox pod `name` that sleeps on `node`.
+fn sleeper(h: &Harness, name: &str, node: &str) {
+    h.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  nodeName: {node}\n  terminationGracePeriodSeconds: 1\n  containers:\n  - {{name: c, image: busybox, command: [sleep, \"3600\"]}}\n"
+    ));
+}
+
 #[test]
 fn servers_restarted_in_turn_and_a_crashed_agent_fail_no_request() {
     let _one = ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner());
@@ -280,14 +299,7 @@ fn servers_restarted_in_turn_and_a_crashed_agent_fail_no_request() {
     want.sort();
     assert_eq!(names, want);
     // The agent's node never went NotReady, and its pods ran on untouched.
-    let node4 = h.json(&["get", "node", "node4"]);
-    let ready = node4["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap()
-        .clone();
+    let ready = node4_ready(&h);
     assert_eq!(ready["status"], "True", "{ready}");
     let since = jiff::Timestamp::now() - jiff::SignedDuration::try_from(began.elapsed()).unwrap();
     let changed: jiff::Timestamp = ready["lastTransitionTime"].as_str().unwrap().parse().unwrap();
@@ -309,18 +321,7 @@ fn servers_restarted_in_turn_and_a_crashed_agent_fail_no_request() {
 fn agent_crashes(h: &mut Harness, on_agent: &[(String, String, i64)]) {
     h.ok(&["expose", "deployment", "web", "--port=80"]);
     let ip = h.ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
-    h.apply(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: asker}
-spec:
-  nodeName: node1
-  terminationGracePeriodSeconds: 1
-  containers:
-  - {name: c, image: busybox, command: [sleep, "3600"]}
-"#,
-    );
+    sleeper(h, "asker", "node1");
     // The asker's loop: until /tmp/stop exists (at most 600 questions), one line per
     // answer's first line, FAIL for none.
     let ask = format!(
@@ -382,31 +383,13 @@ spec:
     assert!(lines.len() > 20, "{answers}");
     assert_eq!(failed, 0, "the web Service failed to answer:\n{answers}");
     assert_eq!(agent_pods(h), on_agent, "node4's pods changed");
-    let node4 = h.json(&["get", "node", "node4"]);
-    let ready = node4["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap()
-        .clone();
+    let ready = node4_ready(h);
     let changed: jiff::Timestamp = ready["lastTransitionTime"].as_str().unwrap().parse().unwrap();
     assert!(
         ready["status"] == "True" && changed < began,
         "node4's Ready changed through the crashes: {ready}"
     );
-    h.apply(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: after-crashes}
-spec:
-  nodeName: node4
-  terminationGracePeriodSeconds: 1
-  containers:
-  - {name: c, image: busybox, command: [sleep, "3600"]}
-"#,
-    );
+    sleeper(h, "after-crashes", "node4");
     wait_for(60, "a new pod Running on node4 after the crashes", || {
         (h.json(&["get", "pod", "after-crashes"])["status"]["phase"] == "Running").then_some(())
     });
