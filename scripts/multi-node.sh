@@ -239,6 +239,15 @@ start_again() { # DIR NODE
   echo "multi-node: node$i started again and Ready"
 }
 
+# The PID of node I's containerd (not its shims), if one runs.
+containerd_of() { # I
+  local p
+  for p in $(node_pids "$1"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = containerd ] && echo "$p"
+  done
+  return 0
+}
+
 # SIGKILL of node NODE's r8s alone (its init's child), or of its containerd alone (found by
 # name among the node's processes); the init (or r8s) starts it again.
 crash_node() { # DIR NODE [containerd]
@@ -248,12 +257,7 @@ crash_node() { # DIR NODE [containerd]
   init=$(pgrep -P "$(cat "$dir/node$i/pid")" | head -1 || true)
   case $what in
     r8s) old=$(pgrep -P "$init" | head -1 || true) ;;
-    containerd)
-      old=
-      for p in $(node_pids "$i"); do
-        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = containerd ] && old=$p
-      done
-      ;;
+    containerd) old=$(containerd_of "$i") ;;
     *) usage ;;
   esac
   [ -n "$old" ] || {
@@ -266,12 +270,7 @@ crash_node() { # DIR NODE [containerd]
   for ((t = 0; t < 600; t++)); do
     case $what in
       r8s) p=$(pgrep -P "$init" | head -1 || true) ;;
-      containerd)
-        p=
-        for q in $(node_pids "$i"); do
-          [ "$(cat "/proc/$q/comm" 2>/dev/null)" = containerd ] && p=$q
-        done
-        ;;
+      containerd) p=$(containerd_of "$i") ;;
     esac
     [ -n "$p" ] && [ "$p" != "$old" ] && break
     sleep 0.1
