@@ -119,6 +119,30 @@ pub struct AgentOptions {
     /// The resolver configuration pods with dnsPolicy Default (and host-network pods) get
     /// (upstream kubelet's `--resolv-conf`).
     pub resolv_conf: PathBuf,
+    /// A hollow node (kubemark's idea): the kubelet above the runtime as it is, over a runtime
+    /// in memory (`runtime::fake`). No containerd, CNI or cgroups: pods are Running with
+    /// addresses from the node's pod CIDR and no processes, and the kubelet API answers logs,
+    /// exec, attach and port-forward with 501. For scale runs.
+    pub hollow: Option<Hollow>,
+}
+
+/// The capacity a hollow node reports.
+#[derive(Clone, Debug)]
+pub struct Hollow {
+    pub cpus: u32,
+    pub memory_bytes: u64,
+    pub pods: u32,
+}
+
+impl Default for Hollow {
+    /// Kubemark's hollow node: 4 cpus, 16 GiB, 110 pods.
+    fn default() -> Self {
+        Self {
+            cpus: 4,
+            memory_bytes: 16 << 30,
+            pods: 110,
+        }
+    }
 }
 
 /// What the agent calls with a pod and its new address before the pod's containers start.
@@ -189,6 +213,7 @@ impl AgentOptions {
             cgroup_root: "r8s-pods".into(),
             network_hook: None,
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            hollow: None,
         }
     }
 }
@@ -200,8 +225,9 @@ fn now() -> Time {
 pub struct Agent {
     client: Client,
     opts: AgentOptions,
-    /// CRI, for what goes beyond the pod sync's `runtime`: images, exec, attach, port-forward.
-    cri: Cri,
+    /// CRI, for what goes beyond the pod sync's `runtime`: exec, attach, port-forward, logs
+    /// (none on a hollow node).
+    cri: Option<Cri>,
     /// The runtime's sandboxes and containers, as the pod sync uses them.
     runtime: Arc<dyn Runtime>,
     node_ctx: Mutex<NodeContext>,
@@ -247,9 +273,71 @@ pub const STOP_LIMIT: Duration = Duration::from_secs(60);
 const SWEEP: &str = "/";
 const DEADLINE_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
-impl Agent {
-    /// Start containerd, import the air-gap images, register the node; then run until `stop`.
-    pub async fn run(client: Client, opts: AgentOptions, stop: CancellationToken) -> Result<(), Error> {
+/// What the agent runs on: the machine's containerd, CNI and cgroups, or a hollow node's
+/// runtime in memory.
+struct Parts {
+    containerd: Option<Containerd>,
+    cri: Option<Cri>,
+    runtime: Arc<dyn Runtime>,
+    /// The same runtime as `runtime`, on a hollow node.
+    hollow: Option<Arc<runtime::fake::FakeRuntime>>,
+    /// Where the pod network's CNI configuration goes (none on a hollow node).
+    cni_opts: Option<CniOptions>,
+    cgroups: CgroupManager,
+    cgroup_parent: String,
+    airgap_images: HashSet<String>,
+    /// The kubelet API's listener, TLS configuration and address.
+    server: KubeletApi,
+    kubelet_port: u16,
+    runtime_version: String,
+    cpus: usize,
+    mem_bytes: u64,
+}
+
+type KubeletApi = (tokio::net::TcpListener, Arc<rustls::ServerConfig>, String);
+
+/// The kubelet API's listener, bound now so that the Node can name its port, with its TLS
+/// configuration and address; and the port.
+async fn kubelet_api(opts: &AgentOptions) -> Result<(KubeletApi, u16), Error> {
+    let address = opts
+        .kubelet_address
+        .clone()
+        .unwrap_or_else(|| opts.node_ip.clone());
+    let listener = tokio::net::TcpListener::bind((address.as_str(), opts.kubelet_port))
+        .await
+        .map_err(|e| Error::Other(format!("kubelet API on {address}:{}: {e}", opts.kubelet_port)))?;
+    let port = listener.local_addr()?.port();
+    let mut names = vec![opts.node_name.clone(), opts.node_ip.clone(), address.clone()];
+    names.dedup();
+    let (cert, key) = crate::server::serving_cert(&names)?;
+    let tls = crate::server::tls_config(&cert, &key, &opts.client_ca)?;
+    Ok(((listener, tls, address), port))
+}
+
+impl Parts {
+    async fn hollow(opts: &AgentOptions, h: &Hollow) -> Result<Self, Error> {
+        let fake = Arc::new(runtime::fake::FakeRuntime::hollow());
+        let (server, kubelet_port) = kubelet_api(opts).await?;
+        Ok(Self {
+            containerd: None,
+            cri: None,
+            runtime: fake.clone(),
+            hollow: Some(fake),
+            cni_opts: None,
+            cgroups: CgroupManager::new(None, ""),
+            cgroup_parent: String::new(),
+            airgap_images: HashSet::new(),
+            server,
+            kubelet_port,
+            runtime_version: "fake://0.1.0".into(),
+            cpus: h.cpus as usize,
+            mem_bytes: h.memory_bytes,
+        })
+    }
+
+    /// Start containerd (unless the runtime is given), import the air-gap images, bind the
+    /// kubelet API.
+    async fn machine(opts: &AgentOptions, ops: crate::metrics::RuntimeOps) -> Result<Self, Error> {
         let images = opts.dir.join("images");
         let mut c_opts = ContainerdOptions::new(opts.dir.join("containerd"));
         if let Ok(name) = std::fs::read_to_string(images.join("pause-image.txt")) {
@@ -306,35 +394,55 @@ impl Agent {
             images = imported.len(),
             "agent: containerd running, images imported"
         );
+        let cri = Cri::connect_timed(&socket, Some(ops)).await?;
+        let (server, kubelet_port) = kubelet_api(opts).await?;
+        let version = cri.version().await?;
+        let (cpus, mem_kib) = node_status::machine_size();
+        Ok(Self {
+            containerd,
+            runtime: Arc::new(CriRuntime(cri.clone())),
+            cri: Some(cri),
+            hollow: None,
+            cni_opts: Some(cni_opts),
+            cgroups,
+            cgroup_parent,
+            airgap_images: imported.iter().flat_map(|f| crate::images::names_in(f)).collect(),
+            server,
+            kubelet_port,
+            runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
+            cpus,
+            mem_bytes: mem_kib * 1024,
+        })
+    }
+}
+
+impl Agent {
+    /// Start containerd, import the air-gap images, register the node; then run until `stop`.
+    /// A hollow node (`opts.hollow`) starts none of the machine's parts.
+    pub async fn run(client: Client, opts: AgentOptions, stop: CancellationToken) -> Result<(), Error> {
         let metrics = Arc::new(crate::metrics::KubeletMetrics::default());
         for source in &opts.metrics_sources {
             metrics.add_source(source.clone());
         }
-        let cri = Cri::connect_timed(&socket, Some(metrics.runtime.clone())).await?;
-        // The kubelet API's listener, bound now so the Node can name its port.
-        let kubelet_address = opts
-            .kubelet_address
-            .clone()
-            .unwrap_or_else(|| opts.node_ip.clone());
-        let listener = tokio::net::TcpListener::bind((kubelet_address.as_str(), opts.kubelet_port))
-            .await
-            .map_err(|e| {
-                Error::Other(format!(
-                    "kubelet API on {kubelet_address}:{}: {e}",
-                    opts.kubelet_port
-                ))
-            })?;
-        let kubelet_port = listener.local_addr()?.port();
-        let mut names = vec![
-            opts.node_name.clone(),
-            opts.node_ip.clone(),
-            kubelet_address.clone(),
-        ];
-        names.dedup();
-        let (cert, key) = crate::server::serving_cert(&names)?;
-        let kubelet_tls = crate::server::tls_config(&cert, &key, &opts.client_ca)?;
-        let version = cri.version().await?;
-        let (cpus, mem_kib) = node_status::machine_size();
+        let parts = match &opts.hollow {
+            Some(h) => Parts::hollow(&opts, h).await?,
+            None => Parts::machine(&opts, metrics.runtime.clone()).await?,
+        };
+        let Parts {
+            containerd,
+            cri,
+            runtime,
+            hollow,
+            cni_opts,
+            cgroups,
+            cgroup_parent,
+            airgap_images,
+            server,
+            kubelet_port,
+            runtime_version,
+            cpus,
+            mem_bytes,
+        } = parts;
         if let Err(e) = cgroups.ensure_qos(cpus as i64 * 1000, 0) {
             tracing::warn!(error = %e, "agent: could not set up the QoS cgroups");
         }
@@ -343,9 +451,9 @@ impl Agent {
         let informers = r8s_client::informer::Factory::new(client.clone(), None);
         let agent = Arc::new(Agent {
             services: informers.get::<k8s_openapi::api::core::v1::Service>(),
-            probes: ProbeManager::new(cri.clone(), queue.clone(), probe_events),
+            probes: ProbeManager::new(runtime.clone(), queue.clone(), probe_events),
             client: client.clone(),
-            runtime: Arc::new(CriRuntime(cri.clone())),
+            runtime,
             cri,
             node_ctx: Mutex::new(NodeContext {
                 node_name: opts.node_name.clone(),
@@ -356,7 +464,7 @@ impl Agent {
                 log_root: opts.dir.join("pods-logs").display().to_string(),
                 cgroup_parent: cgroup_parent.clone(),
                 allocatable_cpu_milli: cpus as i128 * 1000,
-                allocatable_memory: mem_kib as i128 * 1024,
+                allocatable_memory: mem_bytes as i128,
                 seccomp_root: opts.dir.join("seccomp").display().to_string(),
             }),
             volumes: VolumeManager::new(opts.dir.join("pods"), client.clone()),
@@ -366,29 +474,33 @@ impl Agent {
             opts,
             workers: Mutex::new(PodWorkers::default()),
             queue,
-            runtime_version: format!("{}://{}", version.runtime_name, version.runtime_version),
+            runtime_version,
             kubelet_port,
             metrics,
-            airgap_images: imported.iter().flat_map(|f| crate::images::names_in(f)).collect(),
+            airgap_images,
             wakeups: Wakeups::new(),
         });
         agent.register().await?;
         // The pod network comes from the node's podCIDR (node IPAM).
         let cidr = agent.wait_pod_cidrs(&stop).await;
         if let Some(cidrs) = &cidr {
-            cni::write(&cni_opts, cidrs)?;
-            tracing::info!(cidrs = %cidrs.join(","), "agent: pod network configured");
+            if let Some(cni_opts) = &cni_opts {
+                cni::write(cni_opts, cidrs)?;
+            }
+            // A hollow node's sandboxes take their addresses from its IPv4 range.
+            if let Some(h) = &hollow {
+                if let Some(v4) = cidrs.iter().find(|c| !c.contains(':')) {
+                    h.set_pod_cidr(v4)?;
+                }
+            }
+            tracing::info!(node = %agent.opts.node_name, cidrs = %cidrs.join(","), "agent: pod network configured");
         }
         agent.update_node_status(cidr.is_some()).await?;
-        tracing::info!(address = %kubelet_address, port = kubelet_port, "agent: kubelet API listening");
         let mut tasks = informers.start(&stop);
+        let (listener, tls, address) = server;
+        tracing::info!(node = %agent.opts.node_name, %address, port = kubelet_port, "agent: kubelet API listening");
         tasks.extend([
-            tokio::spawn(crate::server::serve(
-                agent.clone(),
-                listener,
-                kubelet_tls,
-                stop.clone(),
-            )),
+            tokio::spawn(crate::server::serve(agent.clone(), listener, tls, stop.clone())),
             tokio::spawn(agent.clone().lease_loop(stop.clone())),
             tokio::spawn(agent.clone().watch_pods(stop.clone())),
             tokio::spawn(agent.clone().relist_loop(stop.clone())),
@@ -444,8 +556,11 @@ impl Agent {
         status_stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), status_writer).await;
         drop(containerd);
-        crate::cgroups::remove(&cgroup_parent);
-        cni::remove_bridge(&agent.opts.bridge);
+        // A hollow node made neither.
+        if cni_opts.is_some() {
+            crate::cgroups::remove(&cgroup_parent);
+            cni::remove_bridge(&agent.opts.bridge);
+        }
         Ok(())
     }
 
@@ -527,9 +642,9 @@ impl Agent {
         &self.opts.node_name
     }
 
-    /// CRI, for exec, attach and port-forward.
-    pub fn cri(&self) -> &Cri {
-        &self.cri
+    /// CRI, for exec, attach, port-forward and logs (none on a hollow node).
+    pub fn cri(&self) -> Option<&Cri> {
+        self.cri.as_ref()
     }
 
     pub fn metrics(&self) -> &crate::metrics::KubeletMetrics {
@@ -1865,7 +1980,7 @@ impl Hooks for SyncHooks<'_> {
             pod_ip: pod_ip.to_string(),
             ports: c.ports.clone().unwrap_or_default(),
         };
-        lifecycle::run(&self.agent.cri, hook, pod, c, &target, limit).await
+        lifecycle::run(&*self.agent.runtime, hook, pod, c, &target, limit).await
     }
 }
 

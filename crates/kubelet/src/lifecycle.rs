@@ -8,8 +8,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use kube::ResourceExt;
 
-use crate::cri::Cri;
 use crate::prober::{self, Action, ExecError, Target};
+use crate::runtime::Runtime;
 
 /// `name_namespace(uid)`, as upstream's `format.Pod`.
 pub fn pod_ref(pod: &Pod) -> String {
@@ -23,7 +23,7 @@ pub fn pod_ref(pod: &Pod) -> String {
 
 /// Run one hook of container `c`, within `budget`; the failure is upstream's event message.
 pub async fn run(
-    cri: &Cri,
+    rt: &dyn Runtime,
     hook: &LifecycleHandler,
     pod: &Pod,
     c: &Container,
@@ -35,7 +35,7 @@ pub async fn run(
     };
     let within = format!("for Container {:?} in Pod {:?}", c.name, pod_ref(pod));
     match &action {
-        Action::Exec(cmd) => match prober::exec(cri, cmd, target, budget).await {
+        Action::Exec(cmd) => match prober::exec(rt, cmd, target, budget).await {
             Ok(_) => Ok(()),
             Err(e) => {
                 let (error, output) = match &e {

@@ -24,7 +24,7 @@ use r8s_client::queue::WorkQueue;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Notify};
 
-use crate::cri::Cri;
+use crate::runtime::Runtime;
 
 /// Which probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -193,9 +193,9 @@ fn dial_error(addr: &str, e: &std::io::Error) -> String {
 
 /// Run `action` against `t` within `timeout`: `Ok` or the failure's message. Exec failures are
 /// `(output)`, others upstream's wording.
-pub async fn run(cri: &Cri, action: &Action, t: &Target, timeout: Duration) -> Result<(), String> {
+pub async fn run(rt: &dyn Runtime, action: &Action, t: &Target, timeout: Duration) -> Result<(), String> {
     match action {
-        Action::Exec(cmd) => exec(cri, cmd, t, timeout)
+        Action::Exec(cmd) => exec(rt, cmd, t, timeout)
             .await
             .map(|_| ())
             .map_err(|e| e.message()),
@@ -257,9 +257,13 @@ impl ExecError {
 }
 
 /// `cmd` in the container through CRI `ExecSync`; its combined output when it exits 0.
-pub async fn exec(cri: &Cri, cmd: &[String], t: &Target, timeout: Duration) -> Result<String, ExecError> {
+pub async fn exec(
+    rt: &dyn Runtime,
+    cmd: &[String],
+    t: &Target,
+    timeout: Duration,
+) -> Result<String, ExecError> {
     let joined = cmd.join(" ");
-    let mut rt = cri.runtime.clone();
     let req = cri::ExecSyncRequest {
         container_id: t.container_id.clone(),
         cmd: cmd.to_vec(),
@@ -268,11 +272,11 @@ pub async fn exec(cri: &Cri, cmd: &[String], t: &Target, timeout: Duration) -> R
     // The runtime enforces the timeout; ours is the backstop should it not answer.
     let resp = match tokio::time::timeout(timeout + Duration::from_secs(2), rt.exec_sync(req)).await {
         Err(_) => return Err(ExecError::TimedOut { cmd: joined }),
-        Ok(Err(s)) if s.code() == tonic::Code::DeadlineExceeded => {
+        Ok(Err(crate::Error::Status(s))) if s.code() == tonic::Code::DeadlineExceeded => {
             return Err(ExecError::TimedOut { cmd: joined })
         }
-        Ok(Err(s)) => return Err(ExecError::Runtime(s.message().to_string())),
-        Ok(Ok(r)) => r.into_inner(),
+        Ok(Err(e)) => return Err(ExecError::Runtime(crate::runtime::message(&e))),
+        Ok(Ok(r)) => r,
     };
     let mut output = String::from_utf8_lossy(&resp.stdout).into_owned();
     output.push_str(&String::from_utf8_lossy(&resp.stderr));
@@ -556,16 +560,20 @@ type WorkerKey = (String, String, Kind);
 
 /// The probe workers of every pod on the node (upstream `prober.Manager`).
 pub struct ProbeManager {
-    cri: Cri,
+    runtime: Arc<dyn Runtime>,
     queue: Arc<WorkQueue>,
     events: mpsc::UnboundedSender<ProbeEvent>,
     workers: Mutex<HashMap<WorkerKey, Worker>>,
 }
 
 impl ProbeManager {
-    pub fn new(cri: Cri, queue: Arc<WorkQueue>, events: mpsc::UnboundedSender<ProbeEvent>) -> Self {
+    pub fn new(
+        runtime: Arc<dyn Runtime>,
+        queue: Arc<WorkQueue>,
+        events: mpsc::UnboundedSender<ProbeEvent>,
+    ) -> Self {
         Self {
-            cri,
+            runtime,
             queue,
             events,
             workers: Mutex::new(HashMap::new()),
@@ -593,7 +601,7 @@ impl ProbeManager {
                         wake: Notify::new(),
                     });
                     let ctx = WorkerContext {
-                        cri: self.cri.clone(),
+                        runtime: self.runtime.clone(),
                         queue: self.queue.clone(),
                         events: self.events.clone(),
                         pod_key: pod.uid().unwrap_or_default(),
@@ -716,7 +724,7 @@ impl ProbeManager {
 }
 
 struct WorkerContext {
-    cri: Cri,
+    runtime: Arc<dyn Runtime>,
     queue: Arc<WorkQueue>,
     events: mpsc::UnboundedSender<ProbeEvent>,
     pod_key: String,
@@ -772,7 +780,7 @@ async fn work(me: Arc<Shared>, ctx: WorkerContext) {
             pause(&me, ctx.timing.initial_delay - running_for).await;
             continue;
         }
-        let outcome = run(&ctx.cri, &ctx.action, &aim.target, ctx.timing.timeout).await;
+        let outcome = run(&*ctx.runtime, &ctx.action, &aim.target, ctx.timing.timeout).await;
         // Pointed elsewhere meanwhile: this outcome is of no use.
         if me
             .state

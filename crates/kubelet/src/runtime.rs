@@ -48,6 +48,10 @@ pub trait Runtime: Send + Sync {
         auth: Option<cri::AuthConfig>,
         sandbox_config: &cri::PodSandboxConfig,
     ) -> Result<String, Error>;
+    /// The images the runtime holds.
+    async fn list_images(&self) -> Result<Vec<cri::Image>, Error>;
+    /// Run a command in container `req.container_id` to its end (probes and hooks).
+    async fn exec_sync(&self, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Error>;
 }
 
 /// An error's message as the runtime gave it (a gRPC status's message alone).
@@ -329,12 +333,29 @@ impl Runtime for CriRuntime {
             .into_inner()
             .image_ref)
     }
+
+    async fn list_images(&self) -> Result<Vec<cri::Image>, Error> {
+        let mut images = self.0.images.clone();
+        Ok(images
+            .list_images(cri::ListImagesRequest { filter: None })
+            .await?
+            .into_inner()
+            .images)
+    }
+
+    async fn exec_sync(&self, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Error> {
+        let mut rt = self.0.runtime.clone();
+        Ok(rt.exec_sync(req).await?.into_inner())
+    }
 }
 
-/// A runtime in memory for tests that run without containerd: sandboxes and containers as
-/// records, every call logged (`calls`), containers exiting when the test says (`exit`).
-#[cfg(test)]
+/// A runtime in memory, for tests that run without containerd and for hollow nodes
+/// (`AgentOptions::hollow`, kubemark's idea): sandboxes and containers as records, containers
+/// running until stopped or until a test says they exit (`exit`). A test's runtime logs every
+/// call (`calls`); a hollow node's logs none (nothing grows with its age) and gives its
+/// sandboxes addresses from the node's pod CIDR.
 pub mod fake {
+    use std::net::Ipv4Addr;
     use std::sync::Mutex;
 
     use super::*;
@@ -344,17 +365,34 @@ pub mod fake {
         sandboxes: Vec<cri::PodSandbox>,
         containers: Vec<cri::ContainerStatus>,
         calls: Vec<String>,
+        /// Whether `calls` is kept (a test's runtime).
+        record: bool,
         next: u32,
         clock: i64,
         /// Images present, by name.
         images: std::collections::BTreeSet<String>,
         /// Images whose pull fails, with the registry's message.
         unpullable: std::collections::BTreeMap<String, String>,
+        /// A hollow node's pod CIDR (its network and prefix length), and each sandbox's address
+        /// in it.
+        cidr: Option<(Ipv4Addr, u8)>,
+        addresses: std::collections::HashMap<String, Ipv4Addr>,
+        next_host: u32,
     }
 
-    #[derive(Default)]
     pub struct FakeRuntime {
         inner: Mutex<Inner>,
+    }
+
+    impl Default for FakeRuntime {
+        fn default() -> Self {
+            Self {
+                inner: Mutex::new(Inner {
+                    record: true,
+                    ..Default::default()
+                }),
+            }
+        }
     }
 
     fn not_found(id: &str) -> Error {
@@ -363,8 +401,35 @@ pub mod fake {
 
     impl Inner {
         fn tick(&mut self) -> i64 {
-            self.clock += 1_000_000_000;
-            self.clock
+            if self.record {
+                // A test's clock: one second a call, so that order shows in the times.
+                self.clock += 1_000_000_000;
+                self.clock
+            } else {
+                jiff::Timestamp::now().as_nanosecond() as i64
+            }
+        }
+        fn call(&mut self, call: impl FnOnce() -> String) {
+            if self.record {
+                self.calls.push(call());
+            }
+        }
+        /// The next free address of the pod CIDR for sandbox `id` (the first host address is
+        /// the bridge's, as host-local leaves it to the gateway).
+        fn allocate(&mut self, id: &str) {
+            let Some((net, prefix)) = self.cidr else { return };
+            let hosts = 1u32
+                .checked_shl(32 - prefix as u32)
+                .unwrap_or(0)
+                .saturating_sub(3);
+            for _ in 0..hosts {
+                self.next_host = self.next_host % hosts + 1;
+                let ip = Ipv4Addr::from(u32::from(net) + 1 + self.next_host);
+                if !self.addresses.values().any(|a| *a == ip) {
+                    self.addresses.insert(id.to_string(), ip);
+                    return;
+                }
+            }
         }
         fn container(&mut self, id: &str) -> Result<&mut cri::ContainerStatus, Error> {
             self.containers
@@ -375,6 +440,24 @@ pub mod fake {
     }
 
     impl FakeRuntime {
+        /// A hollow node's runtime: no call log, wall-clock times, addresses from the pod
+        /// CIDR once it is known (`set_pod_cidr`).
+        pub fn hollow() -> Self {
+            Self {
+                inner: Mutex::new(Inner::default()),
+            }
+        }
+
+        /// The node's IPv4 pod CIDR (`10.42.3.0/24`), which new sandboxes take addresses from.
+        pub fn set_pod_cidr(&self, cidr: &str) -> Result<(), Error> {
+            let bad = || Error::Other(format!("pod CIDR {cidr:?} is not an IPv4 CIDR"));
+            let (net, prefix) = cidr.split_once('/').ok_or_else(bad)?;
+            let net: Ipv4Addr = net.parse().map_err(|_| bad())?;
+            let prefix: u8 = prefix.parse().ok().filter(|p| *p <= 30).ok_or_else(bad)?;
+            self.inner.lock().unwrap().cidr = Some((net, prefix));
+            Ok(())
+        }
+
         /// The calls made, as `method id-or-name`.
         pub fn calls(&self) -> Vec<String> {
             self.inner.lock().unwrap().calls.clone()
@@ -474,11 +557,19 @@ pub mod fake {
                 .iter()
                 .find(|s| s.id == id)
                 .ok_or_else(|| not_found(id))?;
+            let ip = match (i.cidr, i.addresses.get(id)) {
+                (Some(_), Some(ip)) => ip.to_string(),
+                (Some(_), None) => String::new(),
+                (None, _) => format!("10.42.0.{}", id.trim_start_matches("sb")),
+            };
             Ok(Some(cri::PodSandboxStatus {
                 id: sb.id.clone(),
                 state: sb.state,
+                created_at: sb.created_at,
+                metadata: sb.metadata.clone(),
+                labels: sb.labels.clone(),
                 network: Some(cri::PodSandboxNetworkStatus {
-                    ip: format!("10.42.0.{}", id.trim_start_matches("sb")),
+                    ip,
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -495,7 +586,8 @@ pub mod fake {
             i.next += 1;
             let id = format!("sb{}", i.next);
             let at = i.tick();
-            i.calls.push(format!("run_sandbox {id}"));
+            i.call(|| format!("run_sandbox {id}"));
+            i.allocate(&id);
             i.sandboxes.push(cri::PodSandbox {
                 id: id.clone(),
                 metadata: config.metadata.clone(),
@@ -509,7 +601,7 @@ pub mod fake {
 
         async fn stop_sandbox(&self, id: &str) -> Result<(), Error> {
             let mut i = self.inner.lock().unwrap();
-            i.calls.push(format!("stop_sandbox {id}"));
+            i.call(|| format!("stop_sandbox {id}"));
             let at = i.tick();
             for c in i.containers.iter_mut() {
                 if c.labels.get("sandbox").map(String::as_str) == Some(id)
@@ -531,8 +623,9 @@ pub mod fake {
 
         async fn remove_sandbox(&self, id: &str) -> Result<(), Error> {
             let mut i = self.inner.lock().unwrap();
-            i.calls.push(format!("remove_sandbox {id}"));
+            i.call(|| format!("remove_sandbox {id}"));
             i.sandboxes.retain(|s| s.id != id);
+            i.addresses.remove(id);
             i.containers
                 .retain(|c| c.labels.get("sandbox").map(String::as_str) != Some(id));
             Ok(())
@@ -582,7 +675,7 @@ pub mod fake {
             i.next += 1;
             let id = format!("{name}-{}", i.next);
             let at = i.tick();
-            i.calls.push(format!("create_container {name}"));
+            i.call(|| format!("create_container {name}"));
             let mut labels = config.labels.clone();
             labels.insert("sandbox".into(), sandbox_id.to_string());
             i.containers.push(cri::ContainerStatus {
@@ -599,7 +692,7 @@ pub mod fake {
 
         async fn start_container(&self, id: &str) -> Result<(), Error> {
             let mut i = self.inner.lock().unwrap();
-            i.calls.push(format!("start_container {id}"));
+            i.call(|| format!("start_container {id}"));
             let at = i.tick();
             let c = i.container(id)?;
             c.state = cri::ContainerState::ContainerRunning as i32;
@@ -609,7 +702,7 @@ pub mod fake {
 
         async fn stop_container(&self, id: &str, _timeout: i64) -> Result<(), Error> {
             let mut i = self.inner.lock().unwrap();
-            i.calls.push(format!("stop_container {id}"));
+            i.call(|| format!("stop_container {id}"));
             let at = i.tick();
             let c = i.container(id)?;
             if c.state == cri::ContainerState::ContainerRunning as i32 {
@@ -622,7 +715,7 @@ pub mod fake {
 
         async fn remove_container(&self, id: &str) -> Result<(), Error> {
             let mut i = self.inner.lock().unwrap();
-            i.calls.push(format!("remove_container {id}"));
+            i.call(|| format!("remove_container {id}"));
             i.containers.retain(|c| c.id != id);
             Ok(())
         }
@@ -633,7 +726,7 @@ pub mod fake {
             _linux: cri::LinuxContainerResources,
         ) -> Result<(), Error> {
             let mut i = self.inner.lock().unwrap();
-            i.calls.push(format!("update_container_resources {id}"));
+            i.call(|| format!("update_container_resources {id}"));
             i.container(id).map(|_| ())
         }
 
@@ -654,15 +747,104 @@ pub mod fake {
             _sandbox_config: &cri::PodSandboxConfig,
         ) -> Result<String, Error> {
             let mut i = self.inner.lock().unwrap();
-            i.calls.push(format!("pull_image {image}"));
+            i.call(|| format!("pull_image {image}"));
             if let Some(m) = i.unpullable.get(image) {
                 return Err(Error::Status(tonic::Status::unknown(m.clone())));
             }
             i.images.insert(image.to_string());
             Ok(format!("sha256:{image}"))
         }
+
+        async fn list_images(&self) -> Result<Vec<cri::Image>, Error> {
+            let i = self.inner.lock().unwrap();
+            Ok(i.images
+                .iter()
+                .map(|image| cri::Image {
+                    id: format!("sha256:{image}"),
+                    repo_tags: vec![image.to_string()],
+                    size: 1024,
+                    ..Default::default()
+                })
+                .collect())
+        }
+
+        /// Every command succeeds at once with no output (there is no process to run it in).
+        async fn exec_sync(&self, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Error> {
+            let mut i = self.inner.lock().unwrap();
+            i.call(|| format!("exec_sync {}", req.container_id));
+            i.container(&req.container_id)?;
+            Ok(cri::ExecSyncResponse::default())
+        }
     }
 
+    #[cfg(test)]
+    #[tokio::test]
+    async fn a_hollow_runtime_gives_each_sandbox_a_free_address_of_the_pod_cidr_and_logs_nothing() {
+        let rt = FakeRuntime::hollow();
+        assert!(rt.set_pod_cidr("10.42.3.0/33").is_err());
+        assert!(rt.set_pod_cidr("fd00::/64").is_err());
+        rt.set_pod_cidr("10.42.3.0/30").unwrap();
+        let config = cri::PodSandboxConfig::default();
+        let a = rt.run_sandbox(&config, "").await.unwrap();
+        let b = rt.run_sandbox(&config, "").await.unwrap();
+        let addr = |id: &str| {
+            let id = id.to_string();
+            let rt = &rt;
+            async move { rt.sandbox_status(&id).await.unwrap().unwrap().network.unwrap().ip }
+        };
+        // A /30 has one address past the gateway's: the second sandbox gets none.
+        assert_eq!(addr(&a).await, "10.42.3.2");
+        assert_eq!(addr(&b).await, "");
+        rt.remove_sandbox(&a).await.unwrap();
+        let c = rt.run_sandbox(&config, "").await.unwrap();
+        assert_eq!(
+            addr(&c).await,
+            "10.42.3.2",
+            "a removed sandbox's address is free again"
+        );
+        // Wider ranges hand out distinct addresses.
+        let wide = FakeRuntime::hollow();
+        wide.set_pod_cidr("10.42.4.0/24").unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..253 {
+            let id = wide.run_sandbox(&config, "").await.unwrap();
+            let ip = wide
+                .sandbox_status(&id)
+                .await
+                .unwrap()
+                .unwrap()
+                .network
+                .unwrap()
+                .ip;
+            assert!(
+                ip.starts_with("10.42.4.") && ip != "10.42.4.1" && ip != "10.42.4.255",
+                "{ip}"
+            );
+            assert!(seen.insert(ip));
+        }
+        let id = wide.run_sandbox(&config, "").await.unwrap();
+        assert!(wide
+            .exec_sync(cri::ExecSyncRequest {
+                container_id: "none".into(),
+                ..Default::default()
+            })
+            .await
+            .is_err());
+        assert_eq!(wide.sandbox_count(), 254);
+        assert_eq!(
+            wide.sandbox_status(&id)
+                .await
+                .unwrap()
+                .unwrap()
+                .network
+                .unwrap()
+                .ip,
+            ""
+        );
+        assert!(wide.calls().is_empty(), "a hollow runtime keeps no call log");
+    }
+
+    #[cfg(test)]
     #[tokio::test]
     async fn images_are_present_after_a_pull_unless_the_registry_refuses() {
         let rt = FakeRuntime::default();

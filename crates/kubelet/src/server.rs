@@ -348,6 +348,14 @@ async fn handle(
     }
 }
 
+/// The answer where there is no CRI runtime to ask (a hollow node).
+fn no_runtime() -> Response<Body> {
+    text(
+        StatusCode::NOT_IMPLEMENTED,
+        "this node has no container runtime (a hollow node)",
+    )
+}
+
 /// The pod `ns/name` this kubelet runs.
 fn pod_of(agent: &Agent, ns: &str, name: &str) -> Option<Arc<Pod>> {
     agent.pod_by_name(ns, name)
@@ -398,7 +406,10 @@ async fn stream(
         stderr: flag("stderr") && !flag("tty"),
         tty: flag("tty"),
     };
-    let mut rt = agent.cri().runtime.clone();
+    let Some(cri) = agent.cri() else {
+        return no_runtime();
+    };
+    let mut rt = cri.runtime.clone();
     let url = if kind == Streaming::PortForward {
         let sandbox = match agent.sandboxes_of(&uid).await {
             Ok(list) => list
@@ -596,7 +607,10 @@ async fn container_logs(
             None => return text(StatusCode::BAD_REQUEST, not_started(&pod, container)),
         }
     };
-    let mut rt = agent.cri().runtime.clone();
+    let Some(cri) = agent.cri() else {
+        return no_runtime();
+    };
+    let mut rt = cri.runtime.clone();
     let status = match rt
         .container_status(cri::ContainerStatusRequest {
             container_id: chosen.id.clone(),
@@ -613,7 +627,7 @@ async fn container_logs(
     let path = std::path::PathBuf::from(&status.log_path);
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
     let id = chosen.id.clone();
-    let runtime = agent.cri().runtime.clone();
+    let runtime = cri.runtime.clone();
     tokio::spawn(crate::logs::stream(path, o, tx, move || {
         let mut rt = runtime.clone();
         let id = id.clone();

@@ -3,6 +3,7 @@
 mod cluster_etcd;
 mod etcd_members;
 mod etcd_snapshot;
+mod hollow;
 mod join;
 mod server_join;
 
@@ -83,6 +84,13 @@ struct AgentCmdArgs {
     /// Do not serve cluster DNS on this node (pods on it then resolve nothing in the cluster).
     #[arg(long)]
     disable_dns: bool,
+
+    /// Run N hollow nodes instead of this machine's node (kubemark's hollow kubelets, for
+    /// scale runs): each joins as a node of its own, named `<--node-name>-<i>` (default
+    /// `hollow-<i>`), and runs its pods through the agent over a runtime in memory: Running,
+    /// with addresses, and no containers.
+    #[arg(long, value_name = "N")]
+    hollow: Option<usize>,
 
     #[command(flatten)]
     agent: AgentArgs,
@@ -1979,22 +1987,50 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The join token of `--token` or `--token-file`, if given.
+fn join_token(args: &AgentCmdArgs) -> anyhow::Result<Option<String>> {
+    Ok(match (&args.token, &args.token_file) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(f)) => {
+            Some(std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
+        }
+        (None, None) => None,
+    })
+}
+
 async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
     let mut signals = StopSignals::new()?;
     let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    if let Some(count) = args.hollow {
+        let mut base = args.agent.options(data_dir.join("agent"))?;
+        base.kubelet_port = 0;
+        let set = hollow::HollowSet {
+            server: args.server.clone(),
+            token: join_token(&args)?,
+            dir: hollow::dir(&data_dir),
+            prefix: args.agent.node_name.clone().unwrap_or_else(|| "hollow".into()),
+            count,
+            capacity: r8s_kubelet::agent::Hollow::default(),
+            base,
+        };
+        let stop = tokio_util::sync::CancellationToken::new();
+        let mut task = tokio::spawn(hollow::run(set, stop.clone()));
+        // It ends early only on an error (a node that could not join).
+        return tokio::select! {
+            _ = signals.recv() => {
+                stop.cancel();
+                task.await?
+            }
+            r = &mut task => r?,
+        };
+    }
     let mut opts = args.agent.options(data_dir.join("agent"))?;
     let kubeconfig = data_dir.join("agent").join("kubelet.kubeconfig");
     if !kubeconfig.exists() {
         // First start: join with the token and get this node's own certificate.
-        let token = match (&args.token, &args.token_file) {
-            (Some(t), _) => t.clone(),
-            (None, Some(f)) => {
-                std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
-            }
-            (None, None) => anyhow::bail!(
-                "joining needs --token or --token-file (the server writes <data-dir>/server/node-token)"
-            ),
-        };
+        let token = join_token(&args)?.context(
+            "joining needs --token or --token-file (the server writes <data-dir>/server/node-token)",
+        )?;
         let token = r8s_kubelet::bootstrap::JoinToken::parse(&token)?;
         let creds =
             r8s_kubelet::bootstrap::join(&args.server, &token, &opts.node_name, Duration::from_secs(300))
@@ -2071,6 +2107,23 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
     result
 }
 
+/// Raise the soft limit of open files to the hard limit, as Go's runtime does for upstream's
+/// binaries since Go 1.19: a server holds a connection per watch of every client (thousands
+/// with many nodes), and 1,024 is the usual soft limit.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the one rlimit struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// mimalloc instead of glibc's malloc: the API server's requests allocate and free many small
 /// JSON values from several threads, where glibc's arenas spent a quarter of the server's time
 /// (see BENCHMARKS.md, "Security chains").
@@ -2101,6 +2154,7 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         match cli.command {

@@ -146,11 +146,18 @@ impl Agent {
     }
 
     pub(super) fn node_status(&self, network_ready: bool) -> NodeStatus {
-        let (cpus, mem_kib) = machine_size();
+        // A hollow node reports the capacity it was given.
+        let (cpus, mem_kib, pods) = match &self.opts.hollow {
+            Some(h) => (h.cpus as usize, h.memory_bytes / 1024, h.pods),
+            None => {
+                let (cpus, mem_kib) = machine_size();
+                (cpus, mem_kib, 110)
+            }
+        };
         let capacity: BTreeMap<String, Quantity> = [
             ("cpu".to_string(), Quantity(cpus.to_string())),
             ("memory".to_string(), Quantity(format!("{mem_kib}Ki"))),
-            ("pods".to_string(), Quantity("110".into())),
+            ("pods".to_string(), Quantity(pods.to_string())),
         ]
         .into();
         let mut capacity = capacity;
@@ -296,15 +303,11 @@ impl Agent {
     /// names). Schedulers (ImageLocality) and tools read it to know what a node has.
     async fn node_images(&self) -> Option<Vec<ContainerImage>> {
         let listed = self
-            .cri
-            .images
-            .clone()
-            .list_images(cri::ListImagesRequest { filter: None })
+            .runtime
+            .list_images()
             .await
             .map_err(|e| tracing::debug!(error = %e, "agent: listing images for the node status"))
-            .ok()?
-            .into_inner()
-            .images;
+            .ok()?;
         Some(node_status_images(listed))
     }
 
@@ -379,6 +382,10 @@ impl Agent {
         let mut last_report = tokio::time::Instant::now();
         let mut failures = 0u32;
         let mut reported_volumes = self.volumes.local_volumes_in_use();
+        // The Lease as the last renewal left it: the next renewal updates it without reading
+        // it first (upstream's lease controller keeps `latestLease`); after a failure it is
+        // read again.
+        let mut latest: Option<Lease> = None;
         loop {
             let spec = LeaseSpec {
                 holder_identity: Some(name.clone()),
@@ -386,12 +393,14 @@ impl Agent {
                 renew_time: Some(MicroTime(jiff::Timestamp::now())),
                 ..Default::default()
             };
-            let result = match api.get_opt(&name).await {
+            let current = match latest.take() {
+                Some(lease) => Ok(Some(lease)),
+                None => api.get_opt(&name).await,
+            };
+            let result = match current {
                 Ok(Some(mut lease)) => {
                     lease.spec = Some(spec);
-                    api.replace(&name, &PostParams::default(), &lease)
-                        .await
-                        .map(|_| ())
+                    api.replace(&name, &PostParams::default(), &lease).await
                 }
                 Ok(None) => {
                     let owner = self.node_api().get(&name).await.ok().map(|n| OwnerReference {
@@ -410,10 +419,11 @@ impl Agent {
                         },
                         spec: Some(spec),
                     };
-                    api.create(&PostParams::default(), &lease).await.map(|_| ())
+                    api.create(&PostParams::default(), &lease).await
                 }
                 Err(e) => Err(e),
             };
+            let result = result.map(|lease| latest = Some(lease));
             match result {
                 Ok(()) => failures = 0,
                 Err(e) => {

@@ -15,6 +15,7 @@ mod etcd_backend;
 mod faults;
 mod fidelity;
 mod flowcontrol;
+mod hollow;
 mod kube_rs;
 mod kube_rs_controller;
 mod kubectl;
