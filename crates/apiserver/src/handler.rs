@@ -30,11 +30,20 @@ pub(crate) async fn handle(
         .headers()
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/apply-patch"));
+    let dry_run = req
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "dryRun=All"));
     let metrics_info = info.clone();
+    let began = std::time::Instant::now();
     let mut resp = authenticated(shared.clone(), req, info, peer_certificates, &origin).await;
-    shared
-        .metrics
-        .observe(&metrics_info, apply, resp.status().as_u16());
+    shared.metrics.observe(
+        &metrics_info,
+        apply,
+        dry_run,
+        resp.status().as_u16(),
+        began.elapsed().as_secs_f64(),
+    );
     // Every response names its audit ID, as upstream's.
     if let Ok(id) = http::HeaderValue::from_str(&origin.audit_id) {
         resp.headers_mut()

@@ -1,13 +1,17 @@
 //! `/metrics`: Prometheus metrics with upstream's names, through the `prometheus-client` crate.
 //! `apiserver_request_total` counts every request by verb, group, version, resource,
 //! subresource, scope, component and code, as kube-apiserver does; the `apiserver_audit_*`
-//! counters count audit events, the events the audit log lost, and requests by audit level.
+//! counters count audit events, the events the audit log lost, and requests by audit level;
+//! `apiserver_request_duration_seconds` is the latency histogram upstream's API call SLOs are
+//! measured on (the time until the response starts: for a WATCH or CONNECT, upstream records
+//! its whole life instead; both are left out of the SLOs).
 
 use std::sync::Mutex;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::request_info::RequestInfo;
@@ -23,6 +27,31 @@ pub struct RequestLabels {
     pub component: String,
     pub code: String,
 }
+
+/// `apiserver_request_duration_seconds`'s labels: upstream's, without the code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DurationLabels {
+    pub verb: String,
+    pub dry_run: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub scope: String,
+    pub component: String,
+}
+
+/// Upstream's buckets for `apiserver_request_duration_seconds`.
+const DURATION_BUCKETS: [f64; 23] = [
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0,
+    20.0, 30.0, 45.0, 60.0,
+];
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS.into_iter())
+}
+
+type DurationFamily = Family<DurationLabels, Histogram, fn() -> Histogram>;
 
 /// Upstream's `apiserver_cache_list_total` labels: the resource's storage prefix and the
 /// index used (none here).
@@ -61,6 +90,7 @@ pub type MetricsSource = Box<dyn Fn() -> String + Send + Sync>;
 pub struct Metrics {
     registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
+    durations: DurationFamily,
     /// LIST requests the watch cache answered.
     pub cache_lists: Family<CacheListLabels, Counter>,
     pub audit: AuditMetrics,
@@ -75,6 +105,12 @@ impl Default for Metrics {
             "apiserver_request",
             "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.",
             requests.clone(),
+        );
+        let durations: DurationFamily = Family::new_with_constructor(duration_histogram);
+        registry.register(
+            "apiserver_request_duration_seconds",
+            "Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.",
+            durations.clone(),
         );
         let cache_lists = Family::<CacheListLabels, Counter>::default();
         registry.register(
@@ -101,6 +137,7 @@ impl Default for Metrics {
         Self {
             registry: Mutex::new(registry),
             requests,
+            durations,
             cache_lists,
             audit,
             extra: Mutex::new(Vec::new()),
@@ -120,7 +157,8 @@ fn verb_label(info: &RequestInfo, apply: bool) -> String {
 }
 
 impl Metrics {
-    pub fn observe(&self, info: &RequestInfo, apply: bool, code: u16) {
+    /// A request answered with `code` after `seconds`.
+    pub fn observe(&self, info: &RequestInfo, apply: bool, dry_run: bool, code: u16, seconds: f64) {
         let scope = if !info.is_resource_request {
             ""
         } else if !info.name.is_empty() {
@@ -130,9 +168,22 @@ impl Metrics {
         } else {
             "cluster"
         };
+        let verb = verb_label(info, apply);
+        self.durations
+            .get_or_create(&DurationLabels {
+                verb: verb.clone(),
+                dry_run: if dry_run { "All".into() } else { String::new() },
+                group: info.api_group.clone(),
+                version: info.api_version.clone(),
+                resource: info.resource.clone(),
+                subresource: info.subresource.clone(),
+                scope: scope.into(),
+                component: "apiserver".into(),
+            })
+            .observe(seconds);
         self.requests
             .get_or_create(&RequestLabels {
-                verb: verb_label(info, apply),
+                verb,
                 group: info.api_group.clone(),
                 version: info.api_version.clone(),
                 resource: info.resource.clone(),
@@ -206,10 +257,10 @@ mod tests {
     fn counts_requests_with_upstream_labels() {
         let m = Metrics::default();
         let create = parse_request(&http::Method::POST, "/api/v1/namespaces/default/pods", None);
-        m.observe(&create, false, 201);
-        m.observe(&create, false, 201);
+        m.observe(&create, false, false, 201, 0.003);
+        m.observe(&create, false, false, 201, 0.3);
         let list = parse_request(&http::Method::GET, "/apis/apps/v1/deployments", None);
-        m.observe(&list, false, 200);
+        m.observe(&list, false, true, 200, 2.5);
         let text = m.render();
         assert!(
             text.contains(r#"apiserver_request_total{verb="POST",group="",version="v1",resource="pods",subresource="",scope="namespace",component="apiserver",code="201"} 2"#),
@@ -217,6 +268,36 @@ mod tests {
         );
         assert!(
             text.contains(r#"verb="LIST",group="apps",version="v1",resource="deployments""#),
+            "{text}"
+        );
+        // The latency histogram, with upstream's buckets: one create under 5 ms, both under
+        // 0.4 s; the list (a dry run) between 2 and 3 s.
+        let create = r#"verb="POST",dry_run="",group="",version="v1",resource="pods",subresource="",scope="namespace",component="apiserver""#;
+        assert!(
+            text.contains(&format!(
+                r#"apiserver_request_duration_seconds_bucket{{le="0.005",{create}}} 1"#
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                r#"apiserver_request_duration_seconds_bucket{{le="0.4",{create}}} 2"#
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                r#"apiserver_request_duration_seconds_count{{{create}}} 2"#
+            )),
+            "{text}"
+        );
+        let list = r#"verb="LIST",dry_run="All",group="apps",version="v1",resource="deployments""#;
+        assert!(
+            text.contains(&format!(r#"apiserver_request_duration_seconds_bucket{{le="2.0",{list},subresource="",scope="cluster",component="apiserver"}} 0"#)),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(r#"apiserver_request_duration_seconds_bucket{{le="3.0",{list},subresource="",scope="cluster",component="apiserver"}} 1"#)),
             "{text}"
         );
     }

@@ -12,6 +12,11 @@
 //!
 //! A watch whose start revision is older than the window falls back to a direct datastore
 //! watch (which answers 410 if compaction took it).
+//!
+//! Watchers that select on a resource's trigger field (upstream's cacher `triggerFunc`: a pod's
+//! `spec.nodeName`, a node's `metadata.name`) are woken only by changes to objects with their
+//! value, before or after the change: each of a thousand kubelets watching its node's pods
+//! sees its own pods' changes, not every pod's.
 
 use crate::registry::Resource;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -28,6 +33,19 @@ const HISTORY: usize = 4096;
 /// Events a slow watcher may fall behind before it is closed (it then resumes from its last
 /// revision).
 const LAG: usize = 16384;
+/// The same for a watcher of one trigger value (a node's pods): few events are its, and each
+/// value's channel holds this many slots.
+const TRIGGERED_LAG: usize = 512;
+
+/// The field whose exact value routes a resource's changes to its watchers (upstream's
+/// cacher trigger functions: pods by node, nodes by name).
+fn trigger_field(def: &Resource) -> Option<&'static str> {
+    match (def.group, def.plural) {
+        ("", "pods") => Some("spec.nodeName"),
+        ("", "nodes") => Some("metadata.name"),
+        _ => None,
+    }
+}
 
 /// One change, decoded once.
 pub(crate) struct CachedEvent {
@@ -126,6 +144,10 @@ pub(crate) struct ResourceCache {
     def: &'static Resource,
     window: RwLock<Window>,
     tx: broadcast::Sender<Arc<CachedEvent>>,
+    /// The trigger field, and a channel per value watched: a change goes to the channels of
+    /// its object's value before and after it.
+    trigger: Option<&'static str>,
+    triggered: Mutex<HashMap<String, broadcast::Sender<Arc<CachedEvent>>>>,
     /// The revision applied so far, for reads that wait for the cache to catch up.
     applied: tokio::sync::watch::Sender<i64>,
     /// Asks the datastore watch to say how far it has come (consistent reads).
@@ -136,23 +158,47 @@ pub(crate) struct ResourceCache {
 pub(crate) struct Subscription {
     pub backlog: Vec<Arc<CachedEvent>>,
     pub live: broadcast::Receiver<Arc<CachedEvent>>,
+    /// The revision the cache has applied: every change up to it has been sent to `live`
+    /// (a watcher that drained `live` has seen all of them that concern it).
+    pub applied: tokio::sync::watch::Receiver<i64>,
 }
 
 impl ResourceCache {
+    /// The field whose exact value a watcher may subscribe by (see `subscribe`).
+    pub fn trigger_field(&self) -> Option<&'static str> {
+        self.trigger
+    }
+
     /// Subscribe from `start` (inclusive), or `None` if the window no longer reaches back there.
-    pub fn subscribe(&self, start: i64) -> Option<Subscription> {
+    /// With `trigger`, the value of the trigger field the watcher selects: it is woken only by
+    /// changes to objects with that value before or after (its backlog is not narrowed; the
+    /// watcher filters as always).
+    pub fn subscribe(&self, start: i64, trigger: Option<&str>) -> Option<Subscription> {
         let w = self.window.read().unwrap_or_else(|e| e.into_inner());
         if start < w.covered_from {
             return None;
         }
-        let live = self.tx.subscribe();
+        let live = match trigger.filter(|_| self.trigger.is_some()) {
+            Some(value) => self
+                .triggered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(value.to_string())
+                .or_insert_with(|| broadcast::channel(TRIGGERED_LAG).0)
+                .subscribe(),
+            None => self.tx.subscribe(),
+        };
         let backlog = w
             .history
             .iter()
             .filter(|e| e.revision >= start)
             .cloned()
             .collect();
-        Some(Subscription { backlog, live })
+        Some(Subscription {
+            backlog,
+            live,
+            applied: self.applied.subscribe(),
+        })
     }
 
     /// The objects under `key_prefix` that `keep` accepts with the revision they are at, if the
@@ -303,6 +349,8 @@ impl WatchCache {
                 history: VecDeque::with_capacity(HISTORY),
             }),
             tx,
+            trigger: trigger_field(def),
+            triggered: Mutex::new(HashMap::new()),
             applied: tokio::sync::watch::Sender::new(revision),
             progress: watch.progress_requester(),
         });
@@ -360,6 +408,26 @@ impl ResourceCache {
         }
     }
 
+    /// Send `event` to the watchers of its trigger values (the object's before and after);
+    /// a value no one watches any more loses its channel.
+    fn send_triggered(&self, event: &Arc<CachedEvent>) {
+        let Some(field) = self.trigger else { return };
+        let mut triggered = self.triggered.lock().unwrap_or_else(|e| e.into_inner());
+        if triggered.is_empty() {
+            return;
+        }
+        let after = event.object.fields.get(field);
+        let before = event.prev.as_ref().and_then(|p| p.fields.get(field));
+        let values = [after, before.filter(|b| Some(*b) != after)];
+        for value in values.into_iter().flatten() {
+            if let Some(tx) = triggered.get(value.as_str()) {
+                if tx.send(event.clone()).is_err() {
+                    triggered.remove(value.as_str());
+                }
+            }
+        }
+    }
+
     fn apply(&self, batch: Vec<r8s_store::Event>) {
         let mut w = self.window.write().unwrap_or_else(|e| e.into_inner());
         for ev in batch {
@@ -385,6 +453,7 @@ impl ResourceCache {
             w.history.push_back(event.clone());
             // Sent while the window is held, so a subscriber sees each event exactly once:
             // either in its backlog or live.
+            self.send_triggered(&event);
             let _ = self.tx.send(event);
         }
         let revision = w.revision;
@@ -518,7 +587,7 @@ mod tests {
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        let mut sub = rc.subscribe(a.mod_revision).unwrap();
+        let mut sub = rc.subscribe(a.mod_revision, None).unwrap();
         assert_eq!(sub.backlog.len(), 2);
         assert_eq!(sub.backlog[0].natural_type(), "ADDED");
         assert_eq!(sub.backlog[1].natural_type(), "MODIFIED");
@@ -534,7 +603,7 @@ mod tests {
             .unwrap()
             .starts_with("{\"type\":\"DELETED\""));
         // Before the window: not served from the cache.
-        assert!(rc.subscribe(a.mod_revision - 1).is_none());
+        assert!(rc.subscribe(a.mod_revision - 1, None).is_none());
         // Lists wait for the revision asked for and see the current objects.
         let b = store.create("/registry/configmaps/ns/b", obj("b")).await.unwrap();
         let (items, rev) = rc
@@ -546,5 +615,83 @@ mod tests {
         let listed: Value = serde_json::from_slice(&items[0].json).unwrap();
         assert_eq!(listed["metadata"]["name"], "b");
         assert_eq!(listed["metadata"]["resourceVersion"], b.mod_revision.to_string());
+    }
+
+    #[tokio::test]
+    async fn a_watcher_of_one_node_is_woken_only_by_its_pods_before_and_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(EmbeddedOptions::new(dir.path())).unwrap());
+        let cache = Arc::new(WatchCache::new(store.clone()));
+        let def = crate::registry::catalogue::builtin("", "v1", "pods").unwrap();
+        let rc = cache.get(def).await.unwrap();
+        assert_eq!(rc.trigger_field(), Some("spec.nodeName"));
+        let start = *rc.applied.borrow() + 1;
+        let mut node1 = rc.subscribe(start, Some("node-1")).unwrap();
+        let mut unbound = rc.subscribe(start, Some("")).unwrap();
+        let mut all = rc.subscribe(start, None).unwrap();
+        let pod = |name: &str, node: &str| {
+            let mut p = json!({"metadata": {"name": name, "namespace": "ns"}, "spec": {"containers": []}});
+            if !node.is_empty() {
+                p["spec"]["nodeName"] = json!(node);
+            }
+            bytes::Bytes::from(p.to_string())
+        };
+        let key = |n: &str| format!("/registry/pods/ns/{n}");
+        // a created unbound and bound to node-1; b created on node-2; c created on node-1
+        // and deleted.
+        let a = store.create(&key("a"), pod("a", "")).await.unwrap();
+        store
+            .update(&key("a"), pod("a", "node-1"), a.mod_revision)
+            .await
+            .unwrap();
+        store.create(&key("b"), pod("b", "node-2")).await.unwrap();
+        store.create(&key("c"), pod("c", "node-1")).await.unwrap();
+        let last = store.delete(&key("c"), None).await.unwrap();
+        let mut applied = node1.applied.clone();
+        applied.wait_for(|r| *r >= last.revision).await.unwrap();
+        let drain = |rx: &mut broadcast::Receiver<Arc<CachedEvent>>| {
+            let mut got = Vec::new();
+            while let Ok(ev) = rx.try_recv() {
+                got.push(format!(
+                    "{} {}",
+                    ev.natural_type(),
+                    ev.key.rsplit('/').next().unwrap()
+                ));
+            }
+            got
+        };
+        // node-1's watcher hears of a's binding (node-1 after), and c's create and delete.
+        assert_eq!(drain(&mut node1.live), ["MODIFIED a", "ADDED c", "DELETED c"]);
+        // The unscheduled pods' watcher hears of a's create and of its binding (unbound
+        // before): it sees the pod leave.
+        assert_eq!(drain(&mut unbound.live), ["ADDED a", "MODIFIED a"]);
+        assert_eq!(drain(&mut all.live).len(), 5);
+        // A value no one watches any more loses its channel at its next change.
+        drop(node1);
+        store.create(&key("d"), pod("d", "node-1")).await.unwrap();
+        for _ in 0..100 {
+            if !rc.triggered.lock().unwrap().contains_key("node-1") {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(!rc.triggered.lock().unwrap().contains_key("node-1"));
+        assert!(rc.triggered.lock().unwrap().contains_key(""));
+        // Other resources have no trigger: the value is ignored.
+        let cms = cache
+            .get(crate::registry::catalogue::builtin("", "v1", "configmaps").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(cms.trigger_field(), None);
+        let start = *cms.applied.borrow() + 1;
+        let mut sub = cms.subscribe(start, Some("x")).unwrap();
+        let c = store
+            .create(
+                "/registry/configmaps/ns/a",
+                bytes::Bytes::from(json!({"metadata": {"name": "a"}}).to_string()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(sub.live.recv().await.unwrap().revision, c.mod_revision);
     }
 }

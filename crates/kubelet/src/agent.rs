@@ -467,7 +467,14 @@ impl Agent {
                 allocatable_memory: mem_bytes as i128,
                 seccomp_root: opts.dir.join("seccomp").display().to_string(),
             }),
-            volumes: VolumeManager::new(opts.dir.join("pods"), client.clone()),
+            volumes: {
+                let volumes = VolumeManager::new(opts.dir.join("pods"), client.clone());
+                if hollow.is_some() {
+                    volumes.without_mounts()
+                } else {
+                    volumes
+                }
+            },
             cgroups,
             admit_lock: tokio::sync::Mutex::new(()),
             status: StatusManager::new(client.clone(), FIELD_MANAGER),

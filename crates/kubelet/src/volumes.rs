@@ -132,6 +132,10 @@ pub struct VolumeManager {
     ready: Mutex<HashSet<(String, String)>>,
     /// The pods (uids) using each mounted local volume: unmounted when the last goes.
     local_users: Mutex<HashMap<PathBuf, HashSet<String>>>,
+    /// Whether volumes are mounted (tmpfs for keys and tokens, file systems for local
+    /// volumes). A hollow node mounts nothing (kubemark's fake mounter): its volumes are plain
+    /// directories, and the mount table is never read.
+    mounts: bool,
 }
 
 impl VolumeManager {
@@ -144,7 +148,15 @@ impl VolumeManager {
             tokens: Mutex::default(),
             ready: Mutex::default(),
             local_users: Mutex::default(),
+            mounts: true,
         }
+    }
+
+    /// The same, mounting nothing (a hollow node's: its pods run no processes, and thousands
+    /// of them would fill the machine's mount table).
+    pub fn without_mounts(mut self) -> Self {
+        self.mounts = false;
+        self
     }
 
     /// `<root>/<uid>`.
@@ -285,7 +297,7 @@ impl VolumeManager {
         if let Some(ed) = &v.empty_dir {
             let dir = self.volume_dir(&uid, EMPTY_DIR, &v.name);
             std::fs::create_dir_all(&dir).map_err(io)?;
-            if ed.medium.as_deref() == Some("Memory") && !is_mount_point(&dir) {
+            if self.mounts && ed.medium.as_deref() == Some("Memory") && !is_mount_point(&dir) {
                 let size = ed
                     .size_limit
                     .as_ref()
@@ -412,7 +424,7 @@ impl VolumeManager {
         let dir = self.volume_dir(&uid, plugin, &v.name);
         std::fs::create_dir_all(&dir).map_err(io)?;
         // Keys and tokens stay in memory, as upstream's secret and projected volumes.
-        if (plugin == SECRET || plugin == PROJECTED) && !is_mount_point(&dir) {
+        if self.mounts && (plugin == SECRET || plugin == PROJECTED) && !is_mount_point(&dir) {
             mount_tmpfs(&dir, None).map_err(|e| format!("mounting tmpfs at {}: {e}", dir.display()))?;
         }
         write_atomically(&dir, &payload).map_err(|e| format!("writing data to {}: {e}", dir.display()))?;
@@ -596,9 +608,13 @@ impl VolumeManager {
                     .and_then(|q| r8s_api::quantity::parse_value(&q.0).ok())
                     .unwrap_or(0);
                 let dir = path.clone();
-                tokio::task::spawn_blocking(move || ensure_local_volume(&dir, bytes))
-                    .await
-                    .map_err(|e| e.to_string())??;
+                if self.mounts {
+                    tokio::task::spawn_blocking(move || ensure_local_volume(&dir, bytes))
+                        .await
+                        .map_err(|e| e.to_string())??;
+                } else {
+                    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+                }
                 if let Some(pod) = user {
                     self.local_users
                         .lock()
@@ -733,8 +749,10 @@ impl VolumeManager {
         if !dir.exists() {
             return Ok(());
         }
-        for m in mounts_under(&dir) {
-            unmount(Path::new(&m))?;
+        if self.mounts {
+            for m in mounts_under(&dir) {
+                unmount(Path::new(&m))?;
+            }
         }
         std::fs::remove_dir_all(&dir)
     }

@@ -139,7 +139,10 @@ pub(crate) async fn serve(
     // Served from the watch cache when its window reaches back far enough (the cache watches the
     // whole resource; a namespace is a filter on it), else straight from the datastore.
     let subscription = match ctx.shared.watch_cache.get(def).await {
-        Some(cache) => cache.subscribe(list_rv + 1),
+        Some(cache) => {
+            let trigger = cache.trigger_field().and_then(|f| filter.field_equals(f));
+            cache.subscribe(list_rv + 1, trigger)
+        }
         None => None,
     };
     tracing::debug!(
@@ -297,7 +300,26 @@ async fn serve_cached(
         };
         let Some(next) = next else {
             // A bookmark: where this watch has got to, so a client resuming starts from here.
+            // Every change the cache has applied has been sent to this watcher's channel: once
+            // the ones queued are out, the watch has got to that revision (a watcher woken
+            // only by its trigger value hears of few changes, and without this would resume
+            // from far back).
             bookmark_at = next_bookmark(deadline);
+            let applied = *sub.applied.borrow();
+            loop {
+                match live.try_recv() {
+                    Ok(ev) => {
+                        latest = latest.max(ev.revision);
+                        add(&mut chunk, &ev);
+                    }
+                    Err(tokio::sync::broadcast::error::TryRecvError::Empty) => break,
+                    Err(_) => return,
+                }
+            }
+            if !chunk.is_empty() && !emitter.flush(&mut chunk).await {
+                return;
+            }
+            latest = latest.max(applied);
             let bm = json!({
                 "kind": def.kind,
                 "apiVersion": def.api_version(),

@@ -481,6 +481,15 @@ impl Filter {
         self.labels.is_empty() && self.fields.is_empty() && !self.hide_uninitialized
     }
 
+    /// The value the field selector requires `field` to equal (`spec.nodeName=node-1`), if it
+    /// does: only objects with it (before or after a change) can concern this filter.
+    pub fn field_equals(&self, field: &str) -> Option<&str> {
+        self.fields.0.iter().find_map(|r| match r {
+            r8s_api::selector::Requirement::Equals(k, v) if k == field => Some(v.as_str()),
+            _ => None,
+        })
+    }
+
     /// Match an object of the watch cache by its labels and fields.
     pub fn matches_cached(&self, obj: &crate::watch_cache::CachedObject) -> bool {
         (self.labels.is_empty() || self.labels.matches(&obj.labels))

@@ -96,6 +96,20 @@ fn in_cidr(ip: &str, cidr: &str) -> bool {
         .is_ok_and(|ip| u32::from(ip) & mask == u32::from(net) & mask)
 }
 
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() && !p.is_symlink() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p.to_string_lossy().into_owned());
+        }
+    }
+    out
+}
+
 #[test]
 fn hollow_nodes_join_as_nodes_of_their_own_and_run_a_deployment_without_containers() {
     let s = Server::start();
@@ -199,6 +213,20 @@ fn hollow_nodes_join_as_nodes_of_their_own_and_run_a_deployment_without_containe
     ips.sort();
     ips.dedup();
     assert_eq!(ips.len(), 9, "pod IPs shared: {ips:?}");
+    // Their volumes (the service-account token) are plain directories: a hollow node mounts
+    // nothing.
+    let data = s.dir.path().join("hollow-agent");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(data.to_str().unwrap()),
+        "a hollow node mounted something under {}",
+        data.display()
+    );
+    let tokens = walk(&data)
+        .into_iter()
+        .filter(|p| p.contains("/volumes/kubernetes.io~projected/") && p.ends_with("/token"))
+        .count();
+    assert!(tokens >= 9, "no token files under {}", data.display());
     // The kubelet API answers for its node; what needs a process says there is none.
     let pod = pods[0]["metadata"]["name"].as_str().unwrap();
     let err = s.fails(V, &["logs", pod]);
