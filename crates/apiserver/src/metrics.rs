@@ -48,7 +48,7 @@ const DURATION_BUCKETS: [f64; 23] = [
 ];
 
 fn duration_histogram() -> Histogram {
-    Histogram::new(DURATION_BUCKETS.into_iter())
+    Histogram::new(DURATION_BUCKETS)
 }
 
 type DurationFamily = Family<DurationLabels, Histogram, fn() -> Histogram>;
