@@ -10,6 +10,7 @@
 pub mod discovery;
 pub mod events;
 pub mod expectations;
+pub mod http2;
 pub mod informer;
 pub mod lb;
 pub mod leader;

@@ -76,7 +76,8 @@ pub async fn run(set: HollowSet, stop: CancellationToken) -> anyhow::Result<()> 
         let config = crate::config_from_kubeconfig(&dir.join("kubelet.kubeconfig")).await?;
         let mut opts = set.base.clone();
         opts.client_ca = config.root_cert.clone().unwrap_or_default();
-        let client = kube::Client::try_from(config)?;
+        // One HTTP/2 connection per node, as a kubelet's client-go has.
+        let client = r8s_client::http2::client(config)?;
         opts.node_name = name.clone();
         opts.dir = dir;
         opts.hollow = Some(set.capacity.clone());

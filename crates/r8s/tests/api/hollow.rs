@@ -96,6 +96,32 @@ fn in_cidr(ip: &str, cidr: &str) -> bool {
         .is_ok_and(|ip| u32::from(ip) & mask == u32::from(net) & mask)
 }
 
+/// How many TCP connections process `pid` holds to local port `port`.
+fn connections_to(pid: u32, port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_owned)
+        })
+        .collect();
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        // remote address (field 2) on `port`, established (state 01), one of pid's sockets.
+        .filter(|f| {
+            f.len() > 9
+                && f[2].ends_with(&format!(":{port:04X}"))
+                && f[3] == "01"
+                && inodes.contains(f[9])
+        })
+        .count()
+}
+
 /// Every file under `dir`.
 fn walk(dir: &std::path::Path) -> Vec<String> {
     let mut out = Vec::new();
@@ -227,6 +253,10 @@ fn hollow_nodes_join_as_nodes_of_their_own_and_run_a_deployment_without_containe
         .filter(|p| p.contains("/volumes/kubernetes.io~projected/") && p.ends_with("/token"))
         .count();
     assert!(tokens >= 9, "no token files under {}", data.display());
+    // Each node talks to the server over one HTTP/2 connection, as a kubelet's client-go does
+    // (its watches and requests multiplexed on it).
+    let conns = connections_to(hollow.child.id(), s.port);
+    assert_eq!(conns, 3, "the hollow nodes hold {conns} connections to the server");
     // The kubelet API answers for its node; what needs a process says there is none.
     let pod = pods[0]["metadata"]["name"].as_str().unwrap();
     let err = s.fails(V, &["logs", pod]);
