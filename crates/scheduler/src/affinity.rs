@@ -57,7 +57,27 @@ struct Spread {
     counts: HashMap<String, i64>,
     min: i64,
     self_match: i64,
+    /// A soft constraint by hostname: each node is its own domain, so its count is taken when
+    /// the node is scored (upstream's PreScore leaves hostname to Score too), not for every
+    /// node of the cluster first — which made each decision cost every pod in the cluster.
+    per_node: Option<(Selector, String)>,
 }
+
+impl Spread {
+    /// Matching pods on `node` (a per-node constraint's count).
+    fn count_on(&self, node: &NodeInfo) -> i64 {
+        let Some((matcher, ns)) = &self.per_node else {
+            return 0;
+        };
+        node.pods
+            .values()
+            .filter(|p| active(p) && pod_ns(p) == ns)
+            .filter(|p| matcher.matches_labels(p.pod.metadata.labels.as_ref()))
+            .count() as i64
+    }
+}
+
+const HOSTNAME: &str = "kubernetes.io/hostname";
 
 /// PodTopologySpread's constraints for pods that set none (its args' `defaultingType`).
 #[derive(Clone, Debug, PartialEq)]
@@ -151,15 +171,27 @@ fn spreads(pod: &PodInfo, cache: &Cache, hard: bool, defaults: &SpreadDefaults) 
         .map(|c| {
             let matcher =
                 label_selector_as_selector(c.label_selector.as_ref()).unwrap_or_else(|_| Selector::nothing());
+            let self_match = matcher.matches_labels(pod.pod.metadata.labels.as_ref()) as i64;
+            if !hard && c.topology_key == HOSTNAME {
+                return Spread {
+                    key: c.topology_key,
+                    max_skew: c.max_skew as i64,
+                    hard,
+                    self_match,
+                    counts: HashMap::new(),
+                    min: 0,
+                    per_node: Some((matcher, pod_ns(pod).to_string())),
+                };
+            }
             let mut counts: HashMap<String, i64> = HashMap::new();
             for node in cache.nodes.values() {
+                let Some(value) = label(node, &c.topology_key) else {
+                    continue;
+                };
                 // nodeAffinityPolicy Honor (the default): only nodes the pod may go to count.
                 if plugins::NodeAffinity.filter(pod, node).is_err() {
                     continue;
                 }
-                let Some(value) = label(node, &c.topology_key) else {
-                    continue;
-                };
                 let n = node
                     .pods
                     .values()
@@ -176,9 +208,10 @@ fn spreads(pod: &PodInfo, cache: &Cache, hard: bool, defaults: &SpreadDefaults) 
                 key: c.topology_key,
                 max_skew: c.max_skew as i64,
                 hard,
-                self_match: matcher.matches_labels(pod.pod.metadata.labels.as_ref()) as i64,
+                self_match,
                 counts,
                 min,
+                per_node: None,
             }
         })
         .collect()
@@ -207,6 +240,7 @@ impl NodeCheck for SpreadCheck {
         self.0
             .iter()
             .map(|s| match label(node, &s.key) {
+                _ if s.per_node.is_some() => s.count_on(node) + s.self_match,
                 Some(v) => s.counts.get(v).copied().unwrap_or(0) + s.self_match,
                 None => s.counts.values().copied().max().unwrap_or(0) + 1,
             })
@@ -515,6 +549,29 @@ mod tests {
             check.filter(&c.nodes["a1"]).unwrap_err(),
             ["node(s) didn't match pod topology spread constraints"]
         );
+    }
+
+    #[test]
+    fn a_soft_hostname_spread_counts_the_scored_nodes_own_matching_pods() {
+        let mut c = cache(&[("n1", "a"), ("n2", "a")]);
+        place(&mut c, "w1", "n1", json!({"app": "web"}), json!({}));
+        place(&mut c, "w2", "n1", json!({"app": "web"}), json!({}));
+        place(&mut c, "other", "n1", json!({"app": "db"}), json!({}));
+        place(&mut c, "w3", "n2", json!({"app": "web"}), json!({}));
+        // Matching labels in another namespace do not count.
+        let mut elsewhere = (*pod("w4", Some("n2"), json!({"app": "web"}), json!({})).pod).clone();
+        elsewhere.metadata.namespace = Some("other".into());
+        c.set_pod(Arc::new(elsewhere));
+        let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+        let p = pod("new", None, json!({"app": "web"}), spread);
+        let check = ClusterScore::prepare(&PodTopologySpread(SpreadDefaults::System), &p, &c);
+        // Raw scores: the node's matching pods plus the pod itself; fewer is better.
+        assert_eq!(check.score(&c.nodes["n1"]), 3);
+        assert_eq!(check.score(&c.nodes["n2"]), 2);
+        let mut scores = vec![3, 2];
+        check.normalize(&mut scores);
+        assert!(scores[1] > scores[0], "{scores:?}");
     }
 
     #[test]

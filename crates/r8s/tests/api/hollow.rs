@@ -114,10 +114,7 @@ fn connections_to(pid: u32, port: u16) -> usize {
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
         // remote address (field 2) on `port`, established (state 01), one of pid's sockets.
         .filter(|f| {
-            f.len() > 9
-                && f[2].ends_with(&format!(":{port:04X}"))
-                && f[3] == "01"
-                && inodes.contains(f[9])
+            f.len() > 9 && f[2].ends_with(&format!(":{port:04X}")) && f[3] == "01" && inodes.contains(f[9])
         })
         .count()
 }
@@ -256,7 +253,10 @@ fn hollow_nodes_join_as_nodes_of_their_own_and_run_a_deployment_without_containe
     // Each node talks to the server over one HTTP/2 connection, as a kubelet's client-go does
     // (its watches and requests multiplexed on it).
     let conns = connections_to(hollow.child.id(), s.port);
-    assert_eq!(conns, 3, "the hollow nodes hold {conns} connections to the server");
+    assert_eq!(
+        conns, 3,
+        "the hollow nodes hold {conns} connections to the server"
+    );
     // The kubelet API answers for its node; what needs a process says there is none.
     let pod = pods[0]["metadata"]["name"].as_str().unwrap();
     let err = s.fails(V, &["logs", pod]);
