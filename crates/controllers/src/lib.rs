@@ -9,7 +9,7 @@
 //! `daemonset` and `statefulset` (both recording templates through `history`), `disruption`,
 //! `podautoscaler` (the horizontal pod autoscaler, on `metrics.k8s.io`),
 //! `gc` (garbage collector), `namespace`, `serviceaccount`, `nodeipam`, `nodelifecycle`,
-//! `clusterrole_aggregation`, `resourcequota`, `root_ca_cert_publisher`, `certificates`,
+//! `clusterrole_aggregation`, `resourcequota`, `root_ca_cert_publisher`, `certificates`, `ttl`,
 //! `endpoints`, `endpointslice`, `endpointslicemirroring`; `claim` (adoption and release of owned objects) and
 //! `pod_control` (slow-start creates, deletes, their events) are what the workload controllers
 //! share.
@@ -42,6 +42,7 @@ pub mod root_ca_cert_publisher;
 pub mod serviceaccount;
 pub mod servicelb;
 pub mod statefulset;
+pub mod ttl;
 pub mod volume_protection;
 
 use std::time::Duration;
@@ -199,6 +200,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
         "pv-protection-controller",
         "ephemeral-volume-controller",
         "pod-garbage-collector",
+        "ttl-controller",
     ] {
         let c = loop {
             match credentials::client_for(&client, &opts.credentials, opts.fence.as_ref(), name, &stop).await
@@ -276,6 +278,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
             None
         }
     };
+    let node_ttl = ttl::TtlController::new(&views["ttl-controller"]);
     let informers = factory.start(&stop);
     let mut tasks = vec![
         tokio::spawn(rs.run(opts.workers, stop.clone())),
@@ -303,6 +306,7 @@ pub async fn run_controllers(client: Client, opts: Options, stop: CancellationTo
     tasks.push(tokio::spawn(pv_protection.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(ephemeral_volumes.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(podgc.run(stop.clone())));
+    tasks.push(tokio::spawn(node_ttl.run(stop.clone())));
     tasks.push(tokio::spawn(endpoints.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(slices.run(opts.workers, stop.clone())));
     tasks.push(tokio::spawn(mirroring.run(opts.workers, stop.clone())));

@@ -46,8 +46,13 @@ pub const PROJECTED: &str = "kubernetes.io~projected";
 pub const DATA_DIR: &str = "..data";
 const DATA_DIR_TMP: &str = "..data_tmp";
 
-/// How long a configMap or secret read from the API serves the pods that use it.
+/// How long a configMap or secret read from the API serves the pods that use it, at least: the
+/// node's `node.alpha.kubernetes.io/ttl` (the TTL controller's, growing with the cluster) when
+/// longer (`set_object_ttl`).
 const OBJECT_TTL: Duration = Duration::from_secs(5);
+/// The node annotation that says how long the kubelet may serve configMaps and secrets from
+/// its cache (upstream's `v1.ObjectTTLAnnotationKey`).
+pub const TTL_ANNOTATION: &str = "node.alpha.kubernetes.io/ttl";
 /// Upstream's token manager: refresh at 80 % of the lifetime, and at the latest after 24 h.
 const TOKEN_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 const DEFAULT_TOKEN_EXPIRATION: i64 = 3600;
@@ -132,6 +137,11 @@ pub struct VolumeManager {
     ready: Mutex<HashSet<(String, String)>>,
     /// The pods (uids) using each mounted local volume: unmounted when the last goes.
     local_users: Mutex<HashMap<PathBuf, HashSet<String>>>,
+    /// How long a configMap or secret serves (seconds): `OBJECT_TTL` or the node's annotation.
+    object_ttl: std::sync::atomic::AtomicU64,
+    /// One read of a configMap or secret at a time: the pods that miss the cache together
+    /// wait for the first one's read instead of each reading it.
+    fetching: tokio::sync::Mutex<()>,
     /// Whether volumes are mounted (tmpfs for keys and tokens, file systems for local
     /// volumes). A hollow node mounts nothing (kubemark's fake mounter): its volumes are plain
     /// directories, and the mount table is never read.
@@ -148,8 +158,24 @@ impl VolumeManager {
             tokens: Mutex::default(),
             ready: Mutex::default(),
             local_users: Mutex::default(),
+            object_ttl: std::sync::atomic::AtomicU64::new(OBJECT_TTL.as_secs()),
+            fetching: tokio::sync::Mutex::new(()),
             mounts: true,
         }
+    }
+
+    /// The node's `node.alpha.kubernetes.io/ttl` annotation, if it has one: configMaps and
+    /// secrets serve that long (never less than `OBJECT_TTL`).
+    pub fn set_object_ttl(&self, annotation: Option<&str>) {
+        let secs = annotation
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            .max(OBJECT_TTL.as_secs());
+        self.object_ttl.store(secs, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn object_ttl(&self) -> Duration {
+        Duration::from_secs(self.object_ttl.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The same, mounting nothing (a hollow node's: its pods run no processes, and thousands
@@ -180,13 +206,20 @@ impl VolumeManager {
             .unwrap_or_default()
     }
 
-    /// A configMap of `ns`, at most `OBJECT_TTL` old.
+    /// A configMap of `ns`, at most the object TTL old.
     pub async fn config_map(&self, ns: &str, name: &str) -> Lookup<Arc<ConfigMap>> {
         let key = (ns.to_string(), name.to_string());
-        if let Some((at, v)) = self.config_maps.lock().unwrap().get(&key) {
-            if at.elapsed() < OBJECT_TTL {
-                return v.clone();
-            }
+        let fresh = |cache: &ObjectCache<ConfigMap>| {
+            let cache = cache.lock().unwrap();
+            let (at, v) = cache.get(&key)?;
+            (at.elapsed() < self.object_ttl()).then(|| v.clone())
+        };
+        if let Some(v) = fresh(&self.config_maps) {
+            return v;
+        }
+        let _reading = self.fetching.lock().await;
+        if let Some(v) = fresh(&self.config_maps) {
+            return v;
         }
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
         let v = lookup(api.get_opt(name).await, "configmap", name);
@@ -197,13 +230,20 @@ impl VolumeManager {
         v
     }
 
-    /// A secret of `ns`, at most `OBJECT_TTL` old.
+    /// A secret of `ns`, at most the object TTL old.
     pub async fn secret(&self, ns: &str, name: &str) -> Lookup<Arc<Secret>> {
         let key = (ns.to_string(), name.to_string());
-        if let Some((at, v)) = self.secrets.lock().unwrap().get(&key) {
-            if at.elapsed() < OBJECT_TTL {
-                return v.clone();
-            }
+        let fresh = |cache: &ObjectCache<Secret>| {
+            let cache = cache.lock().unwrap();
+            let (at, v) = cache.get(&key)?;
+            (at.elapsed() < self.object_ttl()).then(|| v.clone())
+        };
+        if let Some(v) = fresh(&self.secrets) {
+            return v;
+        }
+        let _reading = self.fetching.lock().await;
+        if let Some(v) = fresh(&self.secrets) {
+            return v;
         }
         let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
         let v = lookup(api.get_opt(name).await, "secret", name);
@@ -1416,6 +1456,20 @@ pub fn is_mount_point(dir: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test]
+    async fn configmaps_and_secrets_serve_as_long_as_the_nodes_ttl_says_never_less_than_five_seconds() {
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let vm = VolumeManager::new(std::env::temp_dir().join("r8s-unused"), client);
+        assert_eq!(vm.object_ttl(), OBJECT_TTL);
+        vm.set_object_ttl(Some("300"));
+        assert_eq!(vm.object_ttl(), Duration::from_secs(300));
+        for short in [Some("0"), Some("3"), Some("soon"), None] {
+            vm.set_object_ttl(short);
+            assert_eq!(vm.object_ttl(), OBJECT_TTL, "{short:?}");
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -440,6 +440,14 @@ impl Agent {
                 let volumes = self.volumes.local_volumes_in_use();
                 let marked = || async {
                     let node = self.node_api().get_with(&name, &GetParams::any()).await.ok()?;
+                    // The TTL controller's word on how long configMaps and secrets serve.
+                    self.volumes.set_object_ttl(
+                        node.metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(crate::volumes::TTL_ANNOTATION))
+                            .map(String::as_str),
+                    );
                     let conditions = node.status?.conditions?;
                     let ready = conditions.iter().find(|c| c.type_ == "Ready")?;
                     Some(ready.status != "True")

@@ -138,8 +138,8 @@ fn hollow_nodes_join_as_nodes_of_their_own_and_run_a_deployment_without_containe
     let s = Server::start();
     let mut hollow = Hollow::start(&s, 3);
     let names = ["hollow-0", "hollow-1", "hollow-2"];
-    // Three Ready nodes with their pod CIDRs, the capacity hollow nodes report, and the
-    // runtime in memory.
+    // Three Ready nodes with their pod CIDRs and TTL annotations, the capacity hollow nodes
+    // report, and the runtime in memory.
     let nodes = wait_for(
         90,
         "three Ready hollow nodes",
@@ -151,6 +151,8 @@ fn hollow_nodes_join_as_nodes_of_their_own_and_run_a_deployment_without_containe
                 .iter()
                 .filter(|n| support::condition(n, "Ready")["status"] == "True")
                 .filter(|n| n["spec"]["podCIDR"].is_string())
+                // The TTL controller's annotation: 0 s for a cluster this small.
+                .filter(|n| n["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"] == "0")
                 .count();
             (items.len() == 3 && ready == 3).then_some(items)
         },
