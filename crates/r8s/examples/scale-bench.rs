@@ -503,6 +503,28 @@ async fn main() {
             e.1 = name;
         }
     }
+    // Where the calls went: the busiest (verb, resource) pairs.
+    let mut busiest: Vec<(f64, String)> = after
+        .iter()
+        .filter(|((verb, ..), _)| verb != "WATCH" && verb != "CONNECT")
+        .map(|(key, h)| {
+            let (verb, resource, sub, _) = key;
+            let d = delta(h, before.get(key));
+            let sub = if sub.is_empty() {
+                String::new()
+            } else {
+                format!("/{sub}")
+            };
+            (d.count, format!("{verb} {resource}{sub}"))
+        })
+        .collect();
+    busiest.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let busiest: Vec<String> = busiest
+        .iter()
+        .take(8)
+        .map(|(n, k)| format!("{k} {n:.0}"))
+        .collect();
+    println!("  busiest: {}", busiest.join(", "));
     for (verb, (p99, name, calls)) in &worst {
         let slo = if verb == "LIST" { 30.0 } else { 1.0 };
         println!(
