@@ -127,14 +127,7 @@ impl TtlController {
         let patch = json!({"metadata": {"annotations": {ANNOTATION: want}}});
         let api: Api<Node> = Api::all(self.client.clone());
         match api
-            .patch(
-                name,
-                &kube::api::PatchParams {
-                    field_manager: Some(crate::FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                &Patch::Merge(&patch),
-            )
+            .patch(name, &crate::patch_params(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => Ok(None),
