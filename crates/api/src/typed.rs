@@ -16,75 +16,24 @@ pub struct Decoded {
     pub unknown_fields: Vec<String>,
 }
 
+include!("resource_types.rs");
+
+/// The match arms of `with_type!`, one per row of `resource_types!`.
+macro_rules! with_type_arms {
+    ($def:expr, $f:ident, $args:tt; $(($g:literal, $v:literal, $k:literal) => $($t:ident)::+ ,)*) => {
+        match ($def.group, $def.version, $def.kind) {
+            $( ($g, $v, $k) => Some($f::<k8s_openapi::$($t)::+> $args), )*
+            _ => None,
+        }
+    };
+}
+
 /// Call `$f::<T>(args)` with `T` the k8s-openapi type of `$def`, or give `None` for resources
 /// without one.
 macro_rules! with_type {
-    ($def:expr, $f:ident ( $($arg:expr),* )) => {{
-        use k8s_openapi::api::{admissionregistration, apps, authentication, authorization, autoscaling, batch, certificates, coordination, core, discovery, events, networking, node, policy, rbac, scheduling};
-        match ($def.group, $def.version, $def.kind) {
-            ("", "v1", "Namespace") => Some($f::<core::v1::Namespace>($($arg),*)),
-            ("", "v1", "Pod") => Some($f::<core::v1::Pod>($($arg),*)),
-            ("", "v1", "Node") => Some($f::<core::v1::Node>($($arg),*)),
-            ("", "v1", "Service") => Some($f::<core::v1::Service>($($arg),*)),
-            ("", "v1", "Endpoints") => Some($f::<core::v1::Endpoints>($($arg),*)),
-            ("", "v1", "ConfigMap") => Some($f::<core::v1::ConfigMap>($($arg),*)),
-            ("", "v1", "Secret") => Some($f::<core::v1::Secret>($($arg),*)),
-            ("", "v1", "ServiceAccount") => Some($f::<core::v1::ServiceAccount>($($arg),*)),
-            ("", "v1", "Event") => Some($f::<core::v1::Event>($($arg),*)),
-            ("", "v1", "LimitRange") => Some($f::<core::v1::LimitRange>($($arg),*)),
-            ("", "v1", "ResourceQuota") => Some($f::<core::v1::ResourceQuota>($($arg),*)),
-            ("apps", "v1", "Deployment") => Some($f::<apps::v1::Deployment>($($arg),*)),
-            ("apps", "v1", "ReplicaSet") => Some($f::<apps::v1::ReplicaSet>($($arg),*)),
-            ("apps", "v1", "StatefulSet") => Some($f::<apps::v1::StatefulSet>($($arg),*)),
-            ("apps", "v1", "DaemonSet") => Some($f::<apps::v1::DaemonSet>($($arg),*)),
-            ("apps", "v1", "ControllerRevision") => Some($f::<apps::v1::ControllerRevision>($($arg),*)),
-            ("autoscaling", "v2", "HorizontalPodAutoscaler") => Some($f::<autoscaling::v2::HorizontalPodAutoscaler>($($arg),*)),
-            ("autoscaling", "v1", "HorizontalPodAutoscaler") => Some($f::<autoscaling::v1::HorizontalPodAutoscaler>($($arg),*)),
-            ("batch", "v1", "Job") => Some($f::<batch::v1::Job>($($arg),*)),
-            ("batch", "v1", "CronJob") => Some($f::<batch::v1::CronJob>($($arg),*)),
-            ("policy", "v1", "PodDisruptionBudget") => Some($f::<policy::v1::PodDisruptionBudget>($($arg),*)),
-            ("", "v1", "PersistentVolumeClaim") => Some($f::<core::v1::PersistentVolumeClaim>($($arg),*)),
-            ("", "v1", "PersistentVolume") => Some($f::<core::v1::PersistentVolume>($($arg),*)),
-            ("", "v1", "ReplicationController") => Some($f::<core::v1::ReplicationController>($($arg),*)),
-            ("", "v1", "PodTemplate") => Some($f::<core::v1::PodTemplate>($($arg),*)),
-            ("", "v1", "ComponentStatus") => Some($f::<core::v1::ComponentStatus>($($arg),*)),
-            ("events.k8s.io", "v1", "Event") => Some($f::<events::v1::Event>($($arg),*)),
-            ("discovery.k8s.io", "v1", "EndpointSlice") => Some($f::<discovery::v1::EndpointSlice>($($arg),*)),
-            ("coordination.k8s.io", "v1", "Lease") => Some($f::<coordination::v1::Lease>($($arg),*)),
-            ("scheduling.k8s.io", "v1", "PriorityClass") => Some($f::<scheduling::v1::PriorityClass>($($arg),*)),
-            ("node.k8s.io", "v1", "RuntimeClass") => Some($f::<node::v1::RuntimeClass>($($arg),*)),
-            ("networking.k8s.io", "v1", "NetworkPolicy") => Some($f::<networking::v1::NetworkPolicy>($($arg),*)),
-            ("networking.k8s.io", "v1", "Ingress") => Some($f::<networking::v1::Ingress>($($arg),*)),
-            ("networking.k8s.io", "v1", "ServiceCIDR") => Some($f::<networking::v1::ServiceCIDR>($($arg),*)),
-            ("networking.k8s.io", "v1", "IPAddress") => Some($f::<networking::v1::IPAddress>($($arg),*)),
-            ("networking.k8s.io", "v1", "IngressClass") => Some($f::<networking::v1::IngressClass>($($arg),*)),
-            ("rbac.authorization.k8s.io", "v1", "ClusterRole") => Some($f::<rbac::v1::ClusterRole>($($arg),*)),
-            ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => Some($f::<rbac::v1::ClusterRoleBinding>($($arg),*)),
-            ("rbac.authorization.k8s.io", "v1", "Role") => Some($f::<rbac::v1::Role>($($arg),*)),
-            ("rbac.authorization.k8s.io", "v1", "RoleBinding") => Some($f::<rbac::v1::RoleBinding>($($arg),*)),
-            ("certificates.k8s.io", "v1", "CertificateSigningRequest") => Some($f::<certificates::v1::CertificateSigningRequest>($($arg),*)),
-            ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy") => Some($f::<admissionregistration::v1::ValidatingAdmissionPolicy>($($arg),*)),
-            ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding") => Some($f::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>($($arg),*)),
-            ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => Some($f::<admissionregistration::v1::MutatingWebhookConfiguration>($($arg),*)),
-            ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => Some($f::<admissionregistration::v1::ValidatingWebhookConfiguration>($($arg),*)),
-            ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => Some($f::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>($($arg),*)),
-            ("storage.k8s.io", "v1", "StorageClass") => Some($f::<k8s_openapi::api::storage::v1::StorageClass>($($arg),*)),
-            ("storage.k8s.io", "v1", "VolumeAttachment") => Some($f::<k8s_openapi::api::storage::v1::VolumeAttachment>($($arg),*)),
-            ("storage.k8s.io", "v1", "CSIDriver") => Some($f::<k8s_openapi::api::storage::v1::CSIDriver>($($arg),*)),
-            ("storage.k8s.io", "v1", "CSINode") => Some($f::<k8s_openapi::api::storage::v1::CSINode>($($arg),*)),
-            ("storage.k8s.io", "v1", "CSIStorageCapacity") => Some($f::<k8s_openapi::api::storage::v1::CSIStorageCapacity>($($arg),*)),
-            ("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema") => Some($f::<k8s_openapi::api::flowcontrol::v1::FlowSchema>($($arg),*)),
-            ("flowcontrol.apiserver.k8s.io", "v1", "PriorityLevelConfiguration") => Some($f::<k8s_openapi::api::flowcontrol::v1::PriorityLevelConfiguration>($($arg),*)),
-            ("apiregistration.k8s.io", "v1", "APIService") => Some($f::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>($($arg),*)),
-            ("authorization.k8s.io", "v1", "SelfSubjectAccessReview") => Some($f::<authorization::v1::SelfSubjectAccessReview>($($arg),*)),
-            ("authorization.k8s.io", "v1", "SubjectAccessReview") => Some($f::<authorization::v1::SubjectAccessReview>($($arg),*)),
-            ("authorization.k8s.io", "v1", "LocalSubjectAccessReview") => Some($f::<authorization::v1::LocalSubjectAccessReview>($($arg),*)),
-            ("authorization.k8s.io", "v1", "SelfSubjectRulesReview") => Some($f::<authorization::v1::SelfSubjectRulesReview>($($arg),*)),
-            ("authentication.k8s.io", "v1", "SelfSubjectReview") => Some($f::<authentication::v1::SelfSubjectReview>($($arg),*)),
-            ("authentication.k8s.io", "v1", "TokenReview") => Some($f::<authentication::v1::TokenReview>($($arg),*)),
-            _ => None,
-        }
-    }};
+    ($def:expr, $f:ident $args:tt) => {
+        resource_types!(with_type_arms!($def, $f, $args;))
+    };
 }
 
 /// Decode `input` as the type of `def`. Resources without a known type pass through as they are.
@@ -103,23 +52,40 @@ pub fn decode(def: &ResourceDef, input: &Value) -> Result<Decoded, String> {
 pub fn openapi_schemas<'a>(
     defs: impl IntoIterator<Item = &'a ResourceDef>,
 ) -> serde_json::Map<String, Value> {
-    use k8s_openapi::schemars;
-    fn root<T: schemars::JsonSchema>(gen: &mut schemars::SchemaGenerator) -> String {
-        gen.subschema_for::<T>();
-        T::schema_name().into_owned()
-    }
-    let mut gen = schemars::generate::SchemaSettings::openapi3().into_generator();
-    // ListMeta too: list kinds (custom resources' among them) refer to it.
-    gen.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta>();
+    let generated: Value = serde_json::from_str(SCHEMAS).expect("build.rs wrote valid JSON");
+    let Value::Object(mut generated) = generated else {
+        unreachable!("build.rs writes an object")
+    };
+    let Some(Value::Object(mut all)) = generated.remove("definitions") else {
+        unreachable!("build.rs writes the definitions")
+    };
+    let root_of = |def: &ResourceDef| {
+        generated["roots"].as_array()?.iter().find_map(|r| {
+            (r[0] == def.group && r[1] == def.version && r[2] == def.kind)
+                .then(|| r[3].as_str().map(str::to_owned))?
+        })
+    };
     let mut roots = Vec::new();
     let mut untyped = Vec::new();
     for def in defs {
-        match with_type!(def, root(&mut gen)) {
+        match root_of(def) {
             Some(name) => roots.push((name, def)),
             None => untyped.push(def),
         }
     }
-    let mut schemas = gen.take_definitions(true);
+    // The roots and every schema they refer to, in the generator's order.
+    let mut wanted: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut todo: Vec<String> = roots.iter().map(|(n, _)| n.clone()).collect();
+    todo.extend(generated["listMeta"].as_str().map(str::to_owned));
+    while let Some(name) = todo.pop() {
+        if let Some(schema) = all.get(&name) {
+            if wanted.insert(name) {
+                refs(schema, &mut todo);
+            }
+        }
+    }
+    all.retain(|name, _| wanted.contains(name));
+    let mut schemas = all;
     // A kind k8s-openapi has no type for (one upstream removed, such as
     // InitializerConfiguration) still gets a schema, open to any field, so clients find its
     // paths: kubectl looks a kind up there to learn that the server validates fields, and
@@ -156,6 +122,30 @@ pub fn openapi_schemas<'a>(
         }
     }
     schemas
+}
+
+/// The schemas `build.rs` generated: `{"listMeta": name, "roots": [[group, version, kind, name]],
+/// "definitions": {name: schema}}`.
+const SCHEMAS: &str = include_str!(concat!(env!("OUT_DIR"), "/schemas.json"));
+
+/// Push the definition names `schema` refers to (`$ref: #/components/schemas/NAME`).
+fn refs(schema: &Value, out: &mut Vec<String>) {
+    match schema {
+        Value::Object(o) => {
+            for (k, v) in o {
+                match (k.as_str(), v) {
+                    ("$ref", Value::String(r)) => {
+                        if let Some(name) = r.strip_prefix("#/components/schemas/") {
+                            out.push(name.to_owned());
+                        }
+                    }
+                    _ => refs(v, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
+        _ => {}
+    }
 }
 
 /// Add to the schema of the definition `name` the `x-kubernetes-*` patch, list and map
@@ -367,6 +357,17 @@ mod tests {
         let containers = &core["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"];
         assert_eq!(containers["x-kubernetes-patch-strategy"], "merge");
         assert_eq!(containers["x-kubernetes-patch-merge-key"], "name");
+        // Only the Pod's schemas and those they refer to, each reference resolved.
+        assert!(!core.contains_key("io.k8s.api.apps.v1.Deployment"));
+        assert!(core.contains_key("io.k8s.api.core.v1.Container"));
+        assert!(core.contains_key("io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"));
+        for schema in core.values() {
+            let mut names = Vec::new();
+            refs(schema, &mut names);
+            for name in names {
+                assert!(core.contains_key(&name), "{name} is referred to but missing");
+            }
+        }
         // Every entry of the table names a real property.
         let all = openapi_schemas(crate::catalogue());
         // Every served kind has a schema marked with its group-version-kind.
