@@ -2127,6 +2127,7 @@ fn raise_open_files_limit() {
 /// mimalloc instead of glibc's malloc: the API server's requests allocate and free many small
 /// JSON values from several threads, where glibc's arenas spent a quarter of the server's time
 /// (see BENCHMARKS.md, "Security chains").
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
