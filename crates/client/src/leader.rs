@@ -31,6 +31,10 @@ pub struct LeaderElection {
     pub retry_period: Duration,
     /// Valid while this candidate holds the Lease by a renewal begun within `renew_deadline`.
     pub fence: Fence,
+    /// The Lease as this candidate last wrote it while leading, and when: the leader renews
+    /// from it without reading the Lease first (client-go's optimistic fast path, one request
+    /// per renewal instead of two), and falls back to a read when the write fails.
+    observed: Arc<Mutex<Option<(Lease, Instant)>>>,
 }
 
 /// Until when a leader may write (see the module's notes).
@@ -80,6 +84,7 @@ impl LeaderElection {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
             fence: Fence::default(),
+            observed: Arc::default(),
         }
     }
 
@@ -155,6 +160,36 @@ impl LeaderElection {
     /// One attempt: true if we hold the lease afterwards.
     pub async fn try_acquire_or_renew(&self, api: &Api<Lease>) -> Result<bool, kube::Error> {
         let now = MicroTime(jiff::Timestamp::now());
+        // The leader renews the Lease it last wrote, while that renewal is still within the
+        // lease duration: a compare-and-swap on its resourceVersion, so a Lease changed since
+        // (another candidate took it over) fails the write, and the slow path reads it.
+        let fast = self
+            .observed
+            .lock()
+            .unwrap()
+            .take()
+            .filter(|(_, at)| at.elapsed() < self.lease_duration);
+        if let Some((mut lease, _)) = fast {
+            let spec = lease.spec.clone().unwrap_or_default();
+            lease.spec = Some(self.spec(
+                spec.acquire_time.unwrap_or(now.clone()),
+                now.clone(),
+                spec.lease_transitions.unwrap_or(0),
+            ));
+            match api
+                .replace(&self.name, &kube::api::PostParams::default(), &lease)
+                .await
+            {
+                Ok(written) => {
+                    self.observe(written);
+                    return Ok(true);
+                }
+                Err(e) => tracing::debug!(
+                    lease = %self.name, error = %e,
+                    "failed to renew the lease optimistically; reading it"
+                ),
+            }
+        }
         let Some(mut lease) = api.get_opt(&self.name).await? else {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -165,7 +200,10 @@ impl LeaderElection {
                 spec: Some(self.spec(now.clone(), now, 0)),
             };
             return match api.create(&kube::api::PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
+                Ok(written) => {
+                    self.observe(written);
+                    Ok(true)
+                }
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
                 Err(e) => Err(e),
             };
@@ -203,10 +241,18 @@ impl LeaderElection {
             .replace(&self.name, &kube::api::PostParams::default(), &lease)
             .await
         {
-            Ok(_) => Ok(true),
+            Ok(written) => {
+                self.observe(written);
+                Ok(true)
+            }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Keep `lease`, just written by this candidate, for the next renewal.
+    fn observe(&self, lease: Lease) {
+        *self.observed.lock().unwrap() = Some((lease, Instant::now()));
     }
 
     fn spec(&self, acquired: MicroTime, renewed: MicroTime, transitions: i32) -> LeaseSpec {
@@ -222,6 +268,7 @@ impl LeaderElection {
 
     /// Give the lease up so another candidate need not wait for it to expire.
     async fn release(&self, api: &Api<Lease>) {
+        self.observed.lock().unwrap().take();
         let Ok(Some(mut lease)) = api.get_opt(&self.name).await else {
             return;
         };
@@ -287,5 +334,95 @@ mod tests {
         assert!(!fence.valid());
         assert!(api.delete("x", &Default::default()).await.is_err());
         assert_eq!(seen.load(Ordering::SeqCst), 2);
+    }
+
+    /// A server holding one Lease, writes compare-and-swapped on its resourceVersion; counts
+    /// requests by method.
+    #[allow(clippy::type_complexity)]
+    fn lease_server() -> (Client, Arc<Mutex<Option<Lease>>>, Arc<Mutex<Vec<String>>>) {
+        let stored: Arc<Mutex<Option<Lease>>> = Arc::default();
+        let log: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (st, lg) = (stored.clone(), log.clone());
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (st, lg) = (st.clone(), lg.clone());
+            async move {
+                let method = req.method().clone();
+                lg.lock().unwrap().push(method.to_string());
+                let body = http_body_util::BodyExt::collect(req.into_body()).await.unwrap().to_bytes();
+                let reply = |code: u16, v: serde_json::Value| {
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder()
+                            .status(code)
+                            .header("content-type", "application/json")
+                            .body(kube::client::Body::from(v.to_string().into_bytes()))
+                            .unwrap(),
+                    )
+                };
+                let status = |code: u16, reason: &str| {
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": reason, "code": code, "message": reason})
+                };
+                let mut stored = st.lock().unwrap();
+                match method {
+                    http::Method::GET => match stored.as_ref() {
+                        Some(l) => reply(200, serde_json::to_value(l).unwrap()),
+                        None => reply(404, status(404, "NotFound")),
+                    },
+                    _ => {
+                        let mut lease: Lease = serde_json::from_slice(&body).unwrap();
+                        let current = stored.as_ref().and_then(|l| l.metadata.resource_version.clone());
+                        let exists = stored.is_some();
+                        let ok = if method == http::Method::POST {
+                            !exists
+                        } else {
+                            exists && lease.metadata.resource_version == current
+                        };
+                        if !ok {
+                            return reply(409, status(409, "Conflict"));
+                        }
+                        let next: u64 = current.map_or(1, |rv| rv.parse::<u64>().unwrap() + 1);
+                        lease.metadata.resource_version = Some(next.to_string());
+                        *stored = Some(lease.clone());
+                        reply(200, serde_json::to_value(&lease).unwrap())
+                    }
+                }
+            }
+        });
+        (Client::new(service, "kube-system"), stored, log)
+    }
+
+    #[tokio::test]
+    async fn the_leader_renews_without_reading_until_a_write_conflicts() {
+        let (client, stored, log) = lease_server();
+        let api: Api<Lease> = Api::namespaced(client, "kube-system");
+        let le = LeaderElection::new("lease", "me".into());
+        let calls = |log: &Arc<Mutex<Vec<String>>>| std::mem::take(&mut *log.lock().unwrap());
+        // Acquired: read (none there), create.
+        assert!(le.try_acquire_or_renew(&api).await.unwrap());
+        assert_eq!(calls(&log), ["GET", "POST"]);
+        // Renewed twice: one write each, no read; the renew time moves.
+        let first = stored.lock().unwrap().clone().unwrap().spec.unwrap().renew_time;
+        for _ in 0..2 {
+            assert!(le.try_acquire_or_renew(&api).await.unwrap());
+            assert_eq!(calls(&log), ["PUT"]);
+        }
+        let spec = stored.lock().unwrap().clone().unwrap().spec.unwrap();
+        assert_ne!(spec.renew_time, first);
+        assert_eq!(spec.holder_identity.as_deref(), Some("me"));
+        // Another candidate took the Lease over meanwhile: the optimistic write conflicts, the
+        // slow path reads the Lease, finds it held and unexpired, and gives it up.
+        {
+            let mut s = stored.lock().unwrap();
+            let l = s.as_mut().unwrap();
+            l.spec.as_mut().unwrap().holder_identity = Some("other".into());
+            l.spec.as_mut().unwrap().renew_time = Some(MicroTime(jiff::Timestamp::now()));
+            let rv: u64 = l.metadata.resource_version.as_ref().unwrap().parse().unwrap();
+            l.metadata.resource_version = Some((rv + 1).to_string());
+        }
+        assert!(!le.try_acquire_or_renew(&api).await.unwrap());
+        assert_eq!(calls(&log), ["PUT", "GET"]);
+        // Not leading: each attempt reads.
+        assert!(!le.try_acquire_or_renew(&api).await.unwrap());
+        assert_eq!(calls(&log), ["GET"]);
     }
 }
