@@ -14,6 +14,19 @@ use tokio::time::Instant;
 /// A resource the server serves, with its scope and verbs.
 pub type Served = (ApiResource, ApiCapabilities);
 
+/// Everything the server serves, from its aggregated discovery (`/api` and `/apis` as
+/// `APIGroupDiscoveryList`s: two requests, as client-go asks since Kubernetes 1.30), or group
+/// by group (one request per group version) from a server without it.
+pub async fn discover(client: &Client) -> Result<Discovery, kube::Error> {
+    match Discovery::new(client.clone()).run_aggregated().await {
+        Ok(d) => Ok(d),
+        Err(e) => {
+            tracing::debug!(error = %e, "no aggregated discovery; asking group by group");
+            Discovery::new(client.clone()).run().await
+        }
+    }
+}
+
 pub struct DiscoveryCache {
     client: Client,
     ttl: Duration,
@@ -38,7 +51,7 @@ impl DiscoveryCache {
                 return Ok(list.clone());
             }
         }
-        let discovery = Discovery::new(self.client.clone()).run().await?;
+        let discovery = discover(&self.client).await?;
         let list: Arc<Vec<Served>> = Arc::new(
             discovery
                 .groups()

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, Preconditions, PropagationPolicy};
-use kube::discovery::{verbs, ApiResource, Discovery, Scope};
+use kube::discovery::{verbs, ApiResource, Scope};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -85,7 +85,7 @@ impl GarbageCollector {
 
     /// Resources to watch: everything listable, watchable and deletable, events excepted.
     async fn discover(&self) -> Result<Vec<Resource>, Error> {
-        let discovery = Discovery::new(self.client.clone()).run().await?;
+        let discovery = r8s_client::discovery::discover(&self.client).await?;
         let mut out = Vec::new();
         for group in discovery.groups() {
             for (ar, caps) in group.recommended_resources() {
