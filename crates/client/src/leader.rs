@@ -348,7 +348,10 @@ mod tests {
             async move {
                 let method = req.method().clone();
                 lg.lock().unwrap().push(method.to_string());
-                let body = http_body_util::BodyExt::collect(req.into_body()).await.unwrap().to_bytes();
+                let body = http_body_util::BodyExt::collect(req.into_body())
+                    .await
+                    .unwrap()
+                    .to_bytes();
                 let reply = |code: u16, v: serde_json::Value| {
                     Ok::<_, std::convert::Infallible>(
                         http::Response::builder()
