@@ -246,7 +246,13 @@ impl PersistentVolumeController {
                 q.add(claim_key(&pvc.namespace().unwrap_or_default(), &pvc.name_any()))
             }
             Change::Deleted(pvc) => {
-                // Its volume is Released.
+                // Its volume is Released: the one it names, and any this controller's cache
+                // shows bound to it (the cache may not have seen the binding yet).
+                if let Some(v) = pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref()) {
+                    if !v.is_empty() {
+                        q.add(volume_key(v));
+                    }
+                }
                 for pv in pv_store.state() {
                     if refers_to(&pv, pvc) {
                         q.add(volume_key(&pv.name_any()));
@@ -265,8 +271,10 @@ impl PersistentVolumeController {
             self.nodes.clone(),
         );
         let this = self.clone();
-        // Pending claims are looked at again now and then: a volume or class may have come
-        // that fits them (upstream's periodic resync of the binder).
+        // Every volume and every pending claim is looked at again now and then (upstream's
+        // periodic resync of the binder): a volume or class may have come that fits a claim,
+        // and a claim's deletion seen before its volume's binding leaves the volume Bound
+        // until then.
         let resync = {
             let this = self.clone();
             let stop = stop.clone();
@@ -275,6 +283,9 @@ impl PersistentVolumeController {
                     tokio::select! {
                         _ = stop.cancelled() => return,
                         _ = tokio::time::sleep(std::time::Duration::from_secs(15)) => {}
+                    }
+                    for pv in this.pv_store.state() {
+                        this.queue.add(volume_key(&pv.name_any()));
                     }
                     for pvc in this.pvc_store.state() {
                         if phase_of_claim(&pvc) != "Bound" {
@@ -701,15 +712,16 @@ impl PersistentVolumeController {
         let Some(pv) = lookup(&self.pv_store, name) else {
             return Ok(None);
         };
-        if pv.metadata.deletion_timestamp.is_some() {
-            return Ok(None);
-        }
+        // A volume being deleted is still synced (as upstream's binder does): its claim
+        // deleted first, it must become Released, or the pv-protection finalizer, which waits
+        // for a volume no longer Bound, holds it for ever. Nothing is reclaimed for it.
+        let deleting = pv.metadata.deletion_timestamp.is_some();
         let policy = pv
             .spec
             .as_ref()
             .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
             .unwrap_or("Retain");
-        if let Some(node) = local_volume_node(&pv).filter(|_| policy == "Delete") {
+        if let Some(node) = local_volume_node(&pv).filter(|_| policy == "Delete" && !deleting) {
             if lookup(&self.node_store, node).is_none() {
                 return self.give_up_local_volume(&pv, node).await;
             }
@@ -755,6 +767,9 @@ impl PersistentVolumeController {
                 // The claim is gone: Released, then reclaimed.
                 if phase_of_volume(&pv) != "Released" && phase_of_volume(&pv) != "Failed" {
                     self.set_volume_phase(&pv, "Released").await?;
+                }
+                if deleting {
+                    return Ok(None);
                 }
                 match policy {
                     "Delete" => {

@@ -1578,6 +1578,12 @@ fn claims_bind_to_fitting_volumes_and_released_volumes_are_reclaimed() {
     // A Released volume is not bound again.
     s.ok_stdin(v, &["apply", "-f", "-"], &claim("again", "1Gi", "db"));
     assert_eq!(bound("again"), "Bound big 10Gi");
+    // A claim and its volume deleted together, as the conformance suite's lifecycle spec does:
+    // the volume, already being deleted, becomes Released, and pv-protection lets it go.
+    s.ok(v, &["delete", "pvc/again", "pv/big", "--wait=false"]);
+    wait_for(30, "the volume deleted right after its claim to go", || {
+        (!s.kubectl(v, &["get", "pv", "big"]).status.success()).then_some(())
+    });
 }
 
 /// A local volume (r8s's provisioner, reclaim policy Delete) whose node is deleted and stays
