@@ -39,19 +39,12 @@ fn deployment(name: &str, image: &str, replicas: usize) -> Deployment {
     .unwrap()
 }
 
-fn ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// Wait until `n` pods of the namespace are Ready (and no more pods are there).
 async fn wait_ready(pods: &Api<Pod>, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let list = pods.list(&Default::default()).await.unwrap().items;
-        if list.len() == n && list.iter().all(ready) {
+        if list.len() == n && list.iter().all(common::pod_ready) {
             return;
         }
         assert!(Instant::now() < deadline, "{n} pods not Ready in 10 minutes");

@@ -29,13 +29,6 @@ fn deployment(name: &str, replicas: usize) -> Deployment {
     .unwrap()
 }
 
-fn ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 async fn control_plane(images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Duration>, Duration)> {
     let (_dir, mut server, client) =
         common::start_node(images, "bench-node", "r8sbench0", "10.195.0.0/16").await;
@@ -74,7 +67,7 @@ async fn control_plane(images: &Path, sizes: &[usize]) -> Vec<(usize, Vec<Durati
             };
             let pname = p.metadata.name.clone().unwrap_or_default();
             let seen = *first_seen.entry(pname.clone()).or_insert_with(Instant::now);
-            if ready(&p) && !latencies.contains_key(&pname) {
+            if common::pod_ready(&p) && !latencies.contains_key(&pname) {
                 latencies.insert(pname, seen.elapsed());
             }
         }

@@ -96,6 +96,14 @@ pub async fn client(kubeconfig: &Path) -> Client {
     Client::try_from(config).unwrap()
 }
 
+/// Whether a pod's Ready condition is True.
+pub fn pod_ready(p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// Resident memory of a process.
 pub fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
