@@ -312,13 +312,19 @@ fn db_volume(h: &Harness, pod: &str) -> Option<(String, String)> {
     ]);
     let out = String::from_utf8_lossy(&out.stdout).into_owned();
     let pv = out.strip_prefix("Bound ")?.to_owned();
-    let node = h.ok(&[
+    // The claim can still name a volume that was just deleted (it turns Lost a moment later):
+    // that is "no volume yet", not an error.
+    let out = h.kubectl(&[
         "get",
         "pv",
         &pv,
         "-o",
         "jsonpath={.spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values[0]}",
     ]);
+    if !out.status.success() {
+        return None;
+    }
+    let node = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     Some((pv, node))
 }
 
