@@ -8,7 +8,6 @@ use std::sync::Arc;
 use crate::http::RequestBody;
 use http::{header, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use rustls::pki_types::CertificateDer;
 
 use crate::audit::RequestAudit;
 use crate::authn::{AuthnRequest, UserInfo};
@@ -21,7 +20,7 @@ use crate::{discovery, health, Shared};
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     req: Request<RequestBody>,
-    peer_certificates: Arc<Vec<CertificateDer<'static>>>,
+    peer_certificates: Arc<crate::authn::PeerCertificates>,
     peer: SocketAddr,
 ) -> Response<Body> {
     let origin = crate::audit::Origin::new(req.headers(), peer);
@@ -57,7 +56,7 @@ async fn authenticated(
     shared: Arc<Shared>,
     req: Request<RequestBody>,
     info: crate::request_info::RequestInfo,
-    peer_certificates: Arc<Vec<CertificateDer<'static>>>,
+    peer_certificates: Arc<crate::authn::PeerCertificates>,
     origin: &crate::audit::Origin,
 ) -> Response<Body> {
     // Authentication: first success wins; all failing is 401.

@@ -63,6 +63,9 @@ pub(crate) fn tls_config(
     Ok(Arc::new(config))
 }
 
+/// Streams one HTTP/2 connection may have open at once.
+pub(crate) const MAX_STREAMS_PER_CONNECTION: u32 = 1000;
+
 pub(crate) async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>, shared: Arc<Shared>) {
     let acceptor = TlsAcceptor::from(tls);
     loop {
@@ -85,14 +88,14 @@ pub(crate) async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>,
                     return;
                 }
             };
-            let peer_certs: Arc<Vec<CertificateDer<'static>>> = Arc::new(
+            let peer_certs = Arc::new(crate::authn::PeerCertificates::new(
                 stream
                     .get_ref()
                     .1
                     .peer_certificates()
                     .map(|c| c.to_vec())
                     .unwrap_or_default(),
-            );
+            ));
             let service = service_fn(move |req| {
                 let shared = shared.clone();
                 let peer_certs = peer_certs.clone();
@@ -108,7 +111,12 @@ pub(crate) async fn serve(listener: TcpListener, tls: Arc<rustls::ServerConfig>,
                     )
                 }
             });
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // A component's one HTTP/2 connection carries all its watches (the garbage
+            // collector alone has one per resource), and hyper's client waits for a free
+            // stream where Go's opens another connection: 1,000, as upstream's recommended
+            // options give servers that multiplex long-running requests (hyper's default: 200).
+            builder.http2().max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
             if let Err(e) = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .await

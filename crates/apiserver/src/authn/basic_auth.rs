@@ -108,7 +108,7 @@ mod tests {
         async fn req(a: &BasicAuthAuthenticator, h: &http::HeaderMap) -> AuthnOutcome {
             a.authenticate(&AuthnRequest {
                 headers: h,
-                peer_certificates: &[],
+                peer_certificates: crate::authn::PeerCertificates::none(),
                 path: "/api",
                 audiences: None,
             })

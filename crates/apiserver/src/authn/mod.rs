@@ -6,6 +6,7 @@ pub mod basic_auth;
 pub mod bootstrap_token;
 pub mod impersonation;
 pub mod oidc;
+mod peer;
 pub(crate) mod request_header;
 pub mod service_account;
 mod token_file;
@@ -14,8 +15,7 @@ mod x509;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use rustls::pki_types::CertificateDer;
-
+pub use peer::PeerCertificates;
 pub use request_header::{RequestHeaderAuthenticator, RequestHeaderConfig};
 pub use token_file::TokenFileAuthenticator;
 pub use x509::X509Authenticator;
@@ -32,8 +32,9 @@ pub struct UserInfo {
 /// What authenticators may look at.
 pub struct AuthnRequest<'a> {
     pub headers: &'a http::HeaderMap,
-    /// The client's certificate chain, already verified against the client CA by the TLS layer.
-    pub peer_certificates: &'a [CertificateDer<'static>],
+    /// The client's certificate chain, already verified by the TLS layer against every CA the
+    /// server trusts.
+    pub peer_certificates: &'a PeerCertificates,
     /// The request path (anonymous requests are allowed only to some).
     pub path: &'a str,
     /// The audiences a token must be meant for, when not the API server's own (a
@@ -186,8 +187,8 @@ mod tests {
         }
     }
 
-    fn req() -> (http::HeaderMap, Vec<CertificateDer<'static>>) {
-        (http::HeaderMap::new(), Vec::new())
+    fn req() -> (http::HeaderMap, &'static PeerCertificates) {
+        (http::HeaderMap::new(), PeerCertificates::none())
     }
 
     #[tokio::test]
@@ -206,7 +207,7 @@ mod tests {
         let user = chain
             .authenticate(&AuthnRequest {
                 headers: &h,
-                peer_certificates: &c,
+                peer_certificates: c,
                 path: "/api",
                 audiences: None,
             })
@@ -221,7 +222,7 @@ mod tests {
         let errors = failing
             .authenticate(&AuthnRequest {
                 headers: &h,
-                peer_certificates: &c,
+                peer_certificates: c,
                 path: "/api",
                 audiences: None,
             })
@@ -238,7 +239,7 @@ mod tests {
         let (h, c) = req();
         let at = |path: &'static str| AuthnRequest {
             headers: &h,
-            peer_certificates: &c,
+            peer_certificates: c,
             path,
             audiences: None,
         };

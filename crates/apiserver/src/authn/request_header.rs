@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::pki_types::CertificateDer;
 use rustls::server::danger::ClientCertVerifier;
 
 use super::{Authenticator, AuthnOutcome, AuthnRequest, UserInfo};
@@ -62,25 +62,20 @@ pub(crate) fn verifier_for(pem: &str) -> Result<Arc<dyn ClientCertVerifier>, Str
     .map_err(|e| format!("client verifier: {e}"))
 }
 
-/// Whether `chain` (leaf first) verifies against `verifier`.
-pub(crate) fn chain_verifies(verifier: &dyn ClientCertVerifier, chain: &[CertificateDer<'static>]) -> bool {
-    match chain.split_first() {
-        Some((leaf, intermediates)) => verifier
-            .verify_client_cert(leaf, intermediates, UnixTime::now())
-            .is_ok(),
-        None => false,
-    }
-}
-
 pub struct RequestHeaderAuthenticator {
     config: RequestHeaderConfig,
     verifier: Arc<dyn ClientCertVerifier>,
+    verifier_id: u64,
 }
 
 impl RequestHeaderAuthenticator {
     pub fn new(config: RequestHeaderConfig) -> Result<Self, String> {
         let verifier = verifier_for(&config.client_ca_pem)?;
-        Ok(Self { config, verifier })
+        Ok(Self {
+            config,
+            verifier,
+            verifier_id: super::peer::verifier_id(),
+        })
     }
 
     fn first(&self, req: &AuthnRequest<'_>, names: &[String]) -> Option<String> {
@@ -133,20 +128,16 @@ impl Authenticator for RequestHeaderAuthenticator {
     async fn authenticate(&self, req: &AuthnRequest<'_>) -> AuthnOutcome {
         // Not from a proxy this server trusts: the headers mean nothing (another
         // authenticator may know the certificate).
-        if !chain_verifies(&*self.verifier, req.peer_certificates) {
+        if !req.peer_certificates.verifies(self.verifier_id, &*self.verifier) {
             return AuthnOutcome::NotApplicable;
         }
         if !self.config.allowed_names.is_empty() {
-            let cn = x509_parser::parse_x509_certificate(&req.peer_certificates[0])
-                .ok()
-                .and_then(|(_, c)| {
-                    c.subject()
-                        .iter_common_name()
-                        .next()
-                        .and_then(|cn| cn.as_str().ok().map(str::to_owned))
-                })
+            let cn = req
+                .peer_certificates
+                .subject()
+                .map(|(cn, _)| cn.as_str())
                 .unwrap_or_default();
-            if !self.config.allowed_names.contains(&cn) {
+            if !self.config.allowed_names.iter().any(|n| n == cn) {
                 return AuthnOutcome::Rejected(format!(
                     "x509: subject with cn={cn} is not in the allowed list"
                 ));

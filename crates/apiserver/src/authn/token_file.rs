@@ -127,11 +127,10 @@ mod tests {
     async fn authenticates_known_bearer_tokens_only() {
         let a = TokenFileAuthenticator::parse("s3cret,alice,1\n").unwrap();
         let mut h = http::HeaderMap::new();
-        let certs = Vec::new();
         h.insert(http::header::AUTHORIZATION, "Bearer s3cret".parse().unwrap());
         let r = AuthnRequest {
             headers: &h,
-            peer_certificates: &certs,
+            peer_certificates: crate::authn::PeerCertificates::none(),
             path: "/api",
             audiences: None,
         };
@@ -139,7 +138,7 @@ mod tests {
         h.insert(http::header::AUTHORIZATION, "Bearer wrong".parse().unwrap());
         let r = AuthnRequest {
             headers: &h,
-            peer_certificates: &certs,
+            peer_certificates: crate::authn::PeerCertificates::none(),
             path: "/api",
             audiences: None,
         };

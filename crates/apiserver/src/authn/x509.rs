@@ -9,21 +9,22 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use rustls::server::danger::ClientCertVerifier;
 
-use super::request_header::{chain_verifies, verifier_for};
+use super::peer::verifier_id;
+use super::request_header::verifier_for;
 use super::{Authenticator, AuthnOutcome, AuthnRequest, UserInfo};
 
 /// Users from client certificates.
 #[derive(Default)]
 pub struct X509Authenticator {
-    /// The client CA's verifier; `None`: whatever the TLS layer let through.
-    verifier: Option<Arc<dyn ClientCertVerifier>>,
+    /// The client CA's verifier and its id; `None`: whatever the TLS layer let through.
+    verifier: Option<(u64, Arc<dyn ClientCertVerifier>)>,
 }
 
 impl X509Authenticator {
     /// Users from certificates of `client_ca_pem`'s CAs only.
     pub fn with_client_ca(client_ca_pem: &str) -> Result<Self, String> {
         Ok(Self {
-            verifier: Some(verifier_for(client_ca_pem)?),
+            verifier: Some((verifier_id(), verifier_for(client_ca_pem)?)),
         })
     }
 }
@@ -35,37 +36,27 @@ impl Authenticator for X509Authenticator {
     }
 
     async fn authenticate(&self, req: &AuthnRequest<'_>) -> AuthnOutcome {
-        let Some(leaf) = req.peer_certificates.first() else {
+        let peer = req.peer_certificates;
+        if peer.is_empty() {
             return AuthnOutcome::NotApplicable;
-        };
-        if let Some(v) = &self.verifier {
-            if !chain_verifies(&**v, req.peer_certificates) {
+        }
+        if let Some((id, v)) = &self.verifier {
+            if !peer.verifies(*id, &**v) {
                 return AuthnOutcome::Rejected(
                     "verifying certificate: x509: certificate signed by unknown authority".into(),
                 );
             }
         }
-        let cert = match x509_parser::parse_x509_certificate(leaf) {
-            Ok((_, cert)) => cert,
-            Err(e) => return AuthnOutcome::Rejected(format!("unreadable client certificate: {e}")),
+        let (name, groups) = match peer.subject() {
+            Ok(subject) => subject,
+            Err(e) => return AuthnOutcome::Rejected(e.to_owned()),
         };
-        let name = cert
-            .subject()
-            .iter_common_name()
-            .next()
-            .and_then(|cn| cn.as_str().ok())
-            .unwrap_or_default();
         if name.is_empty() {
             return AuthnOutcome::Rejected("client certificate has no common name".into());
         }
-        let groups = cert
-            .subject()
-            .iter_organization()
-            .filter_map(|o| o.as_str().ok().map(str::to_owned))
-            .collect();
         AuthnOutcome::Authenticated(UserInfo {
-            name: name.to_owned(),
-            groups,
+            name: name.clone(),
+            groups: groups.clone(),
             ..Default::default()
         })
     }

@@ -223,7 +223,7 @@ async fn token_review(ctx: &Ctx, spec: &Value) -> Value {
     }
     let req = AuthnRequest {
         headers: &headers,
-        peer_certificates: &[],
+        peer_certificates: crate::authn::PeerCertificates::none(),
         path: "",
         audiences: None,
     };
