@@ -91,7 +91,7 @@ pub async fn client_for(
         token_file: Some(path.to_string_lossy().into_owned()),
         ..Default::default()
     };
-    let client = Client::try_from(config)?;
+    let client = r8s_client::http2::client(config)?;
     Ok(match fence {
         Some(fence) => r8s_client::leader::fenced(client, fence.clone()),
         None => client,

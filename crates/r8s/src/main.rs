@@ -1604,7 +1604,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let path = data_dir.join("server").join("cred").join("controller.kubeconfig");
         r8s_apiserver::pki::write_private(&path, &kc)?;
         let config = config_from_kubeconfig(&path).await?;
-        let client = kube::Client::try_from(config.clone())?;
+        let client = r8s_client::http2::client(config.clone())?;
         let token_dir = data_dir.join("server").join("cred").join("controllers");
         let mut opts = args.controllers.options(true, &config, token_dir)?;
         opts.servicelb = !args.disable.iter().any(|d| d == "servicelb");
@@ -1738,7 +1738,7 @@ async fn server(args: ServerArgs) -> anyhow::Result<()> {
         let config = config_from_kubeconfig(&path).await?;
         // The kubelet API takes client certificates signed by the cluster CA.
         opts.client_ca = config.root_cert.clone().unwrap_or_default();
-        let client = kube::Client::try_from(config)?;
+        let client = r8s_client::http2::client(config)?;
         overlay = overlay_cfg.map(|cfg| spawn_overlay(client.clone(), cfg, stop.clone()));
         policy = spawn_network_policy(&args.agent, &mut opts, client.clone(), &stop);
         // The server's own node is a control-plane node, as k3s labels it. Kubelets may not
@@ -1915,8 +1915,10 @@ async fn label_control_plane_node(
     tracing::warn!(node = %name, "the server's node never registered; not labelled control-plane");
 }
 
+/// A component's client, over HTTP/2 (`r8s_client::http2`): one connection for all its
+/// requests and watches, as client-go's.
 async fn client_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::Client> {
-    Ok(kube::Client::try_from(config_from_kubeconfig(path).await?)?)
+    Ok(r8s_client::http2::client(config_from_kubeconfig(path).await?)?)
 }
 
 async fn config_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::Config> {
@@ -1965,7 +1967,7 @@ async fn controller_manager(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let mut signals = StopSignals::new()?;
     r8s_api::features::set(&args.feature_gates).map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
     let config = config_from_kubeconfig(&args.kubeconfig).await?;
-    let client = kube::Client::try_from(config.clone())?;
+    let client = r8s_client::http2::client(config.clone())?;
     // The controllers' tokens live only as long as this process.
     let token_dir = std::env::temp_dir().join(format!("r8s-controller-manager-{}", std::process::id()));
     let version = client
@@ -2054,7 +2056,7 @@ async fn agent(args: AgentCmdArgs) -> anyhow::Result<()> {
         .await
         .context("starting the API server load balancer")?;
     config.cluster_url = format!("https://127.0.0.1:{}", lb.local.port()).parse()?;
-    let client = kube::Client::try_from(config)?;
+    let client = r8s_client::http2::client(config)?;
     tokio::spawn(r8s_client::lb::follow_endpoints(
         lb,
         client.clone(),
