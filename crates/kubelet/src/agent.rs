@@ -259,6 +259,16 @@ const EVENT_REPEAT: Duration = Duration::from_secs(30);
 
 /// How often the runtime is relisted for changes (upstream's generic PLEG relists every 1 s).
 const RELIST: Duration = Duration::from_secs(1);
+/// How often it is relisted while the runtime reports its changes (`Runtime::changes`): a
+/// safety net, as upstream's evented PLEG keeps one (every 5 min there).
+const EVENTED_RELIST: Duration = Duration::from_secs(60);
+/// After a reported change, relists go on every `RELIST` for this long: the runtime's CRI
+/// view can lag its event (containerd's CRI plugin learns of a task's exit from the same
+/// event), and a relist that came too early would otherwise leave the change unseen for a
+/// minute.
+const AFTER_CHANGE: Duration = Duration::from_secs(5);
+/// How long to wait before asking again for the runtime's change reports, when it had none.
+const RESUBSCRIBE: Duration = Duration::from_secs(60);
 /// How often a pod's worker runs when nothing wakes it sooner: its volumes' configMaps and
 /// secrets are refreshed and its status written again.
 const RESYNC: Duration = Duration::from_secs(10);
@@ -312,6 +322,76 @@ async fn kubelet_api(opts: &AgentOptions) -> Result<(KubeletApi, u16), Error> {
     let (cert, key) = crate::server::serving_cert(&names)?;
     let tls = crate::server::tls_config(&cert, &key, &opts.client_ca)?;
     Ok(((listener, tls, address), port))
+}
+
+/// The PLEG: relist the runtime and tell `changed` of each pod whose sandboxes or containers
+/// changed (a container that exited, one that appeared). Relists come every `RELIST`, or,
+/// while the runtime reports its changes, at each report (then every `RELIST` for
+/// `AFTER_CHANGE`) and every `EVENTED_RELIST` besides.
+async fn pleg_loop(runtime: &dyn Runtime, changed: impl Fn(&str), stop: CancellationToken) {
+    let mut last: Option<pleg::Snapshot> = None;
+    let mut changes: Option<crate::runtime_events::Changes> = None;
+    let mut subscribe_at = tokio::time::Instant::now();
+    let mut fast_until = tokio::time::Instant::now();
+    loop {
+        let now = tokio::time::Instant::now();
+        if changes.is_none() && now >= subscribe_at {
+            match runtime.changes().await {
+                Ok(stream) => {
+                    changes = Some(stream);
+                    // Whatever changed while no one listened is found by relisting now.
+                    fast_until = now + AFTER_CHANGE;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %runtime::message(&e), "PLEG: relisting every second");
+                    subscribe_at = now + RESUBSCRIBE;
+                }
+            }
+        }
+        let period = if changes.is_some() && now >= fast_until {
+            EVENTED_RELIST
+        } else {
+            RELIST
+        };
+        let next_change = async {
+            match changes.as_mut() {
+                Some(c) => c.next().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+            change = next_change => match change {
+                Some(()) => {
+                    // One relist for every change already reported.
+                    if let Some(c) = changes.as_mut() {
+                        while let Some(Some(())) = futures::FutureExt::now_or_never(c.next()) {}
+                    }
+                    fast_until = tokio::time::Instant::now() + AFTER_CHANGE;
+                }
+                None => {
+                    tracing::info!("PLEG: the runtime's change reports ended; relisting every second");
+                    changes = None;
+                    subscribe_at = tokio::time::Instant::now() + RELIST;
+                    continue;
+                }
+            },
+        }
+        let sandboxes = runtime.list_sandboxes(None).await;
+        let containers = runtime.list_containers(None).await;
+        let (Ok(sandboxes), Ok(containers)) = (sandboxes, containers) else {
+            tracing::debug!("agent: relist failed");
+            continue;
+        };
+        let now = pleg::snapshot(&sandboxes, &containers);
+        if let Some(before) = &last {
+            for (uid, _) in pleg::changed(before, &now) {
+                changed(uid);
+            }
+        }
+        last = Some(now);
+    }
 }
 
 impl Parts {
@@ -615,29 +695,10 @@ impl Agent {
         }
     }
 
-    /// The PLEG: relist the runtime every `RELIST` and wake the workers of the pods whose
-    /// sandboxes or containers changed (a container that exited, one that appeared).
+    /// The PLEG (`pleg_loop`), waking the workers of the pods whose sandboxes or containers
+    /// changed.
     async fn relist_loop(self: Arc<Self>, stop: CancellationToken) {
-        let mut last: Option<pleg::Snapshot> = None;
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(RELIST) => {}
-            }
-            let sandboxes = self.runtime.list_sandboxes(None).await;
-            let containers = self.runtime.list_containers(None).await;
-            let (Ok(sandboxes), Ok(containers)) = (sandboxes, containers) else {
-                tracing::debug!("agent: relist failed");
-                continue;
-            };
-            let now = pleg::snapshot(&sandboxes, &containers);
-            if let Some(before) = &last {
-                for (uid, _) in pleg::changed(before, &now) {
-                    self.queue.add(uid);
-                }
-            }
-            last = Some(now);
-        }
+        pleg_loop(&*self.runtime, |uid| self.queue.add(uid), stop).await
     }
 
     /// The API client the agent uses.
@@ -2182,6 +2243,68 @@ fn host_dns(path: &std::path::Path) -> cri::DnsConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pleg_relists_at_the_runtimes_change_reports_and_seldom_otherwise() {
+        use runtime::fake::FakeRuntime;
+        let fake = Arc::new(FakeRuntime::default());
+        let labels: HashMap<String, String> = [(crate::spec::POD_UID.to_string(), "u1".to_string())].into();
+        let config = cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "p".into(),
+                uid: "u1".into(),
+                namespace: "ns".into(),
+                attempt: 0,
+            }),
+            labels: labels.clone(),
+            ..Default::default()
+        };
+        let sandbox = fake.run_sandbox(&config, "").await.unwrap();
+        let container = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata {
+                name: "app".into(),
+                attempt: 0,
+            }),
+            labels,
+            ..Default::default()
+        };
+        let app = fake.create_container(&sandbox, container, &config).await.unwrap();
+        fake.start_container(&app).await.unwrap();
+
+        let (tx, mut told) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let stop = CancellationToken::new();
+        let pleg = tokio::spawn({
+            let (fake, stop) = (fake.clone(), stop.clone());
+            async move {
+                pleg_loop(&*fake, |uid| tx.send(uid.to_owned()).unwrap(), stop).await;
+            }
+        });
+        // Settled (subscribed, relisted every second for AFTER_CHANGE), then ten quiet minutes:
+        // one relist a minute, where polling would have made six hundred.
+        tokio::time::sleep(AFTER_CHANGE * 2).await;
+        let settled = fake.relists();
+        assert!(settled >= 2, "{settled} relists to begin with");
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        let quiet = fake.relists() - settled;
+        assert!((9..=11).contains(&quiet), "{quiet} relists in 10 quiet minutes");
+        assert!(told.try_recv().is_err(), "nothing changed");
+
+        // The container exits: its pod is told at once, not at the next minute's relist.
+        let exited = tokio::time::Instant::now();
+        fake.exit(&app, 1);
+        assert_eq!(told.recv().await.unwrap(), "u1");
+        assert!(exited.elapsed() < RELIST, "told after {:?}", exited.elapsed());
+        // The change put relisting back on every second for a while.
+        let after = fake.relists();
+        tokio::time::sleep(AFTER_CHANGE).await;
+        assert!(
+            fake.relists() - after >= 4,
+            "{} relists after the change",
+            fake.relists() - after
+        );
+        stop.cancel();
+        pleg.await.unwrap();
+    }
 
     #[test]
     fn the_resolv_conf_given_is_the_nodes_resolver() {

@@ -24,6 +24,7 @@ pub type ImageClient = ImageServiceClient<Timed>;
 pub struct Cri {
     pub runtime: RuntimeServiceClient<Timed>,
     pub images: ImageServiceClient<Timed>,
+    channel: Timed,
 }
 
 /// The channel to the runtime, timing each call for `/metrics` (by its gRPC method).
@@ -86,8 +87,14 @@ impl Cri {
         let timed = Timed { inner: channel, ops };
         Ok(Self {
             runtime: RuntimeServiceClient::new(timed.clone()),
-            images: ImageServiceClient::new(timed),
+            images: ImageServiceClient::new(timed.clone()),
+            channel: timed,
         })
+    }
+
+    /// The connection to the runtime's socket, for its services beyond CRI.
+    pub fn channel(&self) -> Timed {
+        self.channel.clone()
     }
 
     /// The runtime's name and versions (CRI `Version`).

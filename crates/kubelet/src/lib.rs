@@ -43,6 +43,7 @@ pub mod prober;
 pub mod qos;
 pub mod registries;
 pub mod runtime;
+pub mod runtime_events;
 pub mod security;
 pub mod server;
 pub mod spec;

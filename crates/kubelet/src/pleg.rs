@@ -1,9 +1,11 @@
 //! The pod lifecycle event generator (upstream's generic PLEG): the runtime is relisted —
 //! one ListPodSandbox and one ListContainers — and compared with the previous listing; only the
 //! pods whose sandboxes or containers changed (started, exited, appeared, went away) have their
-//! workers woken. containerd 1.6's CRI has no event stream (GetContainerEvents came in 1.7), so
-//! a relist is how a container's exit is noticed; it costs two calls whatever the number of
-//! pods, and no pod is synced because of it unless something of it changed.
+//! workers woken. A relist is how a container's exit is noticed; it costs two calls whatever
+//! the number of pods, and no pod is synced because of it unless something of it changed. When
+//! the runtime reports its changes (`runtime_events`: CRI's container events, or containerd's
+//! task events), a relist follows each report and the every-second relist becomes a
+//! once-a-minute safety net.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -52,6 +52,12 @@ pub trait Runtime: Send + Sync {
     async fn list_images(&self) -> Result<Vec<cri::Image>, Error>;
     /// Run a command in container `req.container_id` to its end (probes and hooks).
     async fn exec_sync(&self, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Error>;
+    /// A stream that yields when the runtime's sandboxes or containers change, for runtimes
+    /// that report changes (`runtime_events`); the PLEG then relists on it instead of every
+    /// second. An error: relist every second.
+    async fn changes(&self) -> Result<crate::runtime_events::Changes, Error> {
+        Err(Error::Other("this runtime reports no changes".into()))
+    }
 }
 
 /// An error's message as the runtime gave it (a gRPC status's message alone).
@@ -347,6 +353,10 @@ impl Runtime for CriRuntime {
         let mut rt = self.0.runtime.clone();
         Ok(rt.exec_sync(req).await?.into_inner())
     }
+
+    async fn changes(&self) -> Result<crate::runtime_events::Changes, Error> {
+        crate::runtime_events::subscribe(&self.0).await
+    }
 }
 
 /// A runtime in memory, for tests that run without containerd and for hollow nodes
@@ -378,10 +388,14 @@ pub mod fake {
         cidr: Option<(Ipv4Addr, u8)>,
         addresses: std::collections::HashMap<String, Ipv4Addr>,
         next_host: u32,
+        /// Told of every change, as containerd's events service is (`Runtime::changes`).
+        changed: Option<tokio::sync::broadcast::Sender<()>>,
     }
 
     pub struct FakeRuntime {
         inner: Mutex<Inner>,
+        /// Listings of every sandbox (a PLEG's relists).
+        relists: std::sync::atomic::AtomicUsize,
     }
 
     impl Default for FakeRuntime {
@@ -389,8 +403,10 @@ pub mod fake {
             Self {
                 inner: Mutex::new(Inner {
                     record: true,
+                    changed: Some(tokio::sync::broadcast::channel(64).0),
                     ..Default::default()
                 }),
+                relists: Default::default(),
             }
         }
     }
@@ -409,9 +425,20 @@ pub mod fake {
                 jiff::Timestamp::now().as_nanosecond() as i64
             }
         }
+        /// A call that changes what runs: logged (a test's runtime) and reported.
         fn call(&mut self, call: impl FnOnce() -> String) {
+            self.log(call);
+            self.changed();
+        }
+        /// A call that changes nothing that runs (a pull, an exec): logged only.
+        fn log(&mut self, call: impl FnOnce() -> String) {
             if self.record {
                 self.calls.push(call());
+            }
+        }
+        fn changed(&self) {
+            if let Some(tx) = &self.changed {
+                let _ = tx.send(());
             }
         }
         /// The next free address of the pod CIDR for sandbox `id` (the first host address is
@@ -444,7 +471,11 @@ pub mod fake {
         /// CIDR once it is known (`set_pod_cidr`).
         pub fn hollow() -> Self {
             Self {
-                inner: Mutex::new(Inner::default()),
+                inner: Mutex::new(Inner {
+                    changed: Some(tokio::sync::broadcast::channel(64).0),
+                    ..Default::default()
+                }),
+                relists: Default::default(),
             }
         }
 
@@ -476,6 +507,7 @@ pub mod fake {
                 c.exit_code = code;
                 c.finished_at = at;
             }
+            i.changed();
         }
 
         /// The sandbox `id` stops (its pause container died).
@@ -484,6 +516,7 @@ pub mod fake {
             if let Some(s) = i.sandboxes.iter_mut().find(|s| s.id == id) {
                 s.state = cri::PodSandboxState::SandboxNotready as i32;
             }
+            i.changed();
         }
 
         /// The id of the newest instance of container `name`.
@@ -510,6 +543,11 @@ pub mod fake {
                 .insert(image.to_string(), message.to_string());
         }
 
+        /// How many times every sandbox was listed (a PLEG relists so).
+        pub fn relists(&self) -> usize {
+            self.relists.load(std::sync::atomic::Ordering::Relaxed)
+        }
+
         pub fn sandbox_count(&self) -> usize {
             self.inner.lock().unwrap().sandboxes.len()
         }
@@ -522,6 +560,9 @@ pub mod fake {
     #[async_trait]
     impl Runtime for FakeRuntime {
         async fn list_sandboxes(&self, pod_uid: Option<&str>) -> Result<Vec<cri::PodSandbox>, Error> {
+            if pod_uid.is_none() {
+                self.relists.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             let i = self.inner.lock().unwrap();
             Ok(i.sandboxes
                 .iter()
@@ -726,7 +767,7 @@ pub mod fake {
             _linux: cri::LinuxContainerResources,
         ) -> Result<(), Error> {
             let mut i = self.inner.lock().unwrap();
-            i.call(|| format!("update_container_resources {id}"));
+            i.log(|| format!("update_container_resources {id}"));
             i.container(id).map(|_| ())
         }
 
@@ -747,7 +788,7 @@ pub mod fake {
             _sandbox_config: &cri::PodSandboxConfig,
         ) -> Result<String, Error> {
             let mut i = self.inner.lock().unwrap();
-            i.call(|| format!("pull_image {image}"));
+            i.log(|| format!("pull_image {image}"));
             if let Some(m) = i.unpullable.get(image) {
                 return Err(Error::Status(tonic::Status::unknown(m.clone())));
             }
@@ -768,10 +809,26 @@ pub mod fake {
                 .collect())
         }
 
+        async fn changes(&self) -> Result<crate::runtime_events::Changes, Error> {
+            let i = self.inner.lock().unwrap();
+            let rx = i
+                .changed
+                .as_ref()
+                .ok_or_else(|| Error::Other("no change reports".into()))?
+                .subscribe();
+            // A receiver that fell behind still saw a change; a closed channel ends the stream.
+            Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+                match rx.recv().await {
+                    Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Some(((), rx)),
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => None,
+                }
+            })))
+        }
+
         /// Every command succeeds at once with no output (there is no process to run it in).
         async fn exec_sync(&self, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse, Error> {
             let mut i = self.inner.lock().unwrap();
-            i.call(|| format!("exec_sync {}", req.container_id));
+            i.log(|| format!("exec_sync {}", req.container_id));
             i.container(&req.container_id)?;
             Ok(cri::ExecSyncResponse::default())
         }

@@ -344,6 +344,12 @@ spec:
         "Back-off restarting failed container app in pod crash_default("
     )));
     assert_eq!(crash["status"]["phase"], "Running");
+    // The exits were seen through containerd's task events (containerd 1.6 has no CRI events),
+    // not by relisting every second.
+    assert!(
+        s.log().contains("PLEG: relisting on containerd's task events"),
+        "the PLEG did not subscribe to containerd's events"
+    );
 
     // activeDeadlineSeconds.
     let failed = wait_for(60, "deadline Failed", || {
