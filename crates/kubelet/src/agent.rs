@@ -18,7 +18,8 @@
 //! A pod's worker runs when its pod changes in the API, when the PLEG (`pleg`) sees its
 //! sandboxes or containers change, when a probe result changes, and at the instants its
 //! wake-ups (`wakeups`) fall due: its deadline, the end of a restart or pull back-off, and its
-//! status resync every `RESYNC`. Nothing re-queues every pod on a timer.
+//! resync every `RESYNC` (`RESYNC_UNSETTLED` until all its containers run). Nothing re-queues
+//! every pod on a timer.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -269,9 +270,15 @@ const EVENTED_RELIST: Duration = Duration::from_secs(60);
 const AFTER_CHANGE: Duration = Duration::from_secs(5);
 /// How long to wait before asking again for the runtime's change reports, when it had none.
 const RESUBSCRIBE: Duration = Duration::from_secs(60);
-/// How often a pod's worker runs when nothing wakes it sooner: its volumes' configMaps and
-/// secrets are refreshed and its status written again.
-const RESYNC: Duration = Duration::from_secs(10);
+/// How often a running pod's worker runs when nothing wakes it sooner: its volumes'
+/// configMaps and secrets are refreshed and its status written again (upstream's
+/// `--sync-frequency`, 1 min: a configMap's update reaches the pod's files within it and the
+/// object TTL).
+const RESYNC: Duration = Duration::from_secs(60);
+/// The same for a pod not yet running all its containers (a volume's or an environment
+/// variable's source missing, a sandbox failing): sooner, as upstream's volume manager retries
+/// a failed mount within seconds.
+const RESYNC_UNSETTLED: Duration = Duration::from_secs(10);
 /// How long a stopping agent waits for the syncs in flight to finish before it cancels them.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 /// How long a stopping agent gives its pods to terminate (each within its grace period).
@@ -943,7 +950,15 @@ impl Agent {
         if pod.metadata.deletion_timestamp.is_some() || phase == "Succeeded" || phase == "Failed" {
             return;
         }
-        self.wakeups.after(key, RESYNC);
+        let settled = phase == "Running"
+            && status.container_statuses.as_ref().is_some_and(|cs| {
+                !cs.is_empty()
+                    && cs
+                        .iter()
+                        .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+            });
+        self.wakeups
+            .after(key, if settled { RESYNC } else { RESYNC_UNSETTLED });
         let known = Pod {
             status: Some(status),
             ..(*pod).clone()

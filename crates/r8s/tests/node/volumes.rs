@@ -215,7 +215,8 @@ fn volumes_and_env_references_reach_the_containers_and_updates_propagate() {
             r#"{"data":{"greeting":"bonjour"}}"#,
         ],
     );
-    wait_for(60, "the update inside the container", || {
+    // Within the kubelet's resync (1 min, upstream's sync frequency) and the object TTL.
+    wait_for(100, "the update inside the container", || {
         log_of(&data, "vols", &uid, "main")
             .contains("LIVE bonjour written-by-writer")
             .then_some(())
