@@ -25,6 +25,11 @@ const PING_TIMEOUT: Duration = Duration::from_secs(15);
 /// (ALPN `h2`: the r8s API server offers it, as kube-apiserver does). Only for servers known to
 /// speak HTTP/2 over TLS: r8s's own.
 pub fn client(config: kube::Config) -> Result<kube::Client, kube::Error> {
+    // Through a proxy (a kubeconfig's `proxy-url`): kube-rs's own client, which speaks to
+    // proxies, over HTTP/1.1.
+    if config.proxy_url.is_some() {
+        return kube::Client::try_from(config);
+    }
     let tls = config.rustls_client_config()?;
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
