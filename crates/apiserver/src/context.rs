@@ -20,6 +20,8 @@ pub(crate) struct Ctx {
     pub warnings: crate::admission::Warnings,
     /// The request's audit record (handlers add the request object to it).
     pub audit: RequestAudit,
+    /// The request's journey span (`r8s trace`), none for a request that is not told.
+    pub journey: tracing::Span,
 }
 
 impl Ctx {

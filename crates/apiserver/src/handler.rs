@@ -24,7 +24,9 @@ pub(crate) async fn handle(
     peer: SocketAddr,
 ) -> Response<Body> {
     let origin = crate::audit::Origin::new(req.headers(), peer);
-    let info = parse_request(req.method(), req.uri().path(), req.uri().query());
+    // `/trace/<object path>` is authorized, audited and limited as a get of the object.
+    let info = crate::journey::authorized_as(req.uri().path(), req.uri().query())
+        .unwrap_or_else(|| parse_request(req.method(), req.uri().path(), req.uri().query()));
     let apply = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -35,7 +37,14 @@ pub(crate) async fn handle(
         .is_some_and(|q| q.split('&').any(|kv| kv == "dryRun=All"));
     let metrics_info = info.clone();
     let began = std::time::Instant::now();
-    let mut resp = authenticated(shared.clone(), req, info, peer_certificates, &origin).await;
+    // The journey `r8s trace` tells: a span for a write, its stages as children.
+    let journey = crate::journey::request(&info, &origin.audit_id);
+    let mut resp = tracing::Instrument::instrument(
+        authenticated(shared.clone(), req, info, peer_certificates, &origin),
+        journey.clone(),
+    )
+    .await;
+    journey.record("code", resp.status().as_u16());
     shared.metrics.observe(
         &metrics_info,
         apply,
@@ -60,15 +69,20 @@ async fn authenticated(
     origin: &crate::audit::Origin,
 ) -> Response<Body> {
     // Authentication: first success wins; all failing is 401.
-    let authn = shared
-        .authenticators
-        .authenticate(&AuthnRequest {
+    let authn = tracing::Instrument::instrument(
+        shared.authenticators.authenticate(&AuthnRequest {
             headers: req.headers(),
             peer_certificates: &peer_certificates,
             path: req.uri().path(),
             audiences: None,
-        })
-        .await;
+        }),
+        crate::journey::stage!(
+            "authn",
+            authenticator = tracing::field::Empty,
+            user = tracing::field::Empty
+        ),
+    )
+    .await;
     let begin_audit = |user: Option<&UserInfo>, req: &Request<RequestBody>| match &shared.audit {
         Some(auditor) => auditor.begin(origin, req.uri(), req.headers(), &info, user),
         None => RequestAudit::disabled(),
@@ -118,9 +132,6 @@ async fn impersonated(
     }
     // The credentials go no further than authentication.
     req.headers_mut().remove(header::AUTHORIZATION);
-    // The span is attached to the future (never entered across an await, which corrupts
-    // span state when the task moves between threads).
-    let span = tracing::info_span!("request", verb = %info.verb, path = %info.path, user = %user.name);
     // API priority and fairness: a seat in the request's priority level, held until the
     // response is made (or 429).
     let long_running = crate::audit::is_long_running(&info);
@@ -142,7 +153,7 @@ async fn impersonated(
             return resp;
         }
     };
-    let mut resp = tracing::Instrument::instrument(authorized(shared, req, info, user, audit), span).await;
+    let mut resp = authorized(shared, req, info, user, audit).await;
     if let Some(h) = &seat.headers {
         flow_headers(&mut resp, h);
     }
@@ -170,9 +181,30 @@ async fn authorized(
     audit: RequestAudit,
 ) -> Response<Body> {
     // Authorization: any allow admits; otherwise 403.
-    match shared.authorizers.authorize(&user, &info).await {
-        Ok(reason) => audit.authorization(true, &reason),
+    let journey = crate::journey::current();
+    journey.record("user", user.name.as_str());
+    let authz = crate::journey::stage!(
+        "authz",
+        authorizer = tracing::field::Empty,
+        decision = tracing::field::Empty,
+        error = tracing::field::Empty
+    );
+    let verdict =
+        tracing::Instrument::instrument(shared.authorizers.authorize(&user, &info), authz.clone()).await;
+    match verdict {
+        Ok(reason) => {
+            authz.record(
+                "decision",
+                if reason.is_empty() {
+                    "allowed"
+                } else {
+                    reason.as_str()
+                },
+            );
+            audit.authorization(true, &reason)
+        }
         Err(reason) => {
+            authz.record("error", reason.as_deref().unwrap_or("no authorizer allowed it"));
             audit.authorization(false, reason.as_deref().unwrap_or(""));
             let msg = crate::authz::forbidden_message(&user, &info, reason.as_deref());
             tracing::debug!(%msg, "authz: forbidden");
@@ -180,6 +212,8 @@ async fn authorized(
         }
     }
 
+    // The stage ends with the verdict, not with the request.
+    drop(authz);
     let ctx = Ctx {
         query: req.uri().query().map(str::to_owned),
         user_agent: req
@@ -193,6 +227,7 @@ async fn authorized(
         user,
         warnings: Default::default(),
         audit,
+        journey,
     };
     let warnings = ctx.warnings.clone();
     let deadline = match request_deadline(&ctx.info, ctx.query.as_deref(), ctx.shared.request_timeout) {
@@ -204,7 +239,7 @@ async fn authorized(
         // As upstream's finisher: the handler runs on (a write may still land) while the
         // client is told it did not complete in time.
         Some(timeout) => {
-            let mut handler = tokio::spawn(route(ctx, req));
+            let mut handler = tokio::spawn(tracing::Instrument::in_current_span(route(ctx, req)));
             match tokio::time::timeout(timeout, &mut handler).await {
                 Ok(Ok(result)) => result,
                 // A panic goes on to the panic guard around the chain.
@@ -263,6 +298,9 @@ fn request_deadline(
 }
 
 async fn route(ctx: Ctx, req: Request<RequestBody>) -> Result<Response<Body>, ApiError> {
+    if req.uri().path().starts_with("/trace/") && ctx.info.is_resource_request {
+        return crate::journey::story(&ctx).await;
+    }
     let path = ctx.info.path.trim_end_matches('/').to_owned();
     let path = if path.is_empty() { "/".to_owned() } else { path };
     if let Some(resp) = health::route(&ctx, &path).await {

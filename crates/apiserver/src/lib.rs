@@ -25,6 +25,7 @@ mod follow;
 mod handler;
 mod health;
 mod http;
+mod journey;
 pub mod metrics;
 mod openapi;
 mod openapi_v2;

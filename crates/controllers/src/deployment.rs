@@ -563,6 +563,23 @@ impl DeploymentController {
         let Some(d) = lookup(&self.d_store, key) else {
             return Ok(None);
         };
+        // The journey's `deployment.sync` stage (`r8s trace`), kept when it did something.
+        let stage = tracing::info_span!(
+            target: "journey::controller-manager",
+            "deployment.sync",
+            uid = d.metadata.uid.as_deref().unwrap_or(""),
+            object = %format_args!("Deployment {key}"),
+            decision = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        let result = tracing::Instrument::instrument(self.sync_deployment(d), stage.clone()).await;
+        if let Err(e) = &result {
+            stage.record("error", tracing::field::display(e));
+        }
+        result
+    }
+
+    async fn sync_deployment(&self, d: Arc<Deployment>) -> SyncResult {
         let mut d = (*d).clone();
         let selector = d.spec.as_ref().map(|s| s.selector.clone()).unwrap_or_default();
         let matcher = crate::selector(Some(&selector))?;
@@ -811,6 +828,12 @@ impl DeploymentController {
         let api = self.rs_api(d);
         let created = match api.create(&crate::post_params(), &rs).await {
             Ok(created) => {
+                tracing::Span::current().record(
+                    "decision",
+                    tracing::field::display(format_args!(
+                        "created ReplicaSet {name} with {new_replicas} replicas"
+                    )),
+                );
                 if new_replicas > 0 {
                     self.events.normal(
                         d,
@@ -907,6 +930,13 @@ impl DeploymentController {
             .await?;
         if before != size {
             let dir = if size > before { "up" } else { "down" };
+            tracing::Span::current().record(
+                "decision",
+                tracing::field::display(format_args!(
+                    "scaled {dir} ReplicaSet {} from {before} to {size}",
+                    rs.name_any()
+                )),
+            );
             self.events.normal(
                 d,
                 "ScalingReplicaSet",
@@ -1179,7 +1209,12 @@ impl DeploymentController {
                 continue;
             }
             match api.delete(&rs.name_any(), &DeleteParams::default()).await {
-                Ok(_) => {}
+                Ok(_) => {
+                    tracing::Span::current().record(
+                        "decision",
+                        tracing::field::display(format_args!("deleted old ReplicaSet {}", rs.name_any())),
+                    );
+                }
                 Err(e) if r8s_client::is_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
             }

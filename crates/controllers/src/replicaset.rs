@@ -278,6 +278,25 @@ impl<K: Replicated> Replicas<K> {
             return Ok(None);
         };
         let rs = obj.as_replica_set();
+        // The journey's `replicaset.sync` stage (`r8s trace`), kept when it did something.
+        let stage = tracing::info_span!(
+            target: "journey::controller-manager",
+            "replicaset.sync",
+            uid = rs.metadata.uid.as_deref().unwrap_or(""),
+            owner = r8s_api::owner::controller_of(&rs.metadata).map_or("", |o| o.uid.as_str()),
+            object = %format_args!("{} {key}", K::KIND),
+            decision = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        let result =
+            tracing::Instrument::instrument(self.sync_replicas(key, obj.clone(), rs), stage.clone()).await;
+        if let Err(e) = &result {
+            stage.record("error", tracing::field::display(e));
+        }
+        result
+    }
+
+    async fn sync_replicas(&self, key: &str, obj: Arc<K>, rs: ReplicaSet) -> SyncResult {
         let spec = rs.spec.clone().unwrap_or_default();
         let matcher = crate::selector(Some(&spec.selector))?;
         let ns = rs.namespace().unwrap_or_default();
@@ -355,6 +374,14 @@ impl<K: Replicated> Replicas<K> {
             self.expectations.begin(key);
             let (created, first_err) =
                 crate::pod_control::create(&api, &self.events, rs, vec![pod; total]).await;
+            tracing::Span::current().record(
+                "decision",
+                tracing::field::display(format_args!(
+                    "created {} of {total} pods: {}",
+                    created.len(),
+                    created.join(", ")
+                )),
+            );
             self.expectations.record_adds(key, created);
             self.expectations.end(key);
             if let Some(e) = first_err {
@@ -365,6 +392,14 @@ impl<K: Replicated> Replicas<K> {
             let victims = pods_to_delete(owned, n);
             self.expectations.begin(key);
             let (deleted, first_err) = crate::pod_control::delete(&api, &self.events, rs, &victims).await;
+            tracing::Span::current().record(
+                "decision",
+                tracing::field::display(format_args!(
+                    "deleted {} of {n} pods: {}",
+                    deleted.len(),
+                    deleted.join(", ")
+                )),
+            );
             self.expectations.record_dels(key, deleted);
             self.expectations.end(key);
             if let Some(e) = first_err {

@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod error;
 pub mod printers;
 pub mod rest;
+pub mod trace;
 
 mod apply;
 mod cp;

@@ -1036,6 +1036,25 @@ impl Agent {
     /// A pod that should run (upstream `SyncPod`): its actions computed from what the runtime
     /// runs of it, admission once, its volumes, the actions carried out, its status written.
     async fn sync_pod(&self, worker: &PodWorker, pod: Arc<Pod>, uid: &str) -> Result<(), Error> {
+        // The journey's `kubelet.sync_pod` stage (`r8s trace`), kept when it did something.
+        let stage = tracing::info_span!(
+            target: "journey::kubelet",
+            "kubelet.sync_pod",
+            uid = %uid,
+            object = %format_args!("Pod {}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
+            node = %self.opts.node_name,
+            decision = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        let result =
+            tracing::Instrument::instrument(self.sync_running_pod(worker, pod, uid), stage.clone()).await;
+        if let Err(e) = &result {
+            stage.record("error", tracing::field::display(e));
+        }
+        result
+    }
+
+    async fn sync_running_pod(&self, worker: &PodWorker, pod: Arc<Pod>, uid: &str) -> Result<(), Error> {
         let uid = uid.to_string();
         // What the runtime runs of the pod, and what to do about it. The back-offs are
         // committed only if the actions are carried out.
@@ -1078,7 +1097,19 @@ impl Agent {
         }
         // Kubelet admission, once, before anything of the pod starts.
         if !worker.admitted {
-            if let Err(r) = self.admit(&pod, &uid).await? {
+            let stage = tracing::info_span!(
+                target: "journey::kubelet",
+                "kubelet.admit",
+                decision = tracing::field::Empty,
+                error = tracing::field::Empty,
+            );
+            let admitted = tracing::Instrument::instrument(self.admit(&pod, &uid), stage.clone()).await?;
+            match &admitted {
+                Ok(()) => stage.record("decision", "admitted"),
+                Err(r) => stage.record("error", tracing::field::debug(r)),
+            };
+            drop(stage);
+            if let Err(r) = admitted {
                 return self.reject(&pod, &r).await;
             }
         }
@@ -1088,7 +1119,18 @@ impl Agent {
             std::fs::create_dir_all(self.volumes.pod_dir(&uid).join(sub))?;
         }
         // The volumes (upstream `WaitForAttachAndMount`), made or refreshed on every sync.
-        let (volumes, errors) = self.volumes.setup(&pod, &node).await;
+        let stage = tracing::info_span!(
+            target: "journey::kubelet",
+            "volumes",
+            count = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).map_or(0, Vec::len),
+            error = tracing::field::Empty,
+        );
+        let (volumes, errors) =
+            tracing::Instrument::instrument(self.volumes.setup(&pod, &node), stage.clone()).await;
+        if let Some(e) = errors.first() {
+            stage.record("error", e.event_message().as_str());
+        }
+        drop(stage);
         for e in &errors {
             self.event(&pod, "Warning", "FailedMount", &e.event_message())
                 .await;
@@ -1969,7 +2011,28 @@ impl Hooks for SyncHooks<'_> {
         let Some((node, volumes)) = self.place else {
             return Err(("CreateContainerConfigError".into(), "no volumes".into()));
         };
-        let image_info = self.agent.ensure_image(pod, c, place.sandbox_config).await?;
+        // The journey's `image` stage (`r8s trace`): present, pulled, or why not.
+        let stage = tracing::info_span!(
+            target: "journey::kubelet",
+            "image",
+            container = %c.name,
+            image = c.image.as_deref().unwrap_or(""),
+            decision = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        let image_info = tracing::Instrument::instrument(
+            self.agent.ensure_image(pod, c, place.sandbox_config),
+            stage.clone(),
+        )
+        .await;
+        if let Err((reason, message)) = &image_info {
+            stage.record(
+                "error",
+                tracing::field::display(format_args!("{reason}: {message}")),
+            );
+        }
+        drop(stage);
+        let image_info = image_info?;
         let mut inputs = self.agent.container_inputs(pod, c, volumes).await;
         inputs.image_user = crate::security::ImageUser::of(image_info.as_ref());
         // The pod's addresses as the sandbox has them: on its first start the pod's status

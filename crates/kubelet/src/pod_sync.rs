@@ -220,8 +220,35 @@ impl PodSync<'_> {
         let sandbox_id = match &actions.sandbox {
             SandboxAction::Keep { id, .. } => id.clone(),
             SandboxAction::Create { .. } => {
-                let handler = self.hooks.prepare_sandbox(pod, sandbox_config).await?;
-                self.runtime.run_sandbox(sandbox_config, &handler).await?
+                // The journey's sandbox stage (`r8s trace`): the pause container, and the
+                // network CNI gives it inside the runtime's RunPodSandbox.
+                let stage = tracing::info_span!(
+                    target: "journey::kubelet",
+                    "cri.run_pod_sandbox",
+                    handler = tracing::field::Empty,
+                    ip = tracing::field::Empty,
+                    error = tracing::field::Empty,
+                );
+                let run = async {
+                    let handler = self.hooks.prepare_sandbox(pod, sandbox_config).await?;
+                    if !handler.is_empty() {
+                        tracing::Span::current().record("handler", handler.as_str());
+                    }
+                    let id = self.runtime.run_sandbox(sandbox_config, &handler).await?;
+                    let status = self.runtime.sandbox_status(&id).await?;
+                    let ips = runtime::sandbox_ips(status.as_ref().and_then(|s| s.network.as_ref()));
+                    if let Some(ip) = ips.first() {
+                        tracing::Span::current().record("ip", ip.as_str());
+                    }
+                    Ok::<_, Error>(id)
+                };
+                let ran = tracing::Instrument::instrument(run, stage.clone()).await;
+                if let Err(e) = &ran {
+                    stage.record("error", tracing::field::display(e));
+                }
+                let id = ran?;
+                tracing::Span::current().record("decision", "ran the pod's sandbox");
+                id
             }
         };
         let status = self.runtime.sandbox_status(&sandbox_id).await?;
@@ -330,19 +357,46 @@ impl PodSync<'_> {
         config
             .annotations
             .insert(actions::CONTAINER_HASH.to_string(), actions::container_hash(c));
-        let id = self
-            .runtime
-            .create_container(place.sandbox_id, config.clone(), place.sandbox_config)
-            .await
-            .map_err(|e| ("CreateContainerError".to_string(), runtime::message(&e)))?;
+        let stage = tracing::info_span!(
+            target: "journey::kubelet",
+            "cri.create_container",
+            container = %c.name,
+            error = tracing::field::Empty,
+        );
+        let created = tracing::Instrument::instrument(
+            self.runtime
+                .create_container(place.sandbox_id, config.clone(), place.sandbox_config),
+            stage.clone(),
+        )
+        .await
+        .map_err(|e| ("CreateContainerError".to_string(), runtime::message(&e)));
+        if let Err((_, message)) = &created {
+            stage.record("error", message.as_str());
+        }
+        drop(stage);
+        let id = created?;
         self.hooks.created(pod, &id, &config);
         // Upstream's words (kuberuntime's startContainer), which `kubectl describe` shows.
         let created = format!("Created container: {}", c.name);
         self.hooks.event(pod, "Normal", "Created", &created).await;
-        self.runtime
-            .start_container(&id)
+        let stage = tracing::info_span!(
+            target: "journey::kubelet",
+            "cri.start_container",
+            container = %c.name,
+            error = tracing::field::Empty,
+        );
+        let started = tracing::Instrument::instrument(self.runtime.start_container(&id), stage.clone())
             .await
-            .map_err(|e| ("RunContainerError".to_string(), runtime::message(&e)))?;
+            .map_err(|e| ("RunContainerError".to_string(), runtime::message(&e)));
+        if let Err((_, message)) = &started {
+            stage.record("error", message.as_str());
+        }
+        drop(stage);
+        started?;
+        tracing::Span::current().record(
+            "decision",
+            tracing::field::display(format_args!("started container {}", c.name)),
+        );
         let started = format!("Started container {}", c.name);
         self.hooks.event(pod, "Normal", "Started", &started).await;
         if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {

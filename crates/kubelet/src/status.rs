@@ -62,6 +62,35 @@ struct Write {
     generation: u64,
 }
 
+/// What a status write says of the pod, in a few words: its phase, its conditions, its
+/// address, its containers' states.
+fn told(patch: &Value) -> String {
+    let status = &patch["status"];
+    let mut parts = Vec::new();
+    if let Some(phase) = status["phase"].as_str() {
+        parts.push(format!("phase {phase}"));
+    }
+    for c in status["conditions"].as_array().into_iter().flatten() {
+        if let (Some(t), Some(v)) = (c["type"].as_str(), c["status"].as_str()) {
+            parts.push(format!("{t}={v}"));
+        }
+    }
+    if let Some(ip) = status["podIP"].as_str() {
+        parts.push(format!("podIP {ip}"));
+    }
+    for c in status["containerStatuses"].as_array().into_iter().flatten() {
+        let state = c["state"].as_object().and_then(|s| s.keys().next().cloned());
+        if let (Some(name), Some(state)) = (c["name"].as_str(), state) {
+            parts.push(format!("{name} {state}"));
+        }
+    }
+    if parts.is_empty() {
+        "status written".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
 impl Entry {
     /// The write of what is pending for pod `uid`, if anything.
     fn pending_write(&self, uid: &str) -> Option<Write> {
@@ -209,7 +238,24 @@ impl StatusManager {
             field_manager: Some(self.field_manager.clone()),
             ..Default::default()
         };
-        let result = api.patch_status(&w.name, &pp, &Patch::Merge(&w.patch)).await;
+        // The journey's `kubelet.status` stage (`r8s trace`): what the pod is now.
+        let stage = tracing::info_span!(
+            target: "journey::kubelet",
+            "kubelet.status",
+            uid = %w.uid,
+            object = %format_args!("Pod {}/{}", w.namespace, w.name),
+            decision = %told(&w.patch),
+            error = tracing::field::Empty,
+        );
+        let result = tracing::Instrument::instrument(
+            api.patch_status(&w.name, &pp, &Patch::Merge(&w.patch)),
+            stage.clone(),
+        )
+        .await;
+        if let Err(e) = &result {
+            stage.record("error", tracing::field::display(e));
+        }
+        drop(stage);
         let mut pods = self.pods.lock().unwrap();
         match result {
             Ok(written) => {

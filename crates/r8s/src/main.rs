@@ -24,6 +24,11 @@ use r8s_store::{CompactionPolicy, Store};
     about = "Kubernetes, written in Rust, shipped as one binary"
 )]
 struct Cli {
+    /// How many stages of the journey `r8s trace` tells each component keeps in memory (the
+    /// oldest go first); 0 records none.
+    #[arg(long, global = true, env = "R8S_TRACE_RING_SIZE", default_value_t = r8s_trace::DEFAULT_CAPACITY)]
+    trace_ring_size: usize,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -40,6 +45,12 @@ enum Command {
     Agent(Box<AgentCmdArgs>),
     /// Snapshots of a --cluster-init server's etcd member: save, ls, delete, prune, restore.
     EtcdSnapshot(etcd_snapshot::SnapshotArgs),
+    /// The journey of an object, told by the running system: `r8s trace deployment/nginx`.
+    #[command(disable_help_flag = true)]
+    Trace {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// The client: `r8s kubectl get pods` (also this binary invoked as `kubectl`).
     #[command(disable_help_flag = true)]
     Kubectl {
@@ -2133,6 +2144,28 @@ fn raise_open_files_limit() {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The logs (`R8S_LOG`, to standard error) and the journey recorder behind `r8s trace`
+/// (spans of target `journey::…`, which the logs leave out), each with its own filter.
+fn init_logging(trace_ring_size: usize) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("R8S_LOG")
+        .unwrap_or_else(|_| "info".into())
+        .add_directive("journey=off".parse().expect("a valid directive"));
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        // Colours only for a terminal: log files stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_filter(filter);
+    let journey = (trace_ring_size > 0).then(|| {
+        let journal = r8s_trace::journal();
+        journal.set_capacity(trace_ring_size);
+        r8s_trace::JourneyLayer::new(journal).with_filter(r8s_trace::JourneyLayer::filter())
+    });
+    tracing_subscriber::registry().with(logs).with(journey).init();
+}
+
 fn main() -> anyhow::Result<()> {
     // `r8s kubectl …`, or this binary invoked as `kubectl` (the symlink scripts/run.sh
     // installs): the client, with its own argument parsing and exit codes.
@@ -2148,15 +2181,11 @@ fn main() -> anyhow::Result<()> {
     if args.get(1).is_some_and(|a| a == "kubectl") {
         std::process::exit(r8s_kubectl::main(args[1..].to_vec()));
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("R8S_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only for a terminal: log files stay plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    if args.get(1).is_some_and(|a| a == "trace") {
+        std::process::exit(r8s_kubectl::trace::main(args[1..].to_vec()));
+    }
     let cli = Cli::parse();
+    init_logging(cli.trace_ring_size);
     raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
@@ -2166,7 +2195,9 @@ fn main() -> anyhow::Result<()> {
             Command::Scheduler(args) => scheduler(args).await,
             Command::Agent(args) => agent(*args).await,
             Command::EtcdSnapshot(args) => etcd_snapshot::run(args, default_data_dir()).await,
-            Command::Kubectl { .. } => unreachable!("dispatched before the runtime starts"),
+            Command::Kubectl { .. } | Command::Trace { .. } => {
+                unreachable!("dispatched before the runtime starts")
+            }
         }
     })
 }

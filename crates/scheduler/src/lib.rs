@@ -548,26 +548,47 @@ impl Scheduler {
                 }
             }
         }
+        // The journey's `schedule` stage (`r8s trace`) is told what was found and why.
+        let stage = tracing::Span::current();
+        let explain = !stage.is_none();
         if feasible.is_empty() {
             return Decision::Unschedulable(fit_error(total, &reasons));
         }
+        let found = format!(
+            "{} of {total} node{} feasible",
+            feasible.len(),
+            if total == 1 { "" } else { "s" }
+        );
         if feasible.len() == 1 {
+            // As upstream, one feasible node is not scored.
+            if explain {
+                let chose = format!("{found}; chose {} (the only one, not scored)", feasible[0].name);
+                stage.record("decision", chose.as_str());
+            }
             return Decision::Node(feasible[0].name.clone());
         }
         let mut totals = vec![0i64; feasible.len()];
+        // Each plugin's weighted scores, kept for the explanation.
+        let mut by_plugin: Vec<(&str, Vec<i64>)> = Vec::new();
         for (plugin, weight) in &profile.scores {
             let mut scores: Vec<i64> = feasible.iter().map(|n| plugin.score(info, n)).collect();
             plugin.normalize(&mut scores);
-            for (t, s) in totals.iter_mut().zip(scores) {
+            for (t, s) in totals.iter_mut().zip(&scores) {
                 *t += s * weight;
+            }
+            if explain {
+                by_plugin.push((plugin.name(), scores.iter().map(|s| s * weight).collect()));
             }
         }
         for (plugin, weight) in &profile.cluster_scores {
             let check = plugin.prepare(info, &cache);
             let mut scores: Vec<i64> = feasible.iter().map(|n| check.score(n)).collect();
             check.normalize(&mut scores);
-            for (t, s) in totals.iter_mut().zip(scores) {
+            for (t, s) in totals.iter_mut().zip(&scores) {
                 *t += s * weight;
+            }
+            if explain {
+                by_plugin.push((plugin.name(), scores.iter().map(|s| s * weight).collect()));
             }
         }
         // The best score; ties go to the first in round-robin order, which rotates.
@@ -577,6 +598,27 @@ impl Scheduler {
             .max_by_key(|(i, s)| (**s, std::cmp::Reverse(*i)))
             .map(|(i, _)| i)
             .unwrap_or(0);
+        if explain {
+            let plugins: Vec<String> = by_plugin
+                .iter()
+                .filter(|(_, scores)| scores.iter().any(|s| *s != 0))
+                .map(|(name, scores)| format!("{name} {}", scores[best]))
+                .collect();
+            let runner_up = totals
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != best)
+                .map(|(_, t)| *t)
+                .max()
+                .unwrap_or(0);
+            let chose = format!(
+                "{found}; chose {}: score {} ({}), next best {runner_up}",
+                feasible[best].name,
+                totals[best],
+                plugins.join(", "),
+            );
+            stage.record("decision", chose.as_str());
+        }
         Decision::Node(feasible[best].name.clone())
     }
 
@@ -586,7 +628,21 @@ impl Scheduler {
         let (active, backoff, unschedulable) = self.queue.counts();
         self.metrics.set_pending(active, backoff, unschedulable);
         let profile = profile_name(&pod).to_string();
-        let decision = self.decide(&info);
+        // The journey's `schedule` stage (`r8s trace`): the decision, then the binding.
+        let stage = tracing::info_span!(
+            target: "journey::scheduler",
+            "schedule",
+            uid = pod.metadata.uid.as_deref().unwrap_or(""),
+            object = %format_args!("Pod {key}"),
+            decision = tracing::field::Empty,
+        );
+        let decision = stage.in_scope(|| self.decide(&info));
+        if let Decision::Unschedulable(why) | Decision::Unresolvable(why) = &decision {
+            stage.record(
+                "decision",
+                tracing::field::display(format_args!("unschedulable: {why}")),
+            );
+        }
         self.attempts
             .lock()
             .unwrap()
@@ -602,12 +658,25 @@ impl Scheduler {
                 // Bind off the scheduling path: the cache already counts the pod.
                 let this = self.clone();
                 let permit = self.binds.clone().acquire_owned().await;
+                let bind_stage = tracing::info_span!(
+                    target: "journey::scheduler",
+                    parent: &stage,
+                    "bind",
+                    node = %node,
+                    error = tracing::field::Empty,
+                );
                 tokio::spawn(async move {
                     let _permit = permit;
                     let bound = match this.bind_volumes(&pod, &node).await {
-                        Ok(()) => this.bind(&pod, &node).await.map_err(|e| e.to_string()),
+                        Ok(()) => tracing::Instrument::instrument(this.bind(&pod, &node), bind_stage.clone())
+                            .await
+                            .map_err(|e| e.to_string()),
                         Err(e) => Err(e),
                     };
+                    if let Err(e) = &bound {
+                        bind_stage.record("error", e.as_str());
+                    }
+                    drop(bind_stage);
                     match bound {
                         Ok(()) => {
                             this.metrics

@@ -248,6 +248,29 @@ impl AdmissionChain {
         // The object as each plugin that may run again left it.
         let mut left: Vec<(&dyn MutatingPlugin, Option<Value>)> = Vec::new();
         for p in &self.mutating {
+            let stage = crate::journey::stage!(
+                "admission",
+                plugin = p.name(),
+                phase = "mutating",
+                decision = tracing::field::Empty,
+                error = tracing::field::Empty
+            );
+            if !stage.is_none() {
+                // Told in `r8s trace`: whether the plugin changed the object. The copy is
+                // made only for a request whose journey is recorded.
+                let before = attrs.object.as_deref().cloned();
+                let admitted = tracing::Instrument::instrument(p.admit(attrs), stage.clone()).await;
+                if let Err(e) = &admitted {
+                    stage.record("error", e.message.as_str());
+                } else if attrs.object.as_deref() != before.as_ref() {
+                    stage.record("decision", "changed the object");
+                }
+                admitted?;
+                if p.reinvokes() {
+                    left.push((p.as_ref(), attrs.object.as_deref().cloned()));
+                }
+                continue;
+            }
             p.admit(attrs).await?;
             if p.reinvokes() {
                 left.push((p.as_ref(), attrs.object.as_deref().cloned()));
@@ -265,7 +288,17 @@ impl AdmissionChain {
     /// The validating phase alone (after the object is validated, before it is stored).
     pub async fn validate(&self, attrs: &Attributes<'_>) -> Result<(), ApiError> {
         for p in &self.validating {
-            p.validate(attrs).await?;
+            let stage = crate::journey::stage!(
+                "admission",
+                plugin = p.name(),
+                phase = "validating",
+                error = tracing::field::Empty
+            );
+            let validated = tracing::Instrument::instrument(p.validate(attrs), stage.clone()).await;
+            if let Err(e) = &validated {
+                stage.record("error", e.message.as_str());
+            }
+            validated?;
         }
         Ok(())
     }

@@ -156,6 +156,10 @@ impl AuthenticatorChain {
                     if !user.groups.iter().any(|g| g == "system:authenticated") {
                         user.groups.push("system:authenticated".into());
                     }
+                    // The journey's authn stage (`r8s trace`) names who and how.
+                    let stage = tracing::Span::current();
+                    stage.record("authenticator", a.name());
+                    stage.record("user", user.name.as_str());
                     return Ok(user);
                 }
                 AuthnOutcome::NotApplicable => {}
@@ -166,6 +170,7 @@ impl AuthenticatorChain {
         let credentials =
             req.headers.contains_key(http::header::AUTHORIZATION) || !req.peer_certificates.is_empty();
         if errors.is_empty() && !credentials && self.anonymous_allowed(req.path) {
+            tracing::Span::current().record("authenticator", "anonymous");
             return Ok(anonymous_user());
         }
         Err(errors)

@@ -44,8 +44,15 @@ impl AuthorizerChain {
     pub async fn authorize(&self, user: &UserInfo, request: &RequestInfo) -> Result<String, Option<String>> {
         for a in &self.authorizers {
             match a.authorize(user, request).await {
-                Decision::Allow(reason) => return Ok(reason),
-                Decision::Deny(reason) => return Err(Some(reason)),
+                Decision::Allow(reason) => {
+                    // The journey's authz stage (`r8s trace`) names who allowed it.
+                    tracing::Span::current().record("authorizer", a.name());
+                    return Ok(reason);
+                }
+                Decision::Deny(reason) => {
+                    tracing::Span::current().record("authorizer", a.name());
+                    return Err(Some(reason));
+                }
                 Decision::NoOpinion => {}
             }
         }

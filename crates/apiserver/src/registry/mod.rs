@@ -1170,11 +1170,16 @@ async fn create_stored(
         return Ok((obj, None));
     }
     let encoded = try_encode(def, &obj)?;
-    let created = ctx
-        .shared
-        .store
-        .create(&key(def, ns, &name), encoded.clone())
-        .await;
+    let stage = crate::journey::stage!("store.create", revision = tracing::field::Empty);
+    let created = tracing::Instrument::instrument(
+        ctx.shared.store.create(&key(def, ns, &name), encoded.clone()),
+        stage.clone(),
+    )
+    .await;
+    if let Ok(kv) = &created {
+        stage.record("revision", kv.mod_revision);
+    }
+    drop(stage);
     let kv = match created {
         Ok(kv) => kv,
         Err(e) => {
@@ -1188,6 +1193,7 @@ async fn create_stored(
         f.finish(ctx, true).await;
     }
     meta::set_resource_version(&mut obj, kv.mod_revision);
+    crate::journey::written(&ctx.journey, &obj, Some(kv.mod_revision));
     let stored = if convert::converts(def) {
         None
     } else {
@@ -1370,13 +1376,19 @@ async fn write_update(
         meta::set_resource_version(&mut obj, old_rv);
         return Ok((obj, false));
     }
-    let kv = ctx
-        .shared
-        .store
-        .update(&key(def, ns, name), try_encode(def, &obj)?, old_rv)
-        .await
-        .map_err(|e| store_error(def, name, e))?;
+    let stage = crate::journey::stage!("store.update", revision = tracing::field::Empty);
+    let kv = tracing::Instrument::instrument(
+        ctx.shared
+            .store
+            .update(&key(def, ns, name), try_encode(def, &obj)?, old_rv),
+        stage.clone(),
+    )
+    .await
+    .map_err(|e| store_error(def, name, e))?;
+    stage.record("revision", kv.mod_revision);
+    drop(stage);
     meta::set_resource_version(&mut obj, kv.mod_revision);
+    crate::journey::written(&ctx.journey, &obj, Some(kv.mod_revision));
     Ok((obj, true))
 }
 
@@ -1418,6 +1430,7 @@ async fn delete_object_once(
         .is_some_and(|a| a.iter().any(|v| v == "All"));
     let strategy = def.strategy.clone();
     let old = read(ctx, def, ns, name).await?;
+    crate::journey::written(&ctx.journey, &old, None);
     let rv = meta::resource_version(&old).unwrap_or(0);
     if let Some(uid) = opts["preconditions"]["uid"].as_str() {
         if old["metadata"]["uid"].as_str() != Some(uid) {

@@ -351,12 +351,20 @@ pub(crate) async fn bind(
             break;
         }
         let rv = meta::resource_version(&old).unwrap_or(0);
-        match ctx
-            .shared
-            .store
-            .update(&super::key(def, ns, name), super::encode(def, &obj), rv)
-            .await
-        {
+        let stage = crate::journey::stage!("store.update", revision = tracing::field::Empty);
+        let written = tracing::Instrument::instrument(
+            ctx.shared
+                .store
+                .update(&super::key(def, ns, name), super::encode(def, &obj), rv),
+            stage.clone(),
+        )
+        .await;
+        if let Ok(kv) = &written {
+            stage.record("revision", kv.mod_revision);
+            crate::journey::written(&ctx.journey, &obj, Some(kv.mod_revision));
+        }
+        drop(stage);
+        match written {
             Ok(_) => break,
             Err(r8s_store::StoreError::Conflict { .. }) => continue,
             Err(e) => return Err(store_error(def, name, e)),

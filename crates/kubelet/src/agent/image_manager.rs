@@ -35,6 +35,7 @@ impl Agent {
         };
         if !pull {
             let msg = format!("Container image \"{image}\" already present on machine");
+            tracing::Span::current().record("decision", msg.as_str());
             self.event(pod, "Normal", "Pulled", &msg).await;
             return Ok(present);
         }
@@ -128,6 +129,7 @@ impl Agent {
         let msg = format!(
             "Successfully pulled image \"{image}\" in {took} ({took} including waiting). Image size: {size} bytes."
         );
+        tracing::Span::current().record("decision", msg.as_str());
         self.event(pod, "Normal", "Pulled", &msg).await;
         Ok(pulled)
     }

@@ -25,5 +25,6 @@ mod restart;
 mod rolling;
 mod runtime_endpoint;
 mod security_context;
+mod trace;
 mod volumes;
 mod workloads;
