@@ -26,6 +26,7 @@ command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)          # local volumes: a
 [ -d /usr/share/zoneinfo/America ] || need+=(tzdata)          # CronJobs' timeZone (the IANA database)
 command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3 python3-venv)  # the official Python client's tests
 command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)  # ... and the JavaScript client's
+command -v chromium >/dev/null || need+=(chromium)            # r8s trace's web page, checked in a headless browser
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -299,7 +299,14 @@ fn request_deadline(
 
 async fn route(ctx: Ctx, req: Request<RequestBody>) -> Result<Response<Body>, ApiError> {
     if req.uri().path().starts_with("/trace/") && ctx.info.is_resource_request {
-        return crate::journey::story(&ctx).await;
+        // A browser (HTML first in its Accept) gets the page; clients get JSON.
+        let html = req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|a| a.split(',').next())
+            .is_some_and(|first| first.trim().starts_with("text/html"));
+        return crate::journey::story(&ctx, html).await;
     }
     let path = ctx.info.path.trim_end_matches('/').to_owned();
     let path = if path.is_empty() { "/".to_owned() } else { path };

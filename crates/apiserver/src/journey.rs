@@ -120,10 +120,12 @@ pub(crate) fn authorized_as(path: &str, query: Option<&str>) -> Option<RequestIn
     Some(info).filter(|i| i.is_resource_request && i.verb == "get" && i.subresource.is_empty())
 }
 
-/// `GET /trace/<object path>`: the object's story as this server's process recorded it, as
-/// JSON (`r8s trace` renders it).
+/// `GET /trace/<object path>`: the object's story as this server's process and the kubelets of
+/// its pods recorded it, as JSON (`r8s trace` renders it). A kubelet that cannot be asked is
+/// named under `incomplete`.
 pub(crate) async fn story(
     ctx: &crate::context::Ctx,
+    html: bool,
 ) -> Result<http::Response<crate::http::Body>, crate::status::ApiError> {
     use crate::status::ApiError;
     let info = &ctx.info;
@@ -132,9 +134,82 @@ pub(crate) async fn story(
         .find(&info.api_group, &info.api_version, &info.resource)
         .ok_or_else(ApiError::not_found_path)?;
     let obj = crate::registry::read(ctx, def, &info.namespace, &info.name).await?;
-    let uid = obj["metadata"]["uid"].as_str().unwrap_or_default();
-    let stages = r8s_trace::journal().story(uid);
-    let body = serde_json::json!({
+    let uid = obj["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+    let local = r8s_trace::journal().story(&uid);
+    // The kubelets keep the stages of their pods: each node with pods in the story is asked.
+    let mut by_node: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    if obj["kind"] == "Pod" {
+        if let Some(node) = obj["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+            by_node.entry(node.to_owned()).or_default().push(uid.clone());
+        }
+    }
+    let pods = crate::registry::catalogue::builtin("", "v1", "pods").expect("pods are served");
+    let mut seen = std::collections::HashSet::new();
+    for s in local
+        .iter()
+        .filter(|s| s.depth == 0 && s.component == "apiserver")
+    {
+        let Some((ns, name)) = s
+            .field("object")
+            .and_then(|o| o.strip_prefix("Pod "))
+            .and_then(|o| o.split_once('/'))
+        else {
+            continue;
+        };
+        if s.uid == uid || !seen.insert(s.uid.clone()) {
+            continue;
+        }
+        let Ok(pod) = crate::registry::read(ctx, pods, ns, name).await else {
+            continue;
+        };
+        if pod["metadata"]["uid"] != s.uid.as_str() {
+            continue;
+        }
+        if let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
+            by_node.entry(node.to_owned()).or_default().push(s.uid.clone());
+        }
+    }
+    let asked = by_node.iter().map(|(node, uids)| async move {
+        let query: Vec<String> = uids.iter().map(|u| format!("uid={u}")).collect();
+        let path = format!("/trace?{}", query.join("&"));
+        let answer = match crate::endpoints::kubelet::kubelet_of(ctx, node).await {
+            Ok((host, port, kubelet)) => {
+                crate::endpoints::kubelet::get_text(&kubelet, &host, port, &path).await
+            }
+            Err(e) => Err(e.message),
+        };
+        answer
+            .and_then(|text| serde_json::from_str::<Vec<r8s_trace::Stage>>(&text).map_err(|e| e.to_string()))
+            .map_err(|e| format!("node {node}: {e}"))
+    });
+    let mut incomplete = Vec::new();
+    let mut sources = vec![local];
+    for answer in futures_util::future::join_all(asked).await {
+        match answer {
+            Ok(stages) => sources.push(stages),
+            Err(e) => incomplete.push(e),
+        }
+    }
+    let merged = r8s_trace::story::merge(sources);
+    let stages = r8s_trace::story::join(&uid, &merged);
+    if html {
+        let kind = obj["kind"].as_str().unwrap_or("");
+        let title = match obj["metadata"]["namespace"].as_str() {
+            Some(ns) => format!("{kind} {ns}/{}", info.name),
+            None => format!("{kind} {}", info.name),
+        };
+        let follow = crate::registry::Query::parse(ctx.query.as_deref()).flag("follow");
+        let mut resp = crate::http::text_response(
+            http::StatusCode::OK,
+            r8s_trace::page::html(&title, &stages, follow),
+        );
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        return Ok(resp);
+    }
+    let mut body = serde_json::json!({
         "kind": "Trace",
         "apiVersion": "r8s.io/v1",
         "object": {
@@ -146,5 +221,8 @@ pub(crate) async fn story(
         },
         "stages": stages,
     });
+    if !incomplete.is_empty() {
+        body["incomplete"] = serde_json::json!(incomplete);
+    }
     Ok(crate::http::json_response(http::StatusCode::OK, &body))
 }

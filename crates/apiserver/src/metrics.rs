@@ -236,16 +236,37 @@ impl Metrics {
         let registry = self.registry.lock().unwrap();
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         let extra = self.extra.lock().unwrap();
-        if extra.is_empty() {
-            return out;
-        }
         let mut out = out.strip_suffix("# EOF\n").map(str::to_string).unwrap_or(out);
+        out.push_str(&trace_rings());
         for source in extra.iter() {
             out.push_str(&source());
         }
         out.push_str("# EOF\n");
         out
     }
+}
+
+/// The journey recorder's rings (`r8s trace`): how many stages each component keeps, and
+/// the bound.
+fn trace_rings() -> String {
+    let journal = r8s_trace::journal();
+    let mut sizes: Vec<(String, usize)> = journal.sizes().into_iter().collect();
+    sizes.sort();
+    let mut out = String::from(
+        "# HELP r8s_trace_ring_stages Stages of the journey (r8s trace) this process keeps, by component.\n\
+         # TYPE r8s_trace_ring_stages gauge\n",
+    );
+    for (component, n) in sizes {
+        out.push_str(&format!(
+            "r8s_trace_ring_stages{{component=\"{component}\"}} {n}\n"
+        ));
+    }
+    out.push_str(&format!(
+        "# HELP r8s_trace_ring_capacity The most stages each component's ring keeps (--trace-ring-size).\n\
+         # TYPE r8s_trace_ring_capacity gauge\nr8s_trace_ring_capacity {}\n",
+        journal.capacity()
+    ));
+    out
 }
 
 #[cfg(test)]

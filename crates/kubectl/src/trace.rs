@@ -68,9 +68,11 @@ async fn run(cli: TraceCli) -> Result<()> {
     let json = match cli.output.as_deref() {
         None => false,
         Some("json") => true,
-        Some(other) => return Err(msg(format!(
+        Some(other) => {
+            return Err(msg(format!(
             "unable to match a printer suitable for the output format \"{other}\", allowed formats are: json"
-        ))),
+        )))
+        }
     };
     let (kind, name) = cli
         .object

@@ -328,6 +328,20 @@ async fn handle(
             )
             .body(Full::new(Bytes::from(agent.resource_snapshot().await.render())).boxed())
             .expect("valid response"),
+        // The journey stages this node's process keeps (`r8s trace`) of the pods named by
+        // `uid=` (and of what they led to), as the API server gathers them.
+        (&Method::GET, ["trace"]) => {
+            let uids: std::collections::HashSet<String> =
+                form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+                    .filter(|(k, _)| k == "uid")
+                    .map(|(_, v)| v.into_owned())
+                    .collect();
+            let stages = r8s_trace::journal().about(&uids);
+            Response::builder()
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(serde_json::to_vec(&stages).unwrap_or_default())).boxed())
+                .expect("valid response")
+        }
         (&Method::GET, ["pods"]) => {
             let pods: Vec<Pod> = agent.pods();
             let list =

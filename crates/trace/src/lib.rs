@@ -26,6 +26,7 @@
 
 mod journal;
 mod layer;
+pub mod page;
 pub mod story;
 
 pub use journal::{journal, Journal, DEFAULT_CAPACITY};

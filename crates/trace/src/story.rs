@@ -40,6 +40,30 @@ pub fn join<'a>(uid: &str, stages: impl IntoIterator<Item = &'a Stage>) -> Vec<S
     kept.into_iter().flatten().map(|s| (*s).clone()).collect()
 }
 
+/// The groups of several sources (journals of different processes, which may overlap when
+/// one process runs several components), each group once, in no particular order.
+pub fn merge(sources: impl IntoIterator<Item = Vec<Stage>>) -> Vec<Stage> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for source in sources {
+        let mut keep = false;
+        for s in source {
+            if s.depth == 0 {
+                keep = seen.insert((
+                    s.component.clone(),
+                    s.stage.clone(),
+                    s.uid.clone(),
+                    s.start_unix_nanos,
+                ));
+            }
+            if keep {
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
 /// How far a component's lines are indented: the order in which the journey reaches them.
 fn lane(component: &str) -> usize {
     match component {
@@ -52,10 +76,10 @@ fn lane(component: &str) -> usize {
 }
 
 /// Fields that say what a stage is about rather than what it decided: shown first, bare.
-const HEADLINE: &[&str] = &["verb", "subresource", "object", "node"];
+const HEADLINE: &[&str] = &["verb", "subresource", "object", "phase", "node"];
 
 /// Fields the JSON has and the timeline leaves out (or shows its own way).
-const QUIET: &[&str] = &["decision", "error", "audit_id", "code", "user"];
+const QUIET: &[&str] = &["decision", "error", "audit_id", "code", "user", "plugins"];
 
 fn describe(s: &Stage) -> String {
     let mut out = String::new();
@@ -132,51 +156,9 @@ impl Timeline {
         )
     }
 
-    /// The lines of `stages` (whole groups): a line per stage, except a run of admission
-    /// plugins, told in one line (how many ran, which changed the object, which refused).
+    /// The lines of `stages`.
     pub fn lines(&self, stages: &[Stage]) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < stages.len() {
-            let s = &stages[i];
-            let run = stages[i..]
-                .iter()
-                .take_while(|t| t.stage == "admission" && t.depth == s.depth && t.component == s.component)
-                .count();
-            if run < 2 {
-                out.push(self.line(s));
-                i += 1;
-                continue;
-            }
-            let plugins = &stages[i..i + run];
-            let end = plugins
-                .iter()
-                .map(Stage::end_unix_nanos)
-                .max()
-                .unwrap_or(s.start_unix_nanos);
-            let name = |p: &Stage| p.field("plugin").unwrap_or("?").to_owned();
-            let changed: Vec<String> = plugins
-                .iter()
-                .filter(|p| p.field("decision").is_some())
-                .map(name)
-                .collect();
-            let mut text = format!("admission: {run} plugins");
-            if !changed.is_empty() {
-                let _ = write!(text, "; {} changed the object", changed.join(", "));
-            }
-            for p in plugins.iter().filter(|p| p.field("error").is_some()) {
-                let _ = write!(
-                    text,
-                    " FAILED: {} refused: {}",
-                    name(p),
-                    p.field("error").unwrap_or("")
-                );
-            }
-            let indent = lane(&s.component) + s.depth as usize;
-            out.push(self.row(s.start_unix_nanos, end - s.start_unix_nanos, indent, &text));
-            i += run;
-        }
-        out
+        stages.iter().map(|s| self.line(s)).collect()
     }
 }
 
@@ -243,6 +225,23 @@ mod tests {
     }
 
     #[test]
+    fn merged_sources_keep_each_group_once() {
+        let a = vec![stage("request", "p", None, 1, 0), stage("authn", "p", None, 2, 1)];
+        let b = vec![
+            stage("request", "p", None, 1, 0),
+            stage("authn", "p", None, 2, 1),
+            stage("kubelet.sync_pod", "p", None, 5, 0),
+            stage("cri.run_pod_sandbox", "p", None, 6, 1),
+        ];
+        let merged = merge([a, b]);
+        let names: Vec<&str> = merged.iter().map(|s| s.stage.as_ref()).collect();
+        assert_eq!(
+            names,
+            ["request", "authn", "kubelet.sync_pod", "cri.run_pod_sandbox"]
+        );
+    }
+
+    #[test]
     fn the_timeline_shows_offsets_durations_and_decisions() {
         let mut s = stage("deployment.sync", "d", None, 1_000_000_000, 0);
         s.component = "controller-manager".into();
@@ -262,42 +261,31 @@ mod tests {
     }
 
     #[test]
-    fn a_run_of_admission_plugins_is_one_line() {
+    fn requests_name_their_user_and_admission_its_phase() {
         let mut request = stage("request", "p", None, 0, 0);
         request.fields.insert("verb".into(), "create".into());
         request.fields.insert("user".into(), "admin".into());
         request.fields.insert("audit_id".into(), "a-1".into());
-        let plugin = |name: &str, start: u64, decision: Option<&str>, error: Option<&str>| {
-            let mut s = stage("admission", "p", None, start, 1);
-            s.fields.insert("plugin".into(), name.into());
-            if let Some(d) = decision {
-                s.fields.insert("decision".into(), d.into());
-            }
-            if let Some(e) = error {
-                s.fields.insert("error".into(), e.into());
-            }
-            s
-        };
-        let stages = [
-            request,
-            plugin("NamespaceLifecycle", 1_000_000, None, None),
-            plugin("ServiceAccount", 2_000_000, Some("changed the object"), None),
-            plugin("ResourceQuota", 3_000_000, None, Some("exceeded quota")),
-            stage("store.create", "p", None, 5_000_000, 1),
-        ];
-        let lines = Timeline { origin: 0 }.lines(&stages);
-        assert_eq!(lines.len(), 3, "{lines:#?}");
+        request.fields.insert("code".into(), "201".into());
+        let mut admission = stage("admission", "p", None, 1_000_000, 1);
+        admission.fields.insert("phase".into(), "mutating".into());
+        admission
+            .fields
+            .insert("plugins".into(), "ServiceAccount 12µs, Priority 3µs".into());
+        admission
+            .fields
+            .insert("decision".into(), "ServiceAccount changed the object".into());
+        let mut refused = stage("request", "q", None, 2_000_000, 0);
+        refused.fields.insert("code".into(), "403".into());
+        let lines = Timeline { origin: 0 }.lines(&[request, admission, refused]);
         assert!(
             lines[0].ends_with("apiserver: request create by admin"),
             "{lines:#?}"
         );
         assert!(
-            lines[1].ends_with(
-                "  admission: 3 plugins; ServiceAccount changed the object FAILED: ResourceQuota refused: exceeded quota"
-            ),
+            lines[1].ends_with("  admission mutating: ServiceAccount changed the object"),
             "{lines:#?}"
         );
-        assert!(lines[1].contains("3.0 ms"), "{lines:#?}");
-        assert!(lines[2].ends_with("  store.create"), "{lines:#?}");
+        assert!(lines[2].ends_with("apiserver: request -> 403"), "{lines:#?}");
     }
 }

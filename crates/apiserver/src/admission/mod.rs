@@ -245,63 +245,124 @@ impl AdmissionChain {
     /// The mutating phase alone (the registry runs it before its own defaulting and
     /// validation, as upstream's handlers do).
     pub async fn admit(&self, attrs: &mut Attributes<'_>) -> Result<(), ApiError> {
+        // The journey's stage (`r8s trace`): one per phase, naming each plugin with its time
+        // and those that changed the object (a fingerprint before and after each: no copy).
+        let stage = crate::journey::stage!(
+            "admission",
+            phase = "mutating",
+            plugins = tracing::field::Empty,
+            decision = tracing::field::Empty,
+            error = tracing::field::Empty
+        );
+        let told = !stage.is_none();
+        let mut timings = Vec::new();
+        let mut changed = Vec::new();
         // The object as each plugin that may run again left it.
         let mut left: Vec<(&dyn MutatingPlugin, Option<Value>)> = Vec::new();
-        for p in &self.mutating {
-            let stage = crate::journey::stage!(
-                "admission",
-                plugin = p.name(),
-                phase = "mutating",
-                decision = tracing::field::Empty,
-                error = tracing::field::Empty
-            );
-            if !stage.is_none() {
-                // Told in `r8s trace`: whether the plugin changed the object. The copy is
-                // made only for a request whose journey is recorded.
-                let before = attrs.object.as_deref().cloned();
-                let admitted = tracing::Instrument::instrument(p.admit(attrs), stage.clone()).await;
-                if let Err(e) = &admitted {
-                    stage.record("error", e.message.as_str());
-                } else if attrs.object.as_deref() != before.as_ref() {
-                    stage.record("decision", "changed the object");
+        let run = async {
+            for p in &self.mutating {
+                let before = told.then(|| attrs.object.as_deref().map(fingerprint));
+                let began = std::time::Instant::now();
+                let admitted = p.admit(attrs).await;
+                if told {
+                    timings.push(format!("{} {}µs", p.name(), began.elapsed().as_micros()));
+                    if before != Some(attrs.object.as_deref().map(fingerprint)) {
+                        changed.push(p.name());
+                    }
                 }
-                admitted?;
+                if let Err(e) = admitted {
+                    return Err((p.name(), e));
+                }
                 if p.reinvokes() {
                     left.push((p.as_ref(), attrs.object.as_deref().cloned()));
                 }
-                continue;
             }
-            p.admit(attrs).await?;
-            if p.reinvokes() {
-                left.push((p.as_ref(), attrs.object.as_deref().cloned()));
+            // Upstream's reinvocation: once more, where a later plugin changed the object.
+            for (p, as_left) in left {
+                if attrs.object.as_deref() != as_left.as_ref() {
+                    p.readmit(attrs).await.map_err(|e| (p.name(), e))?;
+                }
+            }
+            Ok(())
+        };
+        let result = tracing::Instrument::instrument(run, stage.clone()).await;
+        if told {
+            stage.record("plugins", timings.join(", ").as_str());
+            if !changed.is_empty() {
+                let decision = format!("{} changed the object", changed.join(", "));
+                stage.record("decision", decision.as_str());
+            }
+            if let Err((plugin, e)) = &result {
+                stage.record(
+                    "error",
+                    tracing::field::display(format_args!("{plugin}: {}", e.message)),
+                );
             }
         }
-        // Upstream's reinvocation: once more, where a later plugin changed the object.
-        for (p, as_left) in left {
-            if attrs.object.as_deref() != as_left.as_ref() {
-                p.readmit(attrs).await?;
-            }
-        }
-        Ok(())
+        result.map_err(|(_, e)| e)
     }
 
     /// The validating phase alone (after the object is validated, before it is stored).
     pub async fn validate(&self, attrs: &Attributes<'_>) -> Result<(), ApiError> {
-        for p in &self.validating {
-            let stage = crate::journey::stage!(
-                "admission",
-                plugin = p.name(),
-                phase = "validating",
-                error = tracing::field::Empty
-            );
-            let validated = tracing::Instrument::instrument(p.validate(attrs), stage.clone()).await;
-            if let Err(e) = &validated {
-                stage.record("error", e.message.as_str());
+        let stage = crate::journey::stage!(
+            "admission",
+            phase = "validating",
+            plugins = tracing::field::Empty,
+            error = tracing::field::Empty
+        );
+        let told = !stage.is_none();
+        let mut timings = Vec::new();
+        let run = async {
+            for p in &self.validating {
+                let began = std::time::Instant::now();
+                let validated = p.validate(attrs).await;
+                if told {
+                    timings.push(format!("{} {}µs", p.name(), began.elapsed().as_micros()));
+                }
+                validated.map_err(|e| (p.name(), e))?;
             }
-            validated?;
+            Ok(())
+        };
+        let result = tracing::Instrument::instrument(run, stage.clone()).await;
+        if told {
+            stage.record("plugins", timings.join(", ").as_str());
+            if let Err((plugin, e)) = &result {
+                stage.record(
+                    "error",
+                    tracing::field::display(format_args!("{plugin}: {}", e.message)),
+                );
+            }
         }
-        Ok(())
+        result.map_err(|(_, e)| e)
     }
+}
+
+/// A fingerprint of a JSON value, to tell whether a plugin changed the object without keeping
+/// a copy of it (`serde_json::Value` has no `Hash`).
+fn fingerprint(v: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    fn feed(v: &Value, h: &mut std::collections::hash_map::DefaultHasher) {
+        match v {
+            Value::Null => 0u8.hash(h),
+            Value::Bool(b) => (1u8, *b).hash(h),
+            Value::Number(n) => (2u8, n.as_f64().map(f64::to_bits), n.as_i64()).hash(h),
+            Value::String(s) => (3u8, s).hash(h),
+            Value::Array(items) => {
+                (4u8, items.len()).hash(h);
+                items.iter().for_each(|i| feed(i, h));
+            }
+            Value::Object(map) => {
+                (5u8, map.len()).hash(h);
+                for (k, v) in map {
+                    k.hash(h);
+                    feed(v, h);
+                }
+            }
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    feed(v, &mut h);
+    h.finish()
 }
 
 /// What the plugins' unit tests share.

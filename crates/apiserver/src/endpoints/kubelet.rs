@@ -943,7 +943,7 @@ fn proxy_tls() -> Arc<rustls::ClientConfig> {
 }
 
 /// The node's kubelet: address, port, and the client this API server reaches it with.
-async fn kubelet_of(ctx: &Ctx, node_name: &str) -> Result<(String, u16, KubeletClient), ApiError> {
+pub(crate) async fn kubelet_of(ctx: &Ctx, node_name: &str) -> Result<(String, u16, KubeletClient), ApiError> {
     let nodes = crate::registry::catalogue::builtin("", "v1", "nodes").expect("nodes are served");
     let node = read(ctx, nodes, "", node_name).await?;
     let (host, port) = kubelet_endpoint(&node)

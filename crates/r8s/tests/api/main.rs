@@ -24,4 +24,5 @@ mod policies;
 mod scheduler;
 mod security;
 mod server_join;
+mod trace;
 mod webhooks;

@@ -649,6 +649,52 @@ fn three_nodes_are_one_network_and_survive_losing_one() {
         (p.len() == 3 && nodes.len() == 3).then_some(p)
     });
 
+    // `r8s trace`: one story across the nodes — each node's kubelet tells its pod's start,
+    // which the API server gathers from the kubelets of the story's pods.
+    let out = Command::new(env!("CARGO_BIN_EXE_r8s"))
+        .args([
+            "trace",
+            "--kubeconfig",
+            &h.kubeconfig,
+            "deployment/web",
+            "-o",
+            "json",
+        ])
+        .env("KUBECACHEDIR", dir.join("kubecache-trace"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "r8s trace: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let story: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(story.get("incomplete").is_none(), "{story}");
+    let stages = story["stages"].as_array().unwrap();
+    let mut started_on: Vec<&str> = stages
+        .iter()
+        .filter(|s| {
+            s["depth"] == 0
+                && s["stage"] == "kubelet.sync_pod"
+                && s["fields"]["decision"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("ran the pod's sandbox"))
+        })
+        .map(|s| s["fields"]["node"].as_str().unwrap())
+        .collect();
+    started_on.sort();
+    started_on.dedup();
+    let mut pod_nodes: Vec<&str> = pods.iter().map(|(_, n, _)| n.as_str()).collect();
+    pod_nodes.sort();
+    assert_eq!(started_on, pod_nodes, "{story:#}");
+    assert!(
+        stages.iter().any(|s| s["stage"] == "schedule"
+            && s["fields"]["decision"]
+                .as_str()
+                .is_some_and(|d| d.contains("nodes feasible; chose"))),
+        "{story:#}"
+    );
+
     // Every pod reaches every other by IP (TCP), and sees the other's own address (UDP: no
     // masquerade between pods). A pod is Ready as soon as its own node's side is up; the
     // paths to the other nodes follow within seconds (each node programs its peers as it
