@@ -5,6 +5,7 @@ mod etcd_members;
 mod etcd_snapshot;
 mod hollow;
 mod join;
+mod otlp;
 mod server_join;
 
 use std::path::PathBuf;
@@ -28,6 +29,11 @@ struct Cli {
     /// oldest go first); 0 records none.
     #[arg(long, global = true, env = "R8S_TRACE_RING_SIZE", default_value_t = r8s_trace::DEFAULT_CAPACITY)]
     trace_ring_size: usize,
+
+    /// Export the journey's stages over OTLP to this OpenTelemetry collector (gRPC, e.g.
+    /// http://127.0.0.1:4317), as well as keeping them for `r8s trace`.
+    #[arg(long, global = true, env = "R8S_TRACING_ENDPOINT")]
+    tracing_endpoint: Option<String>,
 
     #[command(subcommand)]
     command: Command,
@@ -2189,6 +2195,9 @@ fn main() -> anyhow::Result<()> {
     raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
+        if let Some(endpoint) = cli.tracing_endpoint.clone().filter(|_| cli.trace_ring_size > 0) {
+            otlp::start(endpoint);
+        }
         match cli.command {
             Command::Server(args) => server(*args).await,
             Command::ControllerManager(args) => controller_manager(args).await,

@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use crate::Stage;
 
@@ -14,10 +14,22 @@ pub const DEFAULT_CAPACITY: usize = 8192;
 /// The stages a process keeps: one ring per component (the component of a group's outermost
 /// stage), each holding at most `capacity` stages; the oldest groups go first. Nothing in it
 /// grows without bound.
-#[derive(Debug)]
 pub struct Journal {
     capacity: AtomicUsize,
     rings: Mutex<HashMap<String, Ring>>,
+    /// Where each kept group also goes (`--tracing-endpoint`: the OTLP exporter's queue).
+    exporter: OnceLock<Exporter>,
+}
+
+type Exporter = Box<dyn Fn(&[Stage]) + Send + Sync>;
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("capacity", &self.capacity)
+            .field("exporting", &self.exporter.get().is_some())
+            .finish()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -50,7 +62,14 @@ impl Journal {
         Self {
             capacity: AtomicUsize::new(capacity),
             rings: Mutex::default(),
+            exporter: OnceLock::new(),
         }
+    }
+
+    /// Hand every group kept from now on to `export` as well (once per journal; it must not
+    /// block: the OTLP exporter queues the group, or drops it when its queue is full).
+    pub fn export_to(&self, export: impl Fn(&[Stage]) + Send + Sync + 'static) {
+        let _ = self.exporter.set(Box::new(export));
     }
 
     pub fn capacity(&self) -> usize {
@@ -71,6 +90,10 @@ impl Journal {
         let capacity = self.capacity();
         if capacity == 0 || group.is_empty() {
             return;
+        }
+        // The exporter has the whole group; the ring keeps what fits.
+        if let Some(export) = self.exporter.get() {
+            export(&group);
         }
         group.truncate(capacity);
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
@@ -141,6 +164,13 @@ mod tests {
         assert_eq!(uids, ["u7", "u8", "u9"]);
         j.set_capacity(1);
         assert_eq!(j.sizes()["apiserver"], 1);
+        let exported = Arc::new(AtomicUsize::new(0));
+        let counter = exported.clone();
+        j.export_to(move |group| {
+            counter.fetch_add(group.len(), Ordering::Relaxed);
+        });
+        j.keep(vec![stage("kubelet", "k2", 1), stage("kubelet", "k3", 2)]);
+        assert_eq!(exported.load(Ordering::Relaxed), 2);
         j.set_capacity(0);
         j.keep(vec![stage("apiserver", "x", 0)]);
         assert_eq!(j.sizes()["apiserver"], 0);
