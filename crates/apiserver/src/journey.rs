@@ -120,6 +120,9 @@ pub(crate) fn authorized_as(path: &str, query: Option<&str>) -> Option<RequestIn
     Some(info).filter(|i| i.is_resource_request && i.verb == "get" && i.subresource.is_empty())
 }
 
+/// At most how many nodes a Service's story asks for their proxy's and DNS's stages.
+const MAX_NODES_ASKED: usize = 50;
+
 /// `GET /trace/<object path>`: the object's story as this server's process and the kubelets of
 /// its pods recorded it, as JSON (`r8s trace` renders it). A kubelet that cannot be asked is
 /// named under `incomplete`.
@@ -141,6 +144,14 @@ pub(crate) async fn story(
     if obj["kind"] == "Pod" {
         if let Some(node) = obj["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
             by_node.entry(node.to_owned()).or_default().push(uid.clone());
+        }
+    }
+    // Every node's proxy and DNS program a Service: each (up to a few dozen) is asked.
+    if obj["kind"] == "Service" && info.api_group.is_empty() {
+        if let Ok(nodes) = crate::resource_metrics::ready_nodes(&ctx.shared).await {
+            for (node, _, _) in nodes.into_iter().take(MAX_NODES_ASKED) {
+                by_node.entry(node).or_default().push(uid.clone());
+            }
         }
     }
     let pods = crate::registry::catalogue::builtin("", "v1", "pods").expect("pods are served");

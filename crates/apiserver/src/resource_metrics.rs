@@ -416,7 +416,7 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// The Ready nodes with an address: (name, host, kubelet port).
-async fn ready_nodes(shared: &Shared) -> Result<Vec<(String, String, u16)>, String> {
+pub(crate) async fn ready_nodes(shared: &Shared) -> Result<Vec<(String, String, u16)>, String> {
     let resp = shared
         .store
         .range(r8s_store::RangeRequest {

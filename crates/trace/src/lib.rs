@@ -73,3 +73,31 @@ impl Stage {
         self.start_unix_nanos + self.duration_nanos
     }
 }
+
+/// Keep one stage that is not a span (a component that learns of its work after the fact: the
+/// proxy's sync, the DNS zone's update) in the process's journal.
+pub fn keep_stage(
+    component: &'static str,
+    stage: &'static str,
+    uid: &str,
+    started: std::time::SystemTime,
+    took: std::time::Duration,
+    fields: Vec<(&'static str, String)>,
+) {
+    if uid.is_empty() {
+        return;
+    }
+    let start_unix_nanos = started
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    journal().keep(vec![Stage {
+        component: Cow::Borrowed(component),
+        stage: Cow::Borrowed(stage),
+        uid: uid.to_owned(),
+        owner: None,
+        start_unix_nanos,
+        duration_nanos: took.as_nanos() as u64,
+        depth: 0,
+        fields: fields.into_iter().map(|(k, v)| (Cow::Borrowed(k), v)).collect(),
+    }]);
+}

@@ -12,6 +12,8 @@ pub const LANES: &[(&str, &str)] = &[
     ("controller-manager", "#ff7f0e"),
     ("scheduler", "#2ca02c"),
     ("kubelet", "#d62728"),
+    ("proxy", "#8c564b"),
+    ("dns", "#e377c2"),
 ];
 const OTHER: &str = "#9467bd";
 

@@ -71,7 +71,8 @@ fn lane(component: &str) -> usize {
         "controller-manager" => 1,
         "scheduler" => 2,
         "kubelet" => 3,
-        _ => 4,
+        "proxy" | "dns" => 4,
+        _ => 5,
     }
 }
 

@@ -218,16 +218,38 @@ impl ClusterZone {
             }
             Kind::ClusterIp(ips)
         };
+        let started = std::time::SystemTime::now();
+        let began = std::time::Instant::now();
+        // The journey's `dns.update` stage (`r8s trace`): what the name answers now.
+        let answers = match &kind {
+            Kind::ClusterIp(ips) => ips.iter().map(|ip| ip.to_string()).collect::<Vec<_>>().join(", "),
+            Kind::Headless => "its ready endpoints (headless)".to_owned(),
+            Kind::ExternalName(target) => format!("CNAME {target}"),
+        };
         let entry = ServiceEntry {
             kind,
             ports: ports_of(service),
         };
-        let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
         let key = (lower(ns), lower(name));
-        if st.services.insert(key.clone(), entry).is_none() {
-            *st.namespaces.entry(key.0.clone()).or_default() += 1;
+        {
+            let mut st = self.state.write().unwrap_or_else(|e| e.into_inner());
+            if st.services.insert(key.clone(), entry).is_none() {
+                *st.namespaces.entry(key.0.clone()).or_default() += 1;
+            }
+            self.reindex(&mut st, &key);
         }
-        self.reindex(&mut st, &key);
+        let fqdn = self.name(&[&key.1, &key.0, "svc"]);
+        r8s_trace::keep_stage(
+            "dns",
+            "dns.update",
+            service.metadata.uid.as_deref().unwrap_or(""),
+            started,
+            began.elapsed(),
+            vec![
+                ("object", format!("Service {ns}/{name}")),
+                ("decision", format!("{fqdn} answers {answers}")),
+            ],
+        );
     }
 
     pub fn remove_service(&self, ns: &str, name: &str) {

@@ -236,9 +236,21 @@ pub async fn run(
             _ = wait_stale => {}
             _ = stop.cancelled() => break,
         }
+        // The Services this sync programs, for the journey's `proxy.sync` stage (`r8s trace`):
+        // key, uid and how many endpoints.
+        let mut told: Vec<(String, String, usize)> = Vec::new();
         let (changes, triggers): (Vec<Vec<(String, ServiceRules)>>, Vec<Timestamp>) = {
             let mut st = state.lock().unwrap();
             let dirty: Vec<String> = st.dirty.drain().collect();
+            for k in &dirty {
+                if let Some(uid) = st.services.get(k).and_then(|s| s.metadata.uid.clone()) {
+                    let endpoints = st
+                        .slices
+                        .get(k)
+                        .map_or(0, |m| m.values().map(|s| s.endpoints.len()).sum());
+                    told.push((k.clone(), uid, endpoints));
+                }
+            }
             let triggers = dirty.iter().filter_map(|k| st.triggers.remove(k)).collect();
             for k in &dirty {
                 health.set(k, st.health(&cfg, k));
@@ -255,6 +267,7 @@ pub async fn run(
             (changes, triggers)
         };
         let started = Instant::now();
+        let started_at = std::time::SystemTime::now();
         let result = proxiers
             .iter_mut()
             .zip(changes)
@@ -266,6 +279,20 @@ pub async fn run(
                 metrics.sync.observe(took);
                 metrics.partial_sync.observe(took);
                 synced(&proxiers, &metrics);
+                for (key, uid, endpoints) in told {
+                    r8s_trace::keep_stage(
+                        "proxy",
+                        "proxy.sync",
+                        &uid,
+                        started_at,
+                        started.elapsed(),
+                        vec![
+                            ("object", format!("Service {key}")),
+                            ("node", cfg.node_name.clone()),
+                            ("decision", format!("programmed {endpoints} endpoints")),
+                        ],
+                    );
+                }
                 let now = Timestamp::now();
                 for t in triggers {
                     // From the change the endpoint controller wrote to the rules being live.
