@@ -38,13 +38,51 @@ macro_rules! stage {
 }
 pub(crate) use stage;
 
+/// About how many stages a told write leaves in the ring (the request, authn, authz, two
+/// admission phases, the store write).
+const STAGES_PER_REQUEST: usize = 6;
+/// The ring's worth of requests is told at most once per this many seconds, on average.
+const WINDOW_SECS: f64 = 10.0;
+
+/// Writes not told because they came faster than the ring can hold them.
+pub(crate) static UNTOLD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether one more write may be told: a token bucket holding a ring's worth of requests,
+/// refilled at a ring's worth per ten seconds. A story is told so that someone can read it;
+/// writes coming faster than the ring can hold them for that long would only push each other
+/// out, at a cost on every request, so beyond that rate a sample is told (and the rest
+/// counted in `r8s_trace_requests_untold_total`).
+fn within_budget() -> bool {
+    struct Bucket {
+        tokens: f64,
+        at: std::time::Instant,
+    }
+    static BUCKET: std::sync::Mutex<Option<Bucket>> = std::sync::Mutex::new(None);
+    let burst = (r8s_trace::journal().capacity() / STAGES_PER_REQUEST).max(1) as f64;
+    let now = std::time::Instant::now();
+    let mut bucket = BUCKET.lock().unwrap_or_else(|e| e.into_inner());
+    let b = bucket.get_or_insert(Bucket {
+        tokens: burst,
+        at: now,
+    });
+    b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * burst / WINDOW_SECS).min(burst);
+    b.at = now;
+    if b.tokens >= 1.0 {
+        b.tokens -= 1.0;
+        true
+    } else {
+        UNTOLD.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        false
+    }
+}
+
 /// The span of a request, none unless it is a write worth telling.
 pub(crate) fn request(info: &RequestInfo, audit_id: &str) -> Span {
     let told = info.is_resource_request
         && matches!(info.verb.as_str(), "create" | "update" | "patch" | "delete")
         && !matches!(info.resource.as_str(), "leases" | "events")
         && !(info.verb == "create" && info.resource.ends_with("reviews"));
-    if !told {
+    if !told || !within_budget() {
         return Span::none();
     }
     let mut object = info.resource.clone();

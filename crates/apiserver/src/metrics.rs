@@ -262,6 +262,11 @@ fn trace_rings() -> String {
         ));
     }
     out.push_str(&format!(
+        "# HELP r8s_trace_requests_untold_total Writes the journey did not record because they came faster than its ring holds.\n\
+         # TYPE r8s_trace_requests_untold_total counter\nr8s_trace_requests_untold_total {}\n",
+        crate::journey::UNTOLD.load(std::sync::atomic::Ordering::Relaxed)
+    ));
+    out.push_str(&format!(
         "# HELP r8s_trace_ring_capacity The most stages each component's ring keeps (--trace-ring-size).\n\
          # TYPE r8s_trace_ring_capacity gauge\nr8s_trace_ring_capacity {}\n",
         journal.capacity()

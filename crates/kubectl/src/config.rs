@@ -134,19 +134,18 @@ pub fn load(files: &[PathBuf]) -> Result<Value> {
 #[doc(hidden)]
 pub fn fuzz_kubeconfig(data: &[u8]) {
     use std::sync::OnceLock;
-    static WORLD: OnceLock<(tokio::runtime::Runtime, tempfile::TempDir)> = OnceLock::new();
-    let (rt, dir) = WORLD.get_or_init(|| {
-        (
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime"),
-            tempfile::tempdir().expect("a temporary directory"),
-        )
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let rt = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
     });
-    let file = dir.path().join("config");
-    std::fs::write(&file, data).expect("writing the kubeconfig");
-    let Ok(mut config) = load(&[file]) else {
+    // A file of its own per input, removed when it returns (a static directory would outlive
+    // the process: statics are never dropped).
+    let mut file = tempfile::NamedTempFile::new().expect("a temporary file");
+    std::io::Write::write_all(&mut file, data).expect("writing the kubeconfig");
+    let Ok(mut config) = load(&[file.path().to_path_buf()]) else {
         return;
     };
     typed_form(&mut config);

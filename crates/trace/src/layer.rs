@@ -26,10 +26,12 @@ impl JourneyLayer {
         Self { journal }
     }
 
-    /// The per-layer filter that lets only journey spans reach this layer (and nothing else
-    /// pay for it): `JourneyLayer::new(j).with_filter(JourneyLayer::filter())`.
-    pub fn filter<S>() -> impl Filter<S> {
-        tracing_subscriber::filter::filter_fn(|m| m.is_span() && m.target().starts_with(TARGET_PREFIX))
+    /// The per-layer filter that lets only journey spans reach this layer:
+    /// `JourneyLayer::new(j).with_filter(JourneyLayer::filter())`. It is decided by target once
+    /// per callsite, so every other span and event stays disabled at no cost (a filter
+    /// function would be asked at each of them — h2's trace events on every frame).
+    pub fn filter<S: Subscriber + for<'a> LookupSpan<'a>>() -> impl Filter<S> {
+        tracing_subscriber::filter::Targets::new().with_target("journey", tracing::Level::TRACE)
     }
 }
 

@@ -255,7 +255,7 @@ impl AdmissionChain {
             error = tracing::field::Empty
         );
         let told = !stage.is_none();
-        let mut timings = Vec::new();
+        let mut timings = String::new();
         let mut changed = Vec::new();
         // The object as each plugin that may run again left it.
         let mut left: Vec<(&dyn MutatingPlugin, Option<Value>)> = Vec::new();
@@ -265,7 +265,7 @@ impl AdmissionChain {
                 let began = std::time::Instant::now();
                 let admitted = p.admit(attrs).await;
                 if told {
-                    timings.push(format!("{} {}µs", p.name(), began.elapsed().as_micros()));
+                    timing(&mut timings, p.name(), began);
                     if before != Some(attrs.object.as_deref().map(fingerprint)) {
                         changed.push(p.name());
                     }
@@ -287,7 +287,7 @@ impl AdmissionChain {
         };
         let result = tracing::Instrument::instrument(run, stage.clone()).await;
         if told {
-            stage.record("plugins", timings.join(", ").as_str());
+            stage.record("plugins", timings.as_str());
             if !changed.is_empty() {
                 let decision = format!("{} changed the object", changed.join(", "));
                 stage.record("decision", decision.as_str());
@@ -311,13 +311,13 @@ impl AdmissionChain {
             error = tracing::field::Empty
         );
         let told = !stage.is_none();
-        let mut timings = Vec::new();
+        let mut timings = String::new();
         let run = async {
             for p in &self.validating {
                 let began = std::time::Instant::now();
                 let validated = p.validate(attrs).await;
                 if told {
-                    timings.push(format!("{} {}µs", p.name(), began.elapsed().as_micros()));
+                    timing(&mut timings, p.name(), began);
                 }
                 validated.map_err(|e| (p.name(), e))?;
             }
@@ -325,7 +325,7 @@ impl AdmissionChain {
         };
         let result = tracing::Instrument::instrument(run, stage.clone()).await;
         if told {
-            stage.record("plugins", timings.join(", ").as_str());
+            stage.record("plugins", timings.as_str());
             if let Err((plugin, e)) = &result {
                 stage.record(
                     "error",
@@ -337,11 +337,20 @@ impl AdmissionChain {
     }
 }
 
+/// `plugin 12µs` added to an admission stage's list of plugins.
+fn timing(list: &mut String, plugin: &str, began: std::time::Instant) {
+    use std::fmt::Write;
+    if !list.is_empty() {
+        list.push_str(", ");
+    }
+    let _ = write!(list, "{plugin} {}µs", began.elapsed().as_micros());
+}
+
 /// A fingerprint of a JSON value, to tell whether a plugin changed the object without keeping
 /// a copy of it (`serde_json::Value` has no `Hash`).
 fn fingerprint(v: &Value) -> u64 {
-    use std::hash::{Hash, Hasher};
-    fn feed(v: &Value, h: &mut std::collections::hash_map::DefaultHasher) {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    fn feed(v: &Value, h: &mut impl Hasher) {
         match v {
             Value::Null => 0u8.hash(h),
             Value::Bool(b) => (1u8, *b).hash(h),
@@ -360,7 +369,7 @@ fn fingerprint(v: &Value) -> u64 {
             }
         }
     }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = foldhash::fast::FixedState::with_seed(0).build_hasher();
     feed(v, &mut h);
     h.finish()
 }
